@@ -1,0 +1,179 @@
+//! ioctl numbers and argument structs of the device node (`card0`).
+//!
+//! Every argument is a flat `#[repr(C)]` struct without pointers and at most
+//! 16 KiB, so the ABI works with FUSE/CUSE restricted-mode ioctls. Every
+//! struct starts with a `version` field that must equal
+//! [`IOCTL_STRUCT_VERSION`]; reserved fields and unknown flag bits must be
+//! zero. Violations fail with EINVAL and change nothing.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::events::MAX_EVENTS;
+
+/// ioctl "type" byte of the device node.
+pub const IOC_MAGIC: u8 = b'G';
+/// Version every ioctl argument struct must carry.
+pub const IOCTL_STRUCT_VERSION: u32 = 1;
+/// Largest argument struct the ABI allows.
+pub const MAX_IOCTL_SIZE: usize = 16 * 1024;
+
+/// `GPUPM_IOC_IDENTITY`: device identity and topology summary.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Identity {
+    /// Must be [`IOCTL_STRUCT_VERSION`] on input.
+    pub version: u32,
+    /// [`crate::regs::DEVICE_MAGIC`].
+    pub magic: u32,
+    /// [`crate::ABI_VERSION`].
+    pub abi_version: u32,
+    /// Number of events in the catalogue.
+    pub events: u32,
+    /// Partition slots (excluding system slot 0).
+    pub partitions: u32,
+    /// CCUs.
+    pub ccus: u32,
+    /// SMs.
+    pub sms: u32,
+    /// Nominal clock in kHz.
+    pub clock_khz: u32,
+    /// 1 when the clock runs in step mode.
+    pub step_clock: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Device cycle at the time of the call.
+    pub cycle: u64,
+}
+const _: () = assert!(core::mem::size_of::<Identity>() == 48);
+
+/// Register-op kinds in [`RegOp::op`].
+pub mod reg_op {
+    /// Read the register into `value`.
+    pub const READ: u32 = 1;
+    /// Write `value` to the register.
+    pub const WRITE: u32 = 2;
+}
+
+/// One operation of a [`RegBatch`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct RegOp {
+    /// BAR0 offset.
+    pub offset: u64,
+    /// Value written, or value read back.
+    pub value: u64,
+    /// [`reg_op::READ`] or [`reg_op::WRITE`].
+    pub op: u32,
+    /// Access width in bytes: 4 or 8.
+    pub width: u32,
+}
+const _: () = assert!(core::mem::size_of::<RegOp>() == 24);
+
+/// Most ops in one batch.
+pub const MAX_BATCH_OPS: usize = 64;
+
+/// `GPUPM_IOC_REG_BATCH`: a list of register ops executed in order with no
+/// device time passing in between. If any op fails, no op takes effect,
+/// `failed_index` names it and the call fails with EINVAL.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct RegBatch {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Number of valid entries in `ops` (1..=MAX_BATCH_OPS).
+    pub count: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// On failure: index of the op that failed; else `count`.
+    pub failed_index: u32,
+    /// The ops.
+    pub ops: [RegOp; MAX_BATCH_OPS],
+}
+const _: () = assert!(core::mem::size_of::<RegBatch>() == 16 + 24 * MAX_BATCH_OPS);
+
+/// `GPUPM_IOC_ADVANCE`: advance the step clock (EINVAL on a real-time clock).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Advance {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Cycles to advance (1..=2^40).
+    pub cycles: u64,
+    /// Output: device cycle after the call.
+    pub now: u64,
+}
+const _: () = assert!(core::mem::size_of::<Advance>() == 24);
+
+/// Largest [`Advance::cycles`].
+pub const MAX_ADVANCE_CYCLES: u64 = 1 << 40;
+
+/// Ledger scopes in [`LedgerQuery::scope`].
+pub mod ledger_scope {
+    /// One context (`id` = context id).
+    pub const CONTEXT: u32 = 1;
+    /// One VM: sum over its contexts (`id` = VM id).
+    pub const VM: u32 = 2;
+    /// Everything, including device-level units (`id` = 0).
+    pub const SYSTEM: u32 = 3;
+}
+
+/// `GPUPM_IOC_LEDGER` (privileged debug): exact counts of what was generated.
+///
+/// For every event: `generated = (committed_equiv + masked) * scale + remainder`
+/// where `scale` is 32 for multi-bit events and 1 otherwise, `masked` is what
+/// CCU masks discarded, `remainder` is the multi-bit accumulator residue that
+/// never reached a count, and `in_flight` is what sits in ULCs, CCUs and RCs
+/// not yet committed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct LedgerQuery {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// One of [`ledger_scope`].
+    pub scope: u32,
+    /// Context or VM id.
+    pub id: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Signal units generated (multi-bit: summed 0..=32 values).
+    pub generated: [u64; MAX_EVENTS],
+    /// Counts discarded by CCU masks.
+    pub masked: [u64; MAX_EVENTS],
+    /// Multi-bit residue (signal units) that never reached a count.
+    pub remainder: [u64; MAX_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<LedgerQuery>() == 16 + 3 * 8 * MAX_EVENTS);
+
+/// `GPUPM_IOC_RESET`: reset the device (same as writing `RESET`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Reset {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Must be [`crate::regs::RESET_MAGIC`].
+    pub magic: u32,
+}
+
+macro_rules! ioctl_numbers {
+    ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
+        $( $(#[$m])* pub const $name: u32 = nix::$dir!(IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+           const _: () = assert!(core::mem::size_of::<$ty>() <= MAX_IOCTL_SIZE); )*
+        /// Every device-node ioctl number with its name.
+        pub const DEVICE_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];
+    };
+}
+
+ioctl_numbers! {
+    /// Read [`Identity`].
+    GPUPM_IOC_IDENTITY = request_code_readwrite(0x00, Identity);
+    /// Run a [`RegBatch`].
+    GPUPM_IOC_REG_BATCH = request_code_readwrite(0x01, RegBatch);
+    /// Advance the step clock.
+    GPUPM_IOC_ADVANCE = request_code_readwrite(0x02, Advance);
+    /// Read the ledger (privileged debug).
+    GPUPM_IOC_LEDGER = request_code_readwrite(0x03, LedgerQuery);
+    /// Reset the device.
+    GPUPM_IOC_RESET = request_code_write(0x04, Reset);
+}

@@ -1,0 +1,217 @@
+//! On-device memory layouts: counter blocks, stream-ring records, CCU
+//! records, and the host-visible memory window that holds them.
+//!
+//! All multi-byte fields are little-endian (the device and every supported
+//! host are little-endian; the size asserts below pin the layouts).
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::events::MAX_EVENTS;
+
+/// Offset in the device node's file space where the memory window starts;
+/// offsets below it address BAR0 registers.
+pub const MEM_WINDOW_OFFSET: u64 = 1 << 32;
+
+/// Size of one block slot in the memory window.
+pub const BLOCK_SLOT_SIZE: u64 = core::mem::size_of::<BlockSlot>() as u64;
+/// Slot index of the system block (RC0).
+pub const SYSTEM_BLOCK_SLOT: u32 = 0;
+/// Slot index of VM `v`'s block is `v` (VM ids are 1..MAX_VMS).
+pub const VM_BLOCK_SLOT_BASE: u32 = 0;
+/// First slot of the context-block pool.
+pub const CTX_BLOCK_SLOT_BASE: u32 = 64;
+/// Number of slots in the context-block pool.
+pub const CTX_BLOCK_SLOTS: u32 = 4096;
+/// Window offset where stream rings start.
+pub const STREAM_REGION: u64 = (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as u64 * BLOCK_SLOT_SIZE;
+/// Largest ring capacity in records.
+pub const STREAM_RING_MAX: u32 = 8192;
+/// Window bytes reserved per partition slot's ring (the ring may be smaller).
+pub const STREAM_RING_SPAN: u64 = STREAM_RING_MAX as u64 * STREAM_SLOT_SIZE;
+/// Size of one stream-ring slot.
+pub const STREAM_SLOT_SIZE: u64 = core::mem::size_of::<StreamSlot>() as u64;
+
+/// Window offset of block slot `slot`.
+pub const fn block_slot_offset(slot: u32) -> u64 {
+    slot as u64 * BLOCK_SLOT_SIZE
+}
+
+/// Window offset of ring slot `index` of partition slot `p`'s stream ring.
+pub const fn stream_slot_offset(p: u32, index: u32) -> u64 {
+    STREAM_REGION + p as u64 * STREAM_RING_SPAN + index as u64 * STREAM_SLOT_SIZE
+}
+
+/// Magic of a plaintext counter block: "gBLK".
+pub const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"gBLK");
+/// Magic of a plaintext stream record: "gREC".
+pub const RECORD_MAGIC: u32 = u32::from_le_bytes(*b"gREC");
+
+/// Kinds of counter block.
+pub mod block_kind {
+    /// The system block (RC0): everything counted on the device.
+    pub const SYSTEM: u16 = 1;
+    /// A VM block: everything its contexts were counted for.
+    pub const VM: u16 = 2;
+    /// A context block.
+    pub const CONTEXT: u16 = 3;
+}
+
+/// A counter block as the device keeps it (plaintext).
+///
+/// Invariants: `counters[e]` is the cumulative count of event `e` committed
+/// into this block; it only grows, by atomic adds from one RC at a time;
+/// `commit_seq` counts the commits that touched the block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Block {
+    /// [`BLOCK_MAGIC`] once the slot is in use, 0 when free.
+    pub magic: u32,
+    /// One of [`block_kind`].
+    pub kind: u16,
+    /// Layout version, [`crate::ABI_MAJOR`].
+    pub version: u16,
+    /// VM id for VM blocks, context id for context blocks, 0 for system.
+    pub id: u32,
+    /// Owning VM (context blocks), the VM itself (VM blocks), 0 (system).
+    pub vm: u32,
+    /// Number of commits added into this block.
+    pub commit_seq: u64,
+    /// Device cycle of the last commit.
+    pub last_commit_cycle: u64,
+    /// Cumulative counts indexed by event id.
+    pub counters: [u64; MAX_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<Block>() == 544);
+
+/// Envelope in front of every host-visible block or stream record.
+///
+/// For a confidential VM the payload that follows is AES-256-GCM ciphertext
+/// under the VM's key with this envelope's `nonce`, and the 16-byte tag
+/// follows the payload; the envelope's first 16 bytes are the associated
+/// data. The nonce is `vm (4 bytes LE) || per-VM encryption counter (8 bytes
+/// LE)`: the counter never goes back, so a nonce is never reused under a key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Envelope {
+    /// VM the payload belongs to (0 = system).
+    pub vm: u32,
+    /// Bits in [`envelope_flags`].
+    pub flags: u32,
+    /// Key epoch the payload was encrypted under (confidential only).
+    pub key_epoch: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// AES-GCM nonce (confidential only, else 0).
+    pub nonce: [u8; 12],
+    /// Reserved, 0.
+    pub reserved2: u32,
+}
+const _: () = assert!(core::mem::size_of::<Envelope>() == 32);
+
+/// Bytes of the envelope bound as AES-GCM associated data.
+pub const ENVELOPE_AAD_LEN: usize = 16;
+
+/// Bits of [`Envelope::flags`].
+pub mod envelope_flags {
+    /// The slot holds data.
+    pub const VALID: u32 = 1 << 0;
+    /// The payload is ciphertext followed by a tag.
+    pub const ENCRYPTED: u32 = 1 << 1;
+}
+
+/// A block slot in the memory window: envelope, block, GCM tag.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct BlockSlot {
+    /// Envelope.
+    pub envelope: Envelope,
+    /// The block bytes (ciphertext when encrypted).
+    pub payload: [u8; core::mem::size_of::<Block>()],
+    /// GCM tag (0 when not encrypted).
+    pub tag: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<BlockSlot>() == 592);
+
+/// A stream-ring commit record: the deltas one RC commit added.
+///
+/// Invariants: for one ring, `seq` increases by one per commit, including
+/// commits whose record was lost to overflow, so `seq` gaps equal the lost
+/// count; summing `deltas` over all records of a context (plus lost records)
+/// gives its block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct StreamRecord {
+    /// [`RECORD_MAGIC`].
+    pub magic: u32,
+    /// Partition slot of the RC.
+    pub partition: u16,
+    /// Bits in [`record_flags`].
+    pub flags: u16,
+    /// VM the commit went to (0 = none / system).
+    pub vm: u32,
+    /// Context the commit went to (0 = none).
+    pub ctx: u32,
+    /// Commit sequence number of the RC.
+    pub seq: u64,
+    /// First cycle covered (the previous commit's cycle).
+    pub start_cycle: u64,
+    /// Cycle of this commit.
+    pub end_cycle: u64,
+    /// Reserved, 0.
+    pub reserved: u64,
+    /// Per-event deltas.
+    pub deltas: [u64; MAX_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<StreamRecord>() == 560);
+
+/// Bits of [`StreamRecord::flags`].
+pub mod record_flags {
+    /// The commit was step 6 of a context/VM switch.
+    pub const SWITCH: u16 = 1 << 0;
+    /// The commit followed a fallback-completed switch.
+    pub const FALLBACK: u16 = 1 << 1;
+    /// The clock ran at secondary (throttled) capability at commit time.
+    pub const SECONDARY_CLOCK: u16 = 1 << 2;
+    /// Caused by a threshold trigger.
+    pub const THRESHOLD: u16 = 1 << 3;
+}
+
+/// A stream-ring slot in the memory window.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct StreamSlot {
+    /// Envelope.
+    pub envelope: Envelope,
+    /// The record bytes (ciphertext when encrypted).
+    pub payload: [u8; core::mem::size_of::<StreamRecord>()],
+    /// GCM tag (0 when not encrypted).
+    pub tag: [u8; 16],
+}
+const _: () = assert!(core::mem::size_of::<StreamSlot>() == 608);
+
+/// Values per CCU record.
+pub const RECORD_VALUES: usize = 8;
+
+/// A record a CCU sends to the reduction-channel buffer: eight consecutive
+/// counter values of one bank, or (with `FLUSH_ACK`) no data at all.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct CcuRecord {
+    /// Sending CCU.
+    pub ccu: u16,
+    /// Bits in [`ccu_record_flags`].
+    pub flags: u16,
+    /// Index of the first counter (within the CCU) this record carries.
+    pub first_counter: u16,
+    /// Number of valid values (0..=8).
+    pub valid: u16,
+    /// Counter values (28-bit).
+    pub values: [u32; RECORD_VALUES],
+}
+const _: () = assert!(core::mem::size_of::<CcuRecord>() == 40);
+
+/// Bits of [`CcuRecord::flags`].
+pub mod ccu_record_flags {
+    /// The empty record that acknowledges a flush request.
+    pub const FLUSH_ACK: u16 = 1 << 0;
+}

@@ -1,0 +1,25 @@
+//! The gpupm ABI, shared by the device model, the driver node, the daemon and
+//! every tool, in the manner of a Linux uapi header.
+//!
+//! This crate is a leaf: it holds numbers, bitfields and `#[repr(C)]` layouts
+//! and nothing that depends on how they are served. A C header is generated
+//! from it, so every type here has a fixed, explicitly padded layout.
+
+pub mod events;
+pub mod intr;
+pub mod ioctl;
+pub mod layout;
+pub mod regs;
+
+/// ABI major version: bumped on any incompatible change to registers,
+/// layouts or ioctls. Consumers refuse a device whose major differs.
+pub const ABI_MAJOR: u16 = 1;
+/// ABI minor version: bumped on compatible additions.
+pub const ABI_MINOR: u16 = 0;
+/// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
+pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
+
+/// Splits an `ABI_VERSION` register value into (major, minor).
+pub const fn split_abi_version(raw: u32) -> (u16, u16) {
+    ((raw >> 16) as u16, (raw & 0xffff) as u16)
+}
