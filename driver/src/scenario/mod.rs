@@ -5,11 +5,11 @@
 //! nominal clock, every event name to its catalogue id, every profile name to
 //! an index. The device model consumes only this resolved form.
 
-mod builtin;
-mod parse;
+// mod builtin; (merged from the scenario branch)
+// mod parse;
 
-pub use builtin::{builtin, BUILTIN_TOML};
-pub use parse::{parse, parse_file, ScenarioError};
+// pub use builtin::{builtin, BUILTIN_TOML};
+// pub use parse::{parse, parse_file, ScenarioError};
 
 /// A validated scenario.
 #[derive(Clone, Debug, PartialEq)]

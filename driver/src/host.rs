@@ -1,0 +1,136 @@
+//! Host software for an in-process device: services interrupts the way the
+//! daemon does through the node — runs each requested context/VM switch
+//! handshake with two register batches, releases destroyed contexts'
+//! blocks once read, and drains stream rings. Used by the simulator, the
+//! benchmarks and the tests.
+
+use gpupm_uapi::intr::{source, InterruptRecord};
+use gpupm_uapi::ioctl::{reg_op, RegOp};
+use gpupm_uapi::regs::{self as r, ctx_cmd, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
+
+use crate::model::{Device, DeviceError};
+
+/// What one [`Host::service`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Serviced {
+    /// Handshakes completed by the host.
+    pub handshakes: u64,
+    /// Stream records drained.
+    pub drained: u64,
+    /// Contexts released.
+    pub released: u64,
+}
+
+/// Host-side driver state.
+#[derive(Debug, Default)]
+pub struct Host {
+    cursor: u64,
+    records: Vec<InterruptRecord>,
+    /// Release destroyed contexts' blocks (the daemon does after persisting).
+    pub release_destroyed: bool,
+}
+
+fn read(offset: u64, width: u32) -> RegOp {
+    RegOp { offset, value: 0, op: reg_op::READ, width }
+}
+
+fn write(offset: u64, value: u64) -> RegOp {
+    RegOp { offset, value, op: reg_op::WRITE, width: 4 }
+}
+
+impl Host {
+    /// A host that releases destroyed contexts.
+    pub fn new() -> Self {
+        Host { release_destroyed: true, ..Default::default() }
+    }
+
+    /// Handles every interrupt raised since the last call.
+    pub fn service(&mut self, dev: &mut Device) -> Result<Serviced, (usize, DeviceError)> {
+        let mut done = Serviced::default();
+        self.records.clear();
+        self.cursor = dev.interrupts_since(self.cursor, &mut self.records);
+        let mut handled = 0;
+        for i in 0..self.records.len() {
+            let rec = self.records[i];
+            handled |= rec.source;
+            match rec.source {
+                source::SWITCH_REQUESTED => {
+                    if handshake(dev, rec.partition)? {
+                        done.handshakes += 1;
+                    }
+                }
+                source::CTX_DESTROYED if self.release_destroyed => {
+                    if dev.write_reg(r::ctx(rec.arg, r::CTX_CMD), 4, u64::from(ctx_cmd::RELEASE)).is_ok() {
+                        done.released += 1;
+                    }
+                }
+                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => done.drained += drain(dev, rec.partition)?,
+                _ => {}
+            }
+        }
+        if handled != 0 {
+            dev.write_reg(r::INTR_ACK, 4, u64::from(handled)).map_err(|e| (0, e.into()))?;
+        }
+        Ok(done)
+    }
+}
+
+/// Runs the full switch handshake on partition `p` if one is pending.
+/// Returns whether it did.
+pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
+    let status = dev.read_reg(r::part(p, r::PART_STATUS), 4).map_err(|e| (0, e.into()))?;
+    if status as u32 & part_status::STATE_MASK != hs_state::REQUESTED {
+        return Ok(false);
+    }
+    // Steps 1-5: pause context, pause transfers, trigger with ULC flush,
+    // flush request; read back who comes in and which CCUs acked.
+    let mut first = [
+        read(r::part(p, r::PART_NEXT_VM), 4),
+        read(r::part(p, r::PART_NEXT_CTX), 4),
+        write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::CTX_PAUSE)),
+        write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::ALL)),
+        write(r::TRIG_TARGET, 1 << p),
+        write(r::TRIG_CMD, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ)),
+        read(r::part(p, r::PART_CCU_ACKED), 8),
+        read(r::part(p, r::PART_CCU_ASSIGNED), 8),
+    ];
+    dev.batch(&mut first)?;
+    let (next_vm, next_ctx) = (first[0].value, first[1].value);
+    // Step 5: poll until every assigned CCU acked (the model acks at once,
+    // so the first read already shows all of them).
+    let mut acked = first[6].value;
+    while acked != first[7].value {
+        acked = dev.read_reg(r::part(p, r::PART_CCU_ACKED), 8).map_err(|e| (0, e.into()))?;
+    }
+    // Steps 6-7: commit, re-point to the incoming blocks, unpause.
+    let mut second = [
+        write(r::part(p, r::PART_RC_BIND_VM), next_vm),
+        write(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
+        write(r::part(p, r::PART_RC_CMD), u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT)),
+        write(r::part(p, r::PART_CTRL), 0),
+    ];
+    dev.batch(&mut second)?;
+    Ok(true)
+}
+
+/// Consumes every record in partition `p`'s stream ring; returns how many.
+pub fn drain(dev: &mut Device, p: u32) -> Result<u64, (usize, DeviceError)> {
+    let head = dev.read_reg(r::part(p, r::PART_STREAM_HEAD), 4).map_err(|e| (0, e.into()))?;
+    let tail = dev.read_reg(r::part(p, r::PART_STREAM_TAIL), 4).map_err(|e| (0, e.into()))?;
+    dev.write_reg(r::part(p, r::PART_STREAM_TAIL), 4, head).map_err(|e| (0, e.into()))?;
+    Ok(u64::from((head as u32).wrapping_sub(tail as u32)))
+}
+
+/// Flushes everything into memory blocks: ULC partials, CCU banks and RC
+/// commits on every configured partition whose handshake is idle.
+pub fn flush_all(dev: &mut Device) -> Result<(), DeviceError> {
+    let mut mask = 0u64;
+    for p in 0..r::MAX_PARTITION_SLOTS {
+        if dev.read_reg(r::part(p, r::PART_STATUS), 4)? as u32 & part_status::CONFIGURED != 0 {
+            mask |= 1 << p;
+        }
+    }
+    dev.write_reg(r::TRIG_TARGET, 4, mask)?;
+    dev.write_reg(r::TRIG_CMD, 4, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER))?;
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! The device's host-facing surface beyond single register accesses:
+//! batches, time, the ledger, identity, interrupts and reset.
+
+use std::time::Instant;
+
+use gpupm_uapi::events::{MAX_EVENTS, MULTIBIT_SCALE};
+use gpupm_uapi::intr::{source, InterruptRecord};
+use gpupm_uapi::ioctl::{self, ledger_scope, Identity, LedgerQuery, RegOp, MAX_ADVANCE_CYCLES};
+use gpupm_uapi::layout::{Block, CTX_BLOCK_SLOT_BASE};
+use gpupm_uapi::regs::{ctx_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
+
+use super::clock::Pacer;
+use super::device::Device;
+use super::memory::WindowError;
+use super::registers::RegError;
+
+/// Errors of the device's host-facing operations.
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DeviceError {
+    /// A register access failed.
+    #[error(transparent)]
+    Reg(#[from] RegError),
+    /// A memory-window access failed.
+    #[error(transparent)]
+    Window(#[from] WindowError),
+    /// Advance on a real-time clock.
+    #[error("the clock runs in real time; only a step clock can be advanced")]
+    NotStepClock,
+    /// Advance by 0 or too many cycles.
+    #[error("cannot advance by {0} cycles (1..=2^40)")]
+    AdvanceRange(u64),
+    /// Unknown op kind or width in a batch.
+    #[error("batch op kind {0} is neither READ nor WRITE")]
+    BadOp(u32),
+    /// Unknown ledger scope or id.
+    #[error("no ledger scope {scope} with id {id}")]
+    BadLedgerScope {
+        /// Scope.
+        scope: u32,
+        /// Id.
+        id: u32,
+    },
+}
+
+/// A ledger row with the hierarchy's view beside it, per event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LedgerTotals {
+    /// Signal units generated.
+    pub generated: [u64; MAX_EVENTS],
+    /// Counts discarded by masks.
+    pub masked: [u64; MAX_EVENTS],
+    /// Multi-bit residue that never became a count (dropped + live).
+    pub remainder: [u64; MAX_EVENTS],
+}
+
+impl LedgerTotals {
+    /// What a block must hold after a full flush, per event:
+    /// `(generated - remainder) / scale - masked`.
+    pub fn expected_committed(&self) -> [u64; MAX_EVENTS] {
+        let mut out = [0; MAX_EVENTS];
+        for (e, o) in out.iter_mut().enumerate() {
+            let scale = match gpupm_uapi::events::by_id(e as u16) {
+                Some(info) if info.multibit => MULTIBIT_SCALE,
+                _ => 1,
+            };
+            *o = (self.generated[e] - self.remainder[e]) / scale - self.masked[e];
+        }
+        out
+    }
+}
+
+impl Device {
+    /// Writes a register; on error nothing changed.
+    pub fn write_reg(&mut self, offset: u64, width: u32, value: u64) -> Result<(), RegError> {
+        let mut shadow = self.shadow();
+        let w = self.check_write(&mut shadow, offset, width, value)?;
+        self.execute(w);
+        Ok(())
+    }
+
+    /// Runs `ops` in order with no device time passing; all or nothing.
+    pub fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, DeviceError)> {
+        let mut shadow = self.shadow();
+        let mut writes = Vec::with_capacity(ops.len());
+        for (i, op) in ops.iter().enumerate() {
+            match op.op {
+                ioctl::reg_op::READ => {
+                    // Readability depends only on the address, not on state.
+                    self.read_reg(op.offset, op.width).map_err(|e| (i, e.into()))?;
+                    writes.push(None);
+                }
+                ioctl::reg_op::WRITE => {
+                    let w = self.check_write(&mut shadow, op.offset, op.width, op.value).map_err(|e| (i, e.into()))?;
+                    writes.push(Some(w));
+                }
+                other => return Err((i, DeviceError::BadOp(other))),
+            }
+        }
+        for (op, w) in ops.iter_mut().zip(writes) {
+            match w {
+                Some(w) => self.execute(w),
+                // Checked above; a read cannot start failing in between.
+                None => op.value = self.read_reg(op.offset, op.width).unwrap_or(0),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads host-visible device memory at window offset `offset`.
+    pub fn read_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
+        self.mem.read_window(offset, buf)
+    }
+
+    /// Advances a step clock by `cycles`; returns the new cycle.
+    pub fn advance(&mut self, cycles: u64) -> Result<u64, DeviceError> {
+        if !self.step_clock {
+            return Err(DeviceError::NotStepClock);
+        }
+        if cycles == 0 || cycles > MAX_ADVANCE_CYCLES {
+            return Err(DeviceError::AdvanceRange(cycles));
+        }
+        self.run_until(self.now + cycles);
+        Ok(self.now)
+    }
+
+    /// Brings a real-time clock up to wall time `now` (no-op in step mode).
+    pub fn tick(&mut self, now: Instant) {
+        if self.step_clock {
+            return;
+        }
+        let pacer = self.pacer.get_or_insert_with(|| Pacer::new(now));
+        let khz = if super::throttle::secondary_at(&self.scenario.throttle, self.now) {
+            self.scenario.clock.secondary_khz
+        } else {
+            self.scenario.clock.khz
+        };
+        let cycles = pacer.elapsed_cycles(now, khz);
+        if cycles > 0 {
+            self.run_until(self.now + cycles);
+        }
+    }
+
+    /// Ledger of a scope, brought up to the current cycle.
+    pub fn ledger_totals(&mut self, scope: u32, id: u32) -> Result<LedgerTotals, DeviceError> {
+        let exists = match scope {
+            ledger_scope::CONTEXT => (1..MAX_CONTEXTS).contains(&id) && self.ctxs[id as usize].state != ctx_state::FREE,
+            ledger_scope::VM => (1..MAX_VMS).contains(&id) && self.vms[id as usize].partition != 0,
+            ledger_scope::SYSTEM => id == 0,
+            _ => false,
+        };
+        if !exists {
+            return Err(DeviceError::BadLedgerScope { scope, id });
+        }
+        self.sync_all();
+        let row = match scope {
+            ledger_scope::CONTEXT => self.ledger.context(id),
+            ledger_scope::VM => self.ledger.vm(id),
+            _ => self.ledger.system(),
+        };
+        let mut remainder = row.remainder;
+        for p in 0..MAX_PARTITION_SLOTS {
+            let who = self.counting.parts[p as usize].who;
+            let counts = match scope {
+                ledger_scope::CONTEXT => who.ctx == id && id != 0,
+                ledger_scope::VM => who.vm == id,
+                _ => self.parts[p as usize].configured,
+            };
+            if counts {
+                let live = self.counting.residue(&self.topo, p);
+                for (r, l) in remainder.iter_mut().zip(live) {
+                    *r += l;
+                }
+            }
+        }
+        Ok(LedgerTotals { generated: row.generated, masked: row.masked, remainder })
+    }
+
+    /// The ledger in its ioctl form.
+    pub fn ledger_query(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, DeviceError> {
+        let t = self.ledger_totals(scope, id)?;
+        Ok(LedgerQuery {
+            version: ioctl::IOCTL_STRUCT_VERSION,
+            scope,
+            id,
+            flags: 0,
+            generated: t.generated,
+            masked: t.masked,
+            remainder: t.remainder,
+        })
+    }
+
+    /// Identity and topology summary.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            version: ioctl::IOCTL_STRUCT_VERSION,
+            magic: gpupm_uapi::regs::DEVICE_MAGIC,
+            abi_version: gpupm_uapi::ABI_VERSION,
+            events: gpupm_uapi::events::EVENT_COUNT as u32,
+            partitions: self.parts.iter().skip(1).filter(|p| p.configured).count() as u32,
+            ccus: self.topo.ccus.len() as u32,
+            sms: self.topo.sm_count(),
+            clock_khz: self.scenario.clock.khz,
+            step_clock: u32::from(self.step_clock),
+            reserved: 0,
+            cycle: self.now,
+        }
+    }
+
+    /// Interrupt records with `seq >= from` (oldest first); returns the next seq.
+    pub fn interrupts_since(&self, from: u64, out: &mut Vec<InterruptRecord>) -> u64 {
+        self.intr.since(from, out)
+    }
+
+    /// `INTR_STATUS & !INTR_MASK`.
+    pub fn interrupt_pending(&self) -> u32 {
+        self.intr.pending()
+    }
+
+    /// Device reset: every count, block, ring and the ledger go to zero;
+    /// trigger settings and masks return to the scenario's; contexts and
+    /// scheduling carry on.
+    pub fn reset(&mut self) {
+        self.sync_all();
+        self.counting.zero_values();
+        self.ledger = Default::default();
+        for rc in &mut self.rcs {
+            *rc = [0; MAX_EVENTS];
+        }
+        let vms = &self.vms;
+        self.mem.zero_counters(|vm| vms.get(vm as usize).and_then(|e| e.cipher.clone()));
+        for p in &mut self.parts {
+            p.commit_seq = 0;
+            p.overflow_reported = false;
+        }
+        self.ccu_mask_index.fill(0);
+        self.trig.target = 0;
+        self.program_trigger_defaults();
+        self.intr.raise(source::DEVICE_RESET, 0, 0, 0, self.now);
+    }
+
+    /// The plaintext block in `slot` (device-internal; for tests and the
+    /// simulator — the host reads the window).
+    pub fn block(&self, slot: u32) -> &Block {
+        self.mem.block(slot)
+    }
+
+    /// Block slot of context `ctx`, if it has one.
+    pub fn ctx_slot(&self, ctx: u32) -> Option<u32> {
+        let c = self.ctxs.get(ctx as usize)?;
+        (c.state != ctx_state::FREE && c.slot >= CTX_BLOCK_SLOT_BASE).then_some(c.slot)
+    }
+
+    /// Contexts that exist (active or destroyed-unreleased): (id, vm, state).
+    pub fn contexts(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.ctxs.iter().enumerate().filter(|(_, c)| c.state != ctx_state::FREE).map(|(i, c)| (i as u32, c.vm, c.state))
+    }
+
+    /// Contexts the workload could not create (no free id or block).
+    pub fn ctx_create_failures(&self) -> u64 {
+        self.ctx_create_failures
+    }
+
+    /// Self-checks that must stay zero: CCU wraps, missed thresholds.
+    pub fn self_check_failures(&self) -> (u64, u64) {
+        (self.counting.wraps, self.counting.missed_thresholds)
+    }
+}

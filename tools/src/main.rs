@@ -1,0 +1,3 @@
+//! gpupm command line (see README).
+
+fn main() {}
