@@ -1,1 +1,1 @@
-pub mod model;
+pub mod scenario;
