@@ -1,0 +1,373 @@
+//! Scenario file parsing: TOML text to a located [`ScenarioError`] or a
+//! resolved [`Scenario`]. The format is documented on the parent module.
+
+use std::ops::Range;
+use std::path::Path;
+
+use super::validate;
+use super::Scenario;
+
+/// A scenario file that could not be read, parsed or validated.
+///
+/// Displays as `FILE:LINE:COL: REASON`; line and column are 1-based (0 when
+/// the file could not be read at all).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}:{column}: {reason}")]
+pub struct ScenarioError {
+    /// Name of the scenario source (usually its path).
+    pub file: String,
+    /// 1-based line of the offending text; 0 for I/O errors.
+    pub line: usize,
+    /// 1-based column (in characters) of the offending text; 0 for I/O errors.
+    pub column: usize,
+    /// What is wrong, as a sentence without trailing period.
+    pub reason: String,
+}
+
+/// An error located by a byte range of the source text.
+#[derive(Debug)]
+pub(super) struct SpanError {
+    pub span: Range<usize>,
+    pub reason: String,
+}
+
+impl SpanError {
+    /// An error at `span`.
+    pub fn new(span: Range<usize>, reason: impl Into<String>) -> Self {
+        Self {
+            span,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Parses and validates scenario `text`; `source_name` names it in errors.
+pub fn parse(source_name: &str, text: &str) -> Result<Scenario, ScenarioError> {
+    let raw = toml::from_str(text).map_err(|e| {
+        let lines = e.message().lines().map(str::trim).filter(|l| !l.is_empty());
+        let reason = lines.collect::<Vec<_>>().join("; ");
+        let span = e.span().unwrap_or(0..0);
+        locate(source_name, text, &SpanError::new(span, reason))
+    })?;
+    validate::resolve(raw, &default_name(source_name)).map_err(|e| locate(source_name, text, &e))
+}
+
+/// Reads and parses the scenario file at `path`.
+pub fn parse_file(path: &Path) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        line: 0,
+        column: 0,
+        reason: format!("cannot read the scenario file: {e}"),
+    })?;
+    parse(&file, &text)
+}
+
+/// The scenario name used when the file gives none: the file name without
+/// directory and extension.
+fn default_name(source_name: &str) -> String {
+    Path::new(source_name).file_stem().map_or_else(
+        || source_name.to_owned(),
+        |s| s.to_string_lossy().into_owned(),
+    )
+}
+
+/// Turns a byte-located error into a line/column-located one.
+fn locate(file: &str, text: &str, e: &SpanError) -> ScenarioError {
+    let (line, column) = line_col(text, e.span.start);
+    ScenarioError {
+        file: file.to_owned(),
+        line,
+        column,
+        reason: e.reason.clone(),
+    }
+}
+
+/// 1-based line and character column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Two lines that make any snippet placed before them a valid scenario.
+    pub const BASE: &str = "[[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
+                            [[vm]]\nid = 1\npartition = 1\n";
+
+    /// Parses `snippet` followed by [`BASE`], expecting an error.
+    pub fn err(snippet: &str) -> ScenarioError {
+        err_raw(&format!("{snippet}{BASE}"))
+    }
+
+    /// Parses `text` as is, expecting an error.
+    pub fn err_raw(text: &str) -> ScenarioError {
+        match parse("t.toml", text) {
+            Ok(s) => panic!("expected an error, parsed {s:?}"),
+            Err(e) => e,
+        }
+    }
+
+    /// Parses `snippet` followed by [`BASE`], expecting success.
+    pub fn ok(snippet: &str) -> Scenario {
+        match parse("t.toml", &format!("{snippet}{BASE}")) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Asserts that `e` is at `line` and its reason contains `needle`.
+    #[track_caller]
+    pub fn assert_at(e: &ScenarioError, line: usize, needle: &str) {
+        assert_eq!(e.line, line, "wrong line in: {e}");
+        assert!(e.reason.contains(needle), "reason lacks {needle:?}: {e}");
+    }
+
+    #[test]
+    fn display_is_file_line_column_reason() {
+        let e = ScenarioError {
+            file: "demo.toml".into(),
+            line: 14,
+            column: 9,
+            reason: "bad".into(),
+        };
+        assert_eq!(e.to_string(), "demo.toml:14:9: bad");
+    }
+
+    #[test]
+    fn line_col_counts_characters_from_one() {
+        let text = "ab\nçd = 1\n";
+        assert_eq!(line_col(text, 0), (1, 1));
+        assert_eq!(line_col(text, 3), (2, 1));
+        assert_eq!(line_col(text, text.find('d').unwrap_or(0)), (2, 2));
+        assert_eq!(line_col(text, 1000), (3, 1));
+    }
+
+    #[test]
+    fn syntax_error_reports_line_and_column() {
+        let e = err_raw("name = \"x\"\nseed = = 3\n");
+        assert_eq!((e.file.as_str(), e.line, e.column), ("t.toml", 2, 8));
+        assert!(!e.reason.is_empty());
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_rejected_with_line() {
+        let e = err("name = \"x\"\nsed = 3\n");
+        assert_at(&e, 2, "unknown field `sed`");
+        assert_eq!(e.column, 1);
+    }
+
+    #[test]
+    fn unknown_key_in_table_is_rejected_with_line() {
+        let e = err("[trigger]\nperiod_us = 10\nperiod_ms = 1\n");
+        assert_at(&e, 3, "unknown field `period_ms`");
+    }
+
+    #[test]
+    fn wrong_type_is_rejected_with_line() {
+        let e = err("[topology]\npcie = \"yes\"\n");
+        assert_at(&e, 2, "invalid type");
+    }
+
+    #[test]
+    fn negative_integer_is_rejected_with_line() {
+        let e = err("[stream]\n\nring_records = -16\n");
+        assert_at(&e, 3, "-16");
+    }
+
+    #[test]
+    fn missing_required_key_is_reported() {
+        let e = err_raw("[[partition]]\nslot = 1\ngpcs = [0]\n[[vm]]\nid = 1\npartition = 1\n");
+        assert_at(&e, 1, "missing field `memory_slices`");
+    }
+
+    #[test]
+    fn unreadable_file_reports_line_zero() {
+        let path = Path::new("/nonexistent/gpupm/scenario.toml");
+        let e = match parse_file(path) {
+            Ok(s) => panic!("parsed {s:?}"),
+            Err(e) => e,
+        };
+        assert_eq!((e.line, e.column), (0, 0));
+        assert!(e.reason.starts_with("cannot read the scenario file"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/gpupm/scenario.toml:0:0: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn name_defaults_to_file_stem() {
+        let s = parse("dir/demo.toml", BASE);
+        assert_eq!(s.map(|s| s.name), Ok("demo".to_owned()));
+    }
+}
+
+#[cfg(test)]
+mod example_tests {
+    use super::tests::ok;
+    use super::*;
+    use crate::scenario::{
+        ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, StreamSpec,
+        ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+    };
+
+    #[test]
+    fn documented_example_resolves_to_the_expected_scenario() {
+        let text = include_str!("example.toml");
+        let parsed = parse("example.toml", text);
+        let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap_or(u8::MAX));
+        let expected = Scenario {
+            name: "example".into(),
+            seed: 42,
+            clock: ClockSpec {
+                khz: 1_980_000,
+                secondary_khz: 990_000,
+            },
+            topology: TopologySpec {
+                sms_per_gpc: vec![17, 17, 17, 17, 16, 16, 16, 16],
+                memory_slices: 8,
+                l2_per_slice: 6,
+                fb_per_slice: 2,
+                ce_per_slice: 1,
+                nvlinks: 18,
+                pcie: true,
+            },
+            trigger: TriggerSpec {
+                period_cycles: 1_980_000,
+                dither: false,
+                threshold: 268_434_944,
+            },
+            stream: StreamSpec {
+                ring_records: 1024,
+                watermark: 512,
+            },
+            switch_timeout_cycles: 3_960_000,
+            partitions: vec![
+                PartitionSpec {
+                    slot: 1,
+                    gpcs: vec![0, 1, 2, 3],
+                    memory_slices: vec![0, 1, 2, 3],
+                    ctx_timeslice_cycles: 3_960_000,
+                    vm_timeslice_cycles: 7_920_000,
+                },
+                PartitionSpec {
+                    slot: 2,
+                    gpcs: vec![4, 5, 6, 7],
+                    memory_slices: vec![4, 5, 6, 7],
+                    ctx_timeslice_cycles: 3_960_000,
+                    vm_timeslice_cycles: 0,
+                },
+            ],
+            vms: vec![
+                VmSpec {
+                    id: 1,
+                    partition: 1,
+                    confidential_key: None,
+                },
+                VmSpec {
+                    id: 2,
+                    partition: 2,
+                    confidential_key: Some(key),
+                },
+            ],
+            profiles: vec![
+                ProfileSpec {
+                    name: "gemm".into(),
+                    phases: vec![
+                        PhaseSpec {
+                            duration_cycles: 990_000,
+                            rates: vec![(0, 1.0), (4, 30.5)],
+                        },
+                        PhaseSpec {
+                            duration_cycles: 99_000,
+                            rates: vec![],
+                        },
+                    ],
+                },
+                ProfileSpec {
+                    name: "links".into(),
+                    phases: vec![PhaseSpec {
+                        duration_cycles: 100_000,
+                        rates: vec![(36, 0.25), (37, 0.5)],
+                    }],
+                },
+            ],
+            device_profile: Some(1),
+            contexts: vec![ContextSpec {
+                vm: 1,
+                profile: 0,
+                create_at: 0,
+                destroy_at: Some(39_600_000),
+            }],
+            churn: vec![ChurnSpec {
+                vm: 2,
+                profiles: vec![0],
+                start_at: 1_980_000,
+                every_cycles: 5_940_000,
+                lifetime_cycles: 13_860_000,
+                stop_at: Some(99_000_000),
+            }],
+            throttle: vec![ThrottleWindow {
+                start: 19_800_000,
+                end: 23_760_000,
+            }],
+        };
+        assert_eq!(parsed, Ok(expected));
+    }
+
+    #[test]
+    fn minimal_scenario_gets_h100_defaults() {
+        let s = ok("");
+        assert_eq!(
+            s.clock,
+            ClockSpec {
+                khz: 1_980_000,
+                secondary_khz: 990_000
+            }
+        );
+        assert_eq!(s.topology.sms_per_gpc.iter().sum::<u32>(), 132);
+        assert_eq!(
+            s.trigger,
+            TriggerSpec {
+                period_cycles: 1_980_000,
+                dither: false,
+                threshold: 268_434_944
+            }
+        );
+        assert_eq!(
+            s.stream,
+            StreamSpec {
+                ring_records: 1024,
+                watermark: 512
+            }
+        );
+        assert_eq!(s.switch_timeout_cycles, 3_960_000);
+        assert_eq!(
+            (
+                s.partitions[0].ctx_timeslice_cycles,
+                s.partitions[0].vm_timeslice_cycles
+            ),
+            (3_960_000, 7_920_000)
+        );
+        assert!(s.profiles.is_empty() && s.contexts.is_empty() && s.device_profile.is_none());
+    }
+
+    #[test]
+    fn microseconds_convert_with_the_scenario_clock() {
+        let s = ok("switch_timeout_us = 3\n[clock]\nkhz = 1500\n");
+        assert_eq!(s.switch_timeout_cycles, 4);
+        assert_eq!(s.clock.secondary_khz, 1000);
+    }
+}
