@@ -260,6 +260,12 @@ impl Device {
         self.ctx_create_failures
     }
 
+    /// Every counter value below the RCs, after bringing all partitions to now.
+    pub fn counting_snapshot(&mut self) -> super::counting::CountingSnapshot {
+        self.sync_all();
+        self.counting.snapshot()
+    }
+
     /// Self-checks that must stay zero: CCU wraps, missed thresholds.
     pub fn self_check_failures(&self) -> (u64, u64) {
         (self.counting.wraps, self.counting.missed_thresholds)

@@ -303,6 +303,7 @@ impl Device {
 
     /// Installs generation for partition `p` (synced) with base rates `base`.
     pub(crate) fn start_generation(&mut self, p: u32, who: Attribution, generating: bool, base: [u32; MAX_EVENTS]) {
+        self.sync(p);
         let epoch = self.now / EPOCH_CYCLES;
         let (topo, weights, seed) = (&self.topo, &self.ulc_weights, self.scenario.seed);
         self.counting.set_generation(topo, p, self.now, who, generating, |j| {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod gen;
+
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::*;
 use gpupm_uapi::events::{self, UnitType, MAX_EVENTS};

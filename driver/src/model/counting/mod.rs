@@ -100,6 +100,21 @@ pub struct Counting {
     pub(crate) missed_thresholds: u64,
 }
 
+/// Every counter value of the hierarchy below the RCs, for comparing engines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CountingSnapshot {
+    /// Multi-bit accumulators.
+    pub acc: Vec<u8>,
+    /// ULC counters.
+    pub pending: Vec<u16>,
+    /// CCU banks.
+    pub bank: Vec<[u32; 2]>,
+    /// Active bank per CCU.
+    pub active_bank: Vec<u8>,
+    /// Per-partition sync position and largest active value.
+    pub parts: Vec<(u64, u32)>,
+}
+
 /// Per-sync accumulation, applied to the ledger once.
 pub(crate) struct Tally {
     pub generated: [u64; MAX_EVENTS],
@@ -131,6 +146,17 @@ impl Counting {
             parts: vec![PartCounting::default(); MAX_PARTITION_SLOTS as usize],
             wraps: 0,
             missed_thresholds: 0,
+        }
+    }
+
+    /// Copy of every counter value.
+    pub fn snapshot(&self) -> CountingSnapshot {
+        CountingSnapshot {
+            acc: self.acc.clone(),
+            pending: self.pending.clone(),
+            bank: self.bank.clone(),
+            active_bank: self.active_bank.clone(),
+            parts: self.parts.iter().map(|p| (p.synced_to, p.max_active)).collect(),
         }
     }
 
