@@ -134,3 +134,31 @@ pub fn flush_all(dev: &mut Device) -> Result<(), DeviceError> {
     dev.write_reg(r::TRIG_CMD, 4, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER))?;
     Ok(())
 }
+
+/// Completes every switch in flight (the host's part where it can, the
+/// device's fallback otherwise) and flushes everything into the blocks, so
+/// that blocks can be compared with the ledger.
+pub fn settle(dev: &mut Device, host: &mut Host) -> Result<(), DeviceError> {
+    for _ in 0..1_000 {
+        host.service(dev).map_err(|(_, e)| e)?;
+        let mut waiting = 0u64;
+        for p in 1..r::MAX_PARTITION_SLOTS {
+            let status = dev.read_reg(r::part(p, r::PART_STATUS), 4)? as u32;
+            match status & part_status::STATE_MASK {
+                hs_state::IDLE => {}
+                hs_state::REQUESTED => {
+                    handshake(dev, p).map_err(|(_, e)| e)?;
+                }
+                _ => waiting = waiting.max(dev.read_reg(r::part(p, r::PART_SWITCH_TIMEOUT), 4)? + 1),
+            }
+        }
+        if waiting == 0 {
+            return flush_all(dev);
+        }
+        if dev.read_reg(r::DEVICE_STATUS, 4)? as u32 & r::device_status::STEP_CLOCK == 0 {
+            return flush_all(dev);
+        }
+        dev.advance(waiting)?;
+    }
+    flush_all(dev)
+}

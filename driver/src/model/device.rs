@@ -175,7 +175,7 @@ impl Device {
         self.mem.init_block(SYSTEM_BLOCK_SLOT, block_kind::SYSTEM, 0, 0, None);
         if let Some(dp) = self.scenario.device_profile {
             let base = *self.profiles[dp].rates_at(0);
-            self.start_generation(0, Attribution::default(), true, base);
+            self.start_generation(0, Attribution::default(), base);
         }
         Ok(())
     }
@@ -301,14 +301,13 @@ impl Device {
         }
     }
 
-    /// Installs generation for partition `p` (synced) with base rates `base`.
-    pub(crate) fn start_generation(&mut self, p: u32, who: Attribution, generating: bool, base: [u32; MAX_EVENTS]) {
+    /// Starts (or re-rates) generation in partition `p` at the current
+    /// cycle for `who` with profile base rates `base`.
+    pub(crate) fn start_generation(&mut self, p: u32, who: Attribution, base: [u32; MAX_EVENTS]) {
         self.sync(p);
-        let epoch = self.now / EPOCH_CYCLES;
-        let (topo, weights, seed) = (&self.topo, &self.ulc_weights, self.scenario.seed);
-        self.counting.set_generation(topo, p, self.now, who, generating, |j| {
-            rates::counter_rate(topo, weights, seed, who.ctx, epoch, &base, j)
-        });
+        let epoch_rates = rates::epoch_rates(self.scenario.seed, who.ctx, self.now / EPOCH_CYCLES, &base);
+        let (topo, weights) = (&self.topo, &self.ulc_weights);
+        self.counting.set_generation(topo, p, self.now, who, |j| rates::counter_rate(topo, weights, &epoch_rates, j));
     }
 
     /// Base rates of whatever partition `p` runs now.
@@ -324,7 +323,7 @@ impl Device {
     fn refresh_rates(&mut self, p: u32) {
         let who = self.counting.parts[p as usize].who;
         let base = self.base_rates(p);
-        self.start_generation(p, who, true, base);
+        self.start_generation(p, who, base);
     }
 
     /// Triggers the CCUs of every partition in `mask`: optional ULC flush,

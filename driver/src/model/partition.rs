@@ -187,8 +187,7 @@ impl Device {
     /// Step 1: the outgoing context stops running.
     pub(crate) fn step_pause_ctx(&mut self, p: u32) {
         self.sync(p);
-        let who = self.counting.parts[p as usize].who;
-        self.start_generation(p, who, false, [0; gpupm_uapi::events::MAX_EVENTS]);
+        self.counting.pause_generation(p, self.now);
         let part = &mut self.parts[p as usize];
         part.ctrl = part_ctrl::CTX_PAUSE;
         part.hs = hs_state::CTX_PAUSED;
@@ -249,7 +248,7 @@ impl Device {
         part.cur_ctx = part.next_ctx;
         part.hs = hs_state::REPOINTED;
         let who = Attribution { ctx: part.cur_ctx, vm: part.cur_vm };
-        self.start_generation(p, who, false, [0; gpupm_uapi::events::MAX_EVENTS]);
+        self.counting.set_owner(p, who);
     }
 
     /// Step 7: load the new context, unpause triggers and the context.
@@ -268,7 +267,7 @@ impl Device {
         let (vm, ctx) = (part.cur_vm, part.cur_ctx);
         if ctx != 0 {
             let base = self.base_rates(p);
-            self.start_generation(p, Attribution { ctx, vm }, true, base);
+            self.start_generation(p, Attribution { ctx, vm }, base);
         }
         if outgoing != 0 && outgoing != ctx && self.ctxs[outgoing as usize].exiting {
             self.finalize_destroy(outgoing);

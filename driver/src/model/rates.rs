@@ -13,8 +13,8 @@ use super::rng::{domain, factor_q16, hash};
 use super::topology::Topology;
 use crate::scenario::ProfileSpec;
 
-/// Cycles per epoch (≈ 0.53 ms at 1.98 GHz).
-pub const EPOCH_CYCLES: u64 = 1 << 20;
+/// Cycles per epoch (≈ 2.1 ms at 1.98 GHz).
+pub const EPOCH_CYCLES: u64 = 1 << 22;
 
 const WEIGHT_LO: u32 = 49_152; // 0.75
 const WEIGHT_HI: u32 = 81_920; // 1.25
@@ -74,23 +74,38 @@ pub fn ulc_weights(topo: &Topology, seed: u64) -> Vec<u32> {
     (0..topo.ulcs.len() as u64).map(|u| factor_q16(seed, &[domain::ULC_WEIGHT, u], WEIGHT_LO, WEIGHT_HI)).collect()
 }
 
-/// Rate of flat counter `j` for a context whose base rates are `base`.
-pub fn counter_rate(
-    topo: &Topology,
-    weights: &[u32],
-    seed: u64,
-    ctx: u32,
-    epoch: u64,
-    base: &[u32; MAX_EVENTS],
-    j: usize,
-) -> u32 {
-    let e = topo.counter_event[j];
-    let b = base[usize::from(e)];
-    if b == 0 {
-        return 0;
+/// A context's per-event rates for one epoch: base rates times the
+/// per-(context, event, epoch) jitter. Computed once per event, not per counter.
+pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) -> [u32; MAX_EVENTS] {
+    let mut out = [0u32; MAX_EVENTS];
+    for (e, (o, &b)) in out.iter_mut().zip(base).enumerate() {
+        if b != 0 {
+            let jit = JITTER_LO
+                + (hash(seed, &[domain::JITTER, u64::from(ctx), e as u64, epoch]) % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
+            *o = (u64::from(b) * u64::from(jit) >> 16) as u32;
+        }
     }
-    let w = weights[topo.counter_ulc[j] as usize];
-    let jit = JITTER_LO + (hash(seed, &[domain::JITTER, u64::from(ctx), u64::from(e), epoch]) % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
-    let r = (u64::from(b) * u64::from(w) >> 16) * u64::from(jit) >> 16;
-    r.min(u64::from(max_rate_q(u16::from(e)))) as u32
+    out
 }
+
+/// Rate of flat counter `j` given its event's epoch rate: times the ULC's
+/// weight, clamped to what one signal carries per cycle.
+#[inline]
+pub fn counter_rate(topo: &Topology, weights: &[u32], epoch_rates: &[u32; MAX_EVENTS], j: usize) -> u32 {
+    let e = usize::from(topo.counter_event[j]);
+    let r = u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize]) >> 16;
+    r.min(u64::from(MAX_RATE_Q[e])) as u32
+}
+
+/// [`max_rate_q`] for every event id.
+static MAX_RATE_Q: [u32; MAX_EVENTS] = {
+    let mut out = [RATE_ONE_Q16; MAX_EVENTS];
+    let mut i = 0;
+    while i < events::CATALOGUE.len() {
+        if events::CATALOGUE[i].multibit {
+            out[i] = RATE_ONE_Q16 * MULTIBIT_SCALE as u32;
+        }
+        i += 1;
+    }
+    out
+};

@@ -442,9 +442,6 @@ impl Device {
         let gpu_slice = p != 0;
         Ok(match o {
             r::PART_CTRL if gpu_slice => {
-                if v == ps.ctrl {
-                    return Ok(Write::PartCtrl { p, value: v });
-                }
                 ps.hs = match (ps.hs, v) {
                     (hs_state::REQUESTED, part_ctrl::CTX_PAUSE) => hs_state::CTX_PAUSED,
                     (hs_state::CTX_PAUSED, part_ctrl::ALL) => hs_state::XFER_PAUSED,

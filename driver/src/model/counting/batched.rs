@@ -20,6 +20,9 @@ pub(super) fn sync(
     tally: &mut Tally,
 ) {
     let seg = st.parts[p as usize].seg_start;
+    if !st.parts[p as usize].generating {
+        return transfer_only(st, topo, p, boundary, tally);
+    }
     for &c in &topo.partition_ccus[p as usize] {
         let range = topo.ccus[c as usize].counters.clone();
         let bank = usize::from(st.active_bank[c as usize]);
@@ -48,6 +51,24 @@ pub(super) fn sync(
                 }
             }
             debug_assert!(st.pending[j] <= super::ULC_MAX);
+        }
+    }
+}
+
+/// A partition that is not generating only moves what its ULCs hold, at
+/// the last boundary of the span.
+fn transfer_only(st: &mut Counting, topo: &Topology, p: u32, boundary: Option<u64>, tally: &mut Tally) {
+    if boundary.is_none() {
+        return;
+    }
+    for &c in &topo.partition_ccus[p as usize] {
+        let range = topo.ccus[c as usize].counters.clone();
+        let bank = usize::from(st.active_bank[c as usize]);
+        for j in range.start as usize..range.end as usize {
+            if st.pending[j] != 0 {
+                let sent = u64::from(std::mem::take(&mut st.pending[j]));
+                st.transfer(topo, p, j, bank, sent, tally);
+            }
         }
     }
 }

@@ -55,6 +55,9 @@ pub struct PartCounting {
     pub who: Attribution,
     /// Whether the bound context is running (unpaused) and generating.
     pub generating: bool,
+    /// When generation last stopped (meaningful while not generating): the
+    /// generator phases stand still from here until generation resumes.
+    pub gen_end: u64,
     /// ULC→CCU periodic transfers paused (handshake step 2).
     pub ulc_paused: bool,
     /// Largest active-bank CCU counter of the partition.
@@ -245,30 +248,39 @@ impl Counting {
     }
 
     /// Starts a new generation segment for partition `p` at `t` (synced):
-    /// carries each counter's fractional phase and installs `rate_of(j)`
-    /// (or 0 everywhere when not `generating`), attributing to `who`.
-    pub fn set_generation(
-        &mut self,
-        topo: &Topology,
-        p: u32,
-        t: u64,
-        who: Attribution,
-        generating: bool,
-        mut rate_of: impl FnMut(usize) -> u32,
-    ) {
-        let seg = self.parts[p as usize].seg_start;
-        debug_assert_eq!(self.parts[p as usize].synced_to, t, "partition must be synced first");
+    /// carries each counter's fractional phase over the time it generated
+    /// and installs `rate_of(j)`, attributing to `who`.
+    pub fn set_generation(&mut self, topo: &Topology, p: u32, t: u64, who: Attribution, mut rate_of: impl FnMut(usize) -> u32) {
+        let part = &self.parts[p as usize];
+        debug_assert_eq!(part.synced_to, t, "partition must be synced first");
+        let ran = if part.generating { t } else { part.gen_end } - part.seg_start;
         for range in topo.partition_counter_ranges(p) {
             for j in range {
-                let advanced = u64::from(self.phase_q[j]) + (t - seg) * u64::from(self.rate_q[j]);
+                let advanced = u64::from(self.phase_q[j]) + ran * u64::from(self.rate_q[j]);
                 self.phase_q[j] = (advanced & 0xFFFF) as u32;
-                self.rate_q[j] = if generating { rate_of(j) } else { 0 };
+                self.rate_q[j] = rate_of(j);
             }
         }
         let part = &mut self.parts[p as usize];
         part.seg_start = t;
         part.who = who;
-        part.generating = generating;
+        part.generating = true;
+    }
+
+    /// Stops generation in partition `p` at `t` (synced); O(1): the
+    /// generators stand still until [`Counting::set_generation`].
+    pub fn pause_generation(&mut self, p: u32, t: u64) {
+        let part = &mut self.parts[p as usize];
+        debug_assert_eq!(part.synced_to, t, "partition must be synced first");
+        if part.generating {
+            part.generating = false;
+            part.gen_end = t;
+        }
+    }
+
+    /// Re-attributes partition `p`'s future counts (the RC was re-pointed).
+    pub fn set_owner(&mut self, p: u32, who: Attribution) {
+        self.parts[p as usize].who = who;
     }
 
     /// Zeroes every ULC, accumulator and CCU bank (device reset); generation

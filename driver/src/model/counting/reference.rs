@@ -21,8 +21,9 @@ pub(super) fn sync(
     // computes; a crossing strictly before it would be a missed trigger.
     let horizon = threshold.map(|thr| (thr, st.threshold_horizon(p, thr)));
     let mut frame_buf: Vec<u16> = Vec::with_capacity(64);
+    let generating = st.parts[p as usize].generating;
     for c in s..t {
-        for range in topo.partition_counter_ranges(p) {
+        for range in topo.partition_counter_ranges(p).filter(|_| generating) {
             for j in range {
                 let v = generated(st.phase_q[j], st.rate_q[j], seg, c + 1)
                     - generated(st.phase_q[j], st.rate_q[j], seg, c);
