@@ -102,7 +102,6 @@ pub struct Device {
     pub(crate) next_epoch: u64,
     pub(crate) serials: u64,
     pub(crate) ctx_create_failures: u64,
-    pub(crate) record_buf: Vec<CcuRecord>,
     pub(crate) pacer: Option<super::clock::Pacer>,
 }
 
@@ -134,7 +133,6 @@ impl Device {
             next_epoch: EPOCH_CYCLES,
             serials: 0,
             ctx_create_failures: 0,
-            record_buf: Vec::with_capacity(64),
             pacer: None,
             scenario: scenario.clone(),
             topo,
@@ -355,12 +353,14 @@ impl Device {
         self.commit(0, flags);
     }
 
+    /// Swaps CCU `c`'s banks and sends the now-idle bank as records of
+    /// eight values to the reduction-channel buffer, clearing it.
     fn emit_ccu(&mut self, c: u32, owner: u32) {
         let ccu = &self.topo.ccus[c as usize];
         let old = usize::from(self.counting.active_bank[c as usize]);
         self.counting.active_bank[c as usize] ^= 1;
         let (start, end) = (ccu.counters.start as usize, ccu.counters.end as usize);
-        self.record_buf.clear();
+        let mut records = 0;
         for first in (start..end).step_by(RECORD_VALUES) {
             let mut rec = CcuRecord {
                 ccu: c as u16,
@@ -368,17 +368,13 @@ impl Device {
                 valid: (end - first).min(RECORD_VALUES) as u16,
                 ..CcuRecord::default()
             };
-            for k in 0..usize::from(rec.valid) {
-                rec.values[k] = std::mem::take(&mut self.counting.bank[first + k][old]);
+            for (k, v) in rec.values[..usize::from(rec.valid)].iter_mut().enumerate() {
+                *v = std::mem::take(&mut self.counting.bank[first + k][old]);
             }
-            self.record_buf.push(rec);
+            self.route(&rec, owner);
+            records += 1;
         }
-        let records = std::mem::take(&mut self.record_buf);
-        for rec in &records {
-            self.route(rec, owner);
-        }
-        self.ccu_records[c as usize] += records.len() as u64;
-        self.record_buf = records;
+        self.ccu_records[c as usize] += records;
     }
 
     /// The reduction-channel buffer: each record goes to its owner's RC and to RC0.
@@ -388,12 +384,13 @@ impl Device {
             return;
         }
         let base = self.topo.ccus[usize::from(rec.ccu)].counters.start as usize + usize::from(rec.first_counter);
-        for k in 0..usize::from(rec.valid) {
-            let v = u64::from(rec.values[k]);
-            let e = usize::from(self.topo.counter_event[base + k]);
-            self.rcs[owner as usize][e] += v;
+        let events = &self.topo.counter_event[base..base + usize::from(rec.valid)];
+        let (system, partitions) = self.rcs.split_at_mut(1);
+        for (&v, &e) in rec.values.iter().zip(events) {
+            let (v, e) = (u64::from(v), usize::from(e));
+            system[0][e] += v;
             if owner != 0 {
-                self.rcs[0][e] += v;
+                partitions[owner as usize - 1][e] += v;
             }
         }
     }

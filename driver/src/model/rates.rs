@@ -13,8 +13,8 @@ use super::rng::{domain, factor_q16, hash};
 use super::topology::Topology;
 use crate::scenario::ProfileSpec;
 
-/// Cycles per epoch (≈ 2.1 ms at 1.98 GHz).
-pub const EPOCH_CYCLES: u64 = 1 << 22;
+/// Cycles per epoch (≈ 4.2 ms at 1.98 GHz).
+pub const EPOCH_CYCLES: u64 = 1 << 23;
 
 const WEIGHT_LO: u32 = 49_152; // 0.75
 const WEIGHT_HI: u32 = 81_920; // 1.25

@@ -29,6 +29,7 @@ mod parse;
 mod profiles;
 mod raw;
 mod slices;
+pub mod synthetic;
 mod timeline;
 mod validate;
 

@@ -7,7 +7,7 @@
 //! device schedules a threshold check at the earliest boundary a crossing is
 //! possible ([`super::Counting::threshold_horizon`]).
 
-use super::{generated, ulc_counts, Counting, Tally};
+use super::{ulc_counts, Counting, Tally, CCU_MASK};
 use crate::model::topology::Topology;
 
 pub(super) fn sync(
@@ -19,40 +19,61 @@ pub(super) fn sync(
     boundary: Option<u64>,
     tally: &mut Tally,
 ) {
-    let seg = st.parts[p as usize].seg_start;
-    if !st.parts[p as usize].generating {
+    let part = &st.parts[p as usize];
+    if !part.generating {
         return transfer_only(st, topo, p, boundary, tally);
     }
+    let seg = part.seg_start;
+    let (ds, dt) = (s - seg, t - seg);
+    let db = boundary.map(|b| b - seg);
+    let mut max = part.max_active;
+    let mut wraps = 0;
     for &c in &topo.partition_ccus[p as usize] {
         let range = topo.ccus[c as usize].counters.clone();
+        let (a, z) = (range.start as usize, range.end as usize);
         let bank = usize::from(st.active_bank[c as usize]);
-        for j in range.start as usize..range.end as usize {
-            let (ph, r) = (st.phase_q[j], st.rate_q[j]);
-            if r == 0 && st.pending[j] == 0 {
+        let lanes = st.rate_q[a..z]
+            .iter()
+            .zip(&st.phase_q[a..z])
+            .zip(st.acc[a..z].iter_mut())
+            .zip(st.pending[a..z].iter_mut())
+            .zip(st.bank[a..z].iter_mut())
+            .zip(&st.masked[a..z])
+            .zip(&topo.counter_event[a..z])
+            .zip(&topo.counter_multibit[a..z]);
+        for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
+            if r == 0 && *pending == 0 {
                 continue;
             }
-            let multibit = topo.counter_multibit[j];
-            let g_s = generated(ph, r, seg, s);
-            let g_t = generated(ph, r, seg, t);
-            tally.generated[usize::from(topo.counter_event[j])] += g_t - g_s;
-            match boundary {
-                Some(b) => {
-                    let g_b = generated(ph, r, seg, b);
-                    let before = ulc_counts(&mut st.acc[j], multibit, g_b - g_s);
-                    let sent = u64::from(st.pending[j]) + before;
-                    st.pending[j] = 0;
-                    st.transfer(topo, p, j, bank, sent, tally);
-                    let after = ulc_counts(&mut st.acc[j], multibit, g_t - g_b);
-                    st.pending[j] = after as u16;
+            let (r, ph) = (u64::from(r), u64::from(ph));
+            let g_s = (ph + ds * r) >> 16;
+            let g_t = (ph + dt * r) >> 16;
+            tally.generated[usize::from(event)] += g_t - g_s;
+            match db {
+                Some(db) => {
+                    let g_b = (ph + db * r) >> 16;
+                    let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
+                    *pending = ulc_counts(acc, multibit, g_t - g_b) as u16;
+                    if sent == 0 {
+                        continue;
+                    }
+                    if masked {
+                        tally.masked[usize::from(event)] += sent;
+                        continue;
+                    }
+                    let sum = u64::from(cell[bank]) + sent;
+                    wraps += u64::from(sum > u64::from(CCU_MASK));
+                    let v = (sum & u64::from(CCU_MASK)) as u32;
+                    cell[bank] = v;
+                    max = max.max(v);
                 }
-                None => {
-                    let counts = ulc_counts(&mut st.acc[j], multibit, g_t - g_s);
-                    st.pending[j] += counts as u16;
-                }
+                None => *pending += ulc_counts(acc, multibit, g_t - g_s) as u16,
             }
-            debug_assert!(st.pending[j] <= super::ULC_MAX);
+            debug_assert!(*pending <= super::ULC_MAX);
         }
     }
+    st.wraps += wraps;
+    st.parts[p as usize].max_active = max;
 }
 
 /// A partition that is not generating only moves what its ULCs hold, at
