@@ -1,1 +1,4 @@
-pub mod model;
+//! gpupm driver: the device as a node served to the daemon and tools.
+
+pub mod node;
+pub mod service;

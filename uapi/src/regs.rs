@@ -479,7 +479,7 @@ pub fn is_64bit(offset: u64) -> bool {
     let in_array = |base: u64, stride: u64, count: u32| {
         (base..base + stride * count as u64)
             .contains(&offset)
-            .then_some((offset - base) % stride)
+            .then(|| (offset - base) % stride)
     };
     if let Some(r) = in_array(PART_BASE, PART_STRIDE, MAX_PARTITION_SLOTS) {
         return PART.contains(&r);

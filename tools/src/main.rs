@@ -1,0 +1,3 @@
+//! `gpupm` command line (placeholder until the tools issue lands).
+
+fn main() {}
