@@ -28,9 +28,22 @@ const RETENTION: usize = 4096;
 /// Nominal clock of the fake device.
 const CLOCK_KHZ: u32 = 1_980_000;
 
+/// Period of the window's byte pattern.
+const PATTERN_PERIOD: usize = 251;
+/// Two periods of the pattern, so any phase has a full period after it.
+const PATTERN: [u8; 2 * PATTERN_PERIOD] = {
+    let mut p = [0u8; 2 * PATTERN_PERIOD];
+    let mut i = 0;
+    while i < p.len() {
+        p[i] = (i % PATTERN_PERIOD) as u8;
+        i += 1;
+    }
+    p
+};
+
 /// Byte `i` of the fake memory window.
 pub fn window_byte(i: u64) -> u8 {
-    (i % 251) as u8
+    (i % PATTERN_PERIOD as u64) as u8
 }
 
 /// The fake device.
@@ -231,8 +244,9 @@ impl DeviceBackend for FakeBackend {
         if end.is_none() {
             return Err(invalid(format!("window read at {offset:#x} past the end")));
         }
-        for (i, b) in buf.iter_mut().enumerate() {
-            *b = window_byte(offset + i as u64);
+        let phase = usize::from(window_byte(offset));
+        for chunk in buf.chunks_mut(PATTERN_PERIOD) {
+            chunk.copy_from_slice(&PATTERN[phase..phase + chunk.len()]);
         }
         Ok(())
     }
