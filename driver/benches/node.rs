@@ -41,6 +41,7 @@ fn measure(n: usize, mut f: impl FnMut()) -> Vec<Duration> {
     v
 }
 
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn pct(v: &[Duration], p: f64) -> Duration {
     let i = ((v.len() as f64 - 1.0) * p).round() as usize;
     v[i.min(v.len() - 1)]
@@ -48,7 +49,10 @@ fn pct(v: &[Duration], p: f64) -> Duration {
 
 fn report(name: &str, v: &[Duration]) -> (u128, u128) {
     let (p50, p99) = (pct(v, 0.50).as_nanos(), pct(v, 0.99).as_nanos());
-    println!("{name:<24} p50 {p50:>9} ns   p99 {p99:>9} ns   (n={})", v.len());
+    println!(
+        "{name:<24} p50 {p50:>9} ns   p99 {p99:>9} ns   (n={})",
+        v.len()
+    );
     (p50, p99)
 }
 
@@ -59,9 +63,19 @@ fn batch8(writes: bool) -> RegBatch {
     for (i, op) in b.ops[..8].iter_mut().enumerate() {
         let off = regs::part(1, regs::PART_RC_BIND_VM) + 4 * (i as u64 % 2);
         *op = if writes && i % 2 == 0 {
-            RegOp { offset: off, value: i as u64, op: reg_op::WRITE, width: 4 }
+            RegOp {
+                offset: off,
+                value: i as u64,
+                op: reg_op::WRITE,
+                width: 4,
+            }
         } else {
-            RegOp { offset: off, value: 0, op: reg_op::READ, width: 4 }
+            RegOp {
+                offset: off,
+                value: 0,
+                op: reg_op::READ,
+                width: 4,
+            }
         };
     }
     b
@@ -102,7 +116,9 @@ fn main() {
 
     let mut window = vec![0u8; 64 * 1024];
     let win = measure(3_000, || {
-        let n = card.read_at(&mut window, MEM_WINDOW_OFFSET).expect("window read");
+        let n = card
+            .read_at(&mut window, MEM_WINDOW_OFFSET)
+            .expect("window read");
         assert_eq!(n, window.len());
     });
     let (win_p50, _) = report("window read (64 KiB)", &win);

@@ -43,14 +43,19 @@ impl SdNotify {
 
     /// Sends one notification, e.g. `"READY=1\nSTATUS=serving"`.
     pub fn notify(&self, state: &str) -> io::Result<()> {
-        self.socket.send_to_addr(state.as_bytes(), &self.addr).map(drop)
+        self.socket
+            .send_to_addr(state.as_bytes(), &self.addr)
+            .map(drop)
     }
 }
 
 /// Half the watchdog timeout the service manager set for this process
 /// (`$WATCHDOG_USEC`, honouring `$WATCHDOG_PID`), i.e. the ping interval.
 pub fn watchdog_interval() -> Option<Duration> {
-    if let Some(pid) = env::var("WATCHDOG_PID").ok().and_then(|p| p.parse::<u32>().ok()) {
+    if let Some(pid) = env::var("WATCHDOG_PID")
+        .ok()
+        .and_then(|p| p.parse::<u32>().ok())
+    {
         if pid != std::process::id() {
             return None;
         }

@@ -136,7 +136,10 @@ fn masked_sources_raise_no_record() {
 
 #[test]
 fn realtime_clock_thread_delivers_periodic_records_to_a_blocked_reader() {
-    let d = Driver::start_with(Options { clock: "realtime", ..Options::default() });
+    let d = Driver::start_with(Options {
+        clock: "realtime",
+        ..Options::default()
+    });
     let mut card = d.card();
     wr32(&card, regs::TRIG_PERIOD, 1 << 20).unwrap();
     wr32(&card, regs::TRIG_CTRL, regs::trig_ctrl::PERIODIC_ENABLE).unwrap();

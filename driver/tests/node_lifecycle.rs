@@ -25,7 +25,10 @@ fn python(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "node_client.py {args:?} failed:\n{text}");
+    assert!(
+        out.status.success(),
+        "node_client.py {args:?} failed:\n{text}"
+    );
     text
 }
 
@@ -38,7 +41,10 @@ fn sigterm_unmounts_even_with_open_handles() {
     d.stop();
     assert!(!is_mounted(&dir));
     let e = rd32(&card, regs::ID).unwrap_err();
-    assert!(matches!(errno(&e), libc::ENOTCONN | libc::ENODEV | libc::EIO), "{e}");
+    assert!(
+        matches!(errno(&e), libc::ENOTCONN | libc::ENODEV | libc::EIO),
+        "{e}"
+    );
 }
 
 #[test]
@@ -54,7 +60,10 @@ fn restart_after_kill_9_recovers_the_stale_mount() {
     let mut d = Driver::start();
     let status = d.signal_and_wait(Signal::SIGKILL);
     assert!(!status.success());
-    assert!(is_mounted(&d.dir), "a killed driver leaves its mount behind");
+    assert!(
+        is_mounted(&d.dir),
+        "a killed driver leaves its mount behind"
+    );
     let stat = std::fs::metadata(&d.dir).unwrap_err();
     assert_eq!(errno(&stat), libc::ENOTCONN);
 
@@ -96,15 +105,32 @@ fn non_admin_uid_gets_eacces_on_open_and_on_every_request() {
 
 #[test]
 fn admin_group_member_is_allowed() {
-    let d = Driver::start_with(Options { admin_gid: Some(65534), ..Options::default() });
+    let d = Driver::start_with(Options {
+        admin_gid: Some(65534),
+        ..Options::default()
+    });
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "dd", "bs=4", "count=1", "status=none"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dd",
+            "bs=4",
+            "count=1",
+            "status=none",
+        ])
         .arg(format!("if={}", d.card_path().display()))
         .output()
         .expect("setpriv (util-linux) must be installed");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(out.stdout, regs::DEVICE_MAGIC.to_le_bytes());
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(d.card_path()).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(d.card_path()).unwrap().permissions(),
+    );
     assert_eq!(mode & 0o777, 0o660);
     d.stop();
 }

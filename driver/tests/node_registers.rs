@@ -14,7 +14,10 @@ fn identity_registers_read_through_pread() {
     let d = Driver::start();
     let card = d.card();
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
-    assert_eq!(rd32(&card, regs::ABI_VERSION).unwrap(), gpupm_uapi::ABI_VERSION);
+    assert_eq!(
+        rd32(&card, regs::ABI_VERSION).unwrap(),
+        gpupm_uapi::ABI_VERSION
+    );
     d.stop();
 }
 
@@ -69,12 +72,24 @@ fn unaligned_odd_width_and_out_of_range_accesses_are_einval_and_change_nothing()
         ("2-byte read", card.read_at(&mut b2, reg)),
         ("16-byte read", card.read_at(&mut b16, reg)),
         ("read past BAR0", card.read_at(&mut b4, regs::BAR0_SIZE)),
-        ("read far past BAR0", card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x1000 * 4)),
+        (
+            "read far past BAR0",
+            card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x1000 * 4),
+        ),
         ("unaligned write", card.write_at(&[1, 2, 3, 4], reg + 1)),
         ("2-byte write", card.write_at(&[1, 2], reg)),
-        ("write past BAR0", card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE)),
-        ("unaligned 8-byte read", card.read_at(&mut [0u8; 8], regs::CYCLE + 4)),
-        ("window write", card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET)),
+        (
+            "write past BAR0",
+            card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE),
+        ),
+        (
+            "unaligned 8-byte read",
+            card.read_at(&mut [0u8; 8], regs::CYCLE + 4),
+        ),
+        (
+            "window write",
+            card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET),
+        ),
     ] {
         let e = res.expect_err(what);
         assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
@@ -91,7 +106,10 @@ fn memory_window_reads_in_bulk() {
     let base = 4096 * 3 + 17;
     let n = card.read_at(&mut buf, MEM_WINDOW_OFFSET + base).unwrap();
     assert_eq!(n, buf.len());
-    assert!(buf.iter().enumerate().all(|(i, &b)| b == window_byte(base + i as u64)));
+    assert!(buf
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == window_byte(base + i as u64)));
     d.stop();
 }
 
@@ -100,13 +118,20 @@ fn oob_node_allows_only_the_mailbox() {
     let d = Driver::start();
     let oob = d.open("card0-oob", 0);
     wr32(&oob, regs::MBOX_CMD, regs::mbox_op::GET_CAPS).unwrap();
-    assert_eq!(rd32(&oob, regs::MBOX_STATUS).unwrap(), regs::mbox_status::OK);
-    assert_eq!(rd64(&oob, regs::MBOX_DATA).unwrap() >> 32, u64::from(gpupm_uapi::ABI_VERSION));
+    assert_eq!(
+        rd32(&oob, regs::MBOX_STATUS).unwrap(),
+        regs::mbox_status::OK
+    );
+    assert_eq!(
+        rd64(&oob, regs::MBOX_DATA).unwrap() >> 32,
+        u64::from(gpupm_uapi::ABI_VERSION)
+    );
     for off in [regs::ID, regs::TRIG_CMD, regs::INTR_ACK] {
         assert_eq!(errno(&rd32(&oob, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&oob, off, 0).unwrap_err()), libc::EINVAL);
     }
-    let e = common::sys::ioctl(&oob, gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY, &mut [0u8; 48]).unwrap_err();
+    let e = common::sys::ioctl(&oob, gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY, &mut [0u8; 48])
+        .unwrap_err();
     assert_eq!(errno(&e), libc::ENOTTY);
     d.stop();
 }

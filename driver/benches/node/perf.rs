@@ -10,7 +10,8 @@ use perf_event_open_sys as sys;
 pub fn task_clock() -> io::Result<File> {
     let mut attr = sys::bindings::perf_event_attr {
         type_: sys::bindings::PERF_TYPE_SOFTWARE,
-        size: u32::try_from(std::mem::size_of::<sys::bindings::perf_event_attr>()).expect("attr size fits"),
+        size: u32::try_from(std::mem::size_of::<sys::bindings::perf_event_attr>())
+            .expect("attr size fits"),
         config: u64::from(sys::bindings::PERF_COUNT_SW_TASK_CLOCK),
         ..Default::default()
     };
@@ -20,7 +21,13 @@ pub fn task_clock() -> io::Result<File> {
     // field is its own size; it asks for a software counter on the calling
     // thread (pid 0, any cpu, no group), which has no side effects.
     let fd = unsafe {
-        sys::perf_event_open(&mut attr, 0, -1, -1, libc::c_ulong::from(sys::bindings::PERF_FLAG_FD_CLOEXEC))
+        sys::perf_event_open(
+            &mut attr,
+            0,
+            -1,
+            -1,
+            libc::c_ulong::from(sys::bindings::PERF_FLAG_FD_CLOEXEC),
+        )
     };
     if fd < 0 {
         return Err(io::Error::last_os_error());

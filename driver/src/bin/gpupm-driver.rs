@@ -108,7 +108,9 @@ fn run(args: &Args) -> Result<(), DriverError> {
     // signals are taken only by the waiting thread below.
     signals.thread_block().map_err(DriverError::Signals)?;
 
-    let admin_gid = args.admin_gid.or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
+    let admin_gid = args
+        .admin_gid
+        .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
     let mut transport = FuseTransport::new(&args.node_dir, core.clone());
     transport.mount()?;
@@ -118,7 +120,8 @@ fn run(args: &Args) -> Result<(), DriverError> {
         }
         return Err(e.into());
     }
-    let mut ticker = Ticker::spawn(core, args.clock == Clock::Realtime).map_err(DriverError::Thread)?;
+    let mut ticker =
+        Ticker::spawn(core, args.clock == Clock::Realtime).map_err(DriverError::Thread)?;
 
     let (tx, rx) = mpsc::channel();
     thread::Builder::new()
@@ -154,7 +157,9 @@ fn run(args: &Args) -> Result<(), DriverError> {
                 tracing::info!(signal = %sig, "stopping");
                 break Ok(());
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break Err(DriverError::Died("signal thread")),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(DriverError::Died("signal thread"))
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if !transport.is_serving() {

@@ -79,7 +79,11 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| g.split_whitespace().filter_map(|x| x.parse().ok()).collect())
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -105,7 +109,13 @@ mod tests {
             gid: 65534,
             pid: 0,
         };
-        assert!(root_only.check(Caller { uid: 0, gid: 5, pid: 0 }).is_ok());
+        assert!(root_only
+            .check(Caller {
+                uid: 0,
+                gid: 5,
+                pid: 0
+            })
+            .is_ok());
         assert!(root_only.check(nobody).is_err());
         assert!(AccessPolicy::new(Some(65534)).check(nobody).is_ok());
         assert!(AccessPolicy::new(Some(1234)).check(nobody).is_err());

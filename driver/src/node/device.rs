@@ -75,7 +75,9 @@ pub struct NodeCore {
 
 impl std::fmt::Debug for NodeCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCore").field("policy", &self.policy).finish_non_exhaustive()
+        f.debug_struct("NodeCore")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -146,7 +148,15 @@ impl NodeCore {
     ///
     /// `complete` runs exactly once: now, or for a parked blocking read when
     /// a record arrives, the reader is killed, or the handle is released.
-    pub fn read(&self, fh: u64, offset: i64, size: u32, nonblock: bool, pid: u32, complete: ReadCompletion) {
+    pub fn read(
+        &self,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        nonblock: bool,
+        pid: u32,
+        complete: ReadCompletion,
+    ) {
         let mut slot = Some(complete);
         let res = self.read_or_park(fh, offset, size, nonblock, pid, &mut slot);
         if let (Some(res), Some(complete)) = (res, slot) {
@@ -194,7 +204,12 @@ impl NodeCore {
             return Some(Err(NodeError::NotFound));
         };
         if handle.readers.is_empty() {
-            let bytes = take_records(inner.backend.as_ref(), &mut inner.scratch, handle, max_records);
+            let bytes = take_records(
+                inner.backend.as_ref(),
+                &mut inner.scratch,
+                handle,
+                max_records,
+            );
             if !bytes.is_empty() {
                 return Some(Ok(bytes));
             }
@@ -223,14 +238,23 @@ impl NodeCore {
             let width = reg_access(kind, offset, data.len())?;
             let mut le = [0u8; 8];
             le[..data.len()].copy_from_slice(data);
-            inner.backend.write_reg(offset, width, u64::from_le_bytes(le)).map(|()| width)
+            inner
+                .backend
+                .write_reg(offset, width, u64::from_le_bytes(le))
+                .map(|()| width)
         };
         self.deliver();
         Ok(res?)
     }
 
     /// An ioctl with the argument bytes the kernel copied in.
-    pub fn ioctl(&self, fh: u64, cmd: u32, input: &[u8], out_size: u32) -> Result<IoctlReply, NodeError> {
+    pub fn ioctl(
+        &self,
+        fh: u64,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> Result<IoctlReply, NodeError> {
         let res = {
             let mut inner = self.lock();
             let kind = inner.handles.get(&fh).ok_or(NodeError::NotFound)?.kind;
@@ -290,7 +314,12 @@ impl NodeCore {
                     actions.push(Action::Wake(w));
                 }
                 while let Some(r) = handle.readers.front() {
-                    let bytes = take_records(inner.backend.as_ref(), &mut inner.scratch, handle, r.max_records);
+                    let bytes = take_records(
+                        inner.backend.as_ref(),
+                        &mut inner.scratch,
+                        handle,
+                        r.max_records,
+                    );
                     if bytes.is_empty() {
                         break;
                     }
@@ -310,10 +339,15 @@ impl NodeCore {
         {
             let mut inner = self.lock();
             for handle in inner.handles.values_mut() {
-                let (dead, alive): (VecDeque<_>, VecDeque<_>) =
-                    handle.readers.drain(..).partition(|r| fatal_signal_pending(r.pid));
+                let (dead, alive): (VecDeque<_>, VecDeque<_>) = handle
+                    .readers
+                    .drain(..)
+                    .partition(|r| fatal_signal_pending(r.pid));
                 handle.readers = alive;
-                actions.extend(dead.into_iter().map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))));
+                actions.extend(
+                    dead.into_iter()
+                        .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
+                );
             }
         }
         run(actions);
@@ -357,10 +391,16 @@ fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError
     let width: u32 = match size {
         4 => 4,
         8 => 8,
-        _ => return Err(malformed(format!("register access of {size} bytes (must be 4 or 8)"))),
+        _ => {
+            return Err(malformed(format!(
+                "register access of {size} bytes (must be 4 or 8)"
+            )))
+        }
     };
     if !offset.is_multiple_of(u64::from(width)) {
-        return Err(malformed(format!("offset {offset:#x} not aligned to {width}")));
+        return Err(malformed(format!(
+            "offset {offset:#x} not aligned to {width}"
+        )));
     }
     let end = offset.saturating_add(u64::from(width));
     let in_range = match kind {
@@ -368,7 +408,9 @@ fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError
         NodeKind::Oob => offset >= regs::MBOX_ARG && end <= regs::MBOX_DATA + 8,
     };
     if !in_range {
-        return Err(malformed(format!("offset {offset:#x} outside the register file")));
+        return Err(malformed(format!(
+            "offset {offset:#x} outside the register file"
+        )));
     }
     Ok(width)
 }
@@ -384,7 +426,10 @@ fn fatal_signal_pending(pid: u32) -> bool {
     const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
     status
         .lines()
-        .filter_map(|l| l.strip_prefix("SigPnd:").or_else(|| l.strip_prefix("ShdPnd:")))
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
         .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
         .any(|mask| mask & SIGKILL_BIT != 0)
 }

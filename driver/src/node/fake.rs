@@ -31,17 +31,19 @@ const CLOCK_KHZ: u32 = 1_980_000;
 /// Period of the window's byte pattern.
 const PATTERN_PERIOD: usize = 251;
 /// Two periods of the pattern, so any phase has a full period after it.
+#[allow(clippy::cast_possible_truncation)]
 const PATTERN: [u8; 2 * PATTERN_PERIOD] = {
     let mut p = [0u8; 2 * PATTERN_PERIOD];
     let mut i = 0;
     while i < p.len() {
-        p[i] = (i % PATTERN_PERIOD) as u8;
+        p[i] = (i % PATTERN_PERIOD) as u8; // < 251
         i += 1;
     }
     p
 };
 
 /// Byte `i` of the fake memory window.
+#[allow(clippy::cast_possible_truncation)] // < 251
 pub fn window_byte(i: u64) -> u8 {
     (i % PATTERN_PERIOD as u64) as u8
 }
@@ -156,13 +158,19 @@ impl FakeBackend {
         match offset {
             regs::RESET if value == regs::RESET_MAGIC => self.do_reset(),
             regs::RESET => return Err(invalid("RESET needs RESET_MAGIC")),
-            regs::TRIG_CMD if value & !trig_cmd::ALL == 0 => self.raise(source::TRIGGER_DONE, value),
+            regs::TRIG_CMD if value & !trig_cmd::ALL == 0 => {
+                self.raise(source::TRIGGER_DONE, value)
+            }
             regs::TRIG_CMD => return Err(invalid("unknown TRIG_CMD bits")),
-            regs::TRIG_CTRL if value & !trig_ctrl::ALL != 0 => return Err(invalid("unknown TRIG_CTRL bits")),
+            regs::TRIG_CTRL if value & !trig_ctrl::ALL != 0 => {
+                return Err(invalid("unknown TRIG_CTRL bits"))
+            }
             regs::TRIG_PERIOD if value != 0 && value < regs::TRIG_PERIOD_MIN => {
                 return Err(invalid("TRIG_PERIOD below minimum"))
             }
-            regs::INTR_MASK if value & !source::ALL != 0 => return Err(invalid("unknown INTR_MASK bits")),
+            regs::INTR_MASK if value & !source::ALL != 0 => {
+                return Err(invalid("unknown INTR_MASK bits"))
+            }
             regs::INTR_MASK => self.intr_mask = value,
             regs::INTR_ACK => self.intr_status &= !value,
             regs::MBOX_ARG => self.mbox_arg = value,
@@ -176,9 +184,14 @@ impl FakeBackend {
 
     fn mailbox(&mut self, op: u32) {
         let (status, data) = match op {
-            mbox_op::GET_CAPS => (mbox_status::OK, u64::from(ABI_VERSION) << 32 | EVENT_COUNT as u64),
+            mbox_op::GET_CAPS => (
+                mbox_status::OK,
+                u64::from(ABI_VERSION) << 32 | EVENT_COUNT as u64,
+            ),
             mbox_op::READ_CYCLE => (mbox_status::OK, self.cycle),
-            mbox_op::READ_SYSTEM_COUNTER if (self.mbox_arg as usize) < EVENT_COUNT => (mbox_status::OK, 0),
+            mbox_op::READ_SYSTEM_COUNTER if (self.mbox_arg as usize) < EVENT_COUNT => {
+                (mbox_status::OK, 0)
+            }
             mbox_op::READ_SYSTEM_COUNTER => (mbox_status::ERR_ARG, 0),
             _ => (mbox_status::ERR_OPCODE, 0),
         };
@@ -240,7 +253,9 @@ impl DeviceBackend for FakeBackend {
     }
 
     fn read_mem(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= FAKE_WINDOW_SIZE);
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= FAKE_WINDOW_SIZE);
         if end.is_none() {
             return Err(invalid(format!("window read at {offset:#x} past the end")));
         }
@@ -262,7 +277,9 @@ impl DeviceBackend for FakeBackend {
 
     fn advance(&mut self, cycles: u64) -> Result<u64, BackendError> {
         if !self.step {
-            return Err(BackendError::NotSupported("advance on a real-time clock".into()));
+            return Err(BackendError::NotSupported(
+                "advance on a real-time clock".into(),
+            ));
         }
         self.cycle += cycles;
         Ok(self.cycle)
@@ -315,9 +332,24 @@ mod tests {
         let mut dev = FakeBackend::new(true);
         let scratch = regs::part(1, regs::PART_RC_BIND_VM);
         let mut ops = [
-            RegOp { offset: scratch, value: 7, op: reg_op::WRITE, width: 4 },
-            RegOp { offset: regs::TRIG_CMD, value: 2, op: reg_op::WRITE, width: 4 },
-            RegOp { offset: regs::ID, value: 1, op: reg_op::WRITE, width: 4 },
+            RegOp {
+                offset: scratch,
+                value: 7,
+                op: reg_op::WRITE,
+                width: 4,
+            },
+            RegOp {
+                offset: regs::TRIG_CMD,
+                value: 2,
+                op: reg_op::WRITE,
+                width: 4,
+            },
+            RegOp {
+                offset: regs::ID,
+                value: 1,
+                op: reg_op::WRITE,
+                width: 4,
+            },
         ];
         assert_eq!(dev.batch(&mut ops).err().map(|(i, _)| i), Some(2));
         assert_eq!(dev.read_reg(scratch, 4).ok(), Some(0));

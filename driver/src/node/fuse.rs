@@ -69,7 +69,9 @@ impl FuseTransport {
         let mut id = [0u8; 4];
         card.read_exact_at(&mut id, regs::ID).map_err(err)?;
         if u32::from_le_bytes(id) != regs::DEVICE_MAGIC {
-            return Err(err(io::Error::other("ID register does not read DEVICE_MAGIC")));
+            return Err(err(io::Error::other(
+                "ID register does not read DEVICE_MAGIC",
+            )));
         }
         Ok(())
     }
@@ -95,9 +97,15 @@ impl Transport for FuseTransport {
             fd.as_raw_fd()
         );
         let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-        mount(Some("gpupm"), &self.dir, Some("fuse.gpupm"), flags, Some(data.as_str()))
-            .map_err(|e| io::Error::from_raw_os_error(e as i32))
-            .map_err(at("mount"))?;
+        mount(
+            Some("gpupm"),
+            &self.dir,
+            Some("fuse.gpupm"),
+            flags,
+            Some(data.as_str()),
+        )
+        .map_err(|e| io::Error::from_raw_os_error(e as i32))
+        .map_err(at("mount"))?;
         self.fuse_fd = Some(fd);
         self.mounted = true;
         tracing::info!(dir = %self.dir.display(), "device node mounted");
@@ -143,7 +151,7 @@ impl Transport for FuseTransport {
         };
         // With no file open the kernel ends the connection now; otherwise
         // abort it so that open handles fail instead of pinning the session.
-        if !wait_finished(&session, SESSION_END_WAIT / 4) {
+        if !wait_finished(&session, SESSION_END_WAIT / 20) {
             if let Some(dev) = dev {
                 abort_connection(dev);
             }
@@ -174,7 +182,10 @@ fn wait_finished<T>(t: &JoinHandle<T>, within: Duration) -> bool {
 
 /// Aborts the FUSE connection of device number `dev` through fusectl, if mounted.
 fn abort_connection(dev: u64) {
-    let path = format!("/sys/fs/fuse/connections/{}/abort", nix::sys::stat::minor(dev));
+    let path = format!(
+        "/sys/fs/fuse/connections/{}/abort",
+        nix::sys::stat::minor(dev)
+    );
     if let Err(e) = fs::write(&path, b"1") {
         tracing::debug!(path, error = %e, "could not abort FUSE connection");
     }
@@ -234,7 +245,11 @@ impl FuseFs {
             perm,
             nlink: if kind == FileType::Directory { 2 } else { 1 },
             uid: 0,
-            gid: if ino == ROOT_INO { 0 } else { policy.admin_gid().unwrap_or(0) },
+            gid: if ino == ROOT_INO {
+                0
+            } else {
+                policy.admin_gid().unwrap_or(0)
+            },
             rdev: 0,
             blksize: 4096,
             flags: 0,
@@ -343,7 +358,14 @@ impl Filesystem for FuseFs {
         }
     }
 
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, _fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
+    fn flush(
+        &mut self,
+        _req: &Request<'_>,
+        _ino: u64,
+        _fh: u64,
+        _lock_owner: u64,
+        reply: ReplyEmpty,
+    ) {
         reply.ok();
     }
 
@@ -371,7 +393,14 @@ impl Filesystem for FuseFs {
         reply.opened(0, 0);
     }
 
-    fn readdir(&mut self, req: &Request<'_>, ino: u64, _fh: u64, offset: i64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &mut self,
+        req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        offset: i64,
+        mut reply: ReplyDirectory,
+    ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }

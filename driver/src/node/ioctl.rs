@@ -9,8 +9,8 @@
 
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
-    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
+    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -82,7 +82,10 @@ pub fn dispatch(
                 _ => false,
             };
             if !scope_ok {
-                return Err(malformed(format!("ledger scope {} id {}", arg.scope, arg.id)));
+                return Err(malformed(format!(
+                    "ledger scope {} id {}",
+                    arg.scope, arg.id
+                )));
             }
             let mut out = backend.ledger(arg.scope, arg.id)?;
             out.version = IOCTL_STRUCT_VERSION;
@@ -123,7 +126,10 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
     }
     let invalid = arg.ops[..count].iter().position(|op| {
         let width_ok = matches!(op.width, 4 | 8) && op.offset % u64::from(op.width) == 0;
-        let range_ok = op.offset.checked_add(u64::from(op.width)).is_some_and(|e| e <= regs::BAR0_SIZE);
+        let range_ok = op
+            .offset
+            .checked_add(u64::from(op.width))
+            .is_some_and(|e| e <= regs::BAR0_SIZE);
         !(width_ok && range_ok && matches!(op.op, reg_op::READ | reg_op::WRITE))
     });
     let orig = arg;
@@ -156,7 +162,10 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
 fn decode<T: FromBytes + KnownLayout + Immutable>(input: &[u8]) -> Result<T, NodeError> {
     let expected = core::mem::size_of::<T>();
     if input.len() != expected {
-        return Err(malformed(format!("argument of {} bytes, expected {expected}", input.len())));
+        return Err(malformed(format!(
+            "argument of {} bytes, expected {expected}",
+            input.len()
+        )));
     }
     T::read_from_bytes(input).map_err(|_| malformed("argument does not decode"))
 }
@@ -165,7 +174,9 @@ fn check_version(version: u32) -> Result<(), NodeError> {
     if version == IOCTL_STRUCT_VERSION {
         Ok(())
     } else {
-        Err(malformed(format!("struct version {version}, expected {IOCTL_STRUCT_VERSION}")))
+        Err(malformed(format!(
+            "struct version {version}, expected {IOCTL_STRUCT_VERSION}"
+        )))
     }
 }
 
@@ -174,5 +185,45 @@ fn check_flags(flags: u32) -> Result<(), NodeError> {
         Ok(())
     } else {
         Err(malformed(format!("unknown flags {flags:#x}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::{any, proptest};
+    use zerocopy::FromZeros;
+
+    use super::*;
+    use crate::node::fake::FakeBackend;
+
+    proptest! {
+        #[test]
+        fn arbitrary_ioctl_bytes_never_panic_and_bad_ones_change_nothing(
+            nr in 0u32..8,
+            size in 0usize..2048,
+            fill in any::<u8>(),
+            known in any::<bool>(),
+        ) {
+            let mut dev = FakeBackend::new(true);
+            let cmd = if known {
+                DEVICE_IOCTLS[nr as usize % DEVICE_IOCTLS.len()].1
+            } else {
+                u32::try_from(nix::request_code_readwrite!(IOC_MAGIC, nr, size)).unwrap_or(0)
+            };
+            let input = vec![fill; size];
+            let before = dev.interrupts_since(0, &mut Vec::new());
+            if dispatch(&mut dev, cmd, &input, u32::try_from(size).unwrap_or(0)).is_err() {
+                assert_eq!(dev.interrupts_since(0, &mut Vec::new()), before);
+                assert_eq!(dev.read_reg(regs::CYCLE, 8).ok(), Some(0));
+            }
+        }
+    }
+
+    #[test]
+    fn batch_with_zero_count_is_refused() {
+        let mut dev = FakeBackend::new(true);
+        let mut b = RegBatch::new_zeroed();
+        b.version = IOCTL_STRUCT_VERSION;
+        assert!(dispatch(&mut dev, GPUPM_IOC_REG_BATCH, b.as_bytes(), 0).is_err());
     }
 }

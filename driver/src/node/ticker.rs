@@ -29,7 +29,11 @@ impl Ticker {
     pub fn spawn(core: Arc<NodeCore>, realtime: bool) -> io::Result<Ticker> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let period = if realtime { REALTIME_PERIOD } else { STEP_PERIOD };
+        let period = if realtime {
+            REALTIME_PERIOD
+        } else {
+            STEP_PERIOD
+        };
         let thread = thread::Builder::new()
             .name("gpupm-clock".into())
             .spawn(move || {

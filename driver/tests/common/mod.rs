@@ -122,7 +122,10 @@ impl Driver {
             nix::unistd::geteuid().is_root(),
             "the node tests must run as root (they mount FUSE)"
         );
-        assert!(Path::new("/dev/fuse").exists(), "the node tests need /dev/fuse");
+        assert!(
+            Path::new("/dev/fuse").exists(),
+            "the node tests need /dev/fuse"
+        );
         let dir = tmp.0.join("dev");
         let sock_path = tmp.0.join("notify.sock");
         if sock_path.exists() {
@@ -163,15 +166,36 @@ impl Driver {
         let mut buf = [0u8; 4096];
         loop {
             match self.notify.recv(&mut buf) {
-                Ok(n) if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == state) => return,
+                Ok(n)
+                    if String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .any(|l| l == state) =>
+                {
+                    return
+                }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => panic!("notify socket: {e}"),
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("gpupm-driver exited ({status}) before {state}:\n{}", self.log());
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "gpupm-driver exited ({status}) before {state}:\n{}",
+                    self.log()
+                );
             }
-            assert!(Instant::now() < deadline, "no {state} within {STARTUP:?}:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "no {state} within {STARTUP:?}:\n{}",
+                self.log()
+            );
         }
     }
 

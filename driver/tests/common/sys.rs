@@ -9,7 +9,10 @@ use std::os::fd::AsRawFd;
 pub fn ioctl(fd: &impl AsRawFd, cmd: u32, buf: &mut [u8]) -> io::Result<i32> {
     let size = ((cmd >> 16) & 0x3fff) as usize;
     if buf.len() < size {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "argument shorter than _IOC_SIZE(cmd)"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "argument shorter than _IOC_SIZE(cmd)",
+        ));
     }
     // SAFETY: `buf` is a live, writable buffer of at least _IOC_SIZE(cmd)
     // bytes, which is all the kernel reads or writes for a restricted-mode
