@@ -1,0 +1,186 @@
+//! `gpupm-driver`: serves the emulated device as a device node, the
+//! stand-in for a kernel driver.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use gpupm_driver::node::access::{self, AccessPolicy};
+use gpupm_driver::model::{Device, EngineKind};
+use gpupm_driver::node::backend::DeviceBackend;
+use gpupm_driver::node::model_backend::ModelBackend;
+use gpupm_driver::node::device::NodeCore;
+use gpupm_driver::node::fuse::FuseTransport;
+use gpupm_driver::node::ticker::Ticker;
+use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR};
+use gpupm_driver::service::{self, SdNotify};
+use nix::sys::signal::{SigSet, Signal};
+
+/// How the device clock advances.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Clock {
+    /// With wall time.
+    Realtime,
+    /// Only through `GPUPM_IOC_ADVANCE`.
+    Step,
+}
+
+/// Serve the emulated gpupm device as a device node.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Scenario file (default: the built-in scenario).
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+    /// Device clock.
+    #[arg(long, value_enum, default_value_t = Clock::Realtime)]
+    clock: Clock,
+    /// Directory where the node files are mounted.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_NODE_DIR)]
+    node_dir: PathBuf,
+    /// Group allowed besides root (default: `gpupm-admin` if it exists).
+    #[arg(long, value_name = "GID")]
+    admin_gid: Option<u32>,
+    /// Serve the transport's in-memory fake device instead of the device
+    /// model (transport tests only; needs the `test-utils` feature).
+    #[arg(long)]
+    fake_backend: bool,
+}
+
+/// Why the driver could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+enum DriverError {
+    #[error("no device backend: {0}")]
+    Backend(String),
+    #[error("device node transport failed")]
+    Transport(#[from] gpupm_driver::node::TransportError),
+    #[error("could not start a driver thread")]
+    Thread(#[source] std::io::Error),
+    #[error("signal setup failed")]
+    Signals(#[source] nix::Error),
+    #[error("the {0} stopped unexpectedly")]
+    Died(&'static str),
+}
+
+/// Creates the device the node serves: the one place that chooses it.
+fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
+    if args.fake_backend {
+        #[cfg(feature = "test-utils")]
+        {
+            use gpupm_driver::node::fake::FakeBackend;
+            tracing::warn!("serving the transport test fake, not the device model");
+            return Ok(Box::new(FakeBackend::new(args.clock == Clock::Step)));
+        }
+        #[cfg(not(feature = "test-utils"))]
+        return Err(DriverError::Backend(
+            "--fake-backend needs a build with the test-utils feature".into(),
+        ));
+    }
+    let scenario = match &args.scenario {
+        Some(path) => gpupm_driver::scenario::parse_file(path).map_err(|e| DriverError::Backend(e.to_string()))?,
+        None => gpupm_driver::scenario::builtin(),
+    };
+    let step = args.clock == Clock::Step;
+    let dev = Device::new(&scenario, EngineKind::Batched, step)
+        .map_err(|e| DriverError::Backend(format!("scenario {}: {e}", scenario.name)))?;
+    tracing::info!(scenario = %scenario.name, step_clock = step, "device model built");
+    Ok(Box::new(ModelBackend::new(dev)))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    service::init_logging();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let mut msg = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                msg.push_str(": ");
+                msg.push_str(&s.to_string());
+                src = s.source();
+            }
+            tracing::error!("{msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), DriverError> {
+    let signals = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
+    // Every thread spawned from here on inherits the blocked mask, so the
+    // signals are taken only by the waiting thread below.
+    signals.thread_block().map_err(DriverError::Signals)?;
+
+    let admin_gid = args
+        .admin_gid
+        .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
+    let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
+    let mut transport = FuseTransport::new(&args.node_dir, core.clone());
+    transport.mount()?;
+    if let Err(e) = transport.serve() {
+        if let Err(u) = transport.unmount() {
+            tracing::warn!(error = %u, "unmount after failed start");
+        }
+        return Err(e.into());
+    }
+    let mut ticker =
+        Ticker::spawn(core, args.clock == Clock::Realtime).map_err(DriverError::Thread)?;
+
+    let (tx, rx) = mpsc::channel();
+    thread::Builder::new()
+        .name("gpupm-signals".into())
+        .spawn(move || {
+            if let Ok(sig) = signals.wait() {
+                // The receiver only goes away when the driver is stopping anyway.
+                tx.send(sig).ok();
+            }
+        })
+        .map_err(DriverError::Thread)?;
+
+    let sd = SdNotify::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "NOTIFY_SOCKET unusable");
+        None
+    });
+    let notify = |state: &str| {
+        if let Some(sd) = &sd {
+            if let Err(e) = sd.notify(state) {
+                tracing::warn!(error = %e, state, "sd_notify failed");
+            }
+        }
+    };
+    let dir = args.node_dir.display();
+    notify(&format!("READY=1\nSTATUS=serving {dir}"));
+    tracing::info!(node_dir = %dir, clock = ?args.clock, admin_gid, "gpupm-driver ready");
+
+    let watchdog = service::watchdog_interval();
+    let check_every = watchdog.unwrap_or(Duration::from_secs(1));
+    let result = loop {
+        match rx.recv_timeout(check_every) {
+            Ok(sig) => {
+                tracing::info!(signal = %sig, "stopping");
+                break Ok(());
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break Err(DriverError::Died("signal thread"))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !transport.is_serving() {
+            break Err(DriverError::Died("FUSE session"));
+        }
+        if !ticker.is_running() {
+            break Err(DriverError::Died("clock thread"));
+        }
+        if watchdog.is_some() {
+            notify("WATCHDOG=1");
+        }
+    };
+    notify("STOPPING=1");
+    ticker.stop();
+    transport.unmount()?;
+    result
+}

@@ -1,0 +1,124 @@
+//! Who may use the device node.
+//!
+//! The node files carry owner root and mode 0600 (0660 with the admin group),
+//! so the kernel refuses other openers; independently the transport checks
+//! the kernel-supplied credentials of every request, so a chmod mistake on
+//! the mount cannot expose the device.
+
+use std::fs;
+
+use super::error::NodeError;
+
+/// Group that may use the node when `--admin-gid` is not given.
+pub const DEFAULT_ADMIN_GROUP: &str = "gpupm-admin";
+
+/// Credentials of one request, as the kernel supplied them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+    /// Thread-group id of the caller (0 when the kernel sent the request on
+    /// its own behalf).
+    pub pid: u32,
+}
+
+/// The admin uid (always root) and optional admin group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccessPolicy {
+    admin_gid: Option<u32>,
+}
+
+impl AccessPolicy {
+    /// Root only, plus members of `admin_gid` when given.
+    pub fn new(admin_gid: Option<u32>) -> Self {
+        AccessPolicy { admin_gid }
+    }
+
+    /// The configured admin group.
+    pub fn admin_gid(&self) -> Option<u32> {
+        self.admin_gid
+    }
+
+    /// Mode bits of the device files.
+    pub fn file_mode(&self) -> u16 {
+        if self.admin_gid.is_some() {
+            0o660
+        } else {
+            0o600
+        }
+    }
+
+    /// Allows root and members (primary or supplementary) of the admin group.
+    pub fn check(&self, caller: Caller) -> Result<(), NodeError> {
+        if caller.uid == 0 {
+            return Ok(());
+        }
+        if let Some(gid) = self.admin_gid {
+            if caller.gid == gid || supplementary_groups(caller.pid).contains(&gid) {
+                return Ok(());
+            }
+        }
+        Err(NodeError::AccessDenied {
+            uid: caller.uid,
+            gid: caller.gid,
+        })
+    }
+}
+
+/// Supplementary groups of process `pid`, from `/proc/<pid>/status`; empty
+/// when the process is gone or unreadable (which denies, never allows).
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Looks up a group id by name in `/etc/group`.
+pub fn group_id(name: &str) -> Option<u32> {
+    let groups = fs::read_to_string("/etc/group").ok()?;
+    groups.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next()? == name).then_some(())?;
+        fields.nth(1)?.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_is_always_allowed_and_others_only_by_group() {
+        let root_only = AccessPolicy::new(None);
+        let nobody = Caller {
+            uid: 65534,
+            gid: 65534,
+            pid: 0,
+        };
+        assert!(root_only
+            .check(Caller {
+                uid: 0,
+                gid: 5,
+                pid: 0
+            })
+            .is_ok());
+        assert!(root_only.check(nobody).is_err());
+        assert!(AccessPolicy::new(Some(65534)).check(nobody).is_ok());
+        assert!(AccessPolicy::new(Some(1234)).check(nobody).is_err());
+        assert_eq!(root_only.file_mode(), 0o600);
+    }
+}

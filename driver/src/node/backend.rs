@@ -1,0 +1,59 @@
+//! The device behind the node: what a transport needs from the device model.
+//!
+//! The transport never links the model's internals; it holds one
+//! `Box<dyn DeviceBackend>` behind a mutex and calls these methods with the
+//! lock held, so each call is atomic with respect to every other node
+//! request and to the real-time clock.
+
+use std::time::Instant;
+
+use gpupm_uapi::intr::InterruptRecord;
+use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp};
+
+/// Why the device refused a request. Mapped to an errno only at the node
+/// boundary ([`super::error`]).
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The request names something that does not exist or a value out of range.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The request is valid in general but not in this configuration
+    /// (e.g. advancing a real-time clock).
+    #[error("not supported in this configuration: {0}")]
+    NotSupported(String),
+    /// The device is in a state that forbids the request right now.
+    #[error("device busy: {0}")]
+    Busy(String),
+    /// The device model failed internally.
+    #[error("device fault: {0}")]
+    Fault(String),
+}
+
+/// A device that a node transport serves.
+pub trait DeviceBackend: Send + 'static {
+    /// Identity for `GPUPM_IOC_IDENTITY` (fills every field except `version`).
+    fn identity(&mut self) -> Identity;
+    /// 4- or 8-byte register read at a BAR0 offset.
+    fn read_reg(&mut self, offset: u64, width: u32) -> Result<u64, BackendError>;
+    /// 4- or 8-byte register write.
+    fn write_reg(&mut self, offset: u64, width: u32, value: u64) -> Result<(), BackendError>;
+    /// Read from the memory window; `offset` is relative to the window start
+    /// (node file offset minus `layout::MEM_WINDOW_OFFSET`).
+    fn read_mem(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// Atomic batch: all ops or none; on error returns the failing index.
+    fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, BackendError)>;
+    /// Step clock only; returns the new cycle.
+    fn advance(&mut self, cycles: u64) -> Result<u64, BackendError>;
+    /// Privileged ledger read.
+    fn ledger(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, BackendError>;
+    /// Device reset.
+    fn reset(&mut self) -> Result<(), BackendError>;
+    /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).
+    fn tick(&mut self, now: Instant);
+    /// Interrupt records with seq >= `from_seq` appended to `out` (oldest
+    /// first); returns the seq the next record will have. Records older than
+    /// the device's retention are gone (the caller sees a seq gap).
+    fn interrupts_since(&self, from_seq: u64, out: &mut Vec<InterruptRecord>) -> u64;
+    /// `INTR_STATUS & !INTR_MASK`.
+    fn interrupt_pending(&self) -> u32;
+}

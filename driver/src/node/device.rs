@@ -1,0 +1,451 @@
+//! Transport-independent request handling of the device node: open handles
+//! with their interrupt cursors, parked blocking readers, poll wake-ups, and
+//! dispatch of reads, writes and ioctls to the backend.
+//!
+//! A transport (FUSE today) decodes its wire requests, calls these methods
+//! and turns [`NodeError`]s into errnos with [`NodeError::errno`]. Every
+//! completion of a parked reader and every poll wake-up runs after the
+//! device lock is released.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use gpupm_uapi::intr::InterruptRecord;
+use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
+use gpupm_uapi::regs;
+use zerocopy::IntoBytes;
+
+use super::access::{AccessPolicy, Caller};
+use super::backend::DeviceBackend;
+use super::error::{malformed, NodeError};
+use super::ioctl::{self, IoctlReply};
+
+/// Size of one interrupt record as `read()` returns it.
+pub const RECORD_SIZE: usize = core::mem::size_of::<InterruptRecord>();
+
+/// Completes a parked blocking read with the bytes to return or an error.
+pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, NodeError>) + Send>;
+/// Tells the transport's poller that a handle became ready.
+pub type PollWake = Box<dyn FnOnce() + Send>;
+
+/// Which device file a handle was opened on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// `card0`: registers, memory window, ioctls, interrupt records.
+    Card,
+    /// `card0-oob`: the mailbox registers only.
+    Oob,
+}
+
+struct ParkedRead {
+    pid: u32,
+    max_records: usize,
+    complete: ReadCompletion,
+}
+
+struct Handle {
+    kind: NodeKind,
+    /// Sequence number of the next interrupt record this handle reads.
+    cursor: u64,
+    readers: VecDeque<ParkedRead>,
+    poll_wake: Option<PollWake>,
+}
+
+struct Inner {
+    backend: Box<dyn DeviceBackend>,
+    handles: HashMap<u64, Handle>,
+    next_fh: u64,
+    scratch: Vec<InterruptRecord>,
+}
+
+/// Deferred work that must run without the device lock held.
+enum Action {
+    Complete(ReadCompletion, Result<Vec<u8>, NodeError>),
+    Wake(PollWake),
+}
+
+/// The device node, shared by the transport's serving thread and the clock
+/// thread.
+pub struct NodeCore {
+    inner: Mutex<Inner>,
+    policy: AccessPolicy,
+}
+
+impl std::fmt::Debug for NodeCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCore")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeCore {
+    /// Serves `backend` to callers allowed by `policy`.
+    pub fn new(backend: Box<dyn DeviceBackend>, policy: AccessPolicy) -> Arc<Self> {
+        Arc::new(NodeCore {
+            inner: Mutex::new(Inner {
+                backend,
+                handles: HashMap::new(),
+                next_fh: 1,
+                scratch: Vec::new(),
+            }),
+            policy,
+        })
+    }
+
+    /// The access policy.
+    pub fn policy(&self) -> AccessPolicy {
+        self.policy
+    }
+
+    /// Checks the credentials of one request.
+    pub fn check(&self, caller: Caller) -> Result<(), NodeError> {
+        self.policy.check(caller)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves the device state as the last
+        // completed call left it; serving on is better than wedging the node.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a handle; its interrupt cursor starts at the next record.
+    pub fn open(&self, kind: NodeKind) -> u64 {
+        let mut inner = self.lock();
+        let cursor = next_seq(inner.backend.as_ref());
+        let fh = inner.next_fh;
+        inner.next_fh += 1;
+        inner.handles.insert(
+            fh,
+            Handle {
+                kind,
+                cursor,
+                readers: VecDeque::new(),
+                poll_wake: None,
+            },
+        );
+        fh
+    }
+
+    /// Closes a handle; a reader still parked on it fails with EINTR.
+    pub fn release(&self, fh: u64) {
+        let handle = self.lock().handles.remove(&fh);
+        if let Some(handle) = handle {
+            for r in handle.readers {
+                (r.complete)(Err(NodeError::Interrupted));
+            }
+        }
+    }
+
+    /// A read at file offset `offset` of `size` bytes.
+    ///
+    /// On `card0`: offsets at or above `MEM_WINDOW_OFFSET` read the memory
+    /// window; otherwise a 4- or 8-byte read is a register read and a read of
+    /// at least one record's size returns interrupt records (the offset is
+    /// ignored), waiting for one unless `nonblock`.
+    ///
+    /// `complete` runs exactly once: now, or for a parked blocking read when
+    /// a record arrives, the reader is killed, or the handle is released.
+    pub fn read(
+        &self,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        nonblock: bool,
+        pid: u32,
+        complete: ReadCompletion,
+    ) {
+        let mut slot = Some(complete);
+        let res = self.read_or_park(fh, offset, size, nonblock, pid, &mut slot);
+        if let (Some(res), Some(complete)) = (res, slot) {
+            complete(res);
+        }
+    }
+
+    /// Answers a read now (`Some`) or parks `slot`'s completion (`None`).
+    fn read_or_park(
+        &self,
+        fh: u64,
+        offset: i64,
+        size: u32,
+        nonblock: bool,
+        pid: u32,
+        slot: &mut Option<ReadCompletion>,
+    ) -> Option<Result<Vec<u8>, NodeError>> {
+        let Ok(offset) = u64::try_from(offset) else {
+            return Some(Err(malformed("negative offset")));
+        };
+        let size = size as usize;
+        let mut inner = self.lock();
+        let Some(kind) = inner.handles.get(&fh).map(|h| h.kind) else {
+            return Some(Err(NodeError::NotFound));
+        };
+        if kind == NodeKind::Card && offset >= MEM_WINDOW_OFFSET {
+            let mut buf = vec![0; size];
+            let res = inner.backend.read_mem(offset - MEM_WINDOW_OFFSET, &mut buf);
+            return Some(res.map(|()| buf).map_err(NodeError::from));
+        }
+        if size == 4 || size == 8 {
+            let res = reg_access(kind, offset, size)
+                .and_then(|w| Ok(inner.backend.read_reg(offset, w)?))
+                .map(|v| v.to_le_bytes()[..size].to_vec());
+            return Some(res);
+        }
+        if kind != NodeKind::Card || size < RECORD_SIZE {
+            return Some(Err(malformed(format!(
+                "read of {size} bytes is neither a register nor an interrupt read"
+            ))));
+        }
+        let max_records = size / RECORD_SIZE;
+        let inner = &mut *inner;
+        let Some(handle) = inner.handles.get_mut(&fh) else {
+            return Some(Err(NodeError::NotFound));
+        };
+        if handle.readers.is_empty() {
+            let bytes = take_records(
+                inner.backend.as_ref(),
+                &mut inner.scratch,
+                handle,
+                max_records,
+            );
+            if !bytes.is_empty() {
+                return Some(Ok(bytes));
+            }
+        }
+        if nonblock {
+            return Some(Err(NodeError::WouldBlock));
+        }
+        let complete = slot.take()?;
+        handle.readers.push_back(ParkedRead {
+            pid,
+            max_records,
+            complete,
+        });
+        None
+    }
+
+    /// A write of `data` at `offset`: one register write of 4 or 8 bytes.
+    pub fn write(&self, fh: u64, offset: i64, data: &[u8]) -> Result<u32, NodeError> {
+        let offset = u64::try_from(offset).map_err(|_| malformed("negative offset"))?;
+        let res = {
+            let mut inner = self.lock();
+            let kind = inner.handles.get(&fh).ok_or(NodeError::NotFound)?.kind;
+            if kind == NodeKind::Card && offset >= MEM_WINDOW_OFFSET {
+                return Err(malformed("the memory window is read-only"));
+            }
+            let width = reg_access(kind, offset, data.len())?;
+            let mut le = [0u8; 8];
+            le[..data.len()].copy_from_slice(data);
+            inner
+                .backend
+                .write_reg(offset, width, u64::from_le_bytes(le))
+                .map(|()| width)
+        };
+        self.deliver();
+        Ok(res?)
+    }
+
+    /// An ioctl with the argument bytes the kernel copied in.
+    pub fn ioctl(
+        &self,
+        fh: u64,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+    ) -> Result<IoctlReply, NodeError> {
+        let res = {
+            let mut inner = self.lock();
+            let kind = inner.handles.get(&fh).ok_or(NodeError::NotFound)?.kind;
+            if kind != NodeKind::Card {
+                return Err(NodeError::NotOnThisNode("ioctl"));
+            }
+            ioctl::dispatch(inner.backend.as_mut(), cmd, input, out_size)
+        };
+        self.deliver();
+        res
+    }
+
+    /// Poll readiness: `POLLIN` when the handle has unread records, `POLLPRI`
+    /// (if asked for) while an unmasked interrupt source is latched. When
+    /// nothing is ready and `wake` is given, it runs once when a record arrives.
+    pub fn poll(&self, fh: u64, events: u32, wake: Option<PollWake>) -> Result<u32, NodeError> {
+        let mut inner = self.lock();
+        let next = next_seq(inner.backend.as_ref());
+        let pending = inner.backend.interrupt_pending();
+        let handle = inner.handles.get_mut(&fh).ok_or(NodeError::NotFound)?;
+        if handle.kind != NodeKind::Card {
+            return Ok(0);
+        }
+        let mut revents = 0;
+        if handle.cursor < next {
+            revents |= (libc::POLLIN | libc::POLLRDNORM) as u32;
+        }
+        if pending != 0 && events & libc::POLLPRI as u32 != 0 {
+            revents |= libc::POLLPRI as u32;
+        }
+        if revents == 0 {
+            if let Some(w) = wake {
+                handle.poll_wake = Some(w);
+            }
+        }
+        Ok(revents)
+    }
+
+    /// Advances a real-time device to `now` and delivers new records.
+    pub fn tick(&self, now: Instant) {
+        self.lock().backend.tick(now);
+        self.deliver();
+    }
+
+    /// Hands new interrupt records to parked readers and wakes pollers.
+    pub fn deliver(&self) {
+        let mut actions = Vec::new();
+        {
+            let mut guard = self.lock();
+            let inner = &mut *guard;
+            let next = next_seq(inner.backend.as_ref());
+            for handle in inner.handles.values_mut() {
+                if handle.cursor >= next {
+                    continue;
+                }
+                if let Some(w) = handle.poll_wake.take() {
+                    actions.push(Action::Wake(w));
+                }
+                while let Some(r) = handle.readers.front() {
+                    let bytes = take_records(
+                        inner.backend.as_ref(),
+                        &mut inner.scratch,
+                        handle,
+                        r.max_records,
+                    );
+                    if bytes.is_empty() {
+                        break;
+                    }
+                    if let Some(r) = handle.readers.pop_front() {
+                        actions.push(Action::Complete(r.complete, Ok(bytes)));
+                    }
+                }
+            }
+        }
+        run(actions);
+    }
+
+    /// Fails parked reads whose process has a fatal signal pending: the
+    /// kernel keeps such a process in the read until the request is answered.
+    pub fn reap_killed_readers(&self) {
+        let mut actions = Vec::new();
+        {
+            let mut inner = self.lock();
+            for handle in inner.handles.values_mut() {
+                let (dead, alive): (VecDeque<_>, VecDeque<_>) = handle
+                    .readers
+                    .drain(..)
+                    .partition(|r| fatal_signal_pending(r.pid));
+                handle.readers = alive;
+                actions.extend(
+                    dead.into_iter()
+                        .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
+                );
+            }
+        }
+        run(actions);
+    }
+}
+
+fn run(actions: Vec<Action>) {
+    for a in actions {
+        match a {
+            Action::Complete(complete, res) => complete(res),
+            Action::Wake(wake) => wake(),
+        }
+    }
+}
+
+fn next_seq(backend: &dyn DeviceBackend) -> u64 {
+    backend.interrupts_since(u64::MAX, &mut Vec::new())
+}
+
+/// Takes up to `max` records at the handle's cursor and advances it. Records
+/// lost to retention are skipped (the reader sees the seq gap).
+fn take_records(
+    backend: &dyn DeviceBackend,
+    scratch: &mut Vec<InterruptRecord>,
+    handle: &mut Handle,
+    max: usize,
+) -> Vec<u8> {
+    scratch.clear();
+    let next = backend.interrupts_since(handle.cursor, scratch);
+    let taken = &scratch[..scratch.len().min(max)];
+    match taken.last() {
+        Some(last) => handle.cursor = last.seq + 1,
+        None => handle.cursor = handle.cursor.max(next),
+    }
+    taken.as_bytes().to_vec()
+}
+
+/// Validates a register access of `size` bytes at `offset` on node `kind`
+/// and returns its width.
+fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError> {
+    let width: u32 = match size {
+        4 => 4,
+        8 => 8,
+        _ => {
+            return Err(malformed(format!(
+                "register access of {size} bytes (must be 4 or 8)"
+            )))
+        }
+    };
+    if !offset.is_multiple_of(u64::from(width)) {
+        return Err(malformed(format!(
+            "offset {offset:#x} not aligned to {width}"
+        )));
+    }
+    let end = offset.saturating_add(u64::from(width));
+    let in_range = match kind {
+        NodeKind::Card => end <= regs::BAR0_SIZE,
+        NodeKind::Oob => offset >= regs::MBOX_ARG && end <= regs::MBOX_DATA + 8,
+    };
+    if !in_range {
+        return Err(malformed(format!(
+            "offset {offset:#x} outside the register file"
+        )));
+    }
+    Ok(width)
+}
+
+/// Whether `/proc/<pid>/status` shows SIGKILL pending (or the task is gone).
+fn fatal_signal_pending(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & SIGKILL_BIT != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn register_access_requires_width_alignment_and_range() {
+        assert_eq!(reg_access(NodeKind::Card, regs::CYCLE, 8).ok(), Some(8));
+        assert!(reg_access(NodeKind::Card, 2, 4).is_err());
+        assert!(reg_access(NodeKind::Card, 0, 2).is_err());
+        assert!(reg_access(NodeKind::Card, regs::BAR0_SIZE, 4).is_err());
+        assert!(reg_access(NodeKind::Card, u64::MAX - 3, 4).is_err());
+        assert!(reg_access(NodeKind::Oob, regs::MBOX_DATA, 8).is_ok());
+        assert!(reg_access(NodeKind::Oob, regs::ID, 4).is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! Decoding and execution of the node's ioctls.
+//!
+//! The kernel copies in exactly `_IOC_SIZE(cmd)` bytes for `_IOW`/`_IOWR`
+//! numbers and copies back the reply bytes for `_IOR`/`_IOWR` (restricted
+//! mode), so every argument is decoded from untrusted bytes here with
+//! `zerocopy`; a short or wrongly sized buffer is an error, never a panic.
+//! Every check runs before the backend is called, so a malformed request
+//! changes nothing.
+
+use gpupm_uapi::ioctl::{
+    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
+    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+};
+use gpupm_uapi::regs;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use super::backend::DeviceBackend;
+use super::error::{malformed, NodeError};
+
+/// What to send back for an ioctl: the syscall's return value (0, or a
+/// negative errno when the call fails but still returns data, as a failed
+/// batch does with its `failed_index`) and the bytes to copy out.
+#[derive(Debug, PartialEq, Eq)]
+pub struct IoctlReply {
+    /// Return value of the ioctl (`-errno` on a failure with data).
+    pub result: i32,
+    /// Bytes copied back to the caller's argument.
+    pub data: Vec<u8>,
+}
+
+impl IoctlReply {
+    fn ok<T: IntoBytes + Immutable>(value: &T) -> Self {
+        IoctlReply {
+            result: 0,
+            data: value.as_bytes().to_vec(),
+        }
+    }
+}
+
+const fn ioc_nr(cmd: u32) -> u32 {
+    cmd & 0xff
+}
+
+const fn ioc_type(cmd: u32) -> u32 {
+    (cmd >> 8) & 0xff
+}
+
+/// Runs ioctl `cmd` with argument bytes `input` against `backend`.
+pub fn dispatch(
+    backend: &mut dyn DeviceBackend,
+    cmd: u32,
+    input: &[u8],
+    out_size: u32,
+) -> Result<IoctlReply, NodeError> {
+    match cmd {
+        GPUPM_IOC_IDENTITY => {
+            let arg: Identity = decode(input)?;
+            check_version(arg.version)?;
+            let mut id = backend.identity();
+            id.version = IOCTL_STRUCT_VERSION;
+            Ok(IoctlReply::ok(&id))
+        }
+        GPUPM_IOC_REG_BATCH => reg_batch(backend, decode(input)?),
+        GPUPM_IOC_ADVANCE => {
+            let mut arg: Advance = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            if arg.cycles == 0 || arg.cycles > MAX_ADVANCE_CYCLES {
+                return Err(malformed(format!("advance of {} cycles", arg.cycles)));
+            }
+            arg.now = backend.advance(arg.cycles)?;
+            Ok(IoctlReply::ok(&arg))
+        }
+        GPUPM_IOC_LEDGER => {
+            let arg: LedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let scope_ok = match arg.scope {
+                ledger_scope::CONTEXT | ledger_scope::VM => arg.id != 0,
+                ledger_scope::SYSTEM => arg.id == 0,
+                _ => false,
+            };
+            if !scope_ok {
+                return Err(malformed(format!(
+                    "ledger scope {} id {}",
+                    arg.scope, arg.id
+                )));
+            }
+            let mut out = backend.ledger(arg.scope, arg.id)?;
+            out.version = IOCTL_STRUCT_VERSION;
+            out.scope = arg.scope;
+            out.id = arg.id;
+            out.flags = 0;
+            Ok(IoctlReply::ok(&out))
+        }
+        GPUPM_IOC_RESET => {
+            let arg: Reset = decode(input)?;
+            check_version(arg.version)?;
+            if arg.magic != regs::RESET_MAGIC {
+                return Err(malformed("reset without RESET_MAGIC"));
+            }
+            backend.reset()?;
+            Ok(IoctlReply {
+                result: 0,
+                data: Vec::new(),
+            })
+        }
+        _ if ioc_type(cmd) == u32::from(IOC_MAGIC)
+            && DEVICE_IOCTLS.iter().any(|&(_, c)| ioc_nr(c) == ioc_nr(cmd)) =>
+        {
+            Err(malformed(format!(
+                "ioctl {cmd:#010x}: known number with wrong size or direction (out size {out_size})"
+            )))
+        }
+        _ => Err(NodeError::UnknownIoctl(cmd)),
+    }
+}
+
+fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<IoctlReply, NodeError> {
+    check_version(arg.version)?;
+    check_flags(arg.flags)?;
+    let count = arg.count as usize;
+    if count == 0 || count > MAX_BATCH_OPS {
+        return Err(malformed(format!("batch of {count} ops")));
+    }
+    let invalid = arg.ops[..count].iter().position(|op| {
+        let width_ok = matches!(op.width, 4 | 8) && op.offset % u64::from(op.width) == 0;
+        let range_ok = op
+            .offset
+            .checked_add(u64::from(op.width))
+            .is_some_and(|e| e <= regs::BAR0_SIZE);
+        !(width_ok && range_ok && matches!(op.op, reg_op::READ | reg_op::WRITE))
+    });
+    let orig = arg;
+    let failure = match invalid {
+        Some(i) => Some((i, malformed(format!("batch op {i} malformed")))),
+        None => backend
+            .batch(&mut arg.ops[..count])
+            .err()
+            .map(|(i, e)| (i, NodeError::Backend(e))),
+    };
+    match failure {
+        None => {
+            arg.failed_index = arg.count;
+            Ok(IoctlReply::ok(&arg))
+        }
+        Some((i, err)) => {
+            tracing::debug!(index = i, error = %err, "register batch failed");
+            // Report the caller's ops untouched: a failed batch has no effect.
+            let mut out = orig;
+            out.failed_index = u32::try_from(i).unwrap_or(u32::MAX);
+            Ok(IoctlReply {
+                result: -err.errno(),
+                data: out.as_bytes().to_vec(),
+            })
+        }
+    }
+}
+
+/// Decodes an argument that must be exactly `size_of::<T>()` bytes.
+fn decode<T: FromBytes + KnownLayout + Immutable>(input: &[u8]) -> Result<T, NodeError> {
+    let expected = core::mem::size_of::<T>();
+    if input.len() != expected {
+        return Err(malformed(format!(
+            "argument of {} bytes, expected {expected}",
+            input.len()
+        )));
+    }
+    T::read_from_bytes(input).map_err(|_| malformed("argument does not decode"))
+}
+
+fn check_version(version: u32) -> Result<(), NodeError> {
+    if version == IOCTL_STRUCT_VERSION {
+        Ok(())
+    } else {
+        Err(malformed(format!(
+            "struct version {version}, expected {IOCTL_STRUCT_VERSION}"
+        )))
+    }
+}
+
+fn check_flags(flags: u32) -> Result<(), NodeError> {
+    if flags == 0 {
+        Ok(())
+    } else {
+        Err(malformed(format!("unknown flags {flags:#x}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::{any, proptest};
+    use zerocopy::FromZeros;
+
+    use super::*;
+    use crate::node::fake::FakeBackend;
+
+    proptest! {
+        #[test]
+        fn arbitrary_ioctl_bytes_never_panic_and_bad_ones_change_nothing(
+            nr in 0u32..8,
+            size in 0usize..2048,
+            fill in any::<u8>(),
+            known in any::<bool>(),
+        ) {
+            let mut dev = FakeBackend::new(true);
+            let cmd = if known {
+                DEVICE_IOCTLS[nr as usize % DEVICE_IOCTLS.len()].1
+            } else {
+                u32::try_from(nix::request_code_readwrite!(IOC_MAGIC, nr, size)).unwrap_or(0)
+            };
+            let input = vec![fill; size];
+            let before = dev.interrupts_since(0, &mut Vec::new());
+            if dispatch(&mut dev, cmd, &input, u32::try_from(size).unwrap_or(0)).is_err() {
+                assert_eq!(dev.interrupts_since(0, &mut Vec::new()), before);
+                assert_eq!(dev.read_reg(regs::CYCLE, 8).ok(), Some(0));
+            }
+        }
+    }
+
+    #[test]
+    fn batch_with_zero_count_is_refused() {
+        let mut dev = FakeBackend::new(true);
+        let mut b = RegBatch::new_zeroed();
+        b.version = IOCTL_STRUCT_VERSION;
+        assert!(dispatch(&mut dev, GPUPM_IOC_REG_BATCH, b.as_bytes(), 0).is_err());
+    }
+}

@@ -1,0 +1,81 @@
+//! The device model as the node's backend: the kernel-style driver layer
+//! between the transport and the hardware model.
+
+use std::time::Instant;
+
+use gpupm_uapi::intr::InterruptRecord;
+use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp};
+
+use super::backend::{BackendError, DeviceBackend};
+use crate::model::{Device, DeviceError, RegError};
+
+/// The emulated device behind a node.
+#[derive(Debug)]
+pub struct ModelBackend {
+    dev: Device,
+}
+
+impl ModelBackend {
+    /// Serves `dev`.
+    pub fn new(dev: Device) -> Self {
+        ModelBackend { dev }
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> BackendError {
+    BackendError::Invalid(e.to_string())
+}
+
+fn from_device(e: DeviceError) -> BackendError {
+    match e {
+        DeviceError::NotStepClock => BackendError::NotSupported(e.to_string()),
+        other => invalid(other),
+    }
+}
+
+impl DeviceBackend for ModelBackend {
+    fn identity(&mut self) -> Identity {
+        self.dev.identity()
+    }
+
+    fn read_reg(&mut self, offset: u64, width: u32) -> Result<u64, BackendError> {
+        self.dev.read_reg(offset, width).map_err(invalid)
+    }
+
+    fn write_reg(&mut self, offset: u64, width: u32, value: u64) -> Result<(), BackendError> {
+        self.dev.write_reg(offset, width, value).map_err(|e: RegError| invalid(e))
+    }
+
+    fn read_mem(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.dev.read_window(offset, buf).map_err(invalid)
+    }
+
+    fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, BackendError)> {
+        self.dev.batch(ops).map_err(|(i, e)| (i, from_device(e)))
+    }
+
+    fn advance(&mut self, cycles: u64) -> Result<u64, BackendError> {
+        self.dev.advance(cycles).map_err(from_device)
+    }
+
+    fn ledger(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, BackendError> {
+        self.dev.ledger_query(scope, id).map_err(from_device)
+    }
+
+    fn reset(&mut self) -> Result<(), BackendError> {
+        self.dev.reset();
+        Ok(())
+    }
+
+    fn tick(&mut self, now: Instant) {
+        self.dev.tick(now);
+    }
+
+    fn interrupts_since(&self, from_seq: u64, out: &mut Vec<InterruptRecord>) -> u64 {
+        self.dev.interrupts_since(from_seq, out)
+    }
+
+    fn interrupt_pending(&self) -> u32 {
+        self.dev.interrupt_pending()
+    }
+}

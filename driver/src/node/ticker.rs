@@ -1,0 +1,80 @@
+//! The clock thread: advances a real-time device, delivers interrupt
+//! records to waiting readers and pollers, and fails reads of killed
+//! processes.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::device::NodeCore;
+
+/// Tick period of a real-time clock.
+pub const REALTIME_PERIOD: Duration = Duration::from_micros(250);
+/// Wake-up period when the clock is stepped by the host (housekeeping only).
+pub const STEP_PERIOD: Duration = Duration::from_millis(20);
+/// How often parked readers are checked for a pending SIGKILL.
+const REAP_PERIOD: Duration = Duration::from_millis(50);
+
+/// A running clock thread; stopped and joined by [`Ticker::stop`] or on drop.
+#[derive(Debug)]
+pub struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    /// Starts the thread; `realtime` selects whether it ticks the device.
+    pub fn spawn(core: Arc<NodeCore>, realtime: bool) -> io::Result<Ticker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let period = if realtime {
+            REALTIME_PERIOD
+        } else {
+            STEP_PERIOD
+        };
+        let thread = thread::Builder::new()
+            .name("gpupm-clock".into())
+            .spawn(move || {
+                let mut last_reap = Instant::now();
+                while !flag.load(Ordering::Acquire) {
+                    thread::park_timeout(period);
+                    let now = Instant::now();
+                    if realtime {
+                        core.tick(now);
+                    }
+                    if now.duration_since(last_reap) >= REAP_PERIOD {
+                        core.reap_killed_readers();
+                        last_reap = now;
+                    }
+                }
+            })?;
+        Ok(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Whether the thread is still running.
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Stops and joins the thread.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            if t.join().is_err() {
+                tracing::error!("clock thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

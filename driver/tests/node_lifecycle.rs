@@ -1,0 +1,143 @@
+//! Lifecycle and access control: SIGTERM, stale-mount recovery after a
+//! crash, non-admin callers, and the Python client.
+
+mod harness;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use harness::{errno, is_mounted, rd32, Driver, Options, TempDir};
+use gpupm_uapi::regs;
+use nix::sys::signal::Signal;
+
+fn client() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/clients/node_client.py")
+}
+
+fn python(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg(client())
+        .args(args)
+        .output()
+        .expect("python3 must be installed for the cross-language test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "node_client.py {args:?} failed:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn sigterm_unmounts_even_with_open_handles() {
+    let d = Driver::start();
+    let card = d.card();
+    assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
+    let dir = d.dir.clone();
+    d.stop();
+    assert!(!is_mounted(&dir));
+    let e = rd32(&card, regs::ID).unwrap_err();
+    assert!(
+        matches!(errno(&e), libc::ENOTCONN | libc::ENODEV | libc::EIO),
+        "{e}"
+    );
+}
+
+#[test]
+fn sigint_stops_cleanly() {
+    let mut d = Driver::start();
+    let status = d.signal_and_wait(Signal::SIGINT);
+    assert!(status.success(), "{status}\n{}", d.log());
+    assert!(!is_mounted(&d.dir));
+}
+
+#[test]
+fn restart_after_kill_9_recovers_the_stale_mount() {
+    let mut d = Driver::start();
+    let status = d.signal_and_wait(Signal::SIGKILL);
+    assert!(!status.success());
+    assert!(
+        is_mounted(&d.dir),
+        "a killed driver leaves its mount behind"
+    );
+    let stat = std::fs::metadata(&d.dir).unwrap_err();
+    assert_eq!(errno(&stat), libc::ENOTCONN);
+
+    let tmp = std::mem::replace(&mut d.tmp, TempDir::new("unused"));
+    drop(d);
+    let d = Driver::start_in(tmp, Options::default());
+    assert_eq!(rd32(&d.card(), regs::ID).unwrap(), regs::DEVICE_MAGIC);
+    assert!(d.log().contains("stale mount"), "{}", d.log());
+    d.stop();
+}
+
+#[test]
+fn a_second_driver_refuses_a_live_node_dir() {
+    let d = Driver::start();
+    let out = Command::new(harness::DRIVER)
+        .args(["--fake-backend", "--clock", "step", "--node-dir"])
+        .arg(&d.dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already a live FUSE mount"));
+    assert_eq!(rd32(&d.card(), regs::ID).unwrap(), regs::DEVICE_MAGIC);
+    d.stop();
+}
+
+#[test]
+fn non_admin_uid_gets_eacces_on_open_and_on_every_request() {
+    let d = Driver::start();
+    assert!(python(&["denied", d.dir.to_str().unwrap()]).contains("ok"));
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(d.card_path())
+        .output()
+        .expect("setpriv (util-linux) must be installed");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Permission denied"));
+    d.stop();
+}
+
+#[test]
+fn admin_group_member_is_allowed() {
+    let d = Driver::start_with(Options {
+        admin_gid: Some(65534),
+        ..Options::default()
+    });
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dd",
+            "bs=4",
+            "count=1",
+            "status=none",
+        ])
+        .arg(format!("if={}", d.card_path().display()))
+        .output()
+        .expect("setpriv (util-linux) must be installed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.stdout, regs::DEVICE_MAGIC.to_le_bytes());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(d.card_path()).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o660);
+    d.stop();
+}
+
+#[test]
+fn python_client_speaks_the_node_abi() {
+    let d = Driver::start();
+    assert!(python(&["selftest", d.dir.to_str().unwrap()]).contains("ok"));
+    d.stop();
+}
