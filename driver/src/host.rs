@@ -4,6 +4,9 @@
 //! blocks once read, and drains stream rings. Used by the simulator, the
 //! benchmarks and the tests.
 
+// Register values of 32-bit registers are read as u64 and narrowed back.
+#![allow(clippy::cast_possible_truncation)]
+
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{reg_op, RegOp};
 use gpupm_uapi::regs::{self as r, ctx_cmd, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
@@ -54,16 +57,14 @@ impl Host {
             let rec = self.records[i];
             handled |= rec.source;
             match rec.source {
-                source::SWITCH_REQUESTED => {
-                    if handshake(dev, rec.partition)? {
+                source::SWITCH_REQUESTED
+                    if handshake(dev, rec.partition)? => {
                         done.handshakes += 1;
                     }
-                }
-                source::CTX_DESTROYED if self.release_destroyed => {
-                    if dev.write_reg(r::ctx(rec.arg, r::CTX_CMD), 4, u64::from(ctx_cmd::RELEASE)).is_ok() {
+                source::CTX_DESTROYED if self.release_destroyed
+                    && dev.write_reg(r::ctx(rec.arg, r::CTX_CMD), 4, u64::from(ctx_cmd::RELEASE)).is_ok() => {
                         done.released += 1;
                     }
-                }
                 source::STREAM_WATERMARK | source::STREAM_OVERFLOW => done.drained += drain(dev, rec.partition)?,
                 _ => {}
             }

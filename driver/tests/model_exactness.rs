@@ -2,6 +2,8 @@
 //! host-driven switches, fallback switches, confidential VMs, masks,
 //! throttling, stream rings, resets.
 
+#![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! thresholds, throttling; and bit-for-bit agreement of the batched engine
 //! with the cycle-level reference.
 
+#![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
+
 mod common;
 
 use common::gen::{self, Op};

@@ -2,7 +2,6 @@
 //! host's handshakes, flushes, and prints every VM's and context's block
 //! totals beside what the device's ledger says they must be.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -123,25 +122,24 @@ fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
 }
 
 fn table(rows: &[Row], shown: &[u16], summary: &str, all_exact: bool) -> String {
-    let mut out = String::new();
-    // Writing into a String cannot fail.
-    let _ = writeln!(out, "{summary}");
-    let _ = writeln!(out, "block = counted by the hierarchy into the memory block; ledger = what the device generated (after masks, /32 for multi-bit)");
-    let _ = write!(out, "{:<11} {:>5} {:<10}", "SCOPE", "ID", "STATE");
+    let mut out = format!(
+        "{summary}\nblock = counted by the hierarchy into the memory block; \
+         ledger = what the device generated (after masks, /32 for multi-bit)\n{:<11} {:>5} {:<10}",
+        "SCOPE", "ID", "STATE"
+    );
     for &e in shown {
-        let _ = write!(out, " {:>20} {:>14}", events::by_id(e).map_or("?", |i| i.name), "ledger");
+        out += &format!(" {:>20} {:>14}", events::by_id(e).map_or("?", |i| i.name), "ledger");
     }
-    let _ = writeln!(out, " {:>6}", "EXACT");
+    out += &format!(" {:>6}\n", "EXACT");
     for row in rows {
         let scope = if row.scope == "context" { "  context" } else { row.scope };
-        let _ = write!(out, "{:<11} {:>5} {:<10}", scope, row.id, row.state);
+        out += &format!("{:<11} {:>5} {:<10}", scope, row.id, row.state);
         for &e in shown {
-            let _ = write!(out, " {:>20} {:>14}", row.block[usize::from(e)], row.ledger[usize::from(e)]);
+            out += &format!(" {:>20} {:>14}", row.block[usize::from(e)], row.ledger[usize::from(e)]);
         }
-        let _ = writeln!(out, " {:>6}", if row.exact() { "yes" } else { "NO" });
+        out += &format!(" {:>6}\n", if row.exact() { "yes" } else { "NO" });
     }
-    let verdict = if all_exact { "all blocks equal the ledger on every event" } else { "MISMATCH between blocks and ledger" };
-    let _ = writeln!(out, "{verdict}");
+    out += if all_exact { "all blocks equal the ledger on every event\n" } else { "MISMATCH between blocks and ledger\n" };
     out
 }
 

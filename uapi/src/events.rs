@@ -200,6 +200,6 @@ mod tests {
             assert_eq!(by_id(e.id).map(|f| f.name), Some(e.name));
         }
         assert!(by_name("no_such_event").is_none());
-        assert!(by_id(EVENT_COUNT as u16).is_none());
+        assert!(by_id(u16::try_from(EVENT_COUNT).unwrap()).is_none());
     }
 }

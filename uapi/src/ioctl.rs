@@ -158,7 +158,9 @@ pub struct Reset {
 
 macro_rules! ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
-        $( $(#[$m])* pub const $name: u32 = nix::$dir!(IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+        // Linux ioctl request codes are 32 bits wide; nix computes them as
+        // the platform's ioctl number type.
+        $( $(#[$m])* #[allow(clippy::cast_possible_truncation)] pub const $name: u32 = nix::$dir!(IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
            const _: () = assert!(core::mem::size_of::<$ty>() <= MAX_IOCTL_SIZE); )*
         /// Every device-node ioctl number with its name.
         pub const DEVICE_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];

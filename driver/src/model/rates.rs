@@ -82,7 +82,7 @@ pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) ->
         if b != 0 {
             let jit = JITTER_LO
                 + (hash(seed, &[domain::JITTER, u64::from(ctx), e as u64, epoch]) % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
-            *o = (u64::from(b) * u64::from(jit) >> 16) as u32;
+            *o = ((u64::from(b) * u64::from(jit)) >> 16) as u32;
         }
     }
     out
@@ -93,7 +93,7 @@ pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) ->
 #[inline]
 pub fn counter_rate(topo: &Topology, weights: &[u32], epoch_rates: &[u32; MAX_EVENTS], j: usize) -> u32 {
     let e = usize::from(topo.counter_event[j]);
-    let r = u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize]) >> 16;
+    let r = (u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize])) >> 16;
     r.min(u64::from(MAX_RATE_Q[e])) as u32
 }
 

@@ -148,7 +148,7 @@ pub const MIN_TIMING_CYCLES: u32 = 1024;
 /// Checks an access's width and alignment and resolves it to the base
 /// offset of the register plus which half (for 4-byte access to a 64-bit one).
 fn resolve(offset: u64, width: u32) -> Result<(u64, Option<bool>), RegError> {
-    if !matches!(width, 4 | 8) || offset % u64::from(width) != 0 {
+    if !matches!(width, 4 | 8) || !offset.is_multiple_of(u64::from(width)) {
         return Err(RegError::BadAccess { offset, width });
     }
     if offset >= r::BAR0_SIZE {

@@ -49,11 +49,11 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
             vm_timeslice_cycles: spec.timeslice.saturating_mul(4),
         })
         .collect();
-    let n_parts = partitions.len() as u32;
+    let n_parts = spec.partitions.clamp(1, 8);
     let vms: Vec<VmSpec> = (1..=spec.vms.max(1))
         .map(|id| VmSpec { id, partition: (id - 1) % n_parts + 1, confidential_key: None })
         .collect();
-    let n_vms = vms.len() as u32;
+    let n_vms = spec.vms.max(1);
     Scenario {
         name: format!("reference-load-{}p-{}vm-{}ctx", n_parts, n_vms, spec.contexts),
         seed: 7,

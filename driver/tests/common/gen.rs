@@ -1,3 +1,4 @@
+#![allow(clippy::cast_possible_truncation)]
 //! proptest strategies: small random scenarios and host operation sequences.
 
 use gpupm_driver::host::{self, Host};

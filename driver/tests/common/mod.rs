@@ -1,7 +1,7 @@
 //! Shared helpers for the model tests: small scenarios built in code, a
 //! digest of everything host-visible, and ledger checks.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::cast_possible_truncation)]
 
 pub mod gen;
 
