@@ -328,6 +328,9 @@ impl Device {
     /// bank swap, record emission and routing; then RC commits.
     pub(crate) fn trigger(&mut self, mask: u32, flush_ulc: bool, cause: TriggerCause) {
         for p in slots(mask) {
+            if !flush_ulc && self.trigger_fused(p) {
+                continue;
+            }
             self.sync(p);
             if flush_ulc {
                 let leaving = self.parts[p as usize].hs >= hs_state::CTX_PAUSED;
@@ -351,6 +354,25 @@ impl Device {
             }
         }
         self.commit(0, flags);
+    }
+
+    /// The batched engine's one-pass trigger of partition `p`'s CCUs (same
+    /// result as sync + [`Device::emit_ccu`]); false if the engine has none.
+    fn trigger_fused(&mut self, p: u32) -> bool {
+        let (system, partitions) = self.rcs.split_at_mut(1);
+        let drain = super::counting::batched::Drain {
+            partition_rc: (p != 0).then(|| &mut partitions[p as usize - 1]),
+            system_rc: &mut system[0],
+        };
+        if !self.counting.sync_and_trigger(&self.topo, &mut self.ledger, p, self.now, drain) {
+            return false;
+        }
+        for &c in &self.topo.partition_ccus[p as usize] {
+            let records = self.topo.ccus[c as usize].counters.len().div_ceil(RECORD_VALUES) as u64;
+            self.ccu_records[c as usize] += records;
+            self.trig.records_routed += records;
+        }
+        true
     }
 
     /// Swaps CCU `c`'s banks and sends the now-idle bank as records of

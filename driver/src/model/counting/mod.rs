@@ -16,7 +16,7 @@
 //! unless their partition paused transfers; a ULC window is 511 cycles, so a
 //! 9-bit ULC counter (≤ 1 count per cycle) never wraps.
 
-mod batched;
+pub(crate) mod batched;
 mod reference;
 
 use gpupm_uapi::events::MAX_EVENTS;
@@ -185,6 +185,32 @@ impl Counting {
         part.synced_to = t;
         ledger.add_generated(part.who, &tally.generated);
         ledger.add_masked(part.who, &tally.masked);
+    }
+
+    /// Counts partition `p` up to `t` and triggers its CCUs in the same
+    /// pass (batched engine only; returns false for the cycle-level engine,
+    /// whose caller takes the explicit sync + record path instead).
+    pub(crate) fn sync_and_trigger(
+        &mut self,
+        topo: &Topology,
+        ledger: &mut Ledger,
+        p: u32,
+        t: u64,
+        drain: batched::Drain<'_>,
+    ) -> bool {
+        if self.kind != EngineKind::Batched {
+            return false;
+        }
+        let part = &self.parts[p as usize];
+        let s = part.synced_to.min(t);
+        let boundary = if part.ulc_paused { None } else { last_boundary(s, t) };
+        let mut tally = Tally::new();
+        batched::sync_and_trigger(self, topo, p, s, t, boundary, &mut tally, drain);
+        let part = &mut self.parts[p as usize];
+        part.synced_to = t.max(part.synced_to);
+        ledger.add_generated(part.who, &tally.generated);
+        ledger.add_masked(part.who, &tally.masked);
+        true
     }
 
     /// Earliest transfer boundary at which a counter of `p` could reach
