@@ -430,6 +430,9 @@ pub const CTX_STATE: u64 = 0x04;
 pub const CTX_BLOCK: u64 = 0x08;
 /// WO: context command, see [`ctx_cmd`].
 pub const CTX_CMD: u64 = 0x10;
+/// RO 64-bit: cycle at which the context was created. Context ids are
+/// reused after release; (id, created cycle) names one context instance.
+pub const CTX_CREATED_CYCLE: u64 = 0x18;
 
 /// Values of [`CTX_STATE`].
 pub mod ctx_state {
@@ -491,7 +494,7 @@ pub fn is_64bit(offset: u64) -> bool {
         return r == VM_BLOCK;
     }
     if let Some(r) = in_array(CTX_BASE, CTX_STRIDE, MAX_CONTEXTS) {
-        return r == CTX_BLOCK;
+        return r == CTX_BLOCK || r == CTX_CREATED_CYCLE;
     }
     false
 }

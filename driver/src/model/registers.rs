@@ -274,6 +274,7 @@ impl Device {
                     r::CTX_STATE => v(c.state),
                     r::CTX_BLOCK => Some(if c.state == ctx_state::FREE { 0 } else { layout::block_slot_offset(c.slot) }),
                     r::CTX_CMD => Some(0),
+                    r::CTX_CREATED_CYCLE => Some(if c.state == ctx_state::FREE { 0 } else { c.created_at }),
                     _ => None,
                 }
             }
