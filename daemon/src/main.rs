@@ -1,6 +1,6 @@
-//! gpupmd: the privileged daemon (see issue "gpupmd: the privileged daemon").
+//! gpupmd: the privileged daemon (issue 4; being built).
 
-fn main() {
-    eprintln!("gpupmd: not built yet; the device model and driver node come first");
-    std::process::exit(2);
+fn main() -> std::process::ExitCode {
+    eprintln!("gpupmd: not implemented yet");
+    std::process::ExitCode::from(2)
 }

@@ -10,6 +10,7 @@ pub mod intr;
 pub mod ioctl;
 pub mod layout;
 pub mod regs;
+pub mod tenant;
 
 /// ABI major version: bumped on any incompatible change to registers,
 /// layouts or ioctls. Consumers refuse a device whose major differs.

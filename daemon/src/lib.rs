@@ -1,0 +1,4 @@
+//! gpupmd: the privileged gpupm daemon, as a library so its parts can be
+//! tested on their own. The binary (`src/main.rs`) wires them together.
+
+pub mod view;

@@ -1,0 +1,173 @@
+//! What the daemon knows, as the tenant node, the health log and the
+//! metrics endpoint see it. The counter store implements [`CounterView`]
+//! and [`HealthSource`]; the consumers depend only on this module, so each
+//! can be tested against a small in-process implementation.
+
+use std::sync::Arc;
+
+use gpupm_uapi::events::MAX_EVENTS;
+
+/// A VM id (1..MAX_VMS).
+pub type VmId = u32;
+/// A context id (1..MAX_CONTEXTS); reused after release, so a context
+/// instance is named by (id, created cycle).
+pub type CtxId = u32;
+
+/// Who is asking, as the kernel reported it for the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+    /// Process id (for supplementary groups from /proc).
+    pub pid: u32,
+}
+
+/// Lifecycle of a context as the daemon tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtxState {
+    /// Exists on the device and may run.
+    Active,
+    /// Destroyed on the device; its block is still there.
+    Destroyed,
+    /// Destroyed, final totals persisted, block released.
+    Retired,
+}
+
+/// One context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtxInfo {
+    /// Context id.
+    pub ctx: CtxId,
+    /// Owning VM.
+    pub vm: VmId,
+    /// Device cycle of creation.
+    pub created_cycle: u64,
+    /// State.
+    pub state: CtxState,
+}
+
+/// Which counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// The whole device (RC0, the system block): admin only.
+    System,
+    /// One VM: every context it ever ran.
+    Vm(VmId),
+    /// One context instance (latest instance with this id).
+    Ctx(CtxId),
+}
+
+/// Cumulative totals of one scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Totals {
+    /// Readable counters, indexed by event id.
+    Plain {
+        /// Per-event totals.
+        counters: [u64; MAX_EVENTS],
+        /// Commits folded in (from the block header).
+        commit_seq: u64,
+        /// Device cycle of the last commit.
+        cycle: u64,
+    },
+    /// A confidential VM's scope: the daemon only holds ciphertext. The
+    /// bytes are the block slot exactly as the device published it
+    /// (`gpupm_uapi::layout::BlockSlot`), for the tenant to decrypt.
+    Sealed(Vec<u8>),
+}
+
+/// One stream commit record (a per-interval delta) of a scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeltaSample {
+    /// Stream sequence number of the partition ring.
+    pub seq: u64,
+    /// VM and context the commit went to.
+    pub vm: VmId,
+    /// Context (0 = none).
+    pub ctx: CtxId,
+    /// First cycle covered.
+    pub start_cycle: u64,
+    /// Cycle of the commit.
+    pub end_cycle: u64,
+    /// `gpupm_uapi::layout::record_flags`.
+    pub flags: u16,
+    /// Records of this ring lost to overflow before this one.
+    pub lost_before: u64,
+    /// Per-event deltas (all zero when `sealed` is set).
+    pub deltas: [u64; MAX_EVENTS],
+    /// For confidential VMs: the stream slot bytes as published.
+    pub sealed: Option<Vec<u8>>,
+}
+
+/// Read access to the daemon's counters. Every method answers `None` for
+/// a scope that does not exist; authorisation is the caller's job.
+pub trait CounterView: Send + Sync + 'static {
+    /// VMs the device has.
+    fn vms(&self) -> Vec<VmId>;
+    /// Partition slot of a VM.
+    fn vm_partition(&self, vm: VmId) -> Option<u32>;
+    /// Contexts of a VM (active, destroyed and retired).
+    fn contexts(&self, vm: VmId) -> Option<Vec<CtxInfo>>;
+    /// VM of a context.
+    fn ctx_vm(&self, ctx: CtxId) -> Option<VmId>;
+    /// Cumulative totals.
+    fn totals(&self, scope: Scope) -> Option<Totals>;
+    /// The most recent `max` delta samples of a scope, oldest first.
+    fn recent(&self, scope: Scope, max: usize) -> Option<Vec<DeltaSample>>;
+    /// A live feed of delta samples of a scope.
+    fn subscribe(&self, scope: Scope) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
+    /// Nominal device clock in kHz (to turn cycles into time).
+    fn clock_khz(&self) -> u32;
+}
+
+/// Identity of the device the daemon serves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    /// `ABI_VERSION` of the device.
+    pub abi_version: u32,
+    /// Nominal clock.
+    pub clock_khz: u32,
+    /// Partition slots configured.
+    pub partitions: u32,
+    /// CCUs.
+    pub ccus: u32,
+    /// SMs.
+    pub sms: u32,
+}
+
+/// Counters of the daemon's own work, for health logs and metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthSnapshot {
+    /// Device identity.
+    pub device: DeviceIdentity,
+    /// Seconds since the daemon started.
+    pub uptime_s: f64,
+    /// Host-driven handshakes completed.
+    pub handshakes: u64,
+    /// Handshake latencies (request interrupt read → unpause written), ns,
+    /// of the handshakes since the previous snapshot.
+    pub handshake_latency_ns: Vec<u64>,
+    /// Switches the device completed by fallback (all partitions).
+    pub fallbacks: u64,
+    /// Stream records lost to ring overflow (all rings).
+    pub lost_records: u64,
+    /// Stream records drained.
+    pub drained_records: u64,
+    /// Largest ring fill seen at drain time since the previous snapshot.
+    pub drain_lag_records: u64,
+    /// Contexts active on the device.
+    pub contexts_active: u64,
+    /// Contexts retired (persisted and released).
+    pub contexts_retired: u64,
+    /// Tenant requests served.
+    pub tenant_requests: u64,
+    /// Tenant requests answered with an error.
+    pub tenant_errors: u64,
+}
+
+/// Source of [`HealthSnapshot`]s.
+pub trait HealthSource: Send + Sync + 'static {
+    /// Current snapshot; takes (and clears) the latency samples.
+    fn snapshot(&self) -> HealthSnapshot;
+}

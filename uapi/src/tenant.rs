@@ -1,0 +1,273 @@
+//! The tenant node's ioctl ABI (`/run/gpupm/tenant/node`, served by gpupmd).
+//!
+//! Every request is authorised from the kernel-supplied uid/gid of the
+//! caller: a tenant sees only its VM(s) and their contexts; the admin (root
+//! or the admin group) sees everything including the system scope.
+//!
+//! Errors: unknown ioctl → ENOTTY; wrong size, `version` ≠
+//! [`TENANT_STRUCT_VERSION`], non-zero reserved fields or unknown flags,
+//! out-of-range event ids → EINVAL. A scope that is not the caller's fails
+//! with EACCES — and so does, for a tenant, a scope that does not exist, so
+//! that existence never leaks; the admin gets ENOENT for scopes that do not
+//! exist. After [`TENANT_IOC_OPEN_STREAM`], `read()` on the same file handle
+//! returns [`TenantDelta`] records (whole records only; O_NONBLOCK → EAGAIN;
+//! poll readiness when one is queued).
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::events::MAX_EVENTS;
+use crate::layout::{BlockSlot, StreamSlot};
+
+/// ioctl "type" byte of the tenant node.
+pub const TENANT_IOC_MAGIC: u8 = b'T';
+/// Version every tenant ioctl struct must carry.
+pub const TENANT_STRUCT_VERSION: u32 = 1;
+
+/// Scope kinds in request structs (same numbers as `ioctl::ledger_scope`).
+pub mod scope {
+    /// One context (`id` = context id).
+    pub const CONTEXT: u32 = 1;
+    /// One VM (`id` = VM id).
+    pub const VM: u32 = 2;
+    /// The whole device (`id` = 0); admin only.
+    pub const SYSTEM: u32 = 3;
+}
+
+/// Most VMs one caller can be mapped to.
+pub const MAX_CALLER_VMS: usize = 64;
+
+/// `TENANT_IOC_WHOAMI`: what the caller may see.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct Whoami {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// Output: 1 for the admin (sees everything, incl. the system scope).
+    pub admin: u32,
+    /// Output: caller uid as the kernel reported it.
+    pub uid: u32,
+    /// Output: number of valid entries in `vms`.
+    pub n_vms: u32,
+    /// Output: VMs the caller may see (all VMs for the admin).
+    pub vms: [u32; MAX_CALLER_VMS],
+}
+const _: () = assert!(core::mem::size_of::<Whoami>() == 16 + 4 * MAX_CALLER_VMS);
+
+/// Context states in [`CtxEntry::state`].
+pub mod ctx_state {
+    /// Exists and may run.
+    pub const ACTIVE: u32 = 1;
+    /// Destroyed; totals final.
+    pub const DESTROYED: u32 = 2;
+    /// Destroyed, persisted by the daemon, block released.
+    pub const RETIRED: u32 = 3;
+}
+
+/// One context in a [`ListContexts`] answer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct CtxEntry {
+    /// Context id.
+    pub ctx: u32,
+    /// One of [`ctx_state`].
+    pub state: u32,
+    /// Device cycle of creation.
+    pub created_cycle: u64,
+}
+
+/// Most contexts per [`ListContexts`] page.
+pub const LIST_PAGE: usize = 256;
+
+/// `TENANT_IOC_LIST_CONTEXTS`: contexts of a VM, paged.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct ListContexts {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// VM id.
+    pub vm: u32,
+    /// Index of the first context to return.
+    pub offset: u32,
+    /// Output: entries filled.
+    pub count: u32,
+    /// Output: contexts the VM has in all.
+    pub total: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Output.
+    pub ctxs: [CtxEntry; LIST_PAGE],
+}
+const _: () = assert!(core::mem::size_of::<ListContexts>() == 24 + 16 * LIST_PAGE);
+
+/// Bits of [`ReadCounters::flags`] (output).
+pub mod counter_flags {
+    /// The scope belongs to a confidential VM: `values` are 0 and `sealed`
+    /// holds the block slot as the device published it (AES-256-GCM under
+    /// the VM's key; see `layout::Envelope`).
+    pub const SEALED: u32 = 1 << 0;
+}
+
+/// `TENANT_IOC_READ_COUNTERS`: cumulative totals of a scope.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct ReadCounters {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// One of [`scope`].
+    pub scope: u32,
+    /// Context or VM id (0 for the system scope).
+    pub id: u32,
+    /// Number of valid ids in `events`; 0 = all events.
+    pub n_events: u32,
+    /// Event ids to read; `values[i]` answers `events[i]` (or event `i`
+    /// when `n_events` is 0).
+    pub events: [u16; MAX_EVENTS],
+    /// Output: bits in [`counter_flags`].
+    pub flags: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Output: commits folded into the totals.
+    pub commit_seq: u64,
+    /// Output: device cycle of the last commit.
+    pub cycle: u64,
+    /// Output: totals.
+    pub values: [u64; MAX_EVENTS],
+    /// Output: the sealed block slot (with `SEALED`).
+    pub sealed: BlockSlot,
+}
+const _: () = assert!(core::mem::size_of::<ReadCounters>() == 16 + 128 + 24 + 512 + 592);
+
+/// One interval of a [`ReadRates`] answer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct RateSample {
+    /// First cycle of the interval.
+    pub start_cycle: u64,
+    /// Last cycle of the interval (exclusive).
+    pub end_cycle: u64,
+    /// `layout::record_flags` of the commit.
+    pub flags: u32,
+    /// Context the interval was counted for.
+    pub ctx: u32,
+    /// Per-event deltas over the interval.
+    pub deltas: [u64; MAX_EVENTS],
+}
+const _: () = assert!(core::mem::size_of::<RateSample>() == 24 + 512);
+
+/// Most samples per [`ReadRates`].
+pub const RATE_SAMPLES: usize = 16;
+
+/// `TENANT_IOC_READ_RATES`: the most recent per-interval deltas of a scope
+/// (oldest first). Confidential scopes answer `count` 0 with `SEALED` set in
+/// `flags`; their deltas are available sealed through a stream session.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct ReadRates {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// One of [`scope`] (not SYSTEM).
+    pub scope: u32,
+    /// Context or VM id.
+    pub id: u32,
+    /// Most samples wanted (1..=RATE_SAMPLES).
+    pub max: u32,
+    /// Output: samples filled.
+    pub count: u32,
+    /// Output: bits in [`counter_flags`].
+    pub flags: u32,
+    /// Output: nominal device clock in kHz, to turn cycles into seconds.
+    pub clock_khz: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Output.
+    pub samples: [RateSample; RATE_SAMPLES],
+}
+const _: () = assert!(core::mem::size_of::<ReadRates>() == 32 + 536 * RATE_SAMPLES);
+
+/// `TENANT_IOC_OPEN_STREAM`: turn this file handle into a stream session
+/// of a scope's delta records (replaces any previous session on the handle).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct OpenStream {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// One of [`scope`] (not SYSTEM).
+    pub scope: u32,
+    /// Context or VM id.
+    pub id: u32,
+    /// Must be 0.
+    pub flags: u32,
+}
+
+/// A delta record as `read()` returns it on a stream session.
+///
+/// `slot` is the stream slot as the device published it: plaintext
+/// `StreamRecord` in `slot.payload` for ordinary VMs, ciphertext for
+/// confidential VMs (decrypt with the VM's key). `lost_before` counts
+/// records of this session the daemon could not deliver (device ring
+/// overflow, or the session's queue overflowing) since the previous record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct TenantDelta {
+    /// Session sequence number (1, 2, …).
+    pub seq: u64,
+    /// Records lost since the previous one.
+    pub lost_before: u64,
+    /// The published stream slot.
+    pub slot: StreamSlot,
+}
+const _: () = assert!(core::mem::size_of::<TenantDelta>() == 16 + 608);
+
+/// `TENANT_IOC_EVENT_INFO`: one catalogue entry (iterate `id` from 0 until EINVAL).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct EventInfo {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// Event id to describe.
+    pub id: u32,
+    /// Output: `events::UnitType` as u8.
+    pub unit_type: u8,
+    /// Output: 1 for multi-bit events.
+    pub multibit: u8,
+    /// Output: 0 partition-scoped, 1 context-filtered shared, 2 device-level.
+    pub scope: u8,
+    /// Reserved, 0.
+    pub reserved: u8,
+    /// Reserved, 0.
+    pub reserved2: u32,
+    /// Output: NUL-padded name.
+    pub name: [u8; 32],
+    /// Output: NUL-padded unit of one count.
+    pub measure: [u8; 16],
+    /// Output: NUL-padded description.
+    pub description: [u8; 96],
+}
+const _: () = assert!(core::mem::size_of::<EventInfo>() == 16 + 32 + 16 + 96);
+
+macro_rules! tenant_ioctls {
+    ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
+        $( $(#[$m])*
+           // Linux ioctl request codes are 32 bits wide.
+           #[allow(clippy::cast_possible_truncation)]
+           pub const $name: u32 = nix::$dir!(TENANT_IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+           const _: () = assert!(core::mem::size_of::<$ty>() <= crate::ioctl::MAX_IOCTL_SIZE); )*
+        /// Every tenant-node ioctl number with its name.
+        pub const TENANT_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];
+    };
+}
+
+tenant_ioctls! {
+    /// Read [`Whoami`].
+    TENANT_IOC_WHOAMI = request_code_readwrite(0x00, Whoami);
+    /// [`ListContexts`].
+    TENANT_IOC_LIST_CONTEXTS = request_code_readwrite(0x01, ListContexts);
+    /// [`ReadCounters`].
+    TENANT_IOC_READ_COUNTERS = request_code_readwrite(0x02, ReadCounters);
+    /// [`ReadRates`].
+    TENANT_IOC_READ_RATES = request_code_readwrite(0x03, ReadRates);
+    /// [`OpenStream`].
+    TENANT_IOC_OPEN_STREAM = request_code_write(0x04, OpenStream);
+    /// [`EventInfo`].
+    TENANT_IOC_EVENT_INFO = request_code_readwrite(0x05, EventInfo);
+}
