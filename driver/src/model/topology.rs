@@ -8,7 +8,7 @@
 //! slices, so every CCU belongs to exactly one partition slot (0 = system)
 //! or to none (unowned hardware never counts).
 
-use gpupm_uapi::events::{self, UnitType, MAX_CCU_ULCS, MAX_ULC_COUNTERS};
+use gpupm_uapi::events::{UnitType, MAX_CCU_ULCS, MAX_ULC_COUNTERS};
 use gpupm_uapi::regs::{ccu_group, MAX_CCUS, MAX_PARTITION_SLOTS};
 
 use crate::scenario::{PartitionSpec, TopologySpec};
@@ -255,10 +255,6 @@ pub fn h100_class() -> TopologySpec {
     }
 }
 
-/// Count of events of `unit` (its ULC width).
-pub fn ulc_width(unit: UnitType) -> usize {
-    events::CATALOGUE.iter().filter(|e| e.unit == unit).count()
-}
 
 #[cfg(test)]
 mod tests {
@@ -284,7 +280,7 @@ mod tests {
         assert_eq!(t.partition_ccus[0].len(), 1);
         assert!(t.ccus.iter().all(|c| c.ulcs.len() <= MAX_CCU_ULCS));
         let sm_counters = t.ulcs.iter().filter(|u| u.unit == UnitType::Sm).map(|u| u.counters).sum::<u32>();
-        assert_eq!(sm_counters as usize, 132 * ulc_width(UnitType::Sm));
+        assert_eq!(sm_counters as usize, 132 * UnitType::Sm.events().count());
         assert_eq!(t.counter_count(), t.counter_event.len());
     }
 

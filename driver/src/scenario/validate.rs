@@ -235,15 +235,7 @@ fn clock(raw: Option<&RawClock>) -> Result<ClockSpec, SpanError> {
 }
 
 fn topology(raw: Option<&RawTopology>) -> Result<TopologySpec, SpanError> {
-    let mut t = TopologySpec {
-        sms_per_gpc: vec![17, 17, 17, 17, 16, 16, 16, 16],
-        memory_slices: 8,
-        l2_per_slice: 6,
-        fb_per_slice: 2,
-        ce_per_slice: 1,
-        nvlinks: 18,
-        pcie: true,
-    };
+    let mut t = crate::model::topology::h100_class();
     let Some(raw) = raw else { return Ok(t) };
     if let Some(gpcs) = &raw.sms_per_gpc {
         if !(1..=MAX_GPCS as usize).contains(&gpcs.get_ref().len()) {
