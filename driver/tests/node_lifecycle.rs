@@ -79,7 +79,7 @@ fn restart_after_kill_9_recovers_the_stale_mount() {
 fn a_second_driver_refuses_a_live_node_dir() {
     let d = Driver::start();
     let out = Command::new(harness::DRIVER)
-        .args(["--fake-backend", "--clock", "step", "--node-dir"])
+        .args(["--clock", "step", "--node-dir"])
         .arg(&d.dir)
         .output()
         .unwrap();
