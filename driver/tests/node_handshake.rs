@@ -21,7 +21,10 @@ const VMS: [u32; 5] = [1, 2, 3, 4, 5];
 const MAX_CTX: u32 = 128;
 
 fn sum_part(card: &std::fs::File, reg: u64) -> u64 {
-    partitions(card).iter().map(|&p| rd64(card, regs::part(p, reg)).unwrap()).sum()
+    partitions(card)
+        .iter()
+        .map(|&p| rd64(card, regs::part(p, reg)).unwrap())
+        .sum()
 }
 
 #[test]
@@ -37,7 +40,10 @@ fn every_block_equals_the_ledger_after_1000_switches_handshaked_through_the_node
     // A handshake with no switch pending is refused and changes nothing.
     let before = digest(&card);
     assert_eq!(errno(&handshake(&card, 1).unwrap_err()), libc::EINVAL);
-    assert!(digest(&card) == before, "a refused handshake changed the device");
+    assert!(
+        digest(&card) == before,
+        "a refused handshake changed the device"
+    );
 
     // Service after every step shorter than the switch timeout: the host
     // always answers before the device's fallback would.
@@ -57,12 +63,28 @@ fn every_block_equals_the_ledger_after_1000_switches_handshaked_through_the_node
         }
     }
     let switches = sum_part(&card, regs::PART_SWITCHES);
-    assert_eq!(sum_part(&card, regs::PART_FALLBACKS), 0, "prompt service needs no fallback");
+    assert_eq!(
+        sum_part(&card, regs::PART_FALLBACKS),
+        0,
+        "prompt service needs no fallback"
+    );
     assert_eq!(tally.fallbacks, 0);
-    assert_eq!(switches, tally.handshakes, "every switch was handshaked through the node");
-    assert!(vm_switches >= 20, "VMs were time-sliced ({vm_switches} VM switches)");
-    assert!(!tally.destroyed.is_empty(), "churn destroyed contexts: {tally:?}");
-    assert_eq!(rd32(&card, regs::DEVICE_STATUS).unwrap() & device_status::FALLBACK_SEEN, 0);
+    assert_eq!(
+        switches, tally.handshakes,
+        "every switch was handshaked through the node"
+    );
+    assert!(
+        vm_switches >= 20,
+        "VMs were time-sliced ({vm_switches} VM switches)"
+    );
+    assert!(
+        !tally.destroyed.is_empty(),
+        "churn destroyed contexts: {tally:?}"
+    );
+    assert_eq!(
+        rd32(&card, regs::DEVICE_STATUS).unwrap() & device_status::FALLBACK_SEEN,
+        0
+    );
 
     flush_all(&card);
     let c = assert_conserved(&card, &VMS, MAX_CTX, scenario::key_of);
@@ -83,15 +105,29 @@ fn unserviced_switches_complete_by_fallback_and_counts_stay_exact() {
     }
     let fallbacks = sum_part(&card, regs::PART_FALLBACKS);
     assert!(fallbacks > 20, "{fallbacks} fallbacks");
-    assert_eq!(tally.fallbacks, fallbacks, "one SWITCH_FALLBACK record per fallback");
-    assert_eq!(sum_part(&card, regs::PART_SWITCHES), fallbacks, "no switch was host-driven");
-    assert_ne!(rd32(&card, regs::DEVICE_STATUS).unwrap() & device_status::FALLBACK_SEEN, 0);
+    assert_eq!(
+        tally.fallbacks, fallbacks,
+        "one SWITCH_FALLBACK record per fallback"
+    );
+    assert_eq!(
+        sum_part(&card, regs::PART_SWITCHES),
+        fallbacks,
+        "no switch was host-driven"
+    );
+    assert_ne!(
+        rd32(&card, regs::DEVICE_STATUS).unwrap() & device_status::FALLBACK_SEEN,
+        0
+    );
     for p in partitions(&card) {
         let status = rd32(&card, regs::part(p, regs::PART_STATUS)).unwrap();
         assert_ne!(status & part_status::LAST_FALLBACK, 0, "partition {p}");
     }
     wr32(&card, regs::MBOX_CMD, mbox_op::READ_FALLBACKS).unwrap();
-    assert_eq!(rd64(&card, regs::MBOX_DATA).unwrap(), fallbacks, "the BMC sees them too");
+    assert_eq!(
+        rd64(&card, regs::MBOX_DATA).unwrap(),
+        fallbacks,
+        "the BMC sees them too"
+    );
 
     // Switches may be in flight; counts are exact all the same.
     flush_all(&card);

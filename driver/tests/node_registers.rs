@@ -1,6 +1,8 @@
 //! Register file and memory window of the real device model through
 //! `pread`/`pwrite` on the node (small scenario, step clock).
 
+#[path = "common/mod.rs"]
+mod common;
 mod harness;
 
 use std::os::unix::fs::FileExt;
@@ -11,6 +13,16 @@ use gpupm_uapi::regs::{self, device_status, mbox_op, mbox_status};
 use harness::node::{advance, flush_all, identity, read_block};
 use harness::{errno, rd32, rd64, wr32, Driver};
 use zerocopy::FromBytes;
+
+#[test]
+fn small_scenario_file_is_the_model_tests_small_scenario() {
+    let parsed = gpupm_driver::scenario::parse("small.toml", &harness::scenario::small())
+        .expect("the harness's scenario file parses");
+    assert_eq!(parsed, common::small_scenario());
+    for text in [harness::scenario::switching(), harness::scenario::slow_realtime()] {
+        gpupm_driver::scenario::parse("test.toml", &text).expect("scenario file parses");
+    }
+}
 
 #[test]
 fn identity_and_topology_registers_describe_the_scenario() {

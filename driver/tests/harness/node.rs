@@ -14,8 +14,7 @@ use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp, GPUPM_IOC_ADVANCE,
-    GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, IOCTL_STRUCT_VERSION,
-    MAX_BATCH_OPS,
+    GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
 };
 use gpupm_uapi::layout::{
     self, block_kind, envelope_flags, Block, BlockSlot, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET,
@@ -59,7 +58,10 @@ pub fn batch_of(ops: &[RegOp]) -> RegBatch {
 pub fn batch(card: &File, ops: &mut [RegOp]) -> io::Result<()> {
     let mut b = batch_of(ops);
     ioctl(card, GPUPM_IOC_REG_BATCH, b.as_mut_bytes())?;
-    assert_eq!(b.failed_index, b.count, "a successful batch reports failed_index = count");
+    assert_eq!(
+        b.failed_index, b.count,
+        "a successful batch reports failed_index = count"
+    );
     ops.copy_from_slice(&b.ops[..ops.len()]);
     Ok(())
 }
@@ -151,7 +153,10 @@ pub fn handshake(card: &File, p: u32) -> io::Result<()> {
     let mut second = [
         write_op(r::part(p, r::PART_RC_BIND_VM), next_vm),
         write_op(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
-        write_op(r::part(p, r::PART_RC_CMD), u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT)),
+        write_op(
+            r::part(p, r::PART_RC_CMD),
+            u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT),
+        ),
         write_op(r::part(p, r::PART_CTRL), 0),
     ];
     batch(card, &mut second)
@@ -216,7 +221,10 @@ pub fn service(card: &mut File, tally: &mut Tally) -> usize {
             match rec.source {
                 source::SWITCH_REQUESTED => {
                     handshake(card, rec.partition).unwrap_or_else(|e| {
-                        panic!("handshake on partition {} (record {rec:?}): {e}", rec.partition)
+                        panic!(
+                            "handshake on partition {} (record {rec:?}): {e}",
+                            rec.partition
+                        )
                     });
                     tally.handshakes += 1;
                 }
@@ -257,11 +265,17 @@ pub fn flush_all(card: &File) {
 /// envelope says it is encrypted.
 pub fn read_block(card: &File, offset: u64, key: Option<&[u8; 32]>) -> Block {
     let mut buf = vec![0u8; usize::try_from(BLOCK_SLOT_SIZE).unwrap()];
-    let n = card.read_at(&mut buf, MEM_WINDOW_OFFSET + offset).expect("window read");
+    let n = card
+        .read_at(&mut buf, MEM_WINDOW_OFFSET + offset)
+        .expect("window read");
     assert_eq!(n, buf.len(), "short window read");
     let mut slot = BlockSlot::read_from_bytes(&buf).unwrap();
     let encrypted = slot.envelope.flags & envelope_flags::ENCRYPTED != 0;
-    assert_eq!(encrypted, key.is_some(), "encryption of the block at {offset:#x}");
+    assert_eq!(
+        encrypted,
+        key.is_some(),
+        "encryption of the block at {offset:#x}"
+    );
     if let Some(k) = key {
         gpupm_driver::model::cc::open(k, &slot.envelope, &mut slot.payload, &slot.tag)
             .expect("block decrypts under the VM key");
@@ -277,11 +291,17 @@ pub fn contexts(card: &File, max_id: u32) -> Vec<(u32, u32, u32)> {
     for chunk in ids.chunks(MAX_BATCH_OPS / 2) {
         let mut ops: Vec<RegOp> = chunk
             .iter()
-            .flat_map(|&c| [read_op(r::ctx(c, r::CTX_STATE), 4), read_op(r::ctx(c, r::CTX_VM), 4)])
+            .flat_map(|&c| {
+                [
+                    read_op(r::ctx(c, r::CTX_STATE), 4),
+                    read_op(r::ctx(c, r::CTX_VM), 4),
+                ]
+            })
             .collect();
         batch(card, &mut ops).expect("context table batch");
         for (&c, pair) in chunk.iter().zip(ops.chunks(2)) {
-            let (state, vm) = (pair[0].value as u32, pair[1].value as u32);
+            let state = u32::try_from(pair[0].value).expect("32-bit register");
+            let vm = u32::try_from(pair[1].value).expect("32-bit register");
             if state != ctx_state::FREE {
                 out.push((c, vm, state));
             }
@@ -320,8 +340,14 @@ pub fn assert_conserved(
         let want = expected(&ledger(card, ledger_scope::CONTEXT, id).unwrap());
         let off = rd64(card, r::ctx(id, r::CTX_BLOCK)).unwrap();
         let block = read_block(card, off, key_of(vm).as_ref());
-        assert_eq!((block.magic, block.kind, block.id, block.vm), (layout::BLOCK_MAGIC, block_kind::CONTEXT, id, vm));
-        assert_eq!(block.counters, want, "context {id} (vm {vm}) block != ledger");
+        assert_eq!(
+            (block.magic, block.kind, block.id, block.vm),
+            (layout::BLOCK_MAGIC, block_kind::CONTEXT, id, vm)
+        );
+        assert_eq!(
+            block.counters, want,
+            "context {id} (vm {vm}) block != ledger"
+        );
         out.contexts += 1;
     }
     for &vm in vms {
@@ -333,10 +359,18 @@ pub fn assert_conserved(
         assert!(total(&block.counters) > 0, "VM {vm} counted nothing");
     }
     let want = expected(&ledger(card, ledger_scope::SYSTEM, 0).unwrap());
-    let system = read_block(card, layout::block_slot_offset(layout::SYSTEM_BLOCK_SLOT), None);
+    let system = read_block(
+        card,
+        layout::block_slot_offset(layout::SYSTEM_BLOCK_SLOT),
+        None,
+    );
     assert_eq!(system.kind, block_kind::SYSTEM);
     assert_eq!(system.counters, want, "system block != ledger");
-    assert_eq!(rd64(card, r::CCU_WRAPS).unwrap(), 0, "a CCU counter wrapped");
+    assert_eq!(
+        rd64(card, r::CCU_WRAPS).unwrap(),
+        0,
+        "a CCU counter wrapped"
+    );
     out.system_total = total(&system.counters);
     out
 }
@@ -350,7 +384,10 @@ pub fn digest(card: &File) -> Vec<u8> {
         (0, 0x400),
         (r::PART_BASE, r::CCU_BASE),
         (r::CCU_BASE, r::VM_BASE),
-        (r::VM_BASE, r::VM_BASE + u64::from(r::MAX_VMS) * r::VM_STRIDE),
+        (
+            r::VM_BASE,
+            r::VM_BASE + u64::from(r::MAX_VMS) * r::VM_STRIDE,
+        ),
         (r::CTX_BASE, r::ctx(64, 0)),
     ];
     for (start, end) in ranges {
@@ -361,7 +398,8 @@ pub fn digest(card: &File) -> Vec<u8> {
     }
     let blocks = u64::from(layout::CTX_BLOCK_SLOT_BASE + 64) * BLOCK_SLOT_SIZE;
     let mut buf = vec![0u8; usize::try_from(blocks).unwrap()];
-    card.read_at(&mut buf, MEM_WINDOW_OFFSET).expect("window read");
+    card.read_at(&mut buf, MEM_WINDOW_OFFSET)
+        .expect("window read");
     out.extend_from_slice(&buf);
     out
 }

@@ -235,9 +235,25 @@ end_cycles = 500000
         hex(&VM3_KEY),
         hex(&VM5_KEY)
     );
-    for (vm, at) in [(1, 0), (1, 500), (2, 0), (2, 900), (3, 0), (3, 0), (3, 2000), (4, 0), (4, 100), (5, 0), (5, 4000)] {
+    for (vm, at) in [
+        (1, 0),
+        (1, 500),
+        (2, 0),
+        (2, 900),
+        (3, 0),
+        (3, 0),
+        (3, 2000),
+        (4, 0),
+        (4, 100),
+        (5, 0),
+        (5, 4000),
+    ] {
         let profile = if at % 1000 == 0 { "busy" } else { "light" };
-        writeln!(s, "[[context]]\nvm = {vm}\nprofile = \"{profile}\"\ncreate_at_cycles = {at}\n").unwrap();
+        writeln!(
+            s,
+            "[[context]]\nvm = {vm}\nprofile = \"{profile}\"\ncreate_at_cycles = {at}\n"
+        )
+        .unwrap();
     }
     profile(&mut s, "busy", 1.0, &CONTEXT_TYPES);
     profile(&mut s, "light", 0.2, &CONTEXT_TYPES);
