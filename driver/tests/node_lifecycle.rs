@@ -6,7 +6,7 @@ mod harness;
 use std::path::PathBuf;
 use std::process::Command;
 
-use harness::{errno, is_mounted, rd32, Driver, Options, TempDir};
+use harness::{errno, is_mounted, rd32, rd64, Driver, Options, TempDir};
 use gpupm_uapi::regs;
 use nix::sys::signal::Signal;
 
@@ -79,7 +79,7 @@ fn restart_after_kill_9_recovers_the_stale_mount() {
 fn a_second_driver_refuses_a_live_node_dir() {
     let d = Driver::start();
     let out = Command::new(harness::DRIVER)
-        .args(["--fake-backend", "--clock", "step", "--node-dir"])
+        .args(["--clock", "step", "--node-dir"])
         .arg(&d.dir)
         .output()
         .unwrap();
@@ -139,5 +139,66 @@ fn admin_group_member_is_allowed() {
 fn python_client_speaks_the_node_abi() {
     let d = Driver::start();
     assert!(python(&["selftest", d.dir.to_str().unwrap()]).contains("ok"));
+    d.stop();
+}
+
+#[test]
+fn python_client_reads_what_the_rust_test_reads() {
+    use gpupm_uapi::intr::source;
+    use gpupm_uapi::ioctl::ledger_scope;
+    use harness::node::{drain_records, expected, identity, ledger, read_block};
+
+    let d = Driver::start();
+    let mut card = d.card_nonblock();
+    let out = python(&["report", d.dir.to_str().unwrap(), "150000"]);
+    let line = |name: &str| -> Vec<u64> {
+        let l = out
+            .lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{out}"));
+        l.split(' ').skip(1).map(|v| v.parse().expect("number")).collect()
+    };
+
+    let id = identity(&card);
+    let ids = [
+        id.version, id.magic, id.abi_version, id.events, id.partitions, id.ccus, id.sms,
+        id.clock_khz, id.step_clock, id.reserved,
+    ];
+    let mut want: Vec<u64> = ids.iter().map(|&v| u64::from(v)).collect();
+    want.push(0); // the client read the identity before advancing
+    assert_eq!(line("identity"), want);
+    assert_eq!(line("cycle"), [150_000]);
+    assert_eq!(rd64(&card, regs::CYCLE).unwrap(), 150_000);
+
+    // Rust's handle sees the client's records and then the flush's TRIGGER_DONE.
+    let recs = drain_records(&mut card);
+    let (flush, advanced) = recs.split_last().expect("records");
+    assert_eq!(flush.source, source::TRIGGER_DONE);
+    let rust: Vec<String> = advanced
+        .iter()
+        .map(|r| format!("{}:{}:{}:{}:{}:{}", r.seq, r.cycle, r.source, r.partition, r.arg, r.arg2))
+        .collect();
+    let l = out.lines().find(|l| l.starts_with("records")).unwrap();
+    let py: Vec<&str> = l.split(' ').skip(1).collect();
+    assert!(rust.len() > 5);
+    assert_eq!(py, rust);
+
+    let q = ledger(&card, ledger_scope::SYSTEM, 0).unwrap();
+    assert_eq!(line("generated"), q.generated);
+    assert_eq!(line("masked"), q.masked);
+    assert_eq!(line("remainder"), q.remainder);
+    let b = read_block(&card, 0, None);
+    let mut want = vec![
+        u64::from(b.magic),
+        u64::from(b.kind),
+        u64::from(b.version),
+        u64::from(b.id),
+        u64::from(b.vm),
+        b.commit_seq,
+        b.last_commit_cycle,
+    ];
+    want.extend(b.counters);
+    assert_eq!(line("system_block"), want);
+    assert_eq!(b.counters, expected(&q), "the flushed system block equals the ledger");
     d.stop();
 }

@@ -1,23 +1,78 @@
-//! Register file and memory window through `pread`/`pwrite` on the node.
+//! Register file and memory window of the real device model through
+//! `pread`/`pwrite` on the node (small scenario, step clock).
 
+#[path = "common/mod.rs"]
+mod common;
 mod harness;
 
 use std::os::unix::fs::FileExt;
 
+use gpupm_uapi::events::EVENT_COUNT;
+use gpupm_uapi::layout::{self, block_kind, Block, BlockSlot, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET};
+use gpupm_uapi::regs::{self, device_status, mbox_op, mbox_status};
+use harness::node::{advance, flush_all, identity, read_block};
 use harness::{errno, rd32, rd64, wr32, Driver};
-use gpupm_driver::node::fake::window_byte;
-use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
-use gpupm_uapi::regs;
+use zerocopy::FromBytes;
 
 #[test]
-fn identity_registers_read_through_pread() {
+fn small_scenario_file_is_the_model_tests_small_scenario() {
+    let parsed = gpupm_driver::scenario::parse("small.toml", &harness::scenario::small())
+        .expect("the harness's scenario file parses");
+    assert_eq!(parsed, common::small_scenario());
+    for text in [harness::scenario::switching(), harness::scenario::slow_realtime()] {
+        gpupm_driver::scenario::parse("test.toml", &text).expect("scenario file parses");
+    }
+}
+
+#[test]
+fn identity_and_topology_registers_describe_the_scenario() {
     let d = Driver::start();
     let card = d.card();
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
-    assert_eq!(
-        rd32(&card, regs::ABI_VERSION).unwrap(),
-        gpupm_uapi::ABI_VERSION
-    );
+    assert_eq!(rd32(&card, regs::ABI_VERSION).unwrap(), gpupm_uapi::ABI_VERSION);
+    // sms_per_gpc = [3, 2], 2 memory slices of 2 L2 + 1 FB + 1 CE, 2 NVLinks.
+    let expect = [
+        (regs::TOPO_GPCS, 2),
+        (regs::TOPO_SMS, 5),
+        (regs::TOPO_L2_SLICES, 4),
+        (regs::TOPO_FB_PARTITIONS, 2),
+        (regs::TOPO_NVLINKS, 2),
+        (regs::TOPO_COPY_ENGINES, 2),
+        (regs::TOPO_PARTITIONS, 2),
+        (regs::TOPO_EVENTS, u32::try_from(EVENT_COUNT).unwrap()),
+        (regs::TOPO_MEMORY_SLICES, 2),
+        (regs::CLOCK_KHZ, 1_980_000),
+        (regs::DEVICE_STATUS, device_status::STEP_CLOCK),
+        (regs::TOPO_VMS, regs::MAX_VMS),
+        (regs::TOPO_CONTEXTS, regs::MAX_CONTEXTS),
+    ];
+    for (off, want) in expect {
+        assert_eq!(rd32(&card, off).unwrap(), want, "register {off:#x}");
+    }
+    let id = identity(&card);
+    assert_eq!(rd32(&card, regs::TOPO_CCUS).unwrap(), id.ccus);
+    assert_eq!((id.sms, id.partitions), (5, 2));
+    // Every CCU belongs to the system channel or one of the two slices, and
+    // the slices' assigned masks are disjoint.
+    let a1 = rd64(&card, regs::part(1, regs::PART_CCU_ASSIGNED)).unwrap();
+    let a2 = rd64(&card, regs::part(2, regs::PART_CCU_ASSIGNED)).unwrap();
+    assert_eq!(a1 & a2, 0);
+    assert!(a1 != 0 && a2 != 0);
+    for c in 0..id.ccus {
+        let owner = rd32(&card, regs::ccu(c, regs::CCU_OWNER)).unwrap();
+        let in_mask = |m: u64| m & 1 << c != 0;
+        match owner {
+            1 => assert!(in_mask(a1)),
+            2 => assert!(in_mask(a2)),
+            o => assert!(o == 0 || o == u32::MAX, "CCU {c} owner {o}"),
+        }
+    }
+    // VM table: VM 3 is the confidential one.
+    for (vm, part, flags) in [(1, 1, 0), (2, 1, 0), (3, 2, regs::vm_flags::CONFIDENTIAL)] {
+        assert_eq!(rd32(&card, regs::vm(vm, regs::VM_PARTITION)).unwrap(), part);
+        assert_eq!(rd32(&card, regs::vm(vm, regs::VM_FLAGS)).unwrap(), flags);
+    }
+    assert_eq!(rd32(&card, regs::vm(4, regs::VM_PARTITION)).unwrap(), 0);
     d.stop();
 }
 
@@ -25,36 +80,41 @@ fn identity_registers_read_through_pread() {
 fn sixty_four_bit_counter_reads_atomically_and_by_halves() {
     let d = Driver::start();
     let card = d.card();
-    let mut adv = common_advance(1 << 33 | 5);
-    harness::sys::ioctl(&card, gpupm_uapi::ioctl::GPUPM_IOC_ADVANCE, &mut adv).unwrap();
-    let full = rd64(&card, regs::CYCLE).unwrap();
-    assert_eq!(full, 1 << 33 | 5);
-    assert_eq!(rd32(&card, regs::CYCLE).unwrap(), 5);
-    assert_eq!(rd32(&card, regs::CYCLE + 4).unwrap(), 2);
+    assert_eq!(advance(&card, 123_457).unwrap(), 123_457);
+    assert_eq!(rd64(&card, regs::CYCLE).unwrap(), 123_457);
+    assert_eq!(rd32(&card, regs::CYCLE).unwrap(), 123_457);
+    assert_eq!(rd32(&card, regs::CYCLE + 4).unwrap(), 0);
+    let switches = rd64(&card, regs::part(1, regs::PART_SWITCHES)).unwrap();
+    assert!(switches > 0, "the device switched contexts while advancing");
+    let e = card.read_at(&mut [0u8; 8], regs::ID).unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL, "8-byte read of a 32-bit register");
     d.stop();
-}
-
-fn common_advance(cycles: u64) -> Vec<u8> {
-    use zerocopy::IntoBytes;
-    let a = gpupm_uapi::ioctl::Advance {
-        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
-        flags: 0,
-        cycles,
-        now: 0,
-    };
-    a.as_bytes().to_vec()
 }
 
 #[test]
 fn writes_read_back_and_read_only_registers_refuse_writes() {
     let d = Driver::start();
     let card = d.card();
-    let reg = regs::part(1, regs::PART_RC_BIND_CTX);
-    wr32(&card, reg, 0xdead_beef).unwrap();
-    assert_eq!(rd32(&card, reg).unwrap(), 0xdead_beef);
-    let e = wr32(&card, regs::ID, 1).unwrap_err();
-    assert_eq!(errno(&e), libc::EINVAL);
+    let reg = regs::part(1, regs::PART_SWITCH_TIMEOUT);
+    assert_eq!(rd32(&card, reg).unwrap(), 50_000, "scenario switch timeout");
+    wr32(&card, reg, 70_000).unwrap();
+    assert_eq!(rd32(&card, reg).unwrap(), 70_000);
+    for (off, value) in [
+        (regs::ID, 1),
+        (regs::CYCLE, 0),
+        (regs::TOPO_SMS, 9),
+        (regs::part(1, regs::PART_SWITCHES), 0),
+        (reg, 10),                                 // below the 1024-cycle minimum
+        (regs::TRIG_PERIOD, 5),                    // below TRIG_PERIOD_MIN
+        (regs::part(1, regs::PART_RC_BIND_VM), 3), // VM 3 lives on partition 2
+        (regs::part(1, regs::PART_CTRL), regs::part_ctrl::ALL), // no switch pending
+    ] {
+        let e = wr32(&card, off, value).unwrap_err();
+        assert_eq!(errno(&e), libc::EINVAL, "write {value} to {off:#x}");
+    }
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
+    assert_eq!(rd32(&card, reg).unwrap(), 70_000);
+    assert_eq!(rd32(&card, regs::TRIG_PERIOD).unwrap(), 20_000);
     d.stop();
 }
 
@@ -62,70 +122,85 @@ fn writes_read_back_and_read_only_registers_refuse_writes() {
 fn unaligned_odd_width_and_out_of_range_accesses_are_einval_and_change_nothing() {
     let d = Driver::start();
     let card = d.card();
-    let reg = regs::part(1, regs::PART_RC_BIND_VM);
-    wr32(&card, reg, 7).unwrap();
+    let reg = regs::part(1, regs::PART_SWITCH_TIMEOUT);
+    wr32(&card, reg, 7_777).unwrap();
+    let before = harness::node::digest(&card);
     let mut b4 = [0u8; 4];
     let mut b2 = [0u8; 2];
     let mut b16 = [0u8; 16];
+    let window_end = layout::STREAM_REGION + 16 * layout::STREAM_RING_SPAN;
     for (what, res) in [
         ("unaligned read", card.read_at(&mut b4, reg + 2)),
         ("2-byte read", card.read_at(&mut b2, reg)),
         ("16-byte read", card.read_at(&mut b16, reg)),
         ("read past BAR0", card.read_at(&mut b4, regs::BAR0_SIZE)),
-        (
-            "read far past BAR0",
-            card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x1000 * 4),
-        ),
+        ("read of an unmapped register", card.read_at(&mut b4, 0x3FC)),
+        ("read far past BAR0", card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x4000)),
         ("unaligned write", card.write_at(&[1, 2, 3, 4], reg + 1)),
         ("2-byte write", card.write_at(&[1, 2], reg)),
-        (
-            "write past BAR0",
-            card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE),
-        ),
-        (
-            "unaligned 8-byte read",
-            card.read_at(&mut [0u8; 8], regs::CYCLE + 4),
-        ),
-        (
-            "window write",
-            card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET),
-        ),
+        ("write past BAR0", card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE)),
+        ("unaligned 8-byte read", card.read_at(&mut [0u8; 8], regs::CYCLE + 4)),
+        ("window write", card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET)),
+        ("window read past its end", card.read_at(&mut b16, MEM_WINDOW_OFFSET + window_end)),
     ] {
         let e = res.expect_err(what);
         assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
     }
-    assert_eq!(rd32(&card, reg).unwrap(), 7);
+    assert_eq!(rd32(&card, reg).unwrap(), 7_777);
+    assert!(harness::node::digest(&card) == before, "a refused access changed the device");
     d.stop();
 }
 
 #[test]
-fn memory_window_reads_in_bulk() {
+fn memory_window_reads_blocks_in_bulk() {
     let d = Driver::start();
     let card = d.card();
+    advance(&card, 200_000).unwrap();
+    flush_all(&card);
     let mut buf = vec![0u8; 64 * 1024];
-    let base = 4096 * 3 + 17;
-    let n = card.read_at(&mut buf, MEM_WINDOW_OFFSET + base).unwrap();
-    assert_eq!(n, buf.len());
-    assert!(buf
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == window_byte(base + i as u64)));
+    card.read_exact_at(&mut buf, MEM_WINDOW_OFFSET).unwrap();
+    let slot = |i: u64| {
+        let size = usize::try_from(BLOCK_SLOT_SIZE).unwrap();
+        let at = usize::try_from(i).unwrap() * size;
+        BlockSlot::read_from_bytes(&buf[at..at + size]).unwrap()
+    };
+    let system = Block::read_from_bytes(&slot(0).payload).unwrap();
+    assert_eq!((system.magic, system.kind), (layout::BLOCK_MAGIC, block_kind::SYSTEM));
+    assert!(system.counters.iter().sum::<u64>() > 0, "the system block counted");
+    assert_eq!(system, read_block(&card, 0, None), "bulk and single-slot reads agree");
+    let vm1 = Block::read_from_bytes(&slot(1).payload).unwrap();
+    assert_eq!((vm1.kind, vm1.id), (block_kind::VM, 1));
+    // VM 3 is confidential: ciphertext in the window, plaintext with its key.
+    assert_ne!(slot(3).envelope.flags & layout::envelope_flags::ENCRYPTED, 0);
+    let vm3 = read_block(&card, layout::block_slot_offset(3), Some(&harness::scenario::VM3_KEY));
+    assert_eq!((vm3.kind, vm3.id), (block_kind::VM, 3));
+    assert!(vm3.counters.iter().sum::<u64>() > 0);
     d.stop();
 }
 
 #[test]
-fn oob_node_allows_only_the_mailbox() {
+fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
     let d = Driver::start();
+    let card = d.card();
+    advance(&card, 100_000).unwrap();
+    flush_all(&card);
     let oob = d.open("card0-oob", 0);
-    wr32(&oob, regs::MBOX_CMD, regs::mbox_op::GET_CAPS).unwrap();
-    assert_eq!(
-        rd32(&oob, regs::MBOX_STATUS).unwrap(),
-        regs::mbox_status::OK
-    );
-    assert_eq!(
-        rd64(&oob, regs::MBOX_DATA).unwrap() >> 32,
-        u64::from(gpupm_uapi::ABI_VERSION)
-    );
+    wr32(&oob, regs::MBOX_CMD, mbox_op::GET_CAPS).unwrap();
+    assert_eq!(rd32(&oob, regs::MBOX_STATUS).unwrap(), mbox_status::OK);
+    let caps = rd64(&oob, regs::MBOX_DATA).unwrap();
+    assert_eq!(caps >> 32, u64::from(gpupm_uapi::ABI_VERSION));
+    assert_eq!(caps & 0xFFFF_FFFF, EVENT_COUNT as u64);
+    wr32(&oob, regs::MBOX_CMD, mbox_op::READ_CYCLE).unwrap();
+    assert_eq!(rd64(&oob, regs::MBOX_DATA).unwrap(), 100_000);
+    let system = read_block(&card, 0, None);
+    let nvlink_tx = gpupm_uapi::events::by_name("nvlink_tx_flits").unwrap().id;
+    wr32(&oob, regs::MBOX_ARG, u32::from(nvlink_tx)).unwrap();
+    wr32(&oob, regs::MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER).unwrap();
+    let via_mailbox = rd64(&oob, regs::MBOX_DATA).unwrap();
+    assert_eq!(via_mailbox, system.counters[usize::from(nvlink_tx)]);
+    assert!(via_mailbox > 0);
+    wr32(&oob, regs::MBOX_CMD, 0x7F).unwrap();
+    assert_eq!(rd32(&oob, regs::MBOX_STATUS).unwrap(), mbox_status::ERR_OPCODE);
     for off in [regs::ID, regs::TRIG_CMD, regs::INTR_ACK] {
         assert_eq!(errno(&rd32(&oob, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&oob, off, 0).unwrap_err()), libc::EINVAL);
@@ -133,5 +208,7 @@ fn oob_node_allows_only_the_mailbox() {
     let e = harness::sys::ioctl(&oob, gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY, &mut [0u8; 48])
         .unwrap_err();
     assert_eq!(errno(&e), libc::ENOTTY);
+    let mut b = [0u8; 4];
+    assert_eq!(errno(&oob.read_at(&mut b, MEM_WINDOW_OFFSET).unwrap_err()), libc::EINVAL);
     d.stop();
 }

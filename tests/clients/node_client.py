@@ -6,8 +6,14 @@ fcntl.ioctl and struct, using constants generated from the uapi crate
 
 Usage:
   node_client.py selftest NODE_DIR   exercise registers, ioctls, interrupts
+  node_client.py report NODE_DIR CYCLES
+                                     advance the step clock, read the records,
+                                     flush, print identity, records, system
+                                     ledger and system block (one per line)
   node_client.py denied NODE_DIR     open as root, drop to nobody, expect EACCES
-Prints "ok" and exits 0 on success; raises (exit 1) otherwise.
+selftest and denied print "ok" and exit 0 on success; any failure raises
+(exit 1). The Rust test node_lifecycle.rs compares `report` with what it
+reads itself.
 """
 
 import errno
@@ -19,6 +25,24 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpupm_uapi as U  # noqa: E402
+
+# ABI values not (yet) emitted by uapi/examples/gen_py.rs. They come from
+# uapi/src/{regs,ioctl,layout}.rs; the Rust test that runs `report` compares
+# everything read with them against its own reads, so a wrong value fails.
+REG_TRIG_TARGET = 0x10C
+REG_TOPO_PARTITIONS = 0x24
+REG_PART_STATUS = 0x04
+REG_PART_SWITCH_TIMEOUT = 0x34
+TRIG_CMD_FLUSH_ULC = 0x1
+PART_STATUS_CONFIGURED = 1 << 8
+MAX_PARTITION_SLOTS = 16
+LEDGER_SCOPE_SYSTEM = 3
+MAX_EVENTS = 64
+FMT_LEDGER_QUERY = "<4I%dQ" % (3 * MAX_EVENTS)
+SIZEOF_ENVELOPE = 32
+FMT_BLOCK = "<IHHIIQQ%dQ" % MAX_EVENTS
+SIZEOF_BLOCK_SLOT = SIZEOF_ENVELOPE + struct.calcsize(FMT_BLOCK) + 16
+assert struct.calcsize(FMT_LEDGER_QUERY) == U.SIZEOF_LEDGER_QUERY
 
 NOBODY = 65534
 
@@ -68,45 +92,110 @@ def expect_errno(code, fn, *args):
     raise AssertionError(f"expected {errno.errorcode[code]}, call succeeded")
 
 
+def part(p, reg):
+    return U.REG_PART_BASE + p * U.REG_PART_STRIDE + reg
+
+
+def advance(fd, cycles):
+    buf = bytearray(struct.pack(U.FMT_ADVANCE, U.IOCTL_STRUCT_VERSION, 0, cycles, 0))
+    fcntl.ioctl(fd, U.GPUPM_IOC_ADVANCE, buf)
+    return struct.unpack(U.FMT_ADVANCE, buf)[3]
+
+
+def ledger(fd, scope, ident):
+    buf = bytearray(U.SIZEOF_LEDGER_QUERY)
+    struct.pack_into("<4I", buf, 0, U.IOCTL_STRUCT_VERSION, scope, ident, 0)
+    fcntl.ioctl(fd, U.GPUPM_IOC_LEDGER, buf)
+    v = struct.unpack(FMT_LEDGER_QUERY, buf)
+    return v[4:4 + MAX_EVENTS], v[4 + MAX_EVENTS:4 + 2 * MAX_EVENTS], v[4 + 2 * MAX_EVENTS:]
+
+
+def records(fd):
+    """Every interrupt record available now on a non-blocking fd."""
+    out = []
+    while True:
+        try:
+            data = os.read(fd, 64 * U.SIZEOF_INTERRUPT_RECORD)
+        except BlockingIOError:
+            return out
+        for i in range(0, len(data), U.SIZEOF_INTERRUPT_RECORD):
+            out.append(struct.unpack_from(U.FMT_INTERRUPT_RECORD, data, i))
+
+
+def flush_all(fd):
+    mask = 1
+    for p in range(1, MAX_PARTITION_SLOTS):
+        if rd32(fd, part(p, REG_PART_STATUS)) & PART_STATUS_CONFIGURED:
+            mask |= 1 << p
+    wr32(fd, REG_TRIG_TARGET, mask)
+    wr32(fd, U.REG_TRIG_CMD, TRIG_CMD_FLUSH_ULC | U.TRIG_CMD_TRIGGER)
+
+
+def system_block(fd):
+    raw = os.pread(fd, SIZEOF_BLOCK_SLOT, U.MEM_WINDOW_OFFSET)
+    assert len(raw) == SIZEOF_BLOCK_SLOT
+    return struct.unpack_from(FMT_BLOCK, raw, SIZEOF_ENVELOPE)
+
+
 def selftest(node_dir):
     card = os.path.join(node_dir, "card0")
     fd = os.open(card, os.O_RDWR | os.O_NONBLOCK)
     ident = identity(fd)
     assert ident[0] == U.IOCTL_STRUCT_VERSION and ident[1] == U.DEVICE_MAGIC, ident
     assert ident[2] == U.ABI_VERSION
+    assert ident[4] == rd32(fd, REG_TOPO_PARTITIONS) > 0, ident
+    assert ident[8] == 1, "step clock"
     assert rd32(fd, U.REG_ID) == U.DEVICE_MAGIC
 
-    scratch = U.REG_PART_BASE + U.REG_PART_STRIDE + U.REG_PART_RC_BIND_VM
+    timeout = part(1, REG_PART_SWITCH_TIMEOUT)
     err, failed, values = batch(fd, [
-        (U.REG_OP_WRITE, scratch, 4, 77),
-        (U.REG_OP_READ, scratch, 4, 0),
+        (U.REG_OP_WRITE, timeout, 4, 7000),
+        (U.REG_OP_READ, timeout, 4, 0),
         (U.REG_OP_READ, U.REG_ID, 4, 0),
     ])
-    assert (err, failed, values[1:]) == (0, 3, [77, U.DEVICE_MAGIC]), (err, failed, values)
+    assert (err, failed, values[1:]) == (0, 3, [7000, U.DEVICE_MAGIC]), (err, failed, values)
+    seq = rd64(fd, U.REG_INTR_SEQ)
     err, failed, _ = batch(fd, [
-        (U.REG_OP_WRITE, scratch, 4, 78),
+        (U.REG_OP_WRITE, timeout, 4, 7100),
+        (U.REG_OP_WRITE, REG_TRIG_TARGET, 4, 1),
         (U.REG_OP_WRITE, U.REG_TRIG_CMD, 4, U.TRIG_CMD_TRIGGER),
         (U.REG_OP_WRITE, U.REG_ID, 4, 1),
     ])
-    assert (err, failed) == (errno.EINVAL, 2), (err, failed)
-    assert rd32(fd, scratch) == 77
-    assert rd64(fd, U.REG_INTR_SEQ) == 0
+    assert (err, failed) == (errno.EINVAL, 3), (err, failed)
+    assert rd32(fd, timeout) == 7000
+    assert rd64(fd, U.REG_INTR_SEQ) == seq
 
     expect_errno(errno.ENOTTY, fcntl.ioctl, fd, (U.GPUPM_IOC_IDENTITY & ~0xFF) | 0x7F, bytearray(48))
     bad = bytearray(struct.pack(U.FMT_IDENTITY, 99, *([0] * 9), 0))
     expect_errno(errno.EINVAL, fcntl.ioctl, fd, U.GPUPM_IOC_IDENTITY, bad)
     expect_errno(errno.EINVAL, os.pread, fd, 4, U.REG_ID + 2)
+    expect_errno(errno.EINVAL, ledger, fd, 99, 0)
 
     expect_errno(errno.EAGAIN, os.read, fd, U.SIZEOF_INTERRUPT_RECORD)
+    wr32(fd, REG_TRIG_TARGET, 1)
     wr32(fd, U.REG_TRIG_CMD, U.TRIG_CMD_TRIGGER)
     p = select.poll()
     p.register(fd, select.POLLIN)
     assert p.poll(10000), "poll timed out"
     rec = struct.unpack(U.FMT_INTERRUPT_RECORD, os.read(fd, U.SIZEOF_INTERRUPT_RECORD))
-    assert rec[0] == 1 and rec[2] == U.INTR_TRIGGER_DONE, rec
+    assert rec[0] == seq and rec[2] == U.INTR_TRIGGER_DONE, rec
 
-    window = os.pread(fd, 4096, U.MEM_WINDOW_OFFSET)
-    assert len(window) == 4096
+    assert advance(fd, 20000) == 20000
+    assert any(r[2] == U.INTR_CTX_CREATED for r in records(fd)), "contexts are created"
+    os.close(fd)
+
+
+def report(node_dir, cycles):
+    fd = os.open(os.path.join(node_dir, "card0"), os.O_RDWR | os.O_NONBLOCK)
+    print("identity", *identity(fd))
+    print("cycle", advance(fd, cycles))
+    print("records", *[":".join(map(str, r)) for r in records(fd)])
+    flush_all(fd)
+    generated, masked, remainder = ledger(fd, LEDGER_SCOPE_SYSTEM, 0)
+    print("generated", *generated)
+    print("masked", *masked)
+    print("remainder", *remainder)
+    print("system_block", *system_block(fd))
     os.close(fd)
 
 
@@ -125,6 +214,9 @@ def denied(node_dir):
 
 
 def main(argv):
+    if len(argv) == 4 and argv[1] == "report":
+        report(argv[2], int(argv[3]))
+        return 0
     if len(argv) != 3 or argv[1] not in ("selftest", "denied"):
         print(__doc__, file=sys.stderr)
         return 2

@@ -44,10 +44,6 @@ struct Args {
     /// Group allowed besides root (default: `gpupm-admin` if it exists).
     #[arg(long, value_name = "GID")]
     admin_gid: Option<u32>,
-    /// Serve the transport's in-memory fake device instead of the device
-    /// model (transport tests only; needs the `test-utils` feature).
-    #[arg(long)]
-    fake_backend: bool,
 }
 
 /// Why the driver could not start or had to stop.
@@ -67,18 +63,6 @@ enum DriverError {
 
 /// Creates the device the node serves: the one place that chooses it.
 fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
-    if args.fake_backend {
-        #[cfg(feature = "test-utils")]
-        {
-            use gpupm_driver::node::fake::FakeBackend;
-            tracing::warn!("serving the transport test fake, not the device model");
-            return Ok(Box::new(FakeBackend::new(args.clock == Clock::Step)));
-        }
-        #[cfg(not(feature = "test-utils"))]
-        return Err(DriverError::Backend(
-            "--fake-backend needs a build with the test-utils feature".into(),
-        ));
-    }
     let scenario = match &args.scenario {
         Some(path) => gpupm_driver::scenario::parse_file(path).map_err(|e| DriverError::Backend(e.to_string()))?,
         None => gpupm_driver::scenario::builtin(),

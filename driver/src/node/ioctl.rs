@@ -194,7 +194,18 @@ mod tests {
     use zerocopy::FromZeros;
 
     use super::*;
-    use crate::node::fake::FakeBackend;
+    use crate::model::{Device, EngineKind};
+    use crate::node::model_backend::ModelBackend;
+
+    /// A one-partition device on a step clock.
+    fn device() -> ModelBackend {
+        let toml = "[topology]\nsms_per_gpc = [1]\nmemory_slices = 1\nl2_per_slice = 1\n\
+                    fb_per_slice = 1\nce_per_slice = 1\nnvlinks = 0\n\
+                    [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
+                    [[vm]]\nid = 1\npartition = 1\n";
+        let scenario = crate::scenario::parse("tiny.toml", toml).expect("tiny scenario parses");
+        ModelBackend::new(Device::new(&scenario, EngineKind::Batched, true).expect("device builds"))
+    }
 
     proptest! {
         #[test]
@@ -204,7 +215,7 @@ mod tests {
             fill in any::<u8>(),
             known in any::<bool>(),
         ) {
-            let mut dev = FakeBackend::new(true);
+            let mut dev = device();
             let cmd = if known {
                 DEVICE_IOCTLS[nr as usize % DEVICE_IOCTLS.len()].1
             } else {
@@ -221,7 +232,7 @@ mod tests {
 
     #[test]
     fn batch_with_zero_count_is_refused() {
-        let mut dev = FakeBackend::new(true);
+        let mut dev = device();
         let mut b = RegBatch::new_zeroed();
         b.version = IOCTL_STRUCT_VERSION;
         assert!(dispatch(&mut dev, GPUPM_IOC_REG_BATCH, b.as_bytes(), 0).is_err());

@@ -34,8 +34,6 @@ pub mod access;
 pub mod backend;
 pub mod device;
 pub mod error;
-#[cfg(any(test, feature = "test-utils"))]
-pub mod fake;
 pub mod fuse;
 pub mod ioctl;
 pub mod model_backend;

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod node;
+pub mod scenario;
 pub mod sys;
 
 use std::fs::{self, File, OpenOptions};
@@ -74,6 +76,15 @@ pub fn is_mounted(dir: &Path) -> bool {
     info.lines().any(|l| l.split(' ').nth(4) == Some(&*dir))
 }
 
+/// Which scenario the driver serves.
+#[derive(Clone, Debug)]
+pub enum Scenario {
+    /// The built-in scenario (no `--scenario`).
+    Builtin,
+    /// A scenario file with this TOML text, written to the scratch dir.
+    Toml(String),
+}
+
 /// Options of one driver run.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -81,13 +92,27 @@ pub struct Options {
     pub clock: &'static str,
     /// `--admin-gid`.
     pub admin_gid: Option<u32>,
+    /// The device served.
+    pub scenario: Scenario,
 }
 
 impl Default for Options {
+    /// The small scenario ([`scenario::small`]) on a step clock.
     fn default() -> Self {
         Options {
             clock: "step",
             admin_gid: None,
+            scenario: Scenario::Toml(scenario::small()),
+        }
+    }
+}
+
+impl Options {
+    /// Step clock, serving `toml`.
+    pub fn toml(toml: String) -> Options {
+        Options {
+            scenario: Scenario::Toml(toml),
+            ..Options::default()
         }
     }
 }
@@ -105,7 +130,7 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Starts a driver with the fake backend and a step clock.
+    /// Starts a driver serving the small scenario on a step clock.
     pub fn start() -> Driver {
         Driver::start_with(Options::default())
     }
@@ -134,13 +159,18 @@ impl Driver {
         let notify = UnixDatagram::bind(&sock_path).expect("bind notify socket");
         let log = tmp.0.join("driver.log");
         let mut cmd = Command::new(DRIVER);
-        cmd.args(["--fake-backend", "--clock", opts.clock, "--node-dir"])
+        cmd.args(["--clock", opts.clock, "--node-dir"])
             .arg(&dir)
             .env("NOTIFY_SOCKET", &sock_path)
             .env("RUST_LOG", "debug")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).expect("create driver log"));
+        if let Scenario::Toml(text) = &opts.scenario {
+            let path = tmp.0.join("scenario.toml");
+            fs::write(&path, text).expect("write scenario file");
+            cmd.arg("--scenario").arg(path);
+        }
         if let Some(gid) = opts.admin_gid {
             cmd.arg("--admin-gid").arg(gid.to_string());
         }
