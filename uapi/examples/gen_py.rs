@@ -45,6 +45,17 @@ pub fn render() -> String {
         ("REG_PART_BASE", regs::PART_BASE),
         ("REG_PART_STRIDE", regs::PART_STRIDE),
         ("REG_PART_RC_BIND_VM", regs::PART_RC_BIND_VM),
+        ("REG_TRIG_TARGET", regs::TRIG_TARGET),
+        ("REG_TOPO_PARTITIONS", regs::TOPO_PARTITIONS),
+        ("REG_PART_STATUS", regs::PART_STATUS),
+        ("REG_PART_SWITCH_TIMEOUT", regs::PART_SWITCH_TIMEOUT),
+        ("MAX_PARTITION_SLOTS", u64::from(regs::MAX_PARTITION_SLOTS)),
+        ("PART_STATUS_CONFIGURED", u64::from(regs::part_status::CONFIGURED)),
+        ("TRIG_CMD_FLUSH_ULC", u64::from(regs::trig_cmd::FLUSH_ULC)),
+        ("LEDGER_SCOPE_SYSTEM", u64::from(ioctl::ledger_scope::SYSTEM)),
+        ("MAX_EVENTS", gpupm_uapi::events::MAX_EVENTS as u64),
+        ("SIZEOF_ENVELOPE", size_of::<layout::Envelope>() as u64),
+        ("SIZEOF_BLOCK_SLOT", size_of::<layout::BlockSlot>() as u64),
     ] {
         c(name, off);
     }
