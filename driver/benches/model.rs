@@ -74,10 +74,10 @@ fn main() {
     while samples.len() < 2000 {
         probe.advance(step).unwrap();
         for p in 1..=8u32 {
-            if probe.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() as u32 & 0xF == hs_state::REQUESTED {
+            if probe.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() & 0xF == u64::from(hs_state::REQUESTED) {
                 let t = Instant::now();
                 host::handshake(&mut probe, p).unwrap();
-                samples.push(t.elapsed().as_nanos() as u64);
+                samples.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
             }
         }
         host.service(&mut probe).unwrap();

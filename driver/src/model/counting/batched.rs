@@ -33,6 +33,7 @@ pub(super) fn sync(
 /// of `p`: each active bank is routed into the RCs and cleared, and the
 /// banks swap. Equivalent to `sync` followed by record emission and routing
 /// (the cycle-level engine takes that explicit path, and the tests compare).
+#[allow(clippy::too_many_arguments)] // the sync span plus where the drained banks go
 pub(super) fn sync_and_trigger(
     st: &mut Counting,
     topo: &Topology,
