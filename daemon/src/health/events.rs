@@ -41,7 +41,7 @@ pub fn shutdown(reason: &str, uptime_s: f64) {
         message_id = SHUTDOWN_ID,
         reason,
         uptime_s,
-        "gpupmd stopping ({reason}) after {uptime_s:.0} s"
+        "gpupmd stopping ({reason}) after {uptime_s:.1} s"
     );
 }
 
