@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{require_tool, KillOnDrop, ScriptedHealth};
-use gpupmd::health::{self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID};
+use gpupmd::health::{
+    self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
+};
 use gpupmd::view::{DeviceIdentity, HealthSnapshot};
 use serde_json::Value;
 
@@ -20,7 +22,9 @@ const SOCKET: &str = health::DEFAULT_JOURNAL_SOCKET;
 const PROBE_SOCKET_ENV: &str = "GPUPM_HEALTH_PROBE_SOCKET";
 
 fn journald_answers() -> bool {
-    UnixDatagram::unbound().and_then(|s| s.send_to(b"", SOCKET)).is_ok()
+    UnixDatagram::unbound()
+        .and_then(|s| s.send_to(b"", SOCKET))
+        .is_ok()
 }
 
 /// A journald to log to: the running one, or one this test starts (and
@@ -41,7 +45,10 @@ fn ensure_journald() -> Option<KillOnDrop> {
         if let Ok(Some(status)) = guard.0.try_wait() {
             panic!("systemd-journald exited at start ({status}); the test must run as root");
         }
-        assert!(Instant::now() < deadline, "systemd-journald did not open {SOCKET} within 10 s");
+        assert!(
+            Instant::now() < deadline,
+            "systemd-journald did not open {SOCKET} within 10 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     Some(guard)
@@ -50,7 +57,13 @@ fn ensure_journald() -> Option<KillOnDrop> {
 /// Runs this binary's `probe` test as a child process.
 fn run_probe(socket: &str) -> (u32, Output) {
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "probe", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "probe",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(PROBE_SOCKET_ENV, socket)
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
@@ -71,7 +84,10 @@ fn run_probe(socket: &str) -> (u32, Output) {
 /// The probe's script: a baseline, a busy interval, a troubled interval
 /// (fallbacks, lost records, a slow handshake, tenant errors), a quiet one.
 fn script() -> Vec<HealthSnapshot> {
-    let base = HealthSnapshot { device: identity(), ..HealthSnapshot::default() };
+    let base = HealthSnapshot {
+        device: identity(),
+        ..HealthSnapshot::default()
+    };
     let busy = HealthSnapshot {
         uptime_s: 1.5,
         handshakes: 100,
@@ -96,12 +112,22 @@ fn script() -> Vec<HealthSnapshot> {
         tenant_errors: 60,
         ..busy.clone()
     };
-    let quiet = HealthSnapshot { uptime_s: 3.5, handshake_latency_ns: Vec::new(), ..troubled.clone() };
+    let quiet = HealthSnapshot {
+        uptime_s: 3.5,
+        handshake_latency_ns: Vec::new(),
+        ..troubled.clone()
+    };
     vec![base, busy, troubled, quiet]
 }
 
 fn identity() -> DeviceIdentity {
-    DeviceIdentity { abi_version: 0x0001_0001, clock_khz: 1_410_000, partitions: 7, ccus: 24, sms: 132 }
+    DeviceIdentity {
+        abi_version: 0x0001_0001,
+        clock_khz: 1_410_000,
+        partitions: 7,
+        ccus: 24,
+        sms: 132,
+    }
 }
 
 /// Child side: log lifecycle events and three summaries, then exit.
@@ -109,13 +135,22 @@ fn identity() -> DeviceIdentity {
 #[ignore = "run as a child process by the journald tests"]
 fn probe() {
     let socket = std::env::var(PROBE_SOCKET_ENV).unwrap_or_else(|_| SOCKET.to_owned());
-    let cfg = HealthConfig { summary_interval: Duration::from_millis(100), journal_socket: socket.into() };
+    let cfg = HealthConfig {
+        summary_interval: Duration::from_millis(100),
+        journal_socket: socket.into(),
+    };
     let sink = health::init_logging_sink(&cfg).expect("init logging");
     println!("LOG_SINK={}", sink.name());
     health::startup("0.1.0-test", Path::new("/etc/gpupm/gpupmd.toml"));
     health::device_identity(&identity());
-    health::config_applied(Path::new("/etc/gpupm/gpupmd.toml"), "trigger period 1000 cycles");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    health::config_applied(
+        Path::new("/etc/gpupm/gpupmd.toml"),
+        "trigger period 1000 cycles",
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let source = Arc::new(ScriptedHealth::new(script()));
         let mut calls = source.calls();
@@ -142,11 +177,16 @@ fn journal_entries(pid: u32) -> Vec<Value> {
 }
 
 fn field<'a>(e: &'a Value, name: &str) -> &'a str {
-    e[name].as_str().unwrap_or_else(|| panic!("no {name} in {e}"))
+    e[name]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {name} in {e}"))
 }
 
 fn with_id<'a>(entries: &'a [Value], id: &str) -> Vec<&'a Value> {
-    entries.iter().filter(|e| e["MESSAGE_ID"].as_str() == Some(id)).collect()
+    entries
+        .iter()
+        .filter(|e| e["MESSAGE_ID"].as_str() == Some(id))
+        .collect()
 }
 
 #[test]
@@ -162,7 +202,10 @@ fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
         if with_id(&entries, SHUTDOWN_ID).len() == 1 && with_id(&entries, SUMMARY_ID).len() == 3 {
             break entries;
         }
-        assert!(Instant::now() < deadline, "journal of pid {pid} incomplete: {entries:#?}");
+        assert!(
+            Instant::now() < deadline,
+            "journal of pid {pid} incomplete: {entries:#?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
 
@@ -194,17 +237,39 @@ fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
 
     let anomalies = with_id(&entries, ANOMALY_ID);
     let kinds: Vec<&str> = anomalies.iter().map(|e| field(e, "ANOMALY")).collect();
-    assert_eq!(kinds, ["fallbacks", "lost_records", "handshake_p99", "tenant_errors"], "{anomalies:#?}");
+    assert_eq!(
+        kinds,
+        [
+            "fallbacks",
+            "lost_records",
+            "handshake_p99",
+            "tenant_errors"
+        ],
+        "{anomalies:#?}"
+    );
     assert!(anomalies.iter().all(|e| field(e, "PRIORITY") == "4"));
     assert_eq!(field(anomalies[0], "NEW"), "2");
     assert_eq!(field(anomalies[1], "NEW"), "5");
     assert_eq!(field(anomalies[2], "HANDSHAKE_P99_US"), "2000");
-    assert_eq!((field(anomalies[3], "ERRORS"), field(anomalies[3], "REQUESTS")), ("58", "100"));
+    assert_eq!(
+        (
+            field(anomalies[3], "ERRORS"),
+            field(anomalies[3], "REQUESTS")
+        ),
+        ("58", "100")
+    );
 
     let start = with_id(&entries, STARTUP_ID);
     assert_eq!(field(start[0], "VERSION"), "0.1.0-test");
     let dev = with_id(&entries, DEVICE_IDENTITY_ID);
-    assert_eq!((field(dev[0], "SMS"), field(dev[0], "CCUS"), field(dev[0], "CLOCK_KHZ")), ("132", "24", "1410000"));
+    assert_eq!(
+        (
+            field(dev[0], "SMS"),
+            field(dev[0], "CCUS"),
+            field(dev[0], "CLOCK_KHZ")
+        ),
+        ("132", "24", "1410000")
+    );
     assert_eq!(with_id(&entries, health::CONFIG_APPLIED_ID).len(), 1);
 }
 
@@ -214,7 +279,13 @@ fn without_a_journal_socket_events_go_to_stderr() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("LOG_SINK=stderr"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches(SUMMARY_ID).count(), 3, "{err}");
-    assert!(err.contains("handshake_p50_us=50") && err.contains("handshake_p99_us=99"), "{err}");
-    assert!(err.contains("WARN") && err.contains("anomaly=\"fallbacks\""), "{err}");
+    assert!(
+        err.contains("handshake_p50_us=50") && err.contains("handshake_p99_us=99"),
+        "{err}"
+    );
+    assert!(
+        err.contains("WARN") && err.contains("anomaly=\"fallbacks\""),
+        "{err}"
+    );
     assert!(err.contains("no journal socket"), "{err}");
 }

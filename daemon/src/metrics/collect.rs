@@ -84,7 +84,12 @@ pub fn gather(
     let vms = vm_ids
         .into_iter()
         .filter_map(|vm| match view.totals(Scope::Vm(vm))? {
-            Totals::Sealed(_) => Some(VmData { vm, confidential: true, totals: None, contexts: Vec::new() }),
+            Totals::Sealed(_) => Some(VmData {
+                vm,
+                confidential: true,
+                totals: None,
+                contexts: Vec::new(),
+            }),
             Totals::Plain { counters, .. } => Some(VmData {
                 vm,
                 confidential: false,
@@ -93,7 +98,12 @@ pub fn gather(
             }),
         })
         .collect();
-    ScrapeData { device, vms, health, handshakes }
+    ScrapeData {
+        device,
+        vms,
+        health,
+        handshakes,
+    }
 }
 
 fn plain(t: Option<Totals>) -> Option<Counters> {
@@ -117,9 +127,15 @@ fn contexts_of(view: &dyn CounterView, vm: VmId, max_ctx: usize) -> Vec<(String,
         .filter_map(|(ctx, cycle)| Some((cycle, ctx, plain(view.totals(Scope::Ctx(ctx)))?)))
         .collect();
     readable.sort_unstable_by_key(|&(cycle, ctx, _)| std::cmp::Reverse((cycle, ctx)));
-    let rest = if readable.len() > max_ctx { readable.split_off(max_ctx) } else { Vec::new() };
-    let mut out: Vec<(String, Counters)> =
-        readable.into_iter().map(|(_, ctx, c)| (ctx.to_string(), c)).collect();
+    let rest = if readable.len() > max_ctx {
+        readable.split_off(max_ctx)
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<(String, Counters)> = readable
+        .into_iter()
+        .map(|(_, ctx, c)| (ctx.to_string(), c))
+        .collect();
     if !rest.is_empty() {
         let mut sum = [0u64; MAX_EVENTS];
         for (_, _, c) in rest {
@@ -134,7 +150,9 @@ fn contexts_of(view: &dyn CounterView, vm: VmId, max_ctx: usize) -> Vec<(String,
 
 /// Events a VM or context block can count (device-only units never are).
 fn partition_events() -> impl Iterator<Item = &'static gpupm_uapi::events::EventInfo> {
-    CATALOGUE.iter().filter(|e| e.unit.scope() != EventScope::Device)
+    CATALOGUE
+        .iter()
+        .filter(|e| e.unit.scope() != EventScope::Device)
 }
 
 fn value(c: &Counters, id: u16) -> u64 {
@@ -159,7 +177,8 @@ impl ScrapeData {
         if let Some(dev) = &self.device {
             for e in CATALOGUE {
                 let labels = [("event", e.name)];
-                m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&value(dev, e.id), None)?;
+                m.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(dev, e.id), None)?;
             }
         }
 
@@ -174,7 +193,8 @@ impl ScrapeData {
             let vm_label = vm.vm.to_string();
             for e in partition_events() {
                 let labels = [("vm", vm_label.as_str()), ("event", e.name)];
-                m.encode_family(&labels)?.encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
+                m.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
             }
         }
 
@@ -188,7 +208,11 @@ impl ScrapeData {
             let vm_label = vm.vm.to_string();
             for (ctx, totals) in &vm.contexts {
                 for e in partition_events() {
-                    let labels = [("vm", vm_label.as_str()), ("ctx", ctx.as_str()), ("event", e.name)];
+                    let labels = [
+                        ("vm", vm_label.as_str()),
+                        ("ctx", ctx.as_str()),
+                        ("event", e.name),
+                    ];
                     m.encode_family(&labels)?
                         .encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
                 }
@@ -203,7 +227,8 @@ impl ScrapeData {
         )?;
         for vm in &self.vms {
             let labels = [("vm", vm.vm.to_string())];
-            m.encode_family(&labels)?.encode_gauge(&u64::from(vm.confidential))?;
+            m.encode_family(&labels)?
+                .encode_gauge(&u64::from(vm.confidential))?;
         }
         Ok(())
     }
@@ -218,17 +243,41 @@ impl ScrapeData {
         )?;
         self.handshakes.encode(m)?;
         let counters: [(&str, &str, u64); 7] = [
-            ("gpupm_handshakes", "Host-driven context-switch handshakes completed.", h.handshakes),
+            (
+                "gpupm_handshakes",
+                "Host-driven context-switch handshakes completed.",
+                h.handshakes,
+            ),
             (
                 "gpupm_handshake_fallbacks",
                 "Context switches the device completed by its fallback.",
                 h.fallbacks,
             ),
-            ("gpupm_stream_lost_records", "Stream records lost to ring overflow.", h.lost_records),
-            ("gpupm_stream_drained_records", "Stream records drained.", h.drained_records),
-            ("gpupm_tenant_requests", "Tenant node requests served.", h.tenant_requests),
-            ("gpupm_tenant_request_errors", "Tenant node requests answered with an error.", h.tenant_errors),
-            ("gpupm_contexts_retired", "Contexts retired (final totals persisted, block released).", h.contexts_retired),
+            (
+                "gpupm_stream_lost_records",
+                "Stream records lost to ring overflow.",
+                h.lost_records,
+            ),
+            (
+                "gpupm_stream_drained_records",
+                "Stream records drained.",
+                h.drained_records,
+            ),
+            (
+                "gpupm_tenant_requests",
+                "Tenant node requests served.",
+                h.tenant_requests,
+            ),
+            (
+                "gpupm_tenant_request_errors",
+                "Tenant node requests answered with an error.",
+                h.tenant_errors,
+            ),
+            (
+                "gpupm_contexts_retired",
+                "Contexts retired (final totals persisted, block released).",
+                h.contexts_retired,
+            ),
         ];
         for (name, help, v) in counters {
             encoder
@@ -244,7 +293,12 @@ impl ScrapeData {
             )?
             .encode_gauge(&h.drain_lag_records)?;
         encoder
-            .encode_descriptor("gpupm_contexts_active", "Contexts active on the device.", None, MetricType::Gauge)?
+            .encode_descriptor(
+                "gpupm_contexts_active",
+                "Contexts active on the device.",
+                None,
+                MetricType::Gauge,
+            )?
             .encode_gauge(&h.contexts_active)?;
         encoder
             .encode_descriptor(

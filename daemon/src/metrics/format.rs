@@ -4,7 +4,8 @@
 //! as the Go client library negotiates.
 
 /// Content type of OpenMetrics text.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Content type of the Prometheus text format.
 pub const PROMETHEUS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -21,7 +22,12 @@ impl Format {
     /// The format for an `Accept` header value (None: no header).
     pub fn negotiate(accept: Option<&str>) -> Self {
         match accept {
-            Some(a) if a.to_ascii_lowercase().contains("application/openmetrics-text") => Format::OpenMetrics,
+            Some(a)
+                if a.to_ascii_lowercase()
+                    .contains("application/openmetrics-text") =>
+            {
+                Format::OpenMetrics
+            }
             _ => Format::Prometheus,
         }
     }
@@ -51,7 +57,9 @@ pub fn openmetrics_to_prometheus(om: &str) -> String {
         let renamed = ["# HELP ", "# TYPE "].iter().find_map(|tag| {
             let rest = line.strip_prefix(tag)?;
             let (name, tail) = rest.split_once(' ')?;
-            counters.contains(&name).then(|| format!("{tag}{name}_total {tail}"))
+            counters
+                .contains(&name)
+                .then(|| format!("{tag}{name}_total {tail}"))
         });
         match renamed {
             Some(r) => out.push_str(&r),

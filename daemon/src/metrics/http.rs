@@ -55,7 +55,10 @@ pub async fn read_request(stream: &mut TcpStream) -> Result<Request, RequestErro
                 return Err(RequestError::TooLarge);
             }
             let room = (MAX_REQUEST_BYTES - buf.len()).min(chunk.len());
-            let n = stream.read(&mut chunk[..room]).await.map_err(RequestError::Io)?;
+            let n = stream
+                .read(&mut chunk[..room])
+                .await
+                .map_err(RequestError::Io)?;
             if n == 0 {
                 return Err(RequestError::Closed);
             }
@@ -76,7 +79,8 @@ pub fn parse_head(head: &[u8]) -> Result<Request, RequestError> {
     let text = std::str::from_utf8(head).map_err(|_utf8| RequestError::Malformed)?;
     let mut lines = text.split("\r\n");
     let mut parts = lines.next().ok_or(RequestError::Malformed)?.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Err(RequestError::Malformed);
     };
@@ -91,7 +95,11 @@ pub fn parse_head(head: &[u8]) -> Result<Request, RequestError> {
             accept = Some(value.trim().to_owned());
         }
     }
-    Ok(Request { method: method.to_owned(), path: path.to_owned(), accept })
+    Ok(Request {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        accept,
+    })
 }
 
 /// Writes a whole response and closes the write side.
@@ -121,17 +129,31 @@ mod tests {
 
     #[test]
     fn parses_request_line_query_and_accept() {
-        let r = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nACCEPT: text/plain\r\n\r\n").unwrap();
+        let r = parse_head(b"GET /metrics?x=1 HTTP/1.1\r\nHost: a\r\nACCEPT: text/plain\r\n\r\n")
+            .unwrap();
         assert_eq!(
             r,
-            Request { method: "GET".into(), path: "/metrics".into(), accept: Some("text/plain".into()) }
+            Request {
+                method: "GET".into(),
+                path: "/metrics".into(),
+                accept: Some("text/plain".into())
+            }
         );
     }
 
     #[test]
     fn rejects_garbage_without_panicking() {
-        for head in [&b"\r\n\r\n"[..], b"GET\r\n\r\n", b"GET / HTTP/1.1 x\r\n\r\n", b"GET / SPDY\r\n\r\n", b"\xff\xfe\r\n\r\n"] {
-            assert!(matches!(parse_head(head), Err(RequestError::Malformed)), "{head:?}");
+        for head in [
+            &b"\r\n\r\n"[..],
+            b"GET\r\n\r\n",
+            b"GET / HTTP/1.1 x\r\n\r\n",
+            b"GET / SPDY\r\n\r\n",
+            b"\xff\xfe\r\n\r\n",
+        ] {
+            assert!(
+                matches!(parse_head(head), Err(RequestError::Malformed)),
+                "{head:?}"
+            );
         }
     }
 }

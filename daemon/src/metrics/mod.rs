@@ -22,8 +22,8 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 pub use self::format::{Format, OPENMETRICS_CONTENT_TYPE, PROMETHEUS_CONTENT_TYPE};
-pub use self::http::{MAX_REQUEST_BYTES, IO_TIMEOUT};
 use self::http::RequestError;
+pub use self::http::{IO_TIMEOUT, MAX_REQUEST_BYTES};
 use crate::view::{CounterView, HealthSource};
 
 /// Connections served at the same time; more are closed at once.
@@ -40,7 +40,9 @@ pub struct MetricsConfig {
 impl Default for MetricsConfig {
     /// 64 contexts per VM.
     fn default() -> Self {
-        Self { max_contexts_per_vm: 64 }
+        Self {
+            max_contexts_per_vm: 64,
+        }
     }
 }
 
@@ -93,21 +95,53 @@ impl Endpoint {
         let request = match http::read_request(&mut stream).await {
             Ok(r) => r,
             Err(e @ RequestError::TooLarge) => {
-                return http::respond(&mut stream, "431 Request Header Fields Too Large", "text/plain", e.to_string().as_bytes()).await;
+                return http::respond(
+                    &mut stream,
+                    "431 Request Header Fields Too Large",
+                    "text/plain",
+                    e.to_string().as_bytes(),
+                )
+                .await;
             }
             Err(e @ RequestError::Malformed) => {
-                return http::respond(&mut stream, "400 Bad Request", "text/plain", e.to_string().as_bytes()).await;
+                return http::respond(
+                    &mut stream,
+                    "400 Bad Request",
+                    "text/plain",
+                    e.to_string().as_bytes(),
+                )
+                .await;
             }
             Err(e) => return Err(e),
         };
         if request.method != "GET" || request.path != "/metrics" {
-            return http::respond(&mut stream, "404 Not Found", "text/plain", b"not found; try GET /metrics\n").await;
+            return http::respond(
+                &mut stream,
+                "404 Not Found",
+                "text/plain",
+                b"not found; try GET /metrics\n",
+            )
+            .await;
         }
         let format = Format::negotiate(request.accept.as_deref());
         match self.scrape(format) {
-            Ok(body) => http::respond(&mut stream, "200 OK", format.content_type(), body.as_bytes()).await,
+            Ok(body) => {
+                http::respond(
+                    &mut stream,
+                    "200 OK",
+                    format.content_type(),
+                    body.as_bytes(),
+                )
+                .await
+            }
             Err(std::fmt::Error) => {
-                http::respond(&mut stream, "500 Internal Server Error", "text/plain", b"encoding failed\n").await
+                http::respond(
+                    &mut stream,
+                    "500 Internal Server Error",
+                    "text/plain",
+                    b"encoding failed\n",
+                )
+                .await
             }
         }
     }
@@ -139,7 +173,12 @@ pub async fn serve(
     view: Arc<dyn CounterView>,
     health: Arc<dyn HealthSource>,
 ) -> Result<(), MetricsError> {
-    let endpoint = Arc::new(Endpoint { cfg, view, health, handshakes: handshake_histogram() });
+    let endpoint = Arc::new(Endpoint {
+        cfg,
+        view,
+        health,
+        handshakes: handshake_histogram(),
+    });
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {

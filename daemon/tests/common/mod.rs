@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use gpupm_uapi::events::{by_name, MAX_EVENTS};
 use gpupmd::view::{
-    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, HealthSnapshot, HealthSource, Scope, Totals,
-    VmId,
+    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, HealthSnapshot, HealthSource, Scope,
+    Totals, VmId,
 };
 
 /// The value the fixture reports for `sm_inst_executed` of VM 1.
@@ -53,7 +53,12 @@ impl FixtureView {
         let mut contexts = Vec::new();
         let mut add = |ctx: CtxId, vm: VmId, created_cycle: u64, state: CtxState| {
             contexts.push(FxCtx {
-                info: CtxInfo { ctx, vm, created_cycle, state },
+                info: CtxInfo {
+                    ctx,
+                    vm,
+                    created_cycle,
+                    state,
+                },
                 counters: counters(u64::from(ctx) + 10),
             });
         };
@@ -62,7 +67,12 @@ impl FixtureView {
         add(30, 2, 300, CtxState::Active);
         for i in 0..vm3_contexts {
             // Created cycles not in id order, so "newest" differs from "highest id".
-            add(100 + i, 3, 1_000 + u64::from((i * 7) % vm3_contexts), CtxState::Active);
+            add(
+                100 + i,
+                3,
+                1_000 + u64::from((i * 7) % vm3_contexts),
+                CtxState::Active,
+            );
         }
         let mut vm1 = counters(1);
         vm1[event("sm_inst_executed")] = VM1_SM_INST_EXECUTED;
@@ -72,7 +82,11 @@ impl FixtureView {
         vms.insert(3, Some(counters(3)));
         let mut system = counters(9);
         system[event("nvlink_rx_flits")] = 4242;
-        Self { vms, contexts, system }
+        Self {
+            vms,
+            contexts,
+            system,
+        }
     }
 }
 
@@ -85,14 +99,25 @@ impl CounterView for FixtureView {
     }
     fn contexts(&self, vm: VmId) -> Option<Vec<CtxInfo>> {
         self.vms.contains_key(&vm).then(|| {
-            self.contexts.iter().filter(|c| c.info.vm == vm).map(|c| c.info).collect()
+            self.contexts
+                .iter()
+                .filter(|c| c.info.vm == vm)
+                .map(|c| c.info)
+                .collect()
         })
     }
     fn ctx_vm(&self, ctx: CtxId) -> Option<VmId> {
-        self.contexts.iter().find(|c| c.info.ctx == ctx).map(|c| c.info.vm)
+        self.contexts
+            .iter()
+            .find(|c| c.info.ctx == ctx)
+            .map(|c| c.info.vm)
     }
     fn totals(&self, scope: Scope) -> Option<Totals> {
-        let plain = |counters| Totals::Plain { counters, commit_seq: 1, cycle: 10 };
+        let plain = |counters| Totals::Plain {
+            counters,
+            commit_seq: 1,
+            cycle: 10,
+        };
         match scope {
             Scope::System => Some(plain(self.system)),
             Scope::Vm(vm) => Some(match self.vms.get(&vm)? {
@@ -111,7 +136,10 @@ impl CounterView for FixtureView {
     fn recent(&self, _scope: Scope, _max: usize) -> Option<Vec<DeltaSample>> {
         None
     }
-    fn subscribe(&self, _scope: Scope) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+    fn subscribe(
+        &self,
+        _scope: Scope,
+    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
         None
     }
     fn clock_khz(&self) -> u32 {
@@ -131,7 +159,11 @@ pub struct ScriptedHealth {
 impl ScriptedHealth {
     pub fn new(script: Vec<HealthSnapshot>) -> Self {
         assert!(!script.is_empty());
-        Self { script, calls: AtomicUsize::new(0), seen: tokio::sync::watch::Sender::new(0) }
+        Self {
+            script,
+            calls: AtomicUsize::new(0),
+            seen: tokio::sync::watch::Sender::new(0),
+        }
     }
     pub fn calls(&self) -> tokio::sync::watch::Receiver<usize> {
         self.seen.subscribe()
@@ -170,8 +202,14 @@ pub fn steady_health() -> HealthSnapshot {
 pub fn http_get(addr: SocketAddr, target: &str, accept: Option<&str>) -> (String, String, String) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    write!(s, "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n").unwrap();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n"
+    )
+    .unwrap();
     raw_response(s)
 }
 
@@ -236,7 +274,10 @@ impl Drop for KillOnDrop {
 
 /// A fresh empty directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> std::path::PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let dir = std::env::temp_dir().join(format!("gpupm-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -248,8 +289,12 @@ pub fn require_tool(path_or_name: &str, package: &str) -> std::path::PathBuf {
         Some(std::path::PathBuf::from(path_or_name)).filter(|p| p.exists())
     } else {
         std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths).map(|d| d.join(path_or_name)).find(|p| p.is_file())
+            std::env::split_paths(&paths)
+                .map(|d| d.join(path_or_name))
+                .find(|p| p.is_file())
         })
     };
-    found.unwrap_or_else(|| panic!("{path_or_name} is missing: install the Debian package `{package}`"))
+    found.unwrap_or_else(|| {
+        panic!("{path_or_name} is missing: install the Debian package `{package}`")
+    })
 }
