@@ -1,12 +1,47 @@
-//! Health in journald (being built on branch daemon-health): structured
-//! log setup (journald when its socket exists, stderr otherwise) and the
-//! periodic health summary with a stable MESSAGE_ID.
+//! Health in journald: structured log setup (journald when its socket
+//! exists, stderr otherwise), the periodic health summary with a stable
+//! `MESSAGE_ID`, anomaly warnings, and the lifecycle events the daemon core
+//! emits (startup, shutdown, config applied, device identity).
+//!
+//! # Journal fields
+//! Every event of this module carries `MESSAGE_ID` (one of the `*_ID`
+//! constants below) and its values as upper-case journal fields without a
+//! prefix (`HANDSHAKES=…`, `HANDSHAKE_P99_US=…`), so
+//! `journalctl MESSAGE_ID=<id> -o json` returns them ready to filter.
+//! Summaries and lifecycle events are logged at `PRIORITY=6` (info),
+//! anomalies at `PRIORITY=4` (warning).
+//!
+//! # Journal socket
+//! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`;
+//! [`HealthConfig::journal_socket`] only decides whether journald is used
+//! (it must exist, and the crate's connect probe must succeed). A
+//! non-default path therefore selects journald only when it exists, and a
+//! warning says that the default socket is used.
+
+mod events;
+mod fanout;
+mod logging;
+mod reporter;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::view::HealthSource;
+pub use events::{
+    config_applied, device_identity, handshake_fallback, shutdown, startup, CONFIG_APPLIED_ID,
+    DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID, SHUTDOWN_ID, STARTUP_ID,
+};
+pub use fanout::HealthFanout;
+pub use logging::{init_logging, init_logging_sink, LogSink};
+pub use reporter::{
+    percentile_ns, spawn_reporter, spawn_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
+    SUMMARY_ID,
+};
+
+/// `target` of every event this module emits.
+pub const TARGET: &str = "gpupmd::health";
+
+/// Default journald socket.
+pub const DEFAULT_JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 
 /// Health reporting settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,24 +52,19 @@ pub struct HealthConfig {
     pub journal_socket: PathBuf,
 }
 
+impl Default for HealthConfig {
+    fn default() -> Self {
+        Self {
+            summary_interval: Duration::from_secs(60),
+            journal_socket: PathBuf::from(DEFAULT_JOURNAL_SOCKET),
+        }
+    }
+}
+
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum HealthError {
     /// A global subscriber was already installed.
     #[error("logging was already initialised")]
     AlreadyInitialised,
-}
-
-/// Installs the global tracing subscriber: journald with structured fields
-/// when `cfg.journal_socket` exists, stderr otherwise.
-pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
-    let _unused = cfg;
-    Ok(())
-}
-
-/// Spawns the periodic health summary and anomaly warnings.
-pub fn spawn_reporter(source: Arc<dyn HealthSource>, cfg: HealthConfig) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let _unused = (source, cfg);
-    })
 }

@@ -1,0 +1,92 @@
+//! Lifecycle events the daemon core emits, each with its own stable
+//! `MESSAGE_ID` (journald catalogue style: 128-bit, lower-case hex, never
+//! reused for another meaning).
+
+use std::path::Path;
+
+use gpupm_uapi::split_abi_version;
+
+use super::TARGET;
+use crate::view::DeviceIdentity;
+
+/// `MESSAGE_ID` of the startup event (`VERSION`, `CONFIG`).
+pub const STARTUP_ID: &str = "85c75ac4aad0425f8c42869f09b7a620";
+/// `MESSAGE_ID` of the shutdown event (`REASON`, `UPTIME_S`).
+pub const SHUTDOWN_ID: &str = "f1b0dea80b28407ea22b45606350cad0";
+/// `MESSAGE_ID` of the config-applied event (`CONFIG`, `DETAIL`).
+pub const CONFIG_APPLIED_ID: &str = "9ece27c8651640bbbebf2cb95ec90d18";
+/// `MESSAGE_ID` of the device-identity event (`ABI_VERSION`, `CLOCK_KHZ`,
+/// `PARTITIONS`, `CCUS`, `SMS`).
+pub const DEVICE_IDENTITY_ID: &str = "cde839ebdfb1442092af84e8fac94418";
+/// `MESSAGE_ID` of the warning logged when the device completed a
+/// context switch by its own fallback (`PARTITION`, `FALLBACKS`).
+pub const HANDSHAKE_FALLBACK_ID: &str = "e016e3fbc46a4ebd8ecdf279a8ca6839";
+
+/// The daemon started (before it is ready).
+pub fn startup(version: &str, config: &Path) {
+    tracing::info!(
+        target: TARGET,
+        message_id = STARTUP_ID,
+        version,
+        config = %config.display(),
+        "gpupmd {version} starting with {}",
+        config.display()
+    );
+}
+
+/// The daemon is stopping.
+pub fn shutdown(reason: &str, uptime_s: f64) {
+    tracing::info!(
+        target: TARGET,
+        message_id = SHUTDOWN_ID,
+        reason,
+        uptime_s,
+        "gpupmd stopping ({reason}) after {uptime_s:.1} s"
+    );
+}
+
+/// A configuration was applied to the device (at start, on reload, or
+/// again after a device reset); `detail` is a one-line summary.
+pub fn config_applied(config: &Path, detail: &str) {
+    tracing::info!(
+        target: TARGET,
+        message_id = CONFIG_APPLIED_ID,
+        config = %config.display(),
+        detail,
+        "configuration {} applied: {detail}",
+        config.display()
+    );
+}
+
+/// The device was identified.
+pub fn device_identity(id: &DeviceIdentity) {
+    let (major, minor) = split_abi_version(id.abi_version);
+    tracing::info!(
+        target: TARGET,
+        message_id = DEVICE_IDENTITY_ID,
+        abi_version = id.abi_version,
+        clock_khz = id.clock_khz,
+        partitions = id.partitions,
+        ccus = id.ccus,
+        sms = id.sms,
+        "device: ABI {}.{}, {} kHz, {} partitions, {} CCUs, {} SMs",
+        major,
+        minor,
+        id.clock_khz,
+        id.partitions,
+        id.ccus,
+        id.sms
+    );
+}
+
+/// The device completed a switch of `partition` by its fallback because
+/// the daemon's handshake did not finish in time; `fallbacks` is the total.
+pub fn handshake_fallback(partition: u32, fallbacks: u64) {
+    tracing::warn!(
+        target: TARGET,
+        message_id = HANDSHAKE_FALLBACK_ID,
+        partition,
+        fallbacks,
+        "partition {partition}: the device completed a context switch by fallback ({fallbacks} in total)"
+    );
+}

@@ -1,0 +1,128 @@
+//! The global tracing subscriber: journald with structured fields when the
+//! journal socket exists and answers, human-readable stderr otherwise.
+
+use std::io::IsTerminal;
+use std::path::Path;
+
+use tracing_journald::{Priority, PriorityMappings};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+use super::{HealthConfig, HealthError, DEFAULT_JOURNAL_SOCKET, TARGET};
+
+/// Where log events go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogSink {
+    /// The journal, through its native protocol socket.
+    Journald,
+    /// Standard error, one formatted line per event.
+    Stderr,
+}
+
+impl LogSink {
+    /// Lower-case name, as logged in `LOG_SINK`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LogSink::Journald => "journald",
+            LogSink::Stderr => "stderr",
+        }
+    }
+}
+
+/// Installs the global tracing subscriber: journald with structured fields
+/// when `cfg.journal_socket` exists, stderr otherwise. The filter comes from
+/// `RUST_LOG` (default `info`).
+pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
+    init_logging_sink(cfg).map(|_sink| ())
+}
+
+/// Like [`init_logging`], and says which sink was chosen.
+pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
+    let (filter, filter_error) = match EnvFilter::try_from_default_env() {
+        Ok(f) => (f, None),
+        Err(e) => (
+            EnvFilter::new("info"),
+            std::env::var_os("RUST_LOG").map(|_| e),
+        ),
+    };
+    let socket = cfg.journal_socket.as_path();
+    let (sink, journal_error) = if socket.exists() {
+        match journald_layer() {
+            Ok(layer) => {
+                tracing_subscriber::registry()
+                    .with(filter)
+                    .with(layer)
+                    .try_init()
+                    .map_err(|_already| HealthError::AlreadyInitialised)?;
+                (LogSink::Journald, None)
+            }
+            Err(e) => {
+                install_stderr(filter)?;
+                (LogSink::Stderr, Some(e))
+            }
+        }
+    } else {
+        install_stderr(filter)?;
+        (LogSink::Stderr, None)
+    };
+    report_choice(sink, socket, journal_error.as_ref());
+    if let Some(e) = filter_error {
+        tracing::warn!(target: TARGET, error = %e, "RUST_LOG is not a valid filter; logging at info");
+    }
+    Ok(sink)
+}
+
+fn journald_layer() -> std::io::Result<tracing_journald::Layer> {
+    Ok(tracing_journald::Layer::new()?
+        .with_field_prefix(None)
+        .with_priority_mappings(PriorityMappings {
+            error: Priority::Error,
+            warn: Priority::Warning,
+            info: Priority::Informational,
+            debug: Priority::Debug,
+            trace: Priority::Debug,
+        }))
+}
+
+fn install_stderr(filter: EnvFilter) -> Result<(), HealthError> {
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .try_init()
+        .map_err(|_already| HealthError::AlreadyInitialised)
+}
+
+fn report_choice(sink: LogSink, socket: &Path, journal_error: Option<&std::io::Error>) {
+    let socket_shown = socket.display();
+    match (sink, journal_error) {
+        (LogSink::Stderr, Some(e)) => tracing::warn!(
+            target: TARGET,
+            log_sink = sink.name(),
+            journal_socket = %socket_shown,
+            error = %e,
+            "journal socket exists but journald does not answer; logging to stderr"
+        ),
+        (LogSink::Stderr, None) => tracing::info!(
+            target: TARGET,
+            log_sink = sink.name(),
+            journal_socket = %socket_shown,
+            "no journal socket; logging to stderr"
+        ),
+        (LogSink::Journald, _) if socket != Path::new(DEFAULT_JOURNAL_SOCKET) => tracing::warn!(
+            target: TARGET,
+            log_sink = sink.name(),
+            journal_socket = %socket_shown,
+            "tracing-journald sends to {DEFAULT_JOURNAL_SOCKET} only; the configured socket only enabled journald"
+        ),
+        (LogSink::Journald, _) => tracing::debug!(
+            target: TARGET,
+            log_sink = sink.name(),
+            journal_socket = %socket_shown,
+            "logging to journald"
+        ),
+    }
+}

@@ -1,0 +1,313 @@
+//! One scrape: what the view and the health source say now, gathered into
+//! plain data and encoded as metric families by a `prometheus-client`
+//! [`Collector`].
+//!
+//! # Families
+//! | name | type | labels |
+//! |---|---|---|
+//! | `gpupm_device_events_total` | counter | `event` (every catalogue event; the system block) |
+//! | `gpupm_vm_events_total` | counter | `vm`, `event` (events not of device-only units) |
+//! | `gpupm_context_events_total` | counter | `vm`, `ctx`, `event` (bounded, see below) |
+//! | `gpupm_vm_confidential` | gauge | `vm` (1: confidential, nothing per event is exported) |
+//! | `gpupm_handshake_duration_seconds` | histogram | |
+//! | `gpupm_handshakes_total`, `gpupm_handshake_fallbacks_total` | counter | |
+//! | `gpupm_stream_lost_records_total`, `gpupm_stream_drained_records_total` | counter | |
+//! | `gpupm_stream_drain_lag_records` | gauge | |
+//! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
+//! | `gpupm_contexts_active` | gauge | |
+//! | `gpupm_contexts_retired_total` | counter | |
+//! | `gpupm_uptime_seconds` | gauge | |
+//!
+//! # Context cardinality
+//! Per VM, the `max_contexts_per_vm` most recently created contexts (by
+//! created cycle, one series per context id: the latest instance) are
+//! exported individually; the others are summed into one `ctx="other"`
+//! series, so a VM has at most `max_contexts_per_vm + 1` context series and
+//! the sum over its context series equals the sum over its contexts. A
+//! context moving into `other` makes that series jump, and a reused id
+//! restarts its series from the new instance (a counter reset).
+
+use std::collections::BTreeMap;
+
+use gpupm_uapi::events::{Scope as EventScope, CATALOGUE, MAX_EVENTS};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use crate::view::{CounterView, CtxId, HealthSnapshot, Scope, Totals, VmId};
+
+/// Label value of the aggregated context series.
+pub const OTHER_CTX: &str = "other";
+
+type Counters = [u64; MAX_EVENTS];
+
+/// Everything one scrape exports.
+#[derive(Debug)]
+pub struct ScrapeData {
+    /// System block totals (None when the view has none).
+    pub device: Option<Counters>,
+    /// Per VM, ascending ids.
+    pub vms: Vec<VmData>,
+    /// Daemon self-metrics (latency samples already in `handshakes`).
+    pub health: HealthSnapshot,
+    /// Cumulative handshake latency histogram.
+    pub handshakes: Histogram,
+}
+
+/// One VM of a scrape.
+#[derive(Debug)]
+pub struct VmData {
+    /// The VM.
+    pub vm: VmId,
+    /// Confidential: only ciphertext; nothing per event is exported.
+    pub confidential: bool,
+    /// VM block totals (None when confidential).
+    pub totals: Option<Counters>,
+    /// Context series: label value and totals, individual ones first
+    /// (newest first), then `other` if any.
+    pub contexts: Vec<(String, Counters)>,
+}
+
+/// Reads the view now. `max_ctx` bounds the individual context series per VM.
+pub fn gather(
+    view: &dyn CounterView,
+    max_ctx: usize,
+    health: HealthSnapshot,
+    handshakes: Histogram,
+) -> ScrapeData {
+    let device = plain(view.totals(Scope::System));
+    let mut vm_ids = view.vms();
+    vm_ids.sort_unstable();
+    vm_ids.dedup();
+    let vms = vm_ids
+        .into_iter()
+        .filter_map(|vm| match view.totals(Scope::Vm(vm))? {
+            Totals::Sealed(_) => Some(VmData {
+                vm,
+                confidential: true,
+                totals: None,
+                contexts: Vec::new(),
+            }),
+            Totals::Plain { counters, .. } => Some(VmData {
+                vm,
+                confidential: false,
+                totals: Some(counters),
+                contexts: contexts_of(view, vm, max_ctx),
+            }),
+        })
+        .collect();
+    ScrapeData {
+        device,
+        vms,
+        health,
+        handshakes,
+    }
+}
+
+fn plain(t: Option<Totals>) -> Option<Counters> {
+    match t? {
+        Totals::Plain { counters, .. } => Some(counters),
+        Totals::Sealed(_) => None,
+    }
+}
+
+/// The context series of `vm`: the newest `max_ctx` contexts individually,
+/// the rest summed into [`OTHER_CTX`].
+fn contexts_of(view: &dyn CounterView, vm: VmId, max_ctx: usize) -> Vec<(String, Counters)> {
+    let mut newest: BTreeMap<CtxId, u64> = BTreeMap::new();
+    for info in view.contexts(vm).unwrap_or_default() {
+        let cycle = newest.entry(info.ctx).or_insert(info.created_cycle);
+        *cycle = (*cycle).max(info.created_cycle);
+    }
+    let mut readable: Vec<(u64, CtxId, Counters)> = newest
+        .into_iter()
+        .filter(|&(ctx, _)| view.ctx_vm(ctx) == Some(vm))
+        .filter_map(|(ctx, cycle)| Some((cycle, ctx, plain(view.totals(Scope::Ctx(ctx)))?)))
+        .collect();
+    readable.sort_unstable_by_key(|&(cycle, ctx, _)| std::cmp::Reverse((cycle, ctx)));
+    let rest = if readable.len() > max_ctx {
+        readable.split_off(max_ctx)
+    } else {
+        Vec::new()
+    };
+    let mut out: Vec<(String, Counters)> = readable
+        .into_iter()
+        .map(|(_, ctx, c)| (ctx.to_string(), c))
+        .collect();
+    if !rest.is_empty() {
+        let mut sum = [0u64; MAX_EVENTS];
+        for (_, _, c) in rest {
+            for (s, v) in sum.iter_mut().zip(c) {
+                *s = s.wrapping_add(v);
+            }
+        }
+        out.push((OTHER_CTX.to_owned(), sum));
+    }
+    out
+}
+
+/// Events a VM or context block can count (device-only units never are).
+fn partition_events() -> impl Iterator<Item = &'static gpupm_uapi::events::EventInfo> {
+    CATALOGUE
+        .iter()
+        .filter(|e| e.unit.scope() != EventScope::Device)
+}
+
+fn value(c: &Counters, id: u16) -> u64 {
+    c.get(usize::from(id)).copied().unwrap_or(0)
+}
+
+impl Collector for ScrapeData {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        self.encode_events(&mut encoder)?;
+        self.encode_health(&mut encoder)
+    }
+}
+
+impl ScrapeData {
+    fn encode_events(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut m = encoder.encode_descriptor(
+            "gpupm_device_events",
+            "Events counted device-wide (system block, every partition and device-level units).",
+            None,
+            MetricType::Counter,
+        )?;
+        if let Some(dev) = &self.device {
+            for e in CATALOGUE {
+                let labels = [("event", e.name)];
+                m.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(dev, e.id), None)?;
+            }
+        }
+
+        let mut m = encoder.encode_descriptor(
+            "gpupm_vm_events",
+            "Events counted for a VM (every context it ran).",
+            None,
+            MetricType::Counter,
+        )?;
+        for vm in &self.vms {
+            let Some(totals) = &vm.totals else { continue };
+            let vm_label = vm.vm.to_string();
+            for e in partition_events() {
+                let labels = [("vm", vm_label.as_str()), ("event", e.name)];
+                m.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
+            }
+        }
+
+        let mut m = encoder.encode_descriptor(
+            "gpupm_context_events",
+            "Events counted for a context; per VM the newest contexts individually, the rest as ctx=\"other\".",
+            None,
+            MetricType::Counter,
+        )?;
+        for vm in &self.vms {
+            let vm_label = vm.vm.to_string();
+            for (ctx, totals) in &vm.contexts {
+                for e in partition_events() {
+                    let labels = [
+                        ("vm", vm_label.as_str()),
+                        ("ctx", ctx.as_str()),
+                        ("event", e.name),
+                    ];
+                    m.encode_family(&labels)?
+                        .encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
+                }
+            }
+        }
+
+        let mut m = encoder.encode_descriptor(
+            "gpupm_vm_confidential",
+            "1 for a confidential VM (its counters are sealed and not exported), 0 otherwise.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for vm in &self.vms {
+            let labels = [("vm", vm.vm.to_string())];
+            m.encode_family(&labels)?
+                .encode_gauge(&u64::from(vm.confidential))?;
+        }
+        Ok(())
+    }
+
+    fn encode_health(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let h = &self.health;
+        let m = encoder.encode_descriptor(
+            "gpupm_handshake_duration",
+            "Context-switch handshake latency, switch request read to unpause written.",
+            Some(&Unit::Seconds),
+            self.handshakes.metric_type(),
+        )?;
+        self.handshakes.encode(m)?;
+        let counters: [(&str, &str, u64); 7] = [
+            (
+                "gpupm_handshakes",
+                "Host-driven context-switch handshakes completed.",
+                h.handshakes,
+            ),
+            (
+                "gpupm_handshake_fallbacks",
+                "Context switches the device completed by its fallback.",
+                h.fallbacks,
+            ),
+            (
+                "gpupm_stream_lost_records",
+                "Stream records lost to ring overflow.",
+                h.lost_records,
+            ),
+            (
+                "gpupm_stream_drained_records",
+                "Stream records drained.",
+                h.drained_records,
+            ),
+            (
+                "gpupm_tenant_requests",
+                "Tenant node requests served.",
+                h.tenant_requests,
+            ),
+            (
+                "gpupm_tenant_request_errors",
+                "Tenant node requests answered with an error.",
+                h.tenant_errors,
+            ),
+            (
+                "gpupm_contexts_retired",
+                "Contexts retired (final totals persisted, block released).",
+                h.contexts_retired,
+            ),
+        ];
+        for (name, help, v) in counters {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Counter)?
+                .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+        }
+        encoder
+            .encode_descriptor(
+                "gpupm_stream_drain_lag_records",
+                "Largest stream ring fill seen at drain time since the previous scrape.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&h.drain_lag_records)?;
+        encoder
+            .encode_descriptor(
+                "gpupm_contexts_active",
+                "Contexts active on the device.",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&h.contexts_active)?;
+        encoder
+            .encode_descriptor(
+                "gpupm_uptime",
+                "Seconds since the daemon started.",
+                Some(&Unit::Seconds),
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&h.uptime_s)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,291 @@
+//! Health in a real journald: a child process (this test binary, running
+//! the ignored `probe` test) logs through `init_logging` and the reporter;
+//! `journalctl -o json` must show the structured fields. Without a journal
+//! socket the same events go to stderr.
+
+mod common;
+
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{require_tool, KillOnDrop, ScriptedHealth};
+use gpupmd::health::{
+    self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
+};
+use gpupmd::view::{DeviceIdentity, HealthSnapshot};
+use serde_json::Value;
+
+const SOCKET: &str = health::DEFAULT_JOURNAL_SOCKET;
+const PROBE_SOCKET_ENV: &str = "GPUPM_HEALTH_PROBE_SOCKET";
+
+fn journald_answers() -> bool {
+    UnixDatagram::unbound()
+        .and_then(|s| s.send_to(b"", SOCKET))
+        .is_ok()
+}
+
+/// A journald to log to: the running one, or one this test starts (and
+/// stops again, by its pid).
+fn ensure_journald() -> Option<KillOnDrop> {
+    if journald_answers() {
+        return None;
+    }
+    let bin = require_tool("/lib/systemd/systemd-journald", "systemd");
+    let child = Command::new(bin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start systemd-journald (the test must run as root)");
+    let mut guard = KillOnDrop(child, "systemd-journald");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !journald_answers() {
+        if let Ok(Some(status)) = guard.0.try_wait() {
+            panic!("systemd-journald exited at start ({status}); the test must run as root");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "systemd-journald did not open {SOCKET} within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(guard)
+}
+
+/// Runs this binary's `probe` test as a child process.
+fn run_probe(socket: &str) -> (u32, Output) {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "probe",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PROBE_SOCKET_ENV, socket)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "probe failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (pid, out)
+}
+
+/// The probe's script: a baseline, a busy interval, a troubled interval
+/// (fallbacks, lost records, a slow handshake, tenant errors), a quiet one.
+fn script() -> Vec<HealthSnapshot> {
+    let base = HealthSnapshot {
+        device: identity(),
+        ..HealthSnapshot::default()
+    };
+    let busy = HealthSnapshot {
+        uptime_s: 1.5,
+        handshakes: 100,
+        handshake_latency_ns: (1..=100).map(|us| us * 1000).collect(),
+        drained_records: 5000,
+        drain_lag_records: 7,
+        contexts_active: 12,
+        contexts_retired: 3,
+        tenant_requests: 400,
+        tenant_errors: 2,
+        ..base.clone()
+    };
+    let mut slow: Vec<u64> = vec![10_000; 98];
+    slow.extend([2_000_000, 2_000_000]);
+    let troubled = HealthSnapshot {
+        uptime_s: 2.5,
+        handshakes: 200,
+        handshake_latency_ns: slow,
+        fallbacks: 2,
+        lost_records: 5,
+        tenant_requests: 500,
+        tenant_errors: 60,
+        ..busy.clone()
+    };
+    let quiet = HealthSnapshot {
+        uptime_s: 3.5,
+        handshake_latency_ns: Vec::new(),
+        ..troubled.clone()
+    };
+    vec![base, busy, troubled, quiet]
+}
+
+fn identity() -> DeviceIdentity {
+    DeviceIdentity {
+        abi_version: 0x0001_0001,
+        clock_khz: 1_410_000,
+        partitions: 7,
+        ccus: 24,
+        sms: 132,
+    }
+}
+
+/// Child side: log lifecycle events and three summaries, then exit.
+#[test]
+#[ignore = "run as a child process by the journald tests"]
+fn probe() {
+    let socket = std::env::var(PROBE_SOCKET_ENV).unwrap_or_else(|_| SOCKET.to_owned());
+    let cfg = HealthConfig {
+        summary_interval: Duration::from_millis(100),
+        journal_socket: socket.into(),
+    };
+    let sink = health::init_logging_sink(&cfg).expect("init logging");
+    println!("LOG_SINK={}", sink.name());
+    health::startup("0.1.0-test", Path::new("/etc/gpupm/gpupmd.toml"));
+    health::device_identity(&identity());
+    health::config_applied(
+        Path::new("/etc/gpupm/gpupmd.toml"),
+        "trigger period 1000 cycles",
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let source = Arc::new(ScriptedHealth::new(script()));
+        let mut calls = source.calls();
+        let reporter = health::spawn_reporter(source, cfg);
+        // Baseline plus three ticks; on this single-threaded runtime the
+        // reporter logs the third summary before it yields again.
+        calls.wait_for(|n| *n >= 4).await.expect("reporter alive");
+        reporter.abort();
+    });
+    health::shutdown("probe done", 3.5);
+}
+
+fn journal_entries(pid: u32) -> Vec<Value> {
+    let journalctl = require_tool("journalctl", "systemd");
+    let out = Command::new(journalctl)
+        .args(["-o", "json", "--no-pager", "--output-fields="])
+        .arg(format!("_PID={pid}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn field<'a>(e: &'a Value, name: &str) -> &'a str {
+    e[name]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {name} in {e}"))
+}
+
+fn with_id<'a>(entries: &'a [Value], id: &str) -> Vec<&'a Value> {
+    entries
+        .iter()
+        .filter(|e| e["MESSAGE_ID"].as_str() == Some(id))
+        .collect()
+}
+
+#[test]
+fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
+    let _journald = ensure_journald();
+    let (pid, out) = run_probe(SOCKET);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("LOG_SINK=journald"));
+
+    // journald writes asynchronously: read back until everything is there.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let entries = loop {
+        let entries = journal_entries(pid);
+        if with_id(&entries, SHUTDOWN_ID).len() == 1 && with_id(&entries, SUMMARY_ID).len() == 3 {
+            break entries;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "journal of pid {pid} incomplete: {entries:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+
+    let summaries = with_id(&entries, SUMMARY_ID);
+    let s = summaries[0];
+    for (name, want) in [
+        ("PRIORITY", "6"),
+        ("HANDSHAKES", "100"),
+        ("HANDSHAKE_SAMPLES", "100"),
+        ("HANDSHAKE_P50_US", "50"),
+        ("HANDSHAKE_P99_US", "99"),
+        ("FALLBACKS", "0"),
+        ("LOST_RECORDS", "0"),
+        ("DRAINED_RECORDS", "5000"),
+        ("DRAIN_LAG_RECORDS", "7"),
+        ("CONTEXTS_ACTIVE", "12"),
+        ("CONTEXTS_RETIRED", "3"),
+        ("TENANT_REQUESTS", "400"),
+        ("TENANT_ERRORS", "2"),
+        ("UPTIME_S", "1.5"),
+    ] {
+        assert_eq!(field(s, name), want, "{name} in {s}");
+    }
+    let rate: f64 = field(s, "TENANT_REQUEST_RATE").parse().unwrap();
+    assert!(rate > 0.0 && rate.is_finite(), "rate {rate}");
+    assert_eq!(field(summaries[1], "HANDSHAKE_P99_US"), "2000");
+    assert_eq!(field(summaries[1], "FALLBACKS"), "2");
+    assert_eq!(field(summaries[2], "HANDSHAKE_SAMPLES"), "0");
+
+    let anomalies = with_id(&entries, ANOMALY_ID);
+    let kinds: Vec<&str> = anomalies.iter().map(|e| field(e, "ANOMALY")).collect();
+    assert_eq!(
+        kinds,
+        [
+            "fallbacks",
+            "lost_records",
+            "handshake_p99",
+            "tenant_errors"
+        ],
+        "{anomalies:#?}"
+    );
+    assert!(anomalies.iter().all(|e| field(e, "PRIORITY") == "4"));
+    assert_eq!(field(anomalies[0], "NEW"), "2");
+    assert_eq!(field(anomalies[1], "NEW"), "5");
+    assert_eq!(field(anomalies[2], "HANDSHAKE_P99_US"), "2000");
+    assert_eq!(
+        (
+            field(anomalies[3], "ERRORS"),
+            field(anomalies[3], "REQUESTS")
+        ),
+        ("58", "100")
+    );
+
+    let start = with_id(&entries, STARTUP_ID);
+    assert_eq!(field(start[0], "VERSION"), "0.1.0-test");
+    let dev = with_id(&entries, DEVICE_IDENTITY_ID);
+    assert_eq!(
+        (
+            field(dev[0], "SMS"),
+            field(dev[0], "CCUS"),
+            field(dev[0], "CLOCK_KHZ")
+        ),
+        ("132", "24", "1410000")
+    );
+    assert_eq!(with_id(&entries, health::CONFIG_APPLIED_ID).len(), 1);
+}
+
+#[test]
+fn without_a_journal_socket_events_go_to_stderr() {
+    let (_pid, out) = run_probe("/nonexistent/gpupm-test/journal/socket");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("LOG_SINK=stderr"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches(SUMMARY_ID).count(), 3, "{err}");
+    assert!(
+        err.contains("handshake_p50_us=50") && err.contains("handshake_p99_us=99"),
+        "{err}"
+    );
+    assert!(
+        err.contains("WARN") && err.contains("anomaly=\"fallbacks\""),
+        "{err}"
+    );
+    assert!(err.contains("no journal socket"), "{err}");
+}
