@@ -4,9 +4,12 @@
 //! caller: a tenant sees only its VM(s) and their contexts; the admin (root
 //! or the admin group) sees everything including the system scope.
 //!
-//! Errors: unknown ioctl → ENOTTY; wrong size, `version` ≠
+//! Errors: unknown ioctl → ENOTTY (including the legacy terminal ioctls
+//! that share the type byte, `0x54xx` without a direction); a tenant ioctl
+//! number with the wrong size or direction, `version` ≠
 //! [`TENANT_STRUCT_VERSION`], non-zero reserved fields or unknown flags,
-//! out-of-range event ids → EINVAL. A scope that is not the caller's fails
+//! out-of-range event, VM (`1..MAX_VMS`) or context (`1..MAX_CONTEXTS`)
+//! ids, scope kinds a request does not take → EINVAL. A scope that is not the caller's fails
 //! with EACCES — and so does, for a tenant, a scope that does not exist, so
 //! that existence never leaks; the admin gets ENOENT for scopes that do not
 //! exist. After [`TENANT_IOC_OPEN_STREAM`], `read()` on the same file handle
