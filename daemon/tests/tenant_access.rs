@@ -1,6 +1,9 @@
 //! The tenant node, mounted for real, called by real unprivileged users:
 //! isolation, confidential VMs, and the errno of every bad input.
 
+// Test constants are small; truncating casts cannot lose anything here.
+#![allow(clippy::cast_possible_truncation)]
+
 mod common;
 
 use std::os::fd::{AsFd, AsRawFd};
@@ -43,12 +46,20 @@ fn survey(path: &std::path::Path) -> Value {
         seen.insert(format!("ctx{ctx}"), json!(errnos(&c, Scope::Ctx(ctx))));
     }
     seen.insert("vm63".into(), json!(errnos(&c, Scope::Vm(63))));
-    seen.insert("system".into(), json!(errno_of(&c.read_counters(Scope::System, &[]))));
+    seen.insert(
+        "system".into(),
+        json!(errno_of(&c.read_counters(Scope::System, &[]))),
+    );
     json!({ "admin": w.admin, "uid": w.uid, "vms": w.visible_vms(), "errnos": seen })
 }
 
 fn errnos_of(v: &Value, key: &str) -> Vec<i64> {
-    v["errnos"][key].as_array().unwrap_or_else(|| panic!("{key} in {v}")).iter().map(|x| x.as_i64().unwrap()).collect()
+    v["errnos"][key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} in {v}"))
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .collect()
 }
 
 #[test]
@@ -56,10 +67,16 @@ fn tenant_sees_only_its_vm_and_foreign_ids_fail_like_missing_ones() {
     let m = Mounted::new();
     let meta = std::fs::metadata(&m.path).expect("stat node");
     assert_eq!(meta.permissions().mode() & 0o777, 0o666);
-    assert_eq!(std::fs::metadata(&m.dir).unwrap().permissions().mode() & 0o777, 0o755);
+    assert_eq!(
+        std::fs::metadata(&m.dir).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
 
     let a = run_as(&Cred::tenant_a(), || survey(&m.path));
-    assert_eq!((a["admin"].as_u64(), a["uid"].as_u64()), (Some(0), Some(u64::from(UID_A))));
+    assert_eq!(
+        (a["admin"].as_u64(), a["uid"].as_u64()),
+        (Some(0), Some(u64::from(UID_A)))
+    );
     assert_eq!(a["vms"], json!([1]));
     for own in ["vm1", "ctx11", "ctx12"] {
         assert!(errnos_of(&a, own).iter().all(|&e| e == 0), "{own}: {a}");
@@ -67,10 +84,22 @@ fn tenant_sees_only_its_vm_and_foreign_ids_fail_like_missing_ones() {
     let eacces = i64::from(libc::EACCES);
     // Another tenant's VM and contexts, a confidential VM, a VM and
     // contexts that do not exist: all the same EACCES, request by request.
-    for other in ["vm2", "vm3", "vm4", "vm63", "ctx21", "ctx22", "ctx31", "ctx99", "ctx4095"] {
+    for other in [
+        "vm2", "vm3", "vm4", "vm63", "ctx21", "ctx22", "ctx31", "ctx99", "ctx4095",
+    ] {
         let got = errnos_of(&a, other);
         assert!(got.iter().all(|&e| e == eacces), "{other}: {got:?}");
-        assert_eq!(got, errnos_of(&a, if other.starts_with("vm") { "vm4" } else { "ctx99" }));
+        assert_eq!(
+            got,
+            errnos_of(
+                &a,
+                if other.starts_with("vm") {
+                    "vm4"
+                } else {
+                    "ctx99"
+                }
+            )
+        );
     }
     assert_eq!(a["errnos"]["system"], json!(libc::EACCES));
 
@@ -83,7 +112,10 @@ fn tenant_sees_only_its_vm_and_foreign_ids_fail_like_missing_ones() {
     let nobody = run_as(&Cred::nobody(), || survey(&m.path));
     assert_eq!(nobody["vms"], json!([]));
     for key in ["vm1", "vm2", "vm3", "ctx11", "ctx21", "ctx99"] {
-        assert!(errnos_of(&nobody, key).iter().all(|&e| e == eacces), "{key}: {nobody}");
+        assert!(
+            errnos_of(&nobody, key).iter().all(|&e| e == eacces),
+            "{key}: {nobody}"
+        );
     }
 }
 
@@ -99,7 +131,9 @@ fn tenant_reads_exactly_its_own_counters_contexts_and_rates() {
             .map(|e| json!([e.ctx, e.state, e.created_cycle]))
             .collect();
         let vm = c.read_counters(Scope::Vm(1), &[]).expect("vm totals");
-        let ctx = c.read_counters(Scope::Ctx(11), &[3, 0, 38]).expect("ctx totals");
+        let ctx = c
+            .read_counters(Scope::Ctx(11), &[3, 0, 38])
+            .expect("ctx totals");
         let rates = c.read_rates(Scope::Vm(1), 4).expect("rates");
         let samples: Vec<Value> = rates.samples[..rates.count as usize]
             .iter()
@@ -112,14 +146,20 @@ fn tenant_reads_exactly_its_own_counters_contexts_and_rates() {
             "rates": samples, "clock": rates.clock_khz, "rflags": rates.flags,
         })
     });
-    assert_eq!(got["ctxs"], json!([[11, ctx_state::ACTIVE, 100], [12, ctx_state::RETIRED, 200]]));
+    assert_eq!(
+        got["ctxs"],
+        json!([[11, ctx_state::ACTIVE, 100], [12, ctx_state::RETIRED, 200]])
+    );
     assert_eq!(got["vm"], json!([0, 10, 1000, 1000, 1063]));
     assert_eq!(got["ctx"], json!([1103, 1100, 1138, 0]));
     let want: Vec<Value> = (17..=20u64)
         .map(|i| json!([i * 1000, 11, 1_000_000 + i * 100, 1_000_000 + i * 100 + 63]))
         .collect();
     assert_eq!(got["rates"], json!(want));
-    assert_eq!((got["clock"].as_u64(), got["rflags"].as_u64()), (Some(1_500_000), Some(0)));
+    assert_eq!(
+        (got["clock"].as_u64(), got["rflags"].as_u64()),
+        (Some(1_500_000), Some(0))
+    );
 }
 
 #[test]
@@ -143,7 +183,10 @@ fn admin_sees_everything_including_system_and_missing_ids_are_enoent() {
         assert_eq!(got["admin"], json!(1), "{cred:?}");
         assert_eq!(got["vms"], json!([1, 2, 3]));
         assert_eq!(got["sys"], json!([9000, 99]));
-        assert_eq!((got["vm2"].as_u64(), got["ctx22"].as_u64()), (Some(2001), Some(2205)));
+        assert_eq!(
+            (got["vm2"].as_u64(), got["ctx22"].as_u64()),
+            (Some(2001), Some(2205))
+        );
         assert_eq!(got["vm4"], json!(vec![libc::ENOENT; 5]));
         assert_eq!(got["ctx99"], json!(vec![libc::ENOENT; 4]));
         assert_eq!(got["ctx21"], json!(vec![0; 4]));
@@ -173,14 +216,23 @@ fn confidential_owner_gets_the_exact_sealed_bytes_and_can_open_them() {
     assert_eq!(got["ctx_flags"], json!(counter_flags::SEALED));
     assert_eq!(got["rates"], json!([counter_flags::SEALED, 0]));
     assert_eq!(got["vm1"], json!(vec![libc::EACCES; 5]));
-    for (key, scope, base) in [("vm_sealed", Scope::Vm(3), 3000), ("ctx_sealed", Scope::Ctx(31), 3100)] {
+    for (key, scope, base) in [
+        ("vm_sealed", Scope::Vm(3), 3000),
+        ("ctx_sealed", Scope::Ctx(31), 3100),
+    ] {
         let bytes: Vec<u8> = serde_json::from_value(got[key].clone()).unwrap();
-        assert_eq!(bytes, m.view.sealed[&scope], "{key}: not the published bytes");
+        assert_eq!(
+            bytes, m.view.sealed[&scope],
+            "{key}: not the published bytes"
+        );
         let mut slot = BlockSlot::read_from_bytes(&bytes).unwrap();
         let tag = slot.tag;
         cc::open(&KEY3, &slot.envelope, &mut slot.payload, &tag).expect("decrypt with the VM key");
         let block = Block::read_from_bytes(&slot.payload).unwrap();
-        assert_eq!((block.vm, block.counters[0], block.counters[63]), (3, base, base + 63));
+        assert_eq!(
+            (block.vm, block.counters[0], block.counters[63]),
+            (3, base, base + 63)
+        );
         let mut wrong = BlockSlot::read_from_bytes(&bytes).unwrap();
         assert!(cc::open(&[0; 32], &wrong.envelope, &mut wrong.payload, &tag).is_err());
     }
@@ -201,17 +253,27 @@ fn code_rw(nr: u8, size: usize) -> u32 {
 fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     let c = TenantClient::open(path).expect("open");
     let mut out = Vec::new();
-    let mut note = |what: &str, r: Result<(), gpupmd::tenant::client::ClientError>| out.push((what.to_string(), errno_of(&r)));
+    let mut note = |what: &str, r: Result<(), gpupmd::tenant::client::ClientError>| {
+        out.push((what.to_string(), errno_of(&r)))
+    };
     let mut buf = vec![0u8; 16 * 1024];
     let raw = |cmd: u32, buf: &mut [u8]| match c.raw_ioctl(cmd, buf) {
         Ok(_) => 0,
         Err(e) => e as i32,
     };
-    out_push(&mut note, "unknown type", raw(code_rw(0, 8) & !0xff00 | 0x7a00, &mut buf));
+    out_push(
+        &mut note,
+        "unknown type",
+        raw(code_rw(0, 8) & !0xff00 | 0x7a00, &mut buf),
+    );
     out_push(&mut note, "unknown nr", raw(code_rw(0x40, 8), &mut buf));
     out_push(&mut note, "tty ioctl", raw(0x5401, &mut buf));
     out_push(&mut note, "whoami short", raw(code_rw(0, 8), &mut buf));
-    out_push(&mut note, "counters long", raw(code_rw(2, size_of::<ReadCounters>() + 8), &mut buf));
+    out_push(
+        &mut note,
+        "counters long",
+        raw(code_rw(2, size_of::<ReadCounters>() + 8), &mut buf),
+    );
     #[allow(clippy::cast_possible_truncation)]
     let wrong_dir = nix::request_code_read!(TENANT_IOC_MAGIC, 4, size_of::<OpenStream>()) as u32;
     out_push(&mut note, "stream wrong dir", raw(wrong_dir, &mut buf));
@@ -222,11 +284,17 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     l.version = TENANT_STRUCT_VERSION;
     l.vm = 1;
     l.reserved = 1;
-    note("list reserved", c.call("l", TENANT_IOC_LIST_CONTEXTS, &mut *l));
+    note(
+        "list reserved",
+        c.call("l", TENANT_IOC_LIST_CONTEXTS, &mut *l),
+    );
     l.reserved = 0;
     for vm in [0, 64, u32::MAX] {
         l.vm = vm;
-        note(&format!("list vm {vm}"), c.call("l", TENANT_IOC_LIST_CONTEXTS, &mut *l));
+        note(
+            &format!("list vm {vm}"),
+            c.call("l", TENANT_IOC_LIST_CONTEXTS, &mut *l),
+        );
     }
     let counters = |f: &dyn Fn(&mut ReadCounters)| {
         let mut r = Box::new(ReadCounters::new_zeroed());
@@ -239,25 +307,40 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     note("counters ok", counters(&|_| {}));
     note("counters version 2", counters(&|r| r.version = 2));
     note("counters reserved", counters(&|r| r.reserved = 1));
-    note("counters n_events 65", counters(&|r| r.n_events = MAX_EVENTS as u32 + 1));
-    note("counters event id", counters(&|r| {
-        r.n_events = 2;
-        r.events[1] = EVENT_COUNT as u16;
-    }));
+    note(
+        "counters n_events 65",
+        counters(&|r| r.n_events = MAX_EVENTS as u32 + 1),
+    );
+    note(
+        "counters event id",
+        counters(&|r| {
+            r.n_events = 2;
+            r.events[1] = EVENT_COUNT as u16;
+        }),
+    );
     note("counters scope 0", counters(&|r| r.scope = 0));
     note("counters scope 4", counters(&|r| r.scope = 4));
-    note("counters system id 1", counters(&|r| {
-        r.scope = scope::SYSTEM;
-        r.id = 1;
-    }));
-    note("counters ctx 0", counters(&|r| {
-        r.scope = scope::CONTEXT;
-        r.id = 0;
-    }));
-    note("counters ctx 4096", counters(&|r| {
-        r.scope = scope::CONTEXT;
-        r.id = 4096;
-    }));
+    note(
+        "counters system id 1",
+        counters(&|r| {
+            r.scope = scope::SYSTEM;
+            r.id = 1;
+        }),
+    );
+    note(
+        "counters ctx 0",
+        counters(&|r| {
+            r.scope = scope::CONTEXT;
+            r.id = 0;
+        }),
+    );
+    note(
+        "counters ctx 4096",
+        counters(&|r| {
+            r.scope = scope::CONTEXT;
+            r.id = 4096;
+        }),
+    );
     let rates = |f: &dyn Fn(&mut ReadRates)| {
         let mut r = Box::new(ReadRates::new_zeroed());
         r.version = TENANT_STRUCT_VERSION;
@@ -271,20 +354,31 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     note("rates max 0", rates(&|r| r.max = 0));
     note("rates max 17", rates(&|r| r.max = 17));
     note("rates reserved", rates(&|r| r.reserved = 9));
-    note("rates system", rates(&|r| {
-        r.scope = scope::SYSTEM;
-        r.id = 0;
-    }));
+    note(
+        "rates system",
+        rates(&|r| {
+            r.scope = scope::SYSTEM;
+            r.id = 0;
+        }),
+    );
     let stream = |f: &dyn Fn(&mut OpenStream)| {
-        let mut s = OpenStream { version: TENANT_STRUCT_VERSION, scope: scope::VM, id: 1, flags: 0 };
+        let mut s = OpenStream {
+            version: TENANT_STRUCT_VERSION,
+            scope: scope::VM,
+            id: 1,
+            flags: 0,
+        };
         f(&mut s);
         c.call("s", TENANT_IOC_OPEN_STREAM, &mut s)
     };
     note("stream flags", stream(&|s| s.flags = 1));
-    note("stream system", stream(&|s| {
-        s.scope = scope::SYSTEM;
-        s.id = 0;
-    }));
+    note(
+        "stream system",
+        stream(&|s| {
+            s.scope = scope::SYSTEM;
+            s.id = 0;
+        }),
+    );
     note("stream version 0", stream(&|s| s.version = 0));
     let info = |id: u32, reserved: u8| {
         let mut e = EventInfo::new_zeroed();
@@ -301,11 +395,18 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     out
 }
 
-fn out_push(note: &mut impl FnMut(&str, Result<(), gpupmd::tenant::client::ClientError>), what: &str, errno: i32) {
+fn out_push(
+    note: &mut impl FnMut(&str, Result<(), gpupmd::tenant::client::ClientError>),
+    what: &str,
+    errno: i32,
+) {
     let r = if errno == 0 {
         Ok(())
     } else {
-        Err(gpupmd::tenant::client::ClientError::Ioctl { op: "raw", source: nix::errno::Errno::from_raw(errno) })
+        Err(gpupmd::tenant::client::ClientError::Ioctl {
+            op: "raw",
+            source: nix::errno::Errno::from_raw(errno),
+        })
     };
     note(what, r);
 }
@@ -331,13 +432,29 @@ fn every_bad_input_gets_its_errno_and_changes_nothing() {
     // A failed OPEN_STREAM leaves the handle's session as it was.
     let c = TenantClient::open_nonblocking(&m.path).unwrap();
     c.open_stream(Scope::Vm(1)).unwrap();
-    let mut bad = OpenStream { version: TENANT_STRUCT_VERSION, scope: scope::VM, id: 1, flags: 4 };
-    assert_eq!(errno_of(&c.call("s", TENANT_IOC_OPEN_STREAM, &mut bad)), libc::EINVAL);
+    let mut bad = OpenStream {
+        version: TENANT_STRUCT_VERSION,
+        scope: scope::VM,
+        id: 1,
+        flags: 4,
+    };
+    assert_eq!(
+        errno_of(&c.call("s", TENANT_IOC_OPEN_STREAM, &mut bad)),
+        libc::EINVAL
+    );
     assert_eq!(errno_of(&c.read_delta()), libc::EAGAIN);
     let mut tiny = [0u8; 16];
     let n = nix::unistd::read(c.as_fd().as_raw_fd(), &mut tiny);
-    assert_eq!(n, Err(nix::errno::Errno::EINVAL), "read shorter than a record");
-    assert_eq!(nix::unistd::write(c.as_fd(), b"x"), Err(nix::errno::Errno::EBADF), "opened read-only");
+    assert_eq!(
+        n,
+        Err(nix::errno::Errno::EINVAL),
+        "read shorter than a record"
+    );
+    assert_eq!(
+        nix::unistd::write(c.as_fd(), b"x"),
+        Err(nix::errno::Errno::EBADF),
+        "opened read-only"
+    );
     drop(c);
     m.wait_gauges(before.0);
     let stats = m.stats();
@@ -351,19 +468,30 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
     std::fs::create_dir_all(&dir).unwrap();
     {
         // A FUSE mount whose server is gone: every access fails with ENOTCONN.
-        let fuse = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").unwrap();
+        let fuse = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/fuse")
+            .unwrap();
         let data = format!(
             "fd={},rootmode=40755,user_id=0,group_id=0,allow_other",
             std::os::fd::AsRawFd::as_raw_fd(&fuse)
         );
-        nix::mount::mount(Some("stale"), &dir, Some("fuse.stale"), nix::mount::MsFlags::empty(), Some(data.as_str()))
-            .expect("mount a FUSE file system");
+        nix::mount::mount(
+            Some("stale"),
+            &dir,
+            Some("fuse.stale"),
+            nix::mount::MsFlags::empty(),
+            Some(data.as_str()),
+        )
+        .expect("mount a FUSE file system");
         drop(fuse);
         let err = std::fs::metadata(&dir).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN));
     }
     let view = Fixture::new();
-    let node = gpupmd::tenant::TenantNode::mount(&dir, view.clone(), policy()).expect("recovers the stale mount");
+    let node = gpupmd::tenant::TenantNode::mount(&dir, view.clone(), policy())
+        .expect("recovers the stale mount");
     let c = TenantClient::open(dir.join("node")).unwrap();
     assert_eq!(c.whoami().unwrap().admin, 1);
     drop(c);
@@ -371,6 +499,10 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
     assert!(again.is_err(), "mounted over a live node");
     drop(node);
     let fs_type = nix::sys::statfs::statfs(&dir).unwrap().filesystem_type();
-    assert_ne!(fs_type, nix::sys::statfs::FUSE_SUPER_MAGIC, "still mounted after drop");
+    assert_ne!(
+        fs_type,
+        nix::sys::statfs::FUSE_SUPER_MAGIC,
+        "still mounted after drop"
+    );
     std::fs::remove_dir(&dir).unwrap();
 }

@@ -3,6 +3,9 @@
 //! root, checking that nothing crashes, hangs, leaks, changes state or
 //! lets a tenant see what is not its own.
 
+// Test constants are small; truncating casts cannot lose anything here.
+#![allow(clippy::cast_possible_truncation)]
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -59,7 +62,9 @@ fn named_scope(kind: u32, id: u32) -> Option<Scope> {
 /// Runs the fuzz loop; returns the errno histogram and any violations.
 fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value {
     let mut rng = Rng(seed);
-    let mut handles: Vec<TenantClient> = (0..4).map(|_| TenantClient::open_nonblocking(path).expect("open")).collect();
+    let mut handles: Vec<TenantClient> = (0..4)
+        .map(|_| TenantClient::open_nonblocking(path).expect("open"))
+        .collect();
     let mut buf = vec![0u8; 16 * 1024 + 64];
     let mut hist: BTreeMap<i32, u64> = BTreeMap::new();
     let mut violations: Vec<String> = Vec::new();
@@ -73,7 +78,14 @@ fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value 
             // Fully random command number.
             0 | 1 => (None, rng.next() as u32),
             // Right type byte and a tenant nr, random size and direction.
-            2 | 3 => (None, encode(rng.below(4) as u32, rng.below(8) as u32, rng.below(16 * 1024) as u32)),
+            2 | 3 => (
+                None,
+                encode(
+                    rng.below(4) as u32,
+                    rng.below(8) as u32,
+                    rng.below(16 * 1024) as u32,
+                ),
+            ),
             // A real command with a well-formed header and random ids.
             _ => {
                 let (_, cmd) = rng.pick(TENANT_IOCTLS);
@@ -89,7 +101,11 @@ fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value 
             // (WHOAMI/EVENT_INFO/LIST read them differently; that is fine).
             buf[0..4].copy_from_slice(&TENANT_STRUCT_VERSION.to_le_bytes());
             if rng.below(4) != 0 {
-                let (k, id) = if cmd == TENANT_IOC_LIST_CONTEXTS { (id, 0) } else { (kind, id) };
+                let (k, id) = if cmd == TENANT_IOC_LIST_CONTEXTS {
+                    (id, 0)
+                } else {
+                    (kind, id)
+                };
                 buf[4..8].copy_from_slice(&k.to_le_bytes());
                 buf[8..12].copy_from_slice(&id.to_le_bytes());
                 // Zero the count/flags/reserved words most of the time.
@@ -118,8 +134,14 @@ fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value 
             // Whatever succeeded must have named one of the caller's scopes.
             let kind = u32::from_le_bytes(buf[4..8].try_into().unwrap());
             let id = u32::from_le_bytes(buf[8..12].try_into().unwrap());
-            let named = if cmd == TENANT_IOC_LIST_CONTEXTS { Some(Scope::Vm(kind)) } else { named_scope(kind, id) };
-            if TENANT_IOCTLS.iter().any(|&(_, k)| k == cmd) && !named.is_some_and(|s| own.contains(&s)) {
+            let named = if cmd == TENANT_IOC_LIST_CONTEXTS {
+                Some(Scope::Vm(kind))
+            } else {
+                named_scope(kind, id)
+            };
+            if TENANT_IOCTLS.iter().any(|&(_, k)| k == cmd)
+                && !named.is_some_and(|s| own.contains(&s))
+            {
                 violations.push(format!("call {i}: {cmd:#x} succeeded for {named:?}"));
             }
         }
@@ -147,8 +169,18 @@ fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value 
 fn snapshot(path: &std::path::Path) -> Vec<u8> {
     let c = TenantClient::open(path).expect("open");
     let mut out = Vec::new();
-    for s in [Scope::System, Scope::Vm(1), Scope::Vm(2), Scope::Vm(3), Scope::Ctx(11), Scope::Ctx(21), Scope::Ctx(31)] {
-        out.extend_from_slice(zerocopy::IntoBytes::as_bytes(&*c.read_counters(s, &[]).expect("counters")));
+    for s in [
+        Scope::System,
+        Scope::Vm(1),
+        Scope::Vm(2),
+        Scope::Vm(3),
+        Scope::Ctx(11),
+        Scope::Ctx(21),
+        Scope::Ctx(31),
+    ] {
+        out.extend_from_slice(zerocopy::IntoBytes::as_bytes(
+            &*c.read_counters(s, &[]).expect("counters"),
+        ));
     }
     for vm in 1..=3 {
         for e in c.list_contexts(vm).expect("list") {
@@ -161,19 +193,42 @@ fn snapshot(path: &std::path::Path) -> Vec<u8> {
 fn check(m: &Mounted, who: &str, got: &Value, base: ((u64, u64), usize), before: &[u8]) {
     eprintln!("fuzz {who}: {got}");
     assert_eq!(got["violations"], json!([]), "{who}");
-    assert!(got["whoami_after"]["Ok"].is_u64(), "{who}: node stopped answering: {got}");
-    let calls: u64 = got["hist"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>()
+    assert!(
+        got["whoami_after"]["Ok"].is_u64(),
+        "{who}: node stopped answering: {got}"
+    );
+    let calls: u64 = got["hist"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum::<u64>()
         + got["refused_locally"].as_u64().unwrap();
     assert!(calls >= CALLS, "{who}: {calls} calls");
     // Only the errnos the ABI allows (and those the kernel itself answers
     // for its generic ioctls).
     for errno in got["hist"].as_object().unwrap().keys() {
         let e: i32 = errno.parse().unwrap();
-        let allowed = [0, libc::ENOTTY, libc::EINVAL, libc::EACCES, libc::ENOENT, libc::EAGAIN, libc::EOPNOTSUPP];
-        assert!(allowed.contains(&e.abs()), "{who}: unexpected errno {e}: {got}");
+        let allowed = [
+            0,
+            libc::ENOTTY,
+            libc::EINVAL,
+            libc::EACCES,
+            libc::ENOENT,
+            libc::EAGAIN,
+            libc::EOPNOTSUPP,
+        ];
+        assert!(
+            allowed.contains(&e.abs()),
+            "{who}: unexpected errno {e}: {got}"
+        );
     }
     m.wait_gauges(base.0);
-    assert_eq!(m.view.subscribers(), base.1, "{who}: a session's feed leaked");
+    assert_eq!(
+        m.view.subscribers(),
+        base.1,
+        "{who}: a session's feed leaked"
+    );
     assert_eq!(snapshot(&m.path), before, "{who}: state changed");
 }
 
@@ -181,19 +236,26 @@ fn check(m: &Mounted, who: &str, got: &Value, base: ((u64, u64), usize), before:
 fn fuzzed_ioctls_never_crash_hang_leak_change_state_or_cross_tenants() {
     let m = Mounted::new();
     let before = snapshot(&m.path);
+    // The snapshot's handle is released asynchronously after close().
+    m.wait_gauges((0, 0));
     let base = (m.gauges(), m.view.subscribers());
     let stats = m.stats();
     let requests_before = TenantStats::get(&stats.requests);
 
     let path = m.path.clone();
     let own_a = [Scope::Vm(1), Scope::Ctx(11), Scope::Ctx(12)];
-    let got = run_as(&Cred::tenant_a(), || fuzz(&path, 0x5eed_0001, &own_a, false));
+    let got = run_as(&Cred::tenant_a(), || {
+        fuzz(&path, 0x5eed_0001, &own_a, false)
+    });
     check(&m, "tenant A", &got, base, &before);
 
     let got = run_as(&Cred::root(), || fuzz(&path, 0x5eed_0002, &[], true));
     check(&m, "root", &got, base, &before);
 
     let served = TenantStats::get(&stats.requests) - requests_before;
-    eprintln!("fuzz: node served {served} requests, {} errors", TenantStats::get(&stats.errors));
+    eprintln!(
+        "fuzz: node served {served} requests, {} errors",
+        TenantStats::get(&stats.errors)
+    );
     assert!(served >= CALLS, "requests were not counted: {served}");
 }

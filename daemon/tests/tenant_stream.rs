@@ -2,6 +2,9 @@
 //! non-blocking reads, poll readiness, isolation, overflow accounting,
 //! killed readers and release.
 
+// Test constants are small; truncating casts cannot lose anything here.
+#![allow(clippy::cast_possible_truncation)]
+
 mod common;
 
 use std::os::fd::AsFd;
@@ -54,7 +57,14 @@ fn deltas_arrive_in_order_to_their_owner_only() {
         // A record of VM 2 wrongly fed into VM 1's feed must not pass either.
         m.view.push_to(Scope::Vm(1), plain_sample(2, 22, 100 + seq));
         m.view.push(plain_sample(1, 11 + (seq % 2) as u32, seq));
-        want.push(json!([seq, 0, 1, 11 + (seq % 2), seq, 1_000_000 + seq * 100]));
+        want.push(json!([
+            seq,
+            0,
+            1,
+            11 + (seq % 2),
+            seq,
+            1_000_000 + seq * 100
+        ]));
     }
     assert_eq!(child.finish(), json!(want));
     m.wait_gauges(base);
@@ -81,7 +91,11 @@ fn nonblocking_reads_eagain_and_poll_reports_readiness() {
     let got = child.finish();
     assert_eq!(got["idle"], json!(0));
     assert_eq!(got["empty"], json!(libc::EAGAIN));
-    assert_ne!(got["ready"].as_i64().unwrap() & i64::from(libc::POLLIN), 0, "{got}");
+    assert_ne!(
+        got["ready"].as_i64().unwrap() & i64::from(libc::POLLIN),
+        0,
+        "{got}"
+    );
     assert_eq!(got["d"], json!([1, 0, 1, 11, 2, 1_000_200]));
     assert_eq!(got["after"], json!(libc::EAGAIN));
     assert_eq!(got["idle_again"], json!(0));
@@ -93,10 +107,17 @@ fn a_tenant_cannot_open_or_read_another_tenants_stream() {
     let base = (m.gauges(), m.view.subscribers());
     let got = run_as(&Cred::tenant_a(), || {
         let c = TenantClient::open_nonblocking(&m.path).expect("open");
-        let tries: Vec<i32> = [Scope::Vm(2), Scope::Ctx(21), Scope::Vm(3), Scope::Ctx(31), Scope::Vm(9), Scope::Ctx(99)]
-            .into_iter()
-            .map(|s| errno_of(&c.open_stream(s)))
-            .collect();
+        let tries: Vec<i32> = [
+            Scope::Vm(2),
+            Scope::Ctx(21),
+            Scope::Vm(3),
+            Scope::Ctx(31),
+            Scope::Vm(9),
+            Scope::Ctx(99),
+        ]
+        .into_iter()
+        .map(|s| errno_of(&c.open_stream(s)))
+        .collect();
         // No session came of it.
         json!({ "tries": tries, "read": errno_of(&c.read_delta()), "poll": poll_in(&c, 0) })
     });
@@ -109,7 +130,9 @@ fn a_tenant_cannot_open_or_read_another_tenants_stream() {
     // A session handed to another user (fd passing, fork) is refused to it.
     let c = TenantClient::open_nonblocking(&m.path).unwrap();
     c.open_stream(Scope::Vm(2)).unwrap();
-    let got = run_as(&Cred::tenant_a(), || json!([errno_of(&c.read_delta()), poll_in(&c, 0)]));
+    let got = run_as(&Cred::tenant_a(), || {
+        json!([errno_of(&c.read_delta()), poll_in(&c, 0)])
+    });
     assert_eq!(got[0], json!(libc::EACCES));
     assert_ne!(got[1].as_i64().unwrap() & i64::from(libc::POLLERR), 0);
 }
@@ -152,7 +175,10 @@ fn a_full_session_queue_reports_what_it_dropped() {
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while TenantStats::get(&stats.session_drops) < extra {
-        assert!(Instant::now() < deadline, "the pump did not take the records");
+        assert!(
+            Instant::now() < deadline,
+            "the pump did not take the records"
+        );
         std::thread::yield_now();
     }
     let mut got = Vec::new();
@@ -160,11 +186,31 @@ fn a_full_session_queue_reports_what_it_dropped() {
         got.extend(c.read_deltas(64).unwrap());
     }
     for (i, d) in got.iter().enumerate() {
-        assert_eq!(describe(d), json!([i as u64 + 1, 0, 2, 21, i as u64 + 1, 2_000_000 + (i as u64 + 1) * 100]));
+        assert_eq!(
+            describe(d),
+            json!([
+                i as u64 + 1,
+                0,
+                2,
+                21,
+                i as u64 + 1,
+                2_000_000 + (i as u64 + 1) * 100
+            ])
+        );
     }
     m.view.push(plain_sample(2, 22, total + 1));
     let next = c.read_delta().unwrap().unwrap();
-    assert_eq!(describe(&next), json!([SESSION_QUEUE as u64 + 1, extra, 2, 22, total + 1, 2_000_000 + (total + 1) * 100]));
+    assert_eq!(
+        describe(&next),
+        json!([
+            SESSION_QUEUE as u64 + 1,
+            extra,
+            2,
+            22,
+            total + 1,
+            2_000_000 + (total + 1) * 100
+        ])
+    );
 }
 
 #[test]
@@ -187,16 +233,28 @@ fn a_killed_blocked_reader_is_released_and_its_session_closed() {
         if wchan.contains("fuse") || wchan.contains("request_wait_answer") {
             break;
         }
-        assert!(Instant::now() < deadline, "child never blocked in the read (wchan {wchan:?})");
+        assert!(
+            Instant::now() < deadline,
+            "child never blocked in the read (wchan {wchan:?})"
+        );
         std::thread::yield_now();
     }
     assert_eq!(m.gauges(), (base.0 .0 + 1, base.0 .1 + 1));
     let status = child.kill();
-    assert!(matches!(status, nix::sys::wait::WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)), "{status:?}");
+    assert!(
+        matches!(
+            status,
+            nix::sys::wait::WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)
+        ),
+        "{status:?}"
+    );
     m.wait_gauges(base.0);
     let deadline = Instant::now() + Duration::from_secs(10);
     while m.view.subscribers() != base.1 {
-        assert!(Instant::now() < deadline, "feed of the closed session still subscribed");
+        assert!(
+            Instant::now() < deadline,
+            "feed of the closed session still subscribed"
+        );
         std::thread::yield_now();
     }
 }
@@ -213,8 +271,12 @@ fn dropping_the_node_fails_a_blocked_read_and_unmounts() {
     child.wait_ready();
     let pid = child.pid.as_raw();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default().contains("fuse")
-        && !std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default().contains("request_wait")
+    while !std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+        .unwrap_or_default()
+        .contains("fuse")
+        && !std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+            .unwrap_or_default()
+            .contains("request_wait")
     {
         assert!(Instant::now() < deadline, "child never blocked in the read");
         std::thread::yield_now();

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use gpupm_driver::model::cc::VmCipher;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::{
-    block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC, RECORD_MAGIC,
+    block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
+    RECORD_MAGIC,
 };
 use gpupmd::tenant::{TenantMap, TenantNode, TenantPolicy, TenantStats, NODE_NAME};
 use gpupmd::view::{CounterView, CtxId, CtxInfo, CtxState, DeltaSample, Scope, Totals, VmId};
@@ -54,7 +55,11 @@ pub struct Cred {
 
 impl Cred {
     pub fn user(uid: u32) -> Self {
-        Cred { uid, gid: uid, groups: Vec::new() }
+        Cred {
+            uid,
+            gid: uid,
+            groups: Vec::new(),
+        }
     }
     pub fn tenant_a() -> Self {
         Cred::user(UID_A)
@@ -63,16 +68,28 @@ impl Cred {
         Cred::user(UID_B)
     }
     pub fn tenant_c() -> Self {
-        Cred { uid: UID_C, gid: UID_C, groups: vec![GID_C] }
+        Cred {
+            uid: UID_C,
+            gid: UID_C,
+            groups: vec![GID_C],
+        }
     }
     pub fn nobody() -> Self {
         Cred::user(UID_NOBODY)
     }
     pub fn group_admin() -> Self {
-        Cred { uid: UID_ADMIN, gid: UID_ADMIN, groups: vec![ADMIN_GID] }
+        Cred {
+            uid: UID_ADMIN,
+            gid: UID_ADMIN,
+            groups: vec![ADMIN_GID],
+        }
     }
     pub fn root() -> Self {
-        Cred { uid: 0, gid: 0, groups: vec![0] }
+        Cred {
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+        }
     }
 }
 
@@ -81,9 +98,21 @@ pub fn policy() -> TenantPolicy {
     TenantPolicy {
         admin_gid: Some(ADMIN_GID),
         tenants: vec![
-            TenantMap { vm: 1, uid: Some(UID_A), gid: None },
-            TenantMap { vm: 2, uid: Some(UID_B), gid: None },
-            TenantMap { vm: 3, uid: None, gid: Some(GID_C) },
+            TenantMap {
+                vm: 1,
+                uid: Some(UID_A),
+                gid: None,
+            },
+            TenantMap {
+                vm: 2,
+                uid: Some(UID_B),
+                gid: None,
+            },
+            TenantMap {
+                vm: 3,
+                uid: None,
+                gid: Some(GID_C),
+            },
         ],
     }
 }
@@ -123,7 +152,12 @@ pub const FEED_CAPACITY: usize = 4096;
 
 impl Fixture {
     pub fn new() -> Arc<Self> {
-        let ctx = |ctx, vm, created_cycle, state| CtxInfo { ctx, vm, created_cycle, state };
+        let ctx = |ctx, vm, created_cycle, state| CtxInfo {
+            ctx,
+            vm,
+            created_cycle,
+            state,
+        };
         let ctxs = vec![
             ctx(11, 1, 100, CtxState::Active),
             ctx(12, 1, 200, CtxState::Retired),
@@ -132,7 +166,11 @@ impl Fixture {
             ctx(31, 3, 500, CtxState::Active),
         ];
         let mut totals = HashMap::new();
-        let plain = |base, seq| Totals::Plain { counters: values(base), commit_seq: seq, cycle: seq * 100 };
+        let plain = |base, seq| Totals::Plain {
+            counters: values(base),
+            commit_seq: seq,
+            cycle: seq * 100,
+        };
         totals.insert(Scope::System, plain(9000, 99));
         totals.insert(Scope::Vm(1), plain(1000, 10));
         totals.insert(Scope::Ctx(11), plain(1100, 11));
@@ -142,7 +180,10 @@ impl Fixture {
         totals.insert(Scope::Ctx(22), plain(2200, 22));
         let mut cipher = VmCipher::new(3, &KEY3);
         let mut sealed = HashMap::new();
-        for (scope, kind, id, base) in [(Scope::Vm(3), block_kind::VM, 3, 3000), (Scope::Ctx(31), block_kind::CONTEXT, 31, 3100)] {
+        for (scope, kind, id, base) in [
+            (Scope::Vm(3), block_kind::VM, 3, 3000),
+            (Scope::Ctx(31), block_kind::CONTEXT, 31, 3100),
+        ] {
             let block = Block {
                 magic: BLOCK_MAGIC,
                 kind,
@@ -156,16 +197,29 @@ impl Fixture {
             let mut payload = [0u8; size_of::<Block>()];
             payload.copy_from_slice(block.as_bytes());
             let (envelope, tag) = cipher.seal(&mut payload);
-            let slot = BlockSlot { envelope, payload, tag };
+            let slot = BlockSlot {
+                envelope,
+                payload,
+                tag,
+            };
             sealed.insert(scope, slot.as_bytes().to_vec());
             totals.insert(scope, Totals::Sealed(slot.as_bytes().to_vec()));
         }
         let mut recent = HashMap::new();
-        for (scope, vm, ctx) in [(Scope::Vm(1), 1, 11), (Scope::Ctx(11), 1, 11), (Scope::Vm(2), 2, 21), (Scope::Ctx(21), 2, 21), (Scope::Ctx(12), 1, 12), (Scope::Ctx(22), 2, 22), (Scope::System, 1, 11)] {
+        for (scope, vm, ctx) in [
+            (Scope::Vm(1), 1, 11),
+            (Scope::Ctx(11), 1, 11),
+            (Scope::Vm(2), 2, 21),
+            (Scope::Ctx(21), 2, 21),
+            (Scope::Ctx(12), 1, 12),
+            (Scope::Ctx(22), 2, 22),
+            (Scope::System, 1, 11),
+        ] {
             let samples = (1..=20).map(|i| plain_sample(vm, ctx, i)).collect();
             recent.insert(scope, samples);
         }
-        let sealed_recent: Vec<DeltaSample> = (1..=3).map(|i| sealed_sample(&mut cipher, 31, i)).collect();
+        let sealed_recent: Vec<DeltaSample> =
+            (1..=3).map(|i| sealed_sample(&mut cipher, 31, i)).collect();
         recent.insert(Scope::Vm(3), sealed_recent.clone());
         recent.insert(Scope::Ctx(31), sealed_recent);
         Arc::new(Fixture {
@@ -193,7 +247,10 @@ impl Fixture {
 
     fn sender(&self, scope: Scope) -> broadcast::Sender<Arc<DeltaSample>> {
         let mut feeds = self.feeds.lock().unwrap();
-        feeds.entry(scope).or_insert_with(|| broadcast::channel(FEED_CAPACITY).0).clone()
+        feeds
+            .entry(scope)
+            .or_insert_with(|| broadcast::channel(FEED_CAPACITY).0)
+            .clone()
     }
 
     /// Sends `s` into `scope`'s feed as it is (even if it does not belong there).
@@ -218,7 +275,12 @@ impl Fixture {
     /// Live subscriptions over all feeds (a session that leaked its feed
     /// task keeps one).
     pub fn subscribers(&self) -> usize {
-        self.feeds.lock().unwrap().values().map(|s| s.receiver_count()).sum()
+        self.feeds
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.receiver_count())
+            .sum()
     }
 }
 
@@ -253,7 +315,11 @@ fn sealed_sample(cipher: &mut VmCipher, ctx: CtxId, seq: u64) -> DeltaSample {
     let mut payload = [0u8; size_of::<StreamRecord>()];
     payload.copy_from_slice(record.as_bytes());
     let (envelope, tag) = cipher.seal(&mut payload);
-    let slot = StreamSlot { envelope, payload, tag };
+    let slot = StreamSlot {
+        envelope,
+        payload,
+        tag,
+    };
     DeltaSample {
         seq,
         vm: 3,
@@ -278,7 +344,9 @@ impl CounterView for Fixture {
     }
     fn contexts(&self, vm: VmId) -> Option<Vec<CtxInfo>> {
         self.call();
-        (1..=3).contains(&vm).then(|| self.ctxs.iter().filter(|c| c.vm == vm).copied().collect())
+        (1..=3)
+            .contains(&vm)
+            .then(|| self.ctxs.iter().filter(|c| c.vm == vm).copied().collect())
     }
     fn ctx_vm(&self, ctx: CtxId) -> Option<VmId> {
         self.call();
@@ -321,12 +389,18 @@ impl Mounted {
     pub fn new() -> Self {
         require_root_and_fuse();
         let n = MOUNTS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("gpupm-tenant-test-{}-{n}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("gpupm-tenant-test-{}-{n}", std::process::id()));
         let view = Fixture::new();
         let node = TenantNode::mount(&dir, Arc::clone(&view) as Arc<dyn CounterView>, policy())
             .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));
         let path = dir.join(NODE_NAME);
-        Mounted { node: Some(node), dir, path, view }
+        Mounted {
+            node: Some(node),
+            dir,
+            path,
+            view,
+        }
     }
 
     pub fn stats(&self) -> Arc<TenantStats> {
@@ -336,7 +410,10 @@ impl Mounted {
     /// (open handles, open sessions).
     pub fn gauges(&self) -> (u64, u64) {
         let s = self.stats();
-        (TenantStats::get(&s.open_handles), TenantStats::get(&s.open_sessions))
+        (
+            TenantStats::get(&s.open_handles),
+            TenantStats::get(&s.open_sessions),
+        )
     }
 
     /// Waits until handles and sessions are back to `want` (releases reach
@@ -344,7 +421,11 @@ impl Mounted {
     pub fn wait_gauges(&self, want: (u64, u64)) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.gauges() != want {
-            assert!(Instant::now() < deadline, "handles/sessions stuck at {:?}, want {want:?}", self.gauges());
+            assert!(
+                Instant::now() < deadline,
+                "handles/sessions stuck at {:?}, want {want:?}",
+                self.gauges()
+            );
             std::thread::yield_now();
         }
     }
@@ -389,7 +470,7 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn wait_readable(f: &File, what: &str) {
     let mut fds = [PollFd::new(f.as_fd(), PollFlags::POLLIN)];
-    let timeout = PollTimeout::try_from(CHILD_TIMEOUT.as_millis() as i32).expect("timeout");
+    let timeout = PollTimeout::try_from(CHILD_TIMEOUT).expect("timeout");
     let n = nix::poll::poll(&mut fds, timeout).expect("poll the child pipe");
     assert!(n > 0, "child did not {what} within {CHILD_TIMEOUT:?}");
 }
@@ -409,9 +490,15 @@ impl Child {
     pub fn finish(mut self) -> Value {
         wait_readable(&self.result, "finish");
         let mut out = String::new();
-        self.result.read_to_string(&mut out).expect("read child result");
+        self.result
+            .read_to_string(&mut out)
+            .expect("read child result");
         let status = waitpid(self.pid, None).expect("waitpid");
-        assert_eq!(status, WaitStatus::Exited(self.pid, 0), "child failed: {out}");
+        assert_eq!(
+            status,
+            WaitStatus::Exited(self.pid, 0),
+            "child failed: {out}"
+        );
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("child result {out:?}: {e}"))
     }
     /// Kills the child and reaps it.
@@ -437,7 +524,12 @@ pub fn spawn_as<F: FnOnce(&mut Ctl) -> Value>(cred: &Cred, f: F) -> Child {
     // of this process may have held at fork time, except on a panic, which
     // the parent detects by timeout.
     match unsafe { fork() }.expect("fork") {
-        ForkResult::Parent { child } => Child { pid: child, ready: ready_r, go: go_w, result: result_r },
+        ForkResult::Parent { child } => Child {
+            pid: child,
+            ready: ready_r,
+            go: go_w,
+            result: result_r,
+        },
         ForkResult::Child => {
             drop((ready_r, go_w, result_r));
             let mut result_w = result_w;
@@ -450,7 +542,10 @@ pub fn spawn_as<F: FnOnce(&mut Ctl) -> Value>(cred: &Cred, f: F) -> Child {
                     2
                 }
                 Ok(()) => {
-                    let mut ctl = Ctl { ready: ready_w, go: go_r };
+                    let mut ctl = Ctl {
+                        ready: ready_w,
+                        go: go_r,
+                    };
                     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut ctl))) {
                         Ok(v) => match result_w.write_all(v.to_string().as_bytes()) {
                             Ok(()) => 0,

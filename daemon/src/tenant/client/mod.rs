@@ -2,7 +2,7 @@
 //! anyone writing Rust against the ABI of [`gpupm_uapi::tenant`].
 //!
 //! ```no_run
-//! use gpupmd::tenant::client::TenantClient;
+//! use gpupmd::tenant::client::{TenantClient, WhoamiExt};
 //! use gpupmd::view::Scope;
 //!
 //! let node = TenantClient::open_default()?;
