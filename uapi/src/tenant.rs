@@ -4,14 +4,19 @@
 //! caller: a tenant sees only its VM(s) and their contexts; the admin (root
 //! or the admin group) sees everything including the system scope.
 //!
-//! Errors: unknown ioctl → ENOTTY; wrong size, `version` ≠
+//! Errors: unknown ioctl → ENOTTY (including the legacy terminal ioctls
+//! that share the type byte, `0x54xx` without a direction); a tenant ioctl
+//! number with the wrong size or direction, `version` ≠
 //! [`TENANT_STRUCT_VERSION`], non-zero reserved fields or unknown flags,
-//! out-of-range event ids → EINVAL. A scope that is not the caller's fails
-//! with EACCES — and so does, for a tenant, a scope that does not exist, so
+//! out-of-range event, VM (`1..MAX_VMS`) or context (`1..MAX_CONTEXTS`)
+//! ids, scope kinds a request does not take → EINVAL. A scope that is not
+//! the caller's fails with EACCES — and so does, for a tenant, a scope that does not exist, so
 //! that existence never leaks; the admin gets ENOENT for scopes that do not
 //! exist. After [`TENANT_IOC_OPEN_STREAM`], `read()` on the same file handle
 //! returns [`TenantDelta`] records (whole records only; O_NONBLOCK → EAGAIN;
-//! poll readiness when one is queued).
+//! poll readiness when one is queued). A `read()` on a handle without a
+//! session, or of fewer bytes than one record, fails with EINVAL; once the
+//! daemon ends a session's feed, `read()` returns 0 after the queued records.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 

@@ -1,0 +1,70 @@
+//! The client's only `unsafe`: the ioctl system call on the node.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Smallest buffer [`raw`] accepts: one page, the most any generic VFS
+/// ioctl the kernel handles itself reads or writes at its argument.
+pub const RAW_MIN_BUF: usize = 4096;
+
+/// Generic VFS ioctls that change the file descriptor, the file or the file
+/// system instead of reaching the node; [`raw`] refuses them.
+#[allow(clippy::cast_possible_truncation)]
+pub const VFS_STATEFUL_IOCTLS: [u32; 10] = [
+    libc::FIONBIO as u32,
+    libc::FIOASYNC as u32,
+    libc::FIOCLEX as u32,
+    libc::FIONCLEX as u32,
+    nix::request_code_none!(0x00, 1) as u32, // FIBMAP
+    nix::request_code_readwrite!(b'X', 119, 4) as u32, // FIFREEZE
+    nix::request_code_readwrite!(b'X', 120, 4) as u32, // FITHAW
+    nix::request_code_write!(0x94, 9, 4) as u32, // FICLONE
+    nix::request_code_write!(0x94, 13, 32) as u32, // FICLONERANGE
+    nix::request_code_readwrite!(0x94, 54, 24) as u32, // FIDEDUPERANGE
+];
+
+/// `_IOC_SIZE` of a command.
+pub fn ioc_size(cmd: u32) -> usize {
+    ((cmd >> 16) & 0x3fff) as usize
+}
+
+/// `ioctl(fd, cmd, arg)` for a command whose encoded size is `T`'s.
+pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
+    fd: BorrowedFd<'_>,
+    cmd: u32,
+    arg: &mut T,
+) -> Result<i32, Errno> {
+    if ioc_size(cmd) != size_of::<T>() {
+        return Err(Errno::EINVAL);
+    }
+    let ptr: *mut T = arg;
+    // SAFETY: `ptr` points to an exclusively borrowed, live `T`. For a
+    // command whose `_IOC_SIZE` is `size_of::<T>()` (checked above) the node
+    // (a FUSE file: restricted ioctls) makes the kernel copy at most that
+    // many bytes from and to `ptr`, and `T: FromBytes` accepts any bytes.
+    let res = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, ptr) };
+    Errno::result(res)
+}
+
+/// `ioctl(fd, cmd, buf)` with any command on the node, for probing the ABI:
+/// the buffer must hold [`RAW_MIN_BUF`] bytes and the command's encoded
+/// size; [`VFS_STATEFUL_IOCTLS`] are refused with EPERM before the call.
+pub fn raw(fd: BorrowedFd<'_>, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
+    if buf.len() < RAW_MIN_BUF.max(ioc_size(cmd)) {
+        return Err(Errno::EINVAL);
+    }
+    if VFS_STATEFUL_IOCTLS.contains(&cmd) {
+        return Err(Errno::EPERM);
+    }
+    let ptr = buf.as_mut_ptr();
+    // SAFETY: `buf` is exclusively borrowed for the call. On the node the
+    // kernel either forwards the command as a restricted FUSE ioctl, which
+    // copies at most `_IOC_SIZE(cmd)` bytes from and to `ptr`, or handles a
+    // generic VFS ioctl itself, none of which touches more than one page at
+    // `ptr` (the state-changing ones are refused above); `buf` covers both.
+    // Any bytes written into a `[u8]` are valid.
+    let res = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, ptr) };
+    Errno::result(res)
+}

@@ -1,0 +1,262 @@
+//! A typed client of the tenant node, for the `gpupm` tool, tests and
+//! anyone writing Rust against the ABI of [`gpupm_uapi::tenant`].
+//!
+//! ```no_run
+//! use gpupmd::tenant::client::{TenantClient, WhoamiExt};
+//! use gpupmd::view::Scope;
+//!
+//! let node = TenantClient::open_default()?;
+//! for vm in node.whoami()?.visible_vms() {
+//!     let totals = node.read_counters(Scope::Vm(vm), &[])?;
+//!     println!("VM {vm}: {} commits", totals.commit_seq);
+//! }
+//! # Ok::<(), gpupmd::tenant::client::ClientError>(())
+//! ```
+
+pub mod ioctl;
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::tenant::{
+    scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates, TenantDelta,
+    Whoami, RATE_SAMPLES, TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM,
+    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+};
+use nix::errno::Errno;
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+use super::{DEFAULT_TENANT_DIR, NODE_NAME};
+use crate::view::Scope;
+
+/// Why a client call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The node could not be opened.
+    #[error("cannot open the tenant node {path}")]
+    Open {
+        /// Node path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// An ioctl failed.
+    #[error("{op} failed")]
+    Ioctl {
+        /// Which request.
+        op: &'static str,
+        /// The errno the node answered.
+        #[source]
+        source: Errno,
+    },
+    /// A `read()` of stream records failed.
+    #[error("reading stream records failed")]
+    Read(#[source] io::Error),
+    /// A `read()` returned a partial record.
+    #[error("the node returned {0} bytes, not whole records")]
+    PartialRecord(usize),
+    /// Too many event ids for one request.
+    #[error("at most {MAX_EVENTS} event ids per request, not {0}")]
+    TooManyEvents(usize),
+}
+
+impl ClientError {
+    /// The errno behind the failure, if it was a system call's.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            ClientError::Open { source, .. } | ClientError::Read(source) => {
+                source.raw_os_error().map(Errno::from_raw)
+            }
+            ClientError::Ioctl { source, .. } => Some(*source),
+            ClientError::PartialRecord(_) | ClientError::TooManyEvents(_) => None,
+        }
+    }
+}
+
+/// `(kind, id)` of a scope as the ABI encodes it.
+pub fn scope_code(s: Scope) -> (u32, u32) {
+    match s {
+        Scope::System => (scope::SYSTEM, 0),
+        Scope::Vm(vm) => (scope::VM, vm),
+        Scope::Ctx(ctx) => (scope::CONTEXT, ctx),
+    }
+}
+
+/// Extension of [`Whoami`].
+pub trait WhoamiExt {
+    /// The valid entries of `vms`.
+    fn visible_vms(&self) -> Vec<u32>;
+}
+
+impl WhoamiExt for Whoami {
+    fn visible_vms(&self) -> Vec<u32> {
+        let n = usize::try_from(self.n_vms).unwrap_or(0).min(self.vms.len());
+        self.vms[..n].to_vec()
+    }
+}
+
+/// An open handle on the tenant node.
+#[derive(Debug)]
+pub struct TenantClient {
+    file: File,
+}
+
+impl TenantClient {
+    /// Opens the node at `path` (blocking reads).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, ClientError> {
+        Self::open_with(path.as_ref(), 0)
+    }
+
+    /// Opens the node at `path` with `O_NONBLOCK` (reads fail with EAGAIN).
+    pub fn open_nonblocking(path: impl AsRef<Path>) -> Result<Self, ClientError> {
+        Self::open_with(path.as_ref(), libc::O_NONBLOCK)
+    }
+
+    /// Opens the node of the default directory.
+    pub fn open_default() -> Result<Self, ClientError> {
+        Self::open(Path::new(DEFAULT_TENANT_DIR).join(NODE_NAME))
+    }
+
+    fn open_with(path: &Path, flags: i32) -> Result<Self, ClientError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(flags | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|source| ClientError::Open {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(TenantClient { file })
+    }
+
+    /// Issues `cmd` with `arg` (any struct of the ABI); the answer is in `arg`.
+    pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
+        &self,
+        op: &'static str,
+        cmd: u32,
+        arg: &mut T,
+    ) -> Result<(), ClientError> {
+        ioctl::call(self.file.as_fd(), cmd, arg)
+            .map(|_| ())
+            .map_err(|source| ClientError::Ioctl { op, source })
+    }
+
+    /// Issues any command with raw argument bytes (see [`ioctl::raw`]).
+    pub fn raw_ioctl(&self, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
+        ioctl::raw(self.file.as_fd(), cmd, buf)
+    }
+
+    /// What the caller may see.
+    pub fn whoami(&self) -> Result<Whoami, ClientError> {
+        let mut arg = Whoami::new_zeroed();
+        arg.version = TENANT_STRUCT_VERSION;
+        self.call("TENANT_IOC_WHOAMI", TENANT_IOC_WHOAMI, &mut arg)?;
+        Ok(arg)
+    }
+
+    /// Every context of `vm` (all pages).
+    pub fn list_contexts(&self, vm: u32) -> Result<Vec<CtxEntry>, ClientError> {
+        let mut out = Vec::new();
+        let mut arg = Box::new(ListContexts::new_zeroed());
+        loop {
+            arg.version = TENANT_STRUCT_VERSION;
+            arg.vm = vm;
+            arg.offset = u32::try_from(out.len()).unwrap_or(u32::MAX);
+            self.call(
+                "TENANT_IOC_LIST_CONTEXTS",
+                TENANT_IOC_LIST_CONTEXTS,
+                &mut *arg,
+            )?;
+            let count = usize::try_from(arg.count).unwrap_or(0).min(arg.ctxs.len());
+            out.extend_from_slice(&arg.ctxs[..count]);
+            if count == 0 || out.len() >= usize::try_from(arg.total).unwrap_or(0) {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Cumulative totals of `scope`: every event with `events` empty, else
+    /// `values[i]` answers `events[i]`.
+    pub fn read_counters(
+        &self,
+        s: Scope,
+        events: &[u16],
+    ) -> Result<Box<ReadCounters>, ClientError> {
+        if events.len() > MAX_EVENTS {
+            return Err(ClientError::TooManyEvents(events.len()));
+        }
+        let mut arg = Box::new(ReadCounters::new_zeroed());
+        let (kind, id) = scope_code(s);
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.scope = kind;
+        arg.id = id;
+        arg.n_events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        arg.events[..events.len()].copy_from_slice(events);
+        self.call(
+            "TENANT_IOC_READ_COUNTERS",
+            TENANT_IOC_READ_COUNTERS,
+            &mut *arg,
+        )?;
+        Ok(arg)
+    }
+
+    /// Up to `max` (1..=16) most recent rate samples of `scope`.
+    pub fn read_rates(&self, s: Scope, max: u32) -> Result<Box<ReadRates>, ClientError> {
+        let mut arg = Box::new(ReadRates::new_zeroed());
+        let (kind, id) = scope_code(s);
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.scope = kind;
+        arg.id = id;
+        arg.max = max.min(u32::try_from(RATE_SAMPLES).unwrap_or(u32::MAX));
+        self.call("TENANT_IOC_READ_RATES", TENANT_IOC_READ_RATES, &mut *arg)?;
+        Ok(arg)
+    }
+
+    /// Turns this handle into a stream session of `scope`.
+    pub fn open_stream(&self, s: Scope) -> Result<(), ClientError> {
+        let (kind, id) = scope_code(s);
+        let mut arg = OpenStream {
+            version: TENANT_STRUCT_VERSION,
+            scope: kind,
+            id,
+            flags: 0,
+        };
+        self.call("TENANT_IOC_OPEN_STREAM", TENANT_IOC_OPEN_STREAM, &mut arg)
+    }
+
+    /// The catalogue entry of event `id`.
+    pub fn event_info(&self, id: u32) -> Result<EventInfo, ClientError> {
+        let mut arg = EventInfo::new_zeroed();
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.id = id;
+        self.call("TENANT_IOC_EVENT_INFO", TENANT_IOC_EVENT_INFO, &mut arg)?;
+        Ok(arg)
+    }
+
+    /// Up to `max` stream records (at least one; blocks on a blocking
+    /// handle until one is queued). Empty at the end of the stream.
+    pub fn read_deltas(&self, max: usize) -> Result<Vec<TenantDelta>, ClientError> {
+        let mut buf = vec![0u8; max.max(1) * size_of::<TenantDelta>()];
+        let n = (&self.file).read(&mut buf).map_err(ClientError::Read)?;
+        let bytes = buf.get(..n).unwrap_or_default();
+        let records =
+            <[TenantDelta]>::ref_from_bytes(bytes).map_err(|_| ClientError::PartialRecord(n))?;
+        Ok(records.to_vec())
+    }
+
+    /// One stream record; `None` at the end of the stream.
+    pub fn read_delta(&self) -> Result<Option<TenantDelta>, ClientError> {
+        Ok(self.read_deltas(1)?.into_iter().next())
+    }
+}
+
+impl AsFd for TenantClient {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}

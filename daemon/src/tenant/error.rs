@@ -1,0 +1,51 @@
+//! Errors of tenant requests, and the one place they become errnos.
+
+/// Why a request failed; [`RequestError::errno`] is the one place that
+/// turns it into the errno the caller sees.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum RequestError {
+    /// Not a tenant-node ioctl.
+    #[error("unknown ioctl")]
+    UnknownIoctl,
+    /// The argument is malformed.
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// Not the caller's (or, for a tenant, does not exist).
+    #[error("not visible to the caller")]
+    Denied,
+    /// Does not exist (admin only).
+    #[error("no such scope")]
+    NotFound,
+    /// Nothing to read on a non-blocking handle.
+    #[error("no record queued")]
+    WouldBlock,
+    /// The handle was closed or the reader killed while a read waited.
+    #[error("interrupted")]
+    Interrupted,
+    /// The handle is not open.
+    #[error("unknown file handle")]
+    BadHandle,
+    /// The node is shutting down.
+    #[error("the tenant node is shutting down")]
+    ShuttingDown,
+    /// The daemon's own data is inconsistent.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+impl RequestError {
+    /// The errno for the caller.
+    pub fn errno(&self) -> i32 {
+        match self {
+            RequestError::UnknownIoctl => libc::ENOTTY,
+            RequestError::Invalid(_) => libc::EINVAL,
+            RequestError::Denied => libc::EACCES,
+            RequestError::NotFound => libc::ENOENT,
+            RequestError::WouldBlock => libc::EAGAIN,
+            RequestError::Interrupted => libc::EINTR,
+            RequestError::BadHandle => libc::EBADF,
+            RequestError::ShuttingDown => libc::ENODEV,
+            RequestError::Internal(_) => libc::EIO,
+        }
+    }
+}

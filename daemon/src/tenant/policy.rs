@@ -1,0 +1,156 @@
+//! Who a caller is: the admin, a tenant with its VMs, or nobody.
+//!
+//! The identity is derived for every request from the credentials the
+//! kernel supplied with it. Supplementary groups come from
+//! `/proc/<pid>/status` of the calling process; when that cannot be read
+//! (the process is gone) the caller has no supplementary groups, which can
+//! only take rights away.
+
+use std::fs;
+
+use super::TenantPolicy;
+use crate::view::{Caller, VmId};
+
+/// What one caller may see.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// Root or a member of the admin group: everything.
+    Admin,
+    /// A tenant (possibly of no VM at all): these VMs, sorted, no duplicates.
+    Tenant(Vec<VmId>),
+}
+
+impl Identity {
+    /// Whether the caller may see VM `vm` (says nothing about its existence).
+    pub fn may_see_vm(&self, vm: VmId) -> bool {
+        match self {
+            Identity::Admin => true,
+            Identity::Tenant(vms) => vms.binary_search(&vm).is_ok(),
+        }
+    }
+
+    /// Whether this is the admin.
+    pub fn is_admin(&self) -> bool {
+        matches!(self, Identity::Admin)
+    }
+}
+
+/// The configured policy, prepared for lookups.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    config: TenantPolicy,
+    /// Whether any rule depends on group membership.
+    uses_groups: bool,
+}
+
+impl Policy {
+    /// Prepares `config`.
+    pub fn new(config: TenantPolicy) -> Self {
+        let uses_groups =
+            config.admin_gid.is_some() || config.tenants.iter().any(|t| t.gid.is_some());
+        Policy {
+            config,
+            uses_groups,
+        }
+    }
+
+    /// The identity of `caller`.
+    pub fn identify(&self, caller: Caller) -> Identity {
+        if caller.uid == 0 {
+            return Identity::Admin;
+        }
+        let groups = if self.uses_groups {
+            supplementary_groups(caller.pid)
+        } else {
+            Vec::new()
+        };
+        let in_group = |gid: u32| caller.gid == gid || groups.contains(&gid);
+        if self.config.admin_gid.is_some_and(in_group) {
+            return Identity::Admin;
+        }
+        let mut vms: Vec<VmId> = self
+            .config
+            .tenants
+            .iter()
+            .filter(|t| t.uid == Some(caller.uid) || t.gid.is_some_and(in_group))
+            .map(|t| t.vm)
+            .collect();
+        vms.sort_unstable();
+        vms.dedup();
+        Identity::Tenant(vms)
+    }
+}
+
+/// Supplementary groups of process `pid`; empty when unknown.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    if pid == 0 {
+        return Vec::new();
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return Vec::new();
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::TenantMap;
+
+    fn caller(uid: u32, gid: u32) -> Caller {
+        Caller { uid, gid, pid: 0 }
+    }
+
+    #[test]
+    fn tenants_get_exactly_their_mapped_vms_and_root_or_admin_group_everything() {
+        let policy = Policy::new(TenantPolicy {
+            admin_gid: Some(900),
+            tenants: vec![
+                TenantMap {
+                    vm: 2,
+                    uid: Some(1001),
+                    gid: None,
+                },
+                TenantMap {
+                    vm: 1,
+                    uid: Some(1001),
+                    gid: None,
+                },
+                TenantMap {
+                    vm: 3,
+                    uid: None,
+                    gid: Some(2000),
+                },
+                TenantMap {
+                    vm: 1,
+                    uid: None,
+                    gid: Some(2000),
+                },
+            ],
+        });
+        assert_eq!(policy.identify(caller(0, 0)), Identity::Admin);
+        assert_eq!(policy.identify(caller(5, 900)), Identity::Admin);
+        assert_eq!(
+            policy.identify(caller(1001, 1001)),
+            Identity::Tenant(vec![1, 2])
+        );
+        assert_eq!(
+            policy.identify(caller(1002, 2000)),
+            Identity::Tenant(vec![1, 3])
+        );
+        assert_eq!(
+            policy.identify(caller(1003, 1003)),
+            Identity::Tenant(vec![])
+        );
+        assert!(!Identity::Tenant(vec![1, 3]).may_see_vm(2));
+        assert!(Identity::Admin.may_see_vm(77));
+    }
+}

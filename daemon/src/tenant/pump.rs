@@ -1,0 +1,114 @@
+//! The thread that feeds stream sessions and fails parked reads of killed
+//! processes: a small single-threaded tokio runtime owned by the node.
+
+use std::fs;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::session::Sessions;
+
+/// How often parked reads of killed processes are failed.
+const REAP_PERIOD: Duration = Duration::from_millis(100);
+
+/// Whether `/proc/<pid>/status` shows SIGKILL pending (or the task is gone).
+pub(super) fn fatal_signal_pending(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("SigPnd:")
+                .or_else(|| l.strip_prefix("ShdPnd:"))
+        })
+        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .any(|mask| mask & SIGKILL_BIT != 0)
+}
+
+/// The thread running the session feeds (and the reaper of killed readers).
+/// The runtime lives and dies on that thread, so dropping the pump is fine
+/// from any context, async or not.
+#[derive(Debug)]
+pub struct Pump {
+    rt: tokio::runtime::Handle,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Pumps started (for thread names).
+static PUMPS: AtomicU64 = AtomicU64::new(0);
+
+impl Pump {
+    /// Starts the pump thread.
+    pub fn start(sessions: Arc<Sessions>) -> std::io::Result<Pump> {
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (rt_tx, rt_rx) = mpsc::sync_channel(1);
+        let n = PUMPS.fetch_add(1, Ordering::Relaxed);
+        let thread = thread::Builder::new()
+            .name(format!("gpupm-tenant-pump-{n}"))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        if rt_tx.send(Err(e)).is_err() {
+                            tracing::error!("tenant pump could not report its start");
+                        }
+                        return;
+                    }
+                };
+                if rt_tx.send(Ok(rt.handle().clone())).is_err() {
+                    return;
+                }
+                rt.block_on(async move {
+                    let mut reap = tokio::time::interval(REAP_PERIOD);
+                    reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    let mut stop_rx = stop_rx;
+                    loop {
+                        tokio::select! {
+                            _ = &mut stop_rx => break,
+                            _ = reap.tick() => sessions.reap_killed_readers(),
+                        }
+                    }
+                });
+            })?;
+        let rt = rt_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("tenant pump thread ended before starting"))??;
+        Ok(Pump {
+            rt,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Where session feeds are spawned.
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.rt.clone()
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            if stop.send(()).is_err() {
+                tracing::debug!("tenant pump already stopped");
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("tenant pump thread panicked");
+            }
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! Decoding and answering the tenant ioctls.
+//!
+//! Pure functions of the request bytes, the caller's [`Identity`] and the
+//! [`CounterView`]: nothing here touches the FUSE session, so the same
+//! entry point ([`dispatch`]) serves the node and can be driven directly.
+//!
+//! Order of checks, the same for every ioctl: the command number, then the
+//! shape of the argument (size, version, reserved fields, flags, id
+//! ranges), then authorisation against the caller's own VMs, and only then
+//! anything that depends on whether the scope exists.
+
+use std::sync::Arc;
+
+use gpupm_uapi::events::{self, Scope as EventScope, EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::layout::BlockSlot;
+use gpupm_uapi::tenant::{
+    counter_flags, ctx_state, scope, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample,
+    ReadCounters, ReadRates, Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS,
+    TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_STREAM,
+    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+};
+use tokio::sync::broadcast;
+use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
+
+use super::authz::{missing, recheck, resolve};
+pub use super::error::RequestError;
+use super::policy::Identity;
+use crate::view::{Caller, CounterView, CtxId, CtxState, DeltaSample, Scope, Totals, VmId};
+
+/// A stream session the caller was granted.
+#[derive(Debug)]
+pub struct StreamGrant {
+    /// VM the session's records must belong to.
+    pub vm: VmId,
+    /// Context they must belong to, for a context scope.
+    pub ctx: Option<CtxId>,
+    /// Partition slot of the VM (for the plaintext record header).
+    pub partition: u16,
+    /// The feed.
+    pub feed: broadcast::Receiver<Arc<DeltaSample>>,
+}
+
+/// What an ioctl answers.
+#[derive(Debug)]
+pub enum Answer {
+    /// Bytes to copy back (the whole argument struct, or nothing).
+    Data(Vec<u8>),
+    /// Turn the handle into a stream session.
+    Stream(StreamGrant),
+}
+
+/// `_IOC_TYPE` of a command.
+fn ioc_type(cmd: u32) -> u32 {
+    (cmd >> 8) & 0xff
+}
+
+/// `_IOC_NR` of a command.
+fn ioc_nr(cmd: u32) -> u32 {
+    cmd & 0xff
+}
+
+/// `_IOC_DIR` of a command. The type byte `'T'` is shared with the legacy
+/// terminal ioctls (`0x54xx`, no direction), which must stay ENOTTY.
+fn ioc_dir(cmd: u32) -> u32 {
+    cmd >> 30
+}
+
+/// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
+/// them in) for a caller with `identity`; `out_size` is how many bytes the
+/// kernel will copy back.
+pub fn dispatch(
+    view: &dyn CounterView,
+    identity: &Identity,
+    caller: Caller,
+    cmd: u32,
+    input: &[u8],
+    out_size: u32,
+) -> Result<Answer, RequestError> {
+    let out = |bytes: &[u8]| -> Result<Answer, RequestError> {
+        if usize::try_from(out_size).map_or(true, |n| n < bytes.len()) {
+            return Err(RequestError::Invalid("output buffer too small"));
+        }
+        Ok(Answer::Data(bytes.to_vec()))
+    };
+    match cmd {
+        TENANT_IOC_WHOAMI => out(whoami(view, identity, caller, decode(input)?)?.as_bytes()),
+        TENANT_IOC_LIST_CONTEXTS => out(list_contexts(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_READ_COUNTERS => out(read_counters(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_READ_RATES => out(read_rates(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_OPEN_STREAM => open_stream(view, identity, *decode(input)?).map(Answer::Stream),
+        TENANT_IOC_EVENT_INFO => out(event_info(decode(input)?)?.as_bytes()),
+        _ if ioc_type(cmd) == u32::from(TENANT_IOC_MAGIC)
+            && ioc_dir(cmd) != 0
+            && TENANT_IOCTLS
+                .iter()
+                .any(|&(_, known)| ioc_nr(known) == ioc_nr(cmd)) =>
+        {
+            Err(RequestError::Invalid(
+                "wrong size or direction for a tenant ioctl",
+            ))
+        }
+        _ => Err(RequestError::UnknownIoctl),
+    }
+}
+
+/// Decodes an argument struct; anything but exactly its size is EINVAL.
+fn decode<T: FromBytes + KnownLayout + Immutable>(input: &[u8]) -> Result<Box<T>, RequestError> {
+    T::read_from_bytes(input)
+        .map(Box::new)
+        .map_err(|_| RequestError::Invalid("argument size"))
+}
+
+fn check_version(version: u32) -> Result<(), RequestError> {
+    if version == TENANT_STRUCT_VERSION {
+        Ok(())
+    } else {
+        Err(RequestError::Invalid("struct version"))
+    }
+}
+
+fn check_reserved(reserved: u32) -> Result<(), RequestError> {
+    if reserved == 0 {
+        Ok(())
+    } else {
+        Err(RequestError::Invalid("reserved field not zero"))
+    }
+}
+
+fn whoami(
+    view: &dyn CounterView,
+    identity: &Identity,
+    caller: Caller,
+    arg: Box<Whoami>,
+) -> Result<Box<Whoami>, RequestError> {
+    check_version(arg.version)?;
+    let mut vms = view.vms();
+    vms.retain(|&vm| identity.may_see_vm(vm));
+    vms.sort_unstable();
+    vms.dedup();
+    vms.truncate(MAX_CALLER_VMS);
+    let mut ans = Box::new(Whoami::new_zeroed());
+    ans.version = TENANT_STRUCT_VERSION;
+    ans.admin = u32::from(identity.is_admin());
+    ans.uid = caller.uid;
+    ans.n_vms = u32::try_from(vms.len()).unwrap_or(0);
+    ans.vms[..vms.len()].copy_from_slice(&vms);
+    Ok(ans)
+}
+
+fn ctx_state_code(state: CtxState) -> u32 {
+    match state {
+        CtxState::Active => ctx_state::ACTIVE,
+        CtxState::Destroyed => ctx_state::DESTROYED,
+        CtxState::Retired => ctx_state::RETIRED,
+    }
+}
+
+fn list_contexts(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<ListContexts>,
+) -> Result<Box<ListContexts>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    let r = resolve(view, identity, scope::VM, arg.vm, false)?;
+    let Scope::Vm(vm) = r.scope else {
+        return Err(RequestError::Internal("VM scope resolved to another kind"));
+    };
+    let mut ctxs = view.contexts(vm).ok_or_else(|| missing(identity))?;
+    ctxs.sort_unstable_by_key(|c| (c.ctx, c.created_cycle));
+    let start = usize::try_from(arg.offset)
+        .unwrap_or(usize::MAX)
+        .min(ctxs.len());
+    let page = &ctxs[start..ctxs.len().min(start.saturating_add(LIST_PAGE))];
+    arg.total = u32::try_from(ctxs.len()).unwrap_or(u32::MAX);
+    arg.count = u32::try_from(page.len()).unwrap_or(0);
+    arg.ctxs = [CtxEntry::default(); LIST_PAGE];
+    for (slot, c) in arg.ctxs.iter_mut().zip(page) {
+        *slot = CtxEntry {
+            ctx: c.ctx,
+            state: ctx_state_code(c.state),
+            created_cycle: c.created_cycle,
+        };
+    }
+    Ok(arg)
+}
+
+fn read_counters(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<ReadCounters>,
+) -> Result<Box<ReadCounters>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    let n = usize::try_from(arg.n_events).unwrap_or(usize::MAX);
+    if n > MAX_EVENTS {
+        return Err(RequestError::Invalid("too many event ids"));
+    }
+    if arg.events[..n]
+        .iter()
+        .any(|&e| usize::from(e) >= EVENT_COUNT)
+    {
+        return Err(RequestError::Invalid("event id out of range"));
+    }
+    let r = resolve(view, identity, arg.scope, arg.id, true)?;
+    let totals = view.totals(r.scope).ok_or_else(|| missing(identity))?;
+    recheck(view, identity, r)?;
+    arg.values = [0; MAX_EVENTS];
+    arg.sealed = BlockSlot::new_zeroed();
+    match totals {
+        Totals::Plain {
+            counters,
+            commit_seq,
+            cycle,
+        } => {
+            arg.flags = 0;
+            arg.commit_seq = commit_seq;
+            arg.cycle = cycle;
+            if n == 0 {
+                arg.values = counters;
+            } else {
+                let events = arg.events;
+                for (v, &e) in arg.values.iter_mut().zip(&events[..n]) {
+                    *v = counters.get(usize::from(e)).copied().unwrap_or(0);
+                }
+            }
+        }
+        Totals::Sealed(bytes) => {
+            arg.flags = counter_flags::SEALED;
+            arg.commit_seq = 0;
+            arg.cycle = 0;
+            arg.sealed = BlockSlot::read_from_bytes(&bytes)
+                .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?;
+        }
+    }
+    Ok(arg)
+}
+
+fn read_rates(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<ReadRates>,
+) -> Result<Box<ReadRates>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    let max = usize::try_from(arg.max).unwrap_or(usize::MAX);
+    if !(1..=RATE_SAMPLES).contains(&max) {
+        return Err(RequestError::Invalid("max samples out of range"));
+    }
+    let r = resolve(view, identity, arg.scope, arg.id, false)?;
+    let samples = view.recent(r.scope, max).ok_or_else(|| missing(identity))?;
+    let sealed = matches!(view.totals(r.scope), Some(Totals::Sealed(_)))
+        || samples.iter().any(|s| s.sealed.is_some());
+    recheck(view, identity, r)?;
+    arg.count = 0;
+    arg.flags = 0;
+    arg.clock_khz = view.clock_khz();
+    arg.samples = FromZeros::new_zeroed();
+    if sealed {
+        arg.flags = counter_flags::SEALED;
+        return Ok(arg);
+    }
+    let ctx = match r.scope {
+        Scope::Ctx(c) => Some(c),
+        _ => None,
+    };
+    let recent = samples
+        .iter()
+        .filter(|s| Some(s.vm) == r.vm && ctx.is_none_or(|c| s.ctx == c))
+        .rev()
+        .take(max);
+    let recent: Vec<&DeltaSample> = recent.collect();
+    for (slot, s) in arg.samples.iter_mut().zip(recent.iter().rev()) {
+        *slot = RateSample {
+            start_cycle: s.start_cycle,
+            end_cycle: s.end_cycle,
+            flags: u32::from(s.flags),
+            ctx: s.ctx,
+            deltas: s.deltas,
+        };
+    }
+    arg.count = u32::try_from(recent.len()).unwrap_or(0);
+    Ok(arg)
+}
+
+fn open_stream(
+    view: &dyn CounterView,
+    identity: &Identity,
+    arg: OpenStream,
+) -> Result<StreamGrant, RequestError> {
+    check_version(arg.version)?;
+    if arg.flags != 0 {
+        return Err(RequestError::Invalid("unknown flags"));
+    }
+    let r = resolve(view, identity, arg.scope, arg.id, false)?;
+    let vm =
+        r.vm.ok_or(RequestError::Internal("stream scope without a VM"))?;
+    let feed = view.subscribe(r.scope).ok_or_else(|| missing(identity))?;
+    recheck(view, identity, r)?;
+    let partition = view
+        .vm_partition(vm)
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(0);
+    let ctx = match r.scope {
+        Scope::Ctx(c) => Some(c),
+        _ => None,
+    };
+    Ok(StreamGrant {
+        vm,
+        ctx,
+        partition,
+        feed,
+    })
+}
+
+/// Copies `s` into a NUL-padded field, always leaving a terminating NUL.
+fn padded<const N: usize>(s: &str) -> [u8; N] {
+    let mut out = [0u8; N];
+    let n = s.len().min(N.saturating_sub(1));
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out
+}
+
+fn event_info(arg: Box<EventInfo>) -> Result<Box<EventInfo>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(u32::from(arg.reserved))?;
+    check_reserved(arg.reserved2)?;
+    let info = u16::try_from(arg.id)
+        .ok()
+        .and_then(events::by_id)
+        .ok_or(RequestError::Invalid("event id out of range"))?;
+    let mut ans = arg;
+    ans.unit_type = info.unit as u8;
+    ans.multibit = u8::from(info.multibit);
+    ans.scope = match info.unit.scope() {
+        EventScope::Partition => 0,
+        EventScope::ContextFiltered => 1,
+        EventScope::Device => 2,
+    };
+    ans.name = padded(info.name);
+    ans.measure = padded(info.measure);
+    ans.description = padded(info.description);
+    Ok(ans)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device with no VMs at all.
+    struct Empty;
+
+    impl CounterView for Empty {
+        fn vms(&self) -> Vec<VmId> {
+            Vec::new()
+        }
+        fn vm_partition(&self, _: VmId) -> Option<u32> {
+            None
+        }
+        fn contexts(&self, _: VmId) -> Option<Vec<crate::view::CtxInfo>> {
+            None
+        }
+        fn ctx_vm(&self, _: CtxId) -> Option<VmId> {
+            None
+        }
+        fn totals(&self, _: Scope) -> Option<Totals> {
+            None
+        }
+        fn recent(&self, _: Scope, _: usize) -> Option<Vec<DeltaSample>> {
+            None
+        }
+        fn subscribe(&self, _: Scope) -> Option<broadcast::Receiver<Arc<DeltaSample>>> {
+            None
+        }
+        fn clock_khz(&self) -> u32 {
+            1
+        }
+    }
+
+    fn errno(identity: &Identity, cmd: u32, input: &[u8]) -> i32 {
+        let caller = Caller {
+            uid: 7,
+            gid: 7,
+            pid: 0,
+        };
+        match dispatch(&Empty, identity, caller, cmd, input, u32::MAX) {
+            Ok(_) => 0,
+            Err(e) => e.errno(),
+        }
+    }
+
+    #[allow(clippy::cast_possible_truncation)]
+    #[test]
+    fn near_valid_commands_are_einval_and_foreign_ones_enotty() {
+        let wrong_size = nix::request_code_readwrite!(TENANT_IOC_MAGIC, 0x00, 8) as u32;
+        let wrong_dir =
+            nix::request_code_read!(TENANT_IOC_MAGIC, 0x04, size_of::<OpenStream>()) as u32;
+        let other_nr = nix::request_code_readwrite!(TENANT_IOC_MAGIC, 0x40, 8) as u32;
+        let admin = Identity::Admin;
+        assert_eq!(errno(&admin, wrong_size, &[0; 8]), libc::EINVAL);
+        assert_eq!(errno(&admin, wrong_dir, &[]), libc::EINVAL);
+        assert_eq!(errno(&admin, other_nr, &[0; 8]), libc::ENOTTY);
+        assert_eq!(errno(&admin, 0x5401, &[]), libc::ENOTTY);
+        assert_eq!(errno(&admin, TENANT_IOC_WHOAMI, &[1, 0, 0]), libc::EINVAL);
+    }
+
+    #[test]
+    fn missing_scopes_are_enoent_for_the_admin_and_eacces_for_a_tenant() {
+        let mut arg = OpenStream {
+            version: TENANT_STRUCT_VERSION,
+            scope: scope::VM,
+            id: 5,
+            flags: 0,
+        };
+        assert_eq!(
+            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
+            libc::ENOENT
+        );
+        assert_eq!(
+            errno(
+                &Identity::Tenant(vec![5]),
+                TENANT_IOC_OPEN_STREAM,
+                arg.as_bytes()
+            ),
+            libc::EACCES
+        );
+        assert_eq!(
+            errno(
+                &Identity::Tenant(vec![]),
+                TENANT_IOC_OPEN_STREAM,
+                arg.as_bytes()
+            ),
+            libc::EACCES
+        );
+        arg.scope = scope::CONTEXT;
+        assert_eq!(
+            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
+            libc::ENOENT
+        );
+        assert_eq!(
+            errno(
+                &Identity::Tenant(vec![5]),
+                TENANT_IOC_OPEN_STREAM,
+                arg.as_bytes()
+            ),
+            libc::EACCES
+        );
+        arg.id = 0;
+        assert_eq!(
+            errno(
+                &Identity::Tenant(vec![5]),
+                TENANT_IOC_OPEN_STREAM,
+                arg.as_bytes()
+            ),
+            libc::EINVAL
+        );
+        arg.id = 5;
+        arg.flags = 1;
+        assert_eq!(
+            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
+            libc::EINVAL
+        );
+    }
+
+    #[test]
+    fn padded_fields_keep_a_terminating_nul() {
+        let f: [u8; 4] = padded("abcdef");
+        assert_eq!(&f, b"abc\0");
+        let g: [u8; 8] = padded("ab");
+        assert_eq!(&g, b"ab\0\0\0\0\0\0");
+    }
+
+    #[test]
+    fn every_catalogue_text_fits_its_field() {
+        for e in events::CATALOGUE {
+            assert!(
+                e.name.len() < 32 && e.measure.len() < 16 && e.description.len() < 96,
+                "{}",
+                e.name
+            );
+        }
+    }
+}
