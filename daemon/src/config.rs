@@ -11,8 +11,8 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN};
 use gpupm_uapi::layout::STREAM_RING_MAX;
+use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -237,7 +237,10 @@ pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
         Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => {
             resolve(Config::default(), None, "")
         }
-        Err(source) => Err(ConfigError::Read { path: file.display().to_string(), source }),
+        Err(source) => Err(ConfigError::Read {
+            path: file.display().to_string(),
+            source,
+        }),
     }
 }
 
@@ -252,7 +255,12 @@ pub fn parse(file: &Path, text: &str) -> Result<Settings, ConfigError> {
 
 fn invalid(file: &Path, text: &str, span: &Range<usize>, reason: String) -> ConfigError {
     let (line, col) = line_col(text, span.start);
-    ConfigError::Invalid { path: file.display().to_string(), line, col, reason }
+    ConfigError::Invalid {
+        path: file.display().to_string(),
+        line,
+        col,
+        reason,
+    }
 }
 
 /// 1-based line and column (in characters) of byte offset `at`.
@@ -270,7 +278,10 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
 
     if let Some(p) = &cfg.trigger.period_us {
         if *p.get_ref() > u64::from(u32::MAX) {
-            return Err(err(p.span(), format!("period_us {} is too large", p.get_ref())));
+            return Err(err(
+                p.span(),
+                format!("period_us {} is too large", p.get_ref()),
+            ));
         }
     }
     if let Some(t) = &cfg.trigger.threshold {
@@ -283,7 +294,10 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
     }
     if let Some(w) = &cfg.stream.watermark {
         if !(1..=STREAM_RING_MAX).contains(w.get_ref()) {
-            return Err(err(w.span(), format!("watermark must lie in 1..={STREAM_RING_MAX}")));
+            return Err(err(
+                w.span(),
+                format!("watermark must lie in 1..={STREAM_RING_MAX}"),
+            ));
         }
     }
     let mut masks = Vec::new();
@@ -295,17 +309,31 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
     }
     let history = *cfg.history_samples.get_ref();
     if history == 0 || history > 65_536 {
-        return Err(err(cfg.history_samples.span(), "history_samples must lie in 1..=65536".into()));
+        return Err(err(
+            cfg.history_samples.span(),
+            "history_samples must lie in 1..=65536".into(),
+        ));
     }
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
-        return Err(err(cfg.health.summary_interval_s.span(), "summary_interval_s must be at least 1".into()));
+        return Err(err(
+            cfg.health.summary_interval_s.span(),
+            "summary_interval_s must be at least 1".into(),
+        ));
     }
 
     let admin_gid = match (&cfg.admin_gid, &cfg.admin_group) {
-        (Some(_), Some(g)) => return Err(err(g.span(), "give admin_gid or admin_group, not both".into())),
+        (Some(_), Some(g)) => {
+            return Err(err(
+                g.span(),
+                "give admin_gid or admin_group, not both".into(),
+            ))
+        }
         (Some(gid), None) => Some(*gid),
-        (None, Some(g)) => Some(group_id(g.get_ref()).ok_or_else(|| err(g.span(), format!("no group named {:?}", g.get_ref())))?),
+        (None, Some(g)) => Some(
+            group_id(g.get_ref())
+                .ok_or_else(|| err(g.span(), format!("no group named {:?}", g.get_ref())))?,
+        ),
         (None, None) => group_id(DEFAULT_ADMIN_GROUP),
     };
     let mut tenants = Vec::new();
@@ -318,13 +346,19 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
         let uid = match (t.uid, &t.user) {
             (Some(_), Some(_)) => return Err(err(span, "give uid or user, not both".into())),
             (Some(u), None) => Some(u),
-            (None, Some(name)) => Some(user_id(name).ok_or_else(|| err(span.clone(), format!("no user named {name:?}")))?),
+            (None, Some(name)) => Some(
+                user_id(name)
+                    .ok_or_else(|| err(span.clone(), format!("no user named {name:?}")))?,
+            ),
             (None, None) => None,
         };
         let gid = match (t.gid, &t.group) {
             (Some(_), Some(_)) => return Err(err(span, "give gid or group, not both".into())),
             (Some(g), None) => Some(g),
-            (None, Some(name)) => Some(group_id(name).ok_or_else(|| err(span.clone(), format!("no group named {name:?}")))?),
+            (None, Some(name)) => Some(
+                group_id(name)
+                    .ok_or_else(|| err(span.clone(), format!("no group named {name:?}")))?,
+            ),
             (None, None) => None,
         };
         if uid.is_none() && gid.is_none() {
@@ -348,7 +382,9 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
         history_samples: history as usize,
         policy: TenantPolicy { admin_gid, tenants },
         metrics_listen: cfg.metrics.listen,
-        metrics: MetricsConfig { max_contexts_per_vm: cfg.metrics.max_contexts_per_vm },
+        metrics: MetricsConfig {
+            max_contexts_per_vm: cfg.metrics.max_contexts_per_vm,
+        },
         health: HealthConfig {
             summary_interval: Duration::from_secs(interval),
             journal_socket: cfg.health.journal_socket,
@@ -357,11 +393,17 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
 }
 
 fn group_id(name: &str) -> Option<u32> {
-    nix::unistd::Group::from_name(name).ok().flatten().map(|g| g.gid.as_raw())
+    nix::unistd::Group::from_name(name)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
 }
 
 fn user_id(name: &str) -> Option<u32> {
-    nix::unistd::User::from_name(name).ok().flatten().map(|u| u.uid.as_raw())
+    nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|u| u.uid.as_raw())
 }
 
 #[cfg(test)]
@@ -374,7 +416,9 @@ mod tests {
 
     fn position(e: ConfigError) -> (usize, usize, String) {
         match e {
-            ConfigError::Invalid { line, col, reason, .. } => (line, col, reason),
+            ConfigError::Invalid {
+                line, col, reason, ..
+            } => (line, col, reason),
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -392,7 +436,8 @@ mod tests {
 
     #[test]
     fn unknown_key_is_reported_with_line_and_column() {
-        let (line, col, reason) = position(parse_str("node_dir = \"/x\"\n[trigger]\nperiod = 5\n").unwrap_err());
+        let (line, col, reason) =
+            position(parse_str("node_dir = \"/x\"\n[trigger]\nperiod = 5\n").unwrap_err());
         assert_eq!((line, col), (3, 1));
         assert!(reason.contains("unknown field"), "{reason}");
     }
@@ -409,7 +454,14 @@ mod tests {
     #[test]
     fn tenants_resolve_names_and_need_an_identity() {
         let s = parse_str("[[tenant]]\nvm = 2\nuser = \"root\"\ngroup = \"root\"\n").unwrap();
-        assert_eq!(s.policy.tenants, vec![TenantMap { vm: 2, uid: Some(0), gid: Some(0) }]);
+        assert_eq!(
+            s.policy.tenants,
+            vec![TenantMap {
+                vm: 2,
+                uid: Some(0),
+                gid: Some(0)
+            }]
+        );
         assert!(parse_str("[[tenant]]\nvm = 2\n").is_err());
         assert!(parse_str("[[tenant]]\nvm = 2\nuser = \"no-such-user-gpupm\"\n").is_err());
         assert!(parse_str("[[tenant]]\nvm = 99\nuid = 5\n").is_err());

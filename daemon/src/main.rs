@@ -134,7 +134,11 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;
     tracing::info!(
-        abi = format!("{}.{}", identity.abi_version >> 16, identity.abi_version & 0xffff),
+        abi = format!(
+            "{}.{}",
+            identity.abi_version >> 16,
+            identity.abi_version & 0xffff
+        ),
         clock_khz = identity.clock_khz,
         partitions = identity.partitions,
         ccus = identity.ccus,
@@ -143,9 +147,20 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
         "device identified"
     );
     let retired = RetiredStore::open(&settings.state_dir)?;
-    let store = Arc::new(Store::new(Arc::clone(&dev), identity, retired, settings.history_samples));
-    notify(&[NotifyState::Status("programming the device and reconciling state")]);
-    let mut engine = Engine::start(Arc::clone(&dev), Arc::clone(&store), settings.program.clone())?;
+    let store = Arc::new(Store::new(
+        Arc::clone(&dev),
+        identity,
+        retired,
+        settings.history_samples,
+    ));
+    notify(&[NotifyState::Status(
+        "programming the device and reconciling state",
+    )]);
+    let mut engine = Engine::start(
+        Arc::clone(&dev),
+        Arc::clone(&store),
+        settings.program.clone(),
+    )?;
     tracing::info!(
         vms = store.vms().len(),
         state_dir = %settings.state_dir.display(),
@@ -158,13 +173,20 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
         tracing::warn!("--no-tenant-node: the tenant node is not served (test seam)");
         None
     } else {
-        let node = TenantNode::mount(&settings.tenant_dir, Arc::clone(&view), settings.policy.clone())?;
+        let node = TenantNode::mount(
+            &settings.tenant_dir,
+            Arc::clone(&view),
+            settings.policy.clone(),
+        )?;
         store.set_tenant_stats(node.stats());
         Some(node)
     };
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
-        .map_err(|source| MainError::Metrics { addr: settings.metrics_listen, source })?;
+        .map_err(|source| MainError::Metrics {
+            addr: settings.metrics_listen,
+            source,
+        })?;
     let metrics_task = tokio::spawn(metrics::serve(
         listener,
         settings.metrics.clone(),
@@ -181,7 +203,12 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
         dev.path().display(),
         identity.partitions,
         store.vms().len(),
-        store.vms().iter().filter_map(|&v| store.contexts(v)).map(|c| c.len()).sum::<usize>()
+        store
+            .vms()
+            .iter()
+            .filter_map(|&v| store.contexts(v))
+            .map(|c| c.len())
+            .sum::<usize>()
     );
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!(status = %status, metrics = %settings.metrics_listen, "gpupmd ready");
@@ -202,7 +229,9 @@ async fn serve_until_signal(
     mut int: tokio::signal::unix::Signal,
 ) -> Result<(), MainError> {
     let watchdog = sd_notify::watchdog_enabled();
-    let period = watchdog.map_or(Duration::from_secs(1), |t| (t / 2).max(Duration::from_millis(10)));
+    let period = watchdog.map_or(Duration::from_secs(1), |t| {
+        (t / 2).max(Duration::from_millis(10))
+    });
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {

@@ -11,7 +11,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpupm_uapi::regs::{self as r, hs_state};
-use harness::device::{self, check_exact, churn_scenario, flush, hs_states, wait_idle, wait_none_destroyed, Instances, STEP};
+use harness::device::{
+    self, check_exact, churn_scenario, flush, hs_states, wait_idle, wait_none_destroyed, Instances,
+    STEP,
+};
 use harness::{daemon_config, start_daemon, Driver, TempDir};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -40,7 +43,10 @@ impl Rng {
 /// handled, every switch abandoned by a killed daemon finished by the
 /// device's fallback (which needs device time: advance past the timeout).
 fn settle(dev: &gpupmd::devnode::DevNode, daemon: &mut harness::Proc) {
-    let timeout = u64::from(dev.read32(r::part(1, r::PART_SWITCH_TIMEOUT)).expect("timeout"));
+    let timeout = u64::from(
+        dev.read32(r::part(1, r::PART_SWITCH_TIMEOUT))
+            .expect("timeout"),
+    );
     for _ in 0..100 {
         let deadline = Instant::now() + Duration::from_millis(300);
         let idle = wait_idle(dev, || Instant::now() > deadline || !daemon.alive());
@@ -49,7 +55,10 @@ fn settle(dev: &gpupmd::devnode::DevNode, daemon: &mut harness::Proc) {
             return;
         }
         // Still mid-handshake after the daemon had time for it: abandoned.
-        if hs_states(dev).iter().any(|&s| s != hs_state::IDLE && s != hs_state::REQUESTED) {
+        if hs_states(dev)
+            .iter()
+            .any(|&s| s != hs_state::IDLE && s != hs_state::REQUESTED)
+        {
             dev.advance(timeout + 1).expect("advance");
         }
     }
@@ -73,7 +82,11 @@ fn totals_stay_exact_across_24_kill_9_at_random_points() {
         for _ in 0..rng.below(40) {
             dev.advance(STEP).expect("advance");
             seen.update();
-            assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+            assert!(
+                wait_idle(&dev, || !daemon.alive()),
+                "gpupmd died:\n{}",
+                daemon.log()
+            );
         }
         let delay = Duration::from_micros(rng.below(20_000));
         let killed = Arc::new(AtomicBool::new(false));
@@ -101,7 +114,10 @@ fn totals_stay_exact_across_24_kill_9_at_random_points() {
             seen.update();
         }
         if rng.below(3) == 0 {
-            let timeout = u64::from(dev.read32(r::part(1, r::PART_SWITCH_TIMEOUT)).expect("timeout"));
+            let timeout = u64::from(
+                dev.read32(r::part(1, r::PART_SWITCH_TIMEOUT))
+                    .expect("timeout"),
+            );
             dev.advance(timeout + 1).expect("advance");
             seen.update();
         }
@@ -121,7 +137,10 @@ fn totals_stay_exact_across_24_kill_9_at_random_points() {
         seen.destroyed.len(),
         t0.elapsed().as_secs_f64()
     );
-    assert!(fallbacks > 0, "no kill landed mid-handshake: the test did not exercise the fallback");
+    assert!(
+        fallbacks > 0,
+        "no kill landed mid-handshake: the test did not exercise the fallback"
+    );
     let status = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(status.success(), "gpupmd exit {status}:\n{}", daemon.log());
     driver.stop();

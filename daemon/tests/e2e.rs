@@ -7,7 +7,9 @@ mod harness;
 use std::time::Instant;
 
 use gpupm_uapi::regs as r;
-use harness::device::{self, check_exact, churn_scenario, flush, wait_idle, wait_none_destroyed, Instances, STEP};
+use harness::device::{
+    self, check_exact, churn_scenario, flush, wait_idle, wait_none_destroyed, Instances, STEP,
+};
 use harness::{daemon_config, start_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;
 
@@ -16,7 +18,8 @@ const SWITCHES: u64 = 10_000;
 
 /// Daemon settings the tests program: a trigger period, dithering, a
 /// threshold and a ring watermark different from the scenario's.
-const PROGRAM: &str = "[trigger]\nperiod_us = 25\ndither = true\nthreshold = 1000000\n[stream]\nwatermark = 16\n";
+const PROGRAM: &str =
+    "[trigger]\nperiod_us = 25\ndither = true\nthreshold = 1000000\n[stream]\nwatermark = 16\n";
 
 #[test]
 fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_driven_switches() {
@@ -26,28 +29,44 @@ fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_drive
     let dev = driver.card();
     let mut seen = Instances::new(&dev);
     let mut daemon = start_daemon(&tmp, &daemon_config(&tmp, PROGRAM));
-    assert!(daemon.notes.iter().any(|l| l.starts_with("STATUS=serving")), "{:?}", daemon.notes);
+    assert!(
+        daemon.notes.iter().any(|l| l.starts_with("STATUS=serving")),
+        "{:?}",
+        daemon.notes
+    );
 
     // The configuration reached the device.
     assert_eq!(dev.read32(r::TRIG_PERIOD).unwrap(), 25_000);
     assert_eq!(dev.read32(r::TRIG_THRESHOLD).unwrap(), 1_000_000);
     assert_ne!(dev.read32(r::TRIG_CTRL).unwrap() & r::trig_ctrl::DITHER, 0);
-    assert_eq!(dev.read32(r::part(1, r::PART_STREAM_WATERMARK)).unwrap(), 16);
+    assert_eq!(
+        dev.read32(r::part(1, r::PART_STREAM_WATERMARK)).unwrap(),
+        16
+    );
 
     let mut steps = 0u64;
     let switches = loop {
         dev.advance(STEP).expect("advance");
         seen.update();
-        assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            wait_idle(&dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
         steps += 1;
-        if steps % 64 == 0 {
+        if steps.is_multiple_of(64) {
             let s = device::part_sum(&dev, r::PART_SWITCHES);
             if s >= SWITCHES {
                 break s;
             }
         }
     };
-    assert_eq!(device::part_sum(&dev, r::PART_FALLBACKS), 0, "a handshake fell back:\n{}", daemon.log());
+    assert_eq!(
+        device::part_sum(&dev, r::PART_FALLBACKS),
+        0,
+        "a handshake fell back:\n{}",
+        daemon.log()
+    );
     flush(&dev);
     wait_none_destroyed(&dev);
     seen.update();
@@ -83,7 +102,10 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     let mut seen = Instances::new(&dev);
     let mut daemon = harness::spawn_daemon(&tmp, &daemon_config(&tmp, PROGRAM), &[], &[]);
     daemon.wait_for("READY=1");
-    let node = OpenOptions::new().read(true).open(tmp.join("tenant").join("node")).expect("open tenant node");
+    let node = OpenOptions::new()
+        .read(true)
+        .open(tmp.join("tenant").join("node"))
+        .expect("open tenant node");
     let read = |sc: u32, id: u32| {
         let mut rc = ReadCounters::new_zeroed();
         rc.version = TENANT_STRUCT_VERSION;
@@ -96,28 +118,54 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
         for _ in 0..64 {
             dev.advance(STEP).expect("advance");
             seen.update();
-            assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+            assert!(
+                wait_idle(&dev, || !daemon.alive()),
+                "gpupmd died:\n{}",
+                daemon.log()
+            );
         }
     }
     assert_eq!(device::part_sum(&dev, r::PART_FALLBACKS), 0);
     flush(&dev);
     wait_none_destroyed(&dev);
     check_exact(&dev, &tmp.join("state"), &seen.destroyed);
-    assert_eq!(read(scope::SYSTEM, 0), device::expected(&dev.ledger(ledger_scope::SYSTEM, 0).unwrap()));
+    assert_eq!(
+        read(scope::SYSTEM, 0),
+        device::expected(&dev.ledger(ledger_scope::SYSTEM, 0).unwrap())
+    );
     for (ctx, _, _, _) in device::contexts(&dev) {
-        assert_eq!(read(scope::CONTEXT, ctx), device::expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap()));
+        assert_eq!(
+            read(scope::CONTEXT, ctx),
+            device::expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap())
+        );
     }
-    let (retired, _) = gpupmd::store::retired::RetiredStore::open(&tmp.join("state")).unwrap().load_all().unwrap();
+    let (retired, _) = gpupmd::store::retired::RetiredStore::open(&tmp.join("state"))
+        .unwrap()
+        .load_all()
+        .unwrap();
     let live: Vec<u32> = device::contexts(&dev).iter().map(|c| c.0).collect();
     for rec in retired.iter().filter(|r| !live.contains(&r.ctx)) {
         // The latest instance of a free id is the one the node reports.
-        let latest = retired.iter().filter(|o| o.ctx == rec.ctx).map(|o| o.created_cycle).max();
+        let latest = retired
+            .iter()
+            .filter(|o| o.ctx == rec.ctx)
+            .map(|o| o.created_cycle)
+            .max();
         if latest == Some(rec.created_cycle) {
-            assert_eq!(read(scope::CONTEXT, rec.ctx), rec.block().unwrap().counters, "retired context {}", rec.ctx);
+            assert_eq!(
+                read(scope::CONTEXT, rec.ctx),
+                rec.block().unwrap().counters,
+                "retired context {}",
+                rec.ctx
+            );
         }
     }
     for vm in 1..=10 {
-        assert_eq!(read(scope::VM, vm), device::expected(&dev.ledger(ledger_scope::VM, vm).unwrap()), "VM {vm}");
+        assert_eq!(
+            read(scope::VM, vm),
+            device::expected(&dev.ledger(ledger_scope::VM, vm).unwrap()),
+            "VM {vm}"
+        );
     }
     let status = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(status.success());

@@ -42,13 +42,24 @@ impl IntrReader {
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(path)
-            .map_err(|source| DevError::Open { path: path.to_path_buf(), source })?;
-        Ok(IntrReader { file, next_seq: None, buf: vec![0; RECORD_SIZE * READ_RECORDS] })
+            .map_err(|source| DevError::Open {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(IntrReader {
+            file,
+            next_seq: None,
+            buf: vec![0; RECORD_SIZE * READ_RECORDS],
+        })
     }
 
     /// Waits up to `timeout` for records and appends every available one
     /// to `out` (nothing on timeout or a signal).
-    pub fn wait(&mut self, timeout: Duration, out: &mut Vec<InterruptRecord>) -> Result<Batch, DevError> {
+    pub fn wait(
+        &mut self,
+        timeout: Duration,
+        out: &mut Vec<InterruptRecord>,
+    ) -> Result<Batch, DevError> {
         let mut batch = Batch::default();
         if self.read_available(out, &mut batch)? {
             return Ok(batch);
@@ -65,7 +76,11 @@ impl IntrReader {
     }
 
     /// Reads until the handle has nothing; whether anything was read.
-    fn read_available(&mut self, out: &mut Vec<InterruptRecord>, batch: &mut Batch) -> Result<bool, DevError> {
+    fn read_available(
+        &mut self,
+        out: &mut Vec<InterruptRecord>,
+        batch: &mut Batch,
+    ) -> Result<bool, DevError> {
         let mut any = false;
         loop {
             let n = match self.file.read(&mut self.buf) {
@@ -78,7 +93,9 @@ impl IntrReader {
                 return Ok(any);
             }
             for chunk in self.buf[..n].chunks_exact(RECORD_SIZE) {
-                let Ok(rec) = InterruptRecord::read_from_bytes(chunk) else { continue };
+                let Ok(rec) = InterruptRecord::read_from_bytes(chunk) else {
+                    continue;
+                };
                 if let Some(expected) = self.next_seq {
                     batch.missed += rec.seq.saturating_sub(expected);
                 }

@@ -71,12 +71,29 @@ pub enum DevError {
 
 /// A register read op for [`DevNode::batch`].
 pub const fn rd(offset: u64, width: u32) -> RegOp {
-    RegOp { offset, value: 0, op: reg_op::READ, width }
+    RegOp {
+        offset,
+        value: 0,
+        op: reg_op::READ,
+        width,
+    }
 }
 
 /// A 32-bit register write op.
 pub const fn wr(offset: u64, value: u32) -> RegOp {
-    RegOp { offset, value: value as u64, op: reg_op::WRITE, width: 4 }
+    RegOp {
+        offset,
+        value: value as u64,
+        op: reg_op::WRITE,
+        width: 4,
+    }
+}
+
+/// The value of a 32-bit register as a batch returns it (ops carry 64
+/// bits; a 32-bit read leaves the upper half zero).
+#[allow(clippy::cast_possible_truncation)]
+pub const fn reg32(value: u64) -> u32 {
+    value as u32
 }
 
 /// Width of register `offset` (8 for 64-bit registers).
@@ -103,7 +120,10 @@ impl DevNode {
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|source| DevError::Open { path: path.clone(), source })?;
+            .map_err(|source| DevError::Open {
+                path: path.clone(),
+                source,
+            })?;
         Ok(DevNode { card, path })
     }
 
@@ -118,19 +138,33 @@ impl DevNode {
     }
 
     fn read_reg(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
-        let access = |source| DevError::Access { what: "register read", offset, source };
+        let access = |source| DevError::Access {
+            what: "register read",
+            offset,
+            source,
+        };
         let n = self.card.read_at(buf, offset).map_err(access)?;
         if n != buf.len() {
-            return Err(access(io::Error::new(io::ErrorKind::UnexpectedEof, "short register read")));
+            return Err(access(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short register read",
+            )));
         }
         Ok(())
     }
 
     fn write_reg(&self, offset: u64, buf: &[u8]) -> Result<(), DevError> {
-        let access = |source| DevError::Access { what: "register write", offset, source };
+        let access = |source| DevError::Access {
+            what: "register write",
+            offset,
+            source,
+        };
         let n = self.card.write_at(buf, offset).map_err(access)?;
         if n != buf.len() {
-            return Err(access(io::Error::new(io::ErrorKind::WriteZero, "short register write")));
+            return Err(access(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short register write",
+            )));
         }
         Ok(())
     }
@@ -170,10 +204,12 @@ impl DevNode {
         }
         let mut arg = RegBatch::new_zeroed();
         arg.version = IOCTL_STRUCT_VERSION;
-        arg.count = ops.len() as u32;
+        arg.count = u32::try_from(ops.len()).map_err(|_| DevError::BatchTooLarge(ops.len()))?;
         arg.ops[..ops.len()].copy_from_slice(ops);
-        sys::reg_batch(self.card.as_fd(), &mut arg)
-            .map_err(|source| DevError::Ioctl { name: "GPUPM_IOC_REG_BATCH", source })?;
+        sys::reg_batch(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_REG_BATCH",
+            source,
+        })?;
         ops.copy_from_slice(&arg.ops[..ops.len()]);
         Ok(())
     }
@@ -198,12 +234,19 @@ impl DevNode {
             let n = self
                 .card
                 .read_at(&mut buf[done..], MEM_WINDOW_OFFSET + at)
-                .map_err(|source| DevError::Access { what: "window read", offset: at, source })?;
+                .map_err(|source| DevError::Access {
+                    what: "window read",
+                    offset: at,
+                    source,
+                })?;
             if n == 0 {
                 return Err(DevError::Access {
                     what: "window read",
                     offset: at,
-                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "end of the memory window"),
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "end of the memory window",
+                    ),
                 });
             }
             done += n;
@@ -220,17 +263,29 @@ impl DevNode {
 
     /// `GPUPM_IOC_IDENTITY`.
     pub fn identity(&self) -> Result<Identity, DevError> {
-        let mut arg = Identity { version: IOCTL_STRUCT_VERSION, ..Identity::default() };
-        sys::identity(self.card.as_fd(), &mut arg)
-            .map_err(|source| DevError::Ioctl { name: "GPUPM_IOC_IDENTITY", source })?;
+        let mut arg = Identity {
+            version: IOCTL_STRUCT_VERSION,
+            ..Identity::default()
+        };
+        sys::identity(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_IDENTITY",
+            source,
+        })?;
         Ok(arg)
     }
 
     /// `GPUPM_IOC_ADVANCE` (step clock only); returns the new cycle.
     pub fn advance(&self, cycles: u64) -> Result<u64, DevError> {
-        let mut arg = Advance { version: IOCTL_STRUCT_VERSION, flags: 0, cycles, now: 0 };
-        sys::advance(self.card.as_fd(), &mut arg)
-            .map_err(|source| DevError::Ioctl { name: "GPUPM_IOC_ADVANCE", source })?;
+        let mut arg = Advance {
+            version: IOCTL_STRUCT_VERSION,
+            flags: 0,
+            cycles,
+            now: 0,
+        };
+        sys::advance(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_ADVANCE",
+            source,
+        })?;
         Ok(arg.now)
     }
 
@@ -240,21 +295,30 @@ impl DevNode {
         arg.version = IOCTL_STRUCT_VERSION;
         arg.scope = scope;
         arg.id = id;
-        sys::ledger(self.card.as_fd(), &mut arg)
-            .map_err(|source| DevError::Ioctl { name: "GPUPM_IOC_LEDGER", source })?;
+        sys::ledger(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_LEDGER",
+            source,
+        })?;
         Ok(arg)
     }
 
     /// `GPUPM_IOC_RESET`.
     pub fn reset(&self) -> Result<(), DevError> {
-        let arg = Reset { version: IOCTL_STRUCT_VERSION, magic: regs::RESET_MAGIC };
-        sys::reset(self.card.as_fd(), &arg)
-            .map_err(|source| DevError::Ioctl { name: "GPUPM_IOC_RESET", source })?;
+        let arg = Reset {
+            version: IOCTL_STRUCT_VERSION,
+            magic: regs::RESET_MAGIC,
+        };
+        sys::reset(self.card.as_fd(), &arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_RESET",
+            source,
+        })?;
         Ok(())
     }
 }
 
 /// Decodes a value from the front of `bytes` (a short buffer is `None`).
-pub fn decode<T: FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(bytes: &[u8]) -> Option<T> {
+pub fn decode<T: FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
+    bytes: &[u8],
+) -> Option<T> {
     T::read_from_prefix(bytes).ok().map(|(v, _)| v)
 }

@@ -16,7 +16,13 @@ use gpupm_uapi::tenant::{
 };
 
 mod raw {
-    use super::*;
+    use super::{
+        Advance, EventInfo, Identity, LedgerQuery, ListContexts, OpenStream, ReadCounters,
+        ReadRates, RegBatch, Reset, Whoami, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
+        GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET, TENANT_IOC_EVENT_INFO,
+        TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM, TENANT_IOC_READ_COUNTERS,
+        TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI,
+    };
 
     nix::ioctl_readwrite_bad!(identity, GPUPM_IOC_IDENTITY, Identity);
     nix::ioctl_readwrite_bad!(reg_batch, GPUPM_IOC_REG_BATCH, RegBatch);

@@ -6,16 +6,20 @@
 //! every record it still holds.
 
 use gpupm_uapi::events::MAX_EVENTS;
-use gpupm_uapi::layout::{envelope_flags, StreamRecord, StreamSlot, RECORD_MAGIC, STREAM_SLOT_SIZE};
+use gpupm_uapi::layout::{
+    envelope_flags, StreamRecord, StreamSlot, RECORD_MAGIC, STREAM_SLOT_SIZE,
+};
 use gpupm_uapi::regs::{self as r, MAX_PARTITION_SLOTS};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::devnode::{rd, wr, DevError, DevNode};
+use crate::devnode::{rd, reg32, wr, DevError, DevNode};
 use crate::store::Store;
 use crate::view::DeltaSample;
 
 /// Slots read per window access.
 const CHUNK: u32 = 64;
+/// Bytes of one ring slot.
+const SLOT: usize = core::mem::size_of::<StreamSlot>();
 
 /// Per-ring drain state.
 #[derive(Debug, Default)]
@@ -33,7 +37,10 @@ impl Rings {
 
 /// Drains partition slot `p`'s ring; returns the records consumed.
 pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<u64, DevError> {
-    let Some(i) = usize::try_from(p).ok().filter(|&i| i < MAX_PARTITION_SLOTS as usize) else {
+    let Some(i) = usize::try_from(p)
+        .ok()
+        .filter(|&i| i < MAX_PARTITION_SLOTS as usize)
+    else {
         return Ok(0);
     };
     let mut regs = [
@@ -44,22 +51,28 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
         rd(r::part(p, r::PART_STREAM_BASE), 8),
     ];
     dev.batch(&mut regs)?;
-    let (head, tail, cap) = (regs[0].value as u32, regs[1].value as u32, regs[2].value as u32);
+    let (head, tail, cap) = (
+        reg32(regs[0].value),
+        reg32(regs[1].value),
+        reg32(regs[2].value),
+    );
     let (lost, base) = (regs[3].value, regs[4].value);
     if cap == 0 {
         return Ok(0);
     }
     let fill = head.wrapping_sub(tail).min(cap);
     let mut samples = Vec::with_capacity(fill as usize);
-    let mut buf = vec![0u8; (CHUNK as usize) * STREAM_SLOT_SIZE as usize];
+    let mut buf = vec![0u8; CHUNK as usize * SLOT];
     let mut done = 0u32;
     while done < fill {
         let idx = tail.wrapping_add(done) % cap;
         let n = (fill - done).min(cap - idx).min(CHUNK);
-        let bytes = &mut buf[..n as usize * STREAM_SLOT_SIZE as usize];
+        let bytes = &mut buf[..n as usize * SLOT];
         dev.window(base + u64::from(idx) * STREAM_SLOT_SIZE, bytes)?;
-        for chunk in bytes.chunks_exact(STREAM_SLOT_SIZE as usize) {
-            let Ok(slot) = StreamSlot::read_from_bytes(chunk) else { continue };
+        for chunk in bytes.chunks_exact(SLOT) {
+            let Ok(slot) = StreamSlot::read_from_bytes(chunk) else {
+                continue;
+            };
             if let Some(mut s) = sample(&slot) {
                 s.lost_before = std::mem::take(&mut rings.pending_lost[i]);
                 samples.push(s);

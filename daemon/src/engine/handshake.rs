@@ -7,7 +7,7 @@
 
 use gpupm_uapi::regs::{self as r, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
 
-use crate::devnode::{rd, wr, DevError, DevNode};
+use crate::devnode::{rd, reg32, wr, DevError, DevNode};
 
 /// Polls of `PART_CCU_ACKED` before giving up (the device's fallback then
 /// completes the switch).
@@ -32,7 +32,10 @@ pub fn run(dev: &DevNode, p: u32) -> Result<Outcome, DevError> {
         wr(r::part(p, r::PART_CTRL), part_ctrl::CTX_PAUSE),
         wr(r::part(p, r::PART_CTRL), part_ctrl::ALL),
         wr(r::TRIG_TARGET, 1 << p),
-        wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ),
+        wr(
+            r::TRIG_CMD,
+            trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ,
+        ),
         rd(r::part(p, r::PART_CCU_ACKED), 8),
         rd(r::part(p, r::PART_CCU_ASSIGNED), 8),
     ];
@@ -45,7 +48,7 @@ pub fn run(dev: &DevNode, p: u32) -> Result<Outcome, DevError> {
         }
         return Err(e);
     }
-    let (next_vm, next_ctx) = (first[0].value as u32, first[1].value as u32);
+    let (next_vm, next_ctx) = (reg32(first[0].value), reg32(first[1].value));
     let assigned = first[7].value;
     let mut acked = first[6].value;
     let mut polls = 0;

@@ -12,7 +12,7 @@ use gpupm_uapi::regs::{self as r, hs_state, part_status};
 
 use super::handshake::{self, Outcome};
 use super::worker::Work;
-use crate::devnode::{DevNode, IntrReader};
+use crate::devnode::{reg32, DevNode, IntrReader};
 use crate::store::Store;
 
 /// Longest wait for a record; on timeout the partitions are swept for a
@@ -22,7 +22,13 @@ const POLL: Duration = Duration::from_millis(100);
 const MAX_FAILURES: u32 = 50;
 
 /// Runs until `stop` is set or the node keeps failing.
-pub fn run(dev: &DevNode, store: &Store, mut reader: IntrReader, work: &Sender<Work>, stop: &AtomicBool) {
+pub fn run(
+    dev: &DevNode,
+    store: &Store,
+    mut reader: IntrReader,
+    work: &Sender<Work>,
+    stop: &AtomicBool,
+) {
     let mut recs: Vec<InterruptRecord> = Vec::new();
     let mut failures = 0;
     sweep(dev, store);
@@ -50,7 +56,10 @@ pub fn run(dev: &DevNode, store: &Store, mut reader: IntrReader, work: &Sender<W
             handshake_on(dev, store, rec.partition, t0);
         }
         if batch.missed > 0 {
-            tracing::warn!(missed = batch.missed, "interrupt records were dropped by the device; resynchronising");
+            tracing::warn!(
+                missed = batch.missed,
+                "interrupt records were dropped by the device; resynchronising"
+            );
             sweep(dev, store);
             send(work, Work::Resync);
         }
@@ -58,7 +67,9 @@ pub fn run(dev: &DevNode, store: &Store, mut reader: IntrReader, work: &Sender<W
         for rec in &recs {
             seen |= rec.source;
             match rec.source {
-                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => send(work, Work::Drain(rec.partition)),
+                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
+                    send(work, Work::Drain(rec.partition))
+                }
                 source::CTX_CREATED => send(work, Work::Created(rec.arg)),
                 source::CTX_DESTROYED => send(work, Work::Destroyed(rec.arg)),
                 source::DEVICE_RESET => send(work, Work::Reset),
@@ -96,7 +107,10 @@ fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant) {
             store.record_handshake(ns);
         }
         Ok(Outcome::NotRequested) => {}
-        Ok(Outcome::Abandoned) => tracing::warn!(partition = p, "handshake abandoned; the device's fallback completes it"),
+        Ok(Outcome::Abandoned) => tracing::warn!(
+            partition = p,
+            "handshake abandoned; the device's fallback completes it"
+        ),
         Err(e) => tracing::error!(partition = p, error = %chain(&e), "handshake failed"),
     }
 }
@@ -113,7 +127,7 @@ fn sweep(dev: &DevNode, store: &Store) {
         }
     };
     for (&p, s) in parts.iter().zip(status) {
-        if s as u32 & part_status::STATE_MASK == hs_state::REQUESTED {
+        if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
             handshake_on(dev, store, p, Instant::now());
         }
     }

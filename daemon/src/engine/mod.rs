@@ -73,7 +73,11 @@ pub struct Engine {
 
 impl Engine {
     /// Programs the device, reconciles with it and starts the threads.
-    pub fn start(dev: Arc<DevNode>, store: Arc<Store>, program: Programming) -> Result<Engine, EngineError> {
+    pub fn start(
+        dev: Arc<DevNode>,
+        store: Arc<Store>,
+        program: Programming,
+    ) -> Result<Engine, EngineError> {
         let reader = dev.interrupts()?;
         let partitions = program::configured_partitions(&dev)?;
         store.set_topology(Default::default(), partitions.clone());
@@ -92,7 +96,10 @@ impl Engine {
                 })
                 .map_err(EngineError::Thread)?
         };
-        let mut engine = Engine { stop: Arc::clone(&stop), threads: vec![irq] };
+        let mut engine = Engine {
+            stop: Arc::clone(&stop),
+            threads: vec![irq],
+        };
 
         let (persisted, bad) = store.retired_files().load_all()?;
         for path in bad {
@@ -101,7 +108,12 @@ impl Engine {
         for rec in &persisted {
             store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm);
         }
-        let mut worker = Worker { dev: &dev, store: &store, program: &program, rings: Rings::default() };
+        let mut worker = Worker {
+            dev: &dev,
+            store: &store,
+            program: &program,
+            rings: Rings::default(),
+        };
         if let Err(e) = worker.resync() {
             engine.stop();
             return Err(e);
@@ -112,7 +124,12 @@ impl Engine {
             thread::Builder::new()
                 .name("gpupmd-work".into())
                 .spawn(move || {
-                    let mut worker = Worker { dev: &dev, store: &store, program: &program, rings };
+                    let mut worker = Worker {
+                        dev: &dev,
+                        store: &store,
+                        program: &program,
+                        rings,
+                    };
                     work_loop(&mut worker, &rx, &stop);
                     stop.store(true, Ordering::Release);
                 })

@@ -6,7 +6,7 @@ use gpupm_uapi::{split_abi_version, ABI_MAJOR, ABI_VERSION};
 
 use super::EngineError;
 use crate::config::Programming;
-use crate::devnode::{rd, wr, DevNode};
+use crate::devnode::{rd, reg32, wr, DevNode};
 use crate::view::DeviceIdentity;
 
 /// Checks the device's identity and ABI version against the daemon's.
@@ -17,7 +17,10 @@ pub fn check_identity(id: &Identity) -> Result<DeviceIdentity, EngineError> {
     let (major, minor) = split_abi_version(id.abi_version);
     if major != ABI_MAJOR {
         let (ours, our_minor) = split_abi_version(ABI_VERSION);
-        return Err(EngineError::AbiMismatch { device: format!("{major}.{minor}"), daemon: format!("{ours}.{our_minor}") });
+        return Err(EngineError::AbiMismatch {
+            device: format!("{major}.{minor}"),
+            daemon: format!("{ours}.{our_minor}"),
+        });
     }
     Ok(DeviceIdentity {
         abi_version: id.abi_version,
@@ -36,21 +39,28 @@ pub fn identify(dev: &DevNode) -> Result<(DeviceIdentity, bool), EngineError> {
 
 /// Configured partition slots, the system slot 0 first.
 pub fn configured_partitions(dev: &DevNode) -> Result<Vec<u32>, EngineError> {
-    let offsets: Vec<u64> = (0..regs::MAX_PARTITION_SLOTS).map(|p| regs::part(p, regs::PART_STATUS)).collect();
+    let offsets: Vec<u64> = (0..regs::MAX_PARTITION_SLOTS)
+        .map(|p| regs::part(p, regs::PART_STATUS))
+        .collect();
     let status = dev.read_many(&offsets)?;
     Ok((0..regs::MAX_PARTITION_SLOTS)
         .zip(status)
-        .filter(|&(p, s)| p == 0 || s as u32 & part_status::CONFIGURED != 0)
+        .filter(|&(p, s)| p == 0 || reg32(s) & part_status::CONFIGURED != 0)
         .map(|(p, _)| p)
         .collect())
 }
 
 /// Writes the configured trigger settings, masks and ring watermarks.
 /// Each group is one atomic batch; a refused value names the register.
-pub fn program(dev: &DevNode, cfg: &Programming, clock_khz: u32, partitions: &[u32]) -> Result<(), EngineError> {
+pub fn program(
+    dev: &DevNode,
+    cfg: &Programming,
+    clock_khz: u32,
+    partitions: &[u32],
+) -> Result<(), EngineError> {
     let mut trig = vec![rd(regs::TRIG_CTRL, 4)];
     dev.batch(&mut trig)?;
-    let mut ctrl = trig[0].value as u32;
+    let mut ctrl = reg32(trig[0].value);
     let mut ops: Vec<RegOp> = Vec::new();
     if let Some(us) = cfg.period_us {
         let cycles = us.saturating_mul(u64::from(clock_khz)) / 1000;
@@ -66,7 +76,11 @@ pub fn program(dev: &DevNode, cfg: &Programming, clock_khz: u32, partitions: &[u
         }
     }
     if let Some(d) = cfg.dither {
-        ctrl = if d { ctrl | trig_ctrl::DITHER } else { ctrl & !trig_ctrl::DITHER };
+        ctrl = if d {
+            ctrl | trig_ctrl::DITHER
+        } else {
+            ctrl & !trig_ctrl::DITHER
+        };
     }
     if let Some(t) = cfg.threshold {
         ops.push(wr(regs::TRIG_THRESHOLD, t));
@@ -74,15 +88,24 @@ pub fn program(dev: &DevNode, cfg: &Programming, clock_khz: u32, partitions: &[u
     }
     if !ops.is_empty() || cfg.dither.is_some() {
         ops.push(wr(regs::TRIG_CTRL, ctrl));
-        dev.batch(&mut ops).map_err(|e| refused("trigger settings", &e))?;
+        dev.batch(&mut ops)
+            .map_err(|e| refused("trigger settings", &e))?;
     }
     for &(ccu, word, bits) in &cfg.masks {
-        let mut ops = [wr(regs::ccu(ccu, regs::CCU_MASK_INDEX), word), wr(regs::ccu(ccu, regs::CCU_MASK_DATA), bits)];
-        dev.batch(&mut ops).map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), &e))?;
+        let mut ops = [
+            wr(regs::ccu(ccu, regs::CCU_MASK_INDEX), word),
+            wr(regs::ccu(ccu, regs::CCU_MASK_DATA), bits),
+        ];
+        dev.batch(&mut ops)
+            .map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), &e))?;
     }
     if let Some(w) = cfg.watermark {
-        let mut ops: Vec<RegOp> = partitions.iter().map(|&p| wr(regs::part(p, regs::PART_STREAM_WATERMARK), w)).collect();
-        dev.batch(&mut ops).map_err(|e| refused(&format!("stream watermark {w}"), &e))?;
+        let mut ops: Vec<RegOp> = partitions
+            .iter()
+            .map(|&p| wr(regs::part(p, regs::PART_STREAM_WATERMARK), w))
+            .collect();
+        dev.batch(&mut ops)
+            .map_err(|e| refused(&format!("stream watermark {w}"), &e))?;
     }
     Ok(())
 }
@@ -95,7 +118,10 @@ fn refused(what: &str, e: &crate::devnode::DevError) -> EngineError {
         reason.push_str(&s.to_string());
         src = s.source();
     }
-    EngineError::Refused { what: what.into(), reason }
+    EngineError::Refused {
+        what: what.into(),
+        reason,
+    }
 }
 
 #[cfg(test)]
@@ -116,6 +142,9 @@ mod tests {
         id.abi_version = u32::from(ABI_MAJOR) << 16 | 0xff;
         assert_eq!(check_identity(&id).unwrap().clock_khz, 1000);
         id.magic = 0;
-        assert!(matches!(check_identity(&id), Err(EngineError::NotAGpupmDevice(0))));
+        assert!(matches!(
+            check_identity(&id),
+            Err(EngineError::NotAGpupmDevice(0))
+        ));
     }
 }

@@ -17,7 +17,7 @@ use super::drain::{self, Rings};
 use super::program;
 use super::EngineError;
 use crate::config::Programming;
-use crate::devnode::{rd, DevNode};
+use crate::devnode::{rd, reg32, DevNode};
 use crate::store::retired::{retired_flags, RetiredFile, RETIRED_MAGIC, RETIRED_VERSION};
 use crate::store::{LiveCtx, Store, VmInfo};
 use crate::view::CtxId;
@@ -63,7 +63,12 @@ impl Worker<'_> {
                 Work::Destroyed(ctx) => self.retire(ctx)?,
                 Work::Reset => {
                     let id = self.store.identity();
-                    program::program(self.dev, self.program, id.clock_khz, &self.store.partitions())?;
+                    program::program(
+                        self.dev,
+                        self.program,
+                        id.clock_khz,
+                        &self.store.partitions(),
+                    )?;
                     self.rings.reset();
                     tracing::info!("device reset: programming re-applied");
                     self.resync()?;
@@ -78,7 +83,9 @@ impl Worker<'_> {
     }
 
     fn created(&mut self, ctx: CtxId) -> Result<(), EngineError> {
-        let Some((state, live)) = self.read_ctx(ctx)? else { return Ok(()) };
+        let Some((state, live)) = self.read_ctx(ctx)? else {
+            return Ok(());
+        };
         self.store.ctx_created(ctx, live);
         if state == ctx_state::DESTROYED {
             self.retire(ctx)?;
@@ -98,12 +105,12 @@ impl Worker<'_> {
             rd(r::ctx(ctx, r::CTX_BLOCK), 8),
         ];
         self.dev.batch(&mut ops)?;
-        let state = ops[0].value as u32;
+        let state = reg32(ops[0].value);
         if state == ctx_state::FREE {
             return Ok(None);
         }
         let live = LiveCtx {
-            vm: ops[1].value as u32,
+            vm: reg32(ops[1].value),
             created_cycle: ops[2].value,
             block_offset: ops[3].value,
             destroyed: state == ctx_state::DESTROYED,
@@ -115,7 +122,9 @@ impl Worker<'_> {
     /// A context already persisted (a crash before its release) is only
     /// released; one no longer destroyed is left alone.
     pub fn retire(&mut self, ctx: CtxId) -> Result<(), EngineError> {
-        let Some((state, c)) = self.read_ctx(ctx)? else { return Ok(()) };
+        let Some((state, c)) = self.read_ctx(ctx)? else {
+            return Ok(());
+        };
         if state != ctx_state::DESTROYED {
             return Ok(());
         }
@@ -139,11 +148,18 @@ impl Worker<'_> {
         self.store.ctx_retired(ctx, c.created_cycle, c.vm);
         if let Err(e) = self.dev.write32(r::ctx(ctx, r::CTX_CMD), ctx_cmd::RELEASE) {
             // Refused only if it is no longer a destroyed context.
-            if self.read_ctx(ctx)?.is_some_and(|(s, now)| s == ctx_state::DESTROYED && now.created_cycle == c.created_cycle) {
+            if self.read_ctx(ctx)?.is_some_and(|(s, now)| {
+                s == ctx_state::DESTROYED && now.created_cycle == c.created_cycle
+            }) {
                 return Err(e.into());
             }
         }
-        tracing::debug!(ctx, vm = c.vm, created_cycle = c.created_cycle, "context retired");
+        tracing::debug!(
+            ctx,
+            vm = c.vm,
+            created_cycle = c.created_cycle,
+            "context retired"
+        );
         Ok(())
     }
 
@@ -152,7 +168,13 @@ impl Worker<'_> {
     pub fn resync(&mut self) -> Result<(), EngineError> {
         let partitions = program::configured_partitions(self.dev)?;
         let vm_offsets: Vec<u64> = (1..MAX_VMS)
-            .flat_map(|v| [r::vm(v, r::VM_PARTITION), r::vm(v, r::VM_FLAGS), r::vm(v, r::VM_BLOCK)])
+            .flat_map(|v| {
+                [
+                    r::vm(v, r::VM_PARTITION),
+                    r::vm(v, r::VM_FLAGS),
+                    r::vm(v, r::VM_BLOCK),
+                ]
+            })
             .collect();
         let vm_regs = self.dev.read_many(&vm_offsets)?;
         let vms: BTreeMap<u32, VmInfo> = (1..MAX_VMS)
@@ -160,8 +182,8 @@ impl Worker<'_> {
             .filter(|(_, v)| v[0] != 0)
             .map(|(vm, v)| {
                 let info = VmInfo {
-                    partition: v[0] as u32,
-                    confidential: v[1] as u32 & vm_flags::CONFIDENTIAL != 0,
+                    partition: reg32(v[0]),
+                    confidential: reg32(v[1]) & vm_flags::CONFIDENTIAL != 0,
                     block_offset: v[2],
                 };
                 (vm, info)
@@ -169,19 +191,32 @@ impl Worker<'_> {
             .collect();
         self.store.set_topology(vms, partitions.clone());
 
-        let states = self.dev.read_many(&(1..MAX_CONTEXTS).map(|c| r::ctx(c, r::CTX_STATE)).collect::<Vec<_>>())?;
-        let used: Vec<CtxId> = (1..MAX_CONTEXTS).zip(states).filter(|&(_, s)| s != 0).map(|(c, _)| c).collect();
+        let states = self.dev.read_many(
+            &(1..MAX_CONTEXTS)
+                .map(|c| r::ctx(c, r::CTX_STATE))
+                .collect::<Vec<_>>(),
+        )?;
+        let used: Vec<CtxId> = (1..MAX_CONTEXTS)
+            .zip(states)
+            .filter(|&(_, s)| s != 0)
+            .map(|(c, _)| c)
+            .collect();
         let detail_offsets: Vec<u64> = used
             .iter()
             .flat_map(|&c| {
-                [r::ctx(c, r::CTX_STATE), r::ctx(c, r::CTX_VM), r::ctx(c, r::CTX_CREATED_CYCLE), r::ctx(c, r::CTX_BLOCK)]
+                [
+                    r::ctx(c, r::CTX_STATE),
+                    r::ctx(c, r::CTX_VM),
+                    r::ctx(c, r::CTX_CREATED_CYCLE),
+                    r::ctx(c, r::CTX_BLOCK),
+                ]
             })
             .collect();
         let detail = self.dev.read_many(&detail_offsets)?;
         let mut live = BTreeMap::new();
         let mut destroyed = Vec::new();
         for (&ctx, d) in used.iter().zip(detail.chunks_exact(4)) {
-            let state = d[0] as u32;
+            let state = reg32(d[0]);
             if state == ctx_state::FREE {
                 continue;
             }
@@ -190,7 +225,12 @@ impl Worker<'_> {
             }
             live.insert(
                 ctx,
-                LiveCtx { vm: d[1] as u32, created_cycle: d[2], block_offset: d[3], destroyed: state == ctx_state::DESTROYED },
+                LiveCtx {
+                    vm: reg32(d[1]),
+                    created_cycle: d[2],
+                    block_offset: d[3],
+                    destroyed: state == ctx_state::DESTROYED,
+                },
             );
         }
         let (n_live, n_destroyed) = (live.len(), destroyed.len());
@@ -201,7 +241,11 @@ impl Worker<'_> {
         for p in partitions {
             drain::drain(self.dev, self.store, &mut self.rings, p)?;
         }
-        tracing::info!(contexts = n_live, retired_now = n_destroyed, "context table synchronised with the device");
+        tracing::info!(
+            contexts = n_live,
+            retired_now = n_destroyed,
+            "context table synchronised with the device"
+        );
         Ok(())
     }
 }

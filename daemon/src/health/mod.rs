@@ -33,7 +33,10 @@ pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
 }
 
 /// Spawns the periodic health summary and anomaly warnings.
-pub fn spawn_reporter(source: Arc<dyn HealthSource>, cfg: HealthConfig) -> tokio::task::JoinHandle<()> {
+pub fn spawn_reporter(
+    source: Arc<dyn HealthSource>,
+    cfg: HealthConfig,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let _unused = (source, cfg);
     })

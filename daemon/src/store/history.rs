@@ -23,14 +23,22 @@ pub struct History {
 impl History {
     /// Keeps `cap` samples per scope.
     pub fn new(cap: usize) -> History {
-        History { cap: cap.max(1), rings: HashMap::new(), feeds: HashMap::new() }
+        History {
+            cap: cap.max(1),
+            rings: HashMap::new(),
+            feeds: HashMap::new(),
+        }
     }
 
     /// Adds a sample to the scopes it belongs to: its VM (or the system
     /// scope for VM 0) and its context, if any.
     pub fn push(&mut self, sample: DeltaSample) {
         let sample = Arc::new(sample);
-        let vm_scope = if sample.vm == 0 { Scope::System } else { Scope::Vm(sample.vm) };
+        let vm_scope = if sample.vm == 0 {
+            Scope::System
+        } else {
+            Scope::Vm(sample.vm)
+        };
         self.push_scope(vm_scope, &sample);
         if sample.ctx != 0 {
             self.push_scope(Scope::Ctx(sample.ctx), &sample);
@@ -58,7 +66,9 @@ impl History {
 
     /// The most recent `max` samples, oldest first.
     pub fn recent(&self, scope: Scope, max: usize) -> Vec<DeltaSample> {
-        let Some(ring) = self.rings.get(&scope) else { return Vec::new() };
+        let Some(ring) = self.rings.get(&scope) else {
+            return Vec::new();
+        };
         let skip = ring.len().saturating_sub(max);
         ring.iter().skip(skip).map(|s| (**s).clone()).collect()
     }

@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use gpupm_uapi::layout::{block_kind, block_slot_offset, envelope_flags, BlockSlot, SYSTEM_BLOCK_SLOT};
+use gpupm_uapi::layout::{
+    block_kind, block_slot_offset, envelope_flags, BlockSlot, SYSTEM_BLOCK_SLOT,
+};
 use gpupm_uapi::regs;
 use zerocopy::IntoBytes;
 
@@ -25,8 +27,8 @@ use self::retired::{plain_block, RetiredStore};
 use crate::devnode::DevNode;
 use crate::tenant::TenantStats;
 use crate::view::{
-    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot, HealthSource,
-    Scope, Totals, VmId,
+    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
+    HealthSource, Scope, Totals, VmId,
 };
 
 /// A VM as the device's table describes it.
@@ -87,7 +89,12 @@ pub struct Store {
 impl Store {
     /// A store over `dev`, keeping `history` samples per scope and the
     /// retired set in `retired_files`.
-    pub fn new(dev: Arc<DevNode>, identity: DeviceIdentity, retired_files: RetiredStore, history: usize) -> Store {
+    pub fn new(
+        dev: Arc<DevNode>,
+        identity: DeviceIdentity,
+        retired_files: RetiredStore,
+        history: usize,
+    ) -> Store {
         Store {
             dev,
             identity,
@@ -154,7 +161,10 @@ impl Store {
         let mut hist = self.hist();
         let mut t = self.write();
         for (id, c) in &live {
-            if t.live.get(id).is_some_and(|old| old.created_cycle != c.created_cycle) {
+            if t.live
+                .get(id)
+                .is_some_and(|old| old.created_cycle != c.created_cycle)
+            {
                 hist.forget_ctx(*id);
             }
         }
@@ -169,7 +179,10 @@ impl Store {
     /// Records a context instance the device created (idempotent).
     pub fn ctx_created(&self, ctx: CtxId, c: LiveCtx) {
         let mut t = self.write();
-        let new_instance = t.live.get(&ctx).is_none_or(|old| old.created_cycle != c.created_cycle);
+        let new_instance = t
+            .live
+            .get(&ctx)
+            .is_none_or(|old| old.created_cycle != c.created_cycle);
         if new_instance {
             t.live.insert(ctx, c);
             drop(t);
@@ -179,7 +192,12 @@ impl Store {
 
     /// Marks a live instance destroyed.
     pub fn ctx_destroyed(&self, ctx: CtxId, created_cycle: u64) {
-        if let Some(c) = self.write().live.get_mut(&ctx).filter(|c| c.created_cycle == created_cycle) {
+        if let Some(c) = self
+            .write()
+            .live
+            .get_mut(&ctx)
+            .filter(|c| c.created_cycle == created_cycle)
+        {
             c.destroyed = true;
         }
     }
@@ -188,7 +206,10 @@ impl Store {
     /// released): it leaves the live table.
     pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId) {
         let mut t = self.write();
-        if t.live.get(&ctx).is_some_and(|c| c.created_cycle == created_cycle) {
+        if t.live
+            .get(&ctx)
+            .is_some_and(|c| c.created_cycle == created_cycle)
+        {
             t.live.remove(&ctx);
         }
         if t.retired.insert((ctx, created_cycle), vm).is_none() {
@@ -235,11 +256,20 @@ impl Store {
                 return None;
             }
         }
-        Some(Totals::Plain { counters: block.counters, commit_seq: block.commit_seq, cycle: block.last_commit_cycle })
+        Some(Totals::Plain {
+            counters: block.counters,
+            commit_seq: block.commit_seq,
+            cycle: block.last_commit_cycle,
+        })
     }
 
     fn retired_totals(&self, ctx: CtxId) -> Option<Totals> {
-        let created = self.read().retired.range((ctx, 0)..=(ctx, u64::MAX)).next_back().map(|(&(_, c), _)| c)?;
+        let created = self
+            .read()
+            .retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(&(_, c), _)| c)?;
         let rec = self.retired_files.load(ctx, created)?;
         Self::slot_totals(&rec.slot, rec.sealed(), None)
     }
@@ -273,14 +303,28 @@ impl CounterView for Store {
             .retired
             .iter()
             .filter(|(_, &v)| v == vm)
-            .map(|(&(ctx, created_cycle), _)| CtxInfo { ctx, vm, created_cycle, state: CtxState::Retired })
+            .map(|(&(ctx, created_cycle), _)| CtxInfo {
+                ctx,
+                vm,
+                created_cycle,
+                state: CtxState::Retired,
+            })
             .collect();
-        out.extend(t.live.iter().filter(|(_, c)| c.vm == vm).map(|(&ctx, c)| CtxInfo {
-            ctx,
-            vm,
-            created_cycle: c.created_cycle,
-            state: if c.destroyed { CtxState::Destroyed } else { CtxState::Active },
-        }));
+        out.extend(
+            t.live
+                .iter()
+                .filter(|(_, c)| c.vm == vm)
+                .map(|(&ctx, c)| CtxInfo {
+                    ctx,
+                    vm,
+                    created_cycle: c.created_cycle,
+                    state: if c.destroyed {
+                        CtxState::Destroyed
+                    } else {
+                        CtxState::Active
+                    },
+                }),
+        );
         out.sort_by_key(|c| (c.ctx, c.created_cycle));
         Some(out)
     }
@@ -290,13 +334,19 @@ impl CounterView for Store {
         if let Some(c) = t.live.get(&ctx) {
             return Some(c.vm);
         }
-        t.retired.range((ctx, 0)..=(ctx, u64::MAX)).next_back().map(|(_, &vm)| vm)
+        t.retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(_, &vm)| vm)
     }
 
     fn totals(&self, scope: Scope) -> Option<Totals> {
         match scope {
             Scope::System => {
-                let slot = self.dev.block_slot(block_slot_offset(SYSTEM_BLOCK_SLOT)).ok()?;
+                let slot = self
+                    .dev
+                    .block_slot(block_slot_offset(SYSTEM_BLOCK_SLOT))
+                    .ok()?;
                 Self::slot_totals(&slot, false, Some((block_kind::SYSTEM, 0)))
             }
             Scope::Vm(vm) => {
@@ -310,8 +360,13 @@ impl CounterView for Store {
                     let slot = self.dev.block_slot(c.block_offset).ok()?;
                     // Still the same instance? (It may have been released
                     // and persisted since the table was read.)
-                    if let Some(t) = Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx))) {
-                        if self.live(ctx).is_some_and(|now| now.created_cycle == c.created_cycle) {
+                    if let Some(t) =
+                        Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx)))
+                    {
+                        if self
+                            .live(ctx)
+                            .is_some_and(|now| now.created_cycle == c.created_cycle)
+                        {
                             return Some(t);
                         }
                     }
@@ -325,7 +380,10 @@ impl CounterView for Store {
         self.exists(scope).then(|| self.hist().recent(scope, max))
     }
 
-    fn subscribe(&self, scope: Scope) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+    fn subscribe(
+        &self,
+        scope: Scope,
+    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
         self.exists(scope).then(|| self.hist().subscribe(scope))
     }
 
@@ -346,13 +404,20 @@ impl Store {
 
 impl HealthSource for Store {
     fn snapshot(&self) -> HealthSnapshot {
-        let latencies = std::mem::take(&mut *self.latencies.lock().unwrap_or_else(|e| e.into_inner()));
+        let latencies =
+            std::mem::take(&mut *self.latencies.lock().unwrap_or_else(|e| e.into_inner()));
         let (active, retired) = {
             let t = self.read();
-            (t.live.values().filter(|c| !c.destroyed).count() as u64, t.retired.len() as u64)
+            (
+                t.live.values().filter(|c| !c.destroyed).count() as u64,
+                t.retired.len() as u64,
+            )
         };
         let (requests, errors) = self.tenant_stats.get().map_or((0, 0), |s| {
-            (s.requests.load(Ordering::Relaxed), s.errors.load(Ordering::Relaxed))
+            (
+                s.requests.load(Ordering::Relaxed),
+                s.errors.load(Ordering::Relaxed),
+            )
         });
         HealthSnapshot {
             device: self.identity,

@@ -102,7 +102,11 @@ pub struct RetiredStore {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RetiredError + 'a {
-    move |source| RetiredError::Io { op, path: path.to_path_buf(), source }
+    move |source| RetiredError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 impl RetiredStore {
@@ -137,14 +141,17 @@ impl RetiredStore {
     /// Persists `rec` atomically and durably.
     pub fn persist(&self, rec: &RetiredFile) -> Result<(), RetiredError> {
         let path = self.path_of(rec.ctx, rec.created_cycle);
-        let tmp = self.dir.join(format!("{TMP_PREFIX}ctx-{}-{}", rec.ctx, rec.created_cycle));
+        let tmp = self
+            .dir
+            .join(format!("{TMP_PREFIX}ctx-{}-{}", rec.ctx, rec.created_cycle));
         let mut f = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&tmp)
             .map_err(io_err("creating", &tmp))?;
-        f.write_all(rec.as_bytes()).map_err(io_err("writing", &tmp))?;
+        f.write_all(rec.as_bytes())
+            .map_err(io_err("writing", &tmp))?;
         f.sync_all().map_err(io_err("syncing", &tmp))?;
         drop(f);
         fs::rename(&tmp, &path).map_err(io_err("renaming", &tmp))?;
@@ -165,7 +172,10 @@ impl RetiredStore {
         let mut bad = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(io_err("listing", &self.dir))? {
             let path = entry.map_err(io_err("listing", &self.dir))?.path();
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if !name.starts_with("ctx-") {
                 continue;
             }

@@ -59,9 +59,16 @@ pub struct TenantNode {
 
 impl TenantNode {
     /// Mounts the node at `dir` and serves it on its own thread.
-    pub fn mount(dir: &Path, view: Arc<dyn CounterView>, policy: TenantPolicy) -> Result<TenantNode, TenantError> {
+    pub fn mount(
+        dir: &Path,
+        view: Arc<dyn CounterView>,
+        policy: TenantPolicy,
+    ) -> Result<TenantNode, TenantError> {
         let _unused = (view, policy);
-        Err(TenantError::Mount { path: dir.display().to_string(), reason: "not built yet".into() })
+        Err(TenantError::Mount {
+            path: dir.display().to_string(),
+            reason: "not built yet".into(),
+        })
     }
 
     /// Request counters.

@@ -45,8 +45,14 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// Checks what every process test needs.
 pub fn require_root_and_fuse() {
-    assert!(nix::unistd::geteuid().is_root(), "the gpupmd tests must run as root (they mount FUSE)");
-    assert!(Path::new("/dev/fuse").exists(), "the gpupmd tests need /dev/fuse");
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the gpupmd tests must run as root (they mount FUSE)"
+    );
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "the gpupmd tests need /dev/fuse"
+    );
 }
 
 /// Path of a `gpupm-driver` binary built from this workspace.
@@ -148,13 +154,21 @@ impl Proc {
             fs::remove_file(sock).expect("remove old notify socket");
         }
         let notify = UnixDatagram::bind(sock).expect("bind notify socket");
-        notify.set_read_timeout(Some(Duration::from_millis(100))).expect("notify timeout");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("notify timeout");
         cmd.env("NOTIFY_SOCKET", sock)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(log).expect("create log"));
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        Proc { name, child: Some(child), log: log.to_path_buf(), notify, notes: Vec::new() }
+        Proc {
+            name,
+            child: Some(child),
+            log: log.to_path_buf(),
+            notify,
+            notes: Vec::new(),
+        }
     }
 
     /// The log so far.
@@ -186,19 +200,34 @@ impl Proc {
                         return f;
                     }
                 }
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => panic!("notify socket: {e}"),
             }
             if let Some(status) = self.try_wait() {
-                panic!("{} exited ({status}) before {line}:\n{}", self.name, self.log());
+                panic!(
+                    "{} exited ({status}) before {line}:\n{}",
+                    self.name,
+                    self.log()
+                );
             }
-            assert!(Instant::now() < deadline, "{}: no {line} within {STARTUP:?}:\n{}", self.name, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "{}: no {line} within {STARTUP:?}:\n{}",
+                self.name,
+                self.log()
+            );
         }
     }
 
     /// Exit status if it has exited.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Whether it still runs.
@@ -229,7 +258,12 @@ impl Proc {
                 self.child = None;
                 return s;
             }
-            assert!(Instant::now() < deadline, "{} did not exit:\n{}", self.name, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit:\n{}",
+                self.name,
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -265,8 +299,17 @@ impl Driver {
         fs::write(&scen, scenario).expect("write scenario");
         let dir = tmp.join("dev");
         let mut cmd = Command::new(driver_binary());
-        cmd.args(["--clock", "step", "--scenario"]).arg(&scen).arg("--node-dir").arg(&dir).env("RUST_LOG", "info");
-        let mut proc = Proc::spawn("gpupm-driver", cmd, &tmp.join("driver.sock"), &tmp.join("driver.log"));
+        cmd.args(["--clock", "step", "--scenario"])
+            .arg(&scen)
+            .arg("--node-dir")
+            .arg(&dir)
+            .env("RUST_LOG", "info");
+        let mut proc = Proc::spawn(
+            "gpupm-driver",
+            cmd,
+            &tmp.join("driver.sock"),
+            &tmp.join("driver.log"),
+        );
         proc.wait_for("READY=1");
         Driver { proc, dir }
     }
@@ -279,7 +322,11 @@ impl Driver {
     /// SIGTERM; asserts a clean exit.
     pub fn stop(mut self) {
         let status = self.proc.signal_and_wait(Signal::SIGTERM);
-        assert!(status.success(), "driver exit {status}:\n{}", self.proc.log());
+        assert!(
+            status.success(),
+            "driver exit {status}:\n{}",
+            self.proc.log()
+        );
     }
 }
 
@@ -300,7 +347,10 @@ pub fn spawn_daemon(tmp: &TempDir, config: &str, args: &[&str], env: &[(&str, &s
     let path = tmp.join("gpupmd.toml");
     fs::write(&path, config).expect("write config");
     let mut cmd = Command::new(GPUPMD);
-    cmd.arg("--config").arg(&path).args(args).env("RUST_LOG", "info");
+    cmd.arg("--config")
+        .arg(&path)
+        .args(args)
+        .env("RUST_LOG", "info");
     for (k, v) in env {
         cmd.env(k, v);
     }
