@@ -220,7 +220,30 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
     reporter.abort();
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
+    log_final_summary(store.as_ref());
     result
+}
+
+/// The daemon's work since the last health snapshot, logged at shutdown.
+fn log_final_summary(store: &Store) {
+    let snap = store.snapshot();
+    let mut lat = snap.handshake_latency_ns;
+    lat.sort_unstable();
+    let pct = |p: usize| {
+        lat.get((lat.len().saturating_sub(1)) * p / 100)
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    tracing::info!(
+        handshakes = snap.handshakes,
+        handshake_p50_us = pct(50),
+        handshake_p99_us = pct(99),
+        fallbacks = snap.fallbacks,
+        lost_records = snap.lost_records,
+        drained_records = snap.drained_records,
+        contexts_retired = snap.contexts_retired,
+        uptime_s = snap.uptime_s,
+        "final summary"
+    );
 }
 
 async fn serve_until_signal(

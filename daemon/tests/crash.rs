@@ -139,8 +139,16 @@ fn totals_stay_exact_across_24_kill_9_at_random_points() {
     );
     assert!(
         fallbacks > 0,
-        "no kill landed mid-handshake: the test did not exercise the fallback"
+        "no switch was abandoned: the test did not exercise the fallback"
     );
+    // Restarts that found a destroyed context not yet released (the daemon
+    // was killed between the destroy and the release, e.g. mid-persist).
+    let logs = std::fs::read_to_string(tmp.join("gpupmd-all.log")).unwrap_or_default();
+    let mid_retire = logs
+        .lines()
+        .filter(|l| l.contains("retired_now=") && !l.contains("retired_now=0"))
+        .count();
+    eprintln!("{mid_retire} restarts found destroyed contexts not yet released and retired them");
     let status = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(status.success(), "gpupmd exit {status}:\n{}", daemon.log());
     driver.stop();

@@ -292,14 +292,19 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Starts the driver with `scenario` (TOML text) in `tmp`.
+    /// Starts the driver with `scenario` (TOML text) in `tmp` on a step clock.
     pub fn start(tmp: &TempDir, scenario: &str) -> Driver {
+        Driver::start_with_clock(tmp, scenario, "step")
+    }
+
+    /// Starts the driver with `clock` (`step` or `realtime`).
+    pub fn start_with_clock(tmp: &TempDir, scenario: &str, clock: &str) -> Driver {
         require_root_and_fuse();
         let scen = tmp.join("scenario.toml");
         fs::write(&scen, scenario).expect("write scenario");
         let dir = tmp.join("dev");
         let mut cmd = Command::new(driver_binary());
-        cmd.args(["--clock", "step", "--scenario"])
+        cmd.args(["--clock", clock, "--scenario"])
             .arg(&scen)
             .arg("--node-dir")
             .arg(&dir)
