@@ -1,7 +1,11 @@
 //! gpupmd: the privileged gpupm daemon, as a library so its parts can be
 //! tested on their own. The binary (`src/main.rs`) wires them together.
 
+pub mod config;
+pub mod devnode;
+pub mod engine;
 pub mod health;
 pub mod metrics;
+pub mod store;
 pub mod tenant;
 pub mod view;

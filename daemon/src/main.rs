@@ -1,6 +1,279 @@
-//! gpupmd: the privileged daemon (issue 4; being built).
+//! gpupmd: programs the gpupm device, runs its context-switch handshakes,
+//! keeps every count and serves tenants.
+//!
+//! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a
+//! configuration the daemon refuses (malformed file, an incompatible
+//! device ABI, a value the device rejects), 1 for any other failure.
 
-fn main() -> std::process::ExitCode {
-    eprintln!("gpupmd: not implemented yet");
-    std::process::ExitCode::from(2)
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use gpupmd::config::{self, ConfigError, Settings};
+use gpupmd::devnode::{DevError, DevNode};
+use gpupmd::engine::irq::chain;
+use gpupmd::engine::{program, Engine, EngineError};
+use gpupmd::store::retired::{RetiredError, RetiredStore};
+use gpupmd::store::Store;
+use gpupmd::tenant::{TenantError, TenantNode};
+use gpupmd::view::{CounterView, HealthSource};
+use gpupmd::{health, metrics};
+use sd_notify::NotifyState;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// The gpupm privileged daemon.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Configuration file (default /etc/gpupm/gpupmd.toml; absent = defaults).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Test seam: run without the tenant node. Only for the daemon-core
+    /// tests while the tenant node is built on its own branch; a
+    /// production daemon always serves it and fails if it cannot.
+    #[arg(long, hide = true)]
+    no_tenant_node: bool,
+}
+
+/// Why the daemon stopped.
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Device(#[from] DevError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error("cannot open the state directory")]
+    State(#[from] RetiredError),
+    #[error(transparent)]
+    Tenant(#[from] TenantError),
+    #[error("cannot listen for metrics on {addr}")]
+    Metrics {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("the device engine stopped (see the errors above)")]
+    EngineDied,
+}
+
+impl MainError {
+    fn exit_code(&self) -> u8 {
+        match self {
+            MainError::Config(_)
+            | MainError::Engine(EngineError::AbiMismatch { .. })
+            | MainError::Engine(EngineError::NotAGpupmDevice(_))
+            | MainError::Engine(EngineError::Refused { .. }) => 2,
+            _ => 1,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let settings = match config::load(args.config.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpupmd: {}", chain(&e));
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = health::init_logging(&settings.health) {
+        eprintln!("gpupmd: {}", chain(&e));
+    }
+    if !tracing::dispatcher::has_been_set() {
+        tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
+    }
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpupmd-rt")
+        .enable_all()
+        .build()
+        .map_err(MainError::Runtime)
+        .and_then(|rt| rt.block_on(run(settings, args.no_tenant_node)));
+    match result {
+        Ok(()) => {
+            tracing::info!("gpupmd stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let msg = chain(&e);
+            tracing::error!(error = %msg, "gpupmd failed");
+            eprintln!("gpupmd: {msg}");
+            notify(&[NotifyState::Status(&format!("failed: {msg}"))]);
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
+async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> {
+    tracing::info!(
+        config = %settings.source.as_ref().map_or("(defaults)".into(), |p| p.display().to_string()),
+        node_dir = %settings.node_dir.display(),
+        "gpupmd starting"
+    );
+    notify(&[NotifyState::Status("opening the device node")]);
+    let dev = Arc::new(DevNode::open(&settings.node_dir)?);
+    let (identity, step_clock) = program::identify(&dev)?;
+    tracing::info!(
+        abi = format!(
+            "{}.{}",
+            identity.abi_version >> 16,
+            identity.abi_version & 0xffff
+        ),
+        clock_khz = identity.clock_khz,
+        partitions = identity.partitions,
+        ccus = identity.ccus,
+        sms = identity.sms,
+        step_clock,
+        "device identified"
+    );
+    let retired = RetiredStore::open(&settings.state_dir)?;
+    let store = Arc::new(Store::new(
+        Arc::clone(&dev),
+        identity,
+        retired,
+        settings.history_samples,
+    ));
+    notify(&[NotifyState::Status(
+        "programming the device and reconciling state",
+    )]);
+    let mut engine = Engine::start(
+        Arc::clone(&dev),
+        Arc::clone(&store),
+        settings.program.clone(),
+    )?;
+    tracing::info!(
+        vms = store.vms().len(),
+        state_dir = %settings.state_dir.display(),
+        "device programmed and state reconciled"
+    );
+
+    let view: Arc<dyn CounterView> = store.clone();
+    let health_source: Arc<dyn HealthSource> = store.clone();
+    let tenant_node = if no_tenant_node {
+        tracing::warn!("--no-tenant-node: the tenant node is not served (test seam)");
+        None
+    } else {
+        let node = TenantNode::mount(
+            &settings.tenant_dir,
+            Arc::clone(&view),
+            settings.policy.clone(),
+        )?;
+        store.set_tenant_stats(node.stats());
+        Some(node)
+    };
+    let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
+        .await
+        .map_err(|source| MainError::Metrics {
+            addr: settings.metrics_listen,
+            source,
+        })?;
+    let metrics_task = tokio::spawn(metrics::serve(
+        listener,
+        settings.metrics.clone(),
+        Arc::clone(&view),
+        Arc::clone(&health_source),
+    ));
+    let reporter = health::spawn_reporter(health_source, settings.health.clone());
+
+    // Handlers before READY: a stop request right after READY must be clean.
+    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
+    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    let status = format!(
+        "serving {}: {} partitions, {} VMs, {} contexts",
+        dev.path().display(),
+        identity.partitions,
+        store.vms().len(),
+        store
+            .vms()
+            .iter()
+            .filter_map(|&v| store.contexts(v))
+            .map(|c| c.len())
+            .sum::<usize>()
+    );
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!(status = %status, metrics = %settings.metrics_listen, "gpupmd ready");
+
+    let result = serve_until_signal(&engine, term, int).await;
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    tracing::info!("gpupmd shutting down");
+    metrics_task.abort();
+    reporter.abort();
+    drop(tenant_node);
+    tokio::task::block_in_place(|| engine.stop());
+    log_final_summary(store.as_ref());
+    result
+}
+
+/// The daemon's work since the last health snapshot, logged at shutdown.
+fn log_final_summary(store: &Store) {
+    let snap = store.snapshot();
+    let mut lat = snap.handshake_latency_ns;
+    lat.sort_unstable();
+    let pct = |p: usize| {
+        lat.get((lat.len().saturating_sub(1)) * p / 100)
+            .map_or(0.0, |&ns| ns as f64 / 1000.0)
+    };
+    tracing::info!(
+        handshakes = snap.handshakes,
+        handshake_p50_us = pct(50),
+        handshake_p99_us = pct(99),
+        fallbacks = snap.fallbacks,
+        lost_records = snap.lost_records,
+        drained_records = snap.drained_records,
+        contexts_retired = snap.contexts_retired,
+        uptime_s = snap.uptime_s,
+        "final summary"
+    );
+}
+
+async fn serve_until_signal(
+    engine: &Engine,
+    mut term: tokio::signal::unix::Signal,
+    mut int: tokio::signal::unix::Signal,
+) -> Result<(), MainError> {
+    let watchdog = sd_notify::watchdog_enabled();
+    let period = watchdog.map_or(Duration::from_secs(1), |t| {
+        (t / 2).max(Duration::from_millis(10))
+    });
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!(signal = "SIGTERM", "stop requested");
+                return Ok(());
+            }
+            _ = int.recv() => {
+                tracing::info!(signal = "SIGINT", "stop requested");
+                return Ok(());
+            }
+            _ = tick.tick() => {
+                if !engine.is_running() {
+                    return Err(MainError::EngineDied);
+                }
+                if watchdog.is_some() {
+                    notify(&[NotifyState::Watchdog]);
+                }
+            }
+        }
+    }
 }

@@ -116,7 +116,8 @@ pub trait CounterView: Send + Sync + 'static {
     /// The most recent `max` delta samples of a scope, oldest first.
     fn recent(&self, scope: Scope, max: usize) -> Option<Vec<DeltaSample>>;
     /// A live feed of delta samples of a scope.
-    fn subscribe(&self, scope: Scope) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
+    fn subscribe(&self, scope: Scope)
+        -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
 }

@@ -1,0 +1,324 @@
+//! Client of the device node (`card0`, see `gpupm_driver::node`): register
+//! reads and writes by `pread`/`pwrite` at BAR0 offsets, memory-window reads
+//! at `MEM_WINDOW_OFFSET + offset`, the `GPUPM_IOC_*` ioctls, and interrupt
+//! records by `poll` + `read` ([`IntrReader`]).
+//!
+//! Shared by the daemon, the `gpupm` command line and the tests. A
+//! [`DevNode`] is `Sync`: `pread`/`pwrite`/`ioctl` on one descriptor may run
+//! from several threads at once.
+
+pub mod intr;
+pub mod sys;
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use gpupm_uapi::ioctl::{
+    reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, IOCTL_STRUCT_VERSION,
+    MAX_BATCH_OPS,
+};
+use gpupm_uapi::layout::{BlockSlot, MEM_WINDOW_OFFSET};
+use gpupm_uapi::regs;
+use zerocopy::{FromBytes, FromZeros};
+
+pub use intr::IntrReader;
+
+/// File name of the register/control node.
+pub const CARD_NAME: &str = "card0";
+
+/// Why a device-node operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    /// `card0` could not be opened.
+    #[error("cannot open the device node {path}")]
+    Open {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A register or window access failed.
+    #[error("{what} at {offset:#x} failed")]
+    Access {
+        /// What was attempted.
+        what: &'static str,
+        /// Offset (register, or window offset).
+        offset: u64,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// An ioctl failed.
+    #[error("ioctl {name} failed")]
+    Ioctl {
+        /// Which.
+        name: &'static str,
+        /// Cause.
+        #[source]
+        source: nix::Error,
+    },
+    /// A batch larger than the ABI allows.
+    #[error("a register batch holds at most {MAX_BATCH_OPS} ops, not {0}")]
+    BatchTooLarge(usize),
+    /// Reading interrupt records failed.
+    #[error("reading interrupt records failed")]
+    Interrupts(#[source] io::Error),
+}
+
+/// A register read op for [`DevNode::batch`].
+pub const fn rd(offset: u64, width: u32) -> RegOp {
+    RegOp {
+        offset,
+        value: 0,
+        op: reg_op::READ,
+        width,
+    }
+}
+
+/// A 32-bit register write op.
+pub const fn wr(offset: u64, value: u32) -> RegOp {
+    RegOp {
+        offset,
+        value: value as u64,
+        op: reg_op::WRITE,
+        width: 4,
+    }
+}
+
+/// The value of a 32-bit register as a batch returns it (ops carry 64
+/// bits; a 32-bit read leaves the upper half zero).
+#[allow(clippy::cast_possible_truncation)]
+pub const fn reg32(value: u64) -> u32 {
+    value as u32
+}
+
+/// Width of register `offset` (8 for 64-bit registers).
+pub fn width_of(offset: u64) -> u32 {
+    if regs::is_64bit(offset) {
+        8
+    } else {
+        4
+    }
+}
+
+/// An open `card0`.
+#[derive(Debug)]
+pub struct DevNode {
+    card: File,
+    path: PathBuf,
+}
+
+impl DevNode {
+    /// Opens `node_dir/card0` read-write.
+    pub fn open(node_dir: &Path) -> Result<DevNode, DevError> {
+        let path = node_dir.join(CARD_NAME);
+        let card = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|source| DevError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        Ok(DevNode { card, path })
+    }
+
+    /// Path of `card0`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new interrupt reader on its own handle (its cursor starts now).
+    pub fn interrupts(&self) -> Result<IntrReader, DevError> {
+        IntrReader::open(&self.path)
+    }
+
+    fn read_reg(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        let access = |source| DevError::Access {
+            what: "register read",
+            offset,
+            source,
+        };
+        let n = self.card.read_at(buf, offset).map_err(access)?;
+        if n != buf.len() {
+            return Err(access(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "short register read",
+            )));
+        }
+        Ok(())
+    }
+
+    fn write_reg(&self, offset: u64, buf: &[u8]) -> Result<(), DevError> {
+        let access = |source| DevError::Access {
+            what: "register write",
+            offset,
+            source,
+        };
+        let n = self.card.write_at(buf, offset).map_err(access)?;
+        if n != buf.len() {
+            return Err(access(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "short register write",
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads a 32-bit register.
+    pub fn read32(&self, offset: u64) -> Result<u32, DevError> {
+        let mut b = [0u8; 4];
+        self.read_reg(offset, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Reads a 64-bit register with one 8-byte access.
+    pub fn read64(&self, offset: u64) -> Result<u64, DevError> {
+        let mut b = [0u8; 8];
+        self.read_reg(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Writes a 32-bit register.
+    pub fn write32(&self, offset: u64, value: u32) -> Result<(), DevError> {
+        self.write_reg(offset, &value.to_le_bytes())
+    }
+
+    /// Writes a 64-bit register.
+    pub fn write64(&self, offset: u64, value: u64) -> Result<(), DevError> {
+        self.write_reg(offset, &value.to_le_bytes())
+    }
+
+    /// Runs `ops` (at most [`MAX_BATCH_OPS`]) as one atomic register batch;
+    /// read ops get their values. On failure nothing took effect.
+    pub fn batch(&self, ops: &mut [RegOp]) -> Result<(), DevError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        if ops.len() > MAX_BATCH_OPS {
+            return Err(DevError::BatchTooLarge(ops.len()));
+        }
+        let mut arg = RegBatch::new_zeroed();
+        arg.version = IOCTL_STRUCT_VERSION;
+        arg.count = u32::try_from(ops.len()).map_err(|_| DevError::BatchTooLarge(ops.len()))?;
+        arg.ops[..ops.len()].copy_from_slice(ops);
+        sys::reg_batch(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_REG_BATCH",
+            source,
+        })?;
+        ops.copy_from_slice(&arg.ops[..ops.len()]);
+        Ok(())
+    }
+
+    /// Reads many registers (each at its natural width), batching them in
+    /// groups of [`MAX_BATCH_OPS`]; not atomic across groups.
+    pub fn read_many(&self, offsets: &[u64]) -> Result<Vec<u64>, DevError> {
+        let mut out = Vec::with_capacity(offsets.len());
+        for chunk in offsets.chunks(MAX_BATCH_OPS) {
+            let mut ops: Vec<RegOp> = chunk.iter().map(|&o| rd(o, width_of(o))).collect();
+            self.batch(&mut ops)?;
+            out.extend(ops.iter().map(|op| op.value));
+        }
+        Ok(out)
+    }
+
+    /// Reads `buf.len()` bytes of the memory window at `offset`.
+    pub fn window(&self, offset: u64, buf: &mut [u8]) -> Result<(), DevError> {
+        let mut done = 0;
+        while done < buf.len() {
+            let at = offset + done as u64;
+            let n = self
+                .card
+                .read_at(&mut buf[done..], MEM_WINDOW_OFFSET + at)
+                .map_err(|source| DevError::Access {
+                    what: "window read",
+                    offset: at,
+                    source,
+                })?;
+            if n == 0 {
+                return Err(DevError::Access {
+                    what: "window read",
+                    offset: at,
+                    source: io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "end of the memory window",
+                    ),
+                });
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Reads the block slot at window offset `offset`.
+    pub fn block_slot(&self, offset: u64) -> Result<BlockSlot, DevError> {
+        let mut slot = BlockSlot::new_zeroed();
+        self.window(offset, zerocopy::IntoBytes::as_mut_bytes(&mut slot))?;
+        Ok(slot)
+    }
+
+    /// `GPUPM_IOC_IDENTITY`.
+    pub fn identity(&self) -> Result<Identity, DevError> {
+        let mut arg = Identity {
+            version: IOCTL_STRUCT_VERSION,
+            ..Identity::default()
+        };
+        sys::identity(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_IDENTITY",
+            source,
+        })?;
+        Ok(arg)
+    }
+
+    /// `GPUPM_IOC_ADVANCE` (step clock only); returns the new cycle.
+    pub fn advance(&self, cycles: u64) -> Result<u64, DevError> {
+        let mut arg = Advance {
+            version: IOCTL_STRUCT_VERSION,
+            flags: 0,
+            cycles,
+            now: 0,
+        };
+        sys::advance(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_ADVANCE",
+            source,
+        })?;
+        Ok(arg.now)
+    }
+
+    /// `GPUPM_IOC_LEDGER` (privileged debug).
+    pub fn ledger(&self, scope: u32, id: u32) -> Result<LedgerQuery, DevError> {
+        let mut arg = LedgerQuery::new_zeroed();
+        arg.version = IOCTL_STRUCT_VERSION;
+        arg.scope = scope;
+        arg.id = id;
+        sys::ledger(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_LEDGER",
+            source,
+        })?;
+        Ok(arg)
+    }
+
+    /// `GPUPM_IOC_RESET`.
+    pub fn reset(&self) -> Result<(), DevError> {
+        let arg = Reset {
+            version: IOCTL_STRUCT_VERSION,
+            magic: regs::RESET_MAGIC,
+        };
+        sys::reset(self.card.as_fd(), &arg).map_err(|source| DevError::Ioctl {
+            name: "GPUPM_IOC_RESET",
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+/// Decodes a value from the front of `bytes` (a short buffer is `None`).
+pub fn decode<T: FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
+    bytes: &[u8],
+) -> Option<T> {
+    T::read_from_prefix(bytes).ok().map(|(v, _)| v)
+}

@@ -1,0 +1,189 @@
+//! The device engine: programs the device, keeps the daemon's tables in
+//! step with it, and runs two threads — the interrupt thread (poll, read,
+//! handshakes, acks) and a worker (drains, context table, retiring).
+//!
+//! # Start-up and crash recovery
+//! [`Engine::start`] opens the interrupt handle first (so every record
+//! raised from then on is seen), programs the device, starts the interrupt
+//! thread (which at once runs any handshake left `REQUESTED`; a switch
+//! abandoned half-way by a killed daemon is finished by the device's
+//! fallback), loads the persisted retired set and rebuilds the context
+//! table from the device: a destroyed context already persisted is only
+//! released, one not yet persisted is read, persisted and released. Only
+//! then does the worker start and `start` return.
+
+pub mod drain;
+pub mod handshake;
+pub mod irq;
+pub mod program;
+pub mod worker;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use self::drain::Rings;
+use self::worker::{Work, Worker};
+use crate::config::Programming;
+use crate::devnode::{DevError, DevNode};
+use crate::store::retired::RetiredError;
+use crate::store::Store;
+
+/// Why the engine could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// A device-node operation failed.
+    #[error(transparent)]
+    Dev(#[from] DevError),
+    /// The node is not a gpupm device.
+    #[error("the node is not a gpupm device (ID {0:#010x})")]
+    NotAGpupmDevice(u32),
+    /// The device speaks another ABI major version.
+    #[error("device ABI {device} is incompatible with this gpupmd (ABI {daemon}); install a matching gpupmd")]
+    AbiMismatch {
+        /// Device's version.
+        device: String,
+        /// Daemon's version.
+        daemon: String,
+    },
+    /// The device refused a configured value.
+    #[error("the device refused the configured {what}: {reason}")]
+    Refused {
+        /// What.
+        what: String,
+        /// The device's answer.
+        reason: String,
+    },
+    /// Persisting a retired context failed.
+    #[error(transparent)]
+    Retired(#[from] RetiredError),
+    /// A thread could not be started.
+    #[error("cannot start an engine thread")]
+    Thread(#[source] std::io::Error),
+}
+
+/// The running engine.
+#[derive(Debug)]
+pub struct Engine {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Programs the device, reconciles with it and starts the threads.
+    pub fn start(
+        dev: Arc<DevNode>,
+        store: Arc<Store>,
+        program: Programming,
+    ) -> Result<Engine, EngineError> {
+        let reader = dev.interrupts()?;
+        let partitions = program::configured_partitions(&dev)?;
+        store.set_topology(Default::default(), partitions.clone());
+        program::program(&dev, &program, store.identity().clock_khz, &partitions)?;
+        tracing::info!(?program, "device programmed");
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = mpsc::channel();
+        let irq = {
+            let (dev, store, stop) = (Arc::clone(&dev), Arc::clone(&store), Arc::clone(&stop));
+            thread::Builder::new()
+                .name("gpupmd-irq".into())
+                .spawn(move || {
+                    irq::run(&dev, &store, reader, &tx, &stop);
+                    stop.store(true, Ordering::Release);
+                })
+                .map_err(EngineError::Thread)?
+        };
+        let mut engine = Engine {
+            stop: Arc::clone(&stop),
+            threads: vec![irq],
+        };
+
+        let (persisted, bad) = store.retired_files().load_all()?;
+        for path in bad {
+            tracing::warn!(path = %path.display(), "ignoring an unreadable retired-context file");
+        }
+        for rec in &persisted {
+            store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm);
+        }
+        let mut worker = Worker {
+            dev: &dev,
+            store: &store,
+            program: &program,
+            rings: Rings::default(),
+        };
+        if let Err(e) = worker.resync() {
+            engine.stop();
+            return Err(e);
+        }
+        let rings = std::mem::take(&mut worker.rings);
+        let work = {
+            let stop = Arc::clone(&stop);
+            thread::Builder::new()
+                .name("gpupmd-work".into())
+                .spawn(move || {
+                    let mut worker = Worker {
+                        dev: &dev,
+                        store: &store,
+                        program: &program,
+                        rings,
+                    };
+                    work_loop(&mut worker, &rx, &stop);
+                    stop.store(true, Ordering::Release);
+                })
+                .map_err(EngineError::Thread)?
+        };
+        engine.threads.push(work);
+        Ok(engine)
+    }
+
+    /// Whether both threads still run.
+    pub fn is_running(&self) -> bool {
+        !self.stop.load(Ordering::Acquire) && self.threads.iter().all(|t| !t.is_finished())
+    }
+
+    /// Stops and joins the threads.
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                tracing::error!("an engine thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn work_loop(worker: &mut Worker<'_>, rx: &Receiver<Work>, stop: &AtomicBool) {
+    let mut items = Vec::new();
+    let mut failures = 0u32;
+    while !stop.load(Ordering::Acquire) {
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(w) => items.push(w),
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        items.extend(rx.try_iter());
+        match worker.run(&items) {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                tracing::error!(error = %irq::chain(&e), "device work failed; resynchronising");
+                if failures > 50 {
+                    break;
+                }
+                if let Err(e) = worker.resync() {
+                    tracing::error!(error = %irq::chain(&e), "resynchronising failed");
+                }
+            }
+        }
+        items.clear();
+    }
+}

@@ -1,0 +1,437 @@
+//! What the daemon knows: the VM and context tables, the retired set, the
+//! recent deltas and the daemon's own counters. Implements
+//! [`CounterView`] and [`HealthSource`].
+//!
+//! Cumulative totals are never summed here: they are read from the device's
+//! memory blocks through the window (the source of truth: the system block,
+//! each VM's block, each live context's block) or, for a retired context,
+//! from the block slot persisted before its release. A daemon restart
+//! therefore loses and double-counts nothing.
+
+pub mod history;
+pub mod retired;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use gpupm_uapi::layout::{
+    block_kind, block_slot_offset, envelope_flags, BlockSlot, SYSTEM_BLOCK_SLOT,
+};
+use gpupm_uapi::regs;
+use zerocopy::IntoBytes;
+
+use self::history::History;
+use self::retired::{plain_block, RetiredStore};
+use crate::devnode::DevNode;
+use crate::tenant::TenantStats;
+use crate::view::{
+    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
+    HealthSource, Scope, Totals, VmId,
+};
+
+/// A VM as the device's table describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmInfo {
+    /// Partition slot.
+    pub partition: u32,
+    /// Confidential: blocks and records are ciphertext.
+    pub confidential: bool,
+    /// Window offset of its block slot.
+    pub block_offset: u64,
+}
+
+/// A context the device still holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveCtx {
+    /// Owning VM.
+    pub vm: VmId,
+    /// `CTX_CREATED_CYCLE`.
+    pub created_cycle: u64,
+    /// Window offset of its block slot.
+    pub block_offset: u64,
+    /// Destroyed on the device, not yet released.
+    pub destroyed: bool,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    vms: BTreeMap<VmId, VmInfo>,
+    partitions: Vec<u32>,
+    live: BTreeMap<CtxId, LiveCtx>,
+    retired: BTreeMap<(CtxId, u64), VmId>,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    handshakes: AtomicU64,
+    fallbacks_seen: AtomicU64,
+    drained: AtomicU64,
+    drain_lag: AtomicU64,
+    retired: AtomicU64,
+}
+
+/// The daemon's state, shared by the engine threads and the consumers.
+#[derive(Debug)]
+pub struct Store {
+    dev: Arc<DevNode>,
+    identity: DeviceIdentity,
+    started: Instant,
+    retired_files: RetiredStore,
+    tables: RwLock<Tables>,
+    history: Mutex<History>,
+    stats: Stats,
+    latencies: Mutex<Vec<u64>>,
+    tenant_stats: OnceLock<Arc<TenantStats>>,
+}
+
+impl Store {
+    /// A store over `dev`, keeping `history` samples per scope and the
+    /// retired set in `retired_files`.
+    pub fn new(
+        dev: Arc<DevNode>,
+        identity: DeviceIdentity,
+        retired_files: RetiredStore,
+        history: usize,
+    ) -> Store {
+        Store {
+            dev,
+            identity,
+            started: Instant::now(),
+            retired_files,
+            tables: RwLock::new(Tables::default()),
+            history: Mutex::new(History::new(history)),
+            stats: Stats::default(),
+            latencies: Mutex::new(Vec::new()),
+            tenant_stats: OnceLock::new(),
+        }
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Tables> {
+        // The tables are consistent after every completed update; a panic
+        // elsewhere must not stop the daemon from serving them.
+        self.tables.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Tables> {
+        self.tables.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn hist(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The persisted retired set.
+    pub fn retired_files(&self) -> &RetiredStore {
+        &self.retired_files
+    }
+
+    /// Device identity.
+    pub fn identity(&self) -> DeviceIdentity {
+        self.identity
+    }
+
+    /// Counters of the tenant node, once it is mounted.
+    pub fn set_tenant_stats(&self, stats: Arc<TenantStats>) {
+        if self.tenant_stats.set(stats).is_err() {
+            tracing::debug!("tenant stats were already attached");
+        }
+    }
+
+    /// Replaces the VM table and the configured partition slots.
+    pub fn set_topology(&self, vms: BTreeMap<VmId, VmInfo>, partitions: Vec<u32>) {
+        let mut t = self.write();
+        t.vms = vms;
+        t.partitions = partitions;
+    }
+
+    /// Configured partition slots (including the system slot 0).
+    pub fn partitions(&self) -> Vec<u32> {
+        self.read().partitions.clone()
+    }
+
+    /// A VM's table entry.
+    pub fn vm_info(&self, vm: VmId) -> Option<VmInfo> {
+        self.read().vms.get(&vm).copied()
+    }
+
+    /// Replaces the live-context table with what the device holds.
+    pub fn replace_live(&self, live: BTreeMap<CtxId, LiveCtx>) {
+        let mut hist = self.hist();
+        let mut t = self.write();
+        for (id, c) in &live {
+            if t.live
+                .get(id)
+                .is_some_and(|old| old.created_cycle != c.created_cycle)
+            {
+                hist.forget_ctx(*id);
+            }
+        }
+        t.live = live;
+    }
+
+    /// A live context.
+    pub fn live(&self, ctx: CtxId) -> Option<LiveCtx> {
+        self.read().live.get(&ctx).copied()
+    }
+
+    /// Records a context instance the device created (idempotent).
+    pub fn ctx_created(&self, ctx: CtxId, c: LiveCtx) {
+        let mut t = self.write();
+        let new_instance = t
+            .live
+            .get(&ctx)
+            .is_none_or(|old| old.created_cycle != c.created_cycle);
+        if new_instance {
+            t.live.insert(ctx, c);
+            drop(t);
+            self.hist().forget_ctx(ctx);
+        }
+    }
+
+    /// Marks a live instance destroyed.
+    pub fn ctx_destroyed(&self, ctx: CtxId, created_cycle: u64) {
+        if let Some(c) = self
+            .write()
+            .live
+            .get_mut(&ctx)
+            .filter(|c| c.created_cycle == created_cycle)
+        {
+            c.destroyed = true;
+        }
+    }
+
+    /// Records that an instance is persisted (and about to be, or already,
+    /// released): it leaves the live table.
+    pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId) {
+        let mut t = self.write();
+        if t.live
+            .get(&ctx)
+            .is_some_and(|c| c.created_cycle == created_cycle)
+        {
+            t.live.remove(&ctx);
+        }
+        if t.retired.insert((ctx, created_cycle), vm).is_none() {
+            self.stats.retired.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Adds stream deltas to the history and feeds.
+    pub fn record_samples(&self, samples: Vec<DeltaSample>) {
+        let mut h = self.hist();
+        for s in samples {
+            h.push(s);
+        }
+    }
+
+    /// Counts one host-driven handshake of `latency_ns`.
+    pub fn record_handshake(&self, latency_ns: u64) {
+        self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        let mut l = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded between snapshots: keep the first samples if nobody reads.
+        if l.len() < 1 << 20 {
+            l.push(latency_ns);
+        }
+    }
+
+    /// Counts a fallback-completed switch the daemon was told about.
+    pub fn record_fallback(&self) {
+        self.stats.fallbacks_seen.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a drain of `records` from a ring that held `fill`.
+    pub fn record_drain(&self, records: u64, fill: u64) {
+        self.stats.drained.fetch_add(records, Ordering::Relaxed);
+        self.stats.drain_lag.fetch_max(fill, Ordering::Relaxed);
+    }
+
+    fn slot_totals(slot: &BlockSlot, sealed: bool, expect: Option<(u16, u32)>) -> Option<Totals> {
+        if sealed || slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
+            return Some(Totals::Sealed(slot.as_bytes().to_vec()));
+        }
+        let block = plain_block(slot)?;
+        if let Some((kind, id)) = expect {
+            if block.kind != kind || block.id != id {
+                return None;
+            }
+        }
+        Some(Totals::Plain {
+            counters: block.counters,
+            commit_seq: block.commit_seq,
+            cycle: block.last_commit_cycle,
+        })
+    }
+
+    fn retired_totals(&self, ctx: CtxId) -> Option<Totals> {
+        let created = self
+            .read()
+            .retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(&(_, c), _)| c)?;
+        let rec = self.retired_files.load(ctx, created)?;
+        Self::slot_totals(&rec.slot, rec.sealed(), None)
+    }
+
+    fn device_sum(&self, reg: u64) -> u64 {
+        let parts = self.partitions();
+        let offsets: Vec<u64> = parts.iter().map(|&p| regs::part(p, reg)).collect();
+        match self.dev.read_many(&offsets) {
+            Ok(values) => values.iter().sum(),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading device health registers failed");
+                0
+            }
+        }
+    }
+}
+
+impl CounterView for Store {
+    fn vms(&self) -> Vec<VmId> {
+        self.read().vms.keys().copied().collect()
+    }
+
+    fn vm_partition(&self, vm: VmId) -> Option<u32> {
+        self.read().vms.get(&vm).map(|v| v.partition)
+    }
+
+    fn contexts(&self, vm: VmId) -> Option<Vec<CtxInfo>> {
+        let t = self.read();
+        t.vms.get(&vm)?;
+        let mut out: Vec<CtxInfo> = t
+            .retired
+            .iter()
+            .filter(|(_, &v)| v == vm)
+            .map(|(&(ctx, created_cycle), _)| CtxInfo {
+                ctx,
+                vm,
+                created_cycle,
+                state: CtxState::Retired,
+            })
+            .collect();
+        out.extend(
+            t.live
+                .iter()
+                .filter(|(_, c)| c.vm == vm)
+                .map(|(&ctx, c)| CtxInfo {
+                    ctx,
+                    vm,
+                    created_cycle: c.created_cycle,
+                    state: if c.destroyed {
+                        CtxState::Destroyed
+                    } else {
+                        CtxState::Active
+                    },
+                }),
+        );
+        out.sort_by_key(|c| (c.ctx, c.created_cycle));
+        Some(out)
+    }
+
+    fn ctx_vm(&self, ctx: CtxId) -> Option<VmId> {
+        let t = self.read();
+        if let Some(c) = t.live.get(&ctx) {
+            return Some(c.vm);
+        }
+        t.retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(_, &vm)| vm)
+    }
+
+    fn totals(&self, scope: Scope) -> Option<Totals> {
+        match scope {
+            Scope::System => {
+                let slot = self
+                    .dev
+                    .block_slot(block_slot_offset(SYSTEM_BLOCK_SLOT))
+                    .ok()?;
+                Self::slot_totals(&slot, false, Some((block_kind::SYSTEM, 0)))
+            }
+            Scope::Vm(vm) => {
+                let info = self.vm_info(vm)?;
+                let slot = self.dev.block_slot(info.block_offset).ok()?;
+                Self::slot_totals(&slot, info.confidential, Some((block_kind::VM, vm)))
+            }
+            Scope::Ctx(ctx) => {
+                if let Some(c) = self.live(ctx) {
+                    let sealed = self.vm_info(c.vm).is_some_and(|v| v.confidential);
+                    let slot = self.dev.block_slot(c.block_offset).ok()?;
+                    // Still the same instance? (It may have been released
+                    // and persisted since the table was read.)
+                    if let Some(t) =
+                        Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx)))
+                    {
+                        if self
+                            .live(ctx)
+                            .is_some_and(|now| now.created_cycle == c.created_cycle)
+                        {
+                            return Some(t);
+                        }
+                    }
+                }
+                self.retired_totals(ctx)
+            }
+        }
+    }
+
+    fn recent(&self, scope: Scope, max: usize) -> Option<Vec<crate::view::DeltaSample>> {
+        self.exists(scope).then(|| self.hist().recent(scope, max))
+    }
+
+    fn subscribe(
+        &self,
+        scope: Scope,
+    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+        self.exists(scope).then(|| self.hist().subscribe(scope))
+    }
+
+    fn clock_khz(&self) -> u32 {
+        self.identity.clock_khz
+    }
+}
+
+impl Store {
+    fn exists(&self, scope: Scope) -> bool {
+        match scope {
+            Scope::System => true,
+            Scope::Vm(vm) => self.vm_info(vm).is_some(),
+            Scope::Ctx(ctx) => self.ctx_vm(ctx).is_some(),
+        }
+    }
+}
+
+impl HealthSource for Store {
+    fn snapshot(&self) -> HealthSnapshot {
+        let latencies =
+            std::mem::take(&mut *self.latencies.lock().unwrap_or_else(|e| e.into_inner()));
+        let (active, retired) = {
+            let t = self.read();
+            (
+                t.live.values().filter(|c| !c.destroyed).count() as u64,
+                t.retired.len() as u64,
+            )
+        };
+        let (requests, errors) = self.tenant_stats.get().map_or((0, 0), |s| {
+            (
+                s.requests.load(Ordering::Relaxed),
+                s.errors.load(Ordering::Relaxed),
+            )
+        });
+        HealthSnapshot {
+            device: self.identity,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            handshakes: self.stats.handshakes.load(Ordering::Relaxed),
+            handshake_latency_ns: latencies,
+            fallbacks: self.device_sum(regs::PART_FALLBACKS),
+            lost_records: self.device_sum(regs::PART_STREAM_LOST),
+            drained_records: self.stats.drained.load(Ordering::Relaxed),
+            drain_lag_records: self.stats.drain_lag.swap(0, Ordering::Relaxed),
+            contexts_active: active,
+            contexts_retired: retired,
+            tenant_requests: requests,
+            tenant_errors: errors,
+        }
+    }
+}
