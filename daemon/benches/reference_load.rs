@@ -133,7 +133,7 @@ fn main() {
     let driver = Driver::start_with_clock(&tmp, &scenario(), "realtime");
     let dev = driver.card();
     let config = daemon_config(&tmp, "[health]\nsummary_interval_s = 86400\n");
-    let mut daemon = spawn_daemon(&tmp, &config, &["--no-tenant-node"], &[]);
+    let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");
     let pid = daemon.pid().as_raw();
     let parts: Vec<u64> = (1..=8).map(|p| r::part(p, r::PART_SWITCHES)).collect();

@@ -30,11 +30,6 @@ struct Args {
     /// Configuration file (default /etc/gpupm/gpupmd.toml; absent = defaults).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Test seam: run without the tenant node. Only for the daemon-core
-    /// tests while the tenant node is built on its own branch; a
-    /// production daemon always serves it and fails if it cannot.
-    #[arg(long, hide = true)]
-    no_tenant_node: bool,
 }
 
 /// Why the daemon stopped.
@@ -86,23 +81,17 @@ fn main() -> ExitCode {
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {}", chain(&e));
     }
-    if !tracing::dispatcher::has_been_set() {
-        tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-            )
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
-    }
+    health::startup(
+        env!("CARGO_PKG_VERSION"),
+        settings.source.as_deref().unwrap_or(std::path::Path::new("(built-in defaults)")),
+    );
     let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("gpupmd-rt")
         .enable_all()
         .build()
         .map_err(MainError::Runtime)
-        .and_then(|rt| rt.block_on(run(settings, args.no_tenant_node)));
+        .and_then(|rt| rt.block_on(run(settings)));
     match result {
         Ok(()) => {
             tracing::info!("gpupmd stopped");
@@ -124,7 +113,8 @@ fn notify(states: &[NotifyState<'_>]) {
     }
 }
 
-async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> {
+async fn run(settings: Settings) -> Result<(), MainError> {
+    let started = std::time::Instant::now();
     tracing::info!(
         config = %settings.source.as_ref().map_or("(defaults)".into(), |p| p.display().to_string()),
         node_dir = %settings.node_dir.display(),
@@ -167,20 +157,18 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
         "device programmed and state reconciled"
     );
 
+    health::device_identity(&identity);
+    if let Some(source) = &settings.source {
+        health::config_applied(source, "trigger, masks and stream watermarks programmed");
+    }
+
     let view: Arc<dyn CounterView> = store.clone();
-    let health_source: Arc<dyn HealthSource> = store.clone();
-    let tenant_node = if no_tenant_node {
-        tracing::warn!("--no-tenant-node: the tenant node is not served (test seam)");
-        None
-    } else {
-        let node = TenantNode::mount(
-            &settings.tenant_dir,
-            Arc::clone(&view),
-            settings.policy.clone(),
-        )?;
-        store.set_tenant_stats(node.stats());
-        Some(node)
-    };
+    // Snapshots hand out latency samples once; the fan-out gives the
+    // reporter, the metrics endpoint and the final summary each all of them.
+    let fanout = health::HealthFanout::new(store.clone());
+    let final_health = fanout.subscribe();
+    let tenant_node = TenantNode::mount(&settings.tenant_dir, Arc::clone(&view), settings.policy.clone())?;
+    store.set_tenant_stats(tenant_node.stats());
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
         .map_err(|source| MainError::Metrics {
@@ -191,9 +179,9 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
         listener,
         settings.metrics.clone(),
         Arc::clone(&view),
-        Arc::clone(&health_source),
+        fanout.subscribe(),
     ));
-    let reporter = health::spawn_reporter(health_source, settings.health.clone());
+    let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
 
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
@@ -220,13 +208,14 @@ async fn run(settings: Settings, no_tenant_node: bool) -> Result<(), MainError> 
     reporter.abort();
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
-    log_final_summary(store.as_ref());
+    log_final_summary(final_health.as_ref());
+    health::shutdown(if result.is_ok() { "signal" } else { "engine stopped" }, started.elapsed().as_secs_f64());
     result
 }
 
 /// The daemon's work since the last health snapshot, logged at shutdown.
-fn log_final_summary(store: &Store) {
-    let snap = store.snapshot();
+fn log_final_summary(health: &dyn HealthSource) {
+    let snap = health.snapshot();
     let mut lat = snap.handshake_latency_ns;
     lat.sort_unstable();
     let pct = |p: usize| {

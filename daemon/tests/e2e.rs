@@ -86,7 +86,6 @@ fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_drive
 /// The same run, read through the tenant node ABI as the admin: every VM
 /// and context total (including retired ones) equals the ledger.
 #[test]
-#[ignore = "needs the tenant node (branch daemon-tenant)"]
 fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     use std::fs::OpenOptions;
     use std::os::fd::AsFd;
@@ -128,6 +127,7 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     assert_eq!(device::part_sum(&dev, r::PART_FALLBACKS), 0);
     flush(&dev);
     wait_none_destroyed(&dev);
+    seen.update();
     check_exact(&dev, &tmp.join("state"), &seen.destroyed);
     assert_eq!(
         read(scope::SYSTEM, 0),

@@ -17,7 +17,7 @@ fn notifies_ready_status_and_watchdog_and_stops_cleanly_on_sigterm() {
     let mut d = spawn_daemon(
         &tmp,
         &daemon_config(&tmp, ""),
-        &["--no-tenant-node"],
+        &[],
         &[("WATCHDOG_USEC", "200000")],
     );
     d.wait_for("READY=1");
@@ -47,7 +47,7 @@ fn notifies_ready_status_and_watchdog_and_stops_cleanly_on_sigterm() {
 fn sigint_also_stops_cleanly_and_no_watchdog_without_watchdog_usec() {
     let tmp = TempDir::new("sigint");
     let driver = Driver::start(&tmp, &churn_scenario());
-    let mut d = spawn_daemon(&tmp, &daemon_config(&tmp, ""), &["--no-tenant-node"], &[]);
+    let mut d = spawn_daemon(&tmp, &daemon_config(&tmp, ""), &[], &[]);
     d.wait_for("READY=1");
     let exit = d.signal_and_wait(Signal::SIGINT);
     assert!(exit.success(), "exit {exit}:\n{}", d.log());
@@ -116,7 +116,7 @@ fn malformed_config_exits_2_with_file_line_and_column() {
 #[test]
 fn missing_device_node_fails_with_the_path() {
     let tmp = TempDir::new("nonode");
-    let mut d = spawn_daemon(&tmp, &daemon_config(&tmp, ""), &["--no-tenant-node"], &[]);
+    let mut d = spawn_daemon(&tmp, &daemon_config(&tmp, ""), &[], &[]);
     let exit = d.wait_exit();
     assert_eq!(exit.code(), Some(1), "{}", d.log());
     assert!(d.log().contains("dev/card0"), "{}", d.log());
@@ -130,7 +130,7 @@ fn a_refused_value_exits_2_naming_it() {
     let mut d = spawn_daemon(
         &tmp,
         &daemon_config(&tmp, "[stream]\nwatermark = 100\n"),
-        &["--no-tenant-node"],
+        &[],
         &[],
     );
     let exit = d.wait_exit();

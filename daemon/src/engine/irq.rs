@@ -74,14 +74,8 @@ pub fn run(
                 source::CTX_DESTROYED => send(work, Work::Destroyed(rec.arg)),
                 source::DEVICE_RESET => send(work, Work::Reset),
                 source::SWITCH_FALLBACK => {
-                    store.record_fallback();
-                    tracing::warn!(
-                        partition = rec.partition,
-                        next_ctx = rec.arg,
-                        next_vm = rec.arg2,
-                        cycle = rec.cycle,
-                        "switch completed by the device's fallback (host handshake too late)"
-                    );
+                    let fallbacks = store.record_fallback();
+                    crate::health::handshake_fallback(rec.partition, fallbacks);
                 }
                 _ => {}
             }

@@ -236,8 +236,9 @@ impl Store {
     }
 
     /// Counts a fallback-completed switch the daemon was told about.
-    pub fn record_fallback(&self) {
-        self.stats.fallbacks_seen.fetch_add(1, Ordering::Relaxed);
+    /// Returns the fallbacks seen so far, this one included.
+    pub fn record_fallback(&self) -> u64 {
+        self.stats.fallbacks_seen.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Counts a drain of `records` from a ring that held `fill`.

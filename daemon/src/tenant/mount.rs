@@ -173,20 +173,30 @@ fn abort_connection(dev: u64) {
     }
 }
 
-/// Detaches a mount left at `dir` by a crashed instance (ENOTCONN), and
-/// refuses to stack on a FUSE mount that still answers.
+/// Detaches mounts left at `dir` by crashed instances (ENOTCONN; several
+/// may be stacked after repeated crashes), and refuses to stack on a FUSE
+/// mount that still answers.
 fn recover_stale_mount(dir: &Path) -> Result<(), MountError> {
-    match fs::metadata(dir) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            tracing::warn!(dir = %dir.display(), "stale tenant node mount from a crashed instance; detaching it");
-            umount2(dir, MntFlags::MNT_DETACH).map_err(|e| MountError::Sys {
-                op: "detach the stale mount",
-                source: errno(e),
-            })
+    // statfs, not stat: the kernel may answer stat of a dead FUSE root from
+    // its attribute cache, while statfs always reaches the filesystem.
+    let dead = |dir: &Path| {
+        matches!(statfs(dir), Err(nix::errno::Errno::ENOTCONN))
+            || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+    };
+    for _ in 0..16 {
+        match fs::metadata(dir) {
+            _ if dead(dir) => {
+                tracing::warn!(dir = %dir.display(), "stale tenant node mount from a crashed instance; detaching it");
+                umount2(dir, MntFlags::MNT_DETACH).map_err(|e| MountError::Sys {
+                    op: "detach the stale mount",
+                    source: errno(e),
+                })?;
+            }
+            Ok(_) if statfs(dir).is_ok_and(|s| s.filesystem_type() == FUSE_SUPER_MAGIC) => {
+                return Err(MountError::AlreadyMounted)
+            }
+            _ => return Ok(()),
         }
-        Ok(_) if statfs(dir).is_ok_and(|s| s.filesystem_type() == FUSE_SUPER_MAGIC) => {
-            Err(MountError::AlreadyMounted)
-        }
-        _ => Ok(()),
     }
+    Err(MountError::Sys { op: "detach stale mounts", source: io::Error::from_raw_os_error(libc::ENOTCONN) })
 }

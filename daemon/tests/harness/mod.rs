@@ -372,7 +372,7 @@ pub fn spawn_daemon(tmp: &TempDir, config: &str, args: &[&str], env: &[(&str, &s
 /// Starts `gpupmd` without the tenant node (the core's test seam) and
 /// waits for `READY=1`.
 pub fn start_daemon(tmp: &TempDir, config: &str) -> Proc {
-    let mut d = spawn_daemon(tmp, config, &["--no-tenant-node"], &[]);
+    let mut d = spawn_daemon(tmp, config, &[], &[]);
     d.wait_for("READY=1");
     d
 }
