@@ -175,6 +175,7 @@ async fn run(settings: Settings) -> Result<(), MainError> {
             addr: settings.metrics_listen,
             source,
         })?;
+    let metrics_addr = listener.local_addr().unwrap_or(settings.metrics_listen);
     let metrics_task = tokio::spawn(metrics::serve(
         listener,
         settings.metrics.clone(),
@@ -187,7 +188,7 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
     let status = format!(
-        "serving {}: {} partitions, {} VMs, {} contexts",
+        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{metrics_addr}/metrics",
         dev.path().display(),
         identity.partitions,
         store.vms().len(),
@@ -199,7 +200,7 @@ async fn run(settings: Settings) -> Result<(), MainError> {
             .sum::<usize>()
     );
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!(status = %status, metrics = %settings.metrics_listen, "gpupmd ready");
+    tracing::info!(status = %status, metrics = %metrics_addr, "gpupmd ready");
 
     let result = serve_until_signal(&engine, term, int).await;
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);

@@ -72,6 +72,7 @@ fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_drive
     seen.update();
     let checked = check_exact(&dev, &tmp.join("state"), &seen.destroyed);
     assert!(checked.retired >= 100, "too little churn: {checked:?}");
+    metrics_agree_with_the_ledger(&daemon, &dev);
     eprintln!(
         "{switches} switches in {steps} steps, {checked:?}, no fallback, {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -170,4 +171,58 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     let status = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(status.success());
     driver.stop();
+}
+
+/// The daemon's own metrics endpoint (address from its READY status): the
+/// scrape passes `promtool check metrics`, and every VM's per-event totals
+/// equal the ledger.
+fn metrics_agree_with_the_ledger(daemon: &harness::Proc, dev: &gpupmd::devnode::DevNode) {
+    use std::io::{Read, Write};
+
+    use gpupm_uapi::events::{Scope, CATALOGUE};
+    use gpupm_uapi::ioctl::ledger_scope;
+
+    let url = daemon
+        .notes
+        .iter()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .expect("READY status names the metrics address")
+        .to_string();
+    let mut conn = std::net::TcpStream::connect(&url).expect("connect to the metrics endpoint");
+    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {url}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    conn.read_to_string(&mut response).unwrap();
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).expect("an HTTP response");
+    let (clean, problems) = promtool_check(body);
+    assert!(clean, "promtool check metrics: {problems}");
+    for vm in 1..=10u32 {
+        let expected = device::expected(&dev.ledger(ledger_scope::VM, vm).expect("ledger"));
+        for e in CATALOGUE.iter().filter(|e| e.unit.scope() != Scope::Device) {
+            let series = format!("gpupm_vm_events_total{{vm=\"{vm}\",event=\"{}\"}} ", e.name);
+            let value = body
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .map(|v| v.trim().parse::<f64>().expect("a number") as u64);
+            assert_eq!(value, Some(expected[usize::from(e.id)]), "metric {series}");
+        }
+    }
+}
+
+/// Runs `promtool check metrics` on `body`: (no problems, what it said).
+fn promtool_check(body: &str) -> (bool, String) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs (Debian package prometheus)");
+    child.stdin.take().expect("stdin").write_all(body.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success() && text.trim().is_empty(), text)
 }
