@@ -27,11 +27,35 @@
 //! fails with EINVAL; once the daemon's feed ends, queued records are still
 //! returned and then `read()` returns 0 (end of file).
 //!
+//! # Mounting under systemd
+//! The sandboxed `gpupmd.service` cannot make a mount the host sees, so its
+//! `ExecStartPre=+gpupm-mount --dir /run/gpupm/tenant --fdname tenant`
+//! mounts `/dev/fuse` there and stores the descriptor; systemd passes it to
+//! gpupmd, which serves it with [`TenantNode::serve_fd`] and leaves the
+//! mount in place when it exits (`ExecStopPost=` removes it). Outside
+//! systemd, [`TenantNode::mount`] mounts (as root) and unmounts on drop:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use gpupmd::tenant::{TenantNode, TenantPolicy, DEFAULT_TENANT_DIR, TENANT_FDNAME};
+//! # fn start(view: Arc<dyn gpupmd::view::CounterView>, policy: TenantPolicy)
+//! #     -> Result<TenantNode, gpupmd::tenant::TenantError> {
+//! // Early in main, before any thread (it reads and unsets LISTEN_*):
+//! let inherited = gpupm_fusemount::inherited_fd(TENANT_FDNAME);
+//! // ... later:
+//! let dir = std::path::Path::new(DEFAULT_TENANT_DIR);
+//! let node = match inherited {
+//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy)?,
+//!     None => TenantNode::mount(dir, view, policy)?,
+//! };
+//! # Ok(node) }
+//! ```
+//!
 //! Files: [`policy`] (caller → identity), `authz` (scope authorisation),
 //! [`requests`] (ioctl decoding and answers), `error` (errnos),
 //! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
-//! `fs` (the FUSE filesystem), `mount` (mounting), [`client`] (a typed
-//! client).
+//! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
+//! descriptor), [`client`] (a typed client).
 
 mod authz;
 pub mod client;
@@ -43,6 +67,7 @@ mod pump;
 pub mod requests;
 pub mod session;
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -51,6 +76,10 @@ use crate::view::{CounterView, VmId};
 
 /// Default directory of the tenant node.
 pub const DEFAULT_TENANT_DIR: &str = "/run/gpupm/tenant";
+/// Name of the node's descriptor in the service's descriptor store
+/// (`gpupm-mount --fdname tenant`; look it up with
+/// [`gpupm_fusemount::inherited_fd`]).
+pub const TENANT_FDNAME: &str = "tenant";
 /// File name of the node inside the directory.
 pub const NODE_NAME: &str = "node";
 /// Most records one stream session queues before it drops (and counts) new ones.
@@ -123,7 +152,7 @@ impl TenantError {
     }
 }
 
-/// A mounted tenant node; unmounts when dropped.
+/// A served tenant node; unmounts when dropped if it mounted itself.
 #[derive(Debug)]
 pub struct TenantNode {
     stats: Arc<TenantStats>,
@@ -134,11 +163,39 @@ pub struct TenantNode {
 }
 
 impl TenantNode {
-    /// Mounts the node at `dir` and serves it on its own thread.
+    /// Mounts the node at `dir` (as root, recovering a stale mount and
+    /// refusing a live one) and serves it on its own thread; dropping the
+    /// node unmounts it.
     pub fn mount(
         dir: &Path,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+    ) -> Result<TenantNode, TenantError> {
+        TenantNode::start(dir, view, policy, |fs| mount::Mounted::mount(dir, fs))
+    }
+
+    /// Serves the node on `fd`, a `/dev/fuse` descriptor already mounted at
+    /// `dir` by someone else (`gpupm-mount`, passed by systemd under
+    /// [`TENANT_FDNAME`]). Needs no privilege. Returns once the node
+    /// answers. Dropping the node stops the sessions but leaves the mount:
+    /// its owner removes it (`gpupm-mount --unmount`), and until then (or
+    /// until the process exits) the session thread keeps answering.
+    pub fn serve_fd(
+        dir: &Path,
+        fd: OwnedFd,
+        view: Arc<dyn CounterView>,
+        policy: TenantPolicy,
+    ) -> Result<TenantNode, TenantError> {
+        TenantNode::start(dir, view, policy, |fs| {
+            mount::Mounted::serve_inherited(dir, fd, fs)
+        })
+    }
+
+    fn start(
+        dir: &Path,
+        view: Arc<dyn CounterView>,
+        policy: TenantPolicy,
+        serve: impl FnOnce(fs::TenantFs) -> Result<mount::Mounted, mount::ServeError>,
     ) -> Result<TenantNode, TenantError> {
         let stats = Arc::new(TenantStats::default());
         let sessions = session::Sessions::new(Arc::clone(&stats));
@@ -151,9 +208,12 @@ impl TenantNode {
             pump.handle(),
             Arc::clone(&stats),
         );
-        let mounted =
-            mount::Mounted::mount(dir, fs).map_err(|e| TenantError::mount(dir, e.describe()))?;
-        tracing::info!(dir = %dir.display(), "tenant node mounted");
+        let mounted = serve(fs).map_err(|e| TenantError::mount(dir, e.describe()))?;
+        if mounted.is_owned() {
+            tracing::info!(dir = %dir.display(), "tenant node mounted");
+        } else {
+            tracing::info!(dir = %dir.display(), "serving the tenant node descriptor passed in");
+        }
         Ok(TenantNode {
             stats,
             dir: dir.to_owned(),
@@ -168,7 +228,7 @@ impl TenantNode {
         Arc::clone(&self.stats)
     }
 
-    /// The mounted directory.
+    /// The node directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -181,8 +241,10 @@ impl Drop for TenantNode {
         self.sessions.shutdown();
         drop(self.pump.take());
         if let Some(m) = self.mounted.take() {
-            m.unmount();
-            tracing::info!(dir = %self.dir.display(), "tenant node unmounted");
+            if m.is_owned() {
+                m.unmount();
+                tracing::info!(dir = %self.dir.display(), "tenant node unmounted");
+            }
         }
     }
 }

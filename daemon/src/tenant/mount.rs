@@ -1,21 +1,16 @@
-//! Mounting the tenant node: `/dev/fuse` opened and mounted with the mount
-//! syscall (as root; no `fusermount`), served by `fuser` on its own thread.
-//!
-//! The same steps as the device node's transport in
-//! `gpupm_driver::node::fuse`; a shared helper could serve both.
+//! Serving the tenant node: a `/dev/fuse` descriptor mounted here through
+//! [`gpupm_fusemount`] (as root; no `fusermount`) or passed by the service
+//! manager (mounted by `gpupm-mount`), served by `fuser` on its own thread.
 
-use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use fuser::{Session, SessionACL};
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sys::statfs::{statfs, FUSE_SUPER_MAGIC};
+use gpupm_fusemount::{MountError, MountOptions};
 
 use super::fs::TenantFs;
 use super::NODE_NAME;
@@ -24,10 +19,15 @@ use super::NODE_NAME;
 /// connection, and then before leaving the thread to end with the process.
 const END_WAIT: Duration = Duration::from_millis(200);
 const ABORT_WAIT: Duration = Duration::from_secs(2);
+/// Source and subtype of the mount (`fuse.gpupm-tenant`).
+const FS_NAME: &str = "gpupm-tenant";
 
-/// Why the node could not be mounted.
+/// Why the node could not be served.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum MountError {
+pub(super) enum ServeError {
+    /// Mounting failed.
+    #[error(transparent)]
+    Mount(#[from] MountError),
     /// A system call failed.
     #[error("could not {op}")]
     Sys {
@@ -37,33 +37,28 @@ pub(super) enum MountError {
         #[source]
         source: io::Error,
     },
-    /// A FUSE file system that still answers is mounted there.
-    #[error("a live FUSE mount is already there (another gpupmd running?)")]
-    AlreadyMounted,
 }
 
-impl MountError {
-    fn sys(op: &'static str) -> impl FnOnce(io::Error) -> MountError {
-        move |source| MountError::Sys { op, source }
-    }
-
-    /// The message with its cause, for [`super::TenantError`].
+impl ServeError {
+    /// The message with its causes, for [`super::TenantError`].
     pub(super) fn describe(&self) -> String {
-        match self {
-            MountError::Sys { source, .. } => format!("{self}: {source}"),
-            MountError::AlreadyMounted => self.to_string(),
+        let mut msg = self.to_string();
+        let mut src = std::error::Error::source(self);
+        while let Some(s) = src {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            src = s.source();
         }
+        msg
     }
 }
 
-fn errno(e: nix::errno::Errno) -> io::Error {
-    io::Error::from_raw_os_error(e as i32)
-}
-
-/// A mounted, served node directory.
+/// A served node directory.
 #[derive(Debug)]
 pub(super) struct Mounted {
     dir: PathBuf,
+    /// Whether this process made the mount (and so takes it away).
+    owned: bool,
     session: Option<JoinHandle<()>>,
     ended: mpsc::Receiver<()>,
 }
@@ -71,33 +66,23 @@ pub(super) struct Mounted {
 impl Mounted {
     /// Mounts `fs` at `dir` (recovering a stale mount), serves it, and
     /// returns once `node` answers.
-    pub(super) fn mount(dir: &Path, fs: TenantFs) -> Result<Mounted, MountError> {
-        recover_stale_mount(dir)?;
-        fs::create_dir_all(dir).map_err(MountError::sys("create the node directory"))?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-            .map_err(MountError::sys("set the node directory's mode"))?;
-        let fuse = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-            .map_err(MountError::sys("open /dev/fuse"))?;
-        let fd = OwnedFd::from(fuse);
-        let data = format!(
-            "fd={},rootmode=40755,user_id=0,group_id=0,allow_other,default_permissions",
-            fd.as_raw_fd()
-        );
-        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-        mount(
-            Some("gpupm-tenant"),
-            dir,
-            Some("fuse.gpupm-tenant"),
-            flags,
-            Some(data.as_str()),
-        )
-        .map_err(|e| MountError::Sys {
-            op: "mount",
-            source: errno(e),
-        })?;
+    pub(super) fn mount(dir: &Path, fs: TenantFs) -> Result<Mounted, ServeError> {
+        let fd = gpupm_fusemount::mount(dir, &MountOptions::new(FS_NAME))?;
+        Mounted::serve(dir, fd, fs, true)
+    }
+
+    /// Serves `fs` on `fd`, a `/dev/fuse` descriptor someone else mounted
+    /// at `dir`, and returns once `node` answers. The mount is left alone
+    /// when the node is dropped.
+    pub(super) fn serve_inherited(
+        dir: &Path,
+        fd: OwnedFd,
+        fs: TenantFs,
+    ) -> Result<Mounted, ServeError> {
+        Mounted::serve(dir, fd, fs, false)
+    }
+
+    fn serve(dir: &Path, fd: OwnedFd, fs: TenantFs, owned: bool) -> Result<Mounted, ServeError> {
         let (ended_tx, ended) = mpsc::channel();
         let mut session = Session::from_fd(fs, fd, SessionACL::All);
         let spawned = thread::Builder::new()
@@ -112,42 +97,52 @@ impl Mounted {
             });
         let mut mounted = Mounted {
             dir: dir.to_owned(),
+            owned,
             session: None,
             ended,
         };
         match spawned {
             Ok(t) => mounted.session = Some(t),
-            Err(e) => {
+            Err(source) => {
                 mounted.unmount();
-                return Err(MountError::Sys {
+                return Err(ServeError::Sys {
                     op: "spawn the session thread",
-                    source: e,
+                    source,
                 });
             }
         }
-        if let Err(e) = fs::metadata(dir.join(NODE_NAME)) {
+        if let Err(source) = std::fs::metadata(dir.join(NODE_NAME)) {
             mounted.unmount();
-            return Err(MountError::Sys {
+            return Err(ServeError::Sys {
                 op: "probe the mounted node",
-                source: e,
+                source,
             });
         }
         Ok(mounted)
     }
 
-    /// Detaches the mount and waits for the session to end; with files
-    /// still open, aborts the connection so that their requests fail.
+    /// Detaches a mount this process made and waits for the session to
+    /// end; with files still open, aborts the connection so that their
+    /// requests fail. An inherited mount stays, and its session thread
+    /// keeps answering until the process exits or the mount's owner takes
+    /// it away.
     pub(super) fn unmount(mut self) {
-        let dev = fs::metadata(&self.dir).map(|m| m.dev()).ok();
-        if let Err(e) = umount2(&self.dir, MntFlags::MNT_DETACH) {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "could not unmount the tenant node");
+        if !self.owned {
+            return;
         }
+        let conn = match gpupm_fusemount::detach(&self.dir) {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "could not unmount the tenant node");
+                None
+            }
+        };
         let Some(session) = self.session.take() else {
             return;
         };
         if self.ended.recv_timeout(END_WAIT).is_err() {
-            if let Some(dev) = dev {
-                abort_connection(dev);
+            if let Some(conn) = conn {
+                conn.abort();
             }
             if self.ended.recv_timeout(ABORT_WAIT).is_err() {
                 tracing::warn!(
@@ -160,43 +155,9 @@ impl Mounted {
             tracing::error!("tenant node session thread panicked");
         }
     }
-}
 
-/// Aborts the FUSE connection of device number `dev` through fusectl, if mounted.
-fn abort_connection(dev: u64) {
-    let path = format!(
-        "/sys/fs/fuse/connections/{}/abort",
-        nix::sys::stat::minor(dev)
-    );
-    if let Err(e) = fs::write(&path, b"1") {
-        tracing::debug!(path, error = %e, "could not abort the FUSE connection");
+    /// Whether this process made the mount.
+    pub(super) fn is_owned(&self) -> bool {
+        self.owned
     }
-}
-
-/// Detaches mounts left at `dir` by crashed instances (ENOTCONN; several
-/// may be stacked after repeated crashes), and refuses to stack on a FUSE
-/// mount that still answers.
-fn recover_stale_mount(dir: &Path) -> Result<(), MountError> {
-    // statfs, not stat: the kernel may answer stat of a dead FUSE root from
-    // its attribute cache, while statfs always reaches the filesystem.
-    let dead = |dir: &Path| {
-        matches!(statfs(dir), Err(nix::errno::Errno::ENOTCONN))
-            || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
-    };
-    for _ in 0..16 {
-        match fs::metadata(dir) {
-            _ if dead(dir) => {
-                tracing::warn!(dir = %dir.display(), "stale tenant node mount from a crashed instance; detaching it");
-                umount2(dir, MntFlags::MNT_DETACH).map_err(|e| MountError::Sys {
-                    op: "detach the stale mount",
-                    source: errno(e),
-                })?;
-            }
-            Ok(_) if statfs(dir).is_ok_and(|s| s.filesystem_type() == FUSE_SUPER_MAGIC) => {
-                return Err(MountError::AlreadyMounted)
-            }
-            _ => return Ok(()),
-        }
-    }
-    Err(MountError::Sys { op: "detach stale mounts", source: io::Error::from_raw_os_error(libc::ENOTCONN) })
 }

@@ -6,7 +6,7 @@
 //! (the process is gone) the caller has no supplementary groups, which can
 //! only take rights away.
 
-use std::fs;
+use gpupm_fusemount::procfs::supplementary_groups;
 
 use super::TenantPolicy;
 use crate::view::{Caller, VmId};
@@ -79,25 +79,6 @@ impl Policy {
         vms.dedup();
         Identity::Tenant(vms)
     }
-}
-
-/// Supplementary groups of process `pid`; empty when unknown.
-fn supplementary_groups(pid: u32) -> Vec<u32> {
-    if pid == 0 {
-        return Vec::new();
-    }
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

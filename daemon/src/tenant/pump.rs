@@ -1,7 +1,6 @@
 //! The thread that feeds stream sessions and fails parked reads of killed
 //! processes: a small single-threaded tokio runtime owned by the node.
 
-use std::fs;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
@@ -11,27 +10,11 @@ use tokio::sync::oneshot;
 
 use super::session::Sessions;
 
+/// Whether a parked reader was killed (or is gone): for the reaper.
+pub(super) use gpupm_fusemount::procfs::fatal_signal_pending;
+
 /// How often parked reads of killed processes are failed.
 const REAP_PERIOD: Duration = Duration::from_millis(100);
-
-/// Whether `/proc/<pid>/status` shows SIGKILL pending (or the task is gone).
-pub(super) fn fatal_signal_pending(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return true;
-    };
-    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
-    status
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("SigPnd:")
-                .or_else(|| l.strip_prefix("ShdPnd:"))
-        })
-        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .any(|mask| mask & SIGKILL_BIT != 0)
-}
 
 /// The thread running the session feeds (and the reaper of killed readers).
 /// The runtime lives and dies on that thread, so dropping the pump is fine

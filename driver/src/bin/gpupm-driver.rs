@@ -1,5 +1,11 @@
 //! `gpupm-driver`: serves the emulated device as a device node, the
 //! stand-in for a kernel driver.
+//!
+//! When the service manager passes a `/dev/fuse` descriptor named
+//! [`NODE_FDNAME`] (`LISTEN_FDS`/`LISTEN_FDNAMES`, mounted at `--node-dir`
+//! by `gpupm-mount`), the driver serves it and leaves the mount in place
+//! on exit; otherwise it mounts the node itself (as root) and unmounts it
+//! on exit.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -8,16 +14,19 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::model::{Device, EngineKind};
+use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
-use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::device::NodeCore;
 use gpupm_driver::node::fuse::FuseTransport;
+use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::ticker::Ticker;
 use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR};
 use gpupm_driver::service::{self, SdNotify};
 use nix::sys::signal::{SigSet, Signal};
+
+/// Name of the node's descriptor in the service's descriptor store.
+const NODE_FDNAME: &str = "node";
 
 /// How the device clock advances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,7 +73,8 @@ enum DriverError {
 /// Creates the device the node serves: the one place that chooses it.
 fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     let scenario = match &args.scenario {
-        Some(path) => gpupm_driver::scenario::parse_file(path).map_err(|e| DriverError::Backend(e.to_string()))?,
+        Some(path) => gpupm_driver::scenario::parse_file(path)
+            .map_err(|e| DriverError::Backend(e.to_string()))?,
         None => gpupm_driver::scenario::builtin(),
     };
     let step = args.clock == Clock::Step;
@@ -94,6 +104,8 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<(), DriverError> {
+    // Reads and unsets LISTEN_*: before any thread starts.
+    let inherited = gpupm_fusemount::inherited_fd(NODE_FDNAME);
     let signals = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
     // Every thread spawned from here on inherits the blocked mask, so the
     // signals are taken only by the waiting thread below.
@@ -103,7 +115,13 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .admin_gid
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
-    let mut transport = FuseTransport::new(&args.node_dir, core.clone());
+    let mut transport = match inherited {
+        Some(fd) => {
+            tracing::info!(node_dir = %args.node_dir.display(), "serving the node descriptor the service manager passed");
+            FuseTransport::inherited(&args.node_dir, core.clone(), fd)
+        }
+        None => FuseTransport::new(&args.node_dir, core.clone()),
+    };
     transport.mount()?;
     if let Err(e) = transport.serve() {
         if let Err(u) = transport.unmount() {

@@ -3,9 +3,13 @@
 //! The node files carry owner root and mode 0600 (0660 with the admin group),
 //! so the kernel refuses other openers; independently the transport checks
 //! the kernel-supplied credentials of every request, so a chmod mistake on
-//! the mount cannot expose the device.
+//! the mount cannot expose the device. Supplementary groups come from
+//! `/proc/<pid>/status` of the caller ([`procfs::supplementary_groups`]):
+//! a process that is gone has none, which denies, never allows.
 
 use std::fs;
+
+use gpupm_fusemount::procfs;
 
 use super::error::NodeError;
 
@@ -56,7 +60,7 @@ impl AccessPolicy {
             return Ok(());
         }
         if let Some(gid) = self.admin_gid {
-            if caller.gid == gid || supplementary_groups(caller.pid).contains(&gid) {
+            if caller.gid == gid || procfs::supplementary_groups(caller.pid).contains(&gid) {
                 return Ok(());
             }
         }
@@ -65,26 +69,6 @@ impl AccessPolicy {
             gid: caller.gid,
         })
     }
-}
-
-/// Supplementary groups of process `pid`, from `/proc/<pid>/status`; empty
-/// when the process is gone or unreadable (which denies, never allows).
-fn supplementary_groups(pid: u32) -> Vec<u32> {
-    if pid == 0 {
-        return Vec::new();
-    }
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return Vec::new();
-    };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Groups:"))
-        .map(|g| {
-            g.split_whitespace()
-                .filter_map(|x| x.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Looks up a group id by name in `/etc/group`.

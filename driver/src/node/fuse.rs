@@ -1,6 +1,8 @@
 //! The FUSE transport: a directory holding `card0` and `card0-oob`, served
 //! by `fuser` from a `/dev/fuse` descriptor that this module mounts itself
-//! (as root, with the mount syscall; no `fusermount` needed).
+//! (as root, through [`gpupm_fusemount`]; no `fusermount` needed), or that
+//! the service manager passed (mounted by `gpupm-mount`, see
+//! [`FuseTransport::inherited`]).
 //!
 //! Files are opened with `FOPEN_DIRECT_IO`, so every read and write reaches
 //! the driver with the caller's offset and size and nothing is cached.
@@ -9,11 +11,11 @@
 //! whichever thread delivers the next record.
 
 use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{FileExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
@@ -23,9 +25,8 @@ use fuser::{
     FileAttr, FileType, Filesystem, PollHandle, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, Session, SessionACL,
 };
+use gpupm_fusemount::{MountError, MountOptions};
 use gpupm_uapi::regs;
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
-use nix::sys::statfs::{statfs, FUSE_SUPER_MAGIC};
 
 use super::access::Caller;
 use super::device::{NodeCore, NodeKind};
@@ -37,24 +38,54 @@ const OOB_INO: u64 = 3;
 const TTL: Duration = Duration::from_secs(1);
 /// How long `unmount` waits for the session thread to end by itself.
 const SESSION_END_WAIT: Duration = Duration::from_secs(2);
+/// Source and subtype of the mount (`fuse.gpupm`).
+const FS_NAME: &str = "gpupm";
+
+/// Who made the mount, and so who takes it away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Owner {
+    /// `mount` mounts it and `unmount` removes it.
+    Transport,
+    /// Mounted by someone else (`gpupm-mount`), who also removes it:
+    /// `mount` and `unmount` do nothing.
+    Inherited,
+}
 
 /// The FUSE transport.
 #[derive(Debug)]
 pub struct FuseTransport {
     dir: PathBuf,
     core: Arc<NodeCore>,
+    owner: Owner,
     fuse_fd: Option<OwnedFd>,
     session: Option<JoinHandle<io::Result<()>>>,
     mounted: bool,
 }
 
 impl FuseTransport {
-    /// A transport that will serve `core` in directory `dir`.
+    /// A transport that will mount and serve `core` in directory `dir`.
     pub fn new(dir: impl Into<PathBuf>, core: Arc<NodeCore>) -> Self {
         FuseTransport {
             dir: dir.into(),
             core,
+            owner: Owner::Transport,
             fuse_fd: None,
+            session: None,
+            mounted: false,
+        }
+    }
+
+    /// A transport that serves `core` on `fd`, a `/dev/fuse` descriptor
+    /// already mounted at `dir` by its owner (the service manager passed
+    /// it; see [`gpupm_fusemount::inherited_fd`]). It never mounts or
+    /// unmounts: the mount stays when the driver exits, until its owner
+    /// takes it away (`gpupm-mount --unmount`).
+    pub fn inherited(dir: impl Into<PathBuf>, core: Arc<NodeCore>, fd: OwnedFd) -> Self {
+        FuseTransport {
+            dir: dir.into(),
+            core,
+            owner: Owner::Inherited,
+            fuse_fd: Some(fd),
             session: None,
             mounted: false,
         }
@@ -77,35 +108,26 @@ impl FuseTransport {
     }
 }
 
+impl From<MountError> for TransportError {
+    fn from(e: MountError) -> Self {
+        match e {
+            MountError::AlreadyMounted(dir) => TransportError::AlreadyMounted(dir),
+            MountError::Sys { op, dir, source } => TransportError::Mount { op, dir, source },
+            MountError::NotFuse { ref dir, .. } => TransportError::Mount {
+                op: "unmount",
+                dir: dir.clone(),
+                source: io::Error::other(e.to_string()),
+            },
+        }
+    }
+}
+
 impl Transport for FuseTransport {
     fn mount(&mut self) -> Result<(), TransportError> {
-        let dir = self.dir.clone();
-        let at = |op: &'static str| {
-            let dir = dir.clone();
-            move |source| TransportError::Mount { op, dir, source }
-        };
-        recover_stale_mount(&self.dir)?;
-        fs::create_dir_all(&self.dir).map_err(at("create node directory"))?;
-        let fuse = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/fuse")
-            .map_err(at("open /dev/fuse"))?;
-        let fd = OwnedFd::from(fuse);
-        let data = format!(
-            "fd={},rootmode=40755,user_id=0,group_id=0,allow_other,default_permissions",
-            fd.as_raw_fd()
-        );
-        let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-        mount(
-            Some("gpupm"),
-            &self.dir,
-            Some("fuse.gpupm"),
-            flags,
-            Some(data.as_str()),
-        )
-        .map_err(|e| io::Error::from_raw_os_error(e as i32))
-        .map_err(at("mount"))?;
+        if self.owner == Owner::Inherited {
+            return Ok(());
+        }
+        let fd = gpupm_fusemount::mount(&self.dir, &MountOptions::new(FS_NAME))?;
         self.fuse_fd = Some(fd);
         self.mounted = true;
         tracing::info!(dir = %self.dir.display(), "device node mounted");
@@ -136,14 +158,7 @@ impl Transport for FuseTransport {
         if !self.mounted {
             return Ok(());
         }
-        let dev = fs::metadata(&self.dir).map(|m| m.dev()).ok();
-        umount2(&self.dir, MntFlags::MNT_DETACH)
-            .map_err(|e| io::Error::from_raw_os_error(e as i32))
-            .map_err(|source| TransportError::Mount {
-                op: "unmount",
-                dir: self.dir.clone(),
-                source,
-            })?;
+        let conn = gpupm_fusemount::detach(&self.dir)?;
         self.mounted = false;
         tracing::info!(dir = %self.dir.display(), "device node unmounted");
         let Some(session) = self.session.take() else {
@@ -152,8 +167,8 @@ impl Transport for FuseTransport {
         // With no file open the kernel ends the connection now; otherwise
         // abort it so that open handles fail instead of pinning the session.
         if !wait_finished(&session, SESSION_END_WAIT / 20) {
-            if let Some(dev) = dev {
-                abort_connection(dev);
+            if let Some(conn) = conn {
+                conn.abort();
             }
         }
         if wait_finished(&session, SESSION_END_WAIT) {
@@ -178,38 +193,6 @@ fn wait_finished<T>(t: &JoinHandle<T>, within: Duration) -> bool {
         thread::sleep(Duration::from_millis(5));
     }
     true
-}
-
-/// Aborts the FUSE connection of device number `dev` through fusectl, if mounted.
-fn abort_connection(dev: u64) {
-    let path = format!(
-        "/sys/fs/fuse/connections/{}/abort",
-        nix::sys::stat::minor(dev)
-    );
-    if let Err(e) = fs::write(&path, b"1") {
-        tracing::debug!(path, error = %e, "could not abort FUSE connection");
-    }
-}
-
-/// Detaches a mount left at `dir` by a crashed instance (`ENOTCONN`), and
-/// refuses to stack on a FUSE mount that still answers.
-fn recover_stale_mount(dir: &Path) -> Result<(), TransportError> {
-    match fs::metadata(dir) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
-            tracing::warn!(dir = %dir.display(), "stale mount from a crashed instance; detaching it");
-            umount2(dir, MntFlags::MNT_DETACH)
-                .map_err(|e| io::Error::from_raw_os_error(e as i32))
-                .map_err(|source| TransportError::Mount {
-                    op: "detach stale mount",
-                    dir: dir.to_owned(),
-                    source,
-                })
-        }
-        Ok(_) if statfs(dir).is_ok_and(|s| s.filesystem_type() == FUSE_SUPER_MAGIC) => {
-            Err(TransportError::AlreadyMounted(dir.to_owned()))
-        }
-        _ => Ok(()),
-    }
 }
 
 /// The FUSE filesystem of the node directory.

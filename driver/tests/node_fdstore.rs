@@ -1,0 +1,159 @@
+//! The systemd descriptor-store path, with this test standing in for the
+//! service manager: the real `gpupm-mount` mounts the node directory and
+//! stores the `/dev/fuse` descriptor on our notify socket; the real
+//! `gpupm-driver` is started with it as fd 3 (`LISTEN_FDS=1`,
+//! `LISTEN_FDNAMES=node`, `LISTEN_PID` = its own pid), serves it, and
+//! leaves the mount behind on SIGTERM; `gpupm-mount --unmount` removes it.
+//!
+//! `gpupm-mount` is another package's binary: it is taken from beside
+//! `gpupm-driver` (built by `cargo test --workspace`, or with
+//! `-p gpupm-fusemount`). Needs root and `/dev/fuse`.
+
+mod harness;
+
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use gpupm_fusemount::testing::NotifyListener;
+use gpupm_uapi::regs;
+use harness::{is_mounted, rd32, TempDir, DRIVER};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn mount_helper() -> PathBuf {
+    let path = Path::new(DRIVER).with_file_name("gpupm-mount");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with the driver (cargo test --workspace, or add -p gpupm-fusemount)",
+        path.display()
+    );
+    path
+}
+
+fn mount_type(dir: &Path) -> Option<String> {
+    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let dir = dir.to_string_lossy();
+    info.lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(&*dir))
+        .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
+}
+
+/// Runs `gpupm-mount --dir DIR --fdname node` with `NOTIFY_SOCKET` on our
+/// socket and returns the descriptor it stored.
+fn mount_and_store(tmp: &TempDir, dir: &Path) -> OwnedFd {
+    let manager = NotifyListener::bind(tmp.0.join("store.sock")).unwrap();
+    let mut helper = Command::new(mount_helper())
+        .args(["--fdname", "node", "--dir"])
+        .arg(dir)
+        .env("NOTIFY_SOCKET", manager.path())
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpupm-mount");
+    let stored = manager.recv_stored(WAIT, || helper.try_wait().unwrap().is_none());
+    let out = helper.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gpupm-mount: {log}");
+    let (name, fd) = stored.unwrap_or_else(|e| panic!("no descriptor stored: {e}\n{log}"));
+    assert_eq!(name, "node", "FDNAME");
+    fd
+}
+
+/// Starts `gpupm-driver` as systemd would after the store: `fd` as fd 3,
+/// `LISTEN_PID` set by the shell to the pid it then execs into.
+fn start_driver(tmp: &TempDir, dir: &Path, fd: &OwnedFd, ready: &NotifyListener) -> Child {
+    let scenario = tmp.0.join("scenario.toml");
+    fs::write(&scenario, harness::scenario::small()).unwrap();
+    let log = File::create(tmp.0.join("driver.log")).unwrap();
+    let raw = fd.as_raw_fd();
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#, DRIVER])
+        .args(["--clock", "step", "--scenario"])
+        .arg(&scenario)
+        .arg("--node-dir")
+        .arg(dir)
+        .env("LISTEN_FDS", "1")
+        .env("LISTEN_FDNAMES", "node")
+        .env("NOTIFY_SOCKET", ready.path())
+        .env("RUST_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only async-signal-safe functions (dup2, fcntl) on descriptor numbers
+    // it owns there; `raw` stays open in the parent until after spawn.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if raw == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 3)
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawn gpupm-driver through sh")
+}
+
+#[test]
+fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the node tests must run as root (they mount FUSE)"
+    );
+    let tmp = TempDir::new("fdstore");
+    let dir = tmp.0.join("dev");
+    let fd = mount_and_store(&tmp, &dir);
+    assert_eq!(mount_type(&dir).as_deref(), Some("fuse.gpupm-node"));
+
+    let ready = NotifyListener::bind(tmp.0.join("ready.sock")).unwrap();
+    let mut driver = start_driver(&tmp, &dir, &fd, &ready);
+    let log = || fs::read_to_string(tmp.0.join("driver.log")).unwrap_or_default();
+    ready
+        .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
+        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    assert!(
+        log().contains("serving the node descriptor the service manager passed"),
+        "{}",
+        log()
+    );
+
+    let card = File::open(dir.join("card0")).unwrap();
+    assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
+    drop(card);
+
+    let pid = Pid::from_raw(i32::try_from(driver.id()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "driver exit {status}:\n{}", log());
+    assert_eq!(
+        mount_type(&dir).as_deref(),
+        Some("fuse.gpupm-node"),
+        "the driver must leave the helper's mount in place:\n{}",
+        log()
+    );
+
+    let out = Command::new(mount_helper())
+        .args(["--unmount", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "gpupm-mount --unmount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&dir));
+    drop(fd);
+}
