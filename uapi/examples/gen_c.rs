@@ -181,47 +181,15 @@ fn emit_regs(h: &mut Header) {
     registers(
         h,
         0,
-        &offsets![
-            ID,
-            ABI_VERSION,
-            TOPO_GPCS,
-            TOPO_SMS,
-            TOPO_L2_SLICES,
-            TOPO_FB_PARTITIONS,
-            TOPO_NVLINKS,
-            TOPO_COPY_ENGINES,
-            TOPO_CCUS,
-            TOPO_PARTITIONS,
-            TOPO_EVENTS,
-            TOPO_MEMORY_SLICES,
-            CLOCK_KHZ,
-            CLOCK_CAP,
-            CYCLE,
-            DEVICE_STATUS,
-            RESET,
-            TOPO_VMS,
-            TOPO_CONTEXTS,
-            CCU_WRAPS,
-            TRIG_PERIOD,
-            TRIG_CTRL,
-            TRIG_THRESHOLD,
-            TRIG_TARGET,
-            TRIG_CMD,
-            TRIG_EXTERNAL,
-            TRIG_COUNT_PERIODIC,
-            TRIG_COUNT_THRESHOLD,
-            TRIG_COUNT_COMMAND,
-            RECORDS_ROUTED,
-            INTR_STATUS,
-            INTR_MASK,
-            INTR_ACK,
-            INTR_PENDING,
-            INTR_SEQ,
-            MBOX_ARG,
-            MBOX_CMD,
-            MBOX_STATUS,
-            MBOX_DATA,
-        ],
+        &offsets! {
+            ID, ABI_VERSION, TOPO_GPCS, TOPO_SMS, TOPO_L2_SLICES, TOPO_FB_PARTITIONS, TOPO_NVLINKS,
+            TOPO_COPY_ENGINES, TOPO_CCUS, TOPO_PARTITIONS, TOPO_EVENTS, TOPO_MEMORY_SLICES,
+            CLOCK_KHZ, CLOCK_CAP, CYCLE, DEVICE_STATUS, RESET, TOPO_VMS, TOPO_CONTEXTS, CCU_WRAPS,
+            TRIG_PERIOD, TRIG_CTRL, TRIG_THRESHOLD, TRIG_TARGET, TRIG_CMD, TRIG_EXTERNAL,
+            TRIG_COUNT_PERIODIC, TRIG_COUNT_THRESHOLD, TRIG_COUNT_COMMAND, RECORDS_ROUTED,
+            INTR_STATUS, INTR_MASK, INTR_ACK, INTR_PENDING, INTR_SEQ, MBOX_ARG, MBOX_CMD,
+            MBOX_STATUS, MBOX_DATA
+        },
     );
     group!(h, hex "GPUPM_CLOCK_CAP_", gpupm_uapi::regs::clock_cap: PRIMARY, SECONDARY);
     group!(h, hex "GPUPM_DEVICE_STATUS_", gpupm_uapi::regs::device_status: STEP_CLOCK, FALLBACK_SEEN);
@@ -262,34 +230,14 @@ fn emit_regs(h: &mut Header) {
     registers(
         h,
         r::part(0, 0),
-        &offsets![
-            PART_CTRL,
-            PART_STATUS,
-            PART_CUR_VM,
-            PART_CUR_CTX,
-            PART_NEXT_VM,
-            PART_NEXT_CTX,
-            PART_CCU_ASSIGNED,
-            PART_CCU_ACKED,
-            PART_RC_CMD,
-            PART_RC_BIND_VM,
-            PART_RC_BIND_CTX,
-            PART_SWITCH_TIMEOUT,
-            PART_FALLBACKS,
-            PART_SWITCHES,
-            PART_COMMIT_SEQ,
-            PART_STREAM_HEAD,
-            PART_STREAM_TAIL,
-            PART_STREAM_CAP,
-            PART_STREAM_WATERMARK,
-            PART_STREAM_LOST,
-            PART_STREAM_BASE,
-            PART_TIMESLICE_CTX,
-            PART_TIMESLICE_VM,
-            PART_GPC_MASK,
-            PART_MEM_MASK,
-            PART_SWITCH_REQ_CYCLE,
-        ],
+        &offsets! {
+            PART_CTRL, PART_STATUS, PART_CUR_VM, PART_CUR_CTX, PART_NEXT_VM, PART_NEXT_CTX,
+            PART_CCU_ASSIGNED, PART_CCU_ACKED, PART_RC_CMD, PART_RC_BIND_VM, PART_RC_BIND_CTX,
+            PART_SWITCH_TIMEOUT, PART_FALLBACKS, PART_SWITCHES, PART_COMMIT_SEQ, PART_STREAM_HEAD,
+            PART_STREAM_TAIL, PART_STREAM_CAP, PART_STREAM_WATERMARK, PART_STREAM_LOST,
+            PART_STREAM_BASE, PART_TIMESLICE_CTX, PART_TIMESLICE_VM, PART_GPC_MASK, PART_MEM_MASK,
+            PART_SWITCH_REQ_CYCLE
+        },
     );
     group!(h, hex "GPUPM_PART_CTRL_", gpupm_uapi::regs::part_ctrl: CTX_PAUSE, TRIG_PAUSE, ULC_PAUSE, ALL);
     group!(h, hex "GPUPM_PART_STATUS_", gpupm_uapi::regs::part_status:
@@ -300,36 +248,26 @@ fn emit_regs(h: &mut Header) {
     registers(
         h,
         r::ccu(0, 0),
-        &offsets![
-            CCU_OWNER,
-            CCU_ULCS,
-            CCU_COUNTERS,
-            CCU_ACTIVE_BANK,
-            CCU_MASK_INDEX,
-            CCU_MASK_DATA,
-            CCU_RECORDS,
-            CCU_GROUP,
-            CCU_GROUP_INDEX,
-        ],
+        &offsets! {
+            CCU_OWNER, CCU_ULCS, CCU_COUNTERS, CCU_ACTIVE_BANK, CCU_MASK_INDEX, CCU_MASK_DATA,
+            CCU_RECORDS, CCU_GROUP, CCU_GROUP_INDEX
+        },
     );
     group!(h, dec "GPUPM_CCU_GROUP_", gpupm_uapi::regs::ccu_group: GPC, MEMORY_SLICE, SYSTEM, SHARED_LANE);
     registers(
         h,
         r::vm(0, 0),
-        &offsets![
-            VM_PARTITION,
-            VM_FLAGS,
-            VM_BLOCK,
-            VM_KEY,
-            VM_KEY_COMMIT,
-            VM_KEY_EPOCH
-        ],
+        &offsets! {
+            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY, VM_KEY_COMMIT, VM_KEY_EPOCH
+        },
     );
     group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL);
     registers(
         h,
         r::ctx(0, 0),
-        &offsets![CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE],
+        &offsets! {
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE
+        },
     );
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
     group!(h, dec "GPUPM_CTX_CMD_", gpupm_uapi::regs::ctx_cmd: RELEASE);
