@@ -1,0 +1,244 @@
+//! The committed C header matches this crate, names every constant of it,
+//! and compiles as C11 with its layout asserts; a C program built with it
+//! sees every struct field at the offset Rust puts it.
+
+#[path = "../examples/gen_c.rs"]
+mod gen_c;
+
+use std::fmt::Write as _;
+use std::mem::offset_of;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
+use gpupm_uapi::intr::InterruptRecord;
+use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
+use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::tenant::{
+    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadRates,
+    TenantDelta, Whoami, TENANT_IOCTLS,
+};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+const REGEN: &str = "cargo run -p gpupm-uapi --example gen_c > include/gpupm/gpupm_uapi.h";
+
+fn header_path() -> PathBuf {
+    Path::new(ROOT).join("include/gpupm/gpupm_uapi.h")
+}
+
+#[test]
+fn committed_c_header_matches_uapi() {
+    let path = header_path();
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == gen_c::render(),
+        "{} is stale: run `{REGEN}`",
+        path.display()
+    );
+}
+
+/// Every `pub const` of the crate's source appears as a `#define` whose
+/// name ends with the Rust name (tables are emitted as arrays instead).
+#[test]
+fn c_header_defines_every_uapi_constant() {
+    let header = gen_c::render();
+    let defined: Vec<&str> = header
+        .lines()
+        .filter_map(|l| l.strip_prefix("#define "))
+        .filter_map(|l| l.split([' ', '(']).next())
+        .collect();
+    let tables = [
+        "CATALOGUE",
+        "DEVICE_IOCTLS",
+        "TENANT_IOCTLS",
+        "SOURCE_NAMES",
+    ];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("uapi/src") {
+        let path = entry.expect("dir entry").path();
+        let text = std::fs::read_to_string(&path).expect("read source");
+        for name in text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("pub const "))
+            .filter(|rest| !rest.starts_with("fn "))
+            .filter_map(|rest| rest.split(':').next())
+            .filter(|name| !name.starts_with('$'))
+        {
+            let ends_with = |d: &&str| *d == name || d.ends_with(&format!("_{name}"));
+            if !tables.contains(&name) && !defined.iter().any(ends_with) {
+                missing.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "not in the C header: {missing:?}");
+}
+
+/// `(C struct, [(field, Rust offset)])` for every field of every struct.
+macro_rules! fields {
+    ($($ty:ident => $c:literal: $($f:ident),+;)*) => {
+        vec![$(($c, vec![$((stringify!($f), offset_of!($ty, $f))),+])),*]
+    };
+}
+
+fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
+    fields! {
+        Block => "gpupm_block": magic, kind, version, id, vm, commit_seq, last_commit_cycle, counters;
+        Envelope => "gpupm_envelope": vm, flags, key_epoch, reserved, nonce, reserved2;
+        BlockSlot => "gpupm_block_slot": envelope, payload, tag;
+        StreamRecord => "gpupm_stream_record":
+            magic, partition, flags, vm, ctx, seq, start_cycle, end_cycle, reserved, deltas;
+        StreamSlot => "gpupm_stream_slot": envelope, payload, tag;
+        CcuRecord => "gpupm_ccu_record": ccu, flags, first_counter, valid, values;
+        InterruptRecord => "gpupm_interrupt_record": seq, cycle, source, partition, arg, arg2;
+        Identity => "gpupm_identity": version, magic, abi_version, events, partitions, ccus, sms,
+            clock_khz, step_clock, reserved, cycle;
+        RegOp => "gpupm_reg_op": offset, value, op, width;
+        RegBatch => "gpupm_reg_batch": version, count, flags, failed_index, ops;
+        Advance => "gpupm_advance": version, flags, cycles, now;
+        LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder;
+        Reset => "gpupm_reset": version, magic;
+        Whoami => "gpupm_tenant_whoami": version, admin, uid, n_vms, vms;
+        CtxEntry => "gpupm_tenant_ctx_entry": ctx, state, created_cycle;
+        ListContexts => "gpupm_tenant_list_contexts": version, vm, offset, count, total, reserved, ctxs;
+        ReadCounters => "gpupm_tenant_read_counters": version, scope, id, n_events, events, flags,
+            reserved, commit_seq, cycle, values, sealed;
+        RateSample => "gpupm_tenant_rate_sample": start_cycle, end_cycle, flags, ctx, deltas;
+        ReadRates => "gpupm_tenant_read_rates": version, scope, id, max, count, flags, clock_khz,
+            reserved, samples;
+        OpenStream => "gpupm_tenant_open_stream": version, scope, id, flags;
+        TenantDelta => "gpupm_tenant_delta": seq, lost_before, slot;
+        EventInfo => "gpupm_tenant_event_info": version, id, unit_type, multibit, scope, reserved,
+            reserved2, name, measure, description;
+    }
+}
+
+/// Compiles `src` against the committed header with warnings as errors,
+/// runs it and returns its output.
+fn compile_and_run(name: &str, src: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("gpupm-c-header-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let c = dir.join(format!("{name}.c"));
+    let exe = dir.join(name);
+    std::fs::write(&c, src).expect("write C source");
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-I",
+        ])
+        .arg(Path::new(ROOT).join("include"))
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("the C header test needs a C compiler as `cc` (gcc or clang)");
+    assert!(
+        out.status.success(),
+        "cc failed on {}:\n{}",
+        c.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().expect("run the C program");
+    assert!(run.status.success(), "{} failed", exe.display());
+    std::fs::remove_dir_all(&dir).expect("remove scratch dir");
+    String::from_utf8(run.stdout).expect("UTF-8 output")
+}
+
+#[test]
+fn c_program_sees_the_rust_layouts_constants_and_event_names() {
+    let mut src = String::from(
+        "#include <stddef.h>\n#include <stdio.h>\n#include <gpupm/gpupm_uapi.h>\n\nint main(void) {\n",
+    );
+    let mut want = String::new();
+    for (c, fields) in all_fields() {
+        for (f, off) in fields {
+            writeln!(
+                src,
+                "    printf(\"{c}.{f} %zu\\n\", offsetof(struct {c}, {f}));"
+            )
+            .unwrap();
+            writeln!(want, "{c}.{f} {off}").unwrap();
+        }
+    }
+    for &(name, cmd) in DEVICE_IOCTLS.iter().chain(TENANT_IOCTLS) {
+        writeln!(src, "    printf(\"{name} %#x\\n\", (unsigned){name});").unwrap();
+        writeln!(want, "{name} {cmd:#x}").unwrap();
+    }
+    writeln!(src, "    for (int i = 0; i < GPUPM_EVENT_COUNT; i++) printf(\"%d %s\\n\", i, gpupm_event_names[i]);").unwrap();
+    for e in CATALOGUE {
+        writeln!(want, "{} {}", e.id, e.name).unwrap();
+    }
+    writeln!(src, "    printf(\"%d\\n\", GPUPM_EV_SM_INST_EXECUTED);").unwrap();
+    writeln!(
+        want,
+        "{}",
+        gpupm_uapi::events::by_name("sm_inst_executed").unwrap().id
+    )
+    .unwrap();
+    writeln!(
+        src,
+        "    printf(\"%llx\\n\", (unsigned long long)GPUPM_PART(2, GPUPM_REG_PART_STREAM_TAIL));"
+    )
+    .unwrap();
+    writeln!(
+        want,
+        "{:x}",
+        gpupm_uapi::regs::part(2, gpupm_uapi::regs::PART_STREAM_TAIL)
+    )
+    .unwrap();
+    src.push_str("    return 0;\n}\n");
+    assert_eq!(EVENT_COUNT, CATALOGUE.len());
+    let got = compile_and_run("layout", &src);
+    let diff: Vec<_> = want
+        .lines()
+        .zip(got.lines())
+        .filter(|(w, g)| w != g)
+        .collect();
+    assert!(
+        diff.is_empty() && want.lines().count() == got.lines().count(),
+        "C differs (rust, C): {diff:?}"
+    );
+}
+
+#[test]
+fn c_header_compiles_as_c11_and_cxx11() {
+    compile_and_run(
+        "c11",
+        "#include <gpupm/gpupm_uapi.h>\nint main(void) { return 0; }\n",
+    );
+    let dir = std::env::temp_dir();
+    let out = dir.join(format!("gpupm-c-header-{}-cxx.o", std::process::id()));
+    let status = Command::new("c++")
+        .args([
+            "-std=c++11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-x",
+            "c++",
+            "-c",
+            "-I",
+        ])
+        .arg(Path::new(ROOT).join("include"))
+        .arg("-o")
+        .arg(&out)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .expect("piped stdin")
+                .write_all(b"#include <gpupm/gpupm_uapi.h>\n")?;
+            child.wait()
+        })
+        .expect("the C header test needs a C++ compiler as `c++` (g++ or clang++)");
+    assert!(status.success(), "the header does not compile as C++11");
+    std::fs::remove_file(&out).expect("remove object");
+}
