@@ -112,20 +112,26 @@ pub fn collect(node: &Node, dev: &DevNode, state_dir: &Path, scenario: &Scenario
     if system != ledger(ledger_scope::SYSTEM, 0)? {
         mismatches.push("system".to_string());
     }
-    let mut vms = Vec::new();
+    // Context ids are reused, across VMs too: the node answers for the
+    // latest instance of an id, the state directory for the earlier ones.
+    let mut lists = Vec::new();
+    let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
     for vm in who.visible_vms() {
+        let list = node.client.list_contexts(vm).map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
+        for c in &list {
+            let e = latest.entry(c.ctx).or_insert(c.created_cycle);
+            *e = (*e).max(c.created_cycle);
+        }
+        lists.push((vm, list));
+    }
+    let mut vms = Vec::new();
+    for (vm, list) in lists {
         let key = scenario.vms.iter().find(|v| v.id == vm).and_then(|v| v.confidential_key.as_ref());
         let rc = node.totals(Scope::Vm(vm))?;
         let sealed = node::sealed(&rc);
         let totals = answer(&rc, key);
         if totals.is_some_and(|t| t != ledger(ledger_scope::VM, vm).unwrap_or([u64::MAX; MAX_EVENTS])) {
             mismatches.push(format!("VM {vm}"));
-        }
-        let list = node.client.list_contexts(vm).map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
-        let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
-        for c in &list {
-            let e = latest.entry(c.ctx).or_insert(c.created_cycle);
-            *e = (*e).max(c.created_cycle);
         }
         let mut contexts = Vec::new();
         for c in &list {
