@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use gpupm_uapi::regs::{self as r, clock_cap, device_status, MAX_PARTITION_SLOTS};
+use gpupm_uapi::regs::{self as r, clock_cap, device_status};
 use gpupmd::devnode::DevNode;
 use serde_json::{json, Map, Value};
 
@@ -85,7 +85,7 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
 }
 
 fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
-    let parts: Vec<u32> = (1..MAX_PARTITION_SLOTS).collect();
+    let parts = crate::list::configured_partitions(dev)?;
     let fb = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_FALLBACKS)).collect::<Vec<_>>())?;
     let lost = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_STREAM_LOST)).collect::<Vec<_>>())?;
     let sw = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_SWITCHES)).collect::<Vec<_>>())?;

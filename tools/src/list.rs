@@ -40,23 +40,26 @@ pub fn state_name(s: u32) -> &'static str {
     }
 }
 
+/// Configured partition slots (other slots' registers refuse access).
+pub fn configured_partitions(dev: &DevNode) -> Result<Vec<u32>, gpupmd::devnode::DevError> {
+    let all: Vec<u32> = (1..MAX_PARTITION_SLOTS).collect();
+    let status = dev.read_many(&all.iter().map(|&p| r::part(p, r::PART_STATUS)).collect::<Vec<_>>())?;
+    Ok(all.iter().zip(status).filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0).map(|(&p, _)| p).collect())
+}
+
 /// Partition slots in use: (slot, running VM, running context, VMs bound).
 pub fn partitions(dev: &DevNode, vms: &[u32]) -> Option<Vec<(u32, u32, u32, Vec<u32>)>> {
-    let slots: Vec<u32> = (1..MAX_PARTITION_SLOTS).collect();
-    let offs: Vec<u64> = slots
-        .iter()
-        .flat_map(|&p| [r::part(p, r::PART_STATUS), r::part(p, r::PART_CUR_VM), r::part(p, r::PART_CUR_CTX)])
-        .collect();
+    let slots = configured_partitions(dev).ok()?;
+    let offs: Vec<u64> = slots.iter().flat_map(|&p| [r::part(p, r::PART_CUR_VM), r::part(p, r::PART_CUR_CTX)]).collect();
     let vals = dev.read_many(&offs).ok()?;
     let vm_parts = dev.read_many(&vms.iter().map(|&v| r::vm(v, r::VM_PARTITION)).collect::<Vec<_>>()).ok()?;
     Some(
         slots
             .iter()
-            .zip(vals.chunks_exact(3))
-            .filter(|(_, v)| reg32(v[0]) & part_status::CONFIGURED != 0)
+            .zip(vals.chunks_exact(2))
             .map(|(&p, v)| {
                 let bound = vms.iter().zip(&vm_parts).filter(|(_, &vp)| reg32(vp) == p).map(|(&vm, _)| vm).collect();
-                (p, reg32(v[1]), reg32(v[2]), bound)
+                (p, reg32(v[0]), reg32(v[1]), bound)
             })
             .collect(),
     )
