@@ -18,7 +18,12 @@ use nix::sys::resource::{getrusage, UsageWho};
 
 fn cpu_children() -> Duration {
     let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(u64::try_from(t.tv_sec()).unwrap_or(0), u32::try_from(t.tv_usec()).unwrap_or(0) * 1000);
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::new(
+            u64::try_from(t.tv_sec()).unwrap_or(0),
+            u32::try_from(t.tv_usec()).unwrap_or(0) * 1000,
+        )
+    };
     tv(u.user_time()) + tv(u.system_time())
 }
 
@@ -36,10 +41,23 @@ fn main() {
     walls.sort_by(f64::total_cmp);
     let p50 = walls[walls.len() / 2];
     let p90 = walls[walls.len() * 9 / 10];
-    eprintln!("gpupm stat --vm 1: p50 {p50:.2} ms, p90 {p90:.2} ms, min {:.2} ms over {} runs", walls[0], walls.len());
+    eprintln!(
+        "gpupm stat --vm 1: p50 {p50:.2} ms, p90 {p90:.2} ms, min {:.2} ms over {} runs",
+        walls[0],
+        walls.len()
+    );
 
     let frames = 10;
-    let mut args: Vec<String> = ["top", "--headless-frames", &frames.to_string(), "-I", "1000"].iter().map(|s| s.to_string()).collect();
+    let mut args: Vec<String> = [
+        "top",
+        "--headless-frames",
+        &frames.to_string(),
+        "-I",
+        "1000",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     args.extend(["--tenant-node".into(), f.node()]);
     let cpu0 = cpu_children();
     let t0 = Instant::now();
@@ -54,7 +72,11 @@ fn main() {
     assert_eq!(r.code, 0, "{}", r.err);
     let cpu = cpu_children() - cpu0;
     let pct = cpu.as_secs_f64() / wall.as_secs_f64() * 100.0;
-    eprintln!("gpupm top, 1 s refresh, {frames} frames: {:.1} ms CPU in {:.2} s = {pct:.3} % of a core", cpu.as_secs_f64() * 1000.0, wall.as_secs_f64());
+    eprintln!(
+        "gpupm top, 1 s refresh, {frames} frames: {:.1} ms CPU in {:.2} s = {pct:.3} % of a core",
+        cpu.as_secs_f64() * 1000.0,
+        wall.as_secs_f64()
+    );
     f.stop();
     println!("{{\"stat_wall_p50_ms\":{p50:.3},\"top_cpu_pct\":{pct:.4}}}");
 }

@@ -40,10 +40,14 @@ pub struct Mailbox {
 /// The one-line message for a node that cannot be opened.
 pub fn open_error(path: &Path, e: &io::Error) -> CliError {
     match e.kind() {
-        io::ErrorKind::NotFound => CliError::usage(format!("no device node: {} does not exist (is gpupm-driver running?)", path.display())),
-        io::ErrorKind::PermissionDenied => {
-            CliError::usage(format!("permission denied on {} (root or the gpupm-admin group only)", path.display()))
-        }
+        io::ErrorKind::NotFound => CliError::usage(format!(
+            "no device node: {} does not exist (is gpupm-driver running?)",
+            path.display()
+        )),
+        io::ErrorKind::PermissionDenied => CliError::usage(format!(
+            "permission denied on {} (root or the gpupm-admin group only)",
+            path.display()
+        )),
         _ => CliError::usage(format!("cannot open {}: {e}", path.display())),
     }
 }
@@ -52,7 +56,11 @@ impl Mailbox {
     /// Opens `node_dir/card0-oob`.
     pub fn open(node_dir: &Path) -> CliResult<Mailbox> {
         let path = node_dir.join(OOB_NAME);
-        let file = OpenOptions::new().read(true).write(true).open(&path).map_err(|e| open_error(&path, &e))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| open_error(&path, &e))?;
         Ok(Mailbox { file, path })
     }
 
@@ -62,16 +70,29 @@ impl Mailbox {
 
     /// Runs one mailbox command and returns DATA.
     pub fn command(&self, op: u32, arg: u32) -> CliResult<u64> {
-        self.file.write_all_at(&arg.to_le_bytes(), MBOX_ARG).map_err(|e| self.io(&e))?;
-        self.file.write_all_at(&op.to_le_bytes(), MBOX_CMD).map_err(|e| self.io(&e))?;
+        self.file
+            .write_all_at(&arg.to_le_bytes(), MBOX_ARG)
+            .map_err(|e| self.io(&e))?;
+        self.file
+            .write_all_at(&op.to_le_bytes(), MBOX_CMD)
+            .map_err(|e| self.io(&e))?;
         let mut st = [0u8; 4];
-        self.file.read_exact_at(&mut st, MBOX_STATUS).map_err(|e| self.io(&e))?;
+        self.file
+            .read_exact_at(&mut st, MBOX_STATUS)
+            .map_err(|e| self.io(&e))?;
         match u32::from_le_bytes(st) {
             mbox_status::OK => {}
-            s => return Err(CliError::runtime(format!("{}: mailbox command {op:#x}({arg}) failed with status {s}", self.path.display()))),
+            s => {
+                return Err(CliError::runtime(format!(
+                    "{}: mailbox command {op:#x}({arg}) failed with status {s}",
+                    self.path.display()
+                )))
+            }
         }
         let mut d = [0u8; 8];
-        self.file.read_exact_at(&mut d, MBOX_DATA).map_err(|e| self.io(&e))?;
+        self.file
+            .read_exact_at(&mut d, MBOX_DATA)
+            .map_err(|e| self.io(&e))?;
         Ok(u64::from_le_bytes(d))
     }
 }
@@ -87,14 +108,21 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let fallbacks = mb.command(mbox_op::READ_FALLBACKS, 0)?;
     let mut counters = Map::new();
     for e in CATALOGUE.iter().filter(|e| u64::from(e.id) < n_events) {
-        counters.insert(e.name.to_string(), json!(mb.command(mbox_op::READ_SYSTEM_COUNTER, u32::from(e.id))?));
+        counters.insert(
+            e.name.to_string(),
+            json!(mb.command(mbox_op::READ_SYSTEM_COUNTER, u32::from(e.id))?),
+        );
     }
     let abi_s = format!("{}.{}", abi >> 16, abi & 0xffff);
     if args.json {
         let o = json!({"abi_version": abi_s, "events": n_events, "cycle": cycle, "idle_cycles": idle, "fallbacks": fallbacks, "counters": counters});
         emit(&format!("{o}\n"))?;
     } else {
-        let idle_pct = if cycle > 0 { idle as f64 * 100.0 / cycle as f64 } else { 0.0 };
+        let idle_pct = if cycle > 0 {
+            idle as f64 * 100.0 / cycle as f64
+        } else {
+            0.0
+        };
         let mut t = format!(
             "{} (out-of-band mailbox)\nABI {abi_s}, {n_events} events\ncycle {cycle}, idle {idle} cycles ({idle_pct:.1} %), {fallbacks} fallback switches\n\n{:<22} {:>20}\n",
             mb.path.display(),

@@ -42,12 +42,30 @@ pub fn compute(v: &[u64; MAX_EVENTS], cycles: u64, clock_khz: u32) -> Vec<Metric
         ("sm_utilisation", ratio(active, ev(v, "sm_cycles_elapsed"))),
         ("ipc", ratio(inst, active)),
         ("cpi", ratio(active, inst)),
-        ("l1_hit_rate", ratio(ev(v, "sm_l1_hit"), ev(v, "sm_l1_hit") + ev(v, "sm_l1_miss"))),
-        ("l2_hit_rate", ratio(ev(v, "l2_hit"), ev(v, "l2_hit") + ev(v, "l2_miss"))),
-        ("dram_bytes_per_s", ratio(ev(v, "fb_bytes") * scale, seconds)),
-        ("pcie_bytes_per_s", ratio((ev(v, "pcie_rx_bytes") + ev(v, "pcie_tx_bytes")) * scale, seconds)),
+        (
+            "l1_hit_rate",
+            ratio(ev(v, "sm_l1_hit"), ev(v, "sm_l1_hit") + ev(v, "sm_l1_miss")),
+        ),
+        (
+            "l2_hit_rate",
+            ratio(ev(v, "l2_hit"), ev(v, "l2_hit") + ev(v, "l2_miss")),
+        ),
+        (
+            "dram_bytes_per_s",
+            ratio(ev(v, "fb_bytes") * scale, seconds),
+        ),
+        (
+            "pcie_bytes_per_s",
+            ratio(
+                (ev(v, "pcie_rx_bytes") + ev(v, "pcie_tx_bytes")) * scale,
+                seconds,
+            ),
+        ),
     ];
-    candidates.into_iter().filter_map(|(name, value)| value.map(|value| Metric { name, value })).collect()
+    candidates
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|value| Metric { name, value }))
+        .collect()
 }
 
 /// A metric by name.
@@ -83,7 +101,9 @@ mod tests {
     #[test]
     fn derived_metrics_follow_their_formulas() {
         let mut v = [0u64; MAX_EVENTS];
-        let set = |v: &mut [u64; MAX_EVENTS], n: &str, x: u64| v[usize::from(events::by_name(n).unwrap().id)] = x;
+        let set = |v: &mut [u64; MAX_EVENTS], n: &str, x: u64| {
+            v[usize::from(events::by_name(n).unwrap().id)] = x
+        };
         set(&mut v, "sm_cycles_elapsed", 1000);
         set(&mut v, "sm_cycles_active", 500);
         set(&mut v, "sm_inst_executed", 250);

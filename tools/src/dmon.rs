@@ -16,7 +16,12 @@ use crate::top::sample::Sampler;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Interval in milliseconds.
-    #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000)]
+    #[arg(
+        short = 'I',
+        long = "interval",
+        value_name = "MS",
+        default_value_t = 1000
+    )]
     interval_ms: u64,
     /// Number of intervals (default: until interrupted).
     #[arg(long, value_name = "K")]
@@ -31,7 +36,10 @@ fn col(v: Option<f64>, scale: f64, prec: usize) -> String {
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let mut s = Sampler::new(Node::open(&g.tenant_node)?)?;
     s.sample(false)?;
-    emit(&format!("# {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>10}\n", "vm", "sm%", "ipc", "inst/s", "l2hit%", "dramMB/s", "pcieMB/s"))?;
+    emit(&format!(
+        "# {:>4} {:>6} {:>6} {:>10} {:>7} {:>10} {:>10}\n",
+        "vm", "sm%", "ipc", "inst/s", "l2hit%", "dramMB/s", "pcieMB/s"
+    ))?;
     let period = Duration::from_millis(args.interval_ms.max(1));
     let mut next = Instant::now() + period;
     let mut n = 0;

@@ -16,12 +16,18 @@ pub struct CliError {
 impl CliError {
     /// A usage or environment error (exit 2).
     pub fn usage(msg: impl Into<String>) -> CliError {
-        CliError { code: 2, msg: msg.into() }
+        CliError {
+            code: 2,
+            msg: msg.into(),
+        }
     }
 
     /// The command ran but found a problem (exit 1).
     pub fn runtime(msg: impl Into<String>) -> CliError {
-        CliError { code: 1, msg: msg.into() }
+        CliError {
+            code: 1,
+            msg: msg.into(),
+        }
     }
 }
 

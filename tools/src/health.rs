@@ -27,9 +27,15 @@ use crate::output::emit;
 const METRICS: [(&str, &str); 11] = [
     ("handshakes", "gpupm_handshakes_total"),
     ("handshake_fallbacks", "gpupm_handshake_fallbacks_total"),
-    ("handshake_seconds_sum", "gpupm_handshake_duration_seconds_sum"),
+    (
+        "handshake_seconds_sum",
+        "gpupm_handshake_duration_seconds_sum",
+    ),
     ("stream_lost_records", "gpupm_stream_lost_records_total"),
-    ("stream_drained_records", "gpupm_stream_drained_records_total"),
+    (
+        "stream_drained_records",
+        "gpupm_stream_drained_records_total",
+    ),
     ("stream_drain_lag_records", "gpupm_stream_drain_lag_records"),
     ("tenant_requests", "gpupm_tenant_requests_total"),
     ("tenant_request_errors", "gpupm_tenant_request_errors_total"),
@@ -56,11 +62,18 @@ fn scrape(addr: SocketAddr) -> Result<String, String> {
     let t = Duration::from_secs(2);
     let mut s = TcpStream::connect_timeout(&addr, t).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(t)).map_err(|e| e.to_string())?;
-    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n").as_bytes()).map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\nAccept: text/plain\r\n\r\n").as_bytes(),
+    )
+    .map_err(|e| e.to_string())?;
     let mut body = String::new();
     s.read_to_string(&mut body).map_err(|e| e.to_string())?;
     match body.split_once("\r\n\r\n") {
-        Some((head, rest)) if head.starts_with("HTTP/1.") && head.split(' ').nth(1) == Some("200") => Ok(rest.to_string()),
+        Some((head, rest))
+            if head.starts_with("HTTP/1.") && head.split(' ').nth(1) == Some("200") =>
+        {
+            Ok(rest.to_string())
+        }
         _ => Err("unexpected HTTP answer".into()),
     }
 }
@@ -76,7 +89,11 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
         if key != name {
             continue;
         }
-        let value = rest.rsplit_once('}').map_or(rest, |(_, v)| v).split_whitespace().next();
+        let value = rest
+            .rsplit_once('}')
+            .map_or(rest, |(_, v)| v)
+            .split_whitespace()
+            .next();
         if let Some(v) = value.and_then(|v| v.parse::<f64>().ok()) {
             *found.get_or_insert(0.0) += v;
         }
@@ -86,9 +103,24 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
 
 fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
     let parts = crate::list::configured_partitions(dev)?;
-    let fb = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_FALLBACKS)).collect::<Vec<_>>())?;
-    let lost = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_STREAM_LOST)).collect::<Vec<_>>())?;
-    let sw = dev.read_many(&parts.iter().map(|&p| r::part(p, r::PART_SWITCHES)).collect::<Vec<_>>())?;
+    let fb = dev.read_many(
+        &parts
+            .iter()
+            .map(|&p| r::part(p, r::PART_FALLBACKS))
+            .collect::<Vec<_>>(),
+    )?;
+    let lost = dev.read_many(
+        &parts
+            .iter()
+            .map(|&p| r::part(p, r::PART_STREAM_LOST))
+            .collect::<Vec<_>>(),
+    )?;
+    let sw = dev.read_many(
+        &parts
+            .iter()
+            .map(|&p| r::part(p, r::PART_SWITCHES))
+            .collect::<Vec<_>>(),
+    )?;
     let cap = dev.read32(r::CLOCK_CAP)?;
     Ok(json!({
         "cycle": dev.read64(r::CYCLE)?,
@@ -104,12 +136,21 @@ fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
 
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    let settings = gpupmd::config::load(args.config.as_deref()).map_err(|e| CliError::usage(node::chain(&e)))?;
+    let settings = gpupmd::config::load(args.config.as_deref())
+        .map_err(|e| CliError::usage(node::chain(&e)))?;
     let endpoint = args.metrics.unwrap_or(settings.metrics_listen);
-    let node_dir = if g.node_dir.as_os_str() == DEFAULT_NODE_DIR { settings.node_dir.clone() } else { g.node_dir.clone() };
+    let node_dir = if g.node_dir.as_os_str() == DEFAULT_NODE_DIR {
+        settings.node_dir.clone()
+    } else {
+        g.node_dir.clone()
+    };
     let mut daemon = Map::new();
     daemon.insert("endpoint".into(), json!(endpoint.to_string()));
-    let scraped = if endpoint.port() == 0 { Err("port 0 in the configuration; pass --metrics ADDR".to_string()) } else { scrape(endpoint) };
+    let scraped = if endpoint.port() == 0 {
+        Err("port 0 in the configuration; pass --metrics ADDR".to_string())
+    } else {
+        scrape(endpoint)
+    };
     daemon.insert("reachable".into(), json!(scraped.is_ok()));
     if let Ok(text) = &scraped {
         for (key, name) in METRICS {
@@ -123,10 +164,19 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     };
     if scraped.is_err() && dev_json.is_none() {
         let why = scraped.as_ref().err().cloned().unwrap_or_default();
-        let dev_why = dev.as_ref().err().map(|e| node::chain(e)).unwrap_or_default();
-        return Err(CliError::usage(format!("no health source: metrics at {endpoint}: {why}; {dev_why}")));
+        let dev_why = dev
+            .as_ref()
+            .err()
+            .map(|e| node::chain(e))
+            .unwrap_or_default();
+        return Err(CliError::usage(format!(
+            "no health source: metrics at {endpoint}: {why}; {dev_why}"
+        )));
     }
-    let wraps = dev_json.as_ref().and_then(|d| d["ccu_wraps"].as_u64()).unwrap_or(0);
+    let wraps = dev_json
+        .as_ref()
+        .and_then(|d| d["ccu_wraps"].as_u64())
+        .unwrap_or(0);
     let healthy = scraped.is_ok() && wraps == 0;
     if args.json {
         let o = json!({"daemon": daemon, "device": dev_json, "healthy": healthy});
@@ -152,8 +202,16 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             (_, Err(e)) => t += &format!("device: not readable ({})\n", node::chain(e)),
             _ => {}
         }
-        t += if healthy { "healthy\n" } else { "NOT HEALTHY\n" };
+        t += if healthy {
+            "healthy\n"
+        } else {
+            "NOT HEALTHY\n"
+        };
         emit(&t)?;
     }
-    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -32,7 +32,11 @@ use clap::{Parser, Subcommand};
 use crate::error::CliError;
 
 #[derive(Parser, Debug)]
-#[command(name = "gpupm", version, about = "GPU performance monitoring: operators' and tenants' tools")]
+#[command(
+    name = "gpupm",
+    version,
+    about = "GPU performance monitoring: operators' and tenants' tools"
+)]
 struct Cli {
     #[command(flatten)]
     global: node::Global,

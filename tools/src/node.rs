@@ -73,9 +73,15 @@ pub fn scope_name(s: Scope) -> (&'static str, u32) {
 /// The one message for a scope that is not the caller's or does not exist.
 pub fn not_visible(s: Scope) -> CliError {
     match s {
-        Scope::System => CliError::usage("the system scope is for the admin only (root or the gpupm-admin group)"),
-        Scope::Vm(v) => CliError::usage(format!("no VM {v} visible to you (it does not exist or is not yours)")),
-        Scope::Ctx(c) => CliError::usage(format!("no context {c} visible to you (it does not exist or is not yours)")),
+        Scope::System => CliError::usage(
+            "the system scope is for the admin only (root or the gpupm-admin group)",
+        ),
+        Scope::Vm(v) => CliError::usage(format!(
+            "no VM {v} visible to you (it does not exist or is not yours)"
+        )),
+        Scope::Ctx(c) => CliError::usage(format!(
+            "no context {c} visible to you (it does not exist or is not yours)"
+        )),
     }
 }
 
@@ -92,7 +98,10 @@ impl Node {
     /// Opens the node, mapping failures to the documented messages.
     pub fn open(path: &Path) -> CliResult<Node> {
         match TenantClient::open(path) {
-            Ok(client) => Ok(Node { client, path: path.to_owned() }),
+            Ok(client) => Ok(Node {
+                client,
+                path: path.to_owned(),
+            }),
             Err(e) => Err(open_error(path, &e)),
         }
     }
@@ -102,9 +111,10 @@ impl Node {
         match (e.errno(), s) {
             (Some(Errno::EACCES | Errno::EPERM | Errno::ENOENT), Some(s)) => not_visible(s),
             (Some(Errno::EACCES | Errno::EPERM), None) => denied(&self.path),
-            (Some(Errno::ENOTCONN | Errno::ECONNABORTED), _) => {
-                CliError::usage(format!("no gpupmd: {} is not served (daemon stopped?)", self.path.display()))
-            }
+            (Some(Errno::ENOTCONN | Errno::ECONNABORTED), _) => CliError::usage(format!(
+                "no gpupmd: {} is not served (daemon stopped?)",
+                self.path.display()
+            )),
             (Some(Errno::EINVAL), Some(s)) => {
                 let (kind, id) = scope_name(s);
                 CliError::usage(format!("invalid {kind} id {id}"))
@@ -125,13 +135,22 @@ impl Node {
 
     /// Every event's total of `s`.
     pub fn totals(&self, s: Scope) -> CliResult<Box<ReadCounters>> {
-        self.client.read_counters(s, &[]).map_err(|e| self.fail(&e, Some(s)))
+        self.client
+            .read_counters(s, &[])
+            .map_err(|e| self.fail(&e, Some(s)))
     }
 
     /// Nominal device clock in kHz (from a rate query on a visible VM).
     pub fn clock_khz(&self, w: &Whoami) -> CliResult<u32> {
-        let vm = w.visible_vms().first().copied().ok_or_else(|| denied(&self.path))?;
-        let r = self.client.read_rates(Scope::Vm(vm), 1).map_err(|e| self.fail(&e, Some(Scope::Vm(vm))))?;
+        let vm = w
+            .visible_vms()
+            .first()
+            .copied()
+            .ok_or_else(|| denied(&self.path))?;
+        let r = self
+            .client
+            .read_rates(Scope::Vm(vm), 1)
+            .map_err(|e| self.fail(&e, Some(Scope::Vm(vm))))?;
         Ok(r.clock_khz.max(1))
     }
 }
@@ -142,7 +161,10 @@ pub fn sealed(rc: &ReadCounters) -> bool {
 }
 
 fn denied(path: &Path) -> CliError {
-    CliError::usage(format!("permission denied on {} (are you mapped to a VM in gpupmd.toml?)", path.display()))
+    CliError::usage(format!(
+        "permission denied on {} (are you mapped to a VM in gpupmd.toml?)",
+        path.display()
+    ))
 }
 
 fn open_error(path: &Path, e: &ClientError) -> CliError {
@@ -151,9 +173,10 @@ fn open_error(path: &Path, e: &ClientError) -> CliError {
             CliError::usage(format!("no gpupmd: {} does not exist", path.display()))
         }
         Some(Errno::EACCES | Errno::EPERM) => denied(path),
-        Some(Errno::ENOTCONN | Errno::ECONNABORTED) => {
-            CliError::usage(format!("no gpupmd: {} is not served (daemon stopped?)", path.display()))
-        }
+        Some(Errno::ENOTCONN | Errno::ECONNABORTED) => CliError::usage(format!(
+            "no gpupmd: {} is not served (daemon stopped?)",
+            path.display()
+        )),
         _ => CliError::usage(chain(e)),
     }
 }
@@ -178,8 +201,13 @@ pub fn parse_events(list: &str) -> CliResult<Vec<u16>> {
             Some(e) if !out.contains(&e.id) => out.push(e.id),
             Some(_) => {}
             None => {
-                let best = CATALOGUE.iter().min_by_key(|e| distance(name, e.name)).map_or("", |e| e.name);
-                return Err(CliError::usage(format!("unknown event \"{name}\" (did you mean \"{best}\"?)")));
+                let best = CATALOGUE
+                    .iter()
+                    .min_by_key(|e| distance(name, e.name))
+                    .map_or("", |e| e.name);
+                return Err(CliError::usage(format!(
+                    "unknown event \"{name}\" (did you mean \"{best}\"?)"
+                )));
             }
         }
     }
@@ -196,7 +224,9 @@ fn distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }

@@ -19,19 +19,31 @@ pub struct Spinner {
 impl Spinner {
     /// A spinner showing `label`.
     pub fn new(label: impl Into<String>) -> Spinner {
-        Spinner { label: label.into(), tty: std::io::stderr().is_terminal(), frame: 0, last: None }
+        Spinner {
+            label: label.into(),
+            tty: std::io::stderr().is_terminal(),
+            frame: 0,
+            last: None,
+        }
     }
 
     /// Advances the spinner (at most every 100 ms).
     pub fn tick(&mut self) {
-        if !self.tty || self.last.is_some_and(|t| t.elapsed() < Duration::from_millis(100)) {
+        if !self.tty
+            || self
+                .last
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
             return;
         }
         self.last = Some(Instant::now());
         self.frame = (self.frame + 1) % FRAMES.len();
         let mut err = std::io::stderr().lock();
         // Progress output is best effort: a closed stderr must not fail the command.
-        if write!(err, "\r{} {}", FRAMES[self.frame], self.label).and_then(|()| err.flush()).is_err() {
+        if write!(err, "\r{} {}", FRAMES[self.frame], self.label)
+            .and_then(|()| err.flush())
+            .is_err()
+        {
             self.tty = false;
         }
     }
@@ -40,7 +52,10 @@ impl Spinner {
     pub fn done(&mut self) {
         if self.tty && self.last.is_some() {
             let mut err = std::io::stderr().lock();
-            if write!(err, "\r{}\r", " ".repeat(self.label.len() + 2)).and_then(|()| err.flush()).is_err() {
+            if write!(err, "\r{}\r", " ".repeat(self.label.len() + 2))
+                .and_then(|()| err.flush())
+                .is_err()
+            {
                 self.tty = false;
             }
         }

@@ -75,17 +75,29 @@ impl Acc {
 }
 
 fn totals_json(v: &[u64; MAX_EVENTS]) -> Value {
-    Value::Object(CATALOGUE.iter().map(|e| (e.name.to_string(), json!(v[usize::from(e.id)]))).collect())
+    Value::Object(
+        CATALOGUE
+            .iter()
+            .map(|e| (e.name.to_string(), json!(v[usize::from(e.id)])))
+            .collect(),
+    )
 }
 
 fn derived_json(v: &[u64; MAX_EVENTS], cycles: u64, khz: u32) -> Value {
-    Value::Object(derived::compute(v, cycles, khz).into_iter().map(|m| (m.name.to_string(), json!(m.value))).collect::<Map<_, _>>())
+    Value::Object(
+        derived::compute(v, cycles, khz)
+            .into_iter()
+            .map(|m| (m.name.to_string(), json!(m.value)))
+            .collect::<Map<_, _>>(),
+    )
 }
 
 /// Runs the command.
 pub fn run(args: &Args) -> CliResult<ExitCode> {
-    let bytes = std::fs::read(&args.file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let (h, recs) = format::decode(&bytes).map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
+    let bytes = std::fs::read(&args.file)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
+    let (h, recs) = format::decode(&bytes)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
     let khz = h.clock_khz.max(1);
     let bucket = (args.interval_ms.max(1) * u64::from(khz)).max(1);
     let mut ctxs: BTreeMap<u32, Acc> = BTreeMap::new();
@@ -98,7 +110,9 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
             sealed += 1;
             continue;
         }
-        let Ok((r, _)) = StreamRecord::read_from_prefix(&d.slot.payload) else { continue };
+        let Ok((r, _)) = StreamRecord::read_from_prefix(&d.slot.payload) else {
+            continue;
+        };
         if r.magic != RECORD_MAGIC {
             continue;
         }
@@ -110,7 +124,11 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let mut order: Vec<(&u32, &Acc)> = ctxs.iter().collect();
     order.sort_by(|a, b| b.1.totals.get(3).cmp(&a.1.totals.get(3)).then(a.0.cmp(b.0)));
     order.truncate(args.top);
-    let kind = if h.scope == scope::CONTEXT { "ctx" } else { "vm" };
+    let kind = if h.scope == scope::CONTEXT {
+        "ctx"
+    } else {
+        "vm"
+    };
     if first == u64::MAX {
         first = 0;
     }
@@ -156,10 +174,14 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
             v[3],
             derived::get(&m, "sm_utilisation").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
             derived::get(&m, "ipc").map_or("-".into(), |x| format!("{x:.2}")),
-            derived::get(&m, "dram_bytes_per_s").map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
+            derived::get(&m, "dram_bytes_per_s")
+                .map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
         );
     }
-    t += &format!("\nper {} ms interval:\n{:>12} {:>8} {:>16} {:>7} {:>12}\n", args.interval_ms, "START_MS", "COMMITS", "INST", "SM %", "DRAM/s");
+    t += &format!(
+        "\nper {} ms interval:\n{:>12} {:>8} {:>16} {:>7} {:>12}\n",
+        args.interval_ms, "START_MS", "COMMITS", "INST", "SM %", "DRAM/s"
+    );
     for (&b, a) in &intervals {
         let v = a.values();
         let m = derived::compute(&v, bucket, khz);
@@ -169,7 +191,8 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
             a.commits,
             v[3],
             derived::get(&m, "sm_utilisation").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
-            derived::get(&m, "dram_bytes_per_s").map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
+            derived::get(&m, "dram_bytes_per_s")
+                .map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
         );
     }
     emit(&t)?;

@@ -17,7 +17,8 @@ pub fn install() -> Result<(), String> {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe, and no other code in gpupm installs handlers
         // for these signals.
-        unsafe { signal::signal(sig, SigHandler::Handler(on_signal)) }.map_err(|e| format!("cannot install a {sig} handler: {e}"))?;
+        unsafe { signal::signal(sig, SigHandler::Handler(on_signal)) }
+            .map_err(|e| format!("cannot install a {sig} handler: {e}"))?;
     }
     Ok(())
 }

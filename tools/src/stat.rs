@@ -78,7 +78,18 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     }
     let Some(ms) = args.interval_ms else {
         let d = derived::compute(&first.values, first.cycle, clock_khz);
-        print(args, &Sample { scope, cycle: first.cycle, interval_ms: None, values: &first.values, shown: &shown, derived: &d, sealed: node::sealed(&first) })?;
+        print(
+            args,
+            &Sample {
+                scope,
+                cycle: first.cycle,
+                interval_ms: None,
+                values: &first.values,
+                shown: &shown,
+                derived: &d,
+                sealed: node::sealed(&first),
+            },
+        )?;
         return Ok(ExitCode::SUCCESS);
     };
     let period = Duration::from_millis(ms.max(1));
@@ -91,7 +102,18 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         let cur = node.totals(scope)?;
         let d = node::delta(&cur.values, &prev.values);
         let metrics = derived::compute(&d, cur.cycle.saturating_sub(prev.cycle), clock_khz);
-        print(args, &Sample { scope, cycle: cur.cycle, interval_ms: Some(ms), values: &d, shown: &shown, derived: &metrics, sealed: node::sealed(&cur) })?;
+        print(
+            args,
+            &Sample {
+                scope,
+                cycle: cur.cycle,
+                interval_ms: Some(ms),
+                values: &d,
+                shown: &shown,
+                derived: &metrics,
+                sealed: node::sealed(&cur),
+            },
+        )?;
         prev = cur;
         n += 1;
     }
@@ -134,17 +156,31 @@ fn print(args: &Args, s: &Sample<'_>) -> CliResult {
         let mut t = String::new();
         if !s.sealed {
             for &e in s.shown {
-                t += &format!("{kind},{id},{},{iv},event,{},{}\n", s.cycle, name(e), s.values[usize::from(e)]);
+                t += &format!(
+                    "{kind},{id},{},{iv},event,{},{}\n",
+                    s.cycle,
+                    name(e),
+                    s.values[usize::from(e)]
+                );
             }
             for m in s.derived {
-                t += &format!("{kind},{id},{},{iv},derived,{},{}\n", s.cycle, m.name, m.value);
+                t += &format!(
+                    "{kind},{id},{},{iv},derived,{},{}\n",
+                    s.cycle, m.name, m.value
+                );
             }
         }
         t
     } else {
         let head = match s.interval_ms {
-            Some(ms) => format!("{kind} {id}: {ms} ms interval ending at cycle {}\n", s.cycle),
-            None => format!("Performance counter stats for {kind} {id} (last commit at cycle {}):\n\n", s.cycle),
+            Some(ms) => format!(
+                "{kind} {id}: {ms} ms interval ending at cycle {}\n",
+                s.cycle
+            ),
+            None => format!(
+                "Performance counter stats for {kind} {id} (last commit at cycle {}):\n\n",
+                s.cycle
+            ),
         };
         let mut t = head;
         if s.sealed {
@@ -152,7 +188,12 @@ fn print(args: &Args, s: &Sample<'_>) -> CliResult {
         }
         for &e in s.shown.iter().filter(|_| !s.sealed) {
             let info = events::by_id(e);
-            t += &format!("  {:>20}  {:<22} # {}\n", s.values[usize::from(e)], name(e), info.map_or("", |i| i.measure));
+            t += &format!(
+                "  {:>20}  {:<22} # {}\n",
+                s.values[usize::from(e)],
+                name(e),
+                info.map_or("", |i| i.measure)
+            );
         }
         if !s.derived.is_empty() && !s.sealed {
             t += "\n";

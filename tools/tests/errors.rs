@@ -6,8 +6,15 @@ mod common;
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(common::GPUPM).args(args).output().expect("run gpupm");
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+    let o = Command::new(common::GPUPM)
+        .args(args)
+        .output()
+        .expect("run gpupm");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
 }
 
 fn one_line(err: &str) {
@@ -17,30 +24,72 @@ fn one_line(err: &str) {
 
 #[test]
 fn no_daemon_names_the_missing_node() {
-    for cmd in [&["list"][..], &["stat", "--vm", "1"], &["top", "--headless-frames", "1"], &["dmon", "--count", "1"], &["record", "-o", "/tmp/x", "--vm", "1"]] {
+    for cmd in [
+        &["list"][..],
+        &["stat", "--vm", "1"],
+        &["top", "--headless-frames", "1"],
+        &["dmon", "--count", "1"],
+        &["record", "-o", "/tmp/x", "--vm", "1"],
+    ] {
         let mut args = cmd.to_vec();
         args.extend(["--tenant-node", "/nonexistent/gpupm/node"]);
         let (code, out, err) = run(&args);
         assert_eq!((code, out.as_str()), (2, ""), "{cmd:?}");
-        assert_eq!(err, "gpupm: no gpupmd: /nonexistent/gpupm/node does not exist\n", "{cmd:?}");
+        assert_eq!(
+            err, "gpupm: no gpupmd: /nonexistent/gpupm/node does not exist\n",
+            "{cmd:?}"
+        );
     }
 }
 
 #[test]
 fn bad_event_name_names_the_closest_valid_one() {
-    let (code, _, err) = run(&["stat", "-e", "sm_inst_executed,l2_hti", "--vm", "1", "--tenant-node", "/nonexistent"]);
-    assert_eq!((code, err.as_str()), (2, "gpupm: unknown event \"l2_hti\" (did you mean \"l2_hit\"?)\n"));
+    let (code, _, err) = run(&[
+        "stat",
+        "-e",
+        "sm_inst_executed,l2_hti",
+        "--vm",
+        "1",
+        "--tenant-node",
+        "/nonexistent",
+    ]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "gpupm: unknown event \"l2_hti\" (did you mean \"l2_hit\"?)\n"
+        )
+    );
     let (code, _, err) = run(&["stat", "-e", "inst_executed"]);
-    assert_eq!((code, err.as_str()), (2, "gpupm: unknown event \"inst_executed\" (did you mean \"sm_inst_executed\"?)\n"));
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            2,
+            "gpupm: unknown event \"inst_executed\" (did you mean \"sm_inst_executed\"?)\n"
+        )
+    );
 }
 
 #[test]
 fn bad_recordings_are_refused_with_the_reason() {
     let dir = common::TempDir::new("errors");
     let f = dir.join("garbage");
-    std::fs::write(&f, b"this is not a recording, it is long enough to hold a header........").unwrap();
+    std::fs::write(
+        &f,
+        b"this is not a recording, it is long enough to hold a header........",
+    )
+    .unwrap();
     let (code, _, err) = run(&["report", f.to_str().unwrap()]);
-    assert_eq!((code, err), (2, format!("gpupm: {}: not a gpupm recording (bad magic)\n", f.display())));
+    assert_eq!(
+        (code, err),
+        (
+            2,
+            format!(
+                "gpupm: {}: not a gpupm recording (bad magic)\n",
+                f.display()
+            )
+        )
+    );
     let (code, _, err) = run(&["report", "/nonexistent/rec"]);
     assert_eq!(code, 2);
     one_line(&err);
@@ -54,11 +103,20 @@ fn device_nodes_that_do_not_exist_are_named() {
     let dir = common::TempDir::new("errors-health");
     let cfg = dir.join("gpupmd.toml");
     let port = common::free_port();
-    std::fs::write(&cfg, format!("node_dir = \"/nonexistent/dev\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n")).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("node_dir = \"/nonexistent/dev\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
     let (code, _, err) = run(&["health", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 2);
     one_line(&err);
-    assert!(err.starts_with(&format!("gpupm: no health source: metrics at 127.0.0.1:{port}: ")), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "gpupm: no health source: metrics at 127.0.0.1:{port}: "
+        )),
+        "{err}"
+    );
     std::fs::write(&cfg, "bogus_key = 1\n").unwrap();
     let (code, _, err) = run(&["health", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 2);
@@ -71,7 +129,11 @@ fn demo_without_its_binaries_says_where_it_looked() {
     let dir = common::TempDir::new("errors-demo");
     let copy = dir.join("gpupm");
     std::fs::copy(common::GPUPM, &copy).unwrap();
-    let o = Command::new(&copy).args(["demo", "--headless"]).env("PATH", "").output().unwrap();
+    let o = Command::new(&copy)
+        .args(["demo", "--headless"])
+        .env("PATH", "")
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(

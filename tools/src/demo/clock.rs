@@ -44,18 +44,40 @@ impl Stepper {
     pub fn new(dev: DevNode) -> CliResult<Stepper> {
         let id = dev.identity().map_err(|e| dev_err(&e))?;
         if id.step_clock == 0 {
-            return Err(CliError::usage("the demo device must run with --clock step"));
+            return Err(CliError::usage(
+                "the demo device must run with --clock step",
+            ));
         }
         let slots: Vec<u32> = (1..r::MAX_PARTITION_SLOTS).collect();
-        let st = dev.read_many(&slots.iter().map(|&p| r::part(p, r::PART_STATUS)).collect::<Vec<_>>()).map_err(|e| dev_err(&e))?;
-        let parts: Vec<u32> = slots.iter().zip(st).filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0).map(|(&p, _)| p).collect();
+        let st = dev
+            .read_many(
+                &slots
+                    .iter()
+                    .map(|&p| r::part(p, r::PART_STATUS))
+                    .collect::<Vec<_>>(),
+            )
+            .map_err(|e| dev_err(&e))?;
+        let parts: Vec<u32> = slots
+            .iter()
+            .zip(st)
+            .filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0)
+            .map(|(&p, _)| p)
+            .collect();
         let timeout = parts
             .iter()
             .filter_map(|&p| dev.read32(r::part(p, r::PART_SWITCH_TIMEOUT)).ok())
             .min()
             .unwrap_or(1 << 20);
         let khz = u64::from(id.clock_khz.max(1));
-        Ok(Stepper { dev, parts, khz, chunk: (u64::from(timeout) / 2).clamp(1024, khz), started: Instant::now(), advanced: 0, behind_ms: 0 })
+        Ok(Stepper {
+            dev,
+            parts,
+            khz,
+            chunk: (u64::from(timeout) / 2).clamp(1024, khz),
+            started: Instant::now(),
+            advanced: 0,
+            behind_ms: 0,
+        })
     }
 
     /// Restarts the pacing reference (call when the view starts).
@@ -84,8 +106,18 @@ impl Stepper {
     }
 
     fn states(&self) -> CliResult<Vec<u32>> {
-        let offs: Vec<u64> = self.parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect();
-        Ok(self.dev.read_many(&offs).map_err(|e| dev_err(&e))?.iter().map(|&s| reg32(s) & part_status::STATE_MASK).collect())
+        let offs: Vec<u64> = self
+            .parts
+            .iter()
+            .map(|&p| r::part(p, r::PART_STATUS))
+            .collect();
+        Ok(self
+            .dev
+            .read_many(&offs)
+            .map_err(|e| dev_err(&e))?
+            .iter()
+            .map(|&s| reg32(s) & part_status::STATE_MASK)
+            .collect())
     }
 
     /// Waits until every partition's handshake is idle.
@@ -95,7 +127,9 @@ impl Stepper {
         while self.states()?.iter().any(|&s| s != hs_state::IDLE) {
             check_alive(daemon)?;
             if Instant::now() > deadline {
-                return Err(CliError::runtime("the daemon did not finish its handshakes within 30 s"));
+                return Err(CliError::runtime(
+                    "the daemon did not finish its handshakes within 30 s",
+                ));
             }
             spins += 1;
             if spins > 20 {
@@ -112,7 +146,10 @@ impl Stepper {
     pub fn flush_and_settle(&self, daemon: &mut Proc) -> CliResult {
         let mask = self.parts.iter().fold(1u32, |m, &p| m | 1 << p);
         self.dev
-            .batch(&mut [wr(r::TRIG_TARGET, mask), wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER)])
+            .batch(&mut [
+                wr(r::TRIG_TARGET, mask),
+                wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+            ])
             .map_err(|e| dev_err(&e))?;
         let mut spin = Spinner::new("waiting for the daemon to drain");
         let deadline = Instant::now() + IDLE_PATIENCE;
@@ -124,7 +161,9 @@ impl Stepper {
             }
             check_alive(daemon)?;
             if Instant::now() > deadline {
-                return Err(CliError::runtime("the daemon did not come to rest (stream rings, retired contexts) within 30 s"));
+                return Err(CliError::runtime(
+                    "the daemon did not come to rest (stream rings, retired contexts) within 30 s",
+                ));
             }
             std::thread::yield_now();
         }
@@ -137,22 +176,37 @@ impl Stepper {
         let offs: Vec<u64> = self
             .parts
             .iter()
-            .flat_map(|&p| [r::part(p, r::PART_STREAM_HEAD), r::part(p, r::PART_STREAM_TAIL), r::part(p, r::PART_STREAM_WATERMARK)])
+            .flat_map(|&p| {
+                [
+                    r::part(p, r::PART_STREAM_HEAD),
+                    r::part(p, r::PART_STREAM_TAIL),
+                    r::part(p, r::PART_STREAM_WATERMARK),
+                ]
+            })
             .collect();
         let v = self.dev.read_many(&offs).map_err(|e| dev_err(&e))?;
-        Ok(v.chunks_exact(3).all(|x| reg32(x[0]).wrapping_sub(reg32(x[1])) < reg32(x[2]).max(1)))
+        Ok(v.chunks_exact(3)
+            .all(|x| reg32(x[0]).wrapping_sub(reg32(x[1])) < reg32(x[2]).max(1)))
     }
 
     fn any_destroyed(&self) -> CliResult<bool> {
         let offs: Vec<u64> = (1..MAX_CONTEXTS).map(|c| r::ctx(c, r::CTX_STATE)).collect();
-        Ok(self.dev.read_many(&offs).map_err(|e| dev_err(&e))?.iter().any(|&s| reg32(s) == ctx_state::DESTROYED))
+        Ok(self
+            .dev
+            .read_many(&offs)
+            .map_err(|e| dev_err(&e))?
+            .iter()
+            .any(|&s| reg32(s) == ctx_state::DESTROYED))
     }
 }
 
 /// Fails when the daemon has exited.
 pub fn check_alive(daemon: &mut Proc) -> CliResult {
     match daemon.exited() {
-        Some(st) => Err(CliError::runtime(format!("gpupmd exited ({st}): {}", daemon.why()))),
+        Some(st) => Err(CliError::runtime(format!(
+            "gpupmd exited ({st}): {}",
+            daemon.why()
+        ))),
         None => Ok(()),
     }
 }

@@ -50,19 +50,29 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let driver_bin = find_binary("gpupm-driver")?;
     let daemon_bin = find_binary("gpupmd")?;
     if !nix::unistd::geteuid().is_root() {
-        return Err(CliError::usage("the demo mounts FUSE device nodes: run it as root"));
+        return Err(CliError::usage(
+            "the demo mounts FUSE device nodes: run it as root",
+        ));
     }
     if !std::path::Path::new("/dev/fuse").exists() {
-        return Err(CliError::usage("the demo needs /dev/fuse (FUSE is not available here)"));
+        return Err(CliError::usage(
+            "the demo needs /dev/fuse (FUSE is not available here)",
+        ));
     }
     crate::signals::install()?;
     let tmp = TempDir::new()?;
     let mut cmd = Command::new(driver_bin);
-    cmd.args(["--clock", "step", "--node-dir"]).arg(tmp.join("dev"));
+    cmd.args(["--clock", "step", "--node-dir"])
+        .arg(tmp.join("dev"));
     if let Some(p) = &args.scenario {
         cmd.arg("--scenario").arg(p);
     }
-    let mut driver = Proc::spawn("gpupm-driver", cmd, &tmp.join("driver.sock"), &tmp.join("driver.log"))?;
+    let mut driver = Proc::spawn(
+        "gpupm-driver",
+        cmd,
+        &tmp.join("driver.sock"),
+        &tmp.join("driver.log"),
+    )?;
     driver.wait_ready()?;
     let config = format!(
         "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n",
@@ -72,10 +82,16 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         tmp.join("no-journal"),
     );
     let cfg_path = tmp.join("gpupmd.toml");
-    std::fs::write(&cfg_path, config).map_err(|e| CliError::usage(format!("cannot write {}: {e}", cfg_path.display())))?;
+    std::fs::write(&cfg_path, config)
+        .map_err(|e| CliError::usage(format!("cannot write {}: {e}", cfg_path.display())))?;
     let mut cmd = Command::new(daemon_bin);
     cmd.arg("--config").arg(&cfg_path);
-    let mut daemon = Proc::spawn("gpupmd", cmd, &tmp.join("gpupmd.sock"), &tmp.join("gpupmd.log"))?;
+    let mut daemon = Proc::spawn(
+        "gpupmd",
+        cmd,
+        &tmp.join("gpupmd.sock"),
+        &tmp.join("gpupmd.log"),
+    )?;
     daemon.wait_ready()?;
 
     let dev = DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(node::chain(&e)))?;
@@ -99,7 +115,8 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
             Ok(!crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d))
         })?;
     } else {
-        let mut spin = crate::progress::Spinner::new(format!("running {} (Ctrl-C to stop)", scen.name));
+        let mut spin =
+            crate::progress::Spinner::new(format!("running {} (Ctrl-C to stop)", scen.name));
         while !crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d) {
             spin.tick();
             stepper.catch_up(&mut daemon, Duration::from_millis(50))?;
@@ -110,15 +127,29 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let node = Node::open(&node_path)?;
     let sum = summary::collect(&node, &stepper.dev, &tmp.join("state"), &scen)?;
     drop(node);
-    let text = if args.json { format!("{}\n", summary::to_json(&sum)) } else { summary::table(&sum) };
+    let text = if args.json {
+        format!("{}\n", summary::to_json(&sum))
+    } else {
+        summary::table(&sum)
+    };
     if let Some(st) = daemon.stop().filter(|s| !s.success()) {
-        return Err(CliError::runtime(format!("gpupmd exited with {st}: {}", daemon.why())));
+        return Err(CliError::runtime(format!(
+            "gpupmd exited with {st}: {}",
+            daemon.why()
+        )));
     }
     drop(stepper);
     if let Some(st) = driver.stop().filter(|s| !s.success()) {
-        return Err(CliError::runtime(format!("gpupm-driver exited with {st}: {}", driver.why())));
+        return Err(CliError::runtime(format!(
+            "gpupm-driver exited with {st}: {}",
+            driver.why()
+        )));
     }
     drop(tmp);
     emit(&text)?;
-    Ok(if sum.ledger_match { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if sum.ledger_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -22,7 +22,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Finds `name` next to the running `gpupm` or on PATH.
 pub fn find_binary(name: &str) -> CliResult<PathBuf> {
-    let exe = std::env::current_exe().map_err(|e| CliError::usage(format!("cannot locate the gpupm executable: {e}")))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::usage(format!("cannot locate the gpupm executable: {e}")))?;
     let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     let beside = dir.join(name);
     if beside.is_file() {
@@ -48,9 +49,12 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     /// A new directory under the system temp dir.
     pub fn new() -> CliResult<TempDir> {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
         let dir = std::env::temp_dir().join(format!("gpupm-demo-{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&dir).map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
+        fs::create_dir_all(&dir)
+            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
         Ok(TempDir(dir))
     }
 
@@ -96,20 +100,39 @@ impl Proc {
     pub fn spawn(name: &'static str, mut cmd: Command, sock: &Path, log: &Path) -> CliResult<Proc> {
         let env = |e: io::Error| CliError::usage(format!("{name}: {e}"));
         let notify = UnixDatagram::bind(sock).map_err(env)?;
-        notify.set_read_timeout(Some(Duration::from_millis(100))).map_err(env)?;
-        cmd.env("NOTIFY_SOCKET", sock).stdin(Stdio::null()).stdout(Stdio::null()).stderr(File::create(log).map_err(env)?);
-        let child = cmd.spawn().map_err(|e| CliError::usage(format!("cannot start {name}: {e}")))?;
-        Ok(Proc { name, child: Some(child), notify, log: log.to_owned() })
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(env)?;
+        cmd.env("NOTIFY_SOCKET", sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(log).map_err(env)?);
+        let child = cmd
+            .spawn()
+            .map_err(|e| CliError::usage(format!("cannot start {name}: {e}")))?;
+        Ok(Proc {
+            name,
+            child: Some(child),
+            notify,
+            log: log.to_owned(),
+        })
     }
 
     fn last_log_line(&self) -> String {
         let log = fs::read_to_string(&self.log).unwrap_or_default();
-        log.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("(no output)").trim().to_string()
+        log.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("(no output)")
+            .trim()
+            .to_string()
     }
 
     /// Whether the child has exited (with its status).
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Waits for `READY=1`.
@@ -120,16 +143,34 @@ impl Proc {
         loop {
             spin.tick();
             match self.notify.recv(&mut buf) {
-                Ok(n) if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") => return Ok(()),
+                Ok(n)
+                    if String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .any(|l| l == "READY=1") =>
+                {
+                    return Ok(())
+                }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => return Err(CliError::usage(format!("{} notify socket: {e}", self.name))),
             }
             if let Some(st) = self.exited() {
-                return Err(CliError::usage(format!("{} exited before READY ({st}): {}", self.name, self.last_log_line())));
+                return Err(CliError::usage(format!(
+                    "{} exited before READY ({st}): {}",
+                    self.name,
+                    self.last_log_line()
+                )));
             }
             if Instant::now() > deadline {
-                return Err(CliError::usage(format!("{} not READY within {PATIENCE:?}: {}", self.name, self.last_log_line())));
+                return Err(CliError::usage(format!(
+                    "{} not READY within {PATIENCE:?}: {}",
+                    self.name,
+                    self.last_log_line()
+                )));
             }
         }
     }
@@ -150,7 +191,9 @@ impl Proc {
         loop {
             match child.try_wait() {
                 Ok(Some(st)) => return Some(st),
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
                 _ => {
                     if let Err(e) = child.kill() {
                         eprintln!("gpupm: kill {}: {e}", self.name);

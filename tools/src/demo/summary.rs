@@ -19,7 +19,7 @@ use gpupm_driver::model::cc;
 use gpupm_driver::scenario::Scenario;
 use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
-use gpupm_uapi::layout::{BlockSlot, Block};
+use gpupm_uapi::layout::{Block, BlockSlot};
 use gpupm_uapi::tenant::{ctx_state, ReadCounters};
 use gpupmd::devnode::DevNode;
 use gpupmd::store::retired::{plain_block, RetiredStore};
@@ -78,7 +78,9 @@ fn open_slot(slot: &BlockSlot, key: Option<&[u8; 32]>) -> Totals {
     let key = key?;
     let mut payload = slot.payload;
     cc::open(key, &slot.envelope, &mut payload, &slot.tag).ok()?;
-    Block::read_from_prefix(payload.as_bytes()).ok().map(|(b, _)| b.counters)
+    Block::read_from_prefix(payload.as_bytes())
+        .ok()
+        .map(|(b, _)| b.counters)
 }
 
 fn answer(rc: &ReadCounters, key: Option<&[u8; 32]>) -> Totals {
@@ -103,10 +105,19 @@ pub fn expected(l: &LedgerQuery) -> [u64; MAX_EVENTS] {
 }
 
 /// Reads every total and compares with the ledger.
-pub fn collect(node: &Node, dev: &DevNode, state_dir: &Path, scenario: &Scenario) -> CliResult<Summary> {
+pub fn collect(
+    node: &Node,
+    dev: &DevNode,
+    state_dir: &Path,
+    scenario: &Scenario,
+) -> CliResult<Summary> {
     let who = node.whoami()?;
     let retired = RetiredStore::open(state_dir).map_err(|e| CliError::runtime(node::chain(&e)))?;
-    let ledger = |scope, id| dev.ledger(scope, id).map(|l| expected(&l)).map_err(|e| CliError::runtime(node::chain(&e)));
+    let ledger = |scope, id| {
+        dev.ledger(scope, id)
+            .map(|l| expected(&l))
+            .map_err(|e| CliError::runtime(node::chain(&e)))
+    };
     let mut mismatches = Vec::new();
     let system = node.totals(Scope::System)?.values;
     if system != ledger(ledger_scope::SYSTEM, 0)? {
@@ -117,7 +128,10 @@ pub fn collect(node: &Node, dev: &DevNode, state_dir: &Path, scenario: &Scenario
     let mut lists = Vec::new();
     let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
     for vm in who.visible_vms() {
-        let list = node.client.list_contexts(vm).map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
+        let list = node
+            .client
+            .list_contexts(vm)
+            .map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
         for c in &list {
             let e = latest.entry(c.ctx).or_insert(c.created_cycle);
             *e = (*e).max(c.created_cycle);
@@ -126,11 +140,17 @@ pub fn collect(node: &Node, dev: &DevNode, state_dir: &Path, scenario: &Scenario
     }
     let mut vms = Vec::new();
     for (vm, list) in lists {
-        let key = scenario.vms.iter().find(|v| v.id == vm).and_then(|v| v.confidential_key.as_ref());
+        let key = scenario
+            .vms
+            .iter()
+            .find(|v| v.id == vm)
+            .and_then(|v| v.confidential_key.as_ref());
         let rc = node.totals(Scope::Vm(vm))?;
         let sealed = node::sealed(&rc);
         let totals = answer(&rc, key);
-        if totals.is_some_and(|t| t != ledger(ledger_scope::VM, vm).unwrap_or([u64::MAX; MAX_EVENTS])) {
+        if totals
+            .is_some_and(|t| t != ledger(ledger_scope::VM, vm).unwrap_or([u64::MAX; MAX_EVENTS]))
+        {
             mismatches.push(format!("VM {vm}"));
         }
         let mut contexts = Vec::new();
@@ -140,22 +160,48 @@ pub fn collect(node: &Node, dev: &DevNode, state_dir: &Path, scenario: &Scenario
                 answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
             } else {
                 let rec = retired.load(c.ctx, c.created_cycle).ok_or_else(|| {
-                    CliError::runtime(format!("retired context {} (created at {}) is not in the state directory", c.ctx, c.created_cycle))
+                    CliError::runtime(format!(
+                        "retired context {} (created at {}) is not in the state directory",
+                        c.ctx, c.created_cycle
+                    ))
                 })?;
                 open_slot(&rec.slot, key)
             };
-            if live && totals.is_some_and(|t| t != ledger(ledger_scope::CONTEXT, c.ctx).unwrap_or([u64::MAX; MAX_EVENTS])) {
+            if live
+                && totals.is_some_and(|t| {
+                    t != ledger(ledger_scope::CONTEXT, c.ctx).unwrap_or([u64::MAX; MAX_EVENTS])
+                })
+            {
                 mismatches.push(format!("context {}", c.ctx));
             }
-            contexts.push(CtxTotals { ctx: c.ctx, created_cycle: c.created_cycle, totals });
+            contexts.push(CtxTotals {
+                ctx: c.ctx,
+                created_cycle: c.created_cycle,
+                totals,
+            });
         }
-        vms.push(VmTotals { vm, sealed, totals, contexts });
+        vms.push(VmTotals {
+            vm,
+            sealed,
+            totals,
+            contexts,
+        });
     }
-    Ok(Summary { system, vms, ledger_match: mismatches.is_empty(), mismatches })
+    Ok(Summary {
+        system,
+        vms,
+        ledger_match: mismatches.is_empty(),
+        mismatches,
+    })
 }
 
 fn totals_json(v: &[u64; MAX_EVENTS]) -> Value {
-    Value::Object(CATALOGUE.iter().map(|e| (e.name.to_string(), json!(v[usize::from(e.id)]))).collect::<Map<_, _>>())
+    Value::Object(
+        CATALOGUE
+            .iter()
+            .map(|e| (e.name.to_string(), json!(v[usize::from(e.id)])))
+            .collect::<Map<_, _>>(),
+    )
 }
 
 /// The summary as the documented JSON.
@@ -185,8 +231,15 @@ pub fn to_json(s: &Summary) -> Value {
     let events: Map<String, Value> = CATALOGUE
         .iter()
         .map(|e| {
-            let scope = if e.unit.scope() == EventScope::Device { "device" } else { "partition" };
-            (e.name.to_string(), json!({"scope": scope, "unit": e.measure}))
+            let scope = if e.unit.scope() == EventScope::Device {
+                "device"
+            } else {
+                "partition"
+            };
+            (
+                e.name.to_string(),
+                json!({"scope": scope, "unit": e.measure}),
+            )
         })
         .collect();
     json!({"system": {"totals": totals_json(&s.system)}, "vms": vms, "events": events, "ledger_match": s.ledger_match})
@@ -194,8 +247,18 @@ pub fn to_json(s: &Summary) -> Value {
 
 /// The summary as a table of a few events.
 pub fn table(s: &Summary) -> String {
-    let shown = ["sm_inst_executed", "sm_cycles_active", "l2_hit", "fb_bytes", "pcie_rx_bytes"];
-    let ids: Vec<usize> = shown.iter().filter_map(|n| events::by_name(n)).map(|e| usize::from(e.id)).collect();
+    let shown = [
+        "sm_inst_executed",
+        "sm_cycles_active",
+        "l2_hit",
+        "fb_bytes",
+        "pcie_rx_bytes",
+    ];
+    let ids: Vec<usize> = shown
+        .iter()
+        .filter_map(|n| events::by_name(n))
+        .map(|e| usize::from(e.id))
+        .collect();
     let mut t = format!("{:<8} {:>5} {:>9}", "SCOPE", "ID", "CONTEXTS");
     for n in shown {
         t += &format!(" {n:>18}");
@@ -204,13 +267,22 @@ pub fn table(s: &Summary) -> String {
     let row = |t: &mut String, scope: &str, id: u32, n: String, v: &Totals| {
         *t += &format!("{scope:<8} {id:>5} {n:>9}");
         for &e in &ids {
-            *t += &format!(" {:>18}", v.map_or_else(|| "sealed".to_string(), |v| v[e].to_string()));
+            *t += &format!(
+                " {:>18}",
+                v.map_or_else(|| "sealed".to_string(), |v| v[e].to_string())
+            );
         }
         *t += "\n";
     };
     row(&mut t, "system", 0, String::new(), &Some(s.system));
     for v in &s.vms {
-        row(&mut t, if v.sealed { "vm (cc)" } else { "vm" }, v.vm, v.contexts.len().to_string(), &v.totals);
+        row(
+            &mut t,
+            if v.sealed { "vm (cc)" } else { "vm" },
+            v.vm,
+            v.contexts.len().to_string(),
+            &v.totals,
+        );
     }
     t += &if s.ledger_match {
         "every total equals the device's ledger\n".to_string()

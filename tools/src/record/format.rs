@@ -88,8 +88,14 @@ pub fn decode(bytes: &[u8]) -> Result<(FileHeader, Vec<TenantDelta>), FormatErro
     if h.magic != MAGIC {
         return Err(FormatError::Magic);
     }
-    if h.version != VERSION || h.record_size as usize != RECORD_SIZE || (h.header_size as usize) < size_of::<FileHeader>() {
-        return Err(FormatError::Version { version: h.version, record_size: h.record_size });
+    if h.version != VERSION
+        || h.record_size as usize != RECORD_SIZE
+        || (h.header_size as usize) < size_of::<FileHeader>()
+    {
+        return Err(FormatError::Version {
+            version: h.version,
+            record_size: h.record_size,
+        });
     }
     let body = bytes.get(h.header_size as usize..).unwrap_or_default();
     let whole = body.len() / RECORD_SIZE * RECORD_SIZE;
@@ -109,7 +115,7 @@ mod tests {
         h.magic = MAGIC;
         h.version = VERSION;
         h.header_size = 64;
-        h.record_size = RECORD_SIZE as u32;
+        h.record_size = u32::try_from(RECORD_SIZE).unwrap();
         let mut bytes = h.as_bytes().to_vec();
         bytes.extend(TenantDelta::new_zeroed().as_bytes());
         bytes.extend([0u8; 10]);

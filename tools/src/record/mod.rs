@@ -37,17 +37,23 @@ pub struct Args {
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     if args.scope.system {
-        return Err(CliError::usage("the system scope has no stream session; record --vm N or --ctx N"));
+        return Err(CliError::usage(
+            "the system scope has no stream session; record --vm N or --ctx N",
+        ));
     }
     let node = Node::open(&g.tenant_node)?;
     let who = node.whoami()?;
     let scope = args.scope.resolve(&node)?;
     let clock_khz = node.clock_khz(&who)?;
     let stream = TenantClient::open_nonblocking(&g.tenant_node).map_err(|e| node.fail(&e, None))?;
-    stream.open_stream(scope).map_err(|e| node.fail(&e, Some(scope)))?;
+    stream
+        .open_stream(scope)
+        .map_err(|e| node.fail(&e, Some(scope)))?;
     crate::signals::install()?;
-    let file = File::create(&args.output).map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.output.display())))?;
-    let werr = |e: std::io::Error| CliError::runtime(format!("writing {}: {e}", args.output.display()));
+    let file = File::create(&args.output)
+        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.output.display())))?;
+    let werr =
+        |e: std::io::Error| CliError::runtime(format!("writing {}: {e}", args.output.display()));
     let (kind, id) = scope_code(scope);
     let mut header = FileHeader {
         magic: MAGIC,
@@ -57,7 +63,9 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         clock_khz,
         scope: kind,
         id,
-        started_unix_ns: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        started_unix_ns: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         records: UNFINISHED,
         lost: 0,
         reserved: 0,
@@ -65,18 +73,29 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let mut out = BufWriter::new(file);
     out.write_all(header.as_bytes()).map_err(werr)?;
     let deadline = args.duration.map(|d| Instant::now() + d);
-    let mut spin = Spinner::new(format!("recording to {} (Ctrl-C to stop)", args.output.display()));
+    let mut spin = Spinner::new(format!(
+        "recording to {} (Ctrl-C to stop)",
+        args.output.display()
+    ));
     let mut records = 0u64;
     let mut ended = false;
     while !crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d) && !ended {
         spin.tick();
-        let left = deadline.map_or(Duration::from_millis(100), |d| d.saturating_duration_since(Instant::now()));
-        let timeout = PollTimeout::try_from(left.min(Duration::from_millis(100))).unwrap_or(PollTimeout::ZERO);
+        let left = deadline.map_or(Duration::from_millis(100), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let timeout = PollTimeout::try_from(left.min(Duration::from_millis(100)))
+            .unwrap_or(PollTimeout::ZERO);
         let mut fds = [PollFd::new(stream.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {
             Ok(0) | Err(Errno::EINTR) => continue,
             Ok(_) => {}
-            Err(e) => return Err(CliError::runtime(format!("poll on {}: {e}", g.tenant_node.display()))),
+            Err(e) => {
+                return Err(CliError::runtime(format!(
+                    "poll on {}: {e}",
+                    g.tenant_node.display()
+                )))
+            }
         }
         loop {
             match stream.read_deltas(64) {
@@ -97,10 +116,17 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         }
     }
     spin.done();
+    if ended {
+        eprintln!("gpupm: the daemon ended the stream session");
+    }
     header.records = records;
     out.seek(SeekFrom::Start(0)).map_err(werr)?;
     out.write_all(header.as_bytes()).map_err(werr)?;
     out.flush().map_err(werr)?;
-    eprintln!("gpupm: recorded {records} records ({} lost) to {}", header.lost, args.output.display());
+    eprintln!(
+        "gpupm: recorded {records} records ({} lost) to {}",
+        header.lost,
+        args.output.display()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -23,7 +23,12 @@ use crate::node::{Global, Node};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Refresh interval in milliseconds.
-    #[arg(short = 'I', long = "interval", value_name = "MS", default_value_t = 1000)]
+    #[arg(
+        short = 'I',
+        long = "interval",
+        value_name = "MS",
+        default_value_t = 1000
+    )]
     interval_ms: u64,
     /// Initial sort key.
     #[arg(long, value_enum, default_value_t = SortKey::Sm)]
@@ -70,7 +75,11 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
 
 /// The live loop: draws a frame every `interval` and calls `hook` every
 /// `hook_every` (it returns `false` to stop) until the user quits.
-pub fn live(mut sampler: Sampler, o: &LiveOpts, hook: &mut dyn FnMut() -> CliResult<bool>) -> CliResult {
+pub fn live(
+    mut sampler: Sampler,
+    o: &LiveOpts,
+    hook: &mut dyn FnMut() -> CliResult<bool>,
+) -> CliResult {
     if let Some(n) = o.headless_frames {
         let mut term = Terminal::new(TestBackend::new(120, 40)).map_err(io_err)?;
         let mut next = Instant::now();
@@ -79,12 +88,16 @@ pub fn live(mut sampler: Sampler, o: &LiveOpts, hook: &mut dyn FnMut() -> CliRes
                 if !hook()? {
                     return Ok(());
                 }
-                std::thread::sleep(o.hook_every.min(next.saturating_duration_since(Instant::now())));
+                std::thread::sleep(
+                    o.hook_every
+                        .min(next.saturating_duration_since(Instant::now())),
+                );
             }
             next += o.interval;
             let (_, mut rows) = sampler.sample(o.contexts)?;
             render::sort(&mut rows, o.sort);
-            term.draw(|f| render::draw(f, &o.title, &rows, o.sort)).map_err(io_err)?;
+            term.draw(|f| render::draw(f, &o.title, &rows, o.sort))
+                .map_err(io_err)?;
         }
         return Ok(());
     }
@@ -118,13 +131,17 @@ fn interactive(
             next_frame = now + o.interval;
             redraw = true;
         }
-        let wait = next_frame.min(next_hook).saturating_duration_since(Instant::now());
+        let wait = next_frame
+            .min(next_hook)
+            .saturating_duration_since(Instant::now());
         if event::poll(wait).map_err(io_err)? {
             if let Event::Key(k) = event::read().map_err(io_err)? {
                 if k.kind == KeyEventKind::Press {
                     match k.code {
                         KeyCode::Char('q') | KeyCode::Esc => return Ok(()),
-                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => return Ok(()),
+                        KeyCode::Char('c') if k.modifiers.contains(KeyModifiers::CONTROL) => {
+                            return Ok(())
+                        }
                         KeyCode::Char('s') => key = key.next(),
                         _ => {}
                     }
@@ -136,7 +153,8 @@ fn interactive(
         }
         if redraw {
             render::sort(&mut rows, key);
-            term.draw(|f| render::draw(f, &o.title, &rows, key)).map_err(io_err)?;
+            term.draw(|f| render::draw(f, &o.title, &rows, key))
+                .map_err(io_err)?;
         }
     }
 }

@@ -50,8 +50,11 @@ impl SortKey {
 
 /// Orders rows: VMs by the key, each VM's contexts below it by the key.
 pub fn sort(rows: &mut [Row], key: SortKey) {
-    let vm_value: std::collections::HashMap<u32, f64> =
-        rows.iter().filter(|r| r.ctx.is_none()).map(|r| (r.vm, key.value(r))).collect();
+    let vm_value: std::collections::HashMap<u32, f64> = rows
+        .iter()
+        .filter(|r| r.ctx.is_none())
+        .map(|r| (r.vm, key.value(r)))
+        .collect();
     rows.sort_by(|a, b| {
         let va = vm_value.get(&a.vm).copied().unwrap_or(0.0);
         let vb = vm_value.get(&b.vm).copied().unwrap_or(0.0);
@@ -73,10 +76,26 @@ fn rate(v: Option<f64>) -> String {
 
 /// Draws one frame: a title line and the table.
 pub fn draw(f: &mut Frame<'_>, title: &str, rows: &[Row], key: SortKey) {
-    let [head, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(f.area());
-    f.render_widget(Paragraph::new(Line::from(format!("{title}   sort: {key:?} (s: next key, q: quit)"))), head);
-    let header = TRow::new(["VM", "CTX", "SM %", "IPC", "INST/s", "L2 HIT %", "DRAM/s", "PCIe/s", "INST TOTAL"])
-        .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
+    let [head, body] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(f.area());
+    f.render_widget(
+        Paragraph::new(Line::from(format!(
+            "{title}   sort: {key:?} (s: next key, q: quit)"
+        ))),
+        head,
+    );
+    let header = TRow::new([
+        "VM",
+        "CTX",
+        "SM %",
+        "IPC",
+        "INST/s",
+        "L2 HIT %",
+        "DRAM/s",
+        "PCIe/s",
+        "INST TOTAL",
+    ])
+    .style(Style::default().add_modifier(Modifier::BOLD | Modifier::REVERSED));
     let body_rows = rows.iter().map(|r| {
         let ctx = r.ctx.map_or_else(|| "-".into(), |c| c.to_string());
         let cells: Vec<Cell<'_>> = if r.sealed {
@@ -86,7 +105,9 @@ pub fn draw(f: &mut Frame<'_>, title: &str, rows: &[Row], key: SortKey) {
                 r.vm.to_string().into(),
                 ctx.into(),
                 pct(get(&r.metrics, "sm_utilisation")).into(),
-                get(&r.metrics, "ipc").map_or_else(|| "-".into(), |x| format!("{x:.2}")).into(),
+                get(&r.metrics, "ipc")
+                    .map_or_else(|| "-".into(), |x| format!("{x:.2}"))
+                    .into(),
                 format!("{:.3e}", r.inst_per_s).into(),
                 pct(get(&r.metrics, "l2_hit_rate")).into(),
                 rate(get(&r.metrics, "dram_bytes_per_s")).into(),
@@ -102,6 +123,8 @@ pub fn draw(f: &mut Frame<'_>, title: &str, rows: &[Row], key: SortKey) {
         }
     });
     let widths = [4, 6, 6, 6, 10, 9, 11, 11, 14].map(Constraint::Length);
-    let table = Table::new(body_rows, widths).header(header).block(Block::default().borders(Borders::TOP));
+    let table = Table::new(body_rows, widths)
+        .header(header)
+        .block(Block::default().borders(Borders::TOP));
     f.render_widget(table, body);
 }

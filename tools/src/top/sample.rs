@@ -50,16 +50,34 @@ impl Sampler {
     pub fn new(node: Node) -> CliResult<Sampler> {
         let who = node.whoami()?;
         let clock_khz = node.clock_khz(&who)?;
-        Ok(Sampler { node, clock_khz, vms: who.visible_vms(), ctxs: HashMap::new(), prev: HashMap::new(), prev_now: 0, frames: 0 })
+        Ok(Sampler {
+            node,
+            clock_khz,
+            vms: who.visible_vms(),
+            ctxs: HashMap::new(),
+            prev: HashMap::new(),
+            prev_now: 0,
+            frames: 0,
+        })
     }
 
     /// Reads every VM (and with `contexts`, their active contexts) and
     /// returns rows with rates over the time since the previous sample.
     pub fn sample(&mut self, contexts: bool) -> CliResult<(u64, Vec<Row>)> {
-        if contexts && self.frames % LIST_EVERY == 0 {
+        if contexts && self.frames.is_multiple_of(LIST_EVERY) {
             for &vm in &self.vms {
-                let list = self.node.client.list_contexts(vm).map_err(|e| self.node.fail(&e, Some(Scope::Vm(vm))))?;
-                self.ctxs.insert(vm, list.iter().filter(|c| c.state == ctx_state::ACTIVE).map(|c| c.ctx).collect());
+                let list = self
+                    .node
+                    .client
+                    .list_contexts(vm)
+                    .map_err(|e| self.node.fail(&e, Some(Scope::Vm(vm))))?;
+                self.ctxs.insert(
+                    vm,
+                    list.iter()
+                        .filter(|c| c.state == ctx_state::ACTIVE)
+                        .map(|c| c.ctx)
+                        .collect(),
+                );
             }
         }
         self.frames += 1;
@@ -81,8 +99,15 @@ impl Sampler {
         let mut next = HashMap::with_capacity(read.len());
         for (vm, ctx, t) in read {
             let scope = ctx.map_or(Scope::Vm(vm), Scope::Ctx);
-            let d = self.prev.get(&scope).map_or(t.values, |p| node::delta(&t.values, p));
-            let span = if self.prev.contains_key(&scope) { span } else { t.cycle };
+            let d = self
+                .prev
+                .get(&scope)
+                .map_or(t.values, |p| node::delta(&t.values, p));
+            let span = if self.prev.contains_key(&scope) {
+                span
+            } else {
+                t.cycle
+            };
             let metrics = derived::compute(&d, span, self.clock_khz);
             let inst = d[3] as f64;
             let secs = span as f64 / (f64::from(self.clock_khz) * 1000.0);

@@ -42,8 +42,14 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// Checks what the tests need.
 pub fn require_root_and_fuse() {
-    assert!(nix::unistd::geteuid().is_root(), "the gpupm CLI tests must run as root (they mount FUSE and switch users)");
-    assert!(Path::new("/dev/fuse").exists(), "the gpupm CLI tests need /dev/fuse");
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the gpupm CLI tests must run as root (they mount FUSE and switch users)"
+    );
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "the gpupm CLI tests need /dev/fuse"
+    );
 }
 
 /// Builds `gpupm-driver` and `gpupmd` beside the `gpupm` under test (same
@@ -54,9 +60,20 @@ pub fn build_helpers() {
         let profile_dir = Path::new(GPUPM).parent().expect("target/<profile>");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "gpupm-driver", "-p", "gpupmd", "--bins"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .env("CARGO_TARGET_DIR", profile_dir.parent().expect("target dir"));
+        cmd.args([
+            "build",
+            "--quiet",
+            "-p",
+            "gpupm-driver",
+            "-p",
+            "gpupmd",
+            "--bins",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env(
+            "CARGO_TARGET_DIR",
+            profile_dir.parent().expect("target dir"),
+        );
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("release") => cmd.arg("--release"),
             _ => cmd.args(["--profile", "test"]),
@@ -80,7 +97,11 @@ pub struct TempDir(pub PathBuf);
 impl TempDir {
     /// A new directory.
     pub fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("gpupm-cli-{tag}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        let dir = std::env::temp_dir().join(format!(
+            "gpupm-cli-{tag}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         if dir.exists() {
             unmount(&dir.join("dev"));
             unmount(&dir.join("tenant"));
@@ -136,10 +157,20 @@ impl Proc {
         let sock = dir.join(&format!("{name}.sock"));
         let log = dir.join(&format!("{name}.log"));
         let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
-        notify.set_read_timeout(Some(Duration::from_millis(100))).expect("timeout");
-        cmd.env("NOTIFY_SOCKET", &sock).stdin(Stdio::null()).stdout(Stdio::null()).stderr(File::create(&log).expect("log"));
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("timeout");
+        cmd.env("NOTIFY_SOCKET", &sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).expect("log"));
         let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
-        let mut p = Proc { name, child: Some(child), notify, log };
+        let mut p = Proc {
+            name,
+            child: Some(child),
+            notify,
+            log,
+        };
         p.wait_ready();
         p
     }
@@ -149,15 +180,34 @@ impl Proc {
         let mut buf = [0u8; 4096];
         loop {
             match self.notify.recv(&mut buf) {
-                Ok(n) if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") => return,
+                Ok(n)
+                    if String::from_utf8_lossy(&buf[..n])
+                        .lines()
+                        .any(|l| l == "READY=1") =>
+                {
+                    return
+                }
                 Ok(_) => {}
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
                 Err(e) => panic!("notify: {e}"),
             }
-            if let Some(st) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(st) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("{} exited ({st}) before READY:\n{}", self.name, self.log());
             }
-            assert!(Instant::now() < deadline, "{} not READY:\n{}", self.name, self.log());
+            assert!(
+                Instant::now() < deadline,
+                "{} not READY:\n{}",
+                self.name,
+                self.log()
+            );
         }
     }
 
@@ -168,13 +218,19 @@ impl Proc {
 
     /// Whether it still runs.
     pub fn alive(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
     /// SIGTERM and wait; asserts a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            kill(Pid::from_raw(i32::try_from(c.id()).expect("pid")), Signal::SIGTERM).expect("SIGTERM");
+            kill(
+                Pid::from_raw(i32::try_from(c.id()).expect("pid")),
+                Signal::SIGTERM,
+            )
+            .expect("SIGTERM");
             let st = c.wait().expect("wait");
             assert!(st.success(), "{} exit {st}:\n{}", self.name, self.log());
         }
@@ -196,7 +252,11 @@ impl Drop for Proc {
 
 /// A free loopback port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// Driver + daemon with two tenants.
@@ -226,7 +286,8 @@ impl Fixture {
         let tmp = TempDir::new(tag);
         let bin = |n: &str| Path::new(GPUPM).with_file_name(n);
         let mut cmd = Command::new(bin("gpupm-driver"));
-        cmd.args(["--clock", "step", "--node-dir"]).arg(tmp.join("dev"));
+        cmd.args(["--clock", "step", "--node-dir"])
+            .arg(tmp.join("dev"));
         let driver = Proc::start("driver", cmd, &tmp);
         let metrics_port = free_port();
         let config = tmp.join("gpupmd.toml");
@@ -235,7 +296,7 @@ impl Fixture {
             format!(
                 "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n\
                  [[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n\
-                 [metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n",
+                 [stream]\nwatermark = 16\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n",
                 tmp.join("dev"),
                 tmp.join("tenant"),
                 tmp.join("state"),
@@ -247,9 +308,27 @@ impl Fixture {
         cmd.arg("--config").arg(&config);
         let daemon = Proc::start("gpupmd", cmd, &tmp);
         let dev = DevNode::open(&tmp.join("dev")).expect("card0");
-        let st = dev.read_many(&(1..16).map(|p| r::part(p, r::PART_STATUS)).collect::<Vec<_>>()).expect("PART_STATUS");
-        let parts = (1..16u32).zip(st).filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0).map(|(p, _)| p).collect();
-        Fixture { daemon, driver, dev, parts, config, metrics_port, tmp }
+        let st = dev
+            .read_many(
+                &(1..16)
+                    .map(|p| r::part(p, r::PART_STATUS))
+                    .collect::<Vec<_>>(),
+            )
+            .expect("PART_STATUS");
+        let parts = (1..16u32)
+            .zip(st)
+            .filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0)
+            .map(|(p, _)| p)
+            .collect();
+        Fixture {
+            daemon,
+            driver,
+            dev,
+            parts,
+            config,
+            metrics_port,
+            tmp,
+        }
     }
 
     /// Tenant node path.
@@ -275,8 +354,20 @@ impl Fixture {
     pub fn wait_idle(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let st = self.dev.read_many(&self.parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect::<Vec<_>>()).expect("status");
-            if st.iter().all(|&s| reg32(s) & part_status::STATE_MASK == hs_state::IDLE) {
+            let st = self
+                .dev
+                .read_many(
+                    &self
+                        .parts
+                        .iter()
+                        .map(|&p| r::part(p, r::PART_STATUS))
+                        .collect::<Vec<_>>(),
+                )
+                .expect("status");
+            if st
+                .iter()
+                .all(|&s| reg32(s) & part_status::STATE_MASK == hs_state::IDLE)
+            {
                 return;
             }
             assert!(self.daemon.alive(), "gpupmd died:\n{}", self.daemon.log());
@@ -297,7 +388,12 @@ impl Fixture {
 
     fn with_nodes(&self, args: &[&str]) -> Vec<String> {
         let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        v.extend(["--tenant-node".into(), self.node(), "--node-dir".into(), self.node_dir()]);
+        v.extend([
+            "--tenant-node".into(),
+            self.node(),
+            "--node-dir".into(),
+            self.node_dir(),
+        ]);
         v
     }
 
@@ -328,7 +424,11 @@ impl Run {
 }
 
 fn output_to_run(o: Output) -> Run {
-    Run { code: o.status.code().unwrap_or(-1), out: String::from_utf8_lossy(&o.stdout).into(), err: String::from_utf8_lossy(&o.stderr).into() }
+    Run {
+        code: o.status.code().unwrap_or(-1),
+        out: String::from_utf8_lossy(&o.stdout).into(),
+        err: String::from_utf8_lossy(&o.stderr).into(),
+    }
 }
 
 /// Runs `gpupm ARGS`, as root or as `uid` through `setpriv`.
@@ -336,7 +436,12 @@ pub fn run_as(uid: Option<u32>, args: &[String]) -> Run {
     let mut cmd = match uid {
         Some(u) => {
             let mut c = Command::new("setpriv");
-            c.args([format!("--reuid={u}"), format!("--regid={u}"), "--clear-groups".into(), GPUPM.into()]);
+            c.args([
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+                GPUPM.into(),
+            ]);
             c
         }
         None => Command::new(GPUPM),
@@ -350,12 +455,20 @@ pub fn spawn_as(uid: Option<u32>, args: &[String]) -> Child {
     let mut cmd = match uid {
         Some(u) => {
             let mut c = Command::new("setpriv");
-            c.args([format!("--reuid={u}"), format!("--regid={u}"), "--clear-groups".into(), GPUPM.into()]);
+            c.args([
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+                GPUPM.into(),
+            ]);
             c
         }
         None => Command::new(GPUPM),
     };
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     cmd.spawn().expect("spawn gpupm")
 }
 
