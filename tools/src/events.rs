@@ -35,7 +35,10 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         crate::output::emit(&format!("{}\n", serde_json::Value::Array(list)))?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = format!("{:>3}  {:<22} {:<7} {:<10} {:<11} DESCRIPTION\n", "ID", "NAME", "UNIT", "SCOPE", "COUNTS");
+    let mut text = format!(
+        "{:>3}  {:<22} {:<7} {:<10} {:<11} DESCRIPTION\n",
+        "ID", "NAME", "UNIT", "SCOPE", "COUNTS"
+    );
     for e in CATALOGUE {
         text += &format!(
             "{:>3}  {:<22} {:<7} {:<10} {:<11} {}\n",

@@ -25,7 +25,10 @@ pub struct Args {
     #[arg(long, default_value_t = 50)]
     duration_ms: u64,
     /// Events shown in the table (comma-separated catalogue names).
-    #[arg(long, default_value = "sm_inst_executed,sm_threads_active,l2_hit,fb_bytes,pcie_rx_bytes")]
+    #[arg(
+        long,
+        default_value = "sm_inst_executed,sm_threads_active,l2_hit,fb_bytes,pcie_rx_bytes"
+    )]
     events: String,
     /// Print one JSON document instead of tables.
     #[arg(long)]
@@ -53,7 +56,8 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         None => scenario::builtin(),
     };
     let shown = parse_events(&args.events)?;
-    let mut dev = Device::new(&scenario, EngineKind::Batched, true).map_err(|e| format!("scenario: {e}"))?;
+    let mut dev =
+        Device::new(&scenario, EngineKind::Batched, true).map_err(|e| format!("scenario: {e}"))?;
     let mut host = Host::new();
     host.release_destroyed = false;
     let cycles = args.duration_ms * u64::from(scenario.clock.khz);
@@ -61,8 +65,12 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
     let started = Instant::now();
     let mut handshakes = 0;
     while dev.now() < cycles {
-        dev.advance(step.min(cycles - dev.now())).map_err(|e| e.to_string())?;
-        handshakes += host.service(&mut dev).map_err(|(_, e)| e.to_string())?.handshakes;
+        dev.advance(step.min(cycles - dev.now()))
+            .map_err(|e| e.to_string())?;
+        handshakes += host
+            .service(&mut dev)
+            .map_err(|(_, e)| e.to_string())?
+            .handshakes;
     }
     host::settle(&mut dev, &mut host).map_err(|e| e.to_string())?;
     let wall = started.elapsed().as_secs_f64();
@@ -81,21 +89,35 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         handshakes,
         fallbacks
     );
-    let text = if args.json { format!("{}\n", to_json(&rows, &summary, all_exact)) } else { table(&rows, &shown, &summary, all_exact) };
+    let text = if args.json {
+        format!("{}\n", to_json(&rows, &summary, all_exact))
+    } else {
+        table(&rows, &shown, &summary, all_exact)
+    };
     crate::output::emit(&text)?;
-    Ok(if all_exact { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if all_exact {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn parse_events(list: &str) -> Result<Vec<u16>, String> {
     list.split(',')
-        .map(|n| events::by_name(n.trim()).map(|e| e.id).ok_or_else(|| format!("unknown event \"{}\" (see `gpupm events`)", n.trim())))
+        .map(|n| {
+            events::by_name(n.trim())
+                .map(|e| e.id)
+                .ok_or_else(|| format!("unknown event \"{}\" (see `gpupm events`)", n.trim()))
+        })
         .collect()
 }
 
 fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     let expected = |dev: &mut Device, scope, id| {
-        dev.ledger_totals(scope, id).map(|t| t.expected_committed()).map_err(|e| e.to_string())
+        dev.ledger_totals(scope, id)
+            .map(|t| t.expected_committed())
+            .map_err(|e| e.to_string())
     };
     rows.push(Row {
         scope: "system",
@@ -106,13 +128,23 @@ fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
     });
     let contexts: Vec<(u32, u32, u32)> = dev.contexts().collect();
     for vm in &s.vms {
-        rows.push(Row { scope: "vm", id: vm.id, state: "", block: dev.block(vm.id).counters, ledger: expected(dev, ledger_scope::VM, vm.id)? });
+        rows.push(Row {
+            scope: "vm",
+            id: vm.id,
+            state: "",
+            block: dev.block(vm.id).counters,
+            ledger: expected(dev, ledger_scope::VM, vm.id)?,
+        });
         for &(ctx, _, state) in contexts.iter().filter(|c| c.1 == vm.id) {
             let slot = dev.ctx_slot(ctx).ok_or("context without a block")?;
             rows.push(Row {
                 scope: "context",
                 id: ctx,
-                state: if state == ctx_state::ACTIVE { "active" } else { "destroyed" },
+                state: if state == ctx_state::ACTIVE {
+                    "active"
+                } else {
+                    "destroyed"
+                },
                 block: dev.block(slot).counters,
                 ledger: expected(dev, ledger_scope::CONTEXT, ctx)?,
             });
@@ -128,18 +160,34 @@ fn table(rows: &[Row], shown: &[u16], summary: &str, all_exact: bool) -> String 
         "SCOPE", "ID", "STATE"
     );
     for &e in shown {
-        out += &format!(" {:>20} {:>14}", events::by_id(e).map_or("?", |i| i.name), "ledger");
+        out += &format!(
+            " {:>20} {:>14}",
+            events::by_id(e).map_or("?", |i| i.name),
+            "ledger"
+        );
     }
     out += &format!(" {:>6}\n", "EXACT");
     for row in rows {
-        let scope = if row.scope == "context" { "  context" } else { row.scope };
+        let scope = if row.scope == "context" {
+            "  context"
+        } else {
+            row.scope
+        };
         out += &format!("{:<11} {:>5} {:<10}", scope, row.id, row.state);
         for &e in shown {
-            out += &format!(" {:>20} {:>14}", row.block[usize::from(e)], row.ledger[usize::from(e)]);
+            out += &format!(
+                " {:>20} {:>14}",
+                row.block[usize::from(e)],
+                row.ledger[usize::from(e)]
+            );
         }
         out += &format!(" {:>6}\n", if row.exact() { "yes" } else { "NO" });
     }
-    out += if all_exact { "all blocks equal the ledger on every event\n" } else { "MISMATCH between blocks and ledger\n" };
+    out += if all_exact {
+        "all blocks equal the ledger on every event\n"
+    } else {
+        "MISMATCH between blocks and ledger\n"
+    };
     out
 }
 

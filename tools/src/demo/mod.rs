@@ -1,0 +1,155 @@
+//! `gpupm demo`: the whole system on private directories — `gpupm-driver`
+//! (step clock driven by the demo at wall-clock pace, the built-in or a
+//! given scenario) and `gpupmd` (a private config, metrics on an ephemeral
+//! loopback port, logs to files) — a live view until Ctrl-C or
+//! `--duration`, then a flush, the final totals beside the ledger, and
+//! teardown (SIGTERM, wait, remove the directories).
+
+pub mod clock;
+pub mod procs;
+pub mod summary;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
+
+use gpupm_driver::scenario;
+use gpupmd::devnode::DevNode;
+
+use self::clock::Stepper;
+use self::procs::{find_binary, Proc, TempDir};
+use crate::error::{CliError, CliResult};
+use crate::node::{self, Node};
+use crate::output::emit;
+use crate::top::{self, sample::Sampler, LiveOpts, SortKey};
+
+/// Arguments of `gpupm demo`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// How long to run (e.g. 5s); default until Ctrl-C (or `q` in the view).
+    #[arg(long, value_parser = crate::duration::parse)]
+    duration: Option<Duration>,
+    /// No live view; print the final summary only.
+    #[arg(long)]
+    headless: bool,
+    /// Print the final summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Scenario file (TOML); the built-in H100-class scenario if omitted.
+    #[arg(long, value_name = "FILE")]
+    scenario: Option<PathBuf>,
+}
+
+/// Runs the command.
+pub fn run(args: &Args) -> CliResult<ExitCode> {
+    let scen = match &args.scenario {
+        Some(p) => scenario::parse_file(p).map_err(|e| CliError::usage(e.to_string()))?,
+        None => scenario::builtin(),
+    };
+    let driver_bin = find_binary("gpupm-driver")?;
+    let daemon_bin = find_binary("gpupmd")?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::usage(
+            "the demo mounts FUSE device nodes: run it as root",
+        ));
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return Err(CliError::usage(
+            "the demo needs /dev/fuse (FUSE is not available here)",
+        ));
+    }
+    crate::signals::install()?;
+    let tmp = TempDir::new()?;
+    let mut cmd = Command::new(driver_bin);
+    cmd.args(["--clock", "step", "--node-dir"])
+        .arg(tmp.join("dev"));
+    if let Some(p) = &args.scenario {
+        cmd.arg("--scenario").arg(p);
+    }
+    let mut driver = Proc::spawn(
+        "gpupm-driver",
+        cmd,
+        &tmp.join("driver.sock"),
+        &tmp.join("driver.log"),
+    )?;
+    driver.wait_ready()?;
+    let config = format!(
+        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n",
+        tmp.join("dev"),
+        tmp.join("tenant"),
+        tmp.join("state"),
+        tmp.join("no-journal"),
+    );
+    let cfg_path = tmp.join("gpupmd.toml");
+    std::fs::write(&cfg_path, config)
+        .map_err(|e| CliError::usage(format!("cannot write {}: {e}", cfg_path.display())))?;
+    let mut cmd = Command::new(daemon_bin);
+    cmd.arg("--config").arg(&cfg_path);
+    let mut daemon = Proc::spawn(
+        "gpupmd",
+        cmd,
+        &tmp.join("gpupmd.sock"),
+        &tmp.join("gpupmd.log"),
+    )?;
+    daemon.wait_ready()?;
+
+    let dev = DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(node::chain(&e)))?;
+    let mut stepper = Stepper::new(dev)?;
+    let node_path = tmp.join("tenant").join("node");
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let interactive = !args.headless && std::io::stdout().is_terminal();
+    stepper.restart();
+    if interactive {
+        let sampler = Sampler::new(Node::open(&node_path)?)?;
+        let opts = LiveOpts {
+            interval: Duration::from_millis(1000),
+            sort: SortKey::Id,
+            contexts: true,
+            headless_frames: None,
+            title: format!("gpupm demo — {}", scen.name),
+            hook_every: Duration::from_millis(20),
+        };
+        top::live(sampler, &opts, &mut || {
+            stepper.catch_up(&mut daemon, Duration::from_millis(15))?;
+            Ok(!crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d))
+        })?;
+    } else {
+        let mut spin =
+            crate::progress::Spinner::new(format!("running {} (Ctrl-C to stop)", scen.name));
+        while !crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d) {
+            spin.tick();
+            stepper.catch_up(&mut daemon, Duration::from_millis(50))?;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    stepper.flush_and_settle(&mut daemon)?;
+    let node = Node::open(&node_path)?;
+    let sum = summary::collect(&node, &stepper.dev, &tmp.join("state"), &scen)?;
+    drop(node);
+    let text = if args.json {
+        format!("{}\n", summary::to_json(&sum))
+    } else {
+        summary::table(&sum)
+    };
+    if let Some(st) = daemon.stop().filter(|s| !s.success()) {
+        return Err(CliError::runtime(format!(
+            "gpupmd exited with {st}: {}",
+            daemon.why()
+        )));
+    }
+    drop(stepper);
+    if let Some(st) = driver.stop().filter(|s| !s.success()) {
+        return Err(CliError::runtime(format!(
+            "gpupm-driver exited with {st}: {}",
+            driver.why()
+        )));
+    }
+    drop(tmp);
+    emit(&text)?;
+    Ok(if sum.ledger_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
