@@ -9,7 +9,8 @@ pub mod source {
     pub const SWITCH_REQUESTED: u32 = 1 << 0;
     /// A register-write or external trigger finished (records routed, RC committed).
     pub const TRIGGER_DONE: u32 = 1 << 1;
-    /// A stream ring reached its watermark.
+    /// A stream ring is at or above its watermark (raised once, then again
+    /// only after the host moved the tail).
     pub const STREAM_WATERMARK: u32 = 1 << 2;
     /// A stream ring was full and a record was lost.
     pub const STREAM_OVERFLOW: u32 = 1 << 3;

@@ -252,7 +252,8 @@ pub const PART_STREAM_HEAD: u64 = 0x50;
 pub const PART_STREAM_TAIL: u64 = 0x54;
 /// RO: ring capacity in records (a power of two).
 pub const PART_STREAM_CAP: u64 = 0x58;
-/// RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap).
+/// RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
+/// raised once per drain (re-armed by a tail write).
 pub const PART_STREAM_WATERMARK: u64 = 0x5C;
 /// RO 64-bit: records lost because the ring was full.
 pub const PART_STREAM_LOST: u64 = 0x60;

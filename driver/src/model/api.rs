@@ -231,6 +231,7 @@ impl Device {
         for p in &mut self.parts {
             p.commit_seq = 0;
             p.overflow_reported = false;
+            p.watermark_reported = false;
         }
         self.ccu_mask_index.fill(0);
         self.trig.target = 0;

@@ -455,7 +455,12 @@ impl Device {
         match ring.push(record, cipher) {
             Pushed::Stored { fill } => {
                 part.overflow_reported = false;
-                if fill == ring.watermark {
+                // Raised once per drain: at the first push that leaves the
+                // ring at or above the watermark since the host last moved
+                // the tail, so records arriving while the host drains can
+                // never leave it waiting for an interrupt that does not come.
+                if fill >= ring.watermark && !part.watermark_reported {
+                    part.watermark_reported = true;
                     self.intr.raise(source::STREAM_WATERMARK, p, fill, 0, now);
                 }
             }

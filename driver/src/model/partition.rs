@@ -46,6 +46,8 @@ pub struct Partition {
     pub commit_seq: u64,
     pub last_commit_cycle: u64,
     pub overflow_reported: bool,
+    /// STREAM_WATERMARK raised since the host last moved the tail.
+    pub watermark_reported: bool,
     /// Next scheduler decision when no switch is pending.
     pub sched_at: u64,
     /// The switch in progress changed the VM (restarts the VM timeslice).

@@ -578,6 +578,7 @@ impl Device {
             Write::StreamTail { p, tail } => {
                 self.mem.rings[p as usize].tail = tail;
                 self.parts[p as usize].overflow_reported = false;
+                self.parts[p as usize].watermark_reported = false;
             }
             Write::StreamWatermark { p, value } => self.mem.rings[p as usize].watermark = value,
             Write::MaskIndex { c, index } => self.ccu_mask_index[c as usize] = index,
