@@ -264,6 +264,25 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
         let py_json = run(&py_argv, &["--json"], uid, &work.0);
         assert_eq!(c_json, py_json, "{who}: C and Python JSON differ");
         check_json(&c_json, want, &cycles);
+        // `gpupm stat --json` reads the same totals as the examples.
+        let all_events: Vec<&str> = CATALOGUE.iter().map(|e| e.name).collect();
+        let events_arg = all_events.join(",");
+        for &vm in want.keys() {
+            let vm_arg = vm.to_string();
+            let stat = run(
+                &[&gpupm_binary()],
+                &["--tenant-node", node.to_str().unwrap(), "stat", "--json", "--vm", &vm_arg, "-e", &events_arg],
+                uid,
+                &work.0,
+            );
+            let doc: serde_json::Value = serde_json::from_str(stat.trim()).expect("gpupm stat --json");
+            let c_line = c_json
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("C --json line"))
+                .find(|o| o["id"] == vm)
+                .expect("the C example shows the VM");
+            assert_eq!(doc["events"], c_line["events"], "{who}: gpupm stat and the C example differ on VM {vm}");
+        }
     }
     eprintln!(
         "{} VMs, {} switches, examples agree with the ledger and TenantClient, {:.1} s",
@@ -275,4 +294,21 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
     let status = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(status.success(), "gpupmd exit {status}:\n{}", daemon.log());
     driver.stop();
+}
+
+/// The `gpupm` binary, built beside `gpupm-driver` (same target directory
+/// and profile) if it is not there yet.
+fn gpupm_binary() -> PathBuf {
+    let dir = harness::driver_binary().parent().expect("target/<profile>").to_path_buf();
+    let bin = dir.join("gpupm");
+    if !bin.exists() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let ok = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "gpupm", "--bin", "gpupm", "--profile", "test"])
+            .env("CARGO_TARGET_DIR", dir.parent().expect("target dir"))
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok && bin.exists(), "{} is missing: `cargo build -p gpupm`", bin.display());
+    }
+    bin
 }
