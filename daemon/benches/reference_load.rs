@@ -247,6 +247,7 @@ fn tenant_reader(node: &std::path::Path, vm: u32, phase: Duration, stop: &std::s
 
 /// Polls VM 1's totals every 500 µs; for each new commit, the device time
 /// from the commit to the tenant read that first showed it, in ns.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // ns from a non-negative ms figure
 fn visibility_watcher(
     node: &std::path::Path,
     node_dir: &std::path::Path,

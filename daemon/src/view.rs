@@ -61,6 +61,9 @@ pub enum Scope {
 
 /// Cumulative totals of one scope.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Totals are short-lived values answered per request; boxing the counters
+// would cost an allocation on every tenant read.
+#[allow(clippy::large_enum_variant)]
 pub enum Totals {
     /// Readable counters, indexed by event id.
     Plain {

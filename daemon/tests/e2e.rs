@@ -176,6 +176,8 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
 /// The daemon's own metrics endpoint (address from its READY status): the
 /// scrape passes `promtool check metrics`, and every VM's per-event totals
 /// equal the ledger.
+// Exposition values are floats; these counts are exact below 2^53.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn metrics_agree_with_the_ledger(daemon: &harness::Proc, dev: &gpupmd::devnode::DevNode) {
     use std::io::{Read, Write};
 
