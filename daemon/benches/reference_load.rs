@@ -35,7 +35,8 @@
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
-#[path = "reference_load/perf.rs"]
+// The perf software-counter baseline shared with the driver's node bench.
+#[path = "../../driver/benches/node/perf.rs"]
 mod perf;
 
 use std::fs;
