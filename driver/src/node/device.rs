@@ -8,7 +8,6 @@
 //! device lock is released.
 
 use std::collections::{HashMap, VecDeque};
-use std::fs;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -342,7 +341,7 @@ impl NodeCore {
                 let (dead, alive): (VecDeque<_>, VecDeque<_>) = handle
                     .readers
                     .drain(..)
-                    .partition(|r| fatal_signal_pending(r.pid));
+                    .partition(|r| gpupm_fusemount::procfs::fatal_signal_pending(r.pid));
                 handle.readers = alive;
                 actions.extend(
                     dead.into_iter()
@@ -413,25 +412,6 @@ fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError
         )));
     }
     Ok(width)
-}
-
-/// Whether `/proc/<pid>/status` shows SIGKILL pending (or the task is gone).
-fn fatal_signal_pending(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return true;
-    };
-    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
-    status
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("SigPnd:")
-                .or_else(|| l.strip_prefix("ShdPnd:"))
-        })
-        .filter_map(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .any(|mask| mask & SIGKILL_BIT != 0)
 }
 
 #[cfg(test)]
