@@ -19,19 +19,22 @@ use crate::view::DeltaSample;
 /// Slots read per window access.
 const CHUNK: u32 = 64;
 /// Bytes of one ring slot.
-const SLOT: usize = core::mem::size_of::<StreamSlot>();
+const SLOT: usize = STREAM_SLOT_SIZE as usize;
 
 /// Per-ring drain state.
 #[derive(Debug, Default)]
 pub struct Rings {
     last_lost: [Option<u64>; MAX_PARTITION_SLOTS as usize],
     pending_lost: [u64; MAX_PARTITION_SLOTS as usize],
+    /// Window read buffer, kept across drains (the drain loop is hot).
+    buf: Vec<u8>,
 }
 
 impl Rings {
     /// Forgets what was seen (after a device reset).
     pub fn reset(&mut self) {
-        *self = Rings::default();
+        self.last_lost = Default::default();
+        self.pending_lost = Default::default();
     }
 }
 
@@ -62,7 +65,8 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
     }
     let fill = head.wrapping_sub(tail).min(cap);
     let mut samples = Vec::with_capacity(fill as usize);
-    let mut buf = vec![0u8; CHUNK as usize * SLOT];
+    let mut buf = std::mem::take(&mut rings.buf);
+    buf.resize(CHUNK as usize * SLOT, 0);
     let mut done = 0u32;
     while done < fill {
         let idx = tail.wrapping_add(done) % cap;
@@ -83,6 +87,7 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
     if fill > 0 {
         dev.batch(&mut [wr(r::part(p, r::PART_STREAM_TAIL), tail.wrapping_add(fill))])?;
     }
+    rings.buf = buf;
     let before = rings.last_lost[i].replace(lost).unwrap_or(lost);
     rings.pending_lost[i] += lost.saturating_sub(before);
     store.record_drain(u64::from(fill), u64::from(fill));

@@ -6,7 +6,7 @@
 //! the copy engine's encryption for confidential VMs.
 
 use gpupm_uapi::layout::{
-    self, block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
+    block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
     BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, STREAM_REGION, STREAM_RING_SPAN, STREAM_SLOT_SIZE,
 };
 use gpupm_uapi::events::MAX_EVENTS;
@@ -206,9 +206,4 @@ impl Memory {
         buf.copy_from_slice(&ring_bytes[within as usize..stop as usize]);
         Ok(())
     }
-}
-
-/// Window offset of `slot`.
-pub fn slot_offset(slot: u32) -> u64 {
-    layout::block_slot_offset(slot)
 }

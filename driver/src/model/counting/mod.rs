@@ -163,10 +163,6 @@ impl Counting {
         }
     }
 
-    /// Engine in use.
-    pub fn kind(&self) -> EngineKind {
-        self.kind
-    }
 
     /// Counts everything partition `p` generates and transfers up to cycle `t`.
     pub fn sync(&mut self, topo: &Topology, ledger: &mut Ledger, p: u32, t: u64, threshold: Option<u32>) {
@@ -331,17 +327,6 @@ impl Counting {
         out
     }
 
-    /// Counts held in ULCs and CCU banks of partition `p` (not yet in an RC), per event.
-    pub fn in_flight(&self, topo: &Topology, p: u32) -> [u64; MAX_EVENTS] {
-        let mut out = [0u64; MAX_EVENTS];
-        for range in topo.partition_counter_ranges(p) {
-            for j in range {
-                let e = usize::from(topo.counter_event[j]);
-                out[e] += u64::from(self.pending[j]) + u64::from(self.bank[j][0]) + u64::from(self.bank[j][1]);
-            }
-        }
-        out
-    }
 }
 
 /// The largest transfer boundary `b` with `s < b <= t`, if any.
