@@ -271,17 +271,30 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
             let vm_arg = vm.to_string();
             let stat = run(
                 &[&gpupm_binary()],
-                &["--tenant-node", node.to_str().unwrap(), "stat", "--json", "--vm", &vm_arg, "-e", &events_arg],
+                &[
+                    "--tenant-node",
+                    node.to_str().unwrap(),
+                    "stat",
+                    "--json",
+                    "--vm",
+                    &vm_arg,
+                    "-e",
+                    &events_arg,
+                ],
                 uid,
                 &work.0,
             );
-            let doc: serde_json::Value = serde_json::from_str(stat.trim()).expect("gpupm stat --json");
+            let doc: serde_json::Value =
+                serde_json::from_str(stat.trim()).expect("gpupm stat --json");
             let c_line = c_json
                 .lines()
                 .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("C --json line"))
                 .find(|o| o["id"] == vm)
                 .expect("the C example shows the VM");
-            assert_eq!(doc["events"], c_line["events"], "{who}: gpupm stat and the C example differ on VM {vm}");
+            assert_eq!(
+                doc["events"], c_line["events"],
+                "{who}: gpupm stat and the C example differ on VM {vm}"
+            );
         }
     }
     eprintln!(
@@ -299,16 +312,32 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
 /// The `gpupm` binary, built beside `gpupm-driver` (same target directory
 /// and profile) if it is not there yet.
 fn gpupm_binary() -> PathBuf {
-    let dir = harness::driver_binary().parent().expect("target/<profile>").to_path_buf();
+    let dir = harness::driver_binary()
+        .parent()
+        .expect("target/<profile>")
+        .to_path_buf();
     let bin = dir.join("gpupm");
     if !bin.exists() {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let ok = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "gpupm", "--bin", "gpupm", "--profile", "test"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "gpupm",
+                "--bin",
+                "gpupm",
+                "--profile",
+                "test",
+            ])
             .env("CARGO_TARGET_DIR", dir.parent().expect("target dir"))
             .status()
             .is_ok_and(|s| s.success());
-        assert!(ok && bin.exists(), "{} is missing: `cargo build -p gpupm`", bin.display());
+        assert!(
+            ok && bin.exists(),
+            "{} is missing: `cargo build -p gpupm`",
+            bin.display()
+        );
     }
     bin
 }

@@ -192,10 +192,17 @@ fn metrics_agree_with_the_ledger(daemon: &harness::Proc, dev: &gpupmd::devnode::
         .expect("READY status names the metrics address")
         .to_string();
     let mut conn = std::net::TcpStream::connect(&url).expect("connect to the metrics endpoint");
-    write!(conn, "GET /metrics HTTP/1.1\r\nHost: {url}\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {url}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).unwrap();
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b).expect("an HTTP response");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .expect("an HTTP response");
     let (clean, problems) = promtool_check(body);
     assert!(clean, "promtool check metrics: {problems}");
     for vm in 1..=10u32 {
@@ -223,8 +230,14 @@ fn promtool_check(body: &str) -> (bool, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("promtool runs (Debian package prometheus)");
-    child.stdin.take().expect("stdin").write_all(body.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success() && text.trim().is_empty(), text)
 }

@@ -11,13 +11,25 @@ use harness::device::{churn_scenario, wait_idle, STEP};
 use harness::{daemon_config, start_daemon, Driver, TempDir};
 
 /// Records a session on `vm` receives while the clock advances `steps` steps.
-fn records_while_advancing(dev: &gpupmd::devnode::DevNode, node: &std::path::Path, vm: u32, steps: u32, daemon: &mut harness::Proc) -> usize {
+fn records_while_advancing(
+    dev: &gpupmd::devnode::DevNode,
+    node: &std::path::Path,
+    vm: u32,
+    steps: u32,
+    daemon: &mut harness::Proc,
+) -> usize {
     let client = TenantClient::open_nonblocking(node).expect("open the tenant node");
-    client.open_stream(Scope::Vm(vm)).expect("open a stream session");
+    client
+        .open_stream(Scope::Vm(vm))
+        .expect("open a stream session");
     let mut got = 0;
     for _ in 0..steps {
         dev.advance(STEP).expect("advance");
-        assert!(wait_idle(dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            wait_idle(dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
         loop {
             match client.read_deltas(16) {
                 Ok(records) if !records.is_empty() => got += records.len(),
@@ -31,7 +43,10 @@ fn records_while_advancing(dev: &gpupmd::devnode::DevNode, node: &std::path::Pat
         // The daemon drains in order behind context retirements (each with
         // fsyncs), so on a fast step clock the records may still be on
         // their way: wait for them by poll, with a deadline.
-        let mut fds = [nix::poll::PollFd::new(std::os::fd::AsFd::as_fd(&client), nix::poll::PollFlags::POLLIN)];
+        let mut fds = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&client),
+            nix::poll::PollFlags::POLLIN,
+        )];
         if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(10_000u16)).unwrap_or(0) > 0 {
             got += client.read_deltas(16).map_or(0, |r| r.len());
         }
@@ -49,8 +64,19 @@ fn sessions_opened_one_after_another_each_receive_records() {
     // Same VM twice, then alternating VMs on different partitions.
     for (session, vm) in [1, 1, 2, 5, 2, 5].into_iter().enumerate() {
         let got = records_while_advancing(&dev, &node, vm, 200, &mut daemon);
-        let commits: u64 = (1..=8).map(|p| dev.read64(r::part(p, r::PART_COMMIT_SEQ)).unwrap()).sum();
-        assert!(got > 0, "session {session} on VM {vm} received no records ({commits} commits so far)\n{}", daemon.log().lines().filter(|l| l.contains("DBG")).collect::<Vec<_>>().join("\n"));
+        let commits: u64 = (1..=8)
+            .map(|p| dev.read64(r::part(p, r::PART_COMMIT_SEQ)).unwrap())
+            .sum();
+        assert!(
+            got > 0,
+            "session {session} on VM {vm} received no records ({commits} commits so far)\n{}",
+            daemon
+                .log()
+                .lines()
+                .filter(|l| l.contains("DBG"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
     driver.stop();
 }

@@ -9,7 +9,6 @@ mod tenant_fixture;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 
-use tenant_fixture::*;
 use gpupm_driver::model::cc;
 use gpupm_uapi::events::{EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::layout::{Block, BlockSlot};
@@ -18,6 +17,7 @@ use gpupmd::tenant::client::{TenantClient, WhoamiExt};
 use gpupmd::tenant::TenantStats;
 use gpupmd::view::Scope;
 use serde_json::{json, Value};
+use tenant_fixture::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Errnos of every scope-taking request for `s`, in a fixed order.

@@ -12,13 +12,13 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::time::Instant;
 
-use tenant_fixture::*;
 use gpupm_uapi::tenant::*;
 use gpupmd::tenant::client::ioctl::VFS_STATEFUL_IOCTLS;
 use gpupmd::tenant::client::TenantClient;
 use gpupmd::tenant::TenantStats;
 use gpupmd::view::Scope;
 use serde_json::{json, Value};
+use tenant_fixture::*;
 
 /// Calls per identity.
 const CALLS: u64 = 100_000;

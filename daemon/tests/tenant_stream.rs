@@ -10,7 +10,6 @@ mod tenant_fixture;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use tenant_fixture::*;
 use gpupm_driver::model::cc;
 use gpupm_uapi::layout::{StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
@@ -19,6 +18,7 @@ use gpupmd::tenant::{TenantStats, SESSION_QUEUE};
 use gpupmd::view::Scope;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
+use tenant_fixture::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 /// (seq, lost_before, record vm, ctx, record seq, deltas[0]) of a plaintext delta.

@@ -26,7 +26,10 @@ fn rss_mib() -> f64 {
 
 /// CPU time this thread has used, in seconds.
 fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec into the valid local `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {
@@ -74,7 +77,9 @@ fn main() {
     while samples.len() < 2000 {
         probe.advance(step).unwrap();
         for p in 1..=8u32 {
-            if probe.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() & 0xF == u64::from(hs_state::REQUESTED) {
+            if probe.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() & 0xF
+                == u64::from(hs_state::REQUESTED)
+            {
                 let t = Instant::now();
                 host::handshake(&mut probe, p).unwrap();
                 samples.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
@@ -102,9 +107,14 @@ fn main() {
 
     println!("model bench: {} counters, 8 partitions, 8 VMs, 512 contexts, 1 kHz periodic trigger, 40 ms timeslices (200 switches/s)", counters);
     println!("batched engine:   {sim_s:.2} s simulated in {wall:.3} s wall = {sim_over_wall:.1}x real time (goal >= 20x); {cpu:.3} s CPU = {sim_over_cpu:.1}x per core");
-    println!("reference engine: {ref_sim_over_wall:.6}x real time; batched/reference = {:.0}x", sim_over_wall / ref_sim_over_wall);
+    println!(
+        "reference engine: {ref_sim_over_wall:.6}x real time; batched/reference = {:.0}x",
+        sim_over_wall / ref_sim_over_wall
+    );
     println!("records routed:   {routed} = {records_per_s:.0} records/s; {handshakes} host-driven switches");
-    println!("handshake:        p50 {ctxsw_p50} ns, p99 {ctxsw_p99} ns (in-process, 2 register batches)");
+    println!(
+        "handshake:        p50 {ctxsw_p50} ns, p99 {ctxsw_p99} ns (in-process, 2 register batches)"
+    );
     println!("resident memory:  {rss:.1} MiB (goal < 64 MiB)");
     println!(
         "{{\"sim_over_wall\":{sim_over_wall:.2},\"sim_over_cpu\":{sim_over_cpu:.2},\"records_per_s\":{records_per_s:.0},\"ctxsw_ns\":{ctxsw_p50},\"ctxsw_p99_ns\":{ctxsw_p99},\"rss_mib\":{rss:.1},\"reference_sim_over_wall\":{ref_sim_over_wall:.8},\"batched_over_reference\":{:.0},\"counters\":{counters}}}",

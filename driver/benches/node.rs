@@ -23,7 +23,9 @@ use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::{RegBatch, GPUPM_IOC_REG_BATCH};
 use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
 use gpupm_uapi::regs;
-use harness::node::{advance, batch_of, drain_records, handshake, read_op, service_pending, write_op};
+use harness::node::{
+    advance, batch_of, drain_records, handshake, read_op, service_pending, write_op,
+};
 use harness::scenario::{self, SWITCHING_TIMEOUT};
 use harness::sys::ioctl;
 use harness::{wr32, Driver, Options};
@@ -54,7 +56,10 @@ fn pct(v: &[Duration], p: f64) -> Duration {
 
 fn report(name: &str, v: &[Duration]) -> (u128, u128) {
     let (p50, p99) = (pct(v, 0.50).as_nanos(), pct(v, 0.99).as_nanos());
-    println!("{name:<26} p50 {p50:>9} ns   p99 {p99:>9} ns   (n={})", v.len());
+    println!(
+        "{name:<26} p50 {p50:>9} ns   p99 {p99:>9} ns   (n={})",
+        v.len()
+    );
     (p50, p99)
 }
 
@@ -131,7 +136,8 @@ fn main() {
 
     let mut window = vec![0u8; 64 * 1024];
     let win = measure(3_000, || {
-        card.read_exact_at(&mut window, MEM_WINDOW_OFFSET).expect("window read");
+        card.read_exact_at(&mut window, MEM_WINDOW_OFFSET)
+            .expect("window read");
     });
     let (win_p50, _) = report("window read (64 KiB)", &win);
     let total: Duration = win.iter().sum();

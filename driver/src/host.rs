@@ -34,17 +34,30 @@ pub struct Host {
 }
 
 fn read(offset: u64, width: u32) -> RegOp {
-    RegOp { offset, value: 0, op: reg_op::READ, width }
+    RegOp {
+        offset,
+        value: 0,
+        op: reg_op::READ,
+        width,
+    }
 }
 
 fn write(offset: u64, value: u64) -> RegOp {
-    RegOp { offset, value, op: reg_op::WRITE, width: 4 }
+    RegOp {
+        offset,
+        value,
+        op: reg_op::WRITE,
+        width: 4,
+    }
 }
 
 impl Host {
     /// A host that releases destroyed contexts.
     pub fn new() -> Self {
-        Host { release_destroyed: true, ..Default::default() }
+        Host {
+            release_destroyed: true,
+            ..Default::default()
+        }
     }
 
     /// Handles every interrupt raised since the last call.
@@ -57,20 +70,26 @@ impl Host {
             let rec = self.records[i];
             handled |= rec.source;
             match rec.source {
-                source::SWITCH_REQUESTED
-                    if handshake(dev, rec.partition)? => {
-                        done.handshakes += 1;
-                    }
-                source::CTX_DESTROYED if self.release_destroyed
-                    && dev.write_reg(r::ctx(rec.arg, r::CTX_CMD), 4, u64::from(ctx_cmd::RELEASE)).is_ok() => {
-                        done.released += 1;
-                    }
-                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => done.drained += drain(dev, rec.partition)?,
+                source::SWITCH_REQUESTED if handshake(dev, rec.partition)? => {
+                    done.handshakes += 1;
+                }
+                source::CTX_DESTROYED
+                    if self.release_destroyed
+                        && dev
+                            .write_reg(r::ctx(rec.arg, r::CTX_CMD), 4, u64::from(ctx_cmd::RELEASE))
+                            .is_ok() =>
+                {
+                    done.released += 1;
+                }
+                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
+                    done.drained += drain(dev, rec.partition)?
+                }
                 _ => {}
             }
         }
         if handled != 0 {
-            dev.write_reg(r::INTR_ACK, 4, u64::from(handled)).map_err(|e| (0, e.into()))?;
+            dev.write_reg(r::INTR_ACK, 4, u64::from(handled))
+                .map_err(|e| (0, e.into()))?;
         }
         Ok(done)
     }
@@ -79,7 +98,9 @@ impl Host {
 /// Runs the full switch handshake on partition `p` if one is pending.
 /// Returns whether it did.
 pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
-    let status = dev.read_reg(r::part(p, r::PART_STATUS), 4).map_err(|e| (0, e.into()))?;
+    let status = dev
+        .read_reg(r::part(p, r::PART_STATUS), 4)
+        .map_err(|e| (0, e.into()))?;
     if status as u32 & part_status::STATE_MASK != hs_state::REQUESTED {
         return Ok(false);
     }
@@ -91,7 +112,10 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
         write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::CTX_PAUSE)),
         write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::ALL)),
         write(r::TRIG_TARGET, 1 << p),
-        write(r::TRIG_CMD, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ)),
+        write(
+            r::TRIG_CMD,
+            u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ),
+        ),
         read(r::part(p, r::PART_CCU_ACKED), 8),
         read(r::part(p, r::PART_CCU_ASSIGNED), 8),
     ];
@@ -101,13 +125,18 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
     // so the first read already shows all of them).
     let mut acked = first[6].value;
     while acked != first[7].value {
-        acked = dev.read_reg(r::part(p, r::PART_CCU_ACKED), 8).map_err(|e| (0, e.into()))?;
+        acked = dev
+            .read_reg(r::part(p, r::PART_CCU_ACKED), 8)
+            .map_err(|e| (0, e.into()))?;
     }
     // Steps 6-7: commit, re-point to the incoming blocks, unpause.
     let mut second = [
         write(r::part(p, r::PART_RC_BIND_VM), next_vm),
         write(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
-        write(r::part(p, r::PART_RC_CMD), u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT)),
+        write(
+            r::part(p, r::PART_RC_CMD),
+            u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT),
+        ),
         write(r::part(p, r::PART_CTRL), 0),
     ];
     dev.batch(&mut second)?;
@@ -116,9 +145,14 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
 
 /// Consumes every record in partition `p`'s stream ring; returns how many.
 pub fn drain(dev: &mut Device, p: u32) -> Result<u64, (usize, DeviceError)> {
-    let head = dev.read_reg(r::part(p, r::PART_STREAM_HEAD), 4).map_err(|e| (0, e.into()))?;
-    let tail = dev.read_reg(r::part(p, r::PART_STREAM_TAIL), 4).map_err(|e| (0, e.into()))?;
-    dev.write_reg(r::part(p, r::PART_STREAM_TAIL), 4, head).map_err(|e| (0, e.into()))?;
+    let head = dev
+        .read_reg(r::part(p, r::PART_STREAM_HEAD), 4)
+        .map_err(|e| (0, e.into()))?;
+    let tail = dev
+        .read_reg(r::part(p, r::PART_STREAM_TAIL), 4)
+        .map_err(|e| (0, e.into()))?;
+    dev.write_reg(r::part(p, r::PART_STREAM_TAIL), 4, head)
+        .map_err(|e| (0, e.into()))?;
     Ok(u64::from((head as u32).wrapping_sub(tail as u32)))
 }
 
@@ -132,7 +166,11 @@ pub fn flush_all(dev: &mut Device) -> Result<(), DeviceError> {
         }
     }
     dev.write_reg(r::TRIG_TARGET, 4, mask)?;
-    dev.write_reg(r::TRIG_CMD, 4, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER))?;
+    dev.write_reg(
+        r::TRIG_CMD,
+        4,
+        u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+    )?;
     Ok(())
 }
 
@@ -150,7 +188,9 @@ pub fn settle(dev: &mut Device, host: &mut Host) -> Result<(), DeviceError> {
                 hs_state::REQUESTED => {
                     handshake(dev, p).map_err(|(_, e)| e)?;
                 }
-                _ => waiting = waiting.max(dev.read_reg(r::part(p, r::PART_SWITCH_TIMEOUT), 4)? + 1),
+                _ => {
+                    waiting = waiting.max(dev.read_reg(r::part(p, r::PART_SWITCH_TIMEOUT), 4)? + 1)
+                }
             }
         }
         if waiting == 0 {

@@ -14,7 +14,11 @@ use gpupm_uapi::ioctl::{ledger_scope, reg_op, RegOp};
 use gpupm_uapi::layout;
 use gpupm_uapi::regs::{self as r, part_ctrl, rc_cmd, trig_cmd};
 
-struct Snapshot(Vec<u8>, gpupm_driver::model::counting::CountingSnapshot, gpupm_driver::model::LedgerTotals);
+struct Snapshot(
+    Vec<u8>,
+    gpupm_driver::model::counting::CountingSnapshot,
+    gpupm_driver::model::LedgerTotals,
+);
 
 fn snapshot(dev: &mut Device) -> Snapshot {
     let ledger = dev.ledger_totals(ledger_scope::SYSTEM, 0).unwrap();
@@ -47,13 +51,33 @@ fn malformed_register_accesses_are_rejected_and_change_nothing() {
     let mut dev = busy_device();
     dev.write_reg(r::TRIG_TARGET, 4, 0).unwrap();
     let before = snapshot(&mut dev);
-    let reads: &[(u64, u32)] = &[(0x2, 4), (0x0, 2), (0x0, 1), (0x0, 16), (0x4, 8), (r::BAR0_SIZE, 4), (0x00F0, 4), (r::ID, 8)];
+    let reads: &[(u64, u32)] = &[
+        (0x2, 4),
+        (0x0, 2),
+        (0x0, 1),
+        (0x0, 16),
+        (0x4, 8),
+        (r::BAR0_SIZE, 4),
+        (0x00F0, 4),
+        (r::ID, 8),
+    ];
     for &(off, w) in reads {
-        assert!(dev.read_reg(off, w).is_err(), "read {off:#x}/{w} should fail");
+        assert!(
+            dev.read_reg(off, w).is_err(),
+            "read {off:#x}/{w} should fail"
+        );
     }
     let p1 = |reg| r::part(1, reg);
-    let destroyed = dev.contexts().find(|c| c.2 == r::ctx_state::DESTROYED).map(|c| c.0).expect("a destroyed context");
-    let active = dev.contexts().find(|c| c.2 == r::ctx_state::ACTIVE).map(|c| c.0).unwrap();
+    let destroyed = dev
+        .contexts()
+        .find(|c| c.2 == r::ctx_state::DESTROYED)
+        .map(|c| c.0)
+        .expect("a destroyed context");
+    let active = dev
+        .contexts()
+        .find(|c| c.2 == r::ctx_state::ACTIVE)
+        .map(|c| c.0)
+        .unwrap();
     let ccus = dev.read_reg(r::TOPO_CCUS, 4).unwrap() as u32;
     let last_ccu_counters = dev.read_reg(r::ccu(0, r::CCU_COUNTERS), 4).unwrap() as u32;
     let last_word = (last_ccu_counters - 1) / 32;
@@ -71,39 +95,89 @@ fn malformed_register_accesses_are_rejected_and_change_nothing() {
         ("period below min", r::TRIG_PERIOD, 4, 100),
         ("trig ctrl undefined bits", r::TRIG_CTRL, 4, 1 << 7),
         ("threshold 0", r::TRIG_THRESHOLD, 4, 0),
-        ("threshold above max (could wrap)", r::TRIG_THRESHOLD, 4, u64::from(r::TRIG_THRESHOLD_MAX) + 1),
+        (
+            "threshold above max (could wrap)",
+            r::TRIG_THRESHOLD,
+            4,
+            u64::from(r::TRIG_THRESHOLD_MAX) + 1,
+        ),
         ("target unconfigured slot", r::TRIG_TARGET, 4, 1 << 9),
-        ("trig cmd with empty target", r::TRIG_CMD, 4, u64::from(trig_cmd::TRIGGER)),
+        (
+            "trig cmd with empty target",
+            r::TRIG_CMD,
+            4,
+            u64::from(trig_cmd::TRIGGER),
+        ),
         ("trig cmd undefined bits", r::TRIG_CMD, 4, 1 << 5),
         ("external trigger value", r::TRIG_EXTERNAL, 4, 2),
         ("intr mask undefined", r::INTR_MASK, 4, 1 << 20),
         ("intr ack undefined", r::INTR_ACK, 4, 1 << 20),
         ("system partition ctrl", r::part(0, r::PART_CTRL), 4, 1),
         ("unconfigured partition", r::part(7, r::PART_CTRL), 4, 1),
-        ("unconfigured partition tail", r::part(7, r::PART_STREAM_TAIL), 4, 0),
+        (
+            "unconfigured partition tail",
+            r::part(7, r::PART_STREAM_TAIL),
+            4,
+            0,
+        ),
         ("rc cmd zero", p1(r::PART_RC_CMD), 4, 0),
         ("rc cmd undefined", p1(r::PART_RC_CMD), 4, 4),
-        ("repoint without switch", p1(r::PART_RC_CMD), 4, u64::from(rc_cmd::REPOINT)),
+        (
+            "repoint without switch",
+            p1(r::PART_RC_CMD),
+            4,
+            u64::from(rc_cmd::REPOINT),
+        ),
         ("bind VM of another partition", p1(r::PART_RC_BIND_VM), 4, 3),
         ("bind VM out of range", p1(r::PART_RC_BIND_VM), 4, 1000),
-        ("bind destroyed context", p1(r::PART_RC_BIND_CTX), 4, u64::from(destroyed)),
+        (
+            "bind destroyed context",
+            p1(r::PART_RC_BIND_CTX),
+            4,
+            u64::from(destroyed),
+        ),
         ("bind unknown context", p1(r::PART_RC_BIND_CTX), 4, 4000),
-        ("switch timeout too small", p1(r::PART_SWITCH_TIMEOUT), 4, 10),
+        (
+            "switch timeout too small",
+            p1(r::PART_SWITCH_TIMEOUT),
+            4,
+            10,
+        ),
         ("timeslice too small", p1(r::PART_TIMESLICE_CTX), 4, 10),
         ("tail beyond head", p1(r::PART_STREAM_TAIL), 4, head + 1),
         ("watermark 0", p1(r::PART_STREAM_WATERMARK), 4, 0),
-        ("watermark above capacity", p1(r::PART_STREAM_WATERMARK), 4, 65),
+        (
+            "watermark above capacity",
+            p1(r::PART_STREAM_WATERMARK),
+            4,
+            65,
+        ),
         ("read-only partition status", p1(r::PART_STATUS), 4, 0),
         ("nonexistent CCU", r::ccu(ccus, r::CCU_MASK_INDEX), 4, 0),
-        ("mask index beyond counters", r::ccu(0, r::CCU_MASK_INDEX), 4, u64::from(last_word + 1)),
+        (
+            "mask index beyond counters",
+            r::ccu(0, r::CCU_MASK_INDEX),
+            4,
+            u64::from(last_word + 1),
+        ),
         ("read-only CCU owner", r::ccu(0, r::CCU_OWNER), 4, 1),
         ("VM 0", r::vm(0, r::VM_KEY), 4, 1),
         ("key for a non-confidential VM", r::vm(1, r::VM_KEY), 4, 1),
         ("key commit value", r::vm(3, r::VM_KEY_COMMIT), 4, 2),
         ("read-only VM partition", r::vm(1, r::VM_PARTITION), 4, 2),
         ("context 0", r::ctx(0, r::CTX_CMD), 4, 1),
-        ("release an active context", r::ctx(active, r::CTX_CMD), 4, 1),
-        ("unknown context command", r::ctx(destroyed, r::CTX_CMD), 4, 9),
+        (
+            "release an active context",
+            r::ctx(active, r::CTX_CMD),
+            4,
+            1,
+        ),
+        (
+            "unknown context command",
+            r::ctx(destroyed, r::CTX_CMD),
+            4,
+            9,
+        ),
         ("release a free context", r::ctx(4000, r::CTX_CMD), 4, 1),
     ];
     for (what, off, w, v) in writes {
@@ -112,7 +186,8 @@ fn malformed_register_accesses_are_rejected_and_change_nothing() {
         assert_unchanged(&mut dev, &before, what);
     }
     // Mask bits beyond the last counter of a CCU.
-    dev.write_reg(r::ccu(0, r::CCU_MASK_INDEX), 4, u64::from(last_word)).unwrap();
+    dev.write_reg(r::ccu(0, r::CCU_MASK_INDEX), 4, u64::from(last_word))
+        .unwrap();
     let before = snapshot(&mut dev);
     let valid = last_ccu_counters - last_word * 32;
     if valid < 32 {
@@ -129,7 +204,9 @@ fn out_of_order_handshake_writes_are_rejected_and_change_nothing() {
     let mut dev = busy_device();
     // Run until partition 1 has a switch request pending.
     let mut guard = 0;
-    while dev.read_reg(r::part(1, r::PART_STATUS), 4).unwrap() as u32 & 0xF != r::hs_state::REQUESTED {
+    while dev.read_reg(r::part(1, r::PART_STATUS), 4).unwrap() as u32 & 0xF
+        != r::hs_state::REQUESTED
+    {
         dev.advance(500).unwrap();
         guard += 1;
         assert!(guard < 10_000);
@@ -137,40 +214,87 @@ fn out_of_order_handshake_writes_are_rejected_and_change_nothing() {
     let p = |reg| r::part(1, reg);
     let before = snapshot(&mut dev);
     for (what, off, v) in [
-        ("pause transfers before the context", p(r::PART_CTRL), part_ctrl::ALL),
+        (
+            "pause transfers before the context",
+            p(r::PART_CTRL),
+            part_ctrl::ALL,
+        ),
         ("unpause from REQUESTED", p(r::PART_CTRL), 0),
         ("undefined pause bits", p(r::PART_CTRL), 8),
         ("repoint before commit", p(r::PART_RC_CMD), rc_cmd::REPOINT),
     ] {
         assert!(
-            matches!(dev.write_reg(off, 4, u64::from(v)), Err(RegError::BadSequence { .. } | RegError::BadValue { .. })),
+            matches!(
+                dev.write_reg(off, 4, u64::from(v)),
+                Err(RegError::BadSequence { .. } | RegError::BadValue { .. })
+            ),
             "{what}"
         );
         assert_unchanged(&mut dev, &before, what);
     }
     // Steps 1-5 done, then re-point with wrong binds.
     let mut ops = [
-        RegOp { offset: p(r::PART_CTRL), value: part_ctrl::CTX_PAUSE.into(), op: reg_op::WRITE, width: 4 },
-        RegOp { offset: p(r::PART_CTRL), value: part_ctrl::ALL.into(), op: reg_op::WRITE, width: 4 },
-        RegOp { offset: r::TRIG_TARGET, value: 2, op: reg_op::WRITE, width: 4 },
-        RegOp { offset: r::TRIG_CMD, value: 7, op: reg_op::WRITE, width: 4 },
-        RegOp { offset: p(r::PART_RC_CMD), value: rc_cmd::COMMIT.into(), op: reg_op::WRITE, width: 4 },
+        RegOp {
+            offset: p(r::PART_CTRL),
+            value: part_ctrl::CTX_PAUSE.into(),
+            op: reg_op::WRITE,
+            width: 4,
+        },
+        RegOp {
+            offset: p(r::PART_CTRL),
+            value: part_ctrl::ALL.into(),
+            op: reg_op::WRITE,
+            width: 4,
+        },
+        RegOp {
+            offset: r::TRIG_TARGET,
+            value: 2,
+            op: reg_op::WRITE,
+            width: 4,
+        },
+        RegOp {
+            offset: r::TRIG_CMD,
+            value: 7,
+            op: reg_op::WRITE,
+            width: 4,
+        },
+        RegOp {
+            offset: p(r::PART_RC_CMD),
+            value: rc_cmd::COMMIT.into(),
+            op: reg_op::WRITE,
+            width: 4,
+        },
     ];
     dev.batch(&mut ops).unwrap();
     let before = snapshot(&mut dev);
-    assert!(matches!(dev.write_reg(p(r::PART_RC_CMD), 4, rc_cmd::REPOINT.into()), Err(RegError::BadSequence { .. })));
-    assert_unchanged(&mut dev, &before, "repoint with binds not naming the incoming context");
+    assert!(matches!(
+        dev.write_reg(p(r::PART_RC_CMD), 4, rc_cmd::REPOINT.into()),
+        Err(RegError::BadSequence { .. })
+    ));
+    assert_unchanged(
+        &mut dev,
+        &before,
+        "repoint with binds not naming the incoming context",
+    );
 }
 
 #[test]
 fn a_batch_with_one_bad_op_changes_nothing_and_names_the_op() {
     let mut dev = busy_device();
     let before = snapshot(&mut dev);
-    let w = |offset, value| RegOp { offset, value, op: reg_op::WRITE, width: 4 };
+    let w = |offset, value| RegOp {
+        offset,
+        value,
+        op: reg_op::WRITE,
+        width: 4,
+    };
     let mut ops = [
         w(r::TRIG_PERIOD, 9_999),
         w(r::TRIG_TARGET, 0b111),
-        w(r::TRIG_CMD, u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER)),
+        w(
+            r::TRIG_CMD,
+            u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+        ),
         w(r::TRIG_THRESHOLD, 5),
         w(r::INTR_MASK, 0),
     ];
@@ -178,11 +302,26 @@ fn a_batch_with_one_bad_op_changes_nothing_and_names_the_op() {
     assert_eq!(index, 3);
     assert!(matches!(err, DeviceError::Reg(RegError::BadValue { .. })));
     assert_unchanged(&mut dev, &before, "failed batch");
-    let mut bad_kind = [RegOp { offset: r::ID, value: 0, op: 9, width: 4 }];
-    assert_eq!(dev.batch(&mut bad_kind).unwrap_err(), (0, DeviceError::BadOp(9)));
+    let mut bad_kind = [RegOp {
+        offset: r::ID,
+        value: 0,
+        op: 9,
+        width: 4,
+    }];
+    assert_eq!(
+        dev.batch(&mut bad_kind).unwrap_err(),
+        (0, DeviceError::BadOp(9))
+    );
     // Releasing one context twice in one batch fails as a whole.
-    let destroyed = dev.contexts().find(|c| c.2 == r::ctx_state::DESTROYED).map(|c| c.0).unwrap();
-    let mut twice = [w(r::ctx(destroyed, r::CTX_CMD), 1), w(r::ctx(destroyed, r::CTX_CMD), 1)];
+    let destroyed = dev
+        .contexts()
+        .find(|c| c.2 == r::ctx_state::DESTROYED)
+        .map(|c| c.0)
+        .unwrap();
+    let mut twice = [
+        w(r::ctx(destroyed, r::CTX_CMD), 1),
+        w(r::ctx(destroyed, r::CTX_CMD), 1),
+    ];
     assert_eq!(dev.batch(&mut twice).unwrap_err().0, 1);
     assert_unchanged(&mut dev, &before, "double release");
 }
@@ -199,8 +338,16 @@ fn bad_advance_ledger_and_window_requests_are_rejected_and_change_nothing() {
     assert!(dev.ledger_totals(ledger_scope::VM, 9).is_err());
     assert!(dev.ledger_totals(ledger_scope::SYSTEM, 1).is_err());
     let mut buf = [0u8; 64];
-    assert!(dev.read_window(layout::stream_slot_offset(1, 64) - 8, &mut buf).is_err(), "past the ring's capacity");
-    assert!(dev.read_window(layout::stream_slot_offset(9, 0), &mut buf).is_err(), "no ring there");
+    assert!(
+        dev.read_window(layout::stream_slot_offset(1, 64) - 8, &mut buf)
+            .is_err(),
+        "past the ring's capacity"
+    );
+    assert!(
+        dev.read_window(layout::stream_slot_offset(9, 0), &mut buf)
+            .is_err(),
+        "no ring there"
+    );
     assert!(dev.read_window(u64::MAX - 4, &mut buf).is_err());
     assert_unchanged(&mut dev, &before, "rejected requests");
     let mut rt = Device::new(&small_scenario(), EngineKind::Batched, false).unwrap();

@@ -66,7 +66,11 @@ fn short_ops() -> impl Strategy<Value = Vec<Op>> {
             .take(16)
             .map(|op| match op {
                 Op::Advance(n) => Op::Advance(n % 6_000 + 1),
-                Op::PartialHandshake { which, steps, wait } => Op::PartialHandshake { which, steps, wait: wait % 3_000 },
+                Op::PartialHandshake { which, steps, wait } => Op::PartialHandshake {
+                    which,
+                    steps,
+                    wait: wait % 3_000,
+                },
                 other => other,
             })
             .collect()

@@ -32,8 +32,15 @@ fn nonblocking_read_is_eagain_until_a_trigger_completes() {
     let recs = records(&buf[..n]);
     assert_eq!(recs.len(), 1);
     let r = recs[0];
-    assert_eq!((r.seq, r.source, r.partition), (seq, source::TRIGGER_DONE, 0));
-    assert_eq!((r.arg, r.arg2), (1, trig_cmd::TRIGGER), "target mask and command");
+    assert_eq!(
+        (r.seq, r.source, r.partition),
+        (seq, source::TRIGGER_DONE, 0)
+    );
+    assert_eq!(
+        (r.arg, r.arg2),
+        (1, trig_cmd::TRIGGER),
+        "target mask and command"
+    );
     assert_eq!(errno(&card.read(&mut buf).unwrap_err()), libc::EAGAIN);
     d.stop();
 }
@@ -55,7 +62,8 @@ fn blocking_read_waits_for_records_the_advancing_clock_raises() {
     assert!(!recs.is_empty());
     assert!(recs.iter().all(|r| r.cycle > 0 && r.cycle <= 40_000));
     assert!(
-        recs.iter().any(|r| matches!(r.source, source::CTX_CREATED | source::SWITCH_REQUESTED)),
+        recs.iter()
+            .any(|r| matches!(r.source, source::CTX_CREATED | source::SWITCH_REQUESTED)),
         "{recs:?}"
     );
     d.stop();
@@ -98,14 +106,20 @@ fn poll_reports_pri_while_a_source_is_latched_until_acked() {
         poll(&mut fds, PollTimeout::ZERO).unwrap() == 1
     };
     // Cycle 0 created contexts and requested switches: latched already.
-    assert_ne!(rd32(&card, regs::INTR_STATUS).unwrap() & source::CTX_CREATED, 0);
+    assert_ne!(
+        rd32(&card, regs::INTR_STATUS).unwrap() & source::CTX_CREATED,
+        0
+    );
     assert!(pri(&card));
     wr32(&card, regs::INTR_ACK, source::ALL).unwrap();
     assert_eq!(rd32(&card, regs::INTR_STATUS).unwrap(), 0);
     assert!(!pri(&card));
     trigger(&card);
     assert!(pri(&card));
-    assert_eq!(rd32(&card, regs::INTR_PENDING).unwrap(), source::TRIGGER_DONE);
+    assert_eq!(
+        rd32(&card, regs::INTR_PENDING).unwrap(),
+        source::TRIGGER_DONE
+    );
     wr32(&card, regs::INTR_ACK, source::TRIGGER_DONE).unwrap();
     assert!(!pri(&card));
     d.stop();
@@ -121,7 +135,10 @@ fn two_openers_each_see_every_interrupt() {
     trigger(&a);
     wr32(&b, regs::MBOX_CMD, mbox_op::READ_CYCLE).unwrap();
     let last = rd64(&a, regs::INTR_SEQ).unwrap();
-    assert!(last - first > 10, "the device raised records while advancing");
+    assert!(
+        last - first > 10,
+        "the device raised records while advancing"
+    );
     let ra = drain_records(&mut a);
     let rb = drain_records(&mut b);
     assert_eq!(ra, rb);
@@ -159,12 +176,18 @@ fn masked_sources_latch_but_raise_no_record() {
     trigger(&card);
     let mut buf = [0u8; 32];
     assert_eq!(errno(&card.read(&mut buf).unwrap_err()), libc::EAGAIN);
-    assert_eq!(rd32(&card, regs::INTR_STATUS).unwrap(), source::TRIGGER_DONE);
+    assert_eq!(
+        rd32(&card, regs::INTR_STATUS).unwrap(),
+        source::TRIGGER_DONE
+    );
     assert_eq!(rd32(&card, regs::INTR_PENDING).unwrap(), 0);
     wr32(&card, regs::INTR_MASK, 0).unwrap();
     wr32(&card, regs::MBOX_CMD, mbox_op::GET_CAPS).unwrap();
     let recs = drain_records(&mut card);
-    assert_eq!(recs.iter().map(|r| r.source).collect::<Vec<_>>(), [source::MAILBOX_DONE]);
+    assert_eq!(
+        recs.iter().map(|r| r.source).collect::<Vec<_>>(),
+        [source::MAILBOX_DONE]
+    );
     d.stop();
 }
 
@@ -177,7 +200,11 @@ fn realtime_clock_thread_delivers_records_to_a_blocked_reader() {
     let probe = d.card();
     assert_eq!(identity(&probe).step_clock, 0);
     let e = advance(&probe, 10).unwrap_err();
-    assert_eq!(errno(&e), libc::EINVAL, "a real-time clock cannot be stepped");
+    assert_eq!(
+        errno(&e),
+        libc::EINVAL,
+        "a real-time clock cannot be stepped"
+    );
     let c0 = rd64(&probe, regs::CYCLE).unwrap();
     let mut card = d.card();
     // Nobody services the switches: every 20 ms of wall time a switch is
@@ -185,9 +212,15 @@ fn realtime_clock_thread_delivers_records_to_a_blocked_reader() {
     let mut buf = [0u8; 32];
     let n = card.read(&mut buf).unwrap();
     let rec = records(&buf[..n])[0];
-    assert!(rec.cycle >= c0, "{rec:?} raised before the read started at {c0}");
     assert!(
-        matches!(rec.source, source::SWITCH_REQUESTED | source::SWITCH_FALLBACK),
+        rec.cycle >= c0,
+        "{rec:?} raised before the read started at {c0}"
+    );
+    assert!(
+        matches!(
+            rec.source,
+            source::SWITCH_REQUESTED | source::SWITCH_FALLBACK
+        ),
         "{rec:?}"
     );
     assert!(rd64(&card, regs::CYCLE).unwrap() > c0, "the clock runs");

@@ -6,8 +6,8 @@ mod harness;
 use std::path::PathBuf;
 use std::process::Command;
 
-use harness::{errno, is_mounted, rd32, rd64, Driver, Options, TempDir};
 use gpupm_uapi::regs;
+use harness::{errno, is_mounted, rd32, rd64, Driver, Options, TempDir};
 use nix::sys::signal::Signal;
 
 fn client() -> PathBuf {
@@ -156,13 +156,24 @@ fn python_client_reads_what_the_rust_test_reads() {
             .lines()
             .find(|l| l.split(' ').next() == Some(name))
             .unwrap_or_else(|| panic!("no {name} line in:\n{out}"));
-        l.split(' ').skip(1).map(|v| v.parse().expect("number")).collect()
+        l.split(' ')
+            .skip(1)
+            .map(|v| v.parse().expect("number"))
+            .collect()
     };
 
     let id = identity(&card);
     let ids = [
-        id.version, id.magic, id.abi_version, id.events, id.partitions, id.ccus, id.sms,
-        id.clock_khz, id.step_clock, id.reserved,
+        id.version,
+        id.magic,
+        id.abi_version,
+        id.events,
+        id.partitions,
+        id.ccus,
+        id.sms,
+        id.clock_khz,
+        id.step_clock,
+        id.reserved,
     ];
     let mut want: Vec<u64> = ids.iter().map(|&v| u64::from(v)).collect();
     want.push(0); // the client read the identity before advancing
@@ -176,7 +187,12 @@ fn python_client_reads_what_the_rust_test_reads() {
     assert_eq!(flush.source, source::TRIGGER_DONE);
     let rust: Vec<String> = advanced
         .iter()
-        .map(|r| format!("{}:{}:{}:{}:{}:{}", r.seq, r.cycle, r.source, r.partition, r.arg, r.arg2))
+        .map(|r| {
+            format!(
+                "{}:{}:{}:{}:{}:{}",
+                r.seq, r.cycle, r.source, r.partition, r.arg, r.arg2
+            )
+        })
         .collect();
     let l = out.lines().find(|l| l.starts_with("records")).unwrap();
     let py: Vec<&str> = l.split(' ').skip(1).collect();
@@ -199,6 +215,10 @@ fn python_client_reads_what_the_rust_test_reads() {
     ];
     want.extend(b.counters);
     assert_eq!(line("system_block"), want);
-    assert_eq!(b.counters, expected(&q), "the flushed system block equals the ledger");
+    assert_eq!(
+        b.counters,
+        expected(&q),
+        "the flushed system block equals the ledger"
+    );
     d.stop();
 }

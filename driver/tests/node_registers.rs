@@ -19,7 +19,10 @@ fn small_scenario_file_is_the_model_tests_small_scenario() {
     let parsed = gpupm_driver::scenario::parse("small.toml", &harness::scenario::small())
         .expect("the harness's scenario file parses");
     assert_eq!(parsed, common::small_scenario());
-    for text in [harness::scenario::switching(), harness::scenario::slow_realtime()] {
+    for text in [
+        harness::scenario::switching(),
+        harness::scenario::slow_realtime(),
+    ] {
         gpupm_driver::scenario::parse("test.toml", &text).expect("scenario file parses");
     }
 }
@@ -29,7 +32,10 @@ fn identity_and_topology_registers_describe_the_scenario() {
     let d = Driver::start();
     let card = d.card();
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
-    assert_eq!(rd32(&card, regs::ABI_VERSION).unwrap(), gpupm_uapi::ABI_VERSION);
+    assert_eq!(
+        rd32(&card, regs::ABI_VERSION).unwrap(),
+        gpupm_uapi::ABI_VERSION
+    );
     // sms_per_gpc = [3, 2], 2 memory slices of 2 L2 + 1 FB + 1 CE, 2 NVLinks.
     let expect = [
         (regs::TOPO_GPCS, 2),
@@ -135,19 +141,37 @@ fn unaligned_odd_width_and_out_of_range_accesses_are_einval_and_change_nothing()
         ("16-byte read", card.read_at(&mut b16, reg)),
         ("read past BAR0", card.read_at(&mut b4, regs::BAR0_SIZE)),
         ("read of an unmapped register", card.read_at(&mut b4, 0x3FC)),
-        ("read far past BAR0", card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x4000)),
+        (
+            "read far past BAR0",
+            card.read_at(&mut b4, MEM_WINDOW_OFFSET - 4 - 0x4000),
+        ),
         ("unaligned write", card.write_at(&[1, 2, 3, 4], reg + 1)),
         ("2-byte write", card.write_at(&[1, 2], reg)),
-        ("write past BAR0", card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE)),
-        ("unaligned 8-byte read", card.read_at(&mut [0u8; 8], regs::CYCLE + 4)),
-        ("window write", card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET)),
-        ("window read past its end", card.read_at(&mut b16, MEM_WINDOW_OFFSET + window_end)),
+        (
+            "write past BAR0",
+            card.write_at(&[1, 2, 3, 4], regs::BAR0_SIZE),
+        ),
+        (
+            "unaligned 8-byte read",
+            card.read_at(&mut [0u8; 8], regs::CYCLE + 4),
+        ),
+        (
+            "window write",
+            card.write_at(&[1, 2, 3, 4], MEM_WINDOW_OFFSET),
+        ),
+        (
+            "window read past its end",
+            card.read_at(&mut b16, MEM_WINDOW_OFFSET + window_end),
+        ),
     ] {
         let e = res.expect_err(what);
         assert_eq!(errno(&e), libc::EINVAL, "{what}: {e}");
     }
     assert_eq!(rd32(&card, reg).unwrap(), 7_777);
-    assert!(harness::node::digest(&card) == before, "a refused access changed the device");
+    assert!(
+        harness::node::digest(&card) == before,
+        "a refused access changed the device"
+    );
     d.stop();
 }
 
@@ -165,14 +189,31 @@ fn memory_window_reads_blocks_in_bulk() {
         BlockSlot::read_from_bytes(&buf[at..at + size]).unwrap()
     };
     let system = Block::read_from_bytes(&slot(0).payload).unwrap();
-    assert_eq!((system.magic, system.kind), (layout::BLOCK_MAGIC, block_kind::SYSTEM));
-    assert!(system.counters.iter().sum::<u64>() > 0, "the system block counted");
-    assert_eq!(system, read_block(&card, 0, None), "bulk and single-slot reads agree");
+    assert_eq!(
+        (system.magic, system.kind),
+        (layout::BLOCK_MAGIC, block_kind::SYSTEM)
+    );
+    assert!(
+        system.counters.iter().sum::<u64>() > 0,
+        "the system block counted"
+    );
+    assert_eq!(
+        system,
+        read_block(&card, 0, None),
+        "bulk and single-slot reads agree"
+    );
     let vm1 = Block::read_from_bytes(&slot(1).payload).unwrap();
     assert_eq!((vm1.kind, vm1.id), (block_kind::VM, 1));
     // VM 3 is confidential: ciphertext in the window, plaintext with its key.
-    assert_ne!(slot(3).envelope.flags & layout::envelope_flags::ENCRYPTED, 0);
-    let vm3 = read_block(&card, layout::block_slot_offset(3), Some(&harness::scenario::VM3_KEY));
+    assert_ne!(
+        slot(3).envelope.flags & layout::envelope_flags::ENCRYPTED,
+        0
+    );
+    let vm3 = read_block(
+        &card,
+        layout::block_slot_offset(3),
+        Some(&harness::scenario::VM3_KEY),
+    );
     assert_eq!((vm3.kind, vm3.id), (block_kind::VM, 3));
     assert!(vm3.counters.iter().sum::<u64>() > 0);
     d.stop();
@@ -200,7 +241,10 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
     assert_eq!(via_mailbox, system.counters[usize::from(nvlink_tx)]);
     assert!(via_mailbox > 0);
     wr32(&oob, regs::MBOX_CMD, 0x7F).unwrap();
-    assert_eq!(rd32(&oob, regs::MBOX_STATUS).unwrap(), mbox_status::ERR_OPCODE);
+    assert_eq!(
+        rd32(&oob, regs::MBOX_STATUS).unwrap(),
+        mbox_status::ERR_OPCODE
+    );
     for off in [regs::ID, regs::TRIG_CMD, regs::INTR_ACK] {
         assert_eq!(errno(&rd32(&oob, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&oob, off, 0).unwrap_err()), libc::EINVAL);
@@ -209,6 +253,9 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
         .unwrap_err();
     assert_eq!(errno(&e), libc::ENOTTY);
     let mut b = [0u8; 4];
-    assert_eq!(errno(&oob.read_at(&mut b, MEM_WINDOW_OFFSET).unwrap_err()), libc::EINVAL);
+    assert_eq!(
+        errno(&oob.read_at(&mut b, MEM_WINDOW_OFFSET).unwrap_err()),
+        libc::EINVAL
+    );
     d.stop();
 }

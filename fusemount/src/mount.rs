@@ -155,17 +155,22 @@ pub fn recover_stale_mount(dir: &Path) -> Result<(), MountError> {
             return Err(MountError::AlreadyMounted(dir.to_owned()));
         }
         tracing::warn!(dir = %dir.display(), "stale mount from a crashed instance; detaching it");
-        umount2(dir, MntFlags::MNT_DETACH).map_err(|e| sys("detach the stale mount", dir)(errno(e)))?;
+        umount2(dir, MntFlags::MNT_DETACH)
+            .map_err(|e| sys("detach the stale mount", dir)(errno(e)))?;
     }
-    Err(sys("detach stale mounts", dir)(io::Error::from_raw_os_error(libc::ENOTCONN)))
+    Err(sys("detach stale mounts", dir)(
+        io::Error::from_raw_os_error(libc::ENOTCONN),
+    ))
 }
 
 /// Whether the FUSE mount at `dir` lost its server (ENOTCONN). `statfs`
 /// is asked first: the kernel may answer `stat` of a dead mount's root from
 /// its attribute cache, while `statfs` always reaches the connection.
 fn server_gone(dir: &Path) -> bool {
-    matches!(nix::sys::statfs::statfs(dir), Err(nix::errno::Errno::ENOTCONN))
-        || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+    matches!(
+        nix::sys::statfs::statfs(dir),
+        Err(nix::errno::Errno::ENOTCONN)
+    ) || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
 /// A detached FUSE mount's kernel connection.

@@ -7,8 +7,15 @@ use std::process::Command;
 use gpupm_uapi::events::{Scope, CATALOGUE};
 
 fn gpupm(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupm")).args(args).output().expect("gpupm runs");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_gpupm"))
+        .args(args)
+        .output()
+        .expect("gpupm runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -21,17 +28,43 @@ fn builtin_scenario_blocks_equal_ledger_and_vms_add_up_to_the_system() {
     assert!(vms.len() >= 4);
     for e in CATALOGUE.iter().filter(|e| e.unit.scope() != Scope::Device) {
         let system = doc["system"]["totals"][e.name].as_u64().unwrap();
-        let by_vm: u64 = vms.iter().map(|v| v["totals"][e.name].as_u64().unwrap()).sum();
-        assert_eq!(system, by_vm, "{}: system total is not the sum of the VMs", e.name);
+        let by_vm: u64 = vms
+            .iter()
+            .map(|v| v["totals"][e.name].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            system, by_vm,
+            "{}: system total is not the sum of the VMs",
+            e.name
+        );
         for vm in vms {
-            let by_ctx: u64 = vm["contexts"].as_array().unwrap().iter().map(|c| c["totals"][e.name].as_u64().unwrap()).sum();
-            assert_eq!(vm["totals"][e.name].as_u64().unwrap(), by_ctx, "{}: VM {} is not the sum of its contexts", e.name, vm["vm"]);
+            let by_ctx: u64 = vm["contexts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["totals"][e.name].as_u64().unwrap())
+                .sum();
+            assert_eq!(
+                vm["totals"][e.name].as_u64().unwrap(),
+                by_ctx,
+                "{}: VM {} is not the sum of its contexts",
+                e.name,
+                vm["vm"]
+            );
         }
     }
-    let busy = doc["system"]["totals"]["sm_inst_executed"].as_u64().unwrap();
-    assert!(busy > 1_000_000, "the built-in scenario should keep the SMs busy");
+    let busy = doc["system"]["totals"]["sm_inst_executed"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        busy > 1_000_000,
+        "the built-in scenario should keep the SMs busy"
+    );
     let nvlink = doc["system"]["totals"]["nvlink_tx_flits"].as_u64().unwrap();
-    assert!(nvlink > 0 && vms.iter().all(|v| v["totals"]["nvlink_tx_flits"] == 0), "NVLink counts are device-level only");
+    assert!(
+        nvlink > 0 && vms.iter().all(|v| v["totals"]["nvlink_tx_flits"] == 0),
+        "NVLink counts are device-level only"
+    );
 }
 
 #[test]

@@ -17,7 +17,10 @@ pub fn render() -> String {
     );
     let mut c = |name: &str, v: u64| writeln!(s, "{name} = {v:#x}").expect("write to String");
     c("ABI_VERSION", u64::from(gpupm_uapi::ABI_VERSION));
-    c("IOCTL_STRUCT_VERSION", u64::from(ioctl::IOCTL_STRUCT_VERSION));
+    c(
+        "IOCTL_STRUCT_VERSION",
+        u64::from(ioctl::IOCTL_STRUCT_VERSION),
+    );
     c("MAX_BATCH_OPS", ioctl::MAX_BATCH_OPS as u64);
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         c(name, u64::from(cmd));
@@ -50,9 +53,15 @@ pub fn render() -> String {
         ("REG_PART_STATUS", regs::PART_STATUS),
         ("REG_PART_SWITCH_TIMEOUT", regs::PART_SWITCH_TIMEOUT),
         ("MAX_PARTITION_SLOTS", u64::from(regs::MAX_PARTITION_SLOTS)),
-        ("PART_STATUS_CONFIGURED", u64::from(regs::part_status::CONFIGURED)),
+        (
+            "PART_STATUS_CONFIGURED",
+            u64::from(regs::part_status::CONFIGURED),
+        ),
         ("TRIG_CMD_FLUSH_ULC", u64::from(regs::trig_cmd::FLUSH_ULC)),
-        ("LEDGER_SCOPE_SYSTEM", u64::from(ioctl::ledger_scope::SYSTEM)),
+        (
+            "LEDGER_SCOPE_SYSTEM",
+            u64::from(ioctl::ledger_scope::SYSTEM),
+        ),
         ("MAX_EVENTS", gpupm_uapi::events::MAX_EVENTS as u64),
         ("SIZEOF_ENVELOPE", size_of::<layout::Envelope>() as u64),
         ("SIZEOF_BLOCK_SLOT", size_of::<layout::BlockSlot>() as u64),

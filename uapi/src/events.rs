@@ -160,7 +160,10 @@ const _: () = assert!(EVENT_COUNT <= MAX_EVENTS);
 const _: () = {
     let mut i = 0;
     while i < CATALOGUE.len() {
-        assert!(CATALOGUE[i].id as usize == i, "catalogue ids must equal their index");
+        assert!(
+            CATALOGUE[i].id as usize == i,
+            "catalogue ids must equal their index"
+        );
         i += 1;
     }
 };
@@ -185,7 +188,11 @@ mod tests {
     #[test]
     fn names_are_unique_and_ulcs_fit() {
         for (i, a) in CATALOGUE.iter().enumerate() {
-            assert!(CATALOGUE[i + 1..].iter().all(|b| b.name != a.name), "{}", a.name);
+            assert!(
+                CATALOGUE[i + 1..].iter().all(|b| b.name != a.name),
+                "{}",
+                a.name
+            );
         }
         for t in UnitType::ALL {
             let n = t.events().count();

@@ -46,7 +46,9 @@ pub const SOURCE_NAMES: [&str; 9] = [
 /// `seq` increases by one per record raised by the device (masked sources
 /// raise none), so a reader can detect records it missed.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct InterruptRecord {
     /// Device-wide sequence number.
     pub seq: u64,

@@ -19,7 +19,9 @@ pub const MAX_IOCTL_SIZE: usize = 16 * 1024;
 
 /// `GPUPM_IOC_IDENTITY`: device identity and topology summary.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Identity {
     /// Must be [`IOCTL_STRUCT_VERSION`] on input.
     pub version: u32,
@@ -56,7 +58,9 @@ pub mod reg_op {
 
 /// One operation of a [`RegBatch`].
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct RegOp {
     /// BAR0 offset.
     pub offset: u64,
@@ -93,7 +97,9 @@ const _: () = assert!(core::mem::size_of::<RegBatch>() == 16 + 24 * MAX_BATCH_OP
 
 /// `GPUPM_IOC_ADVANCE`: advance the step clock (EINVAL on a real-time clock).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Advance {
     /// [`IOCTL_STRUCT_VERSION`].
     pub version: u32,
@@ -148,7 +154,9 @@ const _: () = assert!(core::mem::size_of::<LedgerQuery>() == 16 + 3 * 8 * MAX_EV
 
 /// `GPUPM_IOC_RESET`: reset the device (same as writing `RESET`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Reset {
     /// [`IOCTL_STRUCT_VERSION`].
     pub version: u32,

@@ -91,7 +91,9 @@ const _: () = assert!(core::mem::size_of::<Block>() == 544);
 /// data. The nonce is `vm (4 bytes LE) || per-VM encryption counter (8 bytes
 /// LE)`: the counter never goes back, so a nonce is never reused under a key.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct Envelope {
     /// VM the payload belongs to (0 = system).
     pub vm: u32,
@@ -195,7 +197,9 @@ pub const RECORD_VALUES: usize = 8;
 /// A record a CCU sends to the reduction-channel buffer: eight consecutive
 /// counter values of one bank, or (with `FLUSH_ACK`) no data at all.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct CcuRecord {
     /// Sending CCU.
     pub ccu: u16,

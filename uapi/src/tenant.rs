@@ -70,7 +70,9 @@ pub mod ctx_state {
 
 /// One context in a [`ListContexts`] answer.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct CtxEntry {
     /// Context id.
     pub ctx: u32,
@@ -192,7 +194,9 @@ const _: () = assert!(core::mem::size_of::<ReadRates>() == 32 + 536 * RATE_SAMPL
 /// `TENANT_IOC_OPEN_STREAM`: turn this file handle into a stream session
 /// of a scope's delta records (replaces any previous session on the handle).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct OpenStream {
     /// [`TENANT_STRUCT_VERSION`].
     pub version: u32,

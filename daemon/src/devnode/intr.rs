@@ -61,9 +61,9 @@ impl IntrReader {
         out: &mut Vec<InterruptRecord>,
     ) -> Result<Batch, DevError> {
         let mut batch = Batch::default();
-        if self.read_available(out, &mut batch)? {
-            return Ok(batch);
-        }
+        // poll() first: it answers at once when records are pending, and a
+        // read() that finds none would cost a whole round trip to the
+        // device for nothing on every wake-up.
         let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
         let mut fds = [PollFd::new(self.file.as_fd(), PollFlags::POLLIN)];
         match nix::poll::poll(&mut fds, PollTimeout::from(ms)) {

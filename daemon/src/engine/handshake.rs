@@ -25,7 +25,10 @@ pub enum Outcome {
 }
 
 /// Runs the handshake on partition slot `p` if it is in `REQUESTED`.
-pub fn run(dev: &DevNode, p: u32) -> Result<Outcome, DevError> {
+///
+/// A non-zero `*ack` (interrupt sources to acknowledge) rides in the last
+/// batch, saving the caller a separate write; it is zeroed once written.
+pub fn run(dev: &DevNode, p: u32, ack: &mut u32) -> Result<Outcome, DevError> {
     let mut first = [
         rd(r::part(p, r::PART_NEXT_VM), 4),
         rd(r::part(p, r::PART_NEXT_CTX), 4),
@@ -64,8 +67,10 @@ pub fn run(dev: &DevNode, p: u32) -> Result<Outcome, DevError> {
         wr(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
         wr(r::part(p, r::PART_RC_CMD), rc_cmd::COMMIT | rc_cmd::REPOINT),
         wr(r::part(p, r::PART_CTRL), 0),
+        wr(r::INTR_ACK, *ack),
     ];
-    if let Err(e) = dev.batch(&mut second) {
+    let ops = if *ack == 0 { 4 } else { 5 };
+    if let Err(e) = dev.batch(&mut second[..ops]) {
         // Refused: the device's fallback finished the switch meanwhile.
         let status = dev.read32(r::part(p, r::PART_STATUS))?;
         if status & part_status::STATE_MASK != hs_state::ACKED {
@@ -73,5 +78,6 @@ pub fn run(dev: &DevNode, p: u32) -> Result<Outcome, DevError> {
         }
         return Err(e);
     }
+    *ack = 0;
     Ok(Outcome::Done)
 }

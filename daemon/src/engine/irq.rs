@@ -52,8 +52,9 @@ pub fn run(
             continue;
         }
         let t0 = Instant::now();
+        let mut unacked = recs.iter().fold(0, |seen, rec| seen | rec.source);
         for rec in recs.iter().filter(|r| r.source == source::SWITCH_REQUESTED) {
-            handshake_on(dev, store, rec.partition, t0);
+            handshake_on(dev, store, rec.partition, t0, &mut unacked);
         }
         if batch.missed > 0 {
             tracing::warn!(
@@ -63,9 +64,7 @@ pub fn run(
             sweep(dev, store);
             send(work, Work::Resync);
         }
-        let mut seen = 0;
         for rec in &recs {
-            seen |= rec.source;
             match rec.source {
                 source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
                     send(work, Work::Drain(rec.partition))
@@ -80,8 +79,8 @@ pub fn run(
                 _ => {}
             }
         }
-        if seen != 0 {
-            if let Err(e) = dev.write32(r::INTR_ACK, seen) {
+        if unacked != 0 {
+            if let Err(e) = dev.write32(r::INTR_ACK, unacked) {
                 tracing::warn!(error = %chain(&e), "acknowledging interrupts failed");
             }
         }
@@ -94,8 +93,8 @@ fn send(work: &Sender<Work>, w: Work) {
     }
 }
 
-fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant) {
-    match handshake::run(dev, p) {
+fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32) {
+    match handshake::run(dev, p, ack) {
         Ok(Outcome::Done) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns);
@@ -122,7 +121,7 @@ fn sweep(dev: &DevNode, store: &Store) {
     };
     for (&p, s) in parts.iter().zip(status) {
         if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
-            handshake_on(dev, store, p, Instant::now());
+            handshake_on(dev, store, p, Instant::now(), &mut 0);
         }
     }
 }

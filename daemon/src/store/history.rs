@@ -36,10 +36,13 @@ struct Packed {
 impl Packed {
     fn pack(s: &DeltaSample) -> Packed {
         let mut present = 0u64;
-        let values: Vec<u8> = match &s.sealed {
-            Some(bytes) => bytes.clone(),
+        let values: Box<[u8]> = match &s.sealed {
+            Some(bytes) => bytes.as_slice().into(),
             None => {
-                let mut out = Vec::new();
+                // Sized exactly up front: one allocation per sample, no
+                // growth, no shrink (drains pack thousands per second).
+                let len = s.deltas.iter().map(|&d| leb128_len(d)).sum();
+                let mut out = Vec::with_capacity(len);
                 for (e, &d) in s.deltas.iter().enumerate().filter(|(_, &d)| d != 0) {
                     present |= 1 << e;
                     let mut v = d;
@@ -53,7 +56,7 @@ impl Packed {
                         out.push(byte | 0x80);
                     }
                 }
-                out
+                out.into_boxed_slice()
             }
         };
         Packed {
@@ -65,7 +68,7 @@ impl Packed {
             lost_before: s.lost_before,
             flags: s.flags,
             present,
-            values: values.into_boxed_slice(),
+            values,
             sealed: s.sealed.is_some(),
         }
     }
@@ -102,6 +105,11 @@ impl Packed {
     }
 }
 
+/// Bytes of `v` in LEB128; a zero delta is not stored at all.
+fn leb128_len(v: u64) -> usize {
+    (64 - v.leading_zeros() as usize).div_ceil(7)
+}
+
 /// Capacity of each live feed; a subscriber that lags further loses the
 /// oldest samples (and sees `RecvError::Lagged` with the count).
 const FEED_CAPACITY: usize = 1024;
@@ -128,25 +136,35 @@ impl History {
     /// scope for VM 0) and its context, if any.
     pub fn push(&mut self, sample: DeltaSample) {
         let packed = Arc::new(Packed::pack(&sample));
-        let (vm, ctx) = (sample.vm, sample.ctx);
-        let sample = Arc::new(sample);
-        let vm_scope = if vm == 0 {
+        let vm_scope = if sample.vm == 0 {
             Scope::System
         } else {
-            Scope::Vm(vm)
+            Scope::Vm(sample.vm)
         };
-        self.push_scope(vm_scope, &packed, &sample);
-        if ctx != 0 {
-            self.push_scope(Scope::Ctx(ctx), &packed, &sample);
+        let ctx_scope = (sample.ctx != 0).then_some(Scope::Ctx(sample.ctx));
+        // Live feeds are rare; the shared unpacked copy is only made for one.
+        let fed = !self.feeds.is_empty()
+            && (self.feeds.contains_key(&vm_scope)
+                || ctx_scope.is_some_and(|c| self.feeds.contains_key(&c)));
+        let sample = fed.then(|| Arc::new(sample));
+        self.push_scope(vm_scope, &packed, sample.as_ref());
+        if let Some(ctx_scope) = ctx_scope {
+            self.push_scope(ctx_scope, &packed, sample.as_ref());
         }
     }
 
-    fn push_scope(&mut self, scope: Scope, packed: &Arc<Packed>, sample: &Arc<DeltaSample>) {
+    fn push_scope(
+        &mut self,
+        scope: Scope,
+        packed: &Arc<Packed>,
+        sample: Option<&Arc<DeltaSample>>,
+    ) {
         let ring = self.rings.entry(scope).or_default();
         if ring.len() == self.cap {
             ring.pop_front();
         }
         ring.push_back(Arc::clone(packed));
+        let Some(sample) = sample else { return };
         if let Some(tx) = self.feeds.get(&scope) {
             if tx.send(Arc::clone(sample)).is_err() {
                 // No receiver left: drop the feed until someone subscribes.
@@ -194,6 +212,19 @@ mod tests {
             deltas: [0; MAX_EVENTS],
             sealed: None,
         }
+    }
+
+    #[test]
+    fn packed_sizes_match_the_encoding() {
+        assert_eq!(leb128_len(0), 0);
+        assert_eq!(leb128_len(127), 1);
+        assert_eq!(leb128_len(128), 2);
+        assert_eq!(leb128_len(u64::MAX), 10);
+        let mut s = sample(1, 1, 0);
+        s.deltas[0] = u64::MAX;
+        s.deltas[5] = 300;
+        s.deltas[9] = 127;
+        assert_eq!(Packed::pack(&s).values.len(), 10 + 2 + 1);
     }
 
     #[test]

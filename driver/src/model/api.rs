@@ -86,11 +86,14 @@ impl Device {
             match op.op {
                 ioctl::reg_op::READ => {
                     // Readability depends only on the address, not on state.
-                    self.read_reg(op.offset, op.width).map_err(|e| (i, e.into()))?;
+                    self.read_reg(op.offset, op.width)
+                        .map_err(|e| (i, e.into()))?;
                     writes.push(None);
                 }
                 ioctl::reg_op::WRITE => {
-                    let w = self.check_write(&mut shadow, op.offset, op.width, op.value).map_err(|e| (i, e.into()))?;
+                    let w = self
+                        .check_write(&mut shadow, op.offset, op.width, op.value)
+                        .map_err(|e| (i, e.into()))?;
                     writes.push(Some(w));
                 }
                 other => return Err((i, DeviceError::BadOp(other))),
@@ -143,7 +146,9 @@ impl Device {
     /// Ledger of a scope, brought up to the current cycle.
     pub fn ledger_totals(&mut self, scope: u32, id: u32) -> Result<LedgerTotals, DeviceError> {
         let exists = match scope {
-            ledger_scope::CONTEXT => (1..MAX_CONTEXTS).contains(&id) && self.ctxs[id as usize].state != ctx_state::FREE,
+            ledger_scope::CONTEXT => {
+                (1..MAX_CONTEXTS).contains(&id) && self.ctxs[id as usize].state != ctx_state::FREE
+            }
             ledger_scope::VM => (1..MAX_VMS).contains(&id) && self.vms[id as usize].partition != 0,
             ledger_scope::SYSTEM => id == 0,
             _ => false,
@@ -172,7 +177,11 @@ impl Device {
                 }
             }
         }
-        Ok(LedgerTotals { generated: row.generated, masked: row.masked, remainder })
+        Ok(LedgerTotals {
+            generated: row.generated,
+            masked: row.masked,
+            remainder,
+        })
     }
 
     /// The ledger in its ioctl form.
@@ -227,7 +236,8 @@ impl Device {
             *rc = [0; MAX_EVENTS];
         }
         let vms = &self.vms;
-        self.mem.zero_counters(|vm| vms.get(vm as usize).and_then(|e| e.cipher.clone()));
+        self.mem
+            .zero_counters(|vm| vms.get(vm as usize).and_then(|e| e.cipher.clone()));
         for p in &mut self.parts {
             p.commit_seq = 0;
             p.overflow_reported = false;
@@ -253,7 +263,11 @@ impl Device {
 
     /// Contexts that exist (active or destroyed-unreleased): (id, vm, state).
     pub fn contexts(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
-        self.ctxs.iter().enumerate().filter(|(_, c)| c.state != ctx_state::FREE).map(|(i, c)| (i as u32, c.vm, c.state))
+        self.ctxs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.state != ctx_state::FREE)
+            .map(|(i, c)| (i as u32, c.vm, c.state))
     }
 
     /// Contexts the workload could not create (no free id or block).

@@ -34,7 +34,12 @@ impl std::fmt::Debug for VmCipher {
 impl VmCipher {
     /// A cipher for `vm` with its first key.
     pub fn new(vm: u32, key: &[u8; 32]) -> Self {
-        VmCipher { cipher: Aes256Gcm::new(key.into()), vm, key_epoch: 1, counter: 0 }
+        VmCipher {
+            cipher: Aes256Gcm::new(key.into()),
+            vm,
+            key_epoch: 1,
+            counter: 0,
+        }
     }
 
     /// Installs a new key; the nonce counter keeps counting.
@@ -87,14 +92,24 @@ pub enum OpenError {
 
 /// Decrypts a sealed payload in place with `key` (what the VM's trusted
 /// environment does; the host never holds the key).
-pub fn open(key: &[u8; 32], envelope: &Envelope, payload: &mut [u8], tag: &[u8; 16]) -> Result<(), OpenError> {
+pub fn open(
+    key: &[u8; 32],
+    envelope: &Envelope,
+    payload: &mut [u8],
+    tag: &[u8; 16],
+) -> Result<(), OpenError> {
     if envelope.flags & envelope_flags::ENCRYPTED == 0 {
         return Err(OpenError::NotEncrypted);
     }
     let cipher = Aes256Gcm::new(key.into());
     let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
     cipher
-        .decrypt_in_place_detached(Nonce::from_slice(&envelope.nonce), aad, payload, Tag::from_slice(tag))
+        .decrypt_in_place_detached(
+            Nonce::from_slice(&envelope.nonce),
+            aad,
+            payload,
+            Tag::from_slice(tag),
+        )
         .map_err(|_| OpenError::Authentication)
 }
 
@@ -128,9 +143,15 @@ mod tests {
         let mut buf = [5u8; 32];
         let (mut env, tag) = c.seal(&mut buf);
         let mut copy = buf;
-        assert_eq!(open(&[2; 32], &env, &mut copy, &tag), Err(OpenError::Authentication));
+        assert_eq!(
+            open(&[2; 32], &env, &mut copy, &tag),
+            Err(OpenError::Authentication)
+        );
         env.vm = 2;
         let mut copy = buf;
-        assert_eq!(open(&[1; 32], &env, &mut copy, &tag), Err(OpenError::Authentication));
+        assert_eq!(
+            open(&[1; 32], &env, &mut copy, &tag),
+            Err(OpenError::Authentication)
+        );
     }
 }

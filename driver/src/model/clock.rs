@@ -33,13 +33,19 @@ pub struct Pacer {
 impl Pacer {
     /// A pacer starting at `now`.
     pub fn new(now: Instant) -> Self {
-        Pacer { last: now, carry_ps: 0 }
+        Pacer {
+            last: now,
+            carry_ps: 0,
+        }
     }
 
     /// Cycles that elapsed at `khz` since the previous call (at most
     /// [`MAX_TICK`] worth).
     pub fn elapsed_cycles(&mut self, now: Instant, khz: u32) -> u64 {
-        let ns = now.saturating_duration_since(self.last).as_nanos().min(MAX_TICK.as_nanos());
+        let ns = now
+            .saturating_duration_since(self.last)
+            .as_nanos()
+            .min(MAX_TICK.as_nanos());
         self.last = now.max(self.last);
         // cycles = ns * khz / 1e6; keep the remainder in picocycle units.
         let total = ns * u128::from(khz) + self.carry_ps;
@@ -61,10 +67,16 @@ mod tests {
         // 1.98 GHz: 3 ticks of 333,333 ns add up to exactly 1,980,000 cycles.
         let mut total = 0;
         for i in 1..=3u32 {
-            total += p.elapsed_cycles(t0 + Duration::from_nanos(333_333) * i + Duration::from_nanos(u64::from(i / 3)), 1_980_000);
+            total += p.elapsed_cycles(
+                t0 + Duration::from_nanos(333_333) * i + Duration::from_nanos(u64::from(i / 3)),
+                1_980_000,
+            );
         }
         assert_eq!(total, 1_980_000);
         let stalled = p.elapsed_cycles(t0 + Duration::from_millis(51), 1_980_000);
-        assert_eq!(stalled, 1_980_000, "a 50 ms stall advances the device by MAX_TICK only");
+        assert_eq!(
+            stalled, 1_980_000,
+            "a 50 ms stall advances the device by MAX_TICK only"
+        );
     }
 }

@@ -4,7 +4,10 @@
 
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::intr::source;
-use gpupm_uapi::layout::{block_kind, ccu_record_flags, record_flags, CcuRecord, StreamRecord, RECORD_MAGIC, RECORD_VALUES, SYSTEM_BLOCK_SLOT};
+use gpupm_uapi::layout::{
+    block_kind, ccu_record_flags, record_flags, CcuRecord, StreamRecord, RECORD_MAGIC,
+    RECORD_VALUES, SYSTEM_BLOCK_SLOT,
+};
 use gpupm_uapi::regs::{hs_state, trig_ctrl, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 use zerocopy::FromZeros;
 
@@ -107,14 +110,28 @@ pub struct Device {
 
 impl Device {
     /// Builds the device for `scenario` at cycle 0 and runs cycle 0's events.
-    pub fn new(scenario: &Scenario, engine: EngineKind, step_clock: bool) -> Result<Self, BuildError> {
+    pub fn new(
+        scenario: &Scenario,
+        engine: EngineKind,
+        step_clock: bool,
+    ) -> Result<Self, BuildError> {
         let topo = Topology::build(&scenario.topology, &scenario.partitions)?;
-        let ring_slots = scenario.partitions.iter().map(|p| p.slot).max().unwrap_or(0) + 1;
+        let ring_slots = scenario
+            .partitions
+            .iter()
+            .map(|p| p.slot)
+            .max()
+            .unwrap_or(0)
+            + 1;
         let mut dev = Device {
             counting: Counting::new(&topo, engine, scenario.seed),
             ulc_weights: rates::ulc_weights(&topo, scenario.seed),
             ledger: Ledger::default(),
-            mem: Memory::new(ring_slots, scenario.stream.ring_records, scenario.stream.watermark),
+            mem: Memory::new(
+                ring_slots,
+                scenario.stream.ring_records,
+                scenario.stream.watermark,
+            ),
             intr: Interrupts::default(),
             now: 0,
             step_clock,
@@ -127,7 +144,11 @@ impl Device {
             rcs: vec![[0; MAX_EVENTS]; MAX_PARTITION_SLOTS as usize],
             ccu_mask_index: vec![0; topo.ccus.len()],
             ccu_records: vec![0; topo.ccus.len()],
-            profiles: scenario.profiles.iter().map(CompiledProfile::compile).collect(),
+            profiles: scenario
+                .profiles
+                .iter()
+                .map(CompiledProfile::compile)
+                .collect(),
             mbox: Default::default(),
             idle_cycles: 0,
             next_epoch: EPOCH_CYCLES,
@@ -146,31 +167,56 @@ impl Device {
         self.program_trigger_defaults();
         self.parts[0].configure_system(&self.topo);
         for p in &self.scenario.partitions {
-            self.parts[p.slot as usize].configure(p, &self.topo, self.scenario.switch_timeout_cycles);
+            self.parts[p.slot as usize].configure(
+                p,
+                &self.topo,
+                self.scenario.switch_timeout_cycles,
+            );
         }
         for v in &self.scenario.vms {
             let bad = |m: &str| BuildError::Scenario(format!("VM {}: {m}", v.id));
             if v.id == 0 || v.id >= MAX_VMS {
                 return Err(bad("id out of range"));
             }
-            if !self.parts.get(v.partition as usize).is_some_and(|p| p.configured) || v.partition == 0 {
+            if !self
+                .parts
+                .get(v.partition as usize)
+                .is_some_and(|p| p.configured)
+                || v.partition == 0
+            {
                 return Err(bad("bound to a partition that is not configured"));
             }
             let entry = &mut self.vms[v.id as usize];
             entry.partition = v.partition;
             entry.cipher = v.confidential_key.map(|k| VmCipher::new(v.id, &k));
             self.parts[v.partition as usize].vms.push(v.id);
-            self.mem.init_block(v.id, block_kind::VM, v.id, v.id, entry.cipher.as_mut());
+            self.mem
+                .init_block(v.id, block_kind::VM, v.id, v.id, entry.cipher.as_mut());
         }
-        if self.scenario.contexts.iter().any(|c| self.vms[c.vm as usize].partition == 0)
-            || self.scenario.churn.iter().any(|c| self.vms[c.vm as usize].partition == 0)
+        if self
+            .scenario
+            .contexts
+            .iter()
+            .any(|c| self.vms[c.vm as usize].partition == 0)
+            || self
+                .scenario
+                .churn
+                .iter()
+                .any(|c| self.vms[c.vm as usize].partition == 0)
         {
-            return Err(BuildError::Scenario("a context names a VM that does not exist".into()));
+            return Err(BuildError::Scenario(
+                "a context names a VM that does not exist".into(),
+            ));
         }
-        if self.scenario.profiles.is_empty() && !(self.scenario.contexts.is_empty() && self.scenario.churn.is_empty()) {
-            return Err(BuildError::Scenario("contexts need at least one profile".into()));
+        if self.scenario.profiles.is_empty()
+            && !(self.scenario.contexts.is_empty() && self.scenario.churn.is_empty())
+        {
+            return Err(BuildError::Scenario(
+                "contexts need at least one profile".into(),
+            ));
         }
-        self.mem.init_block(SYSTEM_BLOCK_SLOT, block_kind::SYSTEM, 0, 0, None);
+        self.mem
+            .init_block(SYSTEM_BLOCK_SLOT, block_kind::SYSTEM, 0, 0, None);
         if let Some(dp) = self.scenario.device_profile {
             let base = *self.profiles[dp].rates_at(0);
             self.start_generation(0, Attribution::default(), base);
@@ -182,23 +228,31 @@ impl Device {
         let t = &self.scenario.trigger;
         self.trig.period = t.period_cycles;
         self.trig.ctrl = trig_ctrl::THRESHOLD_ENABLE
-            | if t.period_cycles > 0 { trig_ctrl::PERIODIC_ENABLE } else { 0 }
+            | if t.period_cycles > 0 {
+                trig_ctrl::PERIODIC_ENABLE
+            } else {
+                0
+            }
             | if t.dither { trig_ctrl::DITHER } else { 0 };
         self.trig.threshold = t.threshold;
         self.schedule_periodic(self.now);
     }
 
     pub(crate) fn schedule_periodic(&mut self, from: u64) {
-        self.trig.next_periodic = if self.trig.ctrl & trig_ctrl::PERIODIC_ENABLE != 0 && self.trig.period > 0 {
-            let r = if self.trig.ctrl & trig_ctrl::DITHER != 0 {
-                super::rng::hash(self.scenario.seed, &[super::rng::domain::DITHER, self.trig.periodic_index]) & 0xFF
+        self.trig.next_periodic =
+            if self.trig.ctrl & trig_ctrl::PERIODIC_ENABLE != 0 && self.trig.period > 0 {
+                let r = if self.trig.ctrl & trig_ctrl::DITHER != 0 {
+                    super::rng::hash(
+                        self.scenario.seed,
+                        &[super::rng::domain::DITHER, self.trig.periodic_index],
+                    ) & 0xFF
+                } else {
+                    0
+                };
+                from + u64::from(self.trig.period) + r
             } else {
-                0
+                u64::MAX
             };
-            from + u64::from(self.trig.period) + r
-        } else {
-            u64::MAX
-        };
     }
 
     /// Current device cycle.
@@ -222,7 +276,8 @@ impl Device {
 
     pub(crate) fn sync(&mut self, p: u32) {
         let thr = self.threshold();
-        self.counting.sync(&self.topo, &mut self.ledger, p, self.now, thr);
+        self.counting
+            .sync(&self.topo, &mut self.ledger, p, self.now, thr);
     }
 
     pub(crate) fn sync_all(&mut self) {
@@ -246,7 +301,11 @@ impl Device {
     }
 
     fn next_event_time(&self) -> u64 {
-        let mut t = self.trig.next_periodic.min(self.next_epoch).min(self.workload.next_time());
+        let mut t = self
+            .trig
+            .next_periodic
+            .min(self.next_epoch)
+            .min(self.workload.next_time());
         let thr = self.threshold();
         for p in 0..MAX_PARTITION_SLOTS {
             let part = &self.parts[p as usize];
@@ -264,7 +323,8 @@ impl Device {
     fn process_events_at(&mut self, t: u64) {
         if let Some(thr) = self.threshold() {
             for p in 0..MAX_PARTITION_SLOTS {
-                if self.parts[p as usize].configured && self.counting.threshold_horizon(p, thr) <= t {
+                if self.parts[p as usize].configured && self.counting.threshold_horizon(p, thr) <= t
+                {
                     self.sync(p);
                     if self.counting.parts[p as usize].max_active >= thr {
                         self.trigger(1 << p, false, TriggerCause::Threshold);
@@ -274,7 +334,9 @@ impl Device {
         }
         if self.trig.next_periodic <= t {
             let mask = (0..MAX_PARTITION_SLOTS)
-                .filter(|&p| self.parts[p as usize].configured && !self.parts[p as usize].triggers_paused())
+                .filter(|&p| {
+                    self.parts[p as usize].configured && !self.parts[p as usize].triggers_paused()
+                })
                 .fold(0u32, |m, p| m | 1 << p);
             self.trigger(mask, false, TriggerCause::Periodic);
             self.trig.periodic_index += 1;
@@ -303,15 +365,21 @@ impl Device {
     /// cycle for `who` with profile base rates `base`.
     pub(crate) fn start_generation(&mut self, p: u32, who: Attribution, base: [u32; MAX_EVENTS]) {
         self.sync(p);
-        let epoch_rates = rates::epoch_rates(self.scenario.seed, who.ctx, self.now / EPOCH_CYCLES, &base);
+        let epoch_rates =
+            rates::epoch_rates(self.scenario.seed, who.ctx, self.now / EPOCH_CYCLES, &base);
         let (topo, weights) = (&self.topo, &self.ulc_weights);
-        self.counting.set_generation(topo, p, self.now, who, |j| rates::counter_rate(topo, weights, &epoch_rates, j));
+        self.counting.set_generation(topo, p, self.now, who, |j| {
+            rates::counter_rate(topo, weights, &epoch_rates, j)
+        });
     }
 
     /// Base rates of whatever partition `p` runs now.
     pub(crate) fn base_rates(&self, p: u32) -> [u32; MAX_EVENTS] {
         if p == 0 {
-            return self.scenario.device_profile.map_or([0; MAX_EVENTS], |dp| *self.profiles[dp].rates_at(self.now));
+            return self
+                .scenario
+                .device_profile
+                .map_or([0; MAX_EVENTS], |dp| *self.profiles[dp].rates_at(self.now));
         }
         let ctx = self.parts[p as usize].cur_ctx;
         let c = &self.ctxs[ctx as usize];
@@ -334,7 +402,8 @@ impl Device {
             self.sync(p);
             if flush_ulc {
                 let leaving = self.parts[p as usize].hs >= hs_state::CTX_PAUSED;
-                self.counting.flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
+                self.counting
+                    .flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
             }
             for i in 0..self.topo.partition_ccus[p as usize].len() {
                 let c = self.topo.partition_ccus[p as usize][i];
@@ -347,7 +416,11 @@ impl Device {
             TriggerCause::Threshold => self.trig.count_threshold += 1,
             TriggerCause::Command => self.trig.count_command += 1,
         }
-        let flags = if cause == TriggerCause::Threshold { record_flags::THRESHOLD } else { 0 };
+        let flags = if cause == TriggerCause::Threshold {
+            record_flags::THRESHOLD
+        } else {
+            0
+        };
         for p in slots(mask).filter(|&p| p != 0) {
             if self.parts[p as usize].hs < hs_state::XFER_PAUSED {
                 self.commit(p, flags);
@@ -364,11 +437,17 @@ impl Device {
             partition_rc: (p != 0).then(|| &mut partitions[p as usize - 1]),
             system_rc: &mut system[0],
         };
-        if !self.counting.sync_and_trigger(&self.topo, &mut self.ledger, p, self.now, drain) {
+        if !self
+            .counting
+            .sync_and_trigger(&self.topo, &mut self.ledger, p, self.now, drain)
+        {
             return false;
         }
         for &c in &self.topo.partition_ccus[p as usize] {
-            let records = self.topo.ccus[c as usize].counters.len().div_ceil(RECORD_VALUES) as u64;
+            let records = self.topo.ccus[c as usize]
+                .counters
+                .len()
+                .div_ceil(RECORD_VALUES) as u64;
             self.ccu_records[c as usize] += records;
             self.trig.records_routed += records;
         }
@@ -405,7 +484,8 @@ impl Device {
         if rec.flags & ccu_record_flags::FLUSH_ACK != 0 {
             return;
         }
-        let base = self.topo.ccus[usize::from(rec.ccu)].counters.start as usize + usize::from(rec.first_counter);
+        let base = self.topo.ccus[usize::from(rec.ccu)].counters.start as usize
+            + usize::from(rec.first_counter);
         let events = &self.topo.counter_event[base..base + usize::from(rec.valid)];
         let (system, partitions) = self.rcs.split_at_mut(1);
         for (&v, &e) in rec.values.iter().zip(events) {
@@ -424,15 +504,22 @@ impl Device {
         if flags & record_flags::SWITCH == 0 && deltas.iter().all(|&d| d == 0) {
             return;
         }
-        let (vm, ctx) = (self.parts[p as usize].cur_vm, self.parts[p as usize].cur_ctx);
+        let (vm, ctx) = (
+            self.parts[p as usize].cur_vm,
+            self.parts[p as usize].cur_ctx,
+        );
         let now = self.now;
         if p == 0 {
             self.mem.add(SYSTEM_BLOCK_SLOT, &deltas, now, None);
         } else {
-            debug_assert!(ctx != 0 || deltas.iter().all(|&d| d == 0), "counts with no context bound");
+            debug_assert!(
+                ctx != 0 || deltas.iter().all(|&d| d == 0),
+                "counts with no context bound"
+            );
             let cipher = &mut self.vms[vm as usize].cipher;
             if ctx != 0 {
-                self.mem.add(self.ctxs[ctx as usize].slot, &deltas, now, cipher.as_mut());
+                self.mem
+                    .add(self.ctxs[ctx as usize].slot, &deltas, now, cipher.as_mut());
             }
             if vm != 0 {
                 self.mem.add(vm, &deltas, now, cipher.as_mut());
@@ -442,7 +529,12 @@ impl Device {
         let mut record = StreamRecord::new_zeroed();
         record.magic = RECORD_MAGIC;
         record.partition = p as u16;
-        record.flags = flags | if super::throttle::secondary_at(&self.scenario.throttle, now) { record_flags::SECONDARY_CLOCK } else { 0 };
+        record.flags = flags
+            | if super::throttle::secondary_at(&self.scenario.throttle, now) {
+                record_flags::SECONDARY_CLOCK
+            } else {
+                0
+            };
         record.vm = vm;
         record.ctx = ctx;
         record.start_cycle = part.last_commit_cycle;
@@ -450,7 +542,11 @@ impl Device {
         record.deltas = deltas;
         part.last_commit_cycle = now;
         part.commit_seq += 1;
-        let cipher = if p == 0 { None } else { self.vms[vm as usize].cipher.as_mut() };
+        let cipher = if p == 0 {
+            None
+        } else {
+            self.vms[vm as usize].cipher.as_mut()
+        };
         let ring = &mut self.mem.rings[p as usize];
         match ring.push(record, cipher) {
             Pushed::Stored { fill } => {
@@ -490,7 +586,8 @@ impl Device {
                 let profile = c.profiles[(n % c.profiles.len() as u64) as usize];
                 if let Some(id) = self.create_context(c.vm, profile) {
                     let serial = self.ctxs[id as usize].serial;
-                    self.workload.push(self.now + c.lifetime_cycles, WorkItem::Destroy { serial });
+                    self.workload
+                        .push(self.now + c.lifetime_cycles, WorkItem::Destroy { serial });
                 }
                 let next = self.now + c.every_cycles;
                 if c.stop_at.is_none_or(|stop| next < stop) {
@@ -498,7 +595,9 @@ impl Device {
                 }
             }
             WorkItem::Destroy { serial } => {
-                if let Some(id) = (1..MAX_CONTEXTS).find(|&i| self.ctxs[i as usize].serial == serial && self.ctxs[i as usize].state != 0) {
+                if let Some(id) = (1..MAX_CONTEXTS).find(|&i| {
+                    self.ctxs[i as usize].serial == serial && self.ctxs[i as usize].state != 0
+                }) {
                     self.destroy_context(id);
                 }
             }

@@ -32,7 +32,14 @@ impl Interrupts {
         if self.log.len() == RECORD_RETENTION {
             self.log.pop_front();
         }
-        self.log.push_back(InterruptRecord { seq: self.next_seq, cycle, source: src, partition, arg, arg2 });
+        self.log.push_back(InterruptRecord {
+            seq: self.next_seq,
+            cycle,
+            source: src,
+            partition,
+            arg,
+            arg2,
+        });
         self.next_seq += 1;
     }
 
@@ -66,7 +73,10 @@ mod tests {
 
     #[test]
     fn masked_sources_latch_but_record_nothing_and_ack_clears() {
-        let mut i = Interrupts { mask: source::TRIGGER_DONE, ..Default::default() };
+        let mut i = Interrupts {
+            mask: source::TRIGGER_DONE,
+            ..Default::default()
+        };
         i.raise(source::TRIGGER_DONE, 0, 0, 0, 5);
         i.raise(source::CTX_CREATED, 1, 7, 2, 6);
         assert_eq!(i.status, source::TRIGGER_DONE | source::CTX_CREATED);
@@ -74,7 +84,10 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(i.since(0, &mut out), 1);
         assert_eq!(out.len(), 1);
-        assert_eq!((out[0].source, out[0].arg, out[0].seq), (source::CTX_CREATED, 7, 0));
+        assert_eq!(
+            (out[0].source, out[0].arg, out[0].seq),
+            (source::CTX_CREATED, 7, 0)
+        );
         i.ack(source::CTX_CREATED);
         assert_eq!(i.pending(), 0);
         assert_eq!(i.status, source::TRIGGER_DONE);

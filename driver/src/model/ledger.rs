@@ -32,7 +32,11 @@ pub struct LedgerRow {
 
 impl Default for LedgerRow {
     fn default() -> Self {
-        LedgerRow { generated: [0; MAX_EVENTS], masked: [0; MAX_EVENTS], remainder: [0; MAX_EVENTS] }
+        LedgerRow {
+            generated: [0; MAX_EVENTS],
+            masked: [0; MAX_EVENTS],
+            remainder: [0; MAX_EVENTS],
+        }
     }
 }
 
@@ -54,7 +58,11 @@ pub struct Ledger {
 
 impl Ledger {
     fn rows(&mut self, who: Attribution) -> [Option<&mut LedgerRow>; 3] {
-        let Ledger { contexts, vms, system } = self;
+        let Ledger {
+            contexts,
+            vms,
+            system,
+        } = self;
         let ctx = (who.ctx != 0).then(|| contexts.entry(who.ctx).or_default());
         let vm = (who.vm != 0).then(|| vms.entry(who.vm).or_default());
         [ctx, vm, Some(system)]

@@ -24,10 +24,12 @@ impl Device {
         let arg = self.mbox.arg;
         let result = match op {
             mbox_op::GET_CAPS => Ok(u64::from(gpupm_uapi::ABI_VERSION) << 32 | EVENT_COUNT as u64),
-            mbox_op::READ_SYSTEM_COUNTER => match usize::try_from(arg).ok().filter(|&e| e < EVENT_COUNT) {
-                Some(e) => Ok(self.mem.block(SYSTEM_BLOCK_SLOT).counters[e]),
-                None => Err(mbox_status::ERR_ARG),
-            },
+            mbox_op::READ_SYSTEM_COUNTER => {
+                match usize::try_from(arg).ok().filter(|&e| e < EVENT_COUNT) {
+                    Some(e) => Ok(self.mem.block(SYSTEM_BLOCK_SLOT).counters[e]),
+                    None => Err(mbox_status::ERR_ARG),
+                }
+            }
             mbox_op::READ_IDLE_CYCLES => Ok(self.idle_cycles),
             mbox_op::READ_CYCLE => Ok(self.now),
             mbox_op::READ_FALLBACKS => Ok(self.parts.iter().map(|p| p.fallbacks).sum()),
@@ -43,6 +45,7 @@ impl Device {
                 self.mbox.data = 0;
             }
         }
-        self.intr.raise(source::MAILBOX_DONE, 0, op, self.mbox.status, self.now);
+        self.intr
+            .raise(source::MAILBOX_DONE, 0, op, self.mbox.status, self.now);
     }
 }

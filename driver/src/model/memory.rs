@@ -5,11 +5,12 @@
 //! commit re-publishes the touched blocks to their host-visible slots, via
 //! the copy engine's encryption for confidential VMs.
 
+use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::{
     block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
-    BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, STREAM_REGION, STREAM_RING_SPAN, STREAM_SLOT_SIZE,
+    BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, STREAM_REGION, STREAM_RING_SPAN,
+    STREAM_SLOT_SIZE,
 };
-use gpupm_uapi::events::MAX_EVENTS;
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::cc::VmCipher;
@@ -59,7 +60,15 @@ pub enum Pushed {
 
 impl Ring {
     fn new(cap: u32, watermark: u32) -> Self {
-        Ring { cap, head: 0, tail: 0, lost: 0, watermark, seq: 0, slots: vec![StreamSlot::new_zeroed(); cap as usize] }
+        Ring {
+            cap,
+            head: 0,
+            tail: 0,
+            lost: 0,
+            watermark,
+            seq: 0,
+            slots: vec![StreamSlot::new_zeroed(); cap as usize],
+        }
     }
 
     /// Records waiting for the host.
@@ -77,17 +86,33 @@ impl Ring {
         }
         let slot = &mut self.slots[(self.head & (self.cap - 1)) as usize];
         slot.payload.copy_from_slice(record.as_bytes());
-        seal(&mut slot.envelope, &mut slot.payload, &mut slot.tag, record.vm, cipher);
+        seal(
+            &mut slot.envelope,
+            &mut slot.payload,
+            &mut slot.tag,
+            record.vm,
+            cipher,
+        );
         self.head = self.head.wrapping_add(1);
         Pushed::Stored { fill: self.fill() }
     }
 }
 
-fn seal(envelope: &mut Envelope, payload: &mut [u8], tag: &mut [u8; 16], vm: u32, cipher: Option<&mut VmCipher>) {
+fn seal(
+    envelope: &mut Envelope,
+    payload: &mut [u8],
+    tag: &mut [u8; 16],
+    vm: u32,
+    cipher: Option<&mut VmCipher>,
+) {
     match cipher {
         Some(c) => (*envelope, *tag) = c.seal(payload),
         None => {
-            *envelope = Envelope { vm, flags: envelope_flags::VALID, ..Envelope::default() };
+            *envelope = Envelope {
+                vm,
+                flags: envelope_flags::VALID,
+                ..Envelope::default()
+            };
             *tag = [0; 16];
         }
     }
@@ -118,7 +143,14 @@ impl Memory {
     }
 
     /// Initialises block `slot` with a header and zero counters.
-    pub fn init_block(&mut self, slot: u32, kind: u16, id: u32, vm: u32, cipher: Option<&mut VmCipher>) {
+    pub fn init_block(
+        &mut self,
+        slot: u32,
+        kind: u16,
+        id: u32,
+        vm: u32,
+        cipher: Option<&mut VmCipher>,
+    ) {
         let b = &mut self.blocks[slot as usize];
         *b = Block::new_zeroed();
         b.magic = BLOCK_MAGIC;
@@ -142,7 +174,13 @@ impl Memory {
     }
 
     /// Atomically adds `deltas` into block `slot` and republishes it.
-    pub fn add(&mut self, slot: u32, deltas: &[u64; MAX_EVENTS], cycle: u64, cipher: Option<&mut VmCipher>) {
+    pub fn add(
+        &mut self,
+        slot: u32,
+        deltas: &[u64; MAX_EVENTS],
+        cycle: u64,
+        cipher: Option<&mut VmCipher>,
+    ) {
         let b = &mut self.blocks[slot as usize];
         for (c, d) in b.counters.iter_mut().zip(deltas) {
             *c += d;
@@ -180,8 +218,18 @@ impl Memory {
         let b = &self.blocks[slot as usize];
         let host = &mut self.host_blocks[slot as usize];
         host.payload.copy_from_slice(b.as_bytes());
-        let vm = if b.kind == block_kind::SYSTEM { 0 } else { b.vm };
-        seal(&mut host.envelope, &mut host.payload, &mut host.tag, vm, cipher);
+        let vm = if b.kind == block_kind::SYSTEM {
+            0
+        } else {
+            b.vm
+        };
+        seal(
+            &mut host.envelope,
+            &mut host.payload,
+            &mut host.tag,
+            vm,
+            cipher,
+        );
     }
 
     /// Copies host-visible bytes at window `offset` into `buf`.

@@ -115,7 +115,8 @@ impl Device {
         let choice = if cur == 0 {
             self.pick(p, part.cur_vm, 0, true)
         } else if self.ctxs[cur as usize].exiting {
-            self.pick(p, part.cur_vm, cur, true).or(Some((part.cur_vm, 0)))
+            self.pick(p, part.cur_vm, cur, true)
+                .or(Some((part.cur_vm, 0)))
         } else {
             let vm_due = part.ts_vm > 0 && now >= part.vm_slice_start + u64::from(part.ts_vm);
             let ctx_due = part.ts_ctx > 0 && now >= part.slice_start + u64::from(part.ts_ctx);
@@ -132,7 +133,10 @@ impl Device {
             Some((vm, ctx)) => self.request_switch(p, vm, ctx),
             None => {
                 let part = &mut self.parts[p as usize];
-                if part.cur_ctx != 0 && part.ts_ctx > 0 && now >= part.slice_start + u64::from(part.ts_ctx) {
+                if part.cur_ctx != 0
+                    && part.ts_ctx > 0
+                    && now >= part.slice_start + u64::from(part.ts_ctx)
+                {
                     part.slice_start = now;
                 }
                 if part.ts_vm > 0 && now >= part.vm_slice_start + u64::from(part.ts_vm) {
@@ -141,8 +145,16 @@ impl Device {
                 part.sched_at = if part.cur_ctx == 0 {
                     u64::MAX
                 } else {
-                    let c = if part.ts_ctx > 0 { part.slice_start + u64::from(part.ts_ctx) } else { u64::MAX };
-                    let v = if part.ts_vm > 0 && part.vms.len() > 1 { part.vm_slice_start + u64::from(part.ts_vm) } else { u64::MAX };
+                    let c = if part.ts_ctx > 0 {
+                        part.slice_start + u64::from(part.ts_ctx)
+                    } else {
+                        u64::MAX
+                    };
+                    let v = if part.ts_vm > 0 && part.vms.len() > 1 {
+                        part.vm_slice_start + u64::from(part.ts_vm)
+                    } else {
+                        u64::MAX
+                    };
                     c.min(v)
                 };
             }
@@ -154,7 +166,12 @@ impl Device {
     fn pick(&self, p: u32, vm: u32, after: u32, any_vm: bool) -> Option<(u32, u32)> {
         let next_in = |v: u32, after: u32| {
             let r = &self.vms[v as usize].runnable;
-            r.range(after + 1..).next().or_else(|| r.iter().next()).copied().filter(|&c| c != after).map(|c| (v, c))
+            r.range(after + 1..)
+                .next()
+                .or_else(|| r.iter().next())
+                .copied()
+                .filter(|&c| c != after)
+                .map(|c| (v, c))
         };
         if vm != 0 {
             if let Some(found) = next_in(vm, after) {
@@ -164,16 +181,20 @@ impl Device {
         if !any_vm {
             return None;
         }
-        self.parts[p as usize].vms.iter().filter(|&&v| v != vm).find_map(|&v| next_in(v, 0))
+        self.parts[p as usize]
+            .vms
+            .iter()
+            .filter(|&&v| v != vm)
+            .find_map(|&v| next_in(v, 0))
     }
 
     fn pick_other_vm(&self, p: u32) -> Option<(u32, u32)> {
         let part = &self.parts[p as usize];
         let pos = part.vms.iter().position(|&v| v == part.cur_vm).unwrap_or(0);
         let n = part.vms.len();
-        (1..n).map(|k| part.vms[(pos + k) % n]).find_map(|v| {
-            self.vms[v as usize].runnable.iter().next().map(|&c| (v, c))
-        })
+        (1..n)
+            .map(|k| part.vms[(pos + k) % n])
+            .find_map(|v| self.vms[v as usize].runnable.iter().next().map(|&c| (v, c)))
     }
 
     fn request_switch(&mut self, p: u32, vm: u32, ctx: u32) {
@@ -220,7 +241,11 @@ impl Device {
             self.parts[p as usize].acked = 0;
             for i in 0..self.topo.partition_ccus[p as usize].len() {
                 let c = self.topo.partition_ccus[p as usize][i];
-                let ack = CcuRecord { ccu: c as u16, flags: ccu_record_flags::FLUSH_ACK, ..CcuRecord::default() };
+                let ack = CcuRecord {
+                    ccu: c as u16,
+                    flags: ccu_record_flags::FLUSH_ACK,
+                    ..CcuRecord::default()
+                };
                 self.route(&ack, p);
                 self.parts[p as usize].acked |= 1 << c;
             }
@@ -234,7 +259,8 @@ impl Device {
     /// Step 6a: commit into the outgoing blocks.
     pub(crate) fn step_commit(&mut self, p: u32, fallback: bool) {
         let in_switch = self.parts[p as usize].hs == hs_state::ACKED;
-        let flags = if in_switch { record_flags::SWITCH } else { 0 } | if fallback { record_flags::FALLBACK } else { 0 };
+        let flags = if in_switch { record_flags::SWITCH } else { 0 }
+            | if fallback { record_flags::FALLBACK } else { 0 };
         self.commit(p, flags);
         if in_switch {
             self.parts[p as usize].hs = hs_state::COMMITTED;
@@ -249,7 +275,10 @@ impl Device {
         part.cur_vm = part.next_vm;
         part.cur_ctx = part.next_ctx;
         part.hs = hs_state::REPOINTED;
-        let who = Attribution { ctx: part.cur_ctx, vm: part.cur_vm };
+        let who = Attribution {
+            ctx: part.cur_ctx,
+            vm: part.cur_vm,
+        };
         self.counting.set_owner(p, who);
     }
 
@@ -307,7 +336,10 @@ impl Device {
 
     /// Creates a context of `vm`; the driver layer allocates and binds its block.
     pub(crate) fn create_context(&mut self, vm: u32, profile: usize) -> Option<u32> {
-        let (Some(&id), true) = (self.free_ctx_ids.first(), self.vms[vm as usize].partition != 0) else {
+        let (Some(&id), true) = (
+            self.free_ctx_ids.first(),
+            self.vms[vm as usize].partition != 0,
+        ) else {
             self.ctx_create_failures += 1;
             return None;
         };
@@ -326,7 +358,13 @@ impl Device {
             exiting: false,
             serial: self.serials,
         };
-        self.mem.init_block(slot, block_kind::CONTEXT, id, vm, self.vms[vm as usize].cipher.as_mut());
+        self.mem.init_block(
+            slot,
+            block_kind::CONTEXT,
+            id,
+            vm,
+            self.vms[vm as usize].cipher.as_mut(),
+        );
         self.ledger.reset_context(id);
         self.vms[vm as usize].runnable.insert(id);
         let p = self.vms[vm as usize].partition;

@@ -39,7 +39,11 @@ impl CompiledProfile {
                 for &(e, rate) in &ph.rates {
                     let max = max_rate_q(e);
                     let v = (rate * f64::from(RATE_ONE_Q16)).round();
-                    q[usize::from(e)] = if v.is_finite() && v > 0.0 { (v as u64).min(u64::from(max)) as u32 } else { 0 };
+                    q[usize::from(e)] = if v.is_finite() && v > 0.0 {
+                        (v as u64).min(u64::from(max)) as u32
+                    } else {
+                        0
+                    };
                 }
                 (ph.duration_cycles.max(1), q)
             })
@@ -71,7 +75,9 @@ pub fn max_rate_q(e: u16) -> u32 {
 
 /// Fixed per-ULC weights (Q16).
 pub fn ulc_weights(topo: &Topology, seed: u64) -> Vec<u32> {
-    (0..topo.ulcs.len() as u64).map(|u| factor_q16(seed, &[domain::ULC_WEIGHT, u], WEIGHT_LO, WEIGHT_HI)).collect()
+    (0..topo.ulcs.len() as u64)
+        .map(|u| factor_q16(seed, &[domain::ULC_WEIGHT, u], WEIGHT_LO, WEIGHT_HI))
+        .collect()
 }
 
 /// A context's per-event rates for one epoch: base rates times the
@@ -81,7 +87,8 @@ pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) ->
     for (e, (o, &b)) in out.iter_mut().zip(base).enumerate() {
         if b != 0 {
             let jit = JITTER_LO
-                + (hash(seed, &[domain::JITTER, u64::from(ctx), e as u64, epoch]) % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
+                + (hash(seed, &[domain::JITTER, u64::from(ctx), e as u64, epoch])
+                    % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
             *o = ((u64::from(b) * u64::from(jit)) >> 16) as u32;
         }
     }
@@ -91,7 +98,12 @@ pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) ->
 /// Rate of flat counter `j` given its event's epoch rate: times the ULC's
 /// weight, clamped to what one signal carries per cycle.
 #[inline]
-pub fn counter_rate(topo: &Topology, weights: &[u32], epoch_rates: &[u32; MAX_EVENTS], j: usize) -> u32 {
+pub fn counter_rate(
+    topo: &Topology,
+    weights: &[u32],
+    epoch_rates: &[u32; MAX_EVENTS],
+    j: usize,
+) -> u32 {
     let e = usize::from(topo.counter_event[j]);
     let r = (u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize])) >> 16;
     r.min(u64::from(MAX_RATE_Q[e])) as u32

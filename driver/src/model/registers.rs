@@ -9,8 +9,11 @@
 
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::intr::source;
-use gpupm_uapi::regs::{self as r, clock_cap, ctx_cmd, ctx_state, device_status, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd, trig_ctrl};
 use gpupm_uapi::layout::{self, STREAM_RING_MAX};
+use gpupm_uapi::regs::{
+    self as r, clock_cap, ctx_cmd, ctx_state, device_status, hs_state, part_ctrl, part_status,
+    rc_cmd, trig_cmd, trig_ctrl,
+};
 
 use super::device::{slots, Device, TriggerCause};
 
@@ -155,7 +158,11 @@ fn resolve(offset: u64, width: u32) -> Result<(u64, Option<bool>), RegError> {
         return Err(RegError::NoRegister { offset });
     }
     if width == 8 {
-        return if r::is_64bit(offset) { Ok((offset, None)) } else { Err(RegError::Not64 { offset }) };
+        return if r::is_64bit(offset) {
+            Ok((offset, None))
+        } else {
+            Err(RegError::Not64 { offset })
+        };
     }
     if r::is_64bit(offset) {
         Ok((offset, Some(false)))
@@ -172,18 +179,31 @@ impl Device {
         let mut parts = [PartShadow::default(); r::MAX_PARTITION_SLOTS as usize];
         let mut tail = [0; r::MAX_PARTITION_SLOTS as usize];
         for (i, p) in self.parts.iter().enumerate() {
-            parts[i] = PartShadow { hs: p.hs, ctrl: p.ctrl, bind_vm: p.bind_vm, bind_ctx: p.bind_ctx };
+            parts[i] = PartShadow {
+                hs: p.hs,
+                ctrl: p.ctrl,
+                bind_vm: p.bind_vm,
+                bind_ctx: p.bind_ctx,
+            };
             tail[i] = self.mem.rings.get(i).map_or(0, |r| r.tail);
         }
         let mut mask_index = [0; r::MAX_CCUS as usize];
         mask_index[..self.ccu_mask_index.len()].copy_from_slice(&self.ccu_mask_index);
-        Shadow { parts, target: self.trig.target, mask_index, tail, released: Vec::new() }
+        Shadow {
+            parts,
+            target: self.trig.target,
+            mask_index,
+            tail,
+            released: Vec::new(),
+        }
     }
 
     /// Reads a register.
     pub fn read_reg(&self, offset: u64, width: u32) -> Result<u64, RegError> {
         let (base, half) = resolve(offset, width)?;
-        let v = self.read_value(base).ok_or(RegError::NoRegister { offset })?;
+        let v = self
+            .read_value(base)
+            .ok_or(RegError::NoRegister { offset })?;
         Ok(match half {
             None => v,
             Some(false) => v & 0xFFFF_FFFF,
@@ -205,12 +225,28 @@ impl Device {
                     r::PART_CTRL => v(part.ctrl),
                     r::PART_STATUS => v(part.hs
                         | part_status::CONFIGURED
-                        | if part.last_fallback { part_status::LAST_FALLBACK } else { 0 }
-                        | if part.vm_switch() { part_status::VM_SWITCH } else { 0 }),
+                        | if part.last_fallback {
+                            part_status::LAST_FALLBACK
+                        } else {
+                            0
+                        }
+                        | if part.vm_switch() {
+                            part_status::VM_SWITCH
+                        } else {
+                            0
+                        }),
                     r::PART_CUR_VM => v(part.cur_vm),
                     r::PART_CUR_CTX => v(part.cur_ctx),
-                    r::PART_NEXT_VM => v(if part.hs == hs_state::IDLE { 0 } else { part.next_vm }),
-                    r::PART_NEXT_CTX => v(if part.hs == hs_state::IDLE { 0 } else { part.next_ctx }),
+                    r::PART_NEXT_VM => v(if part.hs == hs_state::IDLE {
+                        0
+                    } else {
+                        part.next_vm
+                    }),
+                    r::PART_NEXT_CTX => v(if part.hs == hs_state::IDLE {
+                        0
+                    } else {
+                        part.next_ctx
+                    }),
                     r::PART_CCU_ASSIGNED => Some(part.ccu_assigned),
                     r::PART_CCU_ACKED => Some(part.acked),
                     r::PART_RC_CMD => Some(0),
@@ -230,7 +266,11 @@ impl Device {
                     r::PART_TIMESLICE_VM => v(part.ts_vm),
                     r::PART_GPC_MASK => v(part.gpc_mask),
                     r::PART_MEM_MASK => v(part.mem_mask),
-                    r::PART_SWITCH_REQ_CYCLE => Some(if part.hs == hs_state::IDLE { 0 } else { part.req_cycle }),
+                    r::PART_SWITCH_REQ_CYCLE => Some(if part.hs == hs_state::IDLE {
+                        0
+                    } else {
+                        part.req_cycle
+                    }),
                     _ => None,
                 }
             }
@@ -256,8 +296,16 @@ impl Device {
                 let e = &self.vms[vm as usize];
                 match o {
                     r::VM_PARTITION => v(e.partition),
-                    r::VM_FLAGS => v(if e.cipher.is_some() { r::vm_flags::CONFIDENTIAL } else { 0 }),
-                    r::VM_BLOCK => Some(if e.partition == 0 { 0 } else { layout::block_slot_offset(vm) }),
+                    r::VM_FLAGS => v(if e.cipher.is_some() {
+                        r::vm_flags::CONFIDENTIAL
+                    } else {
+                        0
+                    }),
+                    r::VM_BLOCK => Some(if e.partition == 0 {
+                        0
+                    } else {
+                        layout::block_slot_offset(vm)
+                    }),
                     o if (r::VM_KEY..r::VM_KEY + 32).contains(&o) && o % 4 == 0 => Some(0),
                     r::VM_KEY_COMMIT => Some(0),
                     r::VM_KEY_EPOCH => v(e.cipher.as_ref().map_or(0, |c| c.key_epoch())),
@@ -272,9 +320,17 @@ impl Device {
                 match o {
                     r::CTX_VM => v(c.vm),
                     r::CTX_STATE => v(c.state),
-                    r::CTX_BLOCK => Some(if c.state == ctx_state::FREE { 0 } else { layout::block_slot_offset(c.slot) }),
+                    r::CTX_BLOCK => Some(if c.state == ctx_state::FREE {
+                        0
+                    } else {
+                        layout::block_slot_offset(c.slot)
+                    }),
                     r::CTX_CMD => Some(0),
-                    r::CTX_CREATED_CYCLE => Some(if c.state == ctx_state::FREE { 0 } else { c.created_at }),
+                    r::CTX_CREATED_CYCLE => Some(if c.state == ctx_state::FREE {
+                        0
+                    } else {
+                        c.created_at
+                    }),
                     _ => None,
                 }
             }
@@ -299,14 +355,23 @@ impl Device {
             r::TOPO_EVENTS => n(EVENT_COUNT),
             r::TOPO_MEMORY_SLICES => v(t.memory_slices),
             r::CLOCK_KHZ => v(self.scenario.clock.khz),
-            r::CLOCK_CAP => v(if super::throttle::secondary_at(&self.scenario.throttle, self.now) {
-                clock_cap::SECONDARY
-            } else {
-                clock_cap::PRIMARY
-            }),
+            r::CLOCK_CAP => v(
+                if super::throttle::secondary_at(&self.scenario.throttle, self.now) {
+                    clock_cap::SECONDARY
+                } else {
+                    clock_cap::PRIMARY
+                },
+            ),
             r::CYCLE => Some(self.now),
-            r::DEVICE_STATUS => v(if self.step_clock { device_status::STEP_CLOCK } else { 0 }
-                | if self.parts.iter().any(|p| p.fallbacks > 0) { device_status::FALLBACK_SEEN } else { 0 }),
+            r::DEVICE_STATUS => v(if self.step_clock {
+                device_status::STEP_CLOCK
+            } else {
+                0
+            } | if self.parts.iter().any(|p| p.fallbacks > 0) {
+                device_status::FALLBACK_SEEN
+            } else {
+                0
+            }),
             r::RESET => Some(0),
             r::TOPO_VMS => v(r::MAX_VMS),
             r::TOPO_CONTEXTS => v(r::MAX_CONTEXTS),
@@ -342,11 +407,19 @@ impl Device {
     }
 
     fn configured_mask(&self) -> u32 {
-        (0..r::MAX_PARTITION_SLOTS).filter(|&p| self.parts[p as usize].configured).fold(0, |m, p| m | 1 << p)
+        (0..r::MAX_PARTITION_SLOTS)
+            .filter(|&p| self.parts[p as usize].configured)
+            .fold(0, |m, p| m | 1 << p)
     }
 
     /// Checks a write against `sh` and advances `sh` past it.
-    pub(crate) fn check_write(&self, sh: &mut Shadow, offset: u64, width: u32, value: u64) -> Result<Write, RegError> {
+    pub(crate) fn check_write(
+        &self,
+        sh: &mut Shadow,
+        offset: u64,
+        width: u32,
+        value: u64,
+    ) -> Result<Write, RegError> {
         let (base, half) = resolve(offset, width)?;
         if self.read_value(base).is_none() {
             return Err(RegError::NoRegister { offset });
@@ -354,7 +427,11 @@ impl Device {
         if half.is_some() || width == 8 {
             return Err(RegError::ReadOnly { offset });
         }
-        let bad = |reason| RegError::BadValue { offset, value, reason };
+        let bad = |reason| RegError::BadValue {
+            offset,
+            value,
+            reason,
+        };
         let v = u32::try_from(value).map_err(|_| bad("wider than 32 bits"))?;
         let w = match decode(base) {
             Reg::Global(o) => match o {
@@ -363,8 +440,16 @@ impl Device {
                 r::TRIG_PERIOD if v == 0 || v >= r::TRIG_PERIOD_MIN => Write::TrigPeriod(v),
                 r::TRIG_PERIOD => return Err(bad("period below TRIG_PERIOD_MIN")),
                 r::TRIG_CTRL if v & !trig_ctrl::ALL == 0 => Write::TrigCtrl(v),
-                r::TRIG_THRESHOLD if (r::TRIG_THRESHOLD_MIN..=r::TRIG_THRESHOLD_MAX).contains(&v) => Write::TrigThreshold(v),
-                r::TRIG_THRESHOLD => return Err(bad("threshold outside TRIG_THRESHOLD_MIN..=MAX (a counter could wrap)")),
+                r::TRIG_THRESHOLD
+                    if (r::TRIG_THRESHOLD_MIN..=r::TRIG_THRESHOLD_MAX).contains(&v) =>
+                {
+                    Write::TrigThreshold(v)
+                }
+                r::TRIG_THRESHOLD => {
+                    return Err(bad(
+                        "threshold outside TRIG_THRESHOLD_MIN..=MAX (a counter could wrap)",
+                    ))
+                }
                 r::TRIG_TARGET if v & !self.configured_mask() == 0 => {
                     sh.target = v;
                     Write::TrigTarget(v)
@@ -374,15 +459,24 @@ impl Device {
                     for p in slots(sh.target) {
                         sh.parts[p as usize].hs = hs_after_trigger(sh.parts[p as usize].hs, v);
                     }
-                    Write::TrigCmd { mask: sh.target, cmd: v }
+                    Write::TrigCmd {
+                        mask: sh.target,
+                        cmd: v,
+                    }
                 }
-                r::TRIG_CMD => return Err(bad("needs defined command bits and a non-empty TRIG_TARGET")),
+                r::TRIG_CMD => {
+                    return Err(bad(
+                        "needs defined command bits and a non-empty TRIG_TARGET",
+                    ))
+                }
                 r::TRIG_EXTERNAL if v == 1 => Write::TrigExternal,
                 r::INTR_MASK if v & !source::ALL == 0 => Write::IntrMask(v),
                 r::INTR_ACK if v & !source::ALL == 0 => Write::IntrAck(v),
                 r::MBOX_ARG => Write::MboxArg(v),
                 r::MBOX_CMD => Write::MboxCmd(v),
-                r::TRIG_CTRL | r::TRIG_EXTERNAL | r::INTR_MASK | r::INTR_ACK => return Err(bad("undefined bits set")),
+                r::TRIG_CTRL | r::TRIG_EXTERNAL | r::INTR_MASK | r::INTR_ACK => {
+                    return Err(bad("undefined bits set"))
+                }
                 _ => return Err(RegError::ReadOnly { offset }),
             },
             Reg::Part(p, o) => self.check_part_write(sh, p, o, v, offset)?,
@@ -394,10 +488,16 @@ impl Device {
                         sh.mask_index[c as usize] = v;
                         Write::MaskIndex { c, index: v }
                     }
-                    r::CCU_MASK_INDEX => return Err(bad("mask word index beyond the CCU's counters")),
+                    r::CCU_MASK_INDEX => {
+                        return Err(bad("mask word index beyond the CCU's counters"))
+                    }
                     r::CCU_MASK_DATA => {
                         let valid = (n - sh.mask_index[c as usize] * 32).min(32);
-                        let allowed = if valid == 32 { u32::MAX } else { (1u32 << valid) - 1 };
+                        let allowed = if valid == 32 {
+                            u32::MAX
+                        } else {
+                            (1u32 << valid) - 1
+                        };
                         if v & !allowed != 0 {
                             return Err(bad("mask bits beyond the CCU's counters"));
                         }
@@ -410,7 +510,11 @@ impl Device {
                 let confidential = self.vms[vm as usize].cipher.is_some();
                 match o {
                     o if (r::VM_KEY..r::VM_KEY + 32).contains(&o) && confidential => {
-                        Write::VmKeyWord { vm, i: ((o - r::VM_KEY) / 4) as u32, word: v }
+                        Write::VmKeyWord {
+                            vm,
+                            i: ((o - r::VM_KEY) / 4) as u32,
+                            word: v,
+                        }
                     }
                     r::VM_KEY_COMMIT if confidential && v == 1 => Write::VmKeyCommit { vm },
                     o if (r::VM_KEY..=r::VM_KEY_COMMIT).contains(&o) => {
@@ -421,7 +525,9 @@ impl Device {
             }
             Reg::Ctx(ctx, o) => match o {
                 r::CTX_CMD if v == ctx_cmd::RELEASE => {
-                    if self.ctxs[ctx as usize].state != ctx_state::DESTROYED || sh.released.contains(&ctx) {
+                    if self.ctxs[ctx as usize].state != ctx_state::DESTROYED
+                        || sh.released.contains(&ctx)
+                    {
                         return Err(bad("only a destroyed, unreleased context can be released"));
                     }
                     sh.released.push(ctx);
@@ -434,12 +540,27 @@ impl Device {
         Ok(w)
     }
 
-    fn check_part_write(&self, sh: &mut Shadow, p: u32, o: u64, v: u32, offset: u64) -> Result<Write, RegError> {
-        let bad = |reason| RegError::BadValue { offset, value: u64::from(v), reason };
+    fn check_part_write(
+        &self,
+        sh: &mut Shadow,
+        p: u32,
+        o: u64,
+        v: u32,
+        offset: u64,
+    ) -> Result<Write, RegError> {
+        let bad = |reason| RegError::BadValue {
+            offset,
+            value: u64::from(v),
+            reason,
+        };
         let part = &self.parts[p as usize];
         let ps = &mut sh.parts[p as usize];
         let hs_now = ps.hs;
-        let seq = |reason| RegError::BadSequence { partition: p, state: hs_now, reason };
+        let seq = |reason| RegError::BadSequence {
+            partition: p,
+            state: hs_now,
+            reason,
+        };
         let gpu_slice = p != 0;
         Ok(match o {
             r::PART_CTRL if gpu_slice => {
@@ -488,9 +609,15 @@ impl Device {
                 ps.bind_ctx = v;
                 Write::BindCtx { p, ctx: v }
             }
-            r::PART_SWITCH_TIMEOUT if gpu_slice && v >= MIN_TIMING_CYCLES => Write::SwitchTimeout { p, cycles: v },
-            r::PART_TIMESLICE_CTX if gpu_slice && (v == 0 || v >= MIN_TIMING_CYCLES) => Write::TimesliceCtx { p, cycles: v },
-            r::PART_TIMESLICE_VM if gpu_slice && (v == 0 || v >= MIN_TIMING_CYCLES) => Write::TimesliceVm { p, cycles: v },
+            r::PART_SWITCH_TIMEOUT if gpu_slice && v >= MIN_TIMING_CYCLES => {
+                Write::SwitchTimeout { p, cycles: v }
+            }
+            r::PART_TIMESLICE_CTX if gpu_slice && (v == 0 || v >= MIN_TIMING_CYCLES) => {
+                Write::TimesliceCtx { p, cycles: v }
+            }
+            r::PART_TIMESLICE_VM if gpu_slice && (v == 0 || v >= MIN_TIMING_CYCLES) => {
+                Write::TimesliceVm { p, cycles: v }
+            }
             r::PART_SWITCH_TIMEOUT | r::PART_TIMESLICE_CTX | r::PART_TIMESLICE_VM if gpu_slice => {
                 return Err(bad("below the minimum of 1024 cycles"))
             }
@@ -510,7 +637,12 @@ impl Device {
                 }
                 Write::StreamWatermark { p, value: v }
             }
-            _ if !gpu_slice && matches!(o, r::PART_CTRL | r::PART_RC_CMD | r::PART_RC_BIND_VM | r::PART_RC_BIND_CTX) => {
+            _ if !gpu_slice
+                && matches!(
+                    o,
+                    r::PART_CTRL | r::PART_RC_CMD | r::PART_RC_BIND_VM | r::PART_RC_BIND_CTX
+                ) =>
+            {
                 return Err(bad("the system channel has no contexts to switch"))
             }
             _ => return Err(RegError::ReadOnly { offset }),
@@ -538,7 +670,10 @@ impl Device {
             Write::TrigCmd { mask, cmd } => self.trigger_command(mask, cmd),
             Write::TrigExternal => {
                 let mask = (0..r::MAX_PARTITION_SLOTS)
-                    .filter(|&p| self.parts[p as usize].configured && !self.parts[p as usize].triggers_paused())
+                    .filter(|&p| {
+                        self.parts[p as usize].configured
+                            && !self.parts[p as usize].triggers_paused()
+                    })
                     .fold(0, |m, p| m | 1 << p);
                 self.trigger(mask, false, TriggerCause::Command);
                 self.intr.raise(source::TRIGGER_DONE, 0, mask, 0, self.now);
@@ -587,7 +722,8 @@ impl Device {
                     self.sync(owner);
                 }
                 let ccu = &self.topo.ccus[c as usize];
-                let first = ccu.counters.start as usize + self.ccu_mask_index[c as usize] as usize * 32;
+                let first =
+                    ccu.counters.start as usize + self.ccu_mask_index[c as usize] as usize * 32;
                 for b in 0..32usize {
                     if first + b < ccu.counters.end as usize {
                         self.counting.masked[first + b] = word & (1 << b) != 0;
@@ -624,7 +760,8 @@ impl Device {
                 for p in slots(mask) {
                     self.sync(p);
                     let leaving = self.parts[p as usize].hs >= hs_state::CTX_PAUSED;
-                    self.counting.flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
+                    self.counting
+                        .flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
                 }
             }
             for p in slots(mask) {
@@ -635,7 +772,8 @@ impl Device {
         if cmd & trig_cmd::FLUSH_REQ != 0 {
             self.flush_request(mask);
         }
-        self.intr.raise(source::TRIGGER_DONE, 0, mask, cmd, self.now);
+        self.intr
+            .raise(source::TRIGGER_DONE, 0, mask, cmd, self.now);
     }
 }
 

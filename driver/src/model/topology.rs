@@ -98,12 +98,22 @@ impl Topology {
     /// Builds the layout for `spec` with `partitions` owning hardware.
     pub fn build(spec: &TopologySpec, partitions: &[PartitionSpec]) -> Result<Self, TopologyError> {
         let gpc_owner = owners(partitions, spec.sms_per_gpc.len(), "GPC", |p| &p.gpcs)?;
-        let mem_owner = owners(partitions, spec.memory_slices as usize, "memory slice", |p| &p.memory_slices)?;
+        let mem_owner = owners(
+            partitions,
+            spec.memory_slices as usize,
+            "memory slice",
+            |p| &p.memory_slices,
+        )?;
         let mut b = Builder::default();
         for (g, &sms) in spec.sms_per_gpc.iter().enumerate() {
             let start = b.sm_count;
             b.sm_count += sms;
-            b.ccu(ccu_group::GPC, g, gpc_owner[g], (start..start + sms).map(|i| (UnitType::Sm, i)))?;
+            b.ccu(
+                ccu_group::GPC,
+                g,
+                gpc_owner[g],
+                (start..start + sms).map(|i| (UnitType::Sm, i)),
+            )?;
         }
         for (m, &owner) in mem_owner.iter().enumerate() {
             let m32 = u32::try_from(m).unwrap_or(u32::MAX);
@@ -114,13 +124,23 @@ impl Topology {
             b.ccu(ccu_group::MEMORY_SLICE, m, owner, units)?;
         }
         if spec.nvlinks > 0 {
-            b.ccu(ccu_group::SYSTEM, 0, Some(0), (0..spec.nvlinks).map(|i| (UnitType::Nvlink, i)))?;
+            b.ccu(
+                ccu_group::SYSTEM,
+                0,
+                Some(0),
+                (0..spec.nvlinks).map(|i| (UnitType::Nvlink, i)),
+            )?;
         }
         if spec.pcie {
             let mut slots: Vec<u32> = partitions.iter().map(|p| p.slot).collect();
             slots.sort_unstable();
             for slot in slots {
-                b.ccu(ccu_group::SHARED_LANE, slot as usize, Some(slot), std::iter::once((UnitType::Pcie, slot)))?;
+                b.ccu(
+                    ccu_group::SHARED_LANE,
+                    slot as usize,
+                    Some(slot),
+                    std::iter::once((UnitType::Pcie, slot)),
+                )?;
             }
         }
         if b.ccus.len() > MAX_CCUS as usize {
@@ -154,10 +174,14 @@ impl Topology {
     }
 
     /// Flat counter ranges of partition slot `p`'s CCUs.
-    pub fn partition_counter_ranges(&self, p: u32) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
-        self.partition_ccus[p as usize]
-            .iter()
-            .map(|&c| self.ccus[c as usize].counters.start as usize..self.ccus[c as usize].counters.end as usize)
+    pub fn partition_counter_ranges(
+        &self,
+        p: u32,
+    ) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        self.partition_ccus[p as usize].iter().map(|&c| {
+            self.ccus[c as usize].counters.start as usize
+                ..self.ccus[c as usize].counters.end as usize
+        })
     }
 }
 
@@ -173,9 +197,11 @@ fn owners(
             return Err(TopologyError::BadSlot(p.slot));
         }
         for &i in pick(p) {
-            let slot = owner
-                .get_mut(i as usize)
-                .ok_or(TopologyError::NoSuchUnit { slot: p.slot, what, index: i })?;
+            let slot = owner.get_mut(i as usize).ok_or(TopologyError::NoSuchUnit {
+                slot: p.slot,
+                what,
+                index: i,
+            })?;
             if slot.replace(p.slot).is_some() {
                 return Err(TopologyError::SharedOwnership { what, index: i });
             }
@@ -209,7 +235,8 @@ impl Builder {
             let ulc = u32::try_from(self.ulcs.len()).unwrap_or(u32::MAX);
             let start = self.counter_event.len();
             for e in unit.events() {
-                self.counter_event.push(u8::try_from(e.id).unwrap_or(u8::MAX));
+                self.counter_event
+                    .push(u8::try_from(e.id).unwrap_or(u8::MAX));
                 self.counter_ulc.push(ulc);
                 self.counter_multibit.push(e.multibit);
             }
@@ -255,7 +282,6 @@ pub fn h100_class() -> TopologySpec {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,26 +298,52 @@ mod tests {
 
     #[test]
     fn h100_class_layout_has_132_sms_and_owned_ccus() {
-        let t = Topology::build(&h100_class(), &[part(1, &[0, 1], &[0]), part(2, &[7], &[7])]).unwrap();
+        let t = Topology::build(
+            &h100_class(),
+            &[part(1, &[0, 1], &[0]), part(2, &[7], &[7])],
+        )
+        .unwrap();
         assert_eq!(t.sm_count(), 132);
         // 8 GPC + 8 memory + 1 system + 2 PCIe lanes.
         assert_eq!(t.ccus.len(), 19);
         assert_eq!(t.partition_ccus[1].len(), 4); // 2 GPCs, 1 slice, 1 lane
         assert_eq!(t.partition_ccus[0].len(), 1);
         assert!(t.ccus.iter().all(|c| c.ulcs.len() <= MAX_CCU_ULCS));
-        let sm_counters = t.ulcs.iter().filter(|u| u.unit == UnitType::Sm).map(|u| u.counters).sum::<u32>();
+        let sm_counters = t
+            .ulcs
+            .iter()
+            .filter(|u| u.unit == UnitType::Sm)
+            .map(|u| u.counters)
+            .sum::<u32>();
         assert_eq!(sm_counters as usize, 132 * UnitType::Sm.events().count());
         assert_eq!(t.counter_count(), t.counter_event.len());
     }
 
     #[test]
     fn overlapping_or_missing_ownership_is_rejected() {
-        let err = Topology::build(&h100_class(), &[part(1, &[0], &[]), part(2, &[0], &[])]).unwrap_err();
-        assert_eq!(err, TopologyError::SharedOwnership { what: "GPC", index: 0 });
+        let err =
+            Topology::build(&h100_class(), &[part(1, &[0], &[]), part(2, &[0], &[])]).unwrap_err();
+        assert_eq!(
+            err,
+            TopologyError::SharedOwnership {
+                what: "GPC",
+                index: 0
+            }
+        );
         let err = Topology::build(&h100_class(), &[part(1, &[9], &[])]).unwrap_err();
-        assert_eq!(err, TopologyError::NoSuchUnit { slot: 1, what: "GPC", index: 9 });
+        assert_eq!(
+            err,
+            TopologyError::NoSuchUnit {
+                slot: 1,
+                what: "GPC",
+                index: 9
+            }
+        );
         let mut big = h100_class();
         big.sms_per_gpc = vec![49];
-        assert_eq!(Topology::build(&big, &[]).unwrap_err(), TopologyError::TooManyUlcs(49));
+        assert_eq!(
+            Topology::build(&big, &[]).unwrap_err(),
+            TopologyError::TooManyUlcs(49)
+        );
     }
 }

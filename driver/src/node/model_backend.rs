@@ -43,7 +43,9 @@ impl DeviceBackend for ModelBackend {
     }
 
     fn write_reg(&mut self, offset: u64, width: u32, value: u64) -> Result<(), BackendError> {
-        self.dev.write_reg(offset, width, value).map_err(|e: RegError| invalid(e))
+        self.dev
+            .write_reg(offset, width, value)
+            .map_err(|e: RegError| invalid(e))
     }
 
     fn read_mem(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {

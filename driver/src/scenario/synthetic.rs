@@ -3,7 +3,10 @@
 use gpupm_uapi::events::{self, UnitType};
 use gpupm_uapi::regs::TRIG_THRESHOLD_MAX;
 
-use super::{ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario, StreamSpec, TriggerSpec, VmSpec};
+use super::{
+    ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario, StreamSpec,
+    TriggerSpec, VmSpec,
+};
 use crate::model::topology::h100_class;
 
 /// Parameters of [`reference_load`].
@@ -32,14 +35,26 @@ pub fn all_active_profile(name: &str, types: &[UnitType]) -> ProfileSpec {
             (e.id, full * (0.3 + 0.7 * (f64::from(e.id) * 0.37).fract()))
         })
         .collect();
-    ProfileSpec { name: name.into(), phases: vec![PhaseSpec { duration_cycles: 1 << 24, rates }] }
+    ProfileSpec {
+        name: name.into(),
+        phases: vec![PhaseSpec {
+            duration_cycles: 1 << 24,
+            rates,
+        }],
+    }
 }
 
 /// The H100-class GPU with every counter active: `spec.partitions` slices,
 /// contexts of all-active profiles, NVLink busy.
 pub fn reference_load(spec: LoadSpec) -> Scenario {
     let khz = 1_980_000;
-    let context_types = [UnitType::Sm, UnitType::L2Slice, UnitType::FbPartition, UnitType::CopyEngine, UnitType::Pcie];
+    let context_types = [
+        UnitType::Sm,
+        UnitType::L2Slice,
+        UnitType::FbPartition,
+        UnitType::CopyEngine,
+        UnitType::Pcie,
+    ];
     let partitions: Vec<PartitionSpec> = (0..spec.partitions.min(8))
         .map(|i| PartitionSpec {
             slot: i + 1,
@@ -51,22 +66,49 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
         .collect();
     let n_parts = spec.partitions.clamp(1, 8);
     let vms: Vec<VmSpec> = (1..=spec.vms.max(1))
-        .map(|id| VmSpec { id, partition: (id - 1) % n_parts + 1, confidential_key: None })
+        .map(|id| VmSpec {
+            id,
+            partition: (id - 1) % n_parts + 1,
+            confidential_key: None,
+        })
         .collect();
     let n_vms = spec.vms.max(1);
     Scenario {
-        name: format!("reference-load-{}p-{}vm-{}ctx", n_parts, n_vms, spec.contexts),
+        name: format!(
+            "reference-load-{}p-{}vm-{}ctx",
+            n_parts, n_vms, spec.contexts
+        ),
         seed: 7,
-        clock: ClockSpec { khz, secondary_khz: khz / 2 },
+        clock: ClockSpec {
+            khz,
+            secondary_khz: khz / 2,
+        },
         topology: h100_class(),
-        trigger: TriggerSpec { period_cycles: spec.trigger_period, dither: false, threshold: TRIG_THRESHOLD_MAX },
-        stream: StreamSpec { ring_records: 1024, watermark: 512 },
+        trigger: TriggerSpec {
+            period_cycles: spec.trigger_period,
+            dither: false,
+            threshold: TRIG_THRESHOLD_MAX,
+        },
+        stream: StreamSpec {
+            ring_records: 1024,
+            watermark: 512,
+        },
         switch_timeout_cycles: 3_960_000,
         partitions,
         vms,
-        profiles: vec![all_active_profile("all-active", &context_types), all_active_profile("nvlink", &[UnitType::Nvlink])],
+        profiles: vec![
+            all_active_profile("all-active", &context_types),
+            all_active_profile("nvlink", &[UnitType::Nvlink]),
+        ],
         device_profile: Some(1),
-        contexts: (0..spec.contexts).map(|i| ContextSpec { vm: i % n_vms + 1, profile: 0, create_at: 0, destroy_at: None }).collect(),
+        contexts: (0..spec.contexts)
+            .map(|i| ContextSpec {
+                vm: i % n_vms + 1,
+                profile: 0,
+                create_at: 0,
+                destroy_at: None,
+            })
+            .collect(),
         churn: Vec::new(),
         throttle: Vec::new(),
     }

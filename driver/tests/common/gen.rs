@@ -10,17 +10,37 @@ use gpupm_uapi::regs::{self as r, hs_state, part_ctrl, rc_cmd, trig_cmd};
 use proptest::prelude::*;
 
 fn profile(idx: usize) -> impl Strategy<Value = ProfileSpec> {
-    let event_ids: Vec<u16> = events::CATALOGUE.iter().filter(|e| e.unit != UnitType::Nvlink).map(|e| e.id).collect();
-    let phase = (1_000u64..150_000, proptest::sample::subsequence(event_ids, 1..12), prop::collection::vec(0.0f64..=1.0, 12))
+    let event_ids: Vec<u16> = events::CATALOGUE
+        .iter()
+        .filter(|e| e.unit != UnitType::Nvlink)
+        .map(|e| e.id)
+        .collect();
+    let phase = (
+        1_000u64..150_000,
+        proptest::sample::subsequence(event_ids, 1..12),
+        prop::collection::vec(0.0f64..=1.0, 12),
+    )
         .prop_map(|(d, evs, fs)| PhaseSpec {
             duration_cycles: d,
             rates: evs
                 .iter()
                 .zip(fs)
-                .map(|(&e, f)| (e, if events::by_id(e).unwrap().multibit { f * 32.0 } else { f }))
+                .map(|(&e, f)| {
+                    (
+                        e,
+                        if events::by_id(e).unwrap().multibit {
+                            f * 32.0
+                        } else {
+                            f
+                        },
+                    )
+                })
                 .collect(),
         });
-    prop::collection::vec(phase, 1..3).prop_map(move |phases| ProfileSpec { name: format!("p{idx}"), phases })
+    prop::collection::vec(phase, 1..3).prop_map(move |phases| ProfileSpec {
+        name: format!("p{idx}"),
+        phases,
+    })
 }
 
 fn device_profile() -> impl Strategy<Value = ProfileSpec> {
@@ -37,89 +57,153 @@ fn device_profile() -> impl Strategy<Value = ProfileSpec> {
 /// time-sliced, some confidential), fixed contexts, churn, throttling, and
 /// trigger settings from very frequent threshold triggers to none.
 pub fn scenario() -> impl Strategy<Value = Scenario> {
-    let topo = (prop::collection::vec(1u32..=3, 1..=3), 1u32..=3, 1u32..=2, 0u32..=1, 0u32..=1, 0u32..=2, any::<bool>());
-    (topo, any::<u64>(), prop::collection::vec(profile(0), 1..=3), prop::option::of(device_profile()))
-        .prop_flat_map(|((gpcs, mem, l2, fb, ce, nvlinks, pcie), seed, profiles, dev_prof)| {
-            let n_parts = gpcs.len().min(mem as usize);
-            let n_profiles = profiles.len();
-            (
-                Just(TopologySpec { sms_per_gpc: gpcs, memory_slices: mem, l2_per_slice: l2, fb_per_slice: fb, ce_per_slice: ce, nvlinks, pcie }),
-                Just(seed),
-                Just(profiles),
-                Just(dev_prof),
-                proptest::sample::subsequence((1u32..8).collect::<Vec<_>>(), n_parts..=n_parts),
-                prop::collection::vec((0..n_parts, any::<bool>()), 1..=4),
-                prop::collection::vec((0usize..4, 0..n_profiles, 0u64..100_000, prop::option::of(1_000u64..300_000)), 0..=5),
-                prop::collection::vec((0usize..4, 0..n_profiles, 2_000u64..40_000, 5_000u64..80_000), 0..=2),
-                timing(),
-                prop::option::of((0u64..300_000, 1_000u64..200_000)),
-            )
-        })
-        .prop_map(|(topology, seed, mut profiles, dev_prof, slots, vm_parts, ctxs, churn, timing, throttle)| {
-            let (period, dither, threshold, timeout, ts_ctx, ts_vm, ring) = timing;
-            let partitions: Vec<PartitionSpec> = slots
-                .iter()
-                .enumerate()
-                .map(|(i, &slot)| PartitionSpec {
-                    slot,
-                    gpcs: vec![i as u32],
-                    memory_slices: vec![i as u32],
-                    ctx_timeslice_cycles: ts_ctx,
-                    vm_timeslice_cycles: ts_vm,
-                })
-                .collect();
-            let vms: Vec<VmSpec> = vm_parts
-                .iter()
-                .enumerate()
-                .map(|(i, &(p, cc))| VmSpec {
-                    id: i as u32 + 1,
-                    partition: slots[p],
-                    confidential_key: cc.then_some([i as u8 + 1; 32]),
-                })
-                .collect();
-            let n_vms = vms.len();
-            for (i, p) in profiles.iter_mut().enumerate() {
-                p.name = format!("p{i}");
-            }
-            let device_profile = dev_prof.map(|p| {
-                profiles.push(p);
-                profiles.len() - 1
-            });
-            Scenario {
-                name: "generated".into(),
-                seed,
-                clock: ClockSpec { khz: 1_980_000, secondary_khz: 990_000 },
+    let topo = (
+        prop::collection::vec(1u32..=3, 1..=3),
+        1u32..=3,
+        1u32..=2,
+        0u32..=1,
+        0u32..=1,
+        0u32..=2,
+        any::<bool>(),
+    );
+    (
+        topo,
+        any::<u64>(),
+        prop::collection::vec(profile(0), 1..=3),
+        prop::option::of(device_profile()),
+    )
+        .prop_flat_map(
+            |((gpcs, mem, l2, fb, ce, nvlinks, pcie), seed, profiles, dev_prof)| {
+                let n_parts = gpcs.len().min(mem as usize);
+                let n_profiles = profiles.len();
+                (
+                    Just(TopologySpec {
+                        sms_per_gpc: gpcs,
+                        memory_slices: mem,
+                        l2_per_slice: l2,
+                        fb_per_slice: fb,
+                        ce_per_slice: ce,
+                        nvlinks,
+                        pcie,
+                    }),
+                    Just(seed),
+                    Just(profiles),
+                    Just(dev_prof),
+                    proptest::sample::subsequence((1u32..8).collect::<Vec<_>>(), n_parts..=n_parts),
+                    prop::collection::vec((0..n_parts, any::<bool>()), 1..=4),
+                    prop::collection::vec(
+                        (
+                            0usize..4,
+                            0..n_profiles,
+                            0u64..100_000,
+                            prop::option::of(1_000u64..300_000),
+                        ),
+                        0..=5,
+                    ),
+                    prop::collection::vec(
+                        (0usize..4, 0..n_profiles, 2_000u64..40_000, 5_000u64..80_000),
+                        0..=2,
+                    ),
+                    timing(),
+                    prop::option::of((0u64..300_000, 1_000u64..200_000)),
+                )
+            },
+        )
+        .prop_map(
+            |(
                 topology,
-                trigger: TriggerSpec { period_cycles: period, dither, threshold },
-                stream: StreamSpec { ring_records: ring, watermark: ring / 2 },
-                switch_timeout_cycles: timeout,
-                partitions,
-                vms,
-                profiles,
-                device_profile,
-                contexts: ctxs
-                    .into_iter()
-                    .map(|(vm, profile, at, life)| ContextSpec {
-                        vm: (vm % n_vms) as u32 + 1,
-                        profile,
-                        create_at: at,
-                        destroy_at: life.map(|l| at + l),
+                seed,
+                mut profiles,
+                dev_prof,
+                slots,
+                vm_parts,
+                ctxs,
+                churn,
+                timing,
+                throttle,
+            )| {
+                let (period, dither, threshold, timeout, ts_ctx, ts_vm, ring) = timing;
+                let partitions: Vec<PartitionSpec> = slots
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &slot)| PartitionSpec {
+                        slot,
+                        gpcs: vec![i as u32],
+                        memory_slices: vec![i as u32],
+                        ctx_timeslice_cycles: ts_ctx,
+                        vm_timeslice_cycles: ts_vm,
                     })
-                    .collect(),
-                churn: churn
-                    .into_iter()
-                    .map(|(vm, profile, every, life)| ChurnSpec {
-                        vm: (vm % n_vms) as u32 + 1,
-                        profiles: vec![profile],
-                        start_at: every / 2,
-                        every_cycles: every,
-                        lifetime_cycles: life,
-                        stop_at: None,
+                    .collect();
+                let vms: Vec<VmSpec> = vm_parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(p, cc))| VmSpec {
+                        id: i as u32 + 1,
+                        partition: slots[p],
+                        confidential_key: cc.then_some([i as u8 + 1; 32]),
                     })
-                    .collect(),
-                throttle: throttle.map(|(s, l)| vec![ThrottleWindow { start: s, end: s + l }]).unwrap_or_default(),
-            }
-        })
+                    .collect();
+                let n_vms = vms.len();
+                for (i, p) in profiles.iter_mut().enumerate() {
+                    p.name = format!("p{i}");
+                }
+                let device_profile = dev_prof.map(|p| {
+                    profiles.push(p);
+                    profiles.len() - 1
+                });
+                Scenario {
+                    name: "generated".into(),
+                    seed,
+                    clock: ClockSpec {
+                        khz: 1_980_000,
+                        secondary_khz: 990_000,
+                    },
+                    topology,
+                    trigger: TriggerSpec {
+                        period_cycles: period,
+                        dither,
+                        threshold,
+                    },
+                    stream: StreamSpec {
+                        ring_records: ring,
+                        watermark: ring / 2,
+                    },
+                    switch_timeout_cycles: timeout,
+                    partitions,
+                    vms,
+                    profiles,
+                    device_profile,
+                    contexts: ctxs
+                        .into_iter()
+                        .map(|(vm, profile, at, life)| ContextSpec {
+                            vm: (vm % n_vms) as u32 + 1,
+                            profile,
+                            create_at: at,
+                            destroy_at: life.map(|l| at + l),
+                        })
+                        .collect(),
+                    churn: churn
+                        .into_iter()
+                        .map(|(vm, profile, every, life)| ChurnSpec {
+                            vm: (vm % n_vms) as u32 + 1,
+                            profiles: vec![profile],
+                            start_at: every / 2,
+                            every_cycles: every,
+                            lifetime_cycles: life,
+                            stop_at: None,
+                        })
+                        .collect(),
+                    throttle: throttle
+                        .map(|(s, l)| {
+                            vec![ThrottleWindow {
+                                start: s,
+                                end: s + l,
+                            }]
+                        })
+                        .unwrap_or_default(),
+                }
+            },
+        )
 }
 
 type Timing = (u32, bool, u32, u32, u32, u32, u32);
@@ -172,7 +256,10 @@ pub fn ops() -> impl Strategy<Value = Vec<Op>> {
 
 fn configured(dev: &Device) -> Vec<u32> {
     (1..r::MAX_PARTITION_SLOTS)
-        .filter(|&p| dev.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() as u32 & r::part_status::CONFIGURED != 0)
+        .filter(|&p| {
+            dev.read_reg(r::part(p, r::PART_STATUS), 4).unwrap() as u32 & r::part_status::CONFIGURED
+                != 0
+        })
         .collect()
 }
 
@@ -206,7 +293,10 @@ pub fn apply(dev: &mut Device, host: &mut Host, op: &Op) {
                 (r::part(p, r::PART_CTRL), part_ctrl::CTX_PAUSE.into()),
                 (r::part(p, r::PART_CTRL), part_ctrl::ALL.into()),
                 (r::TRIG_TARGET, 1 << p),
-                (r::TRIG_CMD, (trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER).into()),
+                (
+                    r::TRIG_CMD,
+                    (trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER).into(),
+                ),
                 (r::TRIG_CMD, trig_cmd::FLUSH_REQ.into()),
                 (r::part(p, r::PART_RC_CMD), rc_cmd::COMMIT.into()),
                 (r::part(p, r::PART_RC_BIND_VM), vm),
@@ -219,24 +309,48 @@ pub fn apply(dev: &mut Device, host: &mut Host, op: &Op) {
                 return;
             }
             let timeout = dev.read_reg(r::part(p, r::PART_SWITCH_TIMEOUT), 4).unwrap();
-            let req = dev.read_reg(r::part(p, r::PART_SWITCH_REQ_CYCLE), 8).unwrap();
-            let before = dev.ledger_totals(ledger_scope::CONTEXT, outgoing).unwrap().generated;
-            let wait = wait.min((req + timeout).saturating_sub(dev.now() + 1)).max(1);
+            let req = dev
+                .read_reg(r::part(p, r::PART_SWITCH_REQ_CYCLE), 8)
+                .unwrap();
+            let before = dev
+                .ledger_totals(ledger_scope::CONTEXT, outgoing)
+                .unwrap()
+                .generated;
+            let wait = wait
+                .min((req + timeout).saturating_sub(dev.now() + 1))
+                .max(1);
             dev.advance(wait).unwrap();
-            let after = dev.ledger_totals(ledger_scope::CONTEXT, outgoing).unwrap().generated;
-            assert_eq!(before, after, "context {outgoing} generated events inside its switch window");
+            let after = dev
+                .ledger_totals(ledger_scope::CONTEXT, outgoing)
+                .unwrap()
+                .generated;
+            assert_eq!(
+                before, after,
+                "context {outgoing} generated events inside its switch window"
+            );
         }
         Op::Trigger { mask, cmd } => {
-            if dev.write_reg(r::TRIG_TARGET, 4, u64::from(mask & 0xFF)).is_ok() {
+            if dev
+                .write_reg(r::TRIG_TARGET, 4, u64::from(mask & 0xFF))
+                .is_ok()
+            {
                 let _ignored = dev.write_reg(r::TRIG_CMD, 4, u64::from(cmd));
             }
         }
         Op::Mask { ccu, word, bits } => {
-            if dev.write_reg(r::ccu(ccu, r::CCU_MASK_INDEX), 4, u64::from(word)).is_ok() {
+            if dev
+                .write_reg(r::ccu(ccu, r::CCU_MASK_INDEX), 4, u64::from(word))
+                .is_ok()
+            {
                 let n = dev.read_reg(r::ccu(ccu, r::CCU_COUNTERS), 4).unwrap() as u32;
                 let valid = (n - word * 32).min(32);
-                let allowed = if valid == 32 { u32::MAX } else { (1 << valid) - 1 };
-                dev.write_reg(r::ccu(ccu, r::CCU_MASK_DATA), 4, u64::from(bits & allowed)).unwrap();
+                let allowed = if valid == 32 {
+                    u32::MAX
+                } else {
+                    (1 << valid) - 1
+                };
+                dev.write_reg(r::ccu(ccu, r::CCU_MASK_DATA), 4, u64::from(bits & allowed))
+                    .unwrap();
             }
         }
         Op::Threshold(v) => dev.write_reg(r::TRIG_THRESHOLD, 4, u64::from(v)).unwrap(),

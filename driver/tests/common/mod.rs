@@ -9,12 +9,16 @@ use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::*;
 use gpupm_uapi::events::{self, UnitType, MAX_EVENTS};
 use gpupm_uapi::ioctl::ledger_scope;
-use gpupm_uapi::layout::{self, Block, BlockSlot, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, SYSTEM_BLOCK_SLOT};
+use gpupm_uapi::layout::{
+    self, Block, BlockSlot, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, SYSTEM_BLOCK_SLOT,
+};
 use gpupm_uapi::regs::{self as r, ctx_state};
 use zerocopy::FromBytes;
 
 pub fn ev(name: &str) -> u16 {
-    events::by_name(name).unwrap_or_else(|| panic!("no event {name}")).id
+    events::by_name(name)
+        .unwrap_or_else(|| panic!("no event {name}"))
+        .id
 }
 
 /// A profile giving every event of the listed unit types rate `scale` times
@@ -26,14 +30,28 @@ pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
         .map(|e| {
             let base = if e.multibit { 20.0 } else { 0.6 };
             let f = 0.3 + 0.7 * ((e.id as f64 * 0.37).fract());
-            (e.id, (base * f * scale).min(if e.multibit { 32.0 } else { 1.0 }))
+            (
+                e.id,
+                (base * f * scale).min(if e.multibit { 32.0 } else { 1.0 }),
+            )
         })
         .collect();
-    ProfileSpec { name: name.into(), phases: vec![PhaseSpec { duration_cycles: 3_000_000, rates }] }
+    ProfileSpec {
+        name: name.into(),
+        phases: vec![PhaseSpec {
+            duration_cycles: 3_000_000,
+            rates,
+        }],
+    }
 }
 
-pub const CONTEXT_TYPES: [UnitType; 5] =
-    [UnitType::Sm, UnitType::L2Slice, UnitType::FbPartition, UnitType::CopyEngine, UnitType::Pcie];
+pub const CONTEXT_TYPES: [UnitType; 5] = [
+    UnitType::Sm,
+    UnitType::L2Slice,
+    UnitType::FbPartition,
+    UnitType::CopyEngine,
+    UnitType::Pcie,
+];
 
 /// A small two-partition scenario: partition 1 time-slices VMs 1 and 2,
 /// partition 2 runs VM 3 (confidential).
@@ -41,7 +59,10 @@ pub fn small_scenario() -> Scenario {
     Scenario {
         name: "small".into(),
         seed: 11,
-        clock: ClockSpec { khz: 1_980_000, secondary_khz: 990_000 },
+        clock: ClockSpec {
+            khz: 1_980_000,
+            secondary_khz: 990_000,
+        },
         topology: TopologySpec {
             sms_per_gpc: vec![3, 2],
             memory_slices: 2,
@@ -51,17 +72,48 @@ pub fn small_scenario() -> Scenario {
             nvlinks: 2,
             pcie: true,
         },
-        trigger: TriggerSpec { period_cycles: 20_000, dither: true, threshold: r::TRIG_THRESHOLD_MAX },
-        stream: StreamSpec { ring_records: 64, watermark: 32 },
+        trigger: TriggerSpec {
+            period_cycles: 20_000,
+            dither: true,
+            threshold: r::TRIG_THRESHOLD_MAX,
+        },
+        stream: StreamSpec {
+            ring_records: 64,
+            watermark: 32,
+        },
         switch_timeout_cycles: 50_000,
         partitions: vec![
-            PartitionSpec { slot: 1, gpcs: vec![0], memory_slices: vec![0], ctx_timeslice_cycles: 30_000, vm_timeslice_cycles: 70_000 },
-            PartitionSpec { slot: 2, gpcs: vec![1], memory_slices: vec![1], ctx_timeslice_cycles: 25_000, vm_timeslice_cycles: 0 },
+            PartitionSpec {
+                slot: 1,
+                gpcs: vec![0],
+                memory_slices: vec![0],
+                ctx_timeslice_cycles: 30_000,
+                vm_timeslice_cycles: 70_000,
+            },
+            PartitionSpec {
+                slot: 2,
+                gpcs: vec![1],
+                memory_slices: vec![1],
+                ctx_timeslice_cycles: 25_000,
+                vm_timeslice_cycles: 0,
+            },
         ],
         vms: vec![
-            VmSpec { id: 1, partition: 1, confidential_key: None },
-            VmSpec { id: 2, partition: 1, confidential_key: None },
-            VmSpec { id: 3, partition: 2, confidential_key: Some([0x5A; 32]) },
+            VmSpec {
+                id: 1,
+                partition: 1,
+                confidential_key: None,
+            },
+            VmSpec {
+                id: 2,
+                partition: 1,
+                confidential_key: None,
+            },
+            VmSpec {
+                id: 3,
+                partition: 2,
+                confidential_key: Some([0x5A; 32]),
+            },
         ],
         profiles: vec![
             busy_profile("busy", 1.0, &CONTEXT_TYPES),
@@ -70,14 +122,49 @@ pub fn small_scenario() -> Scenario {
         ],
         device_profile: Some(2),
         contexts: vec![
-            ContextSpec { vm: 1, profile: 0, create_at: 0, destroy_at: None },
-            ContextSpec { vm: 1, profile: 1, create_at: 5_000, destroy_at: Some(150_000) },
-            ContextSpec { vm: 2, profile: 0, create_at: 1_000, destroy_at: None },
-            ContextSpec { vm: 3, profile: 0, create_at: 0, destroy_at: None },
-            ContextSpec { vm: 3, profile: 1, create_at: 0, destroy_at: None },
+            ContextSpec {
+                vm: 1,
+                profile: 0,
+                create_at: 0,
+                destroy_at: None,
+            },
+            ContextSpec {
+                vm: 1,
+                profile: 1,
+                create_at: 5_000,
+                destroy_at: Some(150_000),
+            },
+            ContextSpec {
+                vm: 2,
+                profile: 0,
+                create_at: 1_000,
+                destroy_at: None,
+            },
+            ContextSpec {
+                vm: 3,
+                profile: 0,
+                create_at: 0,
+                destroy_at: None,
+            },
+            ContextSpec {
+                vm: 3,
+                profile: 1,
+                create_at: 0,
+                destroy_at: None,
+            },
         ],
-        churn: vec![ChurnSpec { vm: 2, profiles: vec![0, 1], start_at: 10_000, every_cycles: 40_000, lifetime_cycles: 60_000, stop_at: None }],
-        throttle: vec![ThrottleWindow { start: 100_000, end: 200_000 }],
+        churn: vec![ChurnSpec {
+            vm: 2,
+            profiles: vec![0, 1],
+            start_at: 10_000,
+            every_cycles: 40_000,
+            lifetime_cycles: 60_000,
+            stop_at: None,
+        }],
+        throttle: vec![ThrottleWindow {
+            start: 100_000,
+            end: 200_000,
+        }],
     }
 }
 
@@ -96,17 +183,23 @@ pub fn digest(dev: &Device) -> Vec<u8> {
         }
         off += 4;
     }
-    let blocks = (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
+    let blocks =
+        (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
     let mut buf = vec![0u8; blocks];
     dev.read_window(0, &mut buf).unwrap();
     out.extend_from_slice(&buf);
     for p in 0..r::MAX_PARTITION_SLOTS {
-        let Ok(cap) = dev.read_reg(r::part(p, r::PART_STREAM_CAP), 4) else { continue };
+        let Ok(cap) = dev.read_reg(r::part(p, r::PART_STREAM_CAP), 4) else {
+            continue;
+        };
         if cap == 0 {
             continue;
         }
         let mut ring = vec![0u8; cap as usize * layout::STREAM_SLOT_SIZE as usize];
-        if dev.read_window(layout::stream_slot_offset(p, 0), &mut ring).is_ok() {
+        if dev
+            .read_window(layout::stream_slot_offset(p, 0), &mut ring)
+            .is_ok()
+        {
             out.extend_from_slice(&ring);
         }
     }
@@ -116,7 +209,8 @@ pub fn digest(dev: &Device) -> Vec<u8> {
 /// Host-visible block at `slot`, decrypted with `key` when encrypted.
 pub fn host_block(dev: &Device, slot: u32, key: Option<&[u8; 32]>) -> Block {
     let mut buf = vec![0u8; layout::BLOCK_SLOT_SIZE as usize];
-    dev.read_window(layout::block_slot_offset(slot), &mut buf).unwrap();
+    dev.read_window(layout::block_slot_offset(slot), &mut buf)
+        .unwrap();
     let mut s = BlockSlot::read_from_bytes(&buf).unwrap();
     if let Some(k) = key {
         gpupm_driver::model::cc::open(k, &s.envelope, &mut s.payload, &s.tag).expect("decrypts");
@@ -130,21 +224,49 @@ pub fn assert_blocks_match_ledger(dev: &mut Device, s: &Scenario) {
     let ctxs: Vec<(u32, u32, u32)> = dev.contexts().collect();
     for (id, vm, state) in ctxs {
         assert!(state == ctx_state::ACTIVE || state == ctx_state::DESTROYED);
-        let expect = dev.ledger_totals(ledger_scope::CONTEXT, id).unwrap().expected_committed();
+        let expect = dev
+            .ledger_totals(ledger_scope::CONTEXT, id)
+            .unwrap()
+            .expected_committed();
         let slot = dev.ctx_slot(id).unwrap();
-        let key = s.vms.iter().find(|v| v.id == vm).and_then(|v| v.confidential_key);
+        let key = s
+            .vms
+            .iter()
+            .find(|v| v.id == vm)
+            .and_then(|v| v.confidential_key);
         let host = host_block(dev, slot, key.as_ref());
-        assert_eq!(&host, dev.block(slot), "host-visible block of ctx {id} differs from the device's");
-        assert_eq!(host.counters, expect, "context {id} (vm {vm}) block != ledger");
+        assert_eq!(
+            &host,
+            dev.block(slot),
+            "host-visible block of ctx {id} differs from the device's"
+        );
+        assert_eq!(
+            host.counters, expect,
+            "context {id} (vm {vm}) block != ledger"
+        );
     }
     for v in &s.vms {
-        let expect = dev.ledger_totals(ledger_scope::VM, v.id).unwrap().expected_committed();
+        let expect = dev
+            .ledger_totals(ledger_scope::VM, v.id)
+            .unwrap()
+            .expected_committed();
         let host = host_block(dev, v.id, v.confidential_key.as_ref());
         assert_eq!(host.counters, expect, "VM {} block != ledger", v.id);
     }
-    let expect = dev.ledger_totals(ledger_scope::SYSTEM, 0).unwrap().expected_committed();
-    assert_eq!(dev.block(SYSTEM_BLOCK_SLOT).counters, expect, "system block != ledger");
-    assert_eq!(dev.self_check_failures(), (0, 0), "a CCU counter wrapped or a threshold was missed");
+    let expect = dev
+        .ledger_totals(ledger_scope::SYSTEM, 0)
+        .unwrap()
+        .expected_committed();
+    assert_eq!(
+        dev.block(SYSTEM_BLOCK_SLOT).counters,
+        expect,
+        "system block != ledger"
+    );
+    assert_eq!(
+        dev.self_check_failures(),
+        (0, 0),
+        "a CCU counter wrapped or a threshold was missed"
+    );
 }
 
 pub fn sum(a: &[u64; MAX_EVENTS]) -> u64 {

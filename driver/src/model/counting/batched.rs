@@ -139,7 +139,13 @@ fn route(d: &mut Drain<'_>, event: u8, v: u32) {
 
 /// A partition that is not generating only moves what its ULCs hold, at
 /// the last boundary of the span.
-fn transfer_only(st: &mut Counting, topo: &Topology, p: u32, boundary: Option<u64>, tally: &mut Tally) {
+fn transfer_only(
+    st: &mut Counting,
+    topo: &Topology,
+    p: u32,
+    boundary: Option<u64>,
+    tally: &mut Tally,
+) {
     if boundary.is_none() {
         return;
     }

@@ -126,7 +126,10 @@ pub(crate) struct Tally {
 
 impl Tally {
     fn new() -> Self {
-        Tally { generated: [0; MAX_EVENTS], masked: [0; MAX_EVENTS] }
+        Tally {
+            generated: [0; MAX_EVENTS],
+            masked: [0; MAX_EVENTS],
+        }
     }
 }
 
@@ -159,19 +162,33 @@ impl Counting {
             pending: self.pending.clone(),
             bank: self.bank.clone(),
             active_bank: self.active_bank.clone(),
-            parts: self.parts.iter().map(|p| (p.synced_to, p.max_active)).collect(),
+            parts: self
+                .parts
+                .iter()
+                .map(|p| (p.synced_to, p.max_active))
+                .collect(),
         }
     }
 
-
     /// Counts everything partition `p` generates and transfers up to cycle `t`.
-    pub fn sync(&mut self, topo: &Topology, ledger: &mut Ledger, p: u32, t: u64, threshold: Option<u32>) {
+    pub fn sync(
+        &mut self,
+        topo: &Topology,
+        ledger: &mut Ledger,
+        p: u32,
+        t: u64,
+        threshold: Option<u32>,
+    ) {
         let part = &self.parts[p as usize];
         let s = part.synced_to;
         if t <= s {
             return;
         }
-        let boundary = if part.ulc_paused { None } else { last_boundary(s, t) };
+        let boundary = if part.ulc_paused {
+            None
+        } else {
+            last_boundary(s, t)
+        };
         let mut tally = Tally::new();
         match self.kind {
             EngineKind::Batched => batched::sync(self, topo, p, s, t, boundary, &mut tally),
@@ -199,7 +216,11 @@ impl Counting {
         }
         let part = &self.parts[p as usize];
         let s = part.synced_to.min(t);
-        let boundary = if part.ulc_paused { None } else { last_boundary(s, t) };
+        let boundary = if part.ulc_paused {
+            None
+        } else {
+            last_boundary(s, t)
+        };
         let mut tally = Tally::new();
         batched::sync_and_trigger(self, topo, p, s, t, boundary, &mut tally, drain);
         let part = &mut self.parts[p as usize];
@@ -236,7 +257,8 @@ impl Counting {
                 let x = std::mem::take(&mut self.pending[j]);
                 self.transfer(topo, p, j, bank, u64::from(x), &mut tally);
                 if drop_residue {
-                    residue[usize::from(topo.counter_event[j])] += u64::from(std::mem::take(&mut self.acc[j]));
+                    residue[usize::from(topo.counter_event[j])] +=
+                        u64::from(std::mem::take(&mut self.acc[j]));
                 }
             }
         }
@@ -249,7 +271,15 @@ impl Counting {
 
     /// Adds `x` counts to counter `j`'s active bank (or discards it if masked).
     #[inline]
-    pub(crate) fn transfer(&mut self, topo: &Topology, p: u32, j: usize, bank: usize, x: u64, tally: &mut Tally) {
+    pub(crate) fn transfer(
+        &mut self,
+        topo: &Topology,
+        p: u32,
+        j: usize,
+        bank: usize,
+        x: u64,
+        tally: &mut Tally,
+    ) {
         if x == 0 {
             return;
         }
@@ -272,7 +302,14 @@ impl Counting {
     /// Starts a new generation segment for partition `p` at `t` (synced):
     /// carries each counter's fractional phase over the time it generated
     /// and installs `rate_of(j)`, attributing to `who`.
-    pub fn set_generation(&mut self, topo: &Topology, p: u32, t: u64, who: Attribution, mut rate_of: impl FnMut(usize) -> u32) {
+    pub fn set_generation(
+        &mut self,
+        topo: &Topology,
+        p: u32,
+        t: u64,
+        who: Attribution,
+        mut rate_of: impl FnMut(usize) -> u32,
+    ) {
         let part = &self.parts[p as usize];
         debug_assert_eq!(part.synced_to, t, "partition must be synced first");
         let ran = if part.generating { t } else { part.gen_end } - part.seg_start;
@@ -326,7 +363,6 @@ impl Counting {
         }
         out
     }
-
 }
 
 /// The largest transfer boundary `b` with `s < b <= t`, if any.

@@ -40,7 +40,10 @@ pub(super) fn sync(
                     debug_assert!(v <= 1);
                     st.pending[j] += v as u16;
                 }
-                debug_assert!(st.pending[j] <= super::ULC_MAX, "9-bit ULC counter would wrap");
+                debug_assert!(
+                    st.pending[j] <= super::ULC_MAX,
+                    "9-bit ULC counter would wrap"
+                );
             }
         }
         let now = c + 1;
@@ -53,9 +56,17 @@ pub(super) fn sync(
                 let ulc = &topo.ulcs[u as usize];
                 let first = ulc.first_counter as usize;
                 frame_buf.clear();
-                frame_buf.extend(st.pending[first..first + ulc.counters as usize].iter().copied());
+                frame_buf.extend(
+                    st.pending[first..first + ulc.counters as usize]
+                        .iter()
+                        .copied(),
+                );
                 st.pending[first..first + ulc.counters as usize].fill(0);
-                let frame = UlcFrame { start: FRAME_START, values: &frame_buf, end: FRAME_END };
+                let frame = UlcFrame {
+                    start: FRAME_START,
+                    values: &frame_buf,
+                    end: FRAME_END,
+                };
                 deframe_into_ccu(st, topo, p, first, bank, &frame, tally);
             }
         }
@@ -76,7 +87,10 @@ fn deframe_into_ccu(
     frame: &UlcFrame<'_>,
     tally: &mut Tally,
 ) {
-    debug_assert!(frame.start == FRAME_START && frame.end == FRAME_END, "ULC frame lost its framing");
+    debug_assert!(
+        frame.start == FRAME_START && frame.end == FRAME_END,
+        "ULC frame lost its framing"
+    );
     for (k, &v) in frame.values.iter().enumerate() {
         st.transfer(topo, p, first + k, bank, u64::from(v), tally);
     }
