@@ -241,6 +241,7 @@ fn log_final_summary(health: &dyn HealthSource) {
         handshakes = snap.handshakes,
         handshake_p50_us = pct(50),
         handshake_p99_us = pct(99),
+        handshake_response_max_us = snap.handshake_response_max_ns as f64 / 1000.0,
         fallbacks = snap.fallbacks,
         lost_records = snap.lost_records,
         drained_records = snap.drained_records,

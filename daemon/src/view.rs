@@ -160,6 +160,10 @@ pub struct HealthSnapshot {
     pub drained_records: u64,
     /// Largest ring fill seen at drain time since the previous snapshot.
     pub drain_lag_records: u64,
+    /// Longest time, in device time, from a switch request to the host's
+    /// pause since the previous snapshot: how close the host came to the
+    /// device's fallback timeout.
+    pub handshake_response_max_ns: u64,
     /// Contexts active on the device.
     pub contexts_active: u64,
     /// Contexts retired (persisted and released).

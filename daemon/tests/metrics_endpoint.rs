@@ -123,6 +123,10 @@ fn scrape_passes_promtool_and_reports_the_fixture_totals() {
         Some("3".into())
     );
     assert_eq!(
+        value_of(&body, "gpupm_handshake_response_max_seconds", &[]),
+        Some("0.00125".into())
+    );
+    assert_eq!(
         value_of(&body, "gpupm_uptime_seconds", &[]),
         Some("42.5".into())
     );

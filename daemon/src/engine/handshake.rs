@@ -16,8 +16,13 @@ const ACK_POLLS: u32 = 1000;
 /// What a handshake attempt did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The switch completed, host-driven.
-    Done,
+    /// The switch completed, host-driven; the host paused the partition
+    /// this many device cycles after the device requested the switch (the
+    /// margin left to the device's fallback timeout).
+    Done {
+        /// `CYCLE − PART_SWITCH_REQ_CYCLE` when the pause took effect.
+        response_cycles: u64,
+    },
     /// The partition was not waiting for the host (nothing changed).
     NotRequested,
     /// The CCUs did not all ack; the device's fallback will finish.
@@ -41,6 +46,8 @@ pub fn run(dev: &DevNode, p: u32, ack: &mut u32) -> Result<Outcome, DevError> {
         ),
         rd(r::part(p, r::PART_CCU_ACKED), 8),
         rd(r::part(p, r::PART_CCU_ASSIGNED), 8),
+        rd(r::part(p, r::PART_SWITCH_REQ_CYCLE), 8),
+        rd(r::CYCLE, 8),
     ];
     if let Err(e) = dev.batch(&mut first) {
         // Refused as a whole: most likely nothing was requested (already
@@ -53,6 +60,7 @@ pub fn run(dev: &DevNode, p: u32, ack: &mut u32) -> Result<Outcome, DevError> {
     }
     let (next_vm, next_ctx) = (reg32(first[0].value), reg32(first[1].value));
     let assigned = first[7].value;
+    let response_cycles = first[9].value.saturating_sub(first[8].value);
     let mut acked = first[6].value;
     let mut polls = 0;
     while acked & assigned != assigned {
@@ -79,5 +87,5 @@ pub fn run(dev: &DevNode, p: u32, ack: &mut u32) -> Result<Outcome, DevError> {
         return Err(e);
     }
     *ack = 0;
-    Ok(Outcome::Done)
+    Ok(Outcome::Done { response_cycles })
 }

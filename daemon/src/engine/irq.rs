@@ -95,9 +95,9 @@ fn send(work: &Sender<Work>, w: Work) {
 
 fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32) {
     match handshake::run(dev, p, ack) {
-        Ok(Outcome::Done) => {
+        Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            store.record_handshake(ns);
+            store.record_handshake(ns, response_cycles);
         }
         Ok(Outcome::NotRequested) => {}
         Ok(Outcome::Abandoned) => tracing::warn!(

@@ -34,6 +34,7 @@ struct Inner {
 struct Pending {
     latency_ns: Vec<u64>,
     drain_lag_max: u64,
+    response_max_ns: u64,
 }
 
 impl fmt::Debug for HealthFanout {
@@ -82,6 +83,7 @@ impl HealthSource for Subscriber {
                 p.latency_ns.extend_from_slice(&fresh);
                 trim_oldest(&mut p.latency_ns);
                 p.drain_lag_max = p.drain_lag_max.max(snap.drain_lag_records);
+                p.response_max_ns = p.response_max_ns.max(snap.handshake_response_max_ns);
             }
         }
         if let Some(mine) = pending.get_mut(self.index) {
@@ -91,6 +93,9 @@ impl HealthSource for Subscriber {
             snap.handshake_latency_ns = latency;
             snap.drain_lag_records = snap.drain_lag_records.max(mine.drain_lag_max);
             mine.drain_lag_max = 0;
+            snap.handshake_response_max_ns =
+                snap.handshake_response_max_ns.max(mine.response_max_ns);
+            mine.response_max_ns = 0;
         }
         snap
     }

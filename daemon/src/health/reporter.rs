@@ -62,6 +62,9 @@ pub struct Summary {
     pub handshake_p50_us: u64,
     /// 99th percentile handshake latency of the interval, µs.
     pub handshake_p99_us: u64,
+    /// Longest switch request → host pause in the interval, µs of device
+    /// time (the margin to the device's fallback timeout).
+    pub handshake_response_max_us: u64,
     /// Fallback-completed switches (total).
     pub fallbacks: u64,
     /// Fallbacks in the interval.
@@ -144,6 +147,7 @@ impl Summary {
             handshake_samples: samples.len(),
             handshake_p50_us: percentile_ns(&samples, 50).map_or(0, ns_to_us),
             handshake_p99_us: percentile_ns(&samples, 99).map_or(0, ns_to_us),
+            handshake_response_max_us: ns_to_us(cur.handshake_response_max_ns),
             fallbacks: cur.fallbacks,
             fallbacks_new: cur.fallbacks.saturating_sub(prev.fallbacks),
             lost_records: cur.lost_records,
@@ -205,6 +209,7 @@ impl Summary {
             handshake_samples = self.handshake_samples,
             handshake_p50_us = self.handshake_p50_us,
             handshake_p99_us = self.handshake_p99_us,
+            handshake_response_max_us = self.handshake_response_max_us,
             fallbacks = self.fallbacks,
             lost_records = self.lost_records,
             drained_records = self.drained_records,

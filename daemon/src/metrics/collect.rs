@@ -13,6 +13,7 @@
 //! | `gpupm_handshakes_total`, `gpupm_handshake_fallbacks_total` | counter | |
 //! | `gpupm_stream_lost_records_total`, `gpupm_stream_drained_records_total` | counter | |
 //! | `gpupm_stream_drain_lag_records` | gauge | |
+//! | `gpupm_handshake_response_max_seconds` | gauge | |
 //! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
 //! | `gpupm_contexts_active` | gauge | |
 //! | `gpupm_contexts_retired_total` | counter | |
@@ -292,6 +293,16 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&h.drain_lag_records)?;
+        #[allow(clippy::cast_precision_loss)] // ns far below 2^52
+        let response_max_s = h.handshake_response_max_ns as f64 / 1e9;
+        encoder
+            .encode_descriptor(
+                "gpupm_handshake_response_max_seconds",
+                "Longest device time from a switch request to the host's pause since the previous scrape (the margin to the device's fallback timeout).",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&response_max_s)?;
         encoder
             .encode_descriptor(
                 "gpupm_contexts_active",

@@ -69,6 +69,7 @@ struct Stats {
     fallbacks_seen: AtomicU64,
     drained: AtomicU64,
     drain_lag: AtomicU64,
+    response_max_cycles: AtomicU64,
     retired: AtomicU64,
 }
 
@@ -226,8 +227,11 @@ impl Store {
     }
 
     /// Counts one host-driven handshake of `latency_ns`.
-    pub fn record_handshake(&self, latency_ns: u64) {
+    pub fn record_handshake(&self, latency_ns: u64, response_cycles: u64) {
         self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .response_max_cycles
+            .fetch_max(response_cycles, Ordering::Relaxed);
         let mut l = self.latencies.lock().unwrap_or_else(|e| e.into_inner());
         // Bounded between snapshots: keep the first samples if nobody reads.
         if l.len() < 1 << 20 {
@@ -429,10 +433,22 @@ impl HealthSource for Store {
             lost_records: self.device_sum(regs::PART_STREAM_LOST),
             drained_records: self.stats.drained.load(Ordering::Relaxed),
             drain_lag_records: self.stats.drain_lag.swap(0, Ordering::Relaxed),
+            handshake_response_max_ns: cycles_to_ns(
+                self.stats.response_max_cycles.swap(0, Ordering::Relaxed),
+                self.identity.clock_khz,
+            ),
             contexts_active: active,
             contexts_retired: retired,
             tenant_requests: requests,
             tenant_errors: errors,
         }
     }
+}
+
+/// Device cycles at `khz` as nanoseconds (0 for an unknown clock).
+fn cycles_to_ns(cycles: u64, khz: u32) -> u64 {
+    if khz == 0 {
+        return 0;
+    }
+    u64::try_from(u128::from(cycles) * 1_000_000 / u128::from(khz)).unwrap_or(u64::MAX)
 }

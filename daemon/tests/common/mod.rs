@@ -190,6 +190,7 @@ pub fn steady_health() -> HealthSnapshot {
         lost_records: 4,
         drained_records: 5000,
         drain_lag_records: 6,
+        handshake_response_max_ns: 1_250_000,
         contexts_active: 12,
         contexts_retired: 7,
         tenant_requests: 800,
