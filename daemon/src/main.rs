@@ -5,6 +5,7 @@
 //! configuration the daemon refuses (malformed file, an incompatible
 //! device ABI, a value the device rejects), 1 for any other failure.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::Store;
-use gpupmd::tenant::{TenantError, TenantNode};
+use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, HealthSource};
 use gpupmd::{health, metrics};
 use sd_notify::NotifyState;
@@ -81,6 +82,10 @@ fn main() -> ExitCode {
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {}", chain(&e));
     }
+    // The tenant node's descriptor, when systemd passes one (gpupmd.service
+    // mounts the node with gpupm-mount; the sandboxed daemon could not).
+    // Taken before the runtime starts threads: it unsets LISTEN_*.
+    let inherited_tenant = gpupm_fusemount::inherited_fd(TENANT_FDNAME);
     health::startup(
         env!("CARGO_PKG_VERSION"),
         settings
@@ -94,7 +99,7 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .map_err(MainError::Runtime)
-        .and_then(|rt| rt.block_on(run(settings)));
+        .and_then(|rt| rt.block_on(run(settings, inherited_tenant)));
     match result {
         Ok(()) => {
             tracing::info!("gpupmd stopped");
@@ -116,7 +121,7 @@ fn notify(states: &[NotifyState<'_>]) {
     }
 }
 
-async fn run(settings: Settings) -> Result<(), MainError> {
+async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<(), MainError> {
     let started = std::time::Instant::now();
     tracing::info!(
         config = %settings.source.as_ref().map_or("(defaults)".into(), |p| p.display().to_string()),
@@ -170,11 +175,19 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
-    let tenant_node = TenantNode::mount(
-        &settings.tenant_dir,
-        Arc::clone(&view),
-        settings.policy.clone(),
-    )?;
+    let tenant_node = match inherited_tenant {
+        Some(fd) => TenantNode::serve_fd(
+            &settings.tenant_dir,
+            fd,
+            Arc::clone(&view),
+            settings.policy.clone(),
+        )?,
+        None => TenantNode::mount(
+            &settings.tenant_dir,
+            Arc::clone(&view),
+            settings.policy.clone(),
+        )?,
+    };
     store.set_tenant_stats(tenant_node.stats());
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await

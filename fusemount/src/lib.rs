@@ -5,6 +5,8 @@
 //!   mount syscall (as root; no `fusermount`), recovering a stale mount left
 //!   by a crashed server, refusing a live one, and lazily detaching a mount
 //!   (then aborting its connection through fusectl).
+//! - [`namespace`]: joining the service manager's mount namespace, where
+//!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: what `/proc/<pid>/status` says about a FUSE caller
 //!   (supplementary groups, a pending SIGKILL).
 //! - [`systemd`]: handing a descriptor to the service manager's file
@@ -14,13 +16,18 @@
 //! # Why a separate mount helper
 //! A sandboxed systemd service runs in its own mount namespace; a FUSE
 //! mount it made itself would be invisible on the host. The units run
-//! `gpupm-mount --dir DIR --fdname NAME` unsandboxed before the service:
-//! it mounts `/dev/fuse` on `DIR` in the host namespace and stores the
-//! descriptor under `NAME`; the service finds it with
+//! `gpupm-mount --mount-namespace /proc/1/ns/mnt --dir DIR --fdname NAME`
+//! with full privileges (`+`) before the service: it joins the service
+//! manager's mount namespace (systemd runs even `+` commands in the unit's
+//! namespace, see [`namespace`]), mounts `/dev/fuse` on `DIR` there and
+//! stores the descriptor under `NAME`; the service finds it with
 //! [`inherited_fd`]`(NAME)`, serves it, and leaves the mount alone when it
-//! exits. `gpupm-mount --dir DIR --unmount` (`ExecStopPost=`) removes it.
+//! exits. `gpupm-mount --mount-namespace /proc/1/ns/mnt --dir DIR
+//! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
+//! manager close the stored descriptor.
 
 pub mod mount;
+pub mod namespace;
 pub mod procfs;
 mod sys;
 pub mod systemd;
@@ -30,4 +37,5 @@ pub mod testing;
 pub use mount::{
     detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
 };
-pub use systemd::{inherited_fd, store_fd, StoreError};
+pub use namespace::{join_mount_namespace, NamespaceError};
+pub use systemd::{inherited_fd, remove_stored_fd, store_fd, StoreError};

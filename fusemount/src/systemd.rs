@@ -11,6 +11,16 @@
 //! has then processed the store, so the helper may exit (a message from an
 //! exited control process may otherwise not be attributed to the unit).
 //!
+//! # Dropping (`gpupm-mount --unmount --fdname`)
+//! [`remove_stored_fd`] sends `FDSTOREREMOVE=1` + `FDNAME=<name>` and a
+//! barrier. Once the service has died, the manager's copy is the last open
+//! `/dev/fuse` descriptor of the connection; closing it makes the kernel
+//! abort the connection, so that requests the dead server had read but not
+//! answered fail instead of waiting for ever. Without that, a client with
+//! such a request (gpupmd reading `card0` when the driver is killed) cannot
+//! even be killed, and aborting through fusectl is not always possible
+//! (`/sys/fs/fuse/connections` is not mounted in a container).
+//!
 //! # Inheriting (the services)
 //! The manager passes stored descriptors to the main process as
 //! sd_listen_fds(3) describes: numbers 3, 4, ... with `LISTEN_FDS=<count>`,
@@ -79,6 +89,24 @@ pub fn store_fd(name: &str, fd: BorrowedFd<'_>) -> Result<(), StoreError> {
         .map_err(send("FDSTOREREMOVE=1"))?;
     sd_notify::notify_with_fds(&[NotifyState::FdStore, NotifyState::FdName(name)], &[fd])
         .map_err(send("FDSTORE=1"))?;
+    barrier(BARRIER_TIMEOUT)
+}
+
+/// Asks the service manager to close the descriptor stored under `name`
+/// (if any) and returns once it has processed the request.
+pub fn remove_stored_fd(name: &str) -> Result<(), StoreError> {
+    if env::var_os(NOTIFY_SOCKET).is_none() {
+        return Err(StoreError::NoSocket);
+    }
+    if !fdname_is_valid(name) {
+        return Err(StoreError::BadName(name.to_owned()));
+    }
+    sd_notify::notify(&[NotifyState::FdStoreRemove, NotifyState::FdName(name)]).map_err(
+        |source| StoreError::Send {
+            what: "FDSTOREREMOVE=1",
+            source,
+        },
+    )?;
     barrier(BARRIER_TIMEOUT)
 }
 

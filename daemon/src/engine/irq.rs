@@ -62,16 +62,16 @@ pub fn run(
                 "interrupt records were dropped by the device; resynchronising"
             );
             sweep(dev, store);
-            send(work, Work::Resync);
+            send(work, stop, Work::Resync);
         }
         for rec in &recs {
             match rec.source {
                 source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
-                    send(work, Work::Drain(rec.partition))
+                    send(work, stop, Work::Drain(rec.partition))
                 }
-                source::CTX_CREATED => send(work, Work::Created(rec.arg)),
-                source::CTX_DESTROYED => send(work, Work::Destroyed(rec.arg)),
-                source::DEVICE_RESET => send(work, Work::Reset),
+                source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
+                source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
+                source::DEVICE_RESET => send(work, stop, Work::Reset),
                 source::SWITCH_FALLBACK => {
                     let fallbacks = store.record_fallback();
                     crate::health::handshake_fallback(rec.partition, fallbacks);
@@ -87,8 +87,12 @@ pub fn run(
     }
 }
 
-fn send(work: &Sender<Work>, w: Work) {
-    if work.send(w).is_err() {
+/// Hands `w` to the worker thread. Both threads watch `stop`, so after a
+/// stop request the worker may be gone already (seen as an error line on
+/// every clean `systemctl stop` shortly after start): the work is moot
+/// then, not an error.
+fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
+    if work.send(w).is_err() && !stop.load(Ordering::Acquire) {
         tracing::error!(work = ?w, "the worker thread is gone");
     }
 }

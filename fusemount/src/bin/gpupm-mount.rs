@@ -3,31 +3,45 @@
 //! the service's descriptor store; or takes such a mount away.
 //!
 //! ```text
-//! ExecStartPre=+/usr/local/bin/gpupm-mount --dir /run/gpupm/dev --fdname node
-//! ExecStopPost=+/usr/local/bin/gpupm-mount --unmount --dir /run/gpupm/dev
+//! ExecStartPre=+/usr/local/bin/gpupm-mount --mount-namespace /proc/1/ns/mnt --dir /run/gpupm/dev --fdname node
+//! ExecStopPost=+/usr/local/bin/gpupm-mount --mount-namespace /proc/1/ns/mnt --unmount --dir /run/gpupm/dev --fdname node
 //! ```
 //!
-//! Exit status: 0 done; 1 mounting or unmounting failed; 2 the descriptor
-//! could not be stored (no `NOTIFY_SOCKET`, or the manager did not take
-//! it), in which case nothing stays mounted. Errors are one line on stderr.
+//! `--mount-namespace` is needed under systemd: even a `+` command runs in
+//! the unit's own mount namespace, and a mount made there vanishes when
+//! the helper exits (see `gpupm_fusemount::namespace`). `--fdname` with
+//! `--unmount` also has the manager close the stored descriptor, which
+//! aborts the connection of a server that is gone (see
+//! `gpupm_fusemount::systemd`); without `NOTIFY_SOCKET` (by hand) that step
+//! is skipped.
+//!
+//! Exit status: 0 done; 1 joining the namespace, mounting or unmounting
+//! failed; 2 the descriptor could not be stored (no `NOTIFY_SOCKET`, or the
+//! manager did not take it), in which case nothing stays mounted, or the
+//! manager did not confirm dropping it. Errors are one line on stderr.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpupm_fusemount::{MountError, MountOptions, StoreError};
+use gpupm_fusemount::{MountError, MountOptions, NamespaceError, StoreError};
 
 /// Mount a FUSE node for a systemd service (descriptor to its fd store),
 /// or unmount it.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
-    /// The node directory (created if missing).
+    /// Mount (or unmount) in this mount namespace, e.g. /proc/1/ns/mnt for
+    /// the service manager's; default: the helper's own.
+    #[arg(long, value_name = "FILE")]
+    mount_namespace: Option<PathBuf>,
+    /// The node directory (created if missing; resolved in the namespace
+    /// joined).
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
     /// Name to store the descriptor under (`FDNAME=`); the service asks
-    /// for it by this name.
+    /// for it by this name. With --unmount: the stored descriptor to drop.
     #[arg(long, value_name = "NAME", required_unless_present = "unmount")]
     fdname: Option<String>,
     /// Permission bits of the mounted directory, in octal.
@@ -51,7 +65,7 @@ struct Args {
     gid: u32,
     /// Unmount DIR (lazily, aborting its FUSE connection) instead; nothing
     /// mounted there is not an error.
-    #[arg(long, conflicts_with = "fdname")]
+    #[arg(long)]
     unmount: bool,
 }
 
@@ -65,6 +79,8 @@ fn octal_mode(s: &str) -> Result<u32, String> {
 /// Why the helper failed.
 #[derive(Debug, thiserror::Error)]
 enum Failure {
+    #[error(transparent)]
+    Namespace(#[from] NamespaceError),
     #[error(transparent)]
     Mount(#[from] MountError),
     #[error("nothing mounted at {dir}: its descriptor could not be stored")]
@@ -80,13 +96,19 @@ enum Failure {
         #[source]
         source: StoreError,
     },
+    #[error("the service manager did not drop the stored descriptor {name:?}")]
+    Drop {
+        name: String,
+        #[source]
+        source: StoreError,
+    },
 }
 
 impl Failure {
     fn exit_code(&self) -> u8 {
         match self {
-            Failure::Mount(_) => 1,
-            Failure::NoManager { .. } | Failure::Store { .. } => 2,
+            Failure::Namespace(_) | Failure::Mount(_) => 1,
+            Failure::NoManager { .. } | Failure::Store { .. } | Failure::Drop { .. } => 2,
         }
     }
 }
@@ -104,11 +126,13 @@ fn one_line(e: &dyn std::error::Error) -> String {
 }
 
 fn run(args: &Args) -> Result<String, Failure> {
+    // First: setns refuses a process with more than one thread.
+    if let Some(ns) = &args.mount_namespace {
+        gpupm_fusemount::join_mount_namespace(ns)?;
+    }
+    // Without --unmount, clap requires --fdname.
     let Some(name) = args.fdname.as_deref().filter(|_| !args.unmount) else {
-        return Ok(match gpupm_fusemount::unmount(&args.dir)? {
-            true => format!("unmounted {}", args.dir.display()),
-            false => format!("nothing mounted at {}", args.dir.display()),
-        });
+        return unmount(&args.dir, args.fdname.as_deref());
     };
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return Err(Failure::NoManager {
@@ -136,6 +160,23 @@ fn run(args: &Args) -> Result<String, Failure> {
         "mounted {} and stored its descriptor as {name:?}",
         args.dir.display()
     ))
+}
+
+/// Detaches the mount at `dir`, then has the manager drop the descriptor
+/// stored as `name` (when run by one).
+fn unmount(dir: &std::path::Path, name: Option<&str>) -> Result<String, Failure> {
+    let mut done = match gpupm_fusemount::unmount(dir)? {
+        true => format!("unmounted {}", dir.display()),
+        false => format!("nothing mounted at {}", dir.display()),
+    };
+    if let Some(name) = name.filter(|_| std::env::var_os("NOTIFY_SOCKET").is_some()) {
+        gpupm_fusemount::remove_stored_fd(name).map_err(|source| Failure::Drop {
+            name: name.to_owned(),
+            source,
+        })?;
+        done.push_str(&format!(" and dropped the stored descriptor {name:?}"));
+    }
+    Ok(done)
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,754 @@
+//! The units under a real systemd: boots systemd 252 as PID 1 of a
+//! `systemd-nspawn` container, installs `systemd/` unchanged, and checks
+//! what `units.rs` (static analysis) cannot:
+//!
+//! * `gpupm-driver.service` and `gpupmd.service` reach `active (running)`,
+//!   which a `Type=notify` unit only does after `READY=1`, and run with the
+//!   sandbox in force (their uid, no capabilities, no_new_privs, seccomp);
+//! * each node is mounted in the manager's mount namespace by `gpupm-mount`
+//!   and served through the descriptor systemd handed over
+//!   (`NFileDescriptorStore=1`), and `gpupm list` / `gpupm stat` work
+//!   against the nodes inside the container;
+//! * `systemctl restart gpupm-driver` and a SIGKILL of the driver (with
+//!   `Restart=on-failure`) both come back with working nodes, and gpupmd
+//!   (`Requires=`) with them;
+//! * `systemctl stop` unmounts both nodes and empties the descriptor stores;
+//! * the units' journal holds no error apart from the crash window.
+//!
+//! # The container
+//! `systemd-nspawn --directory=/ --volatile=yes --boot`: a tmpfs root with
+//! the host's `/usr` (read-only), plus binds of a test-made `/etc` (machine
+//! id, the units, sysusers, tmpfiles, `gpupmd.toml`) and of a directory
+//! holding this build's four binaries on `/usr/local/bin`, where the units
+//! expect them; `/dev/fuse` is bound in. `--register=no --keep-unit` because
+//! the host has no systemd (no machined, no bus); `--private-network` keeps
+//! the metrics port private. nspawn runs in a cgroup of its own made here
+//! (it splits its cgroup into `payload` and `supervisor`), removed after.
+//! The test talks to the container with `nsenter` into its leader's
+//! namespaces (`systemctl`, `journalctl`, `gpupm`), and synchronises only on
+//! nspawn's `READY=1` (the container's systemd finished booting) and on
+//! polling unit state with a deadline.
+//!
+//! Needs root, `/dev/fuse`, `systemd-nspawn` (Debian `systemd-container`,
+//! installed by `scripts/test-all`) and `nsenter` (`util-linux`); without
+//! them it fails with the reason, it never skips.
+
+mod common;
+
+use std::fs;
+use std::io;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::{require_tool, temp_dir};
+use nix::sys::signal::{kill, Signal};
+use nix::time::{clock_gettime, ClockId};
+use nix::unistd::Pid;
+
+const GPUPMD: &str = env!("CARGO_BIN_EXE_gpupmd");
+/// The binaries the units start, by their installed names.
+const BINARIES: [&str; 4] = ["gpupm-driver", "gpupmd", "gpupm-mount", "gpupm"];
+const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
+/// Longest boot, unit start or state change.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Longest container shutdown before it is killed.
+const SHUTDOWN: Duration = Duration::from_secs(30);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The profile directory of this build, with `gpupm-driver`, `gpupm-mount`
+/// and `gpupm` built there (once per process, as `harness::driver_binary`
+/// does: `CARGO_BIN_EXE_*` covers this package's binaries only).
+fn profile_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(GPUPMD).parent().expect("target/<profile>");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "--bins"])
+            .args(["-p", "gpupm-driver", "-p", "gpupm-fusemount", "-p", "gpupm"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("CARGO_TARGET_DIR", dir.parent().expect("target dir"));
+        match dir.file_name().and_then(|n| n.to_str()) {
+            Some("release") => cmd.arg("--release"),
+            _ => cmd.args(["--profile", "test"]),
+        };
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            Ok(s) => panic!("building the gpupm binaries failed ({s})"),
+            Err(e) => eprintln!("cannot run cargo ({e}); using the binaries as they are"),
+        }
+        for b in BINARIES {
+            assert!(dir.join(b).exists(), "{b} missing in {}", dir.display());
+        }
+        dir.to_path_buf()
+    })
+    .clone()
+}
+
+/// CLOCK_MONOTONIC in µs: the clock of the journal's
+/// `__MONOTONIC_TIMESTAMP` (the container shares the kernel).
+fn monotonic_us() -> u64 {
+    let t = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
+    u64::try_from(t.tv_sec()).unwrap() * 1_000_000 + u64::try_from(t.tv_nsec()).unwrap() / 1_000
+}
+
+/// Cgroups made for nspawn under this process's own (v2 and, on a hybrid
+/// host, the `name=systemd` v1 one), removed on drop with what nspawn and
+/// the container's systemd left in them.
+#[derive(Debug)]
+struct Cgroups(Vec<PathBuf>);
+
+impl Cgroups {
+    fn create(name: &str) -> Cgroups {
+        let own = fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
+        let mounts = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        let mount_of = |want: &dyn Fn(&str, &str) -> bool| {
+            mounts.lines().find_map(|l| {
+                let (pre, post) = l.split_once(" - ")?;
+                let mut post = post.split(' ');
+                let (fstype, opts) = (post.next()?, post.nth(1)?);
+                if !want(fstype, opts) {
+                    return None;
+                }
+                Some(PathBuf::from(pre.split(' ').nth(4)?))
+            })
+        };
+        let mut dirs = Vec::new();
+        for line in own.lines() {
+            let mut f = line.splitn(3, ':');
+            let (id, ctrl, path) = (f.next(), f.next(), f.next());
+            let root = match (id, ctrl) {
+                (Some("0"), Some("")) => mount_of(&|t, _| t == "cgroup2"),
+                (_, Some("name=systemd")) => {
+                    mount_of(&|t, o| t == "cgroup" && o.split(',').any(|o| o == "name=systemd"))
+                }
+                _ => continue,
+            };
+            let root = root.unwrap_or_else(|| panic!("no mount for cgroup line {line:?}"));
+            let path = path.unwrap_or("/").trim_start_matches('/');
+            let dir = root.join(path).join(name);
+            fs::create_dir(&dir).unwrap_or_else(|e| panic!("create cgroup {}: {e}", dir.display()));
+            dirs.push(dir);
+        }
+        assert!(!dirs.is_empty(), "no cgroup hierarchy for nspawn:\n{own}");
+        Cgroups(dirs)
+    }
+
+    /// A shell prefix that moves the shell into every cgroup, then runs
+    /// `"$@"`.
+    fn enter_then_exec(&self) -> String {
+        let mut sh: String = self
+            .0
+            .iter()
+            .map(|d| format!("echo $$ > '{}/cgroup.procs' && ", d.display()))
+            .collect();
+        sh.push_str("exec \"$@\"");
+        sh
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            // Children first; a cgroup with processes left refuses (EBUSY).
+            let mut all = Vec::new();
+            collect_dirs(dir, &mut all);
+            for d in all.iter().rev() {
+                if let Err(e) = fs::remove_dir(d) {
+                    eprintln!("leaving cgroup {}: {e}", d.display());
+                }
+            }
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_path_buf());
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+/// A booted container; powered off (or killed) and cleaned up on drop.
+#[derive(Debug)]
+struct Container {
+    machine: String,
+    dir: PathBuf,
+    nspawn: Option<Child>,
+    leader: Pid,
+    nsenter: PathBuf,
+    /// Directories under the host's `/run/systemd` that nspawn created and
+    /// cannot remove itself (`/run` is not a tmpfs on this host).
+    run_dirs: Vec<PathBuf>,
+    // Dropped after the container is gone.
+    _cgroups: Cgroups,
+}
+
+impl Container {
+    fn boot() -> Container {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "booting a container needs root"
+        );
+        assert!(Path::new("/dev/fuse").exists(), "the nodes need /dev/fuse");
+        let nspawn = require_tool("systemd-nspawn", "systemd-container");
+        let nsenter = require_tool("nsenter", "util-linux");
+        let bins = profile_dir();
+        let machine = format!("gpupm-boot-{}", std::process::id());
+        let dir = temp_dir("systemd-boot");
+        install(&dir, &bins);
+
+        let run_dirs: Vec<PathBuf> = [
+            "/run/systemd/nspawn-root",
+            "/run/systemd/nspawn/propagate",
+            "/run/systemd/nspawn",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .filter(|d| !d.exists())
+        .collect();
+        let cgroups = Cgroups::create(&machine);
+        let notify_path = dir.join("nspawn-notify.sock");
+        let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let log = fs::File::create(dir.join("nspawn.log")).unwrap();
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(cgroups.enter_then_exec())
+            .arg("sh")
+            .arg(nspawn)
+            .args(["--quiet", "--directory=/", "--volatile=yes"])
+            .args(["--register=no", "--keep-unit", "--private-network"])
+            .arg(format!("--machine={machine}"))
+            .args(["--boot", "--console=pipe", "--notify-ready=yes"])
+            .arg("--bind=/dev/fuse")
+            .arg(format!("--bind={}:/etc", dir.join("etc").display()))
+            .arg(format!(
+                "--bind-ro={}:/usr/local/bin",
+                dir.join("bin").display()
+            ))
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn systemd-nspawn");
+        let mut c = Container {
+            machine,
+            dir,
+            nspawn: Some(child),
+            leader: Pid::from_raw(0),
+            nsenter,
+            run_dirs,
+            _cgroups: cgroups,
+        };
+        c.leader = c.wait_booted(&notify);
+        c
+    }
+
+    /// Reads nspawn's notifications until `READY=1` (sent once the
+    /// container's systemd is up, `--notify-ready=yes`); returns the
+    /// leader's pid (`X_NSPAWN_LEADER_PID=`).
+    fn wait_booted(&mut self, notify: &UnixDatagram) -> Pid {
+        let deadline = Instant::now() + DEADLINE;
+        let mut leader = None;
+        let mut buf = [0u8; 4096];
+        loop {
+            match notify.recv(&mut buf) {
+                Ok(n) => {
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    for l in text.lines() {
+                        if let Some(pid) = l.strip_prefix("X_NSPAWN_LEADER_PID=") {
+                            leader = Some(Pid::from_raw(pid.parse().expect("leader pid")));
+                        }
+                    }
+                    if text.lines().any(|l| l == "READY=1") {
+                        return leader.unwrap_or_else(|| {
+                            panic!("READY=1 without X_NSPAWN_LEADER_PID:\n{text}")
+                        });
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+                Err(e) => panic!("nspawn notify socket: {e}"),
+            }
+            if let Some(status) = self.nspawn.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("systemd-nspawn exited ({status}):\n{}", self.nspawn_log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the container did not boot within {DEADLINE:?}:\n{}",
+                self.nspawn_log()
+            );
+        }
+    }
+
+    fn nspawn_log(&self) -> String {
+        fs::read_to_string(self.dir.join("nspawn.log")).unwrap_or_default()
+    }
+
+    /// Runs `args` inside the container (its mount, pid, uts, ipc and
+    /// network namespaces) as root.
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(&self.nsenter)
+            .arg(format!("--target={}", self.leader))
+            .args(["--mount", "--pid", "--uts", "--ipc", "--net", "--"])
+            .args(args)
+            .env("SYSTEMD_PAGER", "")
+            .env("SYSTEMD_COLORS", "0")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("nsenter {args:?}: {e}"))
+    }
+
+    /// `run` that must succeed; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} in the container: {}\nstdout: {}\nstderr: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.journal()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Polls `unit` until `ok(state)` holds (`state` = ActiveState,
+    /// SubState, NRestarts, MainPID); fails with the journal at the deadline.
+    fn wait_unit(&self, unit: &str, what: &str, ok: impl Fn(&UnitState) -> bool) -> UnitState {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let s = UnitState::of(self, unit);
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{unit}: not {what} within {DEADLINE:?} (last {s:?})\n{}",
+                self.journal()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_running(&self, unit: &str) -> UnitState {
+        self.wait_unit(unit, "active (running)", |s| {
+            s.active == "active" && s.sub == "running" && s.main_pid != 0
+        })
+    }
+
+    /// The container's PID 1 mount table: fstype at each gpupm mount point.
+    fn gpupm_mounts(&self) -> Vec<(String, String)> {
+        self.ok(&["cat", "/proc/1/mountinfo"])
+            .lines()
+            .filter_map(|l| {
+                let point = l.split(' ').nth(4)?;
+                let fstype = l.split(" - ").nth(1)?.split(' ').next()?;
+                point
+                    .starts_with("/run/gpupm/")
+                    .then(|| (point.to_owned(), fstype.to_owned()))
+            })
+            .collect()
+    }
+
+    /// The units' journal (both units, systemd's lines about them too).
+    fn journal(&self) -> String {
+        let out = self.run(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "short-monotonic",
+            "-u",
+            UNITS[0],
+            "-u",
+            UNITS[1],
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        // The device's fallbacks are frequent and say nothing here.
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.contains("completed a context switch by fallback"))
+            .collect();
+        format!("--- units' journal ---\n{}", kept.join("\n"))
+    }
+
+    /// Error-priority journal entries of the units: (monotonic µs, unit or
+    /// identifier, message, error field).
+    fn journal_errors(&self) -> Vec<(u64, String, String, String)> {
+        let out = self.ok(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "json",
+            "-p",
+            "err",
+            "-u",
+            UNITS[0],
+            "-u",
+            UNITS[1],
+        ]);
+        out.lines()
+            .map(|l| {
+                let j: serde_json::Value = serde_json::from_str(l).expect("journal JSON");
+                let field = |k: &str| j[k].as_str().unwrap_or("").to_owned();
+                let at = field("__MONOTONIC_TIMESTAMP").parse().unwrap_or(0);
+                let who = format!("{}[{}]", field("SYSLOG_IDENTIFIER"), field("_PID"));
+                (at, who, field("MESSAGE"), field("ERROR"))
+            })
+            .collect()
+    }
+
+    /// `gpupm ARGS` inside the container, as root (an admin).
+    fn gpupm(&self, args: &[&str]) -> String {
+        let mut all = vec!["/usr/local/bin/gpupm"];
+        all.extend_from_slice(args);
+        self.ok(&all)
+    }
+
+    /// The node answers through the CLI: `gpupm list` (driver node and
+    /// tenant node) and `gpupm stat --system` (counts from the device).
+    fn check_nodes_serve(&self) {
+        let list = self.gpupm(&["list", "--json"]);
+        let list: serde_json::Value = serde_json::from_str(&list).expect("list --json");
+        assert!(
+            list["vms"].as_array().is_some_and(|v| !v.is_empty()),
+            "gpupm list shows no VM: {list}"
+        );
+        let stat = self.gpupm(&["stat", "--system", "-e", "sm_inst_executed", "--json"]);
+        let stat: serde_json::Value = serde_json::from_str(&stat).expect("stat --json");
+        assert!(
+            stat["events"]["sm_inst_executed"].as_u64().unwrap_or(0) > 0,
+            "no system count: {stat}"
+        );
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if let Some(mut nspawn) = self.nspawn.take() {
+            // SIGTERM: nspawn asks the container's systemd to power off.
+            let pid = Pid::from_raw(i32::try_from(nspawn.id()).unwrap());
+            if let Err(e) = kill(pid, Signal::SIGTERM) {
+                eprintln!("SIGTERM to systemd-nspawn {pid}: {e}");
+            }
+            let deadline = Instant::now() + SHUTDOWN;
+            while nspawn.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if nspawn.try_wait().ok().flatten().is_none() {
+                eprintln!("the container did not power off; killing it");
+                // The leader is the container's PID 1: killing it ends the
+                // whole pid namespace.
+                if self.leader.as_raw() > 0 {
+                    if let Err(e) = kill(self.leader, Signal::SIGKILL) {
+                        eprintln!("SIGKILL to the container leader {}: {e}", self.leader);
+                    }
+                }
+                if let Err(e) = nspawn.kill() {
+                    eprintln!("SIGKILL to systemd-nspawn: {e}");
+                }
+            }
+            if let Err(e) = nspawn.wait() {
+                eprintln!("reaping systemd-nspawn: {e}");
+            }
+        }
+        let propagate = Path::new("/run/systemd/nspawn/propagate").join(&self.machine);
+        if let Err(e) = fs::remove_dir_all(&propagate) {
+            if e.kind() != io::ErrorKind::NotFound {
+                eprintln!("leaving {}: {e}", propagate.display());
+            }
+        }
+        for d in &self.run_dirs {
+            // Only when empty: another nspawn may have started meanwhile.
+            if let Err(e) = fs::remove_dir(d) {
+                eprintln!("leaving {}: {e}", d.display());
+            }
+        }
+        if let Err(e) = fs::remove_dir_all(&self.dir) {
+            eprintln!("leaving {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// What `systemctl show` says about a unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct UnitState {
+    active: String,
+    sub: String,
+    main_pid: u32,
+    restarts: u32,
+    stored_fds: u32,
+    status: String,
+}
+
+impl UnitState {
+    fn of(c: &Container, unit: &str) -> UnitState {
+        let out = c.ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "ActiveState,SubState,MainPID,NRestarts,NFileDescriptorStore,StatusText",
+            unit,
+        ]);
+        let get = |k: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .unwrap_or("")
+                .to_owned()
+        };
+        let num = |k: &str| get(k).parse().unwrap_or(0);
+        UnitState {
+            active: get("ActiveState"),
+            sub: get("SubState"),
+            main_pid: num("MainPID"),
+            restarts: num("NRestarts"),
+            stored_fds: num("NFileDescriptorStore"),
+            status: get("StatusText"),
+        }
+    }
+}
+
+/// Lays out the container's `/etc` and `/usr/local/bin` in `dir`: the
+/// project's files unchanged, under the paths the README installs them to
+/// (`/etc` instead of `/usr/lib` for sysusers and tmpfiles: the container's
+/// `/usr` is the host's, read-only).
+fn install(dir: &Path, bins: &Path) {
+    let etc = dir.join("etc");
+    let bin = dir.join("bin");
+    for d in ["systemd/system", "sysusers.d", "tmpfiles.d", "gpupm"] {
+        fs::create_dir_all(etc.join(d)).unwrap();
+    }
+    fs::create_dir_all(&bin).unwrap();
+    let repo = repo();
+    let copy = |from: PathBuf, to: PathBuf| {
+        fs::copy(&from, &to)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+    };
+    for unit in UNITS {
+        copy(
+            repo.join("systemd").join(unit),
+            etc.join("systemd/system").join(unit),
+        );
+    }
+    copy(
+        repo.join("systemd/gpupm.sysusers"),
+        etc.join("sysusers.d/gpupm.conf"),
+    );
+    copy(
+        repo.join("systemd/gpupm.tmpfiles"),
+        etc.join("tmpfiles.d/gpupm.conf"),
+    );
+    copy(
+        repo.join("daemon/gpupmd.toml"),
+        etc.join("gpupm/gpupmd.toml"),
+    );
+    // A machine id makes this a regular boot, not a first boot (which
+    // would enable every installed unit by preset and run firstboot).
+    let uuid = fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap();
+    fs::write(
+        etc.join("machine-id"),
+        format!("{}\n", uuid.trim().replace('-', "")),
+    )
+    .unwrap();
+    for b in BINARIES {
+        // A hard link where possible: the test binaries are large.
+        let (from, to) = (bins.join(b), bin.join(b));
+        if fs::hard_link(&from, &to).is_err() {
+            copy(from, to);
+        }
+    }
+}
+
+/// Which uid, effective capabilities, no_new_privs and seccomp mode
+/// `/proc/<pid>/status` in the container reports.
+fn sandbox_of(c: &Container, pid: u32) -> (String, String, String, String) {
+    let status = c.ok(&["cat", &format!("/proc/{pid}/status")]);
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+            .map(|v| v.split_whitespace().next().unwrap_or("").to_owned())
+            .unwrap_or_default()
+    };
+    (
+        field("Uid"),
+        field("CapEff"),
+        field("NoNewPrivs"),
+        field("Seccomp"),
+    )
+}
+
+fn uid_of(c: &Container, user: &str) -> String {
+    let line = c.ok(&["getent", "passwd", user]);
+    line.split(':').nth(2).unwrap_or("").to_owned()
+}
+
+#[test]
+fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
+    let t0 = Instant::now();
+    profile_dir();
+    let built = t0.elapsed();
+    let c = Container::boot();
+    let booted = t0.elapsed();
+
+    // Start: both units reach active (running), i.e. sent READY=1.
+    c.ok(&["systemctl", "start", UNITS[0], UNITS[1]]);
+    let driver = c.wait_running(UNITS[0]);
+    let daemon = c.wait_running(UNITS[1]);
+    assert!(
+        driver.status.starts_with("serving /run/gpupm/dev"),
+        "{driver:?}"
+    );
+    assert!(
+        daemon.status.starts_with("serving /run/gpupm/dev/card0"),
+        "{daemon:?}"
+    );
+
+    // The sandbox is in force: own uid, no capability, no_new_privs, seccomp.
+    for (unit, state, user) in [
+        (UNITS[0], &driver, "gpupm-driver"),
+        (UNITS[1], &daemon, "gpupm"),
+    ] {
+        let (uid, caps, nnp, seccomp) = sandbox_of(&c, state.main_pid);
+        assert_eq!(uid, uid_of(&c, user), "{unit} runs as {user}");
+        assert_eq!(caps, "0000000000000000", "{unit}: no capabilities");
+        assert_eq!(
+            (nnp.as_str(), seccomp.as_str()),
+            ("1", "2"),
+            "{unit}: no_new_privs, seccomp filter"
+        );
+    }
+
+    // The handover: gpupm-mount mounted each node in the manager's
+    // namespace and stored the descriptor; the service serves what systemd
+    // passed (it could not mount: no capability).
+    assert_eq!(
+        c.gpupm_mounts(),
+        [
+            ("/run/gpupm/dev".to_owned(), "fuse.gpupm-node".to_owned()),
+            (
+                "/run/gpupm/tenant".to_owned(),
+                "fuse.gpupm-tenant".to_owned()
+            ),
+        ]
+    );
+    assert_eq!((driver.stored_fds, daemon.stored_fds), (1, 1));
+    let journal = c.journal();
+    for line in [
+        "mounted /run/gpupm/dev and stored its descriptor as \"node\"",
+        "serving the node descriptor the service manager passed",
+        "mounted /run/gpupm/tenant and stored its descriptor as \"tenant\"",
+        "serving the tenant node descriptor passed in",
+    ] {
+        assert!(journal.contains(line), "no {line:?} in\n{journal}");
+    }
+    c.check_nodes_serve();
+    let started = t0.elapsed();
+
+    // Restart: a fresh mount and descriptor; gpupmd (Requires=) restarts too.
+    c.ok(&["systemctl", "restart", UNITS[0]]);
+    let driver2 = c.wait_unit(UNITS[0], "restarted", |s| {
+        s.sub == "running" && s.main_pid != 0 && s.main_pid != driver.main_pid
+    });
+    let daemon2 = c.wait_unit(UNITS[1], "restarted", |s| {
+        s.sub == "running" && s.main_pid != 0 && s.main_pid != daemon.main_pid
+    });
+    assert_eq!((driver2.stored_fds, daemon2.stored_fds), (1, 1));
+    assert_eq!(c.gpupm_mounts().len(), 2, "{:?}", c.gpupm_mounts());
+    c.check_nodes_serve();
+
+    // Crash: SIGKILL the driver; Restart=on-failure brings it back, and
+    // the stop path drops the dead connection's descriptor so that gpupmd's
+    // pending reads of card0 fail and it can stop and start again.
+    let crash_from = monotonic_us();
+    c.ok(&[
+        "systemctl",
+        "kill",
+        "--kill-who=main",
+        "--signal=SIGKILL",
+        UNITS[0],
+    ]);
+    let driver3 = c.wait_unit(UNITS[0], "restarted after SIGKILL", |s| {
+        s.restarts == 1 && s.sub == "running" && s.main_pid != driver2.main_pid
+    });
+    c.wait_unit(UNITS[1], "restarted after the driver's crash", |s| {
+        s.sub == "running" && s.main_pid != 0 && s.main_pid != daemon2.main_pid
+    });
+    let crash_until = monotonic_us();
+    assert_eq!(driver3.stored_fds, 1);
+    c.check_nodes_serve();
+    let journal = c.journal();
+    assert!(
+        journal.contains("unmounted /run/gpupm/dev and dropped the stored descriptor \"node\""),
+        "{journal}"
+    );
+
+    // Stop: both inactive, nothing mounted, the stores empty.
+    c.ok(&["systemctl", "stop", UNITS[1], UNITS[0]]);
+    for unit in UNITS {
+        let s = c.wait_unit(unit, "inactive", |s| s.active == "inactive");
+        assert_eq!(s.stored_fds, 0, "{unit}: {s:?}");
+    }
+    assert_eq!(c.gpupm_mounts(), [], "{}", c.journal());
+
+    // No error in the units' journal but gpupmd's lost device during the
+    // crash, and the daemon's handshake race: under load the device's
+    // fallback can finish a switch between the daemon's two register
+    // batches, the device then refuses the batch (EINVAL) and gpupmd logs
+    // it at error level; it happens the same without systemd (daemon
+    // engine, not the sandbox).
+    let (mut races, mut in_crash, mut unexpected) = (0, Vec::new(), Vec::new());
+    for e in c.journal_errors() {
+        // While the driver is down gpupmd's device requests fail with the
+        // aborted connection, until its own restart; nothing else may fail.
+        let device_gone = [
+            "ECONNABORTED",
+            "connection abort",
+            "ENOTCONN",
+            "not connected",
+        ]
+        .iter()
+        .any(|m| e.3.contains(m));
+        if (crash_from..=crash_until).contains(&e.0) && e.1.starts_with("gpupmd[") && device_gone {
+            in_crash.push(format!("{}: {} {}", e.1, e.2, e.3));
+            continue;
+        }
+        if e.2 == "handshake failed"
+            && e.3
+                .ends_with("GPUPM_IOC_REG_BATCH failed: EINVAL: Invalid argument")
+        {
+            races += 1;
+        } else {
+            unexpected.push(e);
+        }
+    }
+    assert!(
+        unexpected.is_empty(),
+        "errors in the units' journal: {unexpected:#?}\n{}",
+        c.journal()
+    );
+    drop(c);
+    eprintln!(
+        "binaries up to date at {built:?}, booted at {booted:?}, units ready at \
+         {started:?}, container gone at {:?}; {races} handshake races logged as errors; \
+         errors while the driver was down: {in_crash:#?}",
+        t0.elapsed()
+    );
+}
