@@ -7,6 +7,9 @@
 //! each VM's block, each live context's block) or, for a retired context,
 //! from the block slot persisted before its release. A daemon restart
 //! therefore loses and double-counts nothing.
+//!
+//! Every context instance (id, created cycle) the daemon knows is
+//! readable: a live one from its block, a retired one from its file.
 
 pub mod history;
 pub mod retired;
@@ -264,15 +267,44 @@ impl Store {
         })
     }
 
-    fn retired_totals(&self, ctx: CtxId) -> Option<Totals> {
-        let created = self
-            .read()
-            .retired
-            .range((ctx, 0)..=(ctx, u64::MAX))
-            .next_back()
-            .map(|(&(_, c), _)| c)?;
-        let rec = self.retired_files.load(ctx, created)?;
+    /// The persisted totals of a retired instance the table still holds.
+    fn retired_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        if !self.read().retired.contains_key(&(ctx, created_cycle)) {
+            return None;
+        }
+        let rec = self.retired_files.load(ctx, created_cycle)?;
+        if rec.ctx != ctx || rec.created_cycle != created_cycle {
+            return None;
+        }
         Self::slot_totals(&rec.slot, rec.sealed(), None)
+    }
+
+    /// The instance after (`ctx`, `created_cycle`) with the same id, if any.
+    fn next_instance(t: &Tables, ctx: CtxId, created_cycle: u64) -> Option<u64> {
+        let retired = t
+            .retired
+            .range((ctx, created_cycle.saturating_add(1))..=(ctx, u64::MAX))
+            .next()
+            .map(|(&(_, c), _)| c);
+        let live = t
+            .live
+            .get(&ctx)
+            .map(|c| c.created_cycle)
+            .filter(|&c| c > created_cycle);
+        retired.into_iter().chain(live).min()
+    }
+
+    fn live_info(ctx: CtxId, c: &LiveCtx) -> CtxInfo {
+        CtxInfo {
+            ctx,
+            vm: c.vm,
+            created_cycle: c.created_cycle,
+            state: if c.destroyed {
+                CtxState::Destroyed
+            } else {
+                CtxState::Active
+            },
+        }
     }
 
     fn device_sum(&self, reg: u64) -> u64 {
@@ -315,16 +347,7 @@ impl CounterView for Store {
             t.live
                 .iter()
                 .filter(|(_, c)| c.vm == vm)
-                .map(|(&ctx, c)| CtxInfo {
-                    ctx,
-                    vm,
-                    created_cycle: c.created_cycle,
-                    state: if c.destroyed {
-                        CtxState::Destroyed
-                    } else {
-                        CtxState::Active
-                    },
-                }),
+                .map(|(&ctx, c)| Self::live_info(ctx, c)),
         );
         out.sort_by_key(|c| (c.ctx, c.created_cycle));
         Some(out)
@@ -356,25 +379,92 @@ impl CounterView for Store {
                 Self::slot_totals(&slot, info.confidential, Some((block_kind::VM, vm)))
             }
             Scope::Ctx(ctx) => {
-                if let Some(c) = self.live(ctx) {
-                    let sealed = self.vm_info(c.vm).is_some_and(|v| v.confidential);
-                    let slot = self.dev.block_slot(c.block_offset).ok()?;
-                    // Still the same instance? (It may have been released
-                    // and persisted since the table was read.)
-                    if let Some(t) =
-                        Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx)))
-                    {
-                        if self
-                            .live(ctx)
-                            .is_some_and(|now| now.created_cycle == c.created_cycle)
-                        {
-                            return Some(t);
-                        }
-                    }
-                }
-                self.retired_totals(ctx)
+                let latest = self.latest_instance(ctx)?;
+                self.instance_totals(ctx, latest.created_cycle)
             }
         }
+    }
+
+    fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {
+        let t = self.read();
+        if let Some(c) = t
+            .live
+            .get(&ctx)
+            .filter(|c| c.created_cycle == created_cycle)
+        {
+            return Some(Self::live_info(ctx, c));
+        }
+        t.retired.get(&(ctx, created_cycle)).map(|&vm| CtxInfo {
+            ctx,
+            vm,
+            created_cycle,
+            state: CtxState::Retired,
+        })
+    }
+
+    fn latest_instance(&self, ctx: CtxId) -> Option<CtxInfo> {
+        let t = self.read();
+        if let Some(c) = t.live.get(&ctx) {
+            return Some(Self::live_info(ctx, c));
+        }
+        t.retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(&(_, created_cycle), &vm)| CtxInfo {
+                ctx,
+                vm,
+                created_cycle,
+                state: CtxState::Retired,
+            })
+    }
+
+    fn instance_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        if let Some(c) = self.live(ctx).filter(|c| c.created_cycle == created_cycle) {
+            let sealed = self.vm_info(c.vm).is_some_and(|v| v.confidential);
+            let slot = self.dev.block_slot(c.block_offset).ok()?;
+            // Still the same instance? (It may have been persisted and
+            // released since the table was read; then its file answers.)
+            if let Some(t) = Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx))) {
+                if self
+                    .live(ctx)
+                    .is_some_and(|now| now.created_cycle == created_cycle)
+                {
+                    return Some(t);
+                }
+            }
+        }
+        self.retired_totals(ctx, created_cycle)
+    }
+
+    fn instance_recent(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        max: usize,
+    ) -> Option<Vec<DeltaSample>> {
+        let info = self.instance(ctx, created_cycle)?;
+        let next = Self::next_instance(&self.read(), ctx, created_cycle);
+        // A commit belongs to the instance the id named at its end cycle:
+        // from the instance's creation until the next instance's.
+        let mine = |s: &DeltaSample| {
+            s.ctx == ctx
+                && s.vm == info.vm
+                && s.end_cycle >= created_cycle
+                && next.is_none_or(|n| s.end_cycle < n)
+        };
+        let hist = self.hist();
+        let pool = if next.is_none() {
+            // The newest instance: the id's own ring holds its samples.
+            hist.recent(Scope::Ctx(ctx), usize::MAX)
+        } else {
+            // An older one: the id's ring was cleared for the newer
+            // instance; what is left of it is in its VM's ring.
+            hist.recent(Scope::Vm(info.vm), usize::MAX)
+        };
+        drop(hist);
+        let mut out: Vec<DeltaSample> = pool.into_iter().filter(mine).collect();
+        out.drain(..out.len().saturating_sub(max));
+        Some(out)
     }
 
     fn recent(&self, scope: Scope, max: usize) -> Option<Vec<crate::view::DeltaSample>> {
