@@ -16,7 +16,7 @@ use gpupmd::devnode::{DevError, DevNode};
 use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
-use gpupmd::store::Store;
+use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode};
 use gpupmd::view::{CounterView, HealthSource};
 use gpupmd::{health, metrics};
@@ -83,7 +83,10 @@ fn main() -> ExitCode {
     }
     health::startup(
         env!("CARGO_PKG_VERSION"),
-        settings.source.as_deref().unwrap_or(std::path::Path::new("(built-in defaults)")),
+        settings
+            .source
+            .as_deref()
+            .unwrap_or(std::path::Path::new("(built-in defaults)")),
     );
     let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -141,6 +144,7 @@ async fn run(settings: Settings) -> Result<(), MainError> {
         Arc::clone(&dev),
         identity,
         retired,
+        settings.retention,
         settings.history_samples,
     ));
     notify(&[NotifyState::Status(
@@ -156,6 +160,17 @@ async fn run(settings: Settings) -> Result<(), MainError> {
         state_dir = %settings.state_dir.display(),
         "device programmed and state reconciled"
     );
+    // Before READY: a restart with a tighter policy serves only what it keeps.
+    match tokio::task::block_in_place(|| store.prune_retired()) {
+        Ok(p) => tracing::info!(
+            kept = p.kept,
+            max_contexts = settings.retention.max_contexts,
+            max_age_s = settings.retention.max_age_s,
+            "retention of retired contexts applied"
+        ),
+        Err(e) => tracing::warn!(error = %chain(&e), "pruning retired contexts failed"),
+    }
+    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
 
     health::device_identity(&identity);
     if let Some(source) = &settings.source {
@@ -167,7 +182,11 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
-    let tenant_node = TenantNode::mount(&settings.tenant_dir, Arc::clone(&view), settings.policy.clone())?;
+    let tenant_node = TenantNode::mount(
+        &settings.tenant_dir,
+        Arc::clone(&view),
+        settings.policy.clone(),
+    )?;
     store.set_tenant_stats(tenant_node.stats());
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
@@ -207,10 +226,18 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     tracing::info!("gpupmd shutting down");
     metrics_task.abort();
     reporter.abort();
+    retention_task.abort();
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
     log_final_summary(final_health.as_ref());
-    health::shutdown(if result.is_ok() { "signal" } else { "engine stopped" }, started.elapsed().as_secs_f64());
+    health::shutdown(
+        if result.is_ok() {
+            "signal"
+        } else {
+            "engine stopped"
+        },
+        started.elapsed().as_secs_f64(),
+    );
     result
 }
 
@@ -231,6 +258,7 @@ fn log_final_summary(health: &dyn HealthSource) {
         lost_records = snap.lost_records,
         drained_records = snap.drained_records,
         contexts_retired = snap.contexts_retired,
+        contexts_pruned = snap.contexts_pruned,
         uptime_s = snap.uptime_s,
         "final summary"
     );

@@ -207,8 +207,13 @@ pub struct HealthSnapshot {
     pub drain_lag_records: u64,
     /// Contexts active on the device.
     pub contexts_active: u64,
-    /// Contexts retired (persisted and released).
+    /// Context instances that entered the retired set (persisted and
+    /// released, or loaded from the state directory at start).
     pub contexts_retired: u64,
+    /// Retired instances the retention policy removed since the start.
+    pub contexts_pruned: u64,
+    /// Retired instances kept now (readable through the tenant node).
+    pub contexts_retained: u64,
     /// Tenant requests served.
     pub tenant_requests: u64,
     /// Tenant requests answered with an error.

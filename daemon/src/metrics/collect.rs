@@ -15,7 +15,8 @@
 //! | `gpupm_stream_drain_lag_records` | gauge | |
 //! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
 //! | `gpupm_contexts_active` | gauge | |
-//! | `gpupm_contexts_retired_total` | counter | |
+//! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | |
+//! | `gpupm_contexts_retained` | gauge | |
 //! | `gpupm_uptime_seconds` | gauge | |
 //!
 //! # Context cardinality
@@ -242,7 +243,7 @@ impl ScrapeData {
             self.handshakes.metric_type(),
         )?;
         self.handshakes.encode(m)?;
-        let counters: [(&str, &str, u64); 7] = [
+        let counters: [(&str, &str, u64); 8] = [
             (
                 "gpupm_handshakes",
                 "Host-driven context-switch handshakes completed.",
@@ -278,6 +279,11 @@ impl ScrapeData {
                 "Contexts retired (final totals persisted, block released).",
                 h.contexts_retired,
             ),
+            (
+                "gpupm_contexts_pruned",
+                "Retired contexts removed by the retention policy.",
+                h.contexts_pruned,
+            ),
         ];
         for (name, help, v) in counters {
             encoder
@@ -300,6 +306,14 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&h.contexts_active)?;
+        encoder
+            .encode_descriptor(
+                "gpupm_contexts_retained",
+                "Retired contexts kept (readable through the tenant node).",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&h.contexts_retained)?;
         encoder
             .encode_descriptor(
                 "gpupm_uptime",

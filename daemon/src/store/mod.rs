@@ -8,13 +8,15 @@
 //! from the block slot persisted before its release. A daemon restart
 //! therefore loses and double-counts nothing.
 //!
-//! Every context instance (id, created cycle) the daemon knows is
-//! readable: a live one from its block, a retired one from its file.
+//! Every context instance (id, created cycle) the daemon still knows is
+//! readable: a live one from its block, a retired one from its file, until
+//! the [`retention`] policy prunes it.
 
 pub mod history;
+pub mod retention;
 pub mod retired;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
@@ -26,6 +28,8 @@ use gpupm_uapi::regs;
 use zerocopy::IntoBytes;
 
 use self::history::History;
+pub use self::retention::Pruned;
+use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
 use crate::devnode::DevNode;
 use crate::tenant::TenantStats;
@@ -58,12 +62,22 @@ pub struct LiveCtx {
     pub destroyed: bool,
 }
 
+/// A retired instance in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RetiredEntry {
+    vm: VmId,
+    /// Device cycle of its persisting (the retention clock).
+    retired_cycle: u64,
+}
+
 #[derive(Debug, Default)]
 struct Tables {
     vms: BTreeMap<VmId, VmInfo>,
     partitions: Vec<u32>,
     live: BTreeMap<CtxId, LiveCtx>,
-    retired: BTreeMap<(CtxId, u64), VmId>,
+    retired: BTreeMap<(CtxId, u64), RetiredEntry>,
+    /// The keys of `retired` in retention order, oldest first.
+    retired_order: BTreeSet<AgeKey>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +87,7 @@ struct Stats {
     drained: AtomicU64,
     drain_lag: AtomicU64,
     retired: AtomicU64,
+    pruned: AtomicU64,
 }
 
 /// The daemon's state, shared by the engine threads and the consumers.
@@ -82,6 +97,12 @@ pub struct Store {
     identity: DeviceIdentity,
     started: Instant,
     retired_files: RetiredStore,
+    retention: Retention,
+    /// Signalled when an instance enters the retired set.
+    retired_signal: tokio::sync::Notify,
+    /// One pruning pass at a time.
+    pruning: Mutex<()>,
+    prune_log: Mutex<retention::PruneLog>,
     tables: RwLock<Tables>,
     history: Mutex<History>,
     stats: Stats,
@@ -91,11 +112,12 @@ pub struct Store {
 
 impl Store {
     /// A store over `dev`, keeping `history` samples per scope and the
-    /// retired set in `retired_files`.
+    /// retired set in `retired_files`, bounded by `retention`.
     pub fn new(
         dev: Arc<DevNode>,
         identity: DeviceIdentity,
         retired_files: RetiredStore,
+        retention: Retention,
         history: usize,
     ) -> Store {
         Store {
@@ -103,6 +125,10 @@ impl Store {
             identity,
             started: Instant::now(),
             retired_files,
+            retention,
+            retired_signal: tokio::sync::Notify::new(),
+            pruning: Mutex::new(()),
+            prune_log: Mutex::new(retention::PruneLog::default()),
             tables: RwLock::new(Tables::default()),
             history: Mutex::new(History::new(history)),
             stats: Stats::default(),
@@ -206,8 +232,17 @@ impl Store {
     }
 
     /// Records that an instance is persisted (and about to be, or already,
-    /// released): it leaves the live table.
+    /// released): it leaves the live table and enters the retired set,
+    /// ordered for retention by the cycle its file records.
     pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId) {
+        // The retirement cycle is in the file just written (or just loaded);
+        // reading it back keeps the engine's call unchanged. A file that
+        // cannot be read ages from its creation, which prunes it no later
+        // than its real age would.
+        let retired_cycle = self
+            .retired_files
+            .load(ctx, created_cycle)
+            .map_or(created_cycle, |r| r.retired_cycle);
         let mut t = self.write();
         if t.live
             .get(&ctx)
@@ -215,8 +250,22 @@ impl Store {
         {
             t.live.remove(&ctx);
         }
-        if t.retired.insert((ctx, created_cycle), vm).is_none() {
-            self.stats.retired.fetch_add(1, Ordering::Relaxed);
+        let entry = RetiredEntry { vm, retired_cycle };
+        match t.retired.insert((ctx, created_cycle), entry) {
+            None => {
+                t.retired_order.insert((retired_cycle, created_cycle, ctx));
+                self.stats.retired.fetch_add(1, Ordering::Relaxed);
+                drop(t);
+                // Stores a permit if the retention task is busy, so the
+                // next pass sees this instance.
+                self.retired_signal.notify_one();
+            }
+            Some(old) if old.retired_cycle != retired_cycle => {
+                t.retired_order
+                    .remove(&(old.retired_cycle, created_cycle, ctx));
+                t.retired_order.insert((retired_cycle, created_cycle, ctx));
+            }
+            Some(_) => {}
         }
     }
 
@@ -335,7 +384,7 @@ impl CounterView for Store {
         let mut out: Vec<CtxInfo> = t
             .retired
             .iter()
-            .filter(|(_, &v)| v == vm)
+            .filter(|(_, e)| e.vm == vm)
             .map(|(&(ctx, created_cycle), _)| CtxInfo {
                 ctx,
                 vm,
@@ -361,7 +410,7 @@ impl CounterView for Store {
         t.retired
             .range((ctx, 0)..=(ctx, u64::MAX))
             .next_back()
-            .map(|(_, &vm)| vm)
+            .map(|(_, e)| e.vm)
     }
 
     fn totals(&self, scope: Scope) -> Option<Totals> {
@@ -394,9 +443,9 @@ impl CounterView for Store {
         {
             return Some(Self::live_info(ctx, c));
         }
-        t.retired.get(&(ctx, created_cycle)).map(|&vm| CtxInfo {
+        t.retired.get(&(ctx, created_cycle)).map(|e| CtxInfo {
             ctx,
-            vm,
+            vm: e.vm,
             created_cycle,
             state: CtxState::Retired,
         })
@@ -410,9 +459,9 @@ impl CounterView for Store {
         t.retired
             .range((ctx, 0)..=(ctx, u64::MAX))
             .next_back()
-            .map(|(&(_, created_cycle), &vm)| CtxInfo {
+            .map(|(&(_, created_cycle), e)| CtxInfo {
                 ctx,
-                vm,
+                vm: e.vm,
                 created_cycle,
                 state: CtxState::Retired,
             })
@@ -497,7 +546,7 @@ impl HealthSource for Store {
     fn snapshot(&self) -> HealthSnapshot {
         let latencies =
             std::mem::take(&mut *self.latencies.lock().unwrap_or_else(|e| e.into_inner()));
-        let (active, retired) = {
+        let (active, retained) = {
             let t = self.read();
             (
                 t.live.values().filter(|c| !c.destroyed).count() as u64,
@@ -520,7 +569,9 @@ impl HealthSource for Store {
             drained_records: self.stats.drained.load(Ordering::Relaxed),
             drain_lag_records: self.stats.drain_lag.swap(0, Ordering::Relaxed),
             contexts_active: active,
-            contexts_retired: retired,
+            contexts_retired: self.stats.retired.load(Ordering::Relaxed),
+            contexts_pruned: self.stats.pruned.load(Ordering::Relaxed),
+            contexts_retained: retained,
             tenant_requests: requests,
             tenant_errors: errors,
         }
