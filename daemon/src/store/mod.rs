@@ -38,6 +38,10 @@ use crate::view::{
     HealthSource, Scope, Totals, VmId,
 };
 
+/// Most history samples one instance-rates request looks at (the tail of
+/// the context's or VM's ring).
+pub const INSTANCE_SCAN: usize = 4096;
+
 /// A VM as the device's table describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct VmInfo {
@@ -501,19 +505,28 @@ impl CounterView for Store {
                 && s.end_cycle >= created_cycle
                 && next.is_none_or(|n| s.end_cycle < n)
         };
-        let hist = self.hist();
-        let pool = if next.is_none() {
-            // The newest instance: the id's own ring holds its samples.
-            hist.recent(Scope::Ctx(ctx), usize::MAX)
-        } else {
-            // An older one: the id's ring was cleared for the newer
-            // instance; what is left of it is in its VM's ring.
-            hist.recent(Scope::Vm(info.vm), usize::MAX)
+        // The newest instance: the id's own ring holds its samples. An
+        // older one: the id's ring was cleared for the newer instance; what
+        // is left of it is in its VM's ring.
+        let scope = match next {
+            None => Scope::Ctx(ctx),
+            Some(_) => Scope::Vm(info.vm),
         };
-        drop(hist);
-        let mut out: Vec<DeltaSample> = pool.into_iter().filter(mine).collect();
-        out.drain(..out.len().saturating_sub(max));
-        Some(out)
+        // Unpack the ring's tail, widening until `max` samples match, the
+        // ring is exhausted or INSTANCE_SCAN samples were looked at: a
+        // request never unpacks a whole large history (history_samples may
+        // be 65536) while the drain waits for the lock.
+        let mut n = max.saturating_mul(4).clamp(1, INSTANCE_SCAN);
+        loop {
+            let pool = self.hist().recent(scope, n);
+            let looked = pool.len();
+            let mut out: Vec<DeltaSample> = pool.into_iter().filter(mine).collect();
+            if out.len() >= max || looked < n || n >= INSTANCE_SCAN {
+                out.drain(..out.len().saturating_sub(max));
+                return Some(out);
+            }
+            n = n.saturating_mul(4).min(INSTANCE_SCAN);
+        }
     }
 
     fn recent(&self, scope: Scope, max: usize) -> Option<Vec<crate::view::DeltaSample>> {
