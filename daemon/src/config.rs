@@ -18,6 +18,7 @@ use toml::Spanned;
 
 use crate::health::HealthConfig;
 use crate::metrics::MetricsConfig;
+use crate::store::retention::{Retention, DEFAULT_MAX_CONTEXTS, MAX_MAX_CONTEXTS};
 use crate::tenant::{TenantMap, TenantPolicy};
 
 /// Path read when `--config` is not given.
@@ -53,6 +54,8 @@ pub struct Config {
     pub metrics: MetricsSection,
     /// Health reporting.
     pub health: HealthSection,
+    /// Retention of retired contexts.
+    pub retired: RetiredSection,
 }
 
 impl Default for Config {
@@ -70,6 +73,26 @@ impl Default for Config {
             tenant: Vec::new(),
             metrics: MetricsSection::default(),
             health: HealthSection::default(),
+            retired: RetiredSection::default(),
+        }
+    }
+}
+
+/// `[retired]`: how many retired contexts' final totals are kept.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetiredSection {
+    /// Most retired context instances kept (the oldest are pruned).
+    pub max_contexts: Spanned<u64>,
+    /// Seconds of device time a retired instance is kept (unset: no limit).
+    pub max_age_s: Option<Spanned<u64>>,
+}
+
+impl Default for RetiredSection {
+    fn default() -> Self {
+        RetiredSection {
+            max_contexts: Spanned::new(0..0, DEFAULT_MAX_CONTEXTS as u64),
+            max_age_s: None,
         }
     }
 }
@@ -183,6 +206,8 @@ pub struct Settings {
     pub metrics: MetricsConfig,
     /// Health settings.
     pub health: HealthConfig,
+    /// Retention of retired contexts.
+    pub retention: Retention,
 }
 
 /// What the daemon writes to the device at start and after a reset.
@@ -314,6 +339,24 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
             "history_samples must lie in 1..=65536".into(),
         ));
     }
+    let max_contexts = *cfg.retired.max_contexts.get_ref();
+    let max_contexts = usize::try_from(max_contexts)
+        .ok()
+        .filter(|n| (1..=MAX_MAX_CONTEXTS).contains(n))
+        .ok_or_else(|| {
+            err(
+                cfg.retired.max_contexts.span(),
+                format!("max_contexts must lie in 1..={MAX_MAX_CONTEXTS}"),
+            )
+        })?;
+    if let Some(age) = &cfg.retired.max_age_s {
+        if *age.get_ref() == 0 {
+            return Err(err(
+                age.span(),
+                "max_age_s must be at least 1 (leave it out for no age limit)".into(),
+            ));
+        }
+    }
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -389,6 +432,10 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
             summary_interval: Duration::from_secs(interval),
             journal_socket: cfg.health.journal_socket,
         },
+        retention: Retention {
+            max_contexts,
+            max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
+        },
     })
 }
 
@@ -432,6 +479,27 @@ mod tests {
         assert_eq!(s.metrics.max_contexts_per_vm, 64);
         assert_eq!(s.health.summary_interval, Duration::from_secs(60));
         assert_eq!(s.program, Programming::default());
+        assert_eq!(s.retention, Retention::default());
+    }
+
+    #[test]
+    fn retention_limits_are_checked_where_they_are_written() {
+        let s = parse_str("[retired]\nmax_contexts = 5\nmax_age_s = 3600\n").unwrap();
+        assert_eq!(
+            s.retention,
+            Retention {
+                max_contexts: 5,
+                max_age_s: Some(3600)
+            }
+        );
+        let (line, col, reason) = position(parse_str("[retired]\nmax_contexts = 0\n").unwrap_err());
+        assert_eq!((line, col), (2, 16));
+        assert!(reason.contains("max_contexts"), "{reason}");
+        let (line, _, reason) =
+            position(parse_str("[retired]\nmax_contexts = 2\nmax_age_s = 0\n").unwrap_err());
+        assert_eq!(line, 3);
+        assert!(reason.contains("max_age_s"), "{reason}");
+        assert!(parse_str("[retired]\nmax_context = 5\n").is_err());
     }
 
     #[test]
@@ -472,5 +540,6 @@ mod tests {
         let text = include_str!("../gpupmd.toml");
         let s = parse_str(text).unwrap();
         assert_eq!(s.program.masks.len(), 1);
+        assert_eq!(s.retention.max_contexts, DEFAULT_MAX_CONTEXTS);
     }
 }

@@ -17,7 +17,7 @@ use gpupmd::devnode::{DevError, DevNode};
 use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
-use gpupmd::store::Store;
+use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, HealthSource};
 use gpupmd::{health, metrics};
@@ -149,6 +149,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         Arc::clone(&dev),
         identity,
         retired,
+        settings.retention,
         settings.history_samples,
     ));
     notify(&[NotifyState::Status(
@@ -164,6 +165,17 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         state_dir = %settings.state_dir.display(),
         "device programmed and state reconciled"
     );
+    // Before READY: a restart with a tighter policy serves only what it keeps.
+    match tokio::task::block_in_place(|| store.prune_retired()) {
+        Ok(p) => tracing::info!(
+            kept = p.kept,
+            max_contexts = settings.retention.max_contexts,
+            max_age_s = settings.retention.max_age_s,
+            "retention of retired contexts applied"
+        ),
+        Err(e) => tracing::warn!(error = %chain(&e), "pruning retired contexts failed"),
+    }
+    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
 
     health::device_identity(&identity);
     if let Some(source) = &settings.source {
@@ -227,6 +239,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     tracing::info!("gpupmd shutting down");
     metrics_task.abort();
     reporter.abort();
+    retention_task.abort();
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
     log_final_summary(final_health.as_ref());
@@ -259,6 +272,7 @@ fn log_final_summary(health: &dyn HealthSource) {
         lost_records = snap.lost_records,
         drained_records = snap.drained_records,
         contexts_retired = snap.contexts_retired,
+        contexts_pruned = snap.contexts_pruned,
         uptime_s = snap.uptime_s,
         "final summary"
     );

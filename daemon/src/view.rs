@@ -55,7 +55,8 @@ pub enum Scope {
     System,
     /// One VM: every context it ever ran.
     Vm(VmId),
-    /// One context instance (latest instance with this id).
+    /// One context id: its newest instance (see
+    /// [`CounterView::instance_totals`] for the others).
     Ctx(CtxId),
 }
 
@@ -123,6 +124,50 @@ pub trait CounterView: Send + Sync + 'static {
         -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
+
+    /// One context instance, named by (id, created cycle), whatever its
+    /// state. The default searches [`CounterView::contexts`] of every VM.
+    fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {
+        self.vms().into_iter().find_map(|vm| {
+            self.contexts(vm)?
+                .into_iter()
+                .find(|c| c.ctx == ctx && c.created_cycle == created_cycle)
+        })
+    }
+
+    /// The newest instance of a context id (the one [`Scope::Ctx`] names).
+    /// The default searches [`CounterView::contexts`] of the id's VM.
+    fn latest_instance(&self, ctx: CtxId) -> Option<CtxInfo> {
+        self.contexts(self.ctx_vm(ctx)?)?
+            .into_iter()
+            .filter(|c| c.ctx == ctx)
+            .max_by_key(|c| c.created_cycle)
+    }
+
+    /// Cumulative totals of one instance. The default answers only the
+    /// newest instance (through [`Scope::Ctx`]), which is right for a view
+    /// that keeps nothing of older ones.
+    fn instance_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        let latest = self.latest_instance(ctx)?;
+        (latest.created_cycle == created_cycle)
+            .then(|| self.totals(Scope::Ctx(ctx)))
+            .flatten()
+    }
+
+    /// The most recent `max` delta samples of one instance, oldest first;
+    /// the default, like [`CounterView::instance_totals`], knows only the
+    /// newest instance.
+    fn instance_recent(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        max: usize,
+    ) -> Option<Vec<DeltaSample>> {
+        let latest = self.latest_instance(ctx)?;
+        (latest.created_cycle == created_cycle)
+            .then(|| self.recent(Scope::Ctx(ctx), max))
+            .flatten()
+    }
 }
 
 /// Identity of the device the daemon serves.
@@ -166,8 +211,13 @@ pub struct HealthSnapshot {
     pub handshake_response_max_ns: u64,
     /// Contexts active on the device.
     pub contexts_active: u64,
-    /// Contexts retired (persisted and released).
+    /// Context instances that entered the retired set (persisted and
+    /// released, or loaded from the state directory at start).
     pub contexts_retired: u64,
+    /// Retired instances the retention policy removed since the start.
+    pub contexts_pruned: u64,
+    /// Retired instances kept now (readable through the tenant node).
+    pub contexts_retained: u64,
     /// Tenant requests served.
     pub tenant_requests: u64,
     /// Tenant requests answered with an error.

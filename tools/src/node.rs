@@ -2,7 +2,9 @@
 //! documented one-line errors, the scope options, event-name parsing with
 //! "did you mean", and reading totals.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
@@ -28,27 +30,116 @@ pub struct Global {
     pub node_dir: PathBuf,
 }
 
-/// `--vm N | --ctx N | --system`.
+/// `--ctx ID` (the id's newest context) or `--ctx ID@CYCLE` (the context
+/// instance created at CYCLE, as `gpupm list --all` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CtxArg {
+    /// Context id.
+    pub ctx: u32,
+    /// Created cycle of the instance.
+    pub created_cycle: Option<u64>,
+}
+
+impl FromStr for CtxArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("\"{s}\" is not a context: give ID or ID@CREATED_CYCLE");
+        let (id, cycle) = match s.split_once('@') {
+            Some((id, cycle)) => (id, Some(cycle.parse().map_err(|_| bad())?)),
+            None => (s, None),
+        };
+        Ok(CtxArg {
+            ctx: id.parse().map_err(|_| bad())?,
+            created_cycle: cycle,
+        })
+    }
+}
+
+/// What a reading command reads: a scope, or one context instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A VM, a context id (its newest instance) or the device.
+    Scope(Scope),
+    /// The context instance (id, created cycle).
+    Instance {
+        /// Context id.
+        ctx: u32,
+        /// Created cycle.
+        created_cycle: u64,
+    },
+}
+
+impl fmt::Display for Target {
+    /// `vm 3`, `ctx 12`, `ctx 12@40960`, `system 0`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Target::Scope(s) => {
+                let (kind, id) = scope_name(s);
+                write!(f, "{kind} {id}")
+            }
+            Target::Instance { ctx, created_cycle } => write!(f, "ctx {ctx}@{created_cycle}"),
+        }
+    }
+}
+
+/// A reading of a [`Target`]'s cumulative totals.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    /// Totals by event id (zero when sealed).
+    pub values: [u64; MAX_EVENTS],
+    /// Device cycle of the last commit.
+    pub cycle: u64,
+    /// Confidential VM: the daemon holds only ciphertext.
+    pub sealed: bool,
+}
+
+/// `--vm N | --ctx ID[@CYCLE] | --system`.
 #[derive(clap::Args, Debug, Clone, Copy)]
 #[group(multiple = false)]
 pub struct ScopeArgs {
     /// A VM.
     #[arg(long, value_name = "N")]
     pub vm: Option<u32>,
-    /// A context.
-    #[arg(long, value_name = "N")]
-    pub ctx: Option<u32>,
+    /// A context: ID is the id's newest context, ID@CYCLE the instance
+    /// created at CYCLE (any instance `gpupm list --all` shows, retired
+    /// ones included; not for `record`).
+    #[arg(long, value_name = "ID[@CYCLE]")]
+    pub ctx: Option<CtxArg>,
     /// The whole device (admin only).
     #[arg(long)]
     pub system: bool,
 }
 
 impl ScopeArgs {
-    /// The scope asked for; without an option, the caller's only VM.
+    /// What to read; without an option, the caller's only VM.
+    pub fn resolve_target(&self, node: &Node) -> CliResult<Target> {
+        match self.ctx {
+            Some(CtxArg {
+                ctx,
+                created_cycle: Some(created_cycle),
+            }) => Ok(Target::Instance { ctx, created_cycle }),
+            _ => self.resolve(node).map(Target::Scope),
+        }
+    }
+
+    /// The scope asked for; without an option, the caller's only VM. A
+    /// context instance (`--ctx ID@CYCLE`) is refused: a scope follows
+    /// the id's newest context.
     pub fn resolve(&self, node: &Node) -> CliResult<Scope> {
         match (self.vm, self.ctx, self.system) {
             (Some(vm), _, _) => Ok(Scope::Vm(vm)),
-            (_, Some(ctx), _) => Ok(Scope::Ctx(ctx)),
+            (
+                _,
+                Some(CtxArg {
+                    created_cycle: Some(_),
+                    ..
+                }),
+                _,
+            ) => Err(CliError::usage(
+                "this command follows a context id's live context: give --ctx ID without @CYCLE",
+            )),
+            (_, Some(CtxArg { ctx, .. }), _) => Ok(Scope::Ctx(ctx)),
             (_, _, true) => Ok(Scope::System),
             _ => {
                 let vms = node.whoami()?.visible_vms();
@@ -138,6 +229,42 @@ impl Node {
         self.client
             .read_counters(s, &[])
             .map_err(|e| self.fail(&e, Some(s)))
+    }
+
+    /// Every event's total of a scope or a context instance.
+    pub fn read(&self, t: Target) -> CliResult<Reading> {
+        match t {
+            Target::Scope(s) => self.totals(s).map(|rc| Reading {
+                values: rc.values,
+                cycle: rc.cycle,
+                sealed: sealed(&rc),
+            }),
+            Target::Instance { ctx, created_cycle } => self
+                .client
+                .read_instance(ctx, created_cycle, &[])
+                .map(|ri| Reading {
+                    values: ri.values,
+                    cycle: ri.cycle,
+                    sealed: ri.out_flags & counter_flags::SEALED != 0,
+                })
+                .map_err(|e| self.fail_instance(&e, t)),
+        }
+    }
+
+    /// A failed instance read as one line; the same message for someone
+    /// else's instance as for one that does not exist.
+    fn fail_instance(&self, e: &ClientError, t: Target) -> CliError {
+        match e.errno() {
+            Some(Errno::EACCES | Errno::EPERM | Errno::ENOENT) => CliError::usage(format!(
+                "no {t} visible to you (it does not exist, was pruned, or is not yours)"
+            )),
+            Some(Errno::EINVAL) => CliError::usage(format!("invalid context instance {t}")),
+            Some(Errno::ENOTTY) => CliError::usage(format!(
+                "the gpupmd serving {} cannot read context instances (it predates ABI 1.2)",
+                self.path.display()
+            )),
+            _ => self.fail(e, None),
+        }
     }
 
     /// Nominal device clock in kHz (from a rate query on a visible VM).
@@ -245,6 +372,33 @@ pub fn delta(a: &[u64; MAX_EVENTS], b: &[u64; MAX_EVENTS]) -> [u64; MAX_EVENTS] 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ctx_takes_an_id_or_an_instance() {
+        assert_eq!(
+            "12".parse(),
+            Ok(CtxArg {
+                ctx: 12,
+                created_cycle: None
+            })
+        );
+        assert_eq!(
+            "12@40960".parse(),
+            Ok(CtxArg {
+                ctx: 12,
+                created_cycle: Some(40960)
+            })
+        );
+        for bad in ["", "@5", "12@", "12@x", "x@5", "1@2@3", "-1"] {
+            assert!(bad.parse::<CtxArg>().is_err(), "{bad}");
+        }
+        let t = Target::Instance {
+            ctx: 12,
+            created_cycle: 40960,
+        };
+        assert_eq!(t.to_string(), "ctx 12@40960");
+        assert_eq!(Target::Scope(Scope::Vm(3)).to_string(), "vm 3");
+    }
 
     #[test]
     fn unknown_event_names_the_closest_valid_one() {

@@ -11,24 +11,24 @@
 //! with `"interval_ms": MS` added, `events` and `derived` holding the
 //! deltas of that interval (rates over the cycles between the two reads).
 //! A confidential scope adds `"sealed": true` and has empty `events` and
-//! `derived`.
+//! `derived`. A context instance (`--ctx ID@CYCLE`) is `"scope": "ctx"`,
+//! `"id": ID` with `"created_cycle": CYCLE` added.
 //!
 //! # CSV
 //! Header `scope,id,cycle,interval_ms,kind,name,value`; one row per event
 //! (`kind` = `event`) and per derived metric (`kind` = `derived`);
-//! `interval_ms` is empty in one-shot mode.
+//! `interval_ms` is empty in one-shot mode; `id` is `ID@CYCLE` for a
+//! context instance.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gpupm_uapi::events::{self, MAX_EVENTS};
-use gpupm_uapi::tenant::ReadCounters;
-use gpupmd::view::Scope;
 use serde_json::{json, Map, Value};
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
-use crate::node::{self, Global, Node, ScopeArgs};
+use crate::node::{self, Global, Node, Reading, ScopeArgs, Target};
 use crate::output::emit;
 
 const DEFAULT_EVENTS: &str = "sm_cycles_elapsed,sm_cycles_active,sm_inst_executed,l2_hit,l2_miss,fb_bytes,pcie_rx_bytes,pcie_tx_bytes";
@@ -56,7 +56,7 @@ pub struct Args {
 }
 
 struct Sample<'a> {
-    scope: Scope,
+    target: Target,
     cycle: u64,
     interval_ms: Option<u64>,
     values: &'a [u64; MAX_EVENTS],
@@ -70,8 +70,8 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let shown = node::parse_events(&args.events)?;
     let node = Node::open(&g.tenant_node)?;
     let who = node.whoami()?;
-    let scope = args.scope.resolve(&node)?;
-    let first = node.totals(scope)?;
+    let target = args.scope.resolve_target(&node)?;
+    let first = node.read(target)?;
     let clock_khz = node.clock_khz(&who)?;
     if args.csv {
         emit("scope,id,cycle,interval_ms,kind,name,value\n")?;
@@ -81,37 +81,37 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         print(
             args,
             &Sample {
-                scope,
+                target,
                 cycle: first.cycle,
                 interval_ms: None,
                 values: &first.values,
                 shown: &shown,
                 derived: &d,
-                sealed: node::sealed(&first),
+                sealed: first.sealed,
             },
         )?;
         return Ok(ExitCode::SUCCESS);
     };
     let period = Duration::from_millis(ms.max(1));
-    let mut prev: Box<ReadCounters> = first;
+    let mut prev: Reading = first;
     let mut next = Instant::now() + period;
     let mut n = 0;
     while args.count.is_none_or(|k| n < k) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += period;
-        let cur = node.totals(scope)?;
+        let cur = node.read(target)?;
         let d = node::delta(&cur.values, &prev.values);
         let metrics = derived::compute(&d, cur.cycle.saturating_sub(prev.cycle), clock_khz);
         print(
             args,
             &Sample {
-                scope,
+                target,
                 cycle: cur.cycle,
                 interval_ms: Some(ms),
                 values: &d,
                 shown: &shown,
                 derived: &metrics,
-                sealed: node::sealed(&cur),
+                sealed: cur.sealed,
             },
         )?;
         prev = cur;
@@ -124,9 +124,20 @@ fn name(id: u16) -> &'static str {
     events::by_id(id).map_or("?", |e| e.name)
 }
 
+/// Kind and id of a target as the JSON and CSV schemas name them.
+fn kind_id(t: Target) -> (&'static str, u32, Option<u64>) {
+    match t {
+        Target::Scope(s) => {
+            let (kind, id) = node::scope_name(s);
+            (kind, id, None)
+        }
+        Target::Instance { ctx, created_cycle } => ("ctx", ctx, Some(created_cycle)),
+    }
+}
+
 /// The JSON object of one sample (the schema above).
 fn to_json(s: &Sample<'_>) -> Value {
-    let (kind, id) = node::scope_name(s.scope);
+    let (kind, id, created_cycle) = kind_id(s.target);
     let mut ev = Map::new();
     let mut de = Map::new();
     if !s.sealed {
@@ -138,6 +149,9 @@ fn to_json(s: &Sample<'_>) -> Value {
         }
     }
     let mut o = json!({"scope": kind, "id": id, "cycle": s.cycle, "events": ev, "derived": de});
+    if let Some(c) = created_cycle {
+        o["created_cycle"] = json!(c);
+    }
     if let Some(ms) = s.interval_ms {
         o["interval_ms"] = json!(ms);
     }
@@ -148,7 +162,11 @@ fn to_json(s: &Sample<'_>) -> Value {
 }
 
 fn print(args: &Args, s: &Sample<'_>) -> CliResult {
-    let (kind, id) = node::scope_name(s.scope);
+    let (kind, id, created_cycle) = kind_id(s.target);
+    let id = match created_cycle {
+        Some(c) => format!("{id}@{c}"),
+        None => id.to_string(),
+    };
     let text = if args.json {
         format!("{}\n", to_json(s))
     } else if args.csv {

@@ -30,8 +30,8 @@ use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, R
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::regs;
 use gpupm_uapi::tenant::{
-    self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadRates,
-    TenantDelta, Whoami,
+    self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
+    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
 };
 
 /// Rust struct name, C struct tag, size, alignment.
@@ -44,7 +44,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 22] {
+fn all_structs() -> [StructInfo; 24] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -68,11 +68,13 @@ fn all_structs() -> [StructInfo; 22] {
         OpenStream => "gpupm_tenant_open_stream",
         TenantDelta => "gpupm_tenant_delta",
         EventInfo => "gpupm_tenant_event_info",
+        ReadInstance => "gpupm_tenant_read_instance",
+        ReadInstanceRates => "gpupm_tenant_read_instance_rates",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 11] = [
+const IOCTL_STRUCTS: [(&str, &str); 13] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -84,6 +86,11 @@ const IOCTL_STRUCTS: [(&str, &str); 11] = [
     ("TENANT_IOC_READ_RATES", "gpupm_tenant_read_rates"),
     ("TENANT_IOC_OPEN_STREAM", "gpupm_tenant_open_stream"),
     ("TENANT_IOC_EVENT_INFO", "gpupm_tenant_event_info"),
+    ("TENANT_IOC_READ_INSTANCE", "gpupm_tenant_read_instance"),
+    (
+        "TENANT_IOC_READ_INSTANCE_RATES",
+        "gpupm_tenant_read_instance_rates",
+    ),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
@@ -370,6 +377,7 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, dec "GPUPM_TENANT_SCOPE_", gpupm_uapi::tenant::scope: CONTEXT, VM, SYSTEM);
     group!(h, dec "GPUPM_TENANT_CTX_STATE_", gpupm_uapi::tenant::ctx_state: ACTIVE, DESTROYED, RETIRED);
     group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
+    group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.define(name, cmd, true, "");
     }
@@ -476,6 +484,8 @@ fn emit_structs(h: &mut Header) {
         "OpenStream",
         "TenantDelta",
         "EventInfo",
+        "ReadInstance",
+        "ReadInstanceRates",
     ]));
 }
 

@@ -11,8 +11,9 @@ use std::mem::{offset_of, size_of};
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::tenant::{
-    self, counter_flags, ctx_state, scope, CtxEntry, EventInfo, ListContexts, OpenStream,
-    RateSample, ReadCounters, ReadRates, TenantDelta, Whoami,
+    self, counter_flags, ctx_state, instance_flags, scope, CtxEntry, EventInfo, ListContexts,
+    OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, TenantDelta,
+    Whoami,
 };
 
 /// `SIZEOF_<STRUCT>` and `OFF_<STRUCT>_<FIELD>` lines.
@@ -49,6 +50,7 @@ pub fn render() -> String {
         ("CTX_STATE_DESTROYED", ctx_state::DESTROYED),
         ("CTX_STATE_RETIRED", ctx_state::RETIRED),
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
+        ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
     ] {
         c(name, u64::from(v));
     }
@@ -81,6 +83,10 @@ pub fn render() -> String {
         TenantDelta => "TENANT_DELTA": seq, lost_before, slot;
         EventInfo => "EVENT_INFO": version, id, unit_type, multibit, scope, reserved, reserved2,
             name, measure, description;
+        ReadInstance => "READ_INSTANCE": version, scope, id, flags, created_cycle, n_events,
+            reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
+        ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
+            reserved, count, out_flags, clock_khz, reserved2, samples;
     }
     s
 }

@@ -15,8 +15,9 @@ pub mod tenant;
 /// ABI major version: bumped on any incompatible change to registers,
 /// layouts or ioctls. Consumers refuse a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
-/// ABI minor version: bumped on compatible additions.
-pub const ABI_MINOR: u16 = 1;
+/// ABI minor version: bumped on compatible additions (2: the tenant
+/// node's context-instance reads).
+pub const ABI_MINOR: u16 = 2;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

@@ -17,6 +17,18 @@
 //! poll readiness when one is queued). A `read()` on a handle without a
 //! session, or of fewer bytes than one record, fails with EINVAL; once the
 //! daemon ends a session's feed, `read()` returns 0 after the queued records.
+//!
+//! # Context instances
+//! The device reuses a context id once the old context is released, so a
+//! context *instance* is named by (id, created cycle), as
+//! [`TENANT_IOC_LIST_CONTEXTS`] reports it. [`TENANT_IOC_READ_COUNTERS`] and
+//! [`TENANT_IOC_READ_RATES`] with [`scope::CONTEXT`] reach the newest
+//! instance of an id; [`TENANT_IOC_READ_INSTANCE`] and
+//! [`TENANT_IOC_READ_INSTANCE_RATES`] (ABI 1.2) reach any listed instance —
+//! active, destroyed or retired — until the daemon's retention policy
+//! prunes it. Another tenant's instance fails exactly like one that does
+//! not exist (EACCES; ENOENT for the admin). A daemon older than ABI 1.2
+//! answers these two with ENOTTY.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -191,6 +203,97 @@ pub struct ReadRates {
 }
 const _: () = assert!(core::mem::size_of::<ReadRates>() == 32 + 536 * RATE_SAMPLES);
 
+/// Input bits of [`ReadInstance::flags`] and [`ReadInstanceRates::flags`];
+/// any other bit is EINVAL.
+pub mod instance_flags {
+    /// Read the newest instance of the id: `created_cycle` is ignored on
+    /// input and answers the instance that was read.
+    pub const LATEST: u32 = 1 << 0;
+    /// Every defined bit.
+    pub const ALL: u32 = LATEST;
+}
+
+/// `TENANT_IOC_READ_INSTANCE`: cumulative totals of one context instance.
+///
+/// Input: `version`, `scope` = [`scope::CONTEXT`], `id`, `flags`,
+/// `created_cycle` (unless [`instance_flags::LATEST`]), `n_events`,
+/// `events`; `reserved` and `reserved2` must be 0. The output fields are
+/// overwritten, so an answer can be sent again as the next request.
+/// Values as in [`ReadCounters`]; a retired instance answers the final
+/// totals the daemon persisted before the device released its block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct ReadInstance {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// [`scope::CONTEXT`] (the only scope with instances).
+    pub scope: u32,
+    /// Context id.
+    pub id: u32,
+    /// Bits in [`instance_flags`].
+    pub flags: u32,
+    /// Created cycle of the instance ([`CtxEntry::created_cycle`]).
+    pub created_cycle: u64,
+    /// Number of valid ids in `events`; 0 = all events.
+    pub n_events: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Event ids to read; `values[i]` answers `events[i]` (or event `i`
+    /// when `n_events` is 0).
+    pub events: [u16; MAX_EVENTS],
+    /// Output: one of [`ctx_state`].
+    pub state: u32,
+    /// Output: bits in [`counter_flags`].
+    pub out_flags: u32,
+    /// Output: the VM the instance belongs to.
+    pub vm: u32,
+    /// Reserved, 0.
+    pub reserved2: u32,
+    /// Output: commits folded into the totals.
+    pub commit_seq: u64,
+    /// Output: device cycle of the last commit.
+    pub cycle: u64,
+    /// Output: totals.
+    pub values: [u64; MAX_EVENTS],
+    /// Output: the sealed block slot (with `SEALED` in `out_flags`).
+    pub sealed: BlockSlot,
+}
+const _: () = assert!(core::mem::size_of::<ReadInstance>() == 32 + 128 + 32 + 512 + 592);
+
+/// `TENANT_IOC_READ_INSTANCE_RATES`: the most recent per-interval deltas
+/// of one context instance (oldest first), as [`ReadRates`] answers them
+/// for a scope. The daemon keeps a bounded history per VM and per context
+/// id, so an old instance may answer fewer samples, or none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct ReadInstanceRates {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// [`scope::CONTEXT`].
+    pub scope: u32,
+    /// Context id.
+    pub id: u32,
+    /// Bits in [`instance_flags`].
+    pub flags: u32,
+    /// Created cycle of the instance (output with [`instance_flags::LATEST`]).
+    pub created_cycle: u64,
+    /// Most samples wanted (1..=RATE_SAMPLES).
+    pub max: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Output: samples filled.
+    pub count: u32,
+    /// Output: bits in [`counter_flags`].
+    pub out_flags: u32,
+    /// Output: nominal device clock in kHz.
+    pub clock_khz: u32,
+    /// Reserved, 0.
+    pub reserved2: u32,
+    /// Output.
+    pub samples: [RateSample; RATE_SAMPLES],
+}
+const _: () = assert!(core::mem::size_of::<ReadInstanceRates>() == 48 + 536 * RATE_SAMPLES);
+
 /// `TENANT_IOC_OPEN_STREAM`: turn this file handle into a stream session
 /// of a scope's delta records (replaces any previous session on the handle).
 #[repr(C)]
@@ -279,4 +382,8 @@ tenant_ioctls! {
     TENANT_IOC_OPEN_STREAM = request_code_write(0x04, OpenStream);
     /// [`EventInfo`].
     TENANT_IOC_EVENT_INFO = request_code_readwrite(0x05, EventInfo);
+    /// [`ReadInstance`] (ABI 1.2).
+    TENANT_IOC_READ_INSTANCE = request_code_readwrite(0x06, ReadInstance);
+    /// [`ReadInstanceRates`] (ABI 1.2).
+    TENANT_IOC_READ_INSTANCE_RATES = request_code_readwrite(0x07, ReadInstanceRates);
 }

@@ -15,8 +15,8 @@ use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadRates,
-    TenantDelta, Whoami, TENANT_IOCTLS,
+    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
+    ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,
 };
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -110,6 +110,11 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         TenantDelta => "gpupm_tenant_delta": seq, lost_before, slot;
         EventInfo => "gpupm_tenant_event_info": version, id, unit_type, multibit, scope, reserved,
             reserved2, name, measure, description;
+        ReadInstance => "gpupm_tenant_read_instance": version, scope, id, flags, created_cycle,
+            n_events, reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values,
+            sealed;
+        ReadInstanceRates => "gpupm_tenant_read_instance_rates": version, scope, id, flags,
+            created_cycle, max, reserved, count, out_flags, clock_khz, reserved2, samples;
     }
 }
 

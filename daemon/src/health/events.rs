@@ -21,6 +21,10 @@ pub const DEVICE_IDENTITY_ID: &str = "cde839ebdfb1442092af84e8fac94418";
 /// `MESSAGE_ID` of the warning logged when the device completed a
 /// context switch by its own fallback (`PARTITION`, `FALLBACKS`).
 pub const HANDSHAKE_FALLBACK_ID: &str = "e016e3fbc46a4ebd8ecdf279a8ca6839";
+/// `MESSAGE_ID` of the event logged when the retention policy pruned
+/// retired context instances (`PRUNED_BY_AGE`, `PRUNED_BY_COUNT`, `KEPT`,
+/// `OLDEST_RETIRED_CYCLE` of the pruned ones).
+pub const RETIRED_PRUNED_ID: &str = "491813e5979c42328f844d7287176380";
 
 /// The daemon started (before it is ready).
 pub fn startup(version: &str, config: &Path) {
@@ -88,5 +92,21 @@ pub fn handshake_fallback(partition: u32, fallbacks: u64) {
         partition,
         fallbacks,
         "partition {partition}: the device completed a context switch by fallback ({fallbacks} in total)"
+    );
+}
+
+/// The retention policy removed retired context instances (their files and
+/// table entries); `oldest_retired_cycle` is the retirement cycle of the
+/// oldest one removed. VM and system totals are unaffected.
+pub fn retired_pruned(by_age: usize, by_count: usize, kept: usize, oldest_retired_cycle: u64) {
+    tracing::info!(
+        target: TARGET,
+        message_id = RETIRED_PRUNED_ID,
+        pruned_by_age = by_age,
+        pruned_by_count = by_count,
+        kept,
+        oldest_retired_cycle,
+        "retention: pruned {} retired contexts ({by_age} by age, {by_count} by count), {kept} kept",
+        by_age + by_count
     );
 }

@@ -1,7 +1,8 @@
 //! Health in journald: structured log setup (journald when its socket
 //! exists, stderr otherwise), the periodic health summary with a stable
 //! `MESSAGE_ID`, anomaly warnings, and the lifecycle events the daemon core
-//! emits (startup, shutdown, config applied, device identity).
+//! emits (startup, shutdown, config applied, device identity, retired
+//! contexts pruned).
 //!
 //! # Journal fields
 //! Every event of this module carries `MESSAGE_ID` (one of the `*_ID`
@@ -27,8 +28,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use events::{
-    config_applied, device_identity, handshake_fallback, shutdown, startup, CONFIG_APPLIED_ID,
-    DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID, SHUTDOWN_ID, STARTUP_ID,
+    config_applied, device_identity, handshake_fallback, retired_pruned, shutdown, startup,
+    CONFIG_APPLIED_ID, DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID, RETIRED_PRUNED_ID, SHUTDOWN_ID,
+    STARTUP_ID,
 };
 pub use fanout::HealthFanout;
 pub use logging::{init_logging, init_logging_sink, LogSink};

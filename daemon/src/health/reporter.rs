@@ -13,7 +13,7 @@ use crate::view::{HealthSnapshot, HealthSource};
 /// `HANDSHAKE_P99_US` (of the handshakes in the interval; 0 without
 /// samples), `FALLBACKS`, `LOST_RECORDS`, `DRAINED_RECORDS`,
 /// `DRAIN_LAG_RECORDS`, `CONTEXTS_ACTIVE`, `CONTEXTS_RETIRED`,
-/// `TENANT_REQUESTS`, `TENANT_ERRORS` (totals), `TENANT_REQUEST_RATE`
+/// `CONTEXTS_PRUNED`, `CONTEXTS_RETAINED`, `TENANT_REQUESTS`, `TENANT_ERRORS` (totals), `TENANT_REQUEST_RATE`
 /// (requests per second over the interval), `TENANT_ERRORS_INTERVAL`.
 pub const SUMMARY_ID: &str = "cc6ed650059e4f7c90aa08e5963e2eba";
 
@@ -81,6 +81,10 @@ pub struct Summary {
     pub contexts_active: u64,
     /// Contexts retired.
     pub contexts_retired: u64,
+    /// Retired contexts pruned by the retention policy (total).
+    pub contexts_pruned: u64,
+    /// Retired contexts kept.
+    pub contexts_retained: u64,
     /// Tenant requests (total).
     pub tenant_requests: u64,
     /// Tenant errors (total).
@@ -156,6 +160,8 @@ impl Summary {
             drain_lag_records: cur.drain_lag_records,
             contexts_active: cur.contexts_active,
             contexts_retired: cur.contexts_retired,
+            contexts_pruned: cur.contexts_pruned,
+            contexts_retained: cur.contexts_retained,
             tenant_requests: cur.tenant_requests,
             tenant_errors: cur.tenant_errors,
             tenant_request_rate,
@@ -216,6 +222,8 @@ impl Summary {
             drain_lag_records = self.drain_lag_records,
             contexts_active = self.contexts_active,
             contexts_retired = self.contexts_retired,
+            contexts_pruned = self.contexts_pruned,
+            contexts_retained = self.contexts_retained,
             tenant_requests = self.tenant_requests,
             tenant_errors = self.tenant_errors,
             tenant_request_rate = self.tenant_request_rate,

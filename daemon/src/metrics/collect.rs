@@ -16,7 +16,8 @@
 //! | `gpupm_handshake_response_max_seconds` | gauge | |
 //! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
 //! | `gpupm_contexts_active` | gauge | |
-//! | `gpupm_contexts_retired_total` | counter | |
+//! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | |
+//! | `gpupm_contexts_retained` | gauge | |
 //! | `gpupm_uptime_seconds` | gauge | |
 //!
 //! # Context cardinality
@@ -243,7 +244,7 @@ impl ScrapeData {
             self.handshakes.metric_type(),
         )?;
         self.handshakes.encode(m)?;
-        let counters: [(&str, &str, u64); 7] = [
+        let counters: [(&str, &str, u64); 8] = [
             (
                 "gpupm_handshakes",
                 "Host-driven context-switch handshakes completed.",
@@ -279,6 +280,11 @@ impl ScrapeData {
                 "Contexts retired (final totals persisted, block released).",
                 h.contexts_retired,
             ),
+            (
+                "gpupm_contexts_pruned",
+                "Retired contexts removed by the retention policy.",
+                h.contexts_pruned,
+            ),
         ];
         for (name, help, v) in counters {
             encoder
@@ -311,6 +317,14 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&h.contexts_active)?;
+        encoder
+            .encode_descriptor(
+                "gpupm_contexts_retained",
+                "Retired contexts kept (readable through the tenant node).",
+                None,
+                MetricType::Gauge,
+            )?
+            .encode_gauge(&h.contexts_retained)?;
         encoder
             .encode_descriptor(
                 "gpupm_uptime",

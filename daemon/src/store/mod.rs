@@ -7,11 +7,16 @@
 //! each VM's block, each live context's block) or, for a retired context,
 //! from the block slot persisted before its release. A daemon restart
 //! therefore loses and double-counts nothing.
+//!
+//! Every context instance (id, created cycle) the daemon still knows is
+//! readable: a live one from its block, a retired one from its file, until
+//! the [`retention`] policy prunes it.
 
 pub mod history;
+pub mod retention;
 pub mod retired;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
@@ -23,6 +28,8 @@ use gpupm_uapi::regs;
 use zerocopy::IntoBytes;
 
 use self::history::History;
+pub use self::retention::Pruned;
+use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
 use crate::devnode::DevNode;
 use crate::tenant::TenantStats;
@@ -30,6 +37,10 @@ use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
     HealthSource, Scope, Totals, VmId,
 };
+
+/// Most history samples one instance-rates request looks at (the tail of
+/// the context's or VM's ring).
+pub const INSTANCE_SCAN: usize = 4096;
 
 /// A VM as the device's table describes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,12 +66,22 @@ pub struct LiveCtx {
     pub destroyed: bool,
 }
 
+/// A retired instance in the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct RetiredEntry {
+    vm: VmId,
+    /// Device cycle of its persisting (the retention clock).
+    retired_cycle: u64,
+}
+
 #[derive(Debug, Default)]
 struct Tables {
     vms: BTreeMap<VmId, VmInfo>,
     partitions: Vec<u32>,
     live: BTreeMap<CtxId, LiveCtx>,
-    retired: BTreeMap<(CtxId, u64), VmId>,
+    retired: BTreeMap<(CtxId, u64), RetiredEntry>,
+    /// The keys of `retired` in retention order, oldest first.
+    retired_order: BTreeSet<AgeKey>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +92,7 @@ struct Stats {
     drain_lag: AtomicU64,
     response_max_cycles: AtomicU64,
     retired: AtomicU64,
+    pruned: AtomicU64,
 }
 
 /// The daemon's state, shared by the engine threads and the consumers.
@@ -80,6 +102,12 @@ pub struct Store {
     identity: DeviceIdentity,
     started: Instant,
     retired_files: RetiredStore,
+    retention: Retention,
+    /// Signalled when an instance enters the retired set.
+    retired_signal: tokio::sync::Notify,
+    /// One pruning pass at a time.
+    pruning: Mutex<()>,
+    prune_log: Mutex<retention::PruneLog>,
     tables: RwLock<Tables>,
     history: Mutex<History>,
     stats: Stats,
@@ -89,11 +117,12 @@ pub struct Store {
 
 impl Store {
     /// A store over `dev`, keeping `history` samples per scope and the
-    /// retired set in `retired_files`.
+    /// retired set in `retired_files`, bounded by `retention`.
     pub fn new(
         dev: Arc<DevNode>,
         identity: DeviceIdentity,
         retired_files: RetiredStore,
+        retention: Retention,
         history: usize,
     ) -> Store {
         Store {
@@ -101,6 +130,10 @@ impl Store {
             identity,
             started: Instant::now(),
             retired_files,
+            retention,
+            retired_signal: tokio::sync::Notify::new(),
+            pruning: Mutex::new(()),
+            prune_log: Mutex::new(retention::PruneLog::default()),
             tables: RwLock::new(Tables::default()),
             history: Mutex::new(History::new(history)),
             stats: Stats::default(),
@@ -204,8 +237,17 @@ impl Store {
     }
 
     /// Records that an instance is persisted (and about to be, or already,
-    /// released): it leaves the live table.
+    /// released): it leaves the live table and enters the retired set,
+    /// ordered for retention by the cycle its file records.
     pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId) {
+        // The retirement cycle is in the file just written (or just loaded);
+        // reading it back keeps the engine's call unchanged. A file that
+        // cannot be read ages from its creation, which prunes it no later
+        // than its real age would.
+        let retired_cycle = self
+            .retired_files
+            .load(ctx, created_cycle)
+            .map_or(created_cycle, |r| r.retired_cycle);
         let mut t = self.write();
         if t.live
             .get(&ctx)
@@ -213,8 +255,22 @@ impl Store {
         {
             t.live.remove(&ctx);
         }
-        if t.retired.insert((ctx, created_cycle), vm).is_none() {
-            self.stats.retired.fetch_add(1, Ordering::Relaxed);
+        let entry = RetiredEntry { vm, retired_cycle };
+        match t.retired.insert((ctx, created_cycle), entry) {
+            None => {
+                t.retired_order.insert((retired_cycle, created_cycle, ctx));
+                self.stats.retired.fetch_add(1, Ordering::Relaxed);
+                drop(t);
+                // Stores a permit if the retention task is busy, so the
+                // next pass sees this instance.
+                self.retired_signal.notify_one();
+            }
+            Some(old) if old.retired_cycle != retired_cycle => {
+                t.retired_order
+                    .remove(&(old.retired_cycle, created_cycle, ctx));
+                t.retired_order.insert((retired_cycle, created_cycle, ctx));
+            }
+            Some(_) => {}
         }
     }
 
@@ -268,15 +324,44 @@ impl Store {
         })
     }
 
-    fn retired_totals(&self, ctx: CtxId) -> Option<Totals> {
-        let created = self
-            .read()
-            .retired
-            .range((ctx, 0)..=(ctx, u64::MAX))
-            .next_back()
-            .map(|(&(_, c), _)| c)?;
-        let rec = self.retired_files.load(ctx, created)?;
+    /// The persisted totals of a retired instance the table still holds.
+    fn retired_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        if !self.read().retired.contains_key(&(ctx, created_cycle)) {
+            return None;
+        }
+        let rec = self.retired_files.load(ctx, created_cycle)?;
+        if rec.ctx != ctx || rec.created_cycle != created_cycle {
+            return None;
+        }
         Self::slot_totals(&rec.slot, rec.sealed(), None)
+    }
+
+    /// The instance after (`ctx`, `created_cycle`) with the same id, if any.
+    fn next_instance(t: &Tables, ctx: CtxId, created_cycle: u64) -> Option<u64> {
+        let retired = t
+            .retired
+            .range((ctx, created_cycle.saturating_add(1))..=(ctx, u64::MAX))
+            .next()
+            .map(|(&(_, c), _)| c);
+        let live = t
+            .live
+            .get(&ctx)
+            .map(|c| c.created_cycle)
+            .filter(|&c| c > created_cycle);
+        retired.into_iter().chain(live).min()
+    }
+
+    fn live_info(ctx: CtxId, c: &LiveCtx) -> CtxInfo {
+        CtxInfo {
+            ctx,
+            vm: c.vm,
+            created_cycle: c.created_cycle,
+            state: if c.destroyed {
+                CtxState::Destroyed
+            } else {
+                CtxState::Active
+            },
+        }
     }
 
     fn device_sum(&self, reg: u64) -> u64 {
@@ -307,7 +392,7 @@ impl CounterView for Store {
         let mut out: Vec<CtxInfo> = t
             .retired
             .iter()
-            .filter(|(_, &v)| v == vm)
+            .filter(|(_, e)| e.vm == vm)
             .map(|(&(ctx, created_cycle), _)| CtxInfo {
                 ctx,
                 vm,
@@ -319,16 +404,7 @@ impl CounterView for Store {
             t.live
                 .iter()
                 .filter(|(_, c)| c.vm == vm)
-                .map(|(&ctx, c)| CtxInfo {
-                    ctx,
-                    vm,
-                    created_cycle: c.created_cycle,
-                    state: if c.destroyed {
-                        CtxState::Destroyed
-                    } else {
-                        CtxState::Active
-                    },
-                }),
+                .map(|(&ctx, c)| Self::live_info(ctx, c)),
         );
         out.sort_by_key(|c| (c.ctx, c.created_cycle));
         Some(out)
@@ -342,7 +418,7 @@ impl CounterView for Store {
         t.retired
             .range((ctx, 0)..=(ctx, u64::MAX))
             .next_back()
-            .map(|(_, &vm)| vm)
+            .map(|(_, e)| e.vm)
     }
 
     fn totals(&self, scope: Scope) -> Option<Totals> {
@@ -360,24 +436,100 @@ impl CounterView for Store {
                 Self::slot_totals(&slot, info.confidential, Some((block_kind::VM, vm)))
             }
             Scope::Ctx(ctx) => {
-                if let Some(c) = self.live(ctx) {
-                    let sealed = self.vm_info(c.vm).is_some_and(|v| v.confidential);
-                    let slot = self.dev.block_slot(c.block_offset).ok()?;
-                    // Still the same instance? (It may have been released
-                    // and persisted since the table was read.)
-                    if let Some(t) =
-                        Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx)))
-                    {
-                        if self
-                            .live(ctx)
-                            .is_some_and(|now| now.created_cycle == c.created_cycle)
-                        {
-                            return Some(t);
-                        }
-                    }
-                }
-                self.retired_totals(ctx)
+                let latest = self.latest_instance(ctx)?;
+                self.instance_totals(ctx, latest.created_cycle)
             }
+        }
+    }
+
+    fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {
+        let t = self.read();
+        if let Some(c) = t
+            .live
+            .get(&ctx)
+            .filter(|c| c.created_cycle == created_cycle)
+        {
+            return Some(Self::live_info(ctx, c));
+        }
+        t.retired.get(&(ctx, created_cycle)).map(|e| CtxInfo {
+            ctx,
+            vm: e.vm,
+            created_cycle,
+            state: CtxState::Retired,
+        })
+    }
+
+    fn latest_instance(&self, ctx: CtxId) -> Option<CtxInfo> {
+        let t = self.read();
+        if let Some(c) = t.live.get(&ctx) {
+            return Some(Self::live_info(ctx, c));
+        }
+        t.retired
+            .range((ctx, 0)..=(ctx, u64::MAX))
+            .next_back()
+            .map(|(&(_, created_cycle), e)| CtxInfo {
+                ctx,
+                vm: e.vm,
+                created_cycle,
+                state: CtxState::Retired,
+            })
+    }
+
+    fn instance_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        if let Some(c) = self.live(ctx).filter(|c| c.created_cycle == created_cycle) {
+            let sealed = self.vm_info(c.vm).is_some_and(|v| v.confidential);
+            let slot = self.dev.block_slot(c.block_offset).ok()?;
+            // Still the same instance? (It may have been persisted and
+            // released since the table was read; then its file answers.)
+            if let Some(t) = Self::slot_totals(&slot, sealed, Some((block_kind::CONTEXT, ctx))) {
+                if self
+                    .live(ctx)
+                    .is_some_and(|now| now.created_cycle == created_cycle)
+                {
+                    return Some(t);
+                }
+            }
+        }
+        self.retired_totals(ctx, created_cycle)
+    }
+
+    fn instance_recent(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        max: usize,
+    ) -> Option<Vec<DeltaSample>> {
+        let info = self.instance(ctx, created_cycle)?;
+        let next = Self::next_instance(&self.read(), ctx, created_cycle);
+        // A commit belongs to the instance the id named at its end cycle:
+        // from the instance's creation until the next instance's.
+        let mine = |s: &DeltaSample| {
+            s.ctx == ctx
+                && s.vm == info.vm
+                && s.end_cycle >= created_cycle
+                && next.is_none_or(|n| s.end_cycle < n)
+        };
+        // The newest instance: the id's own ring holds its samples. An
+        // older one: the id's ring was cleared for the newer instance; what
+        // is left of it is in its VM's ring.
+        let scope = match next {
+            None => Scope::Ctx(ctx),
+            Some(_) => Scope::Vm(info.vm),
+        };
+        // Unpack the ring's tail, widening until `max` samples match, the
+        // ring is exhausted or INSTANCE_SCAN samples were looked at: a
+        // request never unpacks a whole large history (history_samples may
+        // be 65536) while the drain waits for the lock.
+        let mut n = max.saturating_mul(4).clamp(1, INSTANCE_SCAN);
+        loop {
+            let pool = self.hist().recent(scope, n);
+            let looked = pool.len();
+            let mut out: Vec<DeltaSample> = pool.into_iter().filter(mine).collect();
+            if out.len() >= max || looked < n || n >= INSTANCE_SCAN {
+                out.drain(..out.len().saturating_sub(max));
+                return Some(out);
+            }
+            n = n.saturating_mul(4).min(INSTANCE_SCAN);
         }
     }
 
@@ -411,7 +563,7 @@ impl HealthSource for Store {
     fn snapshot(&self) -> HealthSnapshot {
         let latencies =
             std::mem::take(&mut *self.latencies.lock().unwrap_or_else(|e| e.into_inner()));
-        let (active, retired) = {
+        let (active, retained) = {
             let t = self.read();
             (
                 t.live.values().filter(|c| !c.destroyed).count() as u64,
@@ -438,7 +590,9 @@ impl HealthSource for Store {
                 self.identity.clock_khz,
             ),
             contexts_active: active,
-            contexts_retired: retired,
+            contexts_retired: self.stats.retired.load(Ordering::Relaxed),
+            contexts_pruned: self.stats.pruned.load(Ordering::Relaxed),
+            contexts_retained: retained,
             tenant_requests: requests,
             tenant_errors: errors,
         }

@@ -13,6 +13,8 @@
 //! here, never lost; (id, created cycle) names one instance, so a restart
 //! that persists the same instance again rewrites the same file and never
 //! counts it twice. Temporary files left by a crash are removed on open.
+//! The retention policy ([`super::retention`]) removes files of the oldest
+//! instances (unlink, then fsync of the directory); they stay removed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -161,6 +163,28 @@ impl RetiredStore {
         Ok(())
     }
 
+    /// Removes the files of `instances` durably (unlink, then one fsync of
+    /// the directory), for the retention policy. An already missing file
+    /// is not an error; after a failure the others are still removed and
+    /// the first error is returned.
+    pub fn remove(&self, instances: &[(u32, u64)]) -> Result<(), RetiredError> {
+        let mut first_err = None;
+        for &(ctx, created_cycle) in instances {
+            let path = self.path_of(ctx, created_cycle);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    first_err.get_or_insert_with(|| io_err("removing", &path)(e));
+                }
+            }
+        }
+        if let Err(e) = File::open(&self.dir).and_then(|d| d.sync_all()) {
+            first_err.get_or_insert_with(|| io_err("syncing", &self.dir)(e));
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
     /// Reads one instance (`None` if absent or not a valid file).
     pub fn load(&self, ctx: u32, created_cycle: u64) -> Option<RetiredFile> {
         read_file(&self.path_of(ctx, created_cycle))
@@ -221,6 +245,9 @@ mod tests {
         assert_eq!(good, vec![rec]);
         assert_eq!(bad.len(), 1);
         assert!(store.contains(7, 1234));
+        store.remove(&[(7, 1234), (7, 99)]).unwrap();
+        assert!(!store.contains(7, 1234));
+        assert_eq!(store.load_all().unwrap().0, vec![]);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

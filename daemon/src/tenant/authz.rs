@@ -6,11 +6,11 @@
 //! and what does not exist take the same path to the same EACCES.
 
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
-use gpupm_uapi::tenant::scope;
+use gpupm_uapi::tenant::{instance_flags, scope};
 
 use super::error::RequestError;
 use super::policy::Identity;
-use crate::view::{CounterView, CtxId, Scope, VmId};
+use crate::view::{CounterView, CtxId, CtxInfo, Scope, VmId};
 
 pub(super) fn check_vm_id(vm: u32) -> Result<VmId, RequestError> {
     if (1..MAX_VMS).contains(&vm) {
@@ -133,5 +133,47 @@ pub(super) fn recheck(
             Err(RequestError::Denied)
         }
         _ => Ok(()),
+    }
+}
+
+/// Validates, authorises and resolves a context instance: `(kind, id)`
+/// must name a context, `flags` only [`instance_flags`] bits; with
+/// [`instance_flags::LATEST`] the id's newest instance is taken and
+/// `created_cycle` ignored.
+///
+/// An instance is looked up by its full name, one table lookup whether it
+/// exists or not, and only then is its VM compared with the caller's: for a
+/// tenant, someone else's instance and a missing one take the same path to
+/// the same EACCES. Unlike a bare context id, an instance never changes
+/// owner (ids are reused, (id, created cycle) is not), so no recheck is
+/// needed after its data is read.
+pub(super) fn resolve_instance(
+    view: &dyn CounterView,
+    identity: &Identity,
+    kind: u32,
+    id: u32,
+    flags: u32,
+    created_cycle: u64,
+) -> Result<CtxInfo, RequestError> {
+    if flags & !instance_flags::ALL != 0 {
+        return Err(RequestError::Invalid("unknown flags"));
+    }
+    if kind != scope::CONTEXT {
+        return Err(RequestError::Invalid("only context scopes have instances"));
+    }
+    let ctx = check_ctx_id(id)?;
+    if let Identity::Tenant(vms) = identity {
+        if vms.is_empty() {
+            return Err(RequestError::Denied);
+        }
+    }
+    let found = if flags & instance_flags::LATEST != 0 {
+        view.latest_instance(ctx)
+    } else {
+        view.instance(ctx, created_cycle)
+    };
+    match found {
+        Some(info) if identity.may_see_vm(info.vm) => Ok(info),
+        _ => Err(missing(identity)),
     }
 }

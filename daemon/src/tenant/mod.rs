@@ -52,7 +52,8 @@
 //! ```
 //!
 //! Files: [`policy`] (caller → identity), `authz` (scope authorisation),
-//! [`requests`] (ioctl decoding and answers), `error` (errnos),
+//! [`requests`] (ioctl decoding and answers), `instance` (reads of one
+//! context instance by (id, created cycle)), `error` (errnos),
 //! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
 //! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
 //! descriptor), [`client`] (a typed client).
@@ -61,6 +62,7 @@ mod authz;
 pub mod client;
 mod error;
 mod fs;
+mod instance;
 mod mount;
 pub mod policy;
 mod pump;

@@ -17,13 +17,15 @@ use gpupm_uapi::tenant::{
     counter_flags, ctx_state, scope, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample,
     ReadCounters, ReadRates, Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS,
     TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_STREAM,
-    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES,
+    TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
 };
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::authz::{missing, recheck, resolve};
 pub use super::error::RequestError;
+use super::instance::{read_instance, read_instance_rates};
 use super::policy::Identity;
 use crate::view::{Caller, CounterView, CtxId, CtxState, DeltaSample, Scope, Totals, VmId};
 
@@ -89,6 +91,10 @@ pub fn dispatch(
         TENANT_IOC_READ_RATES => out(read_rates(view, identity, decode(input)?)?.as_bytes()),
         TENANT_IOC_OPEN_STREAM => open_stream(view, identity, *decode(input)?).map(Answer::Stream),
         TENANT_IOC_EVENT_INFO => out(event_info(decode(input)?)?.as_bytes()),
+        TENANT_IOC_READ_INSTANCE => out(read_instance(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_READ_INSTANCE_RATES => {
+            out(read_instance_rates(view, identity, decode(input)?)?.as_bytes())
+        }
         _ if ioc_type(cmd) == u32::from(TENANT_IOC_MAGIC)
             && ioc_dir(cmd) != 0
             && TENANT_IOCTLS
@@ -110,7 +116,7 @@ fn decode<T: FromBytes + KnownLayout + Immutable>(input: &[u8]) -> Result<Box<T>
         .map_err(|_| RequestError::Invalid("argument size"))
 }
 
-fn check_version(version: u32) -> Result<(), RequestError> {
+pub(super) fn check_version(version: u32) -> Result<(), RequestError> {
     if version == TENANT_STRUCT_VERSION {
         Ok(())
     } else {
@@ -118,7 +124,7 @@ fn check_version(version: u32) -> Result<(), RequestError> {
     }
 }
 
-fn check_reserved(reserved: u32) -> Result<(), RequestError> {
+pub(super) fn check_reserved(reserved: u32) -> Result<(), RequestError> {
     if reserved == 0 {
         Ok(())
     } else {
@@ -147,7 +153,7 @@ fn whoami(
     Ok(ans)
 }
 
-fn ctx_state_code(state: CtxState) -> u32 {
+pub(super) fn ctx_state_code(state: CtxState) -> u32 {
     match state {
         CtxState::Active => ctx_state::ACTIVE,
         CtxState::Destroyed => ctx_state::DESTROYED,
@@ -458,6 +464,89 @@ mod tests {
         arg.flags = 1;
         assert_eq!(
             errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
+            libc::EINVAL
+        );
+    }
+
+    #[test]
+    fn instance_reads_check_shape_before_existence_and_hide_it_from_tenants() {
+        use gpupm_uapi::tenant::{instance_flags, ReadInstance, ReadInstanceRates};
+
+        let mut arg = ReadInstance::new_zeroed();
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.scope = scope::CONTEXT;
+        arg.id = 7;
+        arg.created_cycle = 1234;
+        let call = |identity: &Identity, a: &ReadInstance| {
+            errno(identity, TENANT_IOC_READ_INSTANCE, a.as_bytes())
+        };
+        let tenant = Identity::Tenant(vec![1]);
+        assert_eq!(call(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(call(&tenant, &arg), libc::EACCES);
+        assert_eq!(call(&Identity::Tenant(vec![]), &arg), libc::EACCES);
+        arg.flags = instance_flags::LATEST;
+        assert_eq!(call(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(call(&tenant, &arg), libc::EACCES);
+        for bad in [
+            ReadInstance {
+                flags: 1 << 7,
+                ..arg
+            },
+            ReadInstance { reserved: 1, ..arg },
+            ReadInstance {
+                reserved2: 1,
+                ..arg
+            },
+            ReadInstance { version: 2, ..arg },
+            ReadInstance {
+                scope: scope::VM,
+                ..arg
+            },
+            ReadInstance { id: 0, ..arg },
+            ReadInstance {
+                id: u32::MAX,
+                ..arg
+            },
+            ReadInstance {
+                n_events: 65,
+                ..arg
+            },
+            ReadInstance {
+                n_events: 1,
+                events: [u16::MAX; MAX_EVENTS],
+                ..arg
+            },
+        ] {
+            assert_eq!(call(&tenant, &bad), libc::EINVAL, "{bad:?}");
+            assert_eq!(call(&Identity::Admin, &bad), libc::EINVAL, "{bad:?}");
+        }
+        let mut rates = ReadInstanceRates::new_zeroed();
+        rates.version = TENANT_STRUCT_VERSION;
+        rates.scope = scope::CONTEXT;
+        rates.id = 7;
+        rates.max = 1;
+        let call = |identity: &Identity, a: &ReadInstanceRates| {
+            errno(identity, TENANT_IOC_READ_INSTANCE_RATES, a.as_bytes())
+        };
+        assert_eq!(call(&Identity::Admin, &rates), libc::ENOENT);
+        assert_eq!(call(&tenant, &rates), libc::EACCES);
+        for bad in [
+            ReadInstanceRates { max: 0, ..rates },
+            ReadInstanceRates { max: 17, ..rates },
+            ReadInstanceRates { flags: 2, ..rates },
+            ReadInstanceRates {
+                reserved: 1,
+                ..rates
+            },
+            ReadInstanceRates {
+                scope: scope::SYSTEM,
+                ..rates
+            },
+        ] {
+            assert_eq!(call(&tenant, &bad), libc::EINVAL);
+        }
+        assert_eq!(
+            errno(&tenant, TENANT_IOC_READ_INSTANCE, &[0; 16]),
             libc::EINVAL
         );
     }

@@ -12,6 +12,19 @@
 //! }
 //! # Ok::<(), gpupmd::tenant::client::ClientError>(())
 //! ```
+//!
+//! Any listed context instance — including retired ones whose id now
+//! names a newer context — is read by its (id, created cycle):
+//!
+//! ```no_run
+//! # use gpupmd::tenant::client::TenantClient;
+//! # let node = TenantClient::open_default()?;
+//! for c in node.list_contexts(1)? {
+//!     let t = node.read_instance(c.ctx, c.created_cycle, &[])?;
+//!     println!("{}@{}: {} commits", c.ctx, c.created_cycle, t.commit_seq);
+//! }
+//! # Ok::<(), gpupmd::tenant::client::ClientError>(())
+//! ```
 
 pub mod ioctl;
 
@@ -23,15 +36,17 @@ use std::path::{Path, PathBuf};
 
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::tenant::{
-    scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates, TenantDelta,
-    Whoami, RATE_SAMPLES, TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM,
-    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+    instance_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, TenantDelta, Whoami, RATE_SAMPLES,
+    TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM,
+    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES,
+    TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
 };
 use nix::errno::Errno;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::{DEFAULT_TENANT_DIR, NODE_NAME};
-use crate::view::Scope;
+use crate::view::{CtxId, Scope};
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +215,76 @@ impl TenantClient {
         self.call(
             "TENANT_IOC_READ_COUNTERS",
             TENANT_IOC_READ_COUNTERS,
+            &mut *arg,
+        )?;
+        Ok(arg)
+    }
+
+    /// Cumulative totals of the context instance (`ctx`, `created_cycle`)
+    /// — active, destroyed or retired — as [`Self::read_counters`] answers
+    /// them for a scope (ABI 1.2; an older daemon answers ENOTTY).
+    pub fn read_instance(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        events: &[u16],
+    ) -> Result<Box<ReadInstance>, ClientError> {
+        self.instance_call(ctx, created_cycle, 0, events)
+    }
+
+    /// Cumulative totals of the newest instance of `ctx`, with its created
+    /// cycle in the answer (so that later reads can name that instance).
+    pub fn read_latest_instance(
+        &self,
+        ctx: CtxId,
+        events: &[u16],
+    ) -> Result<Box<ReadInstance>, ClientError> {
+        self.instance_call(ctx, 0, instance_flags::LATEST, events)
+    }
+
+    fn instance_call(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        flags: u32,
+        events: &[u16],
+    ) -> Result<Box<ReadInstance>, ClientError> {
+        if events.len() > MAX_EVENTS {
+            return Err(ClientError::TooManyEvents(events.len()));
+        }
+        let mut arg = Box::new(ReadInstance::new_zeroed());
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.scope = scope::CONTEXT;
+        arg.id = ctx;
+        arg.flags = flags;
+        arg.created_cycle = created_cycle;
+        arg.n_events = u32::try_from(events.len()).unwrap_or(u32::MAX);
+        arg.events[..events.len()].copy_from_slice(events);
+        self.call(
+            "TENANT_IOC_READ_INSTANCE",
+            TENANT_IOC_READ_INSTANCE,
+            &mut *arg,
+        )?;
+        Ok(arg)
+    }
+
+    /// Up to `max` (1..=16) most recent rate samples of the context
+    /// instance (`ctx`, `created_cycle`).
+    pub fn read_instance_rates(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        max: u32,
+    ) -> Result<Box<ReadInstanceRates>, ClientError> {
+        let mut arg = Box::new(ReadInstanceRates::new_zeroed());
+        arg.version = TENANT_STRUCT_VERSION;
+        arg.scope = scope::CONTEXT;
+        arg.id = ctx;
+        arg.created_cycle = created_cycle;
+        arg.max = max.min(u32::try_from(RATE_SAMPLES).unwrap_or(u32::MAX));
+        self.call(
+            "TENANT_IOC_READ_INSTANCE_RATES",
+            TENANT_IOC_READ_INSTANCE_RATES,
             &mut *arg,
         )?;
         Ok(arg)

@@ -1,0 +1,139 @@
+//! `TENANT_IOC_READ_INSTANCE` and `TENANT_IOC_READ_INSTANCE_RATES`: reads
+//! of one context instance, named by (id, created cycle) — any instance the
+//! daemon lists, not only the newest one of an id.
+//!
+//! Same order of checks as every request (see [`super::requests`]): shape
+//! of the argument, then authorisation, then existence; nothing is changed
+//! by any answer.
+
+use gpupm_uapi::events::{EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::layout::BlockSlot;
+use gpupm_uapi::tenant::{
+    counter_flags, RateSample, ReadInstance, ReadInstanceRates, RATE_SAMPLES,
+};
+use zerocopy::{FromBytes, FromZeros};
+
+use super::authz::{missing, resolve_instance};
+use super::policy::Identity;
+use super::requests::{check_reserved, check_version, ctx_state_code, RequestError};
+use crate::view::{CounterView, Totals};
+
+pub(super) fn read_instance(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<ReadInstance>,
+) -> Result<Box<ReadInstance>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    check_reserved(arg.reserved2)?;
+    let n = usize::try_from(arg.n_events).unwrap_or(usize::MAX);
+    if n > MAX_EVENTS {
+        return Err(RequestError::Invalid("too many event ids"));
+    }
+    if arg.events[..n]
+        .iter()
+        .any(|&e| usize::from(e) >= EVENT_COUNT)
+    {
+        return Err(RequestError::Invalid("event id out of range"));
+    }
+    let info = resolve_instance(
+        view,
+        identity,
+        arg.scope,
+        arg.id,
+        arg.flags,
+        arg.created_cycle,
+    )?;
+    let totals = view
+        .instance_totals(info.ctx, info.created_cycle)
+        .ok_or_else(|| missing(identity))?;
+    arg.created_cycle = info.created_cycle;
+    arg.state = ctx_state_code(info.state);
+    arg.vm = info.vm;
+    arg.values = [0; MAX_EVENTS];
+    arg.sealed = BlockSlot::new_zeroed();
+    match totals {
+        Totals::Plain {
+            counters,
+            commit_seq,
+            cycle,
+        } => {
+            arg.out_flags = 0;
+            arg.commit_seq = commit_seq;
+            arg.cycle = cycle;
+            if n == 0 {
+                arg.values = counters;
+            } else {
+                let events = arg.events;
+                for (v, &e) in arg.values.iter_mut().zip(&events[..n]) {
+                    *v = counters.get(usize::from(e)).copied().unwrap_or(0);
+                }
+            }
+        }
+        Totals::Sealed(bytes) => {
+            arg.out_flags = counter_flags::SEALED;
+            arg.commit_seq = 0;
+            arg.cycle = 0;
+            arg.sealed = BlockSlot::read_from_bytes(&bytes)
+                .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?;
+        }
+    }
+    Ok(arg)
+}
+
+pub(super) fn read_instance_rates(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<ReadInstanceRates>,
+) -> Result<Box<ReadInstanceRates>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    check_reserved(arg.reserved2)?;
+    let max = usize::try_from(arg.max).unwrap_or(usize::MAX);
+    if !(1..=RATE_SAMPLES).contains(&max) {
+        return Err(RequestError::Invalid("max samples out of range"));
+    }
+    let info = resolve_instance(
+        view,
+        identity,
+        arg.scope,
+        arg.id,
+        arg.flags,
+        arg.created_cycle,
+    )?;
+    let samples = view
+        .instance_recent(info.ctx, info.created_cycle, max)
+        .ok_or_else(|| missing(identity))?;
+    let sealed = matches!(
+        view.instance_totals(info.ctx, info.created_cycle),
+        Some(Totals::Sealed(_))
+    ) || samples.iter().any(|s| s.sealed.is_some());
+    arg.created_cycle = info.created_cycle;
+    arg.count = 0;
+    arg.out_flags = 0;
+    arg.clock_khz = view.clock_khz();
+    arg.samples = FromZeros::new_zeroed();
+    if sealed {
+        arg.out_flags = counter_flags::SEALED;
+        return Ok(arg);
+    }
+    // The view answers the instance's own samples; the filter keeps the
+    // answer inside the resolved instance whatever a view returns.
+    let recent: Vec<_> = samples
+        .iter()
+        .filter(|s| s.vm == info.vm && s.ctx == info.ctx)
+        .rev()
+        .take(max)
+        .collect();
+    for (slot, s) in arg.samples.iter_mut().zip(recent.iter().rev()) {
+        *slot = RateSample {
+            start_cycle: s.start_cycle,
+            end_cycle: s.end_cycle,
+            flags: u32::from(s.flags),
+            ctx: s.ctx,
+            deltas: s.deltas,
+        };
+    }
+    arg.count = u32::try_from(recent.len()).unwrap_or(0);
+    Ok(arg)
+}
