@@ -234,6 +234,21 @@ fn main() {
         log_field(&log, "handshake_p99_us").expect("handshake_p99_us in the final summary");
     let handshakes = log_field(&log, "handshakes").unwrap_or(0.0);
     let response_max = log_field(&log, "handshake_response_max_us").unwrap_or(0.0);
+    let failed = log
+        .lines()
+        .filter(|l| l.contains("handshake failed"))
+        .count();
+    let abandoned = log
+        .lines()
+        .filter(|l| l.contains("handshake abandoned"))
+        .count();
+    for line in log
+        .lines()
+        .filter(|l| l.contains("handshake failed"))
+        .take(3)
+    {
+        eprintln!("gpupmd: {line}");
+    }
     let lost = log_field(&log, "lost_records").unwrap_or(0.0);
     driver.stop();
 
@@ -244,6 +259,7 @@ fn main() {
     println!(
         "handshake latency         p50 {hs_p50:.1} µs   p99 {hs_p99:.1} µs (goal p99 < 500 µs)"
     );
+    println!("handshake errors          {failed} failed, {abandoned} abandoned to the fallback");
     println!(
         "switch request → pause    max {response_max:.0} µs of device time (the fallback timeout is 2,000 µs)"
     );
@@ -260,7 +276,7 @@ fn main() {
     println!(
         "{{\"cpu_pct\":{cpu_pct:.3},\"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\
          \"visible_p99_ms\":{visible_p99_ms:.3},\"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
-         \"cpu_with_probe_pct\":{cpu_probe_pct:.3},\"response_max_us\":{response_max:.0},\"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost}}}",
+         \"cpu_with_probe_pct\":{cpu_probe_pct:.3},\"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost}}}",
         switches as f64 / wall
     );
 }

@@ -7,9 +7,9 @@ use gpupm_uapi::events::{MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{self, ledger_scope, Identity, LedgerQuery, RegOp, MAX_ADVANCE_CYCLES};
 use gpupm_uapi::layout::{Block, CTX_BLOCK_SLOT_BASE};
-use gpupm_uapi::regs::{ctx_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
+use gpupm_uapi::regs::{ctx_state, hs_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 
-use super::clock::Pacer;
+use super::clock::{Pacer, MAX_TICK};
 use super::device::Device;
 use super::memory::WindowError;
 use super::registers::RegError;
@@ -137,10 +137,33 @@ impl Device {
         } else {
             self.scenario.clock.khz
         };
-        let cycles = pacer.elapsed_cycles(now, khz);
-        if cycles > 0 {
-            self.run_until(self.now + cycles);
+        let elapsed = pacer.elapsed_cycles(now, khz);
+        // Time owed by earlier ticks is caught up only while no switch
+        // waits for the host: running the device faster than the wall
+        // clock then would eat into the host's time to answer before the
+        // fallback deadline.
+        let owed = if self.switch_pending() {
+            elapsed
+        } else {
+            elapsed + std::mem::take(&mut self.tick_debt)
+        };
+        if owed == 0 {
+            return;
         }
+        let target = self.now + owed;
+        // A tick stops at a switch request, so the host sees the request at
+        // the device time it was raised, as with hardware whose clock runs
+        // continuously, not up to a whole tick later.
+        self.run_until_or_request(target, true);
+        let max_debt = u64::from(khz) * u64::try_from(MAX_TICK.as_micros()).unwrap_or(0) / 1000;
+        self.tick_debt = (self.tick_debt + (target - self.now)).min(max_debt);
+    }
+
+    /// Whether some partition's switch is between request and completion.
+    fn switch_pending(&self) -> bool {
+        self.parts
+            .iter()
+            .any(|part| part.configured && part.hs != hs_state::IDLE)
     }
 
     /// Ledger of a scope, brought up to the current cycle.

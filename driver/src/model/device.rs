@@ -106,6 +106,11 @@ pub struct Device {
     pub(crate) serials: u64,
     pub(crate) ctx_create_failures: u64,
     pub(crate) pacer: Option<super::clock::Pacer>,
+    /// Real-time cycles a tick owed but did not run because it stopped at
+    /// a switch request (see [`Device::tick`]).
+    pub(crate) tick_debt: u64,
+    /// Switch requests raised so far (a tick stops at each).
+    pub(crate) switch_requests: u64,
 }
 
 impl Device {
@@ -155,6 +160,8 @@ impl Device {
             serials: 0,
             ctx_create_failures: 0,
             pacer: None,
+            tick_debt: 0,
+            switch_requests: 0,
             scenario: scenario.clone(),
             topo,
         };
@@ -290,7 +297,14 @@ impl Device {
 
     /// Runs the device until cycle `target`, handling every event on the way.
     pub(crate) fn run_until(&mut self, target: u64) {
-        while self.now < target {
+        self.run_until_or_request(target, false);
+    }
+
+    /// Runs events up to `target`; with `stop_at_request`, stops right
+    /// after the first event time at which a switch request was raised.
+    pub(crate) fn run_until_or_request(&mut self, target: u64, stop_at_request: bool) {
+        let requests = self.switch_requests;
+        while self.now < target && !(stop_at_request && self.switch_requests != requests) {
             let t = self.next_event_time().clamp(self.now + 1, target);
             if (1..MAX_PARTITION_SLOTS).all(|p| !self.counting.parts[p as usize].generating) {
                 self.idle_cycles += t - self.now;

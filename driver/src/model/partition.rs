@@ -204,6 +204,7 @@ impl Device {
         part.next_vm = vm;
         part.next_ctx = ctx;
         part.req_cycle = now;
+        self.switch_requests += 1;
         self.intr.raise(source::SWITCH_REQUESTED, p, ctx, vm, now);
     }
 
