@@ -19,7 +19,7 @@ use crate::view::DeltaSample;
 /// Slots read per window access.
 const CHUNK: u32 = 64;
 /// Bytes of one ring slot.
-const SLOT: usize = STREAM_SLOT_SIZE as usize;
+const SLOT: usize = size_of::<StreamSlot>();
 
 /// Per-ring drain state.
 #[derive(Debug, Default)]
