@@ -83,7 +83,10 @@ fn main() -> ExitCode {
     }
     health::startup(
         env!("CARGO_PKG_VERSION"),
-        settings.source.as_deref().unwrap_or(std::path::Path::new("(built-in defaults)")),
+        settings
+            .source
+            .as_deref()
+            .unwrap_or(std::path::Path::new("(built-in defaults)")),
     );
     let result = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -167,7 +170,12 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
-    let tenant_node = TenantNode::mount(&settings.tenant_dir, Arc::clone(&view), settings.policy.clone())?;
+    let tenant_node = TenantNode::mount(
+        &settings.tenant_dir,
+        Arc::clone(&view),
+        settings.policy.clone(),
+        settings.tenant_threads,
+    )?;
     store.set_tenant_stats(tenant_node.stats());
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
@@ -210,7 +218,14 @@ async fn run(settings: Settings) -> Result<(), MainError> {
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
     log_final_summary(final_health.as_ref());
-    health::shutdown(if result.is_ok() { "signal" } else { "engine stopped" }, started.elapsed().as_secs_f64());
+    health::shutdown(
+        if result.is_ok() {
+            "signal"
+        } else {
+            "engine stopped"
+        },
+        started.elapsed().as_secs_f64(),
+    );
     result
 }
 

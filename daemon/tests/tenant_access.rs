@@ -9,7 +9,6 @@ mod tenant_fixture;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 
-use tenant_fixture::*;
 use gpupm_driver::model::cc;
 use gpupm_uapi::events::{EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::layout::{Block, BlockSlot};
@@ -18,6 +17,7 @@ use gpupmd::tenant::client::{TenantClient, WhoamiExt};
 use gpupmd::tenant::TenantStats;
 use gpupmd::view::Scope;
 use serde_json::{json, Value};
+use tenant_fixture::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// Errnos of every scope-taking request for `s`, in a fixed order.
@@ -490,12 +490,18 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
         assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN));
     }
     let view = Fixture::new();
-    let node = gpupmd::tenant::TenantNode::mount(&dir, view.clone(), policy())
-        .expect("recovers the stale mount");
+    let node = gpupmd::tenant::TenantNode::mount(
+        &dir,
+        view.clone(),
+        policy(),
+        gpupmd::tenant::DEFAULT_THREADS,
+    )
+    .expect("recovers the stale mount");
     let c = TenantClient::open(dir.join("node")).unwrap();
     assert_eq!(c.whoami().unwrap().admin, 1);
     drop(c);
-    let again = gpupmd::tenant::TenantNode::mount(&dir, view, policy());
+    let again =
+        gpupmd::tenant::TenantNode::mount(&dir, view, policy(), gpupmd::tenant::DEFAULT_THREADS);
     assert!(again.is_err(), "mounted over a live node");
     drop(node);
     let fs_type = nix::sys::statfs::statfs(&dir).unwrap().filesystem_type();

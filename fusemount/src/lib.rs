@@ -3,8 +3,9 @@
 //!
 //! - [`mount`]: opening `/dev/fuse` and mounting it on a directory with the
 //!   mount syscall (as root; no `fusermount`), recovering a stale mount left
-//!   by a crashed server, refusing a live one, and lazily detaching a mount
-//!   (then aborting its connection through fusectl).
+//!   by a crashed server, refusing a live one, lazily detaching a mount
+//!   (then aborting its connection through fusectl), and cloning a mounted
+//!   descriptor ([`clone_device`]) so that several threads serve it.
 //! - [`procfs`]: what `/proc/<pid>/status` says about a FUSE caller
 //!   (supplementary groups, a pending SIGKILL).
 //! - [`systemd`]: handing a descriptor to the service manager's file
@@ -28,6 +29,6 @@ pub mod systemd;
 pub mod testing;
 
 pub use mount::{
-    detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
+    clone_device, detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
 };
 pub use systemd::{inherited_fd, store_fd, StoreError};

@@ -9,7 +9,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -142,6 +142,16 @@ pub fn mount(dir: &Path, opts: &MountOptions) -> Result<OwnedFd, MountError> {
     Ok(fd)
 }
 
+/// A second `/dev/fuse` descriptor of the connection of `fd` (a mounted
+/// `/dev/fuse` descriptor, fresh or inherited), made with
+/// `FUSE_DEV_IOC_CLONE` (Linux 4.5+): a server can read requests on each
+/// clone from its own thread. Closing a clone leaves the connection alone
+/// while another of its descriptors stays open. Fails where `/dev/fuse`
+/// cannot be opened (e.g. a sandbox's private `/dev`).
+pub fn clone_device(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    crate::sys::clone_fuse_device(fd)
+}
+
 /// Detaches a FUSE mount left at `dir` by a crashed server (`ENOTCONN`),
 /// and refuses one that still answers. Anything else is left as it is.
 pub fn recover_stale_mount(dir: &Path) -> Result<(), MountError> {
@@ -155,17 +165,22 @@ pub fn recover_stale_mount(dir: &Path) -> Result<(), MountError> {
             return Err(MountError::AlreadyMounted(dir.to_owned()));
         }
         tracing::warn!(dir = %dir.display(), "stale mount from a crashed instance; detaching it");
-        umount2(dir, MntFlags::MNT_DETACH).map_err(|e| sys("detach the stale mount", dir)(errno(e)))?;
+        umount2(dir, MntFlags::MNT_DETACH)
+            .map_err(|e| sys("detach the stale mount", dir)(errno(e)))?;
     }
-    Err(sys("detach stale mounts", dir)(io::Error::from_raw_os_error(libc::ENOTCONN)))
+    Err(sys("detach stale mounts", dir)(
+        io::Error::from_raw_os_error(libc::ENOTCONN),
+    ))
 }
 
 /// Whether the FUSE mount at `dir` lost its server (ENOTCONN). `statfs`
 /// is asked first: the kernel may answer `stat` of a dead mount's root from
 /// its attribute cache, while `statfs` always reaches the connection.
 fn server_gone(dir: &Path) -> bool {
-    matches!(nix::sys::statfs::statfs(dir), Err(nix::errno::Errno::ENOTCONN))
-        || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+    matches!(
+        nix::sys::statfs::statfs(dir),
+        Err(nix::errno::Errno::ENOTCONN)
+    ) || fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
 }
 
 /// A detached FUSE mount's kernel connection.
