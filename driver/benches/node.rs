@@ -19,8 +19,10 @@
 //! work.
 //!
 //! `GPUPM_NODE_THREADS=N` sets the driver's `--threads` and the bare file
-//! system's thread count (default: the driver's default, 2). Last line:
-//! one JSON object.
+//! system's thread count (default: the driver's default, 2);
+//! `GPUPM_NODE_LOG=debug` runs the driver at the test harness's log level
+//! (fuser then logs every request) instead of `info`. Last line: one JSON
+//! object.
 
 #[path = "node/bare.rs"]
 mod bare;
@@ -188,10 +190,14 @@ fn main() {
             .expect("GPUPM_NODE_THREADS must be a number of threads"),
         Err(_) => DEFAULT_THREADS.get(),
     };
-    println!("serving threads            {threads} (GPUPM_NODE_THREADS)");
+    let log = match std::env::var("GPUPM_NODE_LOG").as_deref() {
+        Ok("debug") => "debug",
+        _ => "info",
+    };
+    println!("serving threads            {threads} (GPUPM_NODE_THREADS), driver log {log}");
     let d = Driver::start_with(Options {
         threads: Some(threads),
-        log: "info",
+        log,
         ..Options::toml(scenario::switching())
     });
     let mut card = d.card_nonblock();
