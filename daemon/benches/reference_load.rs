@@ -33,6 +33,9 @@
 //!   cycle, and (cycle now − commit cycle) / clock is the commit's
 //!   visibility latency (it includes up to one polling interval).
 //!
+//! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
+//! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
+//!
 //! The last line is JSON.
 
 #[path = "../tests/harness/mod.rs"]
@@ -142,10 +145,25 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
+    let threads = |var| {
+        std::env::var(var)
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+    };
+    let (node_threads, tenant_threads) = (
+        threads("GPUPM_NODE_THREADS"),
+        threads("GPUPM_TENANT_THREADS"),
+    );
     let tmp = TempDir::new("bench");
-    let driver = Driver::start_with_clock(&tmp, &scenario(), "realtime");
+    let driver_args: Vec<String> =
+        node_threads.map_or_else(Vec::new, |n| vec!["--threads".into(), n.to_string()]);
+    let driver = Driver::start_with_args(&tmp, &scenario(), "realtime", &driver_args);
     let dev = driver.card();
-    let config = daemon_config(&tmp, "[health]\nsummary_interval_s = 86400\n");
+    let tenant_key = tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
+    let config = daemon_config(
+        &tmp,
+        &format!("{tenant_key}[health]\nsummary_interval_s = 86400\n"),
+    );
     let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");
     let pid = daemon.pid().as_raw();
@@ -252,6 +270,12 @@ fn main() {
     let lost = log_field(&log, "lost_records").unwrap_or(0.0);
     driver.stop();
 
+    let shown = |n: Option<usize>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
+    println!(
+        "serving threads           driver {}, tenant node {}",
+        shown(node_threads),
+        shown(tenant_threads)
+    );
     println!("run                       {wall:.1} s reference load + {probe_wall:.1} s with the visibility probe");
     println!("switches                  {switches} in the reference phase ({:.0}/s); {all_switches} in all, {fallbacks} by fallback; daemon lifetime: {handshakes} host handshakes, {lost} lost records", switches as f64 / wall);
     println!("daemon CPU                {cpu_pct:.2} % of one core (goal < 5 %); {cpu_probe_pct:.2} % with the 1 kHz visibility probe added");

@@ -7,6 +7,7 @@
 //! is the default path, which then means "all defaults".
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,10 +20,13 @@ use toml::Spanned;
 use crate::health::HealthConfig;
 use crate::metrics::MetricsConfig;
 use crate::store::retention::{Retention, DEFAULT_MAX_CONTEXTS, MAX_MAX_CONTEXTS};
-use crate::tenant::{TenantMap, TenantPolicy};
+use crate::tenant::{TenantMap, TenantPolicy, DEFAULT_THREADS};
 
 /// Path read when `--config` is not given.
 pub const DEFAULT_PATH: &str = "/etc/gpupm/gpupmd.toml";
+/// Upper bound of `tenant_threads` (each thread reserves a 16 MiB request
+/// buffer; more threads than concurrent requests only cost memory).
+pub const MAX_TENANT_THREADS: usize = 64;
 /// Admin group looked up when neither `admin_gid` nor `admin_group` is set.
 pub const DEFAULT_ADMIN_GROUP: &str = "gpupm-admin";
 
@@ -34,6 +38,8 @@ pub struct Config {
     pub node_dir: PathBuf,
     /// Mount point of the tenant node.
     pub tenant_dir: PathBuf,
+    /// Threads serving the tenant node.
+    pub tenant_threads: Spanned<usize>,
     /// Where retired contexts' final totals are persisted.
     pub state_dir: PathBuf,
     /// Trigger programming.
@@ -63,6 +69,7 @@ impl Default for Config {
         Config {
             node_dir: PathBuf::from("/run/gpupm/dev"),
             tenant_dir: PathBuf::from("/run/gpupm/tenant"),
+            tenant_threads: Spanned::new(0..0, DEFAULT_THREADS.get()),
             state_dir: PathBuf::from("/var/lib/gpupm"),
             trigger: TriggerConfig::default(),
             stream: StreamConfig::default(),
@@ -192,6 +199,8 @@ pub struct Settings {
     pub node_dir: PathBuf,
     /// Tenant node mount point.
     pub tenant_dir: PathBuf,
+    /// Threads serving the tenant node.
+    pub tenant_threads: NonZeroUsize,
     /// State directory.
     pub state_dir: PathBuf,
     /// Device programming.
@@ -357,6 +366,14 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
             ));
         }
     }
+    let tenant_threads = NonZeroUsize::new(*cfg.tenant_threads.get_ref())
+        .filter(|n| n.get() <= MAX_TENANT_THREADS)
+        .ok_or_else(|| {
+            err(
+                cfg.tenant_threads.span(),
+                format!("tenant_threads must lie in 1..={MAX_TENANT_THREADS}"),
+            )
+        })?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -414,6 +431,7 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
         source: file.map(Path::to_path_buf),
         node_dir: cfg.node_dir,
         tenant_dir: cfg.tenant_dir,
+        tenant_threads,
         state_dir: cfg.state_dir,
         program: Programming {
             period_us: cfg.trigger.period_us.map(|p| *p.get_ref()),
@@ -475,6 +493,7 @@ mod tests {
         let s = parse_str("").unwrap();
         assert_eq!(s.node_dir, PathBuf::from("/run/gpupm/dev"));
         assert_eq!(s.history_samples, 256);
+        assert_eq!(s.tenant_threads, DEFAULT_THREADS);
         assert_eq!(s.metrics_listen.to_string(), "127.0.0.1:9477");
         assert_eq!(s.metrics.max_contexts_per_vm, 64);
         assert_eq!(s.health.summary_interval, Duration::from_secs(60));
@@ -517,6 +536,18 @@ mod tests {
         let (line, _, reason) = position(parse_str("\n[trigger]\nthreshold = 5\n").unwrap_err());
         assert_eq!(line, 3);
         assert!(reason.contains("threshold"));
+        for bad in ["tenant_threads = 0\n", "tenant_threads = 65\n"] {
+            let (line, col, reason) = position(parse_str(bad).unwrap_err());
+            assert_eq!((line, col), (1, 18), "{bad}");
+            assert!(reason.contains("tenant_threads"), "{reason}");
+        }
+        assert_eq!(
+            parse_str("tenant_threads = 3\n")
+                .unwrap()
+                .tenant_threads
+                .get(),
+            3
+        );
     }
 
     #[test]

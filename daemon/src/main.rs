@@ -193,11 +193,13 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             fd,
             Arc::clone(&view),
             settings.policy.clone(),
+            settings.tenant_threads,
         )?,
         None => TenantNode::mount(
             &settings.tenant_dir,
             Arc::clone(&view),
             settings.policy.clone(),
+            settings.tenant_threads,
         )?,
     };
     store.set_tenant_stats(tenant_node.stats());

@@ -18,7 +18,7 @@ use std::time::Duration;
 use gpupm_fusemount::testing::NotifyListener;
 use gpupm_fusemount::MountOptions;
 use gpupmd::tenant::client::TenantClient;
-use gpupmd::tenant::{TenantNode, NODE_NAME, TENANT_FDNAME};
+use gpupmd::tenant::{TenantNode, DEFAULT_THREADS, NODE_NAME, TENANT_FDNAME};
 use gpupmd::view::CounterView;
 use tenant_fixture::{policy, require_root_and_fuse, Fixture};
 
@@ -62,6 +62,7 @@ fn tenant_node_serves_a_stored_descriptor_and_leaves_the_mount_to_its_owner() {
         passed,
         Arc::clone(&view) as Arc<dyn CounterView>,
         policy(),
+        DEFAULT_THREADS,
     )
     .expect("serves the passed descriptor");
     let client = TenantClient::open(dir.join(NODE_NAME)).unwrap();

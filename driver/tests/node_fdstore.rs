@@ -4,6 +4,9 @@
 //! `gpupm-driver` is started with it as fd 3 (`LISTEN_FDS=1`,
 //! `LISTEN_FDNAMES=node`, `LISTEN_PID` = its own pid), serves it, and
 //! leaves the mount behind on SIGTERM; `gpupm-mount --unmount` removes it.
+//! Run again in a mount namespace whose `/dev` is empty (as under the
+//! unit's `PrivateDevices=yes`), the driver cannot clone the descriptor
+//! and its serving threads share it instead.
 //!
 //! `gpupm-mount` is another package's binary: it is taken from beside
 //! `gpupm-driver` (built by `cargo test --workspace`, or with
@@ -17,6 +20,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::thread;
 use std::time::Duration;
 
 use gpupm_fusemount::testing::NotifyListener;
@@ -68,14 +72,32 @@ fn mount_and_store(tmp: &TempDir, dir: &Path) -> OwnedFd {
 }
 
 /// Starts `gpupm-driver` as systemd would after the store: `fd` as fd 3,
-/// `LISTEN_PID` set by the shell to the pid it then execs into.
-fn start_driver(tmp: &TempDir, dir: &Path, fd: &OwnedFd, ready: &NotifyListener) -> Child {
+/// `LISTEN_PID` set by the shell to the pid it then execs into. With
+/// `private_dev`, the driver runs in its own mount namespace whose `/dev`
+/// is an empty tmpfs, as under the unit's `PrivateDevices=yes`: it cannot
+/// open `/dev/fuse` there.
+fn start_driver(
+    tmp: &TempDir,
+    dir: &Path,
+    fd: &OwnedFd,
+    ready: &NotifyListener,
+    private_dev: bool,
+) -> Child {
     let scenario = tmp.0.join("scenario.toml");
     fs::write(&scenario, harness::scenario::small()).unwrap();
     let log = File::create(tmp.0.join("driver.log")).unwrap();
     let raw = fd.as_raw_fd();
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#, DRIVER])
+    let mut cmd = if private_dev {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"]);
+        c.arg(r#"mount -t tmpfs none /dev && LISTEN_PID=$$ exec "$0" "$@""#);
+        c
+    } else {
+        let mut c = Command::new("sh");
+        c.args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#]);
+        c
+    };
+    cmd.arg(DRIVER)
         .args(["--clock", "step", "--scenario"])
         .arg(&scenario)
         .arg("--node-dir")
@@ -118,7 +140,7 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     assert_eq!(mount_type(&dir).as_deref(), Some("fuse.gpupm-node"));
 
     let ready = NotifyListener::bind(tmp.0.join("ready.sock")).unwrap();
-    let mut driver = start_driver(&tmp, &dir, &fd, &ready);
+    let mut driver = start_driver(&tmp, &dir, &fd, &ready, false);
     let log = || fs::read_to_string(tmp.0.join("driver.log")).unwrap_or_default();
     ready
         .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
@@ -132,6 +154,10 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     let card = File::open(dir.join("card0")).unwrap();
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
     drop(card);
+    let (names, fuse_fds) = threads_and_fuse_fds(driver.id());
+    let loops = names.iter().filter(|n| n.starts_with("fuser-")).count();
+    assert_eq!(loops, 2, "two event loops (the default): {names:?}");
+    assert_eq!(fuse_fds, 2, "the passed descriptor and one clone of it");
 
     let pid = Pid::from_raw(i32::try_from(driver.id()).unwrap());
     kill(pid, Signal::SIGTERM).unwrap();
@@ -152,6 +178,78 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     assert!(
         out.status.success(),
         "gpupm-mount --unmount: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!is_mounted(&dir));
+    drop(fd);
+}
+
+/// Names of `pid`'s threads and how many of its descriptors are `/dev/fuse`.
+fn threads_and_fuse_fds(pid: u32) -> (Vec<String>, usize) {
+    let names = fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect();
+    let fuse = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
+        .filter(|target| target.as_os_str() == "/dev/fuse")
+        .count();
+    (names, fuse)
+}
+
+#[test]
+fn without_dev_fuse_the_serving_threads_share_the_stored_descriptor() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "the node tests must run as root (they mount FUSE)"
+    );
+    let tmp = TempDir::new("fdstore-privdev");
+    let dir = tmp.0.join("dev");
+    let fd = mount_and_store(&tmp, &dir);
+    let ready = NotifyListener::bind(tmp.0.join("ready.sock")).unwrap();
+    let mut driver = start_driver(&tmp, &dir, &fd, &ready, true);
+    let log = || fs::read_to_string(tmp.0.join("driver.log")).unwrap_or_default();
+    ready
+        .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
+        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    assert!(
+        log().contains("the serving threads share it"),
+        "the clone must have failed without /dev/fuse:\n{}",
+        log()
+    );
+    let (names, fuse_fds) = threads_and_fuse_fds(driver.id());
+    let loops = names.iter().filter(|n| n.starts_with("fuser-")).count();
+    assert_eq!(loops, 2, "two event loops (the default): {names:?}");
+    assert_eq!(fuse_fds, 1, "one shared descriptor, no clones");
+
+    // Requests from several client threads are answered through the one
+    // shared descriptor.
+    let card = File::open(dir.join("card0")).unwrap();
+    thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                for _ in 0..200 {
+                    assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
+                }
+            });
+        }
+    });
+    drop(card);
+
+    let pid = Pid::from_raw(i32::try_from(driver.id()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    let status = driver.wait().unwrap();
+    assert!(status.success(), "driver exit {status}:\n{}", log());
+    let out = Command::new(mount_helper())
+        .args(["--unmount", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!is_mounted(&dir));

@@ -3,8 +3,9 @@
 //!
 //! - [`mount`]: opening `/dev/fuse` and mounting it on a directory with the
 //!   mount syscall (as root; no `fusermount`), recovering a stale mount left
-//!   by a crashed server, refusing a live one, and lazily detaching a mount
-//!   (then aborting its connection through fusectl).
+//!   by a crashed server, refusing a live one, lazily detaching a mount
+//!   (then aborting its connection through fusectl), and cloning a mounted
+//!   descriptor ([`clone_device`]) so that several threads serve it.
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: what `/proc/<pid>/status` says about a FUSE caller
@@ -35,7 +36,7 @@ pub mod systemd;
 pub mod testing;
 
 pub use mount::{
-    detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
+    clone_device, detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
 pub use systemd::{inherited_fd, remove_stored_fd, store_fd, StoreError};

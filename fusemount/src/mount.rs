@@ -9,7 +9,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -140,6 +140,16 @@ pub fn mount(dir: &Path, opts: &MountOptions) -> Result<OwnedFd, MountError> {
     )
     .map_err(|e| sys("mount", dir)(errno(e)))?;
     Ok(fd)
+}
+
+/// A second `/dev/fuse` descriptor of the connection of `fd` (a mounted
+/// `/dev/fuse` descriptor, fresh or inherited), made with
+/// `FUSE_DEV_IOC_CLONE` (Linux 4.5+): a server can read requests on each
+/// clone from its own thread. Closing a clone leaves the connection alone
+/// while another of its descriptors stays open. Fails where `/dev/fuse`
+/// cannot be opened (e.g. a sandbox's private `/dev`).
+pub fn clone_device(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    crate::sys::clone_fuse_device(fd)
 }
 
 /// Detaches a FUSE mount left at `dir` by a crashed server (`ENOTCONN`),

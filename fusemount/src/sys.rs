@@ -1,9 +1,10 @@
 //! The crate's only `unsafe`: taking ownership of descriptors that arrive
 //! as bare numbers (inherited through `LISTEN_FDS`, or received as
-//! `SCM_RIGHTS`).
+//! `SCM_RIGHTS`), and the `FUSE_DEV_IOC_CLONE` ioctl.
 
+use std::fs::OpenOptions;
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag};
 
@@ -44,6 +45,30 @@ pub(crate) fn adopt_received(raw: RawFd) -> io::Result<OwnedFd> {
     // the SCM_RIGHTS message to the caller, which hands each number of the
     // message here exactly once; nothing else knows the number yet.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+// FUSE_DEV_IOC_CLONE = _IOR(229, 0, uint32_t) (linux/fuse.h): attaches the
+// descriptor it is issued on to the connection of the descriptor whose
+// number the argument holds.
+nix::ioctl_read!(fuse_dev_ioc_clone, 229, 0, u32);
+
+/// Opens `/dev/fuse` afresh and attaches it to the connection of `fd` (a
+/// mounted `/dev/fuse` descriptor) with `FUSE_DEV_IOC_CLONE`: the kernel
+/// then hands requests to readers of either descriptor, and a reply must be
+/// written to the descriptor its request was read from.
+pub(crate) fn clone_fuse_device(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let dev = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")?;
+    let mut source =
+        u32::try_from(fd.as_raw_fd()).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: `dev` is an open `/dev/fuse` descriptor owned here, and the
+    // argument points to a live, writable u32 for the duration of the call,
+    // which is what the ioctl's `_IOR(.., uint32_t)` encoding promises the
+    // kernel (it only reads the source descriptor number from it).
+    unsafe { fuse_dev_ioc_clone(dev.as_raw_fd(), &mut source) }.map_err(errno)?;
+    Ok(OwnedFd::from(dev))
 }
 
 #[cfg(test)]

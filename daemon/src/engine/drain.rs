@@ -19,8 +19,7 @@ use crate::view::DeltaSample;
 /// Slots read per window access.
 const CHUNK: u32 = 64;
 /// Bytes of one ring slot.
-#[allow(clippy::cast_possible_truncation)] // 608, checked by the layout's size asserts
-const SLOT: usize = STREAM_SLOT_SIZE as usize;
+const SLOT: usize = size_of::<StreamSlot>();
 
 /// Per-ring drain state.
 #[derive(Debug, Default)]

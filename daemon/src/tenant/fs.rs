@@ -8,10 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fuser::consts::{FOPEN_DIRECT_IO, FUSE_POLL_SCHEDULE_NOTIFY};
 use fuser::{
-    FileAttr, FileType, Filesystem, PollHandle, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
+    LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request,
+    WriteFlags,
 };
 
 use super::policy::{Identity, Policy};
@@ -21,9 +22,9 @@ use super::{TenantStats, NODE_NAME};
 use crate::view::{Caller, CounterView};
 
 /// Inode of the directory.
-pub(super) const ROOT_INO: u64 = fuser::FUSE_ROOT_ID;
+pub(super) const ROOT_INO: INodeNo = INodeNo::ROOT;
 /// Inode of `node`.
-pub(super) const NODE_INO: u64 = 2;
+pub(super) const NODE_INO: INodeNo = INodeNo(2);
 const TTL: Duration = Duration::from_secs(1);
 
 /// The filesystem.
@@ -54,7 +55,7 @@ impl TenantFs {
         }
     }
 
-    fn attr(&self, ino: u64) -> Option<FileAttr> {
+    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
         let (kind, perm) = match ino {
             ROOT_INO => (FileType::Directory, 0o755),
             NODE_INO => (FileType::RegularFile, 0o666),
@@ -79,7 +80,7 @@ impl TenantFs {
         })
     }
 
-    fn identify(&self, req: &Request<'_>) -> (Caller, Identity) {
+    fn identify(&self, req: &Request) -> (Caller, Identity) {
         let caller = Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -87,6 +88,10 @@ impl TenantFs {
         };
         (caller, self.policy.identify(caller))
     }
+}
+
+fn errno(e: &RequestError) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 /// Counts one answered request into `stats`.
@@ -100,117 +105,120 @@ fn count(stats: &TenantStats, res: Result<(), &RequestError>) {
 }
 
 impl Filesystem for TenantFs {
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if parent != ROOT_INO || name.to_str() != Some(NODE_NAME) {
-            return reply.error(libc::ENOENT);
+            return reply.error(Errno::ENOENT);
         }
         match self.attr(NODE_INO) {
-            Some(a) => reply.entry(&TTL, &a, 0),
-            None => reply.error(libc::ENOENT),
+            Some(a) => reply.entry(&TTL, &a, Generation(0)),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.attr(ino) {
             Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(libc::ENOENT),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match ino {
-            NODE_INO => reply.opened(self.sessions.open(), FOPEN_DIRECT_IO),
-            ROOT_INO => reply.error(libc::EISDIR),
-            _ => reply.error(libc::ENOENT),
+            NODE_INO => reply.opened(
+                FileHandle(self.sessions.open()),
+                FopenFlags::FOPEN_DIRECT_IO,
+            ),
+            ROOT_INO => reply.error(Errno::EISDIR),
+            _ => reply.error(Errno::ENOENT),
         }
     }
 
     fn read(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _offset: i64,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _offset: u64,
         size: u32,
-        flags: i32,
-        _lock_owner: Option<u64>,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         let (caller, identity) = self.identify(req);
         let stats = Arc::clone(&self.stats);
         self.sessions.read(
-            fh,
+            fh.0,
             &identity,
             size,
-            flags & libc::O_NONBLOCK != 0,
+            flags.0 & libc::O_NONBLOCK != 0,
             caller.pid,
             Box::new(move |res| {
                 count(&stats, res.as_ref().map(|_| ()));
                 match res {
                     Ok(bytes) => reply.data(&bytes),
-                    Err(e) => reply.error(e.errno()),
+                    Err(e) => reply.error(errno(&e)),
                 }
             }),
         );
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _offset: i64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _offset: u64,
         _data: &[u8],
-        _write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(RequestError::Invalid("the node is not writable").errno());
+        reply.error(errno(&RequestError::Invalid("the node is not writable")));
     }
 
     fn flush(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _lock_owner: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         reply.ok();
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.sessions.release(fh);
+        self.sessions.release(fh.0);
         reply.ok();
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if ino != ROOT_INO {
-            return reply.error(libc::ENOTDIR);
+            return reply.error(Errno::ENOTDIR);
         }
-        reply.opened(0, 0);
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
         if ino != ROOT_INO {
-            return reply.error(libc::ENOTDIR);
+            return reply.error(Errno::ENOTDIR);
         }
         let entries = [
             (ROOT_INO, FileType::Directory, "."),
@@ -218,7 +226,7 @@ impl Filesystem for TenantFs {
             (NODE_INO, FileType::RegularFile, NODE_NAME),
         ];
         let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (next, (ino, kind, name)) in (1i64..).zip(entries.iter()).skip(skip) {
+        for (next, (ino, kind, name)) in (1u64..).zip(entries.iter()).skip(skip) {
             if reply.add(*ino, next, *kind, name) {
                 break;
             }
@@ -227,11 +235,11 @@ impl Filesystem for TenantFs {
     }
 
     fn ioctl(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        _flags: u32,
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
         cmd: u32,
         in_data: &[u8],
         out_size: u32,
@@ -251,7 +259,7 @@ impl Filesystem for TenantFs {
                 Answer::Data(bytes) => Ok(bytes),
                 Answer::Stream(grant) => self
                     .sessions
-                    .open_stream(fh, grant, &self.rt)
+                    .open_stream(fh.0, grant, &self.rt)
                     .map(|()| Vec::new()),
             })
         } else {
@@ -262,32 +270,32 @@ impl Filesystem for TenantFs {
             Ok(bytes) => reply.ioctl(0, &bytes),
             Err(e) => {
                 tracing::trace!(uid = caller.uid, cmd = format_args!("{cmd:#010x}"), error = %e, "tenant ioctl refused");
-                reply.error(e.errno());
+                reply.error(errno(&e));
             }
         }
     }
 
     fn poll(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        ph: PollHandle,
-        _events: u32,
-        flags: u32,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        ph: PollNotifier,
+        _events: PollEvents,
+        flags: PollFlags,
         reply: ReplyPoll,
     ) {
         let (_, identity) = self.identify(req);
-        let wake = (flags & FUSE_POLL_SCHEDULE_NOTIFY != 0).then(|| {
+        let wake = (flags.contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)).then(|| {
             Box::new(move || {
                 if let Err(e) = ph.notify() {
                     tracing::debug!(error = %e, "poll notification failed");
                 }
             }) as PollWake
         });
-        match self.sessions.poll(fh, &identity, wake) {
-            Ok(revents) => reply.poll(revents),
-            Err(e) => reply.error(e.errno()),
+        match self.sessions.poll(fh.0, &identity, wake) {
+            Ok(revents) => reply.poll(PollEvents::from_bits_retain(revents)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 }

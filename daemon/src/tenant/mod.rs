@@ -44,9 +44,10 @@
 //! let inherited = gpupm_fusemount::inherited_fd(TENANT_FDNAME);
 //! // ... later:
 //! let dir = std::path::Path::new(DEFAULT_TENANT_DIR);
+//! let threads = gpupmd::tenant::DEFAULT_THREADS;
 //! let node = match inherited {
-//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy)?,
-//!     None => TenantNode::mount(dir, view, policy)?,
+//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy, threads)?,
+//!     None => TenantNode::mount(dir, view, policy, threads)?,
 //! };
 //! # Ok(node) }
 //! ```
@@ -69,6 +70,7 @@ mod pump;
 pub mod requests;
 pub mod session;
 
+use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,6 +86,10 @@ pub const DEFAULT_TENANT_DIR: &str = "/run/gpupm/tenant";
 pub const TENANT_FDNAME: &str = "tenant";
 /// File name of the node inside the directory.
 pub const NODE_NAME: &str = "node";
+/// Threads serving the node when the configuration does not say
+/// (`tenant_threads`): two, so that one slow request (a large counter read)
+/// does not hold up every other tenant's.
+pub const DEFAULT_THREADS: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
 /// Most records one stream session queues before it drops (and counts) new ones.
 pub const SESSION_QUEUE: usize = 256;
 
@@ -166,30 +172,35 @@ pub struct TenantNode {
 
 impl TenantNode {
     /// Mounts the node at `dir` (as root, recovering a stale mount and
-    /// refusing a live one) and serves it on its own thread; dropping the
-    /// node unmounts it.
+    /// refusing a live one) and serves it from `threads` threads of its
+    /// own; dropping the node unmounts it.
     pub fn mount(
         dir: &Path,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+        threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, view, policy, |fs| mount::Mounted::mount(dir, fs))
+        TenantNode::start(dir, view, policy, |fs| {
+            mount::Mounted::mount(dir, fs, threads)
+        })
     }
 
-    /// Serves the node on `fd`, a `/dev/fuse` descriptor already mounted at
-    /// `dir` by someone else (`gpupm-mount`, passed by systemd under
-    /// [`TENANT_FDNAME`]). Needs no privilege. Returns once the node
-    /// answers. Dropping the node stops the sessions but leaves the mount:
-    /// its owner removes it (`gpupm-mount --unmount`), and until then (or
-    /// until the process exits) the session thread keeps answering.
+    /// Serves the node from `threads` threads on `fd`, a `/dev/fuse`
+    /// descriptor already mounted at `dir` by someone else (`gpupm-mount`,
+    /// passed by systemd under [`TENANT_FDNAME`]). Needs no privilege.
+    /// Returns once the node answers. Dropping the node stops the sessions
+    /// but leaves the mount: its owner removes it (`gpupm-mount
+    /// --unmount`), and until then (or until the process exits) the
+    /// session threads keep answering.
     pub fn serve_fd(
         dir: &Path,
         fd: OwnedFd,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+        threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
         TenantNode::start(dir, view, policy, |fs| {
-            mount::Mounted::serve_inherited(dir, fd, fs)
+            mount::Mounted::serve_inherited(dir, fd, fs, threads)
         })
     }
 

@@ -1,15 +1,20 @@
 //! Serving the tenant node: a `/dev/fuse` descriptor mounted here through
 //! [`gpupm_fusemount`] (as root; no `fusermount`) or passed by the service
-//! manager (mounted by `gpupm-mount`), served by `fuser` on its own thread.
+//! manager (mounted by `gpupm-mount`), served by `fuser` event-loop threads,
+//! each on its own clone of the descriptor where `/dev/fuse` can be opened
+//! (they share it otherwise). Handles, sessions and parked reads live
+//! behind the [`Sessions`](super::session::Sessions) lock, so any thread
+//! may serve any request, and a blocking read holds none of them.
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use fuser::{Session, SessionACL};
+use fuser::{Config, Session, SessionACL};
 use gpupm_fusemount::{MountError, MountOptions};
 
 use super::fs::TenantFs;
@@ -53,6 +58,26 @@ impl ServeError {
     }
 }
 
+/// `threads` event loops, on cloned descriptors when `/dev/fuse` can be
+/// opened here. The trial clone (closed at once) proves fuser's own clones
+/// will succeed: one failing inside the session would end it.
+fn session_config(fd: &OwnedFd, threads: NonZeroUsize) -> Config {
+    let mut config = Config::default();
+    config.acl = SessionACL::All;
+    config.n_threads = Some(threads.get());
+    if threads.get() > 1 {
+        match gpupm_fusemount::clone_device(fd.as_fd()) {
+            Ok(_trial) => config.clone_fd = true,
+            Err(e) => tracing::info!(
+                error = %e,
+                threads = threads.get(),
+                "cannot clone the tenant node's /dev/fuse descriptor; the serving threads share it"
+            ),
+        }
+    }
+    config
+}
+
 /// A served node directory.
 #[derive(Debug)]
 pub(super) struct Mounted {
@@ -64,11 +89,15 @@ pub(super) struct Mounted {
 }
 
 impl Mounted {
-    /// Mounts `fs` at `dir` (recovering a stale mount), serves it, and
-    /// returns once `node` answers.
-    pub(super) fn mount(dir: &Path, fs: TenantFs) -> Result<Mounted, ServeError> {
+    /// Mounts `fs` at `dir` (recovering a stale mount), serves it from
+    /// `threads` threads, and returns once `node` answers.
+    pub(super) fn mount(
+        dir: &Path,
+        fs: TenantFs,
+        threads: NonZeroUsize,
+    ) -> Result<Mounted, ServeError> {
         let fd = gpupm_fusemount::mount(dir, &MountOptions::new(FS_NAME))?;
-        Mounted::serve(dir, fd, fs, true)
+        Mounted::serve(dir, fd, fs, threads, true)
     }
 
     /// Serves `fs` on `fd`, a `/dev/fuse` descriptor someone else mounted
@@ -78,17 +107,28 @@ impl Mounted {
         dir: &Path,
         fd: OwnedFd,
         fs: TenantFs,
+        threads: NonZeroUsize,
     ) -> Result<Mounted, ServeError> {
-        Mounted::serve(dir, fd, fs, false)
+        Mounted::serve(dir, fd, fs, threads, false)
     }
 
-    fn serve(dir: &Path, fd: OwnedFd, fs: TenantFs, owned: bool) -> Result<Mounted, ServeError> {
+    fn serve(
+        dir: &Path,
+        fd: OwnedFd,
+        fs: TenantFs,
+        threads: NonZeroUsize,
+        owned: bool,
+    ) -> Result<Mounted, ServeError> {
         let (ended_tx, ended) = mpsc::channel();
-        let mut session = Session::from_fd(fs, fd, SessionACL::All);
+        let config = session_config(&fd, threads);
+        // `from_fd` answers FUSE_INIT (queued at mount time); `run` spawns
+        // the event-loop threads and joins them.
         let spawned = thread::Builder::new()
             .name("gpupm-tenant-fuse".into())
             .spawn(move || {
-                if let Err(e) = session.run() {
+                let served =
+                    Session::from_fd(fs, fd, SessionACL::All, config).and_then(Session::run);
+                if let Err(e) = served {
                     tracing::warn!(error = %e, "tenant node session ended with an error");
                 }
                 if ended_tx.send(()).is_err() {

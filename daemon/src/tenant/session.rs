@@ -1,7 +1,7 @@
 //! Open handles of the node, their stream sessions, parked blocking reads
 //! and poll wake-ups, and the pump that feeds sessions from the view.
 //!
-//! The FUSE session thread never blocks: a `read()` with nothing queued
+//! No FUSE serving thread ever blocks: a `read()` with nothing queued
 //! parks its reply here, and the pump thread ([`super::pump`]) completes it
 //! when a record arrives. Every
 //! completion and wake-up runs after the table lock is released.

@@ -299,6 +299,11 @@ impl Driver {
 
     /// Starts the driver with `clock` (`step` or `realtime`).
     pub fn start_with_clock(tmp: &TempDir, scenario: &str, clock: &str) -> Driver {
+        Driver::start_with_args(tmp, scenario, clock, &[])
+    }
+
+    /// Starts the driver with `clock` and further command-line `args`.
+    pub fn start_with_args(tmp: &TempDir, scenario: &str, clock: &str, args: &[String]) -> Driver {
         require_root_and_fuse();
         let scen = tmp.join("scenario.toml");
         fs::write(&scen, scenario).expect("write scenario");
@@ -308,6 +313,7 @@ impl Driver {
             .arg(&scen)
             .arg("--node-dir")
             .arg(&dir)
+            .args(args)
             .env("RUST_LOG", "info");
         let mut proc = Proc::spawn(
             "gpupm-driver",

@@ -18,7 +18,9 @@ use gpupm_uapi::layout::{
     block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
     RECORD_MAGIC,
 };
-use gpupmd::tenant::{TenantMap, TenantNode, TenantPolicy, TenantStats, NODE_NAME};
+use gpupmd::tenant::{
+    TenantMap, TenantNode, TenantPolicy, TenantStats, DEFAULT_THREADS, NODE_NAME,
+};
 use gpupmd::view::{CounterView, CtxId, CtxInfo, CtxState, DeltaSample, Scope, Totals, VmId};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, Signal};
@@ -392,8 +394,13 @@ impl Mounted {
         let dir =
             std::env::temp_dir().join(format!("gpupm-tenant-test-{}-{n}", std::process::id()));
         let view = Fixture::new();
-        let node = TenantNode::mount(&dir, Arc::clone(&view) as Arc<dyn CounterView>, policy())
-            .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));
+        let node = TenantNode::mount(
+            &dir,
+            Arc::clone(&view) as Arc<dyn CounterView>,
+            policy(),
+            DEFAULT_THREADS,
+        )
+        .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));
         let path = dir.join(NODE_NAME);
         Mounted {
             node: Some(node),

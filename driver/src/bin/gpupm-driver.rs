@@ -7,6 +7,7 @@
 //! on exit; otherwise it mounts the node itself (as root) and unmounts it
 //! on exit.
 
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -21,7 +22,7 @@ use gpupm_driver::node::device::NodeCore;
 use gpupm_driver::node::fuse::FuseTransport;
 use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::ticker::Ticker;
-use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR};
+use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR, DEFAULT_THREADS};
 use gpupm_driver::service::{self, SdNotify};
 use nix::sys::signal::{SigSet, Signal};
 
@@ -53,6 +54,23 @@ struct Args {
     /// Group allowed besides root (default: `gpupm-admin` if it exists).
     #[arg(long, value_name = "GID")]
     admin_gid: Option<u32>,
+    /// Threads serving node requests, each on its own clone of the
+    /// /dev/fuse descriptor: with 2 or more a register access or handshake
+    /// batch does not wait behind a bulk memory-window read. 1 serves every
+    /// request in turn.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS, value_parser = parse_threads)]
+    threads: NonZeroUsize,
+}
+
+/// Upper bound of `--threads`: more than the requests that can usefully be
+/// in flight at once (each thread reserves a 16 MiB request buffer).
+const MAX_THREADS: usize = 64;
+
+fn parse_threads(arg: &str) -> Result<NonZeroUsize, String> {
+    match arg.parse::<NonZeroUsize>() {
+        Ok(n) if n.get() <= MAX_THREADS => Ok(n),
+        _ => Err(format!("expected a number of threads in 1..={MAX_THREADS}")),
+    }
 }
 
 /// Why the driver could not start or had to stop.
@@ -115,13 +133,14 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .admin_gid
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
-    let mut transport = match inherited {
+    let transport = match inherited {
         Some(fd) => {
             tracing::info!(node_dir = %args.node_dir.display(), "serving the node descriptor the service manager passed");
             FuseTransport::inherited(&args.node_dir, core.clone(), fd)
         }
         None => FuseTransport::new(&args.node_dir, core.clone()),
     };
+    let mut transport = transport.with_threads(args.threads);
     transport.mount()?;
     if let Err(e) = transport.serve() {
         if let Err(u) = transport.unmount() {
@@ -156,7 +175,7 @@ fn run(args: &Args) -> Result<(), DriverError> {
     };
     let dir = args.node_dir.display();
     notify(&format!("READY=1\nSTATUS=serving {dir}"));
-    tracing::info!(node_dir = %dir, clock = ?args.clock, admin_gid, "gpupm-driver ready");
+    tracing::info!(node_dir = %dir, clock = ?args.clock, admin_gid, threads = args.threads.get(), "gpupm-driver ready");
 
     let watchdog = service::watchdog_interval();
     let check_every = watchdog.unwrap_or(Duration::from_secs(1));

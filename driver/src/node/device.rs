@@ -150,7 +150,7 @@ impl NodeCore {
     pub fn read(
         &self,
         fh: u64,
-        offset: i64,
+        offset: u64,
         size: u32,
         nonblock: bool,
         pid: u32,
@@ -167,15 +167,12 @@ impl NodeCore {
     fn read_or_park(
         &self,
         fh: u64,
-        offset: i64,
+        offset: u64,
         size: u32,
         nonblock: bool,
         pid: u32,
         slot: &mut Option<ReadCompletion>,
     ) -> Option<Result<Vec<u8>, NodeError>> {
-        let Ok(offset) = u64::try_from(offset) else {
-            return Some(Err(malformed("negative offset")));
-        };
         let size = size as usize;
         let mut inner = self.lock();
         let Some(kind) = inner.handles.get(&fh).map(|h| h.kind) else {
@@ -226,8 +223,7 @@ impl NodeCore {
     }
 
     /// A write of `data` at `offset`: one register write of 4 or 8 bytes.
-    pub fn write(&self, fh: u64, offset: i64, data: &[u8]) -> Result<u32, NodeError> {
-        let offset = u64::try_from(offset).map_err(|_| malformed("negative offset"))?;
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, NodeError> {
         let res = {
             let mut inner = self.lock();
             let kind = inner.handles.get(&fh).ok_or(NodeError::NotFound)?.kind;

@@ -6,35 +6,50 @@
 //!
 //! Files are opened with `FOPEN_DIRECT_IO`, so every read and write reaches
 //! the driver with the caller's offset and size and nothing is cached.
-//! Requests are served on one session thread; a blocking interrupt read
-//! never holds it: its reply is parked in [`NodeCore`] and sent from
-//! whichever thread delivers the next record.
+//!
+//! # Serving threads
+//! Requests are served by [`FuseTransport::with_threads`] event-loop
+//! threads (default [`DEFAULT_THREADS`](super::DEFAULT_THREADS)), each
+//! reading its own clone of the `/dev/fuse` descriptor
+//! (`FUSE_DEV_IOC_CLONE`, also of an inherited one) so that a register
+//! read or a handshake batch does not queue behind a bulk memory-window
+//! read in progress on another thread. Where `/dev/fuse` cannot be opened
+//! (a sandbox's private `/dev`) the threads share the one descriptor, which
+//! the kernel also serves concurrently. Every request runs under the
+//! [`NodeCore`] lock for its whole device access, so a `GPUPM_IOC_REG_BATCH`
+//! stays atomic and handle cursors stay consistent whatever the thread
+//! count. A blocking interrupt read never holds a thread: its reply is
+//! parked in [`NodeCore`] and sent from whichever thread delivers the next
+//! record.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
-use fuser::consts::{FOPEN_DIRECT_IO, FUSE_POLL_SCHEDULE_NOTIFY};
 use fuser::{
-    FileAttr, FileType, Filesystem, PollHandle, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, Session, SessionACL,
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, IoctlFlags,
+    LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request,
+    Session, SessionACL, WriteFlags,
 };
 use gpupm_fusemount::{MountError, MountOptions};
 use gpupm_uapi::regs;
 
 use super::access::Caller;
 use super::device::{NodeCore, NodeKind};
-use super::{Transport, TransportError, CARD_NAME, OOB_NAME};
+use super::error::NodeError;
+use super::{Transport, TransportError, CARD_NAME, DEFAULT_THREADS, OOB_NAME};
 
-const ROOT_INO: u64 = fuser::FUSE_ROOT_ID;
-const CARD_INO: u64 = 2;
-const OOB_INO: u64 = 3;
+const ROOT_INO: INodeNo = INodeNo::ROOT;
+const CARD_INO: INodeNo = INodeNo(2);
+const OOB_INO: INodeNo = INodeNo(3);
 const TTL: Duration = Duration::from_secs(1);
 /// How long `unmount` waits for the session thread to end by itself.
 const SESSION_END_WAIT: Duration = Duration::from_secs(2);
@@ -57,6 +72,7 @@ pub struct FuseTransport {
     dir: PathBuf,
     core: Arc<NodeCore>,
     owner: Owner,
+    threads: NonZeroUsize,
     fuse_fd: Option<OwnedFd>,
     session: Option<JoinHandle<io::Result<()>>>,
     mounted: bool,
@@ -69,6 +85,7 @@ impl FuseTransport {
             dir: dir.into(),
             core,
             owner: Owner::Transport,
+            threads: DEFAULT_THREADS,
             fuse_fd: None,
             session: None,
             mounted: false,
@@ -85,10 +102,39 @@ impl FuseTransport {
             dir: dir.into(),
             core,
             owner: Owner::Inherited,
+            threads: DEFAULT_THREADS,
             fuse_fd: Some(fd),
             session: None,
             mounted: false,
         }
+    }
+
+    /// Serves requests from `threads` event-loop threads (see the module
+    /// documentation); one serialises every request behind the previous one.
+    pub fn with_threads(mut self, threads: NonZeroUsize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// The session configuration for `fd`: cloned descriptors when there is
+    /// more than one thread and `/dev/fuse` can be opened here.
+    fn session_config(&self, fd: &OwnedFd) -> Config {
+        let mut config = Config::default();
+        config.acl = SessionACL::All;
+        config.n_threads = Some(self.threads.get());
+        if self.threads.get() > 1 {
+            // A trial clone, closed at once, proves that fuser's own clones
+            // will succeed: a failed clone inside the session would end it.
+            match gpupm_fusemount::clone_device(fd.as_fd()) {
+                Ok(_trial) => config.clone_fd = true,
+                Err(e) => tracing::info!(
+                    error = %e,
+                    threads = self.threads.get(),
+                    "cannot clone the /dev/fuse descriptor; the serving threads share it"
+                ),
+            }
+        }
+        config
     }
 
     fn probe(&self) -> Result<(), TransportError> {
@@ -137,10 +183,17 @@ impl Transport for FuseTransport {
     fn serve(&mut self) -> Result<(), TransportError> {
         let fd = self.fuse_fd.take().ok_or(TransportError::NotMounted)?;
         let fs = FuseFs::new(Arc::clone(&self.core));
-        let mut session = Session::from_fd(fs, fd, SessionACL::All);
+        let config = self.session_config(&fd);
+        tracing::info!(
+            threads = self.threads.get(),
+            cloned_fds = config.clone_fd,
+            "serving the device node"
+        );
+        // `from_fd` answers FUSE_INIT, which the kernel queued at mount
+        // time; `run` spawns the event-loop threads and joins them.
         let thread = thread::Builder::new()
             .name("gpupm-fuse".into())
-            .spawn(move || session.run())
+            .spawn(move || Session::from_fd(fs, fd, SessionACL::All, config)?.run())
             .map_err(|source| TransportError::Mount {
                 op: "spawn session thread",
                 dir: self.dir.clone(),
@@ -148,6 +201,7 @@ impl Transport for FuseTransport {
             })?;
         self.session = Some(thread);
         self.probe()
+            .map_err(|e| self.session_failure().unwrap_or(e))
     }
 
     fn is_serving(&self) -> bool {
@@ -184,6 +238,26 @@ impl Transport for FuseTransport {
     }
 }
 
+impl FuseTransport {
+    /// The session's own error when it has already ended: more telling than
+    /// the failed probe it caused.
+    fn session_failure(&mut self) -> Option<TransportError> {
+        if !self.session.as_ref()?.is_finished() {
+            return None;
+        }
+        let source = match self.session.take()?.join() {
+            Ok(Ok(())) => io::Error::other("the session ended at once"),
+            Ok(Err(e)) => e,
+            Err(_) => io::Error::other("the session thread panicked"),
+        };
+        Some(TransportError::Mount {
+            op: "start the FUSE session",
+            dir: self.dir.clone(),
+            source,
+        })
+    }
+}
+
 fn wait_finished<T>(t: &JoinHandle<T>, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while !t.is_finished() {
@@ -201,6 +275,10 @@ struct FuseFs {
     started: SystemTime,
 }
 
+fn errno(e: &NodeError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
 impl FuseFs {
     fn new(core: Arc<NodeCore>) -> Self {
         FuseFs {
@@ -209,7 +287,7 @@ impl FuseFs {
         }
     }
 
-    fn attr(&self, ino: u64) -> Option<FileAttr> {
+    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
         let policy = self.core.policy();
         let (kind, perm) = match ino {
             ROOT_INO => (FileType::Directory, 0o755),
@@ -240,7 +318,7 @@ impl FuseFs {
     }
 
     /// Checks the request's credentials; on refusal the caller replies EACCES.
-    fn allowed(&self, req: &Request<'_>) -> Result<(), i32> {
+    fn allowed(&self, req: &Request) -> Result<(), Errno> {
         let caller = Caller {
             uid: req.uid(),
             gid: req.gid(),
@@ -248,147 +326,150 @@ impl FuseFs {
         };
         self.core.check(caller).map_err(|e| {
             tracing::debug!(error = %e, "request refused");
-            e.errno()
+            errno(&e)
         })
     }
 }
 
 impl Filesystem for FuseFs {
-    fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
         let ino = match name.to_str() {
             Some(CARD_NAME) if parent == ROOT_INO => CARD_INO,
             Some(OOB_NAME) if parent == ROOT_INO => OOB_INO,
-            _ => return reply.error(libc::ENOENT),
+            _ => return reply.error(Errno::ENOENT),
         };
         match self.attr(ino) {
-            Some(a) => reply.entry(&TTL, &a, 0),
-            None => reply.error(libc::ENOENT),
+            Some(a) => reply.entry(&TTL, &a, fuser::Generation(0)),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
         match self.attr(ino) {
             Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(libc::ENOENT),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
-    fn open(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
         let kind = match ino {
             CARD_INO => NodeKind::Card,
             OOB_INO => NodeKind::Oob,
-            ROOT_INO => return reply.error(libc::EISDIR),
-            _ => return reply.error(libc::ENOENT),
+            ROOT_INO => return reply.error(Errno::EISDIR),
+            _ => return reply.error(Errno::ENOENT),
         };
-        reply.opened(self.core.open(kind), FOPEN_DIRECT_IO);
+        reply.opened(
+            FileHandle(self.core.open(kind)),
+            FopenFlags::FOPEN_DIRECT_IO,
+        );
     }
 
     fn read(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         size: u32,
-        flags: i32,
-        _lock_owner: Option<u64>,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        let nonblock = flags & libc::O_NONBLOCK != 0;
+        let nonblock = flags.0 & libc::O_NONBLOCK != 0;
         self.core.read(
-            fh,
+            fh.0,
             offset,
             size,
             nonblock,
             req.pid(),
             Box::new(move |res| match res {
                 Ok(bytes) => reply.data(&bytes),
-                Err(e) => reply.error(e.errno()),
+                Err(e) => reply.error(errno(&e)),
             }),
         );
     }
 
     fn write(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         data: &[u8],
-        _write_flags: u32,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        match self.core.write(fh, offset, data) {
+        match self.core.write(fh.0, offset, data) {
             Ok(n) => reply.written(n),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn flush(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        _fh: u64,
-        _lock_owner: u64,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         reply.ok();
     }
 
     fn release(
-        &mut self,
-        _req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: i32,
-        _lock_owner: Option<u64>,
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh);
+        self.core.release(fh.0);
         reply.ok();
     }
 
-    fn opendir(&mut self, req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
         if ino != ROOT_INO {
-            return reply.error(libc::ENOTDIR);
+            return reply.error(Errno::ENOTDIR);
         }
-        reply.opened(0, 0);
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
     fn readdir(
-        &mut self,
-        req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        offset: i64,
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
         mut reply: ReplyDirectory,
     ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
         if ino != ROOT_INO {
-            return reply.error(libc::ENOTDIR);
+            return reply.error(Errno::ENOTDIR);
         }
         let entries = [
             (ROOT_INO, FileType::Directory, "."),
@@ -396,9 +477,9 @@ impl Filesystem for FuseFs {
             (CARD_INO, FileType::RegularFile, CARD_NAME),
             (OOB_INO, FileType::RegularFile, OOB_NAME),
         ];
-        let skip = usize::try_from(offset).unwrap_or(0);
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(skip) {
-            if reply.add(*ino, (i + 1) as i64, *kind, name) {
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (next, (ino, kind, name)) in (1u64..).zip(entries.iter()).skip(skip) {
+            if reply.add(*ino, next, *kind, name) {
                 break;
             }
         }
@@ -406,11 +487,11 @@ impl Filesystem for FuseFs {
     }
 
     fn ioctl(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        _flags: u32,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: IoctlFlags,
         cmd: u32,
         in_data: &[u8],
         out_size: u32,
@@ -419,41 +500,43 @@ impl Filesystem for FuseFs {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        match self.core.ioctl(fh, cmd, in_data, out_size) {
+        match self.core.ioctl(fh.0, cmd, in_data, out_size) {
             Ok(r) => {
                 let n = r.data.len().min(out_size as usize);
                 reply.ioctl(r.result, &r.data[..n]);
             }
             Err(e) => {
                 tracing::debug!(cmd = format_args!("{cmd:#010x}"), error = %e, "ioctl refused");
-                reply.error(e.errno());
+                reply.error(errno(&e));
             }
         }
     }
 
     fn poll(
-        &mut self,
-        req: &Request<'_>,
-        _ino: u64,
-        fh: u64,
-        ph: PollHandle,
-        events: u32,
-        flags: u32,
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        ph: PollNotifier,
+        events: PollEvents,
+        flags: PollFlags,
         reply: ReplyPoll,
     ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        let wake = (flags & FUSE_POLL_SCHEDULE_NOTIFY != 0).then(|| {
-            Box::new(move || {
-                if let Err(e) = ph.notify() {
-                    tracing::debug!(error = %e, "poll notification failed");
-                }
-            }) as Box<dyn FnOnce() + Send>
-        });
-        match self.core.poll(fh, events, wake) {
-            Ok(revents) => reply.poll(revents),
-            Err(e) => reply.error(e.errno()),
+        let wake = flags
+            .contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)
+            .then(|| {
+                Box::new(move || {
+                    if let Err(e) = ph.notify() {
+                        tracing::debug!(error = %e, "poll notification failed");
+                    }
+                }) as Box<dyn FnOnce() + Send>
+            });
+        match self.core.poll(fh.0, events.bits(), wake) {
+            Ok(revents) => reply.poll(PollEvents::from_bits_retain(revents)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 }

@@ -40,10 +40,14 @@ pub mod model_backend;
 pub mod ticker;
 
 use std::io;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 /// Default directory of the device node.
 pub const DEFAULT_NODE_DIR: &str = "/run/gpupm/dev";
+/// Serving threads of the node when `--threads` is not given: two, so
+/// that a handshake batch need not wait for a bulk memory-window read.
+pub const DEFAULT_THREADS: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
 /// File name of the register/control node.
 pub const CARD_NAME: &str = "card0";
 /// File name of the mailbox-only node.

@@ -94,6 +94,12 @@ pub struct Options {
     pub admin_gid: Option<u32>,
     /// The device served.
     pub scenario: Scenario,
+    /// `--threads` (the driver's default when `None`).
+    pub threads: Option<usize>,
+    /// The driver's `RUST_LOG`: `debug` keeps a full trail for failing
+    /// tests, but also logs every FUSE request, which a benchmark must not
+    /// pay for.
+    pub log: &'static str,
 }
 
 impl Default for Options {
@@ -103,6 +109,8 @@ impl Default for Options {
             clock: "step",
             admin_gid: None,
             scenario: Scenario::Toml(scenario::small()),
+            threads: None,
+            log: "debug",
         }
     }
 }
@@ -162,10 +170,13 @@ impl Driver {
         cmd.args(["--clock", opts.clock, "--node-dir"])
             .arg(&dir)
             .env("NOTIFY_SOCKET", &sock_path)
-            .env("RUST_LOG", "debug")
+            .env("RUST_LOG", opts.log)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).expect("create driver log"));
+        if let Some(n) = opts.threads {
+            cmd.arg("--threads").arg(n.to_string());
+        }
         if let Scenario::Toml(text) = &opts.scenario {
             let path = tmp.0.join("scenario.toml");
             fs::write(&path, text).expect("write scenario file");
