@@ -6,16 +6,16 @@
 //! of the argument, then authorisation, then existence; nothing is changed
 //! by any answer.
 
-use gpupm_uapi::events::{EVENT_COUNT, MAX_EVENTS};
-use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::tenant::{
     counter_flags, RateSample, ReadInstance, ReadInstanceRates, RATE_SAMPLES,
 };
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::FromZeros;
 
 use super::authz::{missing, resolve_instance};
 use super::policy::Identity;
-use super::requests::{check_reserved, check_version, ctx_state_code, RequestError};
+use super::requests::{
+    check_reserved, check_version, checked_events, ctx_state_code, CounterAnswer, RequestError,
+};
 use crate::view::{CounterView, Totals};
 
 pub(super) fn read_instance(
@@ -26,16 +26,7 @@ pub(super) fn read_instance(
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
     check_reserved(arg.reserved2)?;
-    let n = usize::try_from(arg.n_events).unwrap_or(usize::MAX);
-    if n > MAX_EVENTS {
-        return Err(RequestError::Invalid("too many event ids"));
-    }
-    if arg.events[..n]
-        .iter()
-        .any(|&e| usize::from(e) >= EVENT_COUNT)
-    {
-        return Err(RequestError::Invalid("event id out of range"));
-    }
+    let n = checked_events(arg.n_events, &arg.events)?;
     let info = resolve_instance(
         view,
         identity,
@@ -47,37 +38,15 @@ pub(super) fn read_instance(
     let totals = view
         .instance_totals(info.ctx, info.created_cycle)
         .ok_or_else(|| missing(identity))?;
+    let answer = CounterAnswer::of(totals, &arg.events[..n])?;
     arg.created_cycle = info.created_cycle;
     arg.state = ctx_state_code(info.state);
     arg.vm = info.vm;
-    arg.values = [0; MAX_EVENTS];
-    arg.sealed = BlockSlot::new_zeroed();
-    match totals {
-        Totals::Plain {
-            counters,
-            commit_seq,
-            cycle,
-        } => {
-            arg.out_flags = 0;
-            arg.commit_seq = commit_seq;
-            arg.cycle = cycle;
-            if n == 0 {
-                arg.values = counters;
-            } else {
-                let events = arg.events;
-                for (v, &e) in arg.values.iter_mut().zip(&events[..n]) {
-                    *v = counters.get(usize::from(e)).copied().unwrap_or(0);
-                }
-            }
-        }
-        Totals::Sealed(bytes) => {
-            arg.out_flags = counter_flags::SEALED;
-            arg.commit_seq = 0;
-            arg.cycle = 0;
-            arg.sealed = BlockSlot::read_from_bytes(&bytes)
-                .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?;
-        }
-    }
+    arg.out_flags = answer.flags;
+    arg.commit_seq = answer.commit_seq;
+    arg.cycle = answer.cycle;
+    arg.values = answer.values;
+    arg.sealed = answer.sealed;
     Ok(arg)
 }
 

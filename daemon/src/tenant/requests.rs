@@ -198,48 +198,82 @@ fn read_counters(
 ) -> Result<Box<ReadCounters>, RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
-    let n = usize::try_from(arg.n_events).unwrap_or(usize::MAX);
-    if n > MAX_EVENTS {
-        return Err(RequestError::Invalid("too many event ids"));
-    }
-    if arg.events[..n]
-        .iter()
-        .any(|&e| usize::from(e) >= EVENT_COUNT)
-    {
-        return Err(RequestError::Invalid("event id out of range"));
-    }
+    let n = checked_events(arg.n_events, &arg.events)?;
     let r = resolve(view, identity, arg.scope, arg.id, true)?;
     let totals = view.totals(r.scope).ok_or_else(|| missing(identity))?;
     recheck(view, identity, r)?;
-    arg.values = [0; MAX_EVENTS];
-    arg.sealed = BlockSlot::new_zeroed();
-    match totals {
-        Totals::Plain {
-            counters,
-            commit_seq,
-            cycle,
-        } => {
-            arg.flags = 0;
-            arg.commit_seq = commit_seq;
-            arg.cycle = cycle;
-            if n == 0 {
-                arg.values = counters;
-            } else {
-                let events = arg.events;
-                for (v, &e) in arg.values.iter_mut().zip(&events[..n]) {
-                    *v = counters.get(usize::from(e)).copied().unwrap_or(0);
+    let answer = CounterAnswer::of(totals, &arg.events[..n])?;
+    arg.flags = answer.flags;
+    arg.commit_seq = answer.commit_seq;
+    arg.cycle = answer.cycle;
+    arg.values = answer.values;
+    arg.sealed = answer.sealed;
+    Ok(arg)
+}
+
+/// The number of event ids a request names, checked: at most
+/// `MAX_EVENTS`, each in the catalogue (0 = all events).
+pub(super) fn checked_events(n_events: u32, events: &[u16]) -> Result<usize, RequestError> {
+    let n = usize::try_from(n_events)
+        .ok()
+        .filter(|&n| n <= MAX_EVENTS.min(events.len()))
+        .ok_or(RequestError::Invalid("too many event ids"))?;
+    if events[..n].iter().any(|&e| usize::from(e) >= EVENT_COUNT) {
+        return Err(RequestError::Invalid("event id out of range"));
+    }
+    Ok(n)
+}
+
+/// What a counter read answers for a scope's totals.
+pub(super) struct CounterAnswer {
+    /// `counter_flags`.
+    pub flags: u32,
+    /// Commits folded in (0 when sealed).
+    pub commit_seq: u64,
+    /// Device cycle of the last commit (0 when sealed).
+    pub cycle: u64,
+    /// The values of `events` in order, or every event when none are named.
+    pub values: [u64; MAX_EVENTS],
+    /// The block slot as published, for a confidential scope.
+    pub sealed: BlockSlot,
+}
+
+impl CounterAnswer {
+    /// The answer for `totals`, selecting `events` (checked by
+    /// [`checked_events`]; empty = all).
+    pub(super) fn of(totals: Totals, events: &[u16]) -> Result<CounterAnswer, RequestError> {
+        Ok(match totals {
+            Totals::Plain {
+                counters,
+                commit_seq,
+                cycle,
+            } => {
+                let mut values = [0; MAX_EVENTS];
+                if events.is_empty() {
+                    values = counters;
+                } else {
+                    for (v, &e) in values.iter_mut().zip(events) {
+                        *v = counters.get(usize::from(e)).copied().unwrap_or(0);
+                    }
+                }
+                CounterAnswer {
+                    flags: 0,
+                    commit_seq,
+                    cycle,
+                    values,
+                    sealed: BlockSlot::new_zeroed(),
                 }
             }
-        }
-        Totals::Sealed(bytes) => {
-            arg.flags = counter_flags::SEALED;
-            arg.commit_seq = 0;
-            arg.cycle = 0;
-            arg.sealed = BlockSlot::read_from_bytes(&bytes)
-                .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?;
-        }
+            Totals::Sealed(bytes) => CounterAnswer {
+                flags: counter_flags::SEALED,
+                commit_seq: 0,
+                cycle: 0,
+                values: [0; MAX_EVENTS],
+                sealed: BlockSlot::read_from_bytes(&bytes)
+                    .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?,
+            },
+        })
     }
-    Ok(arg)
 }
 
 fn read_rates(
