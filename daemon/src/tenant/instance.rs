@@ -6,15 +6,14 @@
 //! of the argument, then authorisation, then existence; nothing is changed
 //! by any answer.
 
-use gpupm_uapi::tenant::{
-    counter_flags, RateSample, ReadInstance, ReadInstanceRates, RATE_SAMPLES,
-};
+use gpupm_uapi::tenant::{counter_flags, ReadInstance, ReadInstanceRates, RATE_SAMPLES};
 use zerocopy::FromZeros;
 
 use super::authz::{missing, resolve_instance};
 use super::policy::Identity;
 use super::requests::{
-    check_reserved, check_version, checked_events, ctx_state_code, CounterAnswer, RequestError,
+    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples,
+    CounterAnswer, RequestError,
 };
 use crate::view::{CounterView, Totals};
 
@@ -86,23 +85,9 @@ pub(super) fn read_instance_rates(
         arg.out_flags = counter_flags::SEALED;
         return Ok(arg);
     }
-    // The view answers the instance's own samples; the filter keeps the
-    // answer inside the resolved instance whatever a view returns.
-    let recent: Vec<_> = samples
-        .iter()
-        .filter(|s| s.vm == info.vm && s.ctx == info.ctx)
-        .rev()
-        .take(max)
-        .collect();
-    for (slot, s) in arg.samples.iter_mut().zip(recent.iter().rev()) {
-        *slot = RateSample {
-            start_cycle: s.start_cycle,
-            end_cycle: s.end_cycle,
-            flags: u32::from(s.flags),
-            ctx: s.ctx,
-            deltas: s.deltas,
-        };
-    }
-    arg.count = u32::try_from(recent.len()).unwrap_or(0);
+    // The view answers the instance's own samples.
+    arg.count = fill_rate_samples(&mut arg.samples, &samples, max, |s| {
+        s.vm == info.vm && s.ctx == info.ctx
+    });
     Ok(arg)
 }

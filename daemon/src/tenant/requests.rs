@@ -304,13 +304,28 @@ fn read_rates(
         Scope::Ctx(c) => Some(c),
         _ => None,
     };
-    let recent = samples
+    arg.count = fill_rate_samples(&mut arg.samples, &samples, max, |s| {
+        Some(s.vm) == r.vm && ctx.is_none_or(|c| s.ctx == c)
+    });
+    Ok(arg)
+}
+
+/// Copies the newest `max` of `samples` that pass `belongs` into `out`,
+/// oldest first; returns how many. The filter keeps an answer inside the
+/// resolved scope whatever a view returns.
+pub(super) fn fill_rate_samples(
+    out: &mut [RateSample; RATE_SAMPLES],
+    samples: &[DeltaSample],
+    max: usize,
+    belongs: impl Fn(&DeltaSample) -> bool,
+) -> u32 {
+    let recent: Vec<&DeltaSample> = samples
         .iter()
-        .filter(|s| Some(s.vm) == r.vm && ctx.is_none_or(|c| s.ctx == c))
+        .filter(|s| belongs(s))
         .rev()
-        .take(max);
-    let recent: Vec<&DeltaSample> = recent.collect();
-    for (slot, s) in arg.samples.iter_mut().zip(recent.iter().rev()) {
+        .take(max)
+        .collect();
+    for (slot, s) in out.iter_mut().zip(recent.iter().rev()) {
         *slot = RateSample {
             start_cycle: s.start_cycle,
             end_cycle: s.end_cycle,
@@ -319,8 +334,7 @@ fn read_rates(
             deltas: s.deltas,
         };
     }
-    arg.count = u32::try_from(recent.len()).unwrap_or(0);
-    Ok(arg)
+    u32::try_from(recent.len()).unwrap_or(0)
 }
 
 fn open_stream(
