@@ -38,14 +38,8 @@ fn driver() -> Driver {
 
 /// Names of the driver's threads, from `/proc/<pid>/task/*/comm`.
 fn thread_names(d: &Driver) -> Vec<String> {
-    let tasks = format!("/proc/{}/task", d.pid());
-    let mut names: Vec<String> = fs::read_dir(tasks)
-        .unwrap()
-        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_owned())
-        .collect();
-    names.sort();
-    names
+    let pid = u32::try_from(d.pid().as_raw()).expect("a pid");
+    harness::thread_names_once_loops_run(pid, THREADS, STUCK)
 }
 
 /// How many of the driver's descriptors are `/dev/fuse`.

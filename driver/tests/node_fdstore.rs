@@ -184,13 +184,10 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     drop(fd);
 }
 
-/// Names of `pid`'s threads and how many of its descriptors are `/dev/fuse`.
+/// Names of `pid`'s threads (once both default event loops run) and how
+/// many of its descriptors are `/dev/fuse`.
 fn threads_and_fuse_fds(pid: u32) -> (Vec<String>, usize) {
-    let names = fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_owned())
-        .collect();
+    let names = harness::thread_names_once_loops_run(pid, 2, WAIT);
     let fuse = fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())

@@ -340,3 +340,27 @@ pub fn records(bytes: &[u8]) -> Vec<InterruptRecord> {
         .map(|c| InterruptRecord::read_from_bytes(c).expect("32-byte record"))
         .collect()
 }
+
+/// Names of `pid`'s threads, sorted, once `loops` of them are fuser event
+/// loops (`fuser-N`) or after `deadline`. A new thread names itself only
+/// once it runs, so right after READY a loop may still carry its parent's
+/// name.
+pub fn thread_names_once_loops_run(pid: u32, loops: usize, deadline: Duration) -> Vec<String> {
+    let end = Instant::now() + deadline;
+    loop {
+        let mut names: Vec<String> = fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .filter_map(|t| fs::read_to_string(t.ok()?.path().join("comm")).ok())
+                    .map(|n| n.trim().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        let running = names.iter().filter(|n| n.starts_with("fuser-")).count();
+        if running >= loops || Instant::now() >= end {
+            return names;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
