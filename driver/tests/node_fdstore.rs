@@ -159,20 +159,26 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     assert_eq!(loops, 2, "two event loops (the default): {names:?}");
     assert_eq!(fuse_fds, 2, "the passed descriptor and one clone of it");
 
+    stop_then_unmount(driver, &dir, &log);
+    drop(fd);
+}
+
+/// SIGTERMs the driver, checks it exits cleanly and leaves the helper's
+/// mount in place, then has `gpupm-mount --unmount` remove it.
+fn stop_then_unmount(mut driver: Child, dir: &Path, log: &dyn Fn() -> String) {
     let pid = Pid::from_raw(i32::try_from(driver.id()).unwrap());
     kill(pid, Signal::SIGTERM).unwrap();
     let status = driver.wait().unwrap();
     assert!(status.success(), "driver exit {status}:\n{}", log());
     assert_eq!(
-        mount_type(&dir).as_deref(),
+        mount_type(dir).as_deref(),
         Some("fuse.gpupm-node"),
         "the driver must leave the helper's mount in place:\n{}",
         log()
     );
-
     let out = Command::new(mount_helper())
         .args(["--unmount", "--dir"])
-        .arg(&dir)
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -180,8 +186,7 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
         "gpupm-mount --unmount: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!is_mounted(&dir));
-    drop(fd);
+    assert!(!is_mounted(dir));
 }
 
 /// Names of `pid`'s threads (once both default event loops run) and how
@@ -235,20 +240,6 @@ fn without_dev_fuse_the_serving_threads_share_the_stored_descriptor() {
     });
     drop(card);
 
-    let pid = Pid::from_raw(i32::try_from(driver.id()).unwrap());
-    kill(pid, Signal::SIGTERM).unwrap();
-    let status = driver.wait().unwrap();
-    assert!(status.success(), "driver exit {status}:\n{}", log());
-    let out = Command::new(mount_helper())
-        .args(["--unmount", "--dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!is_mounted(&dir));
+    stop_then_unmount(driver, &dir, &log);
     drop(fd);
 }
