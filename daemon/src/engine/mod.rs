@@ -106,7 +106,7 @@ impl Engine {
             tracing::warn!(path = %path.display(), "ignoring an unreadable retired-context file");
         }
         for rec in &persisted {
-            store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm);
+            store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm, rec.retired_cycle);
         }
         let mut worker = Worker {
             dev: &dev,

@@ -130,7 +130,14 @@ impl Worker<'_> {
         }
         self.store.ctx_destroyed(ctx, c.created_cycle);
         let files = self.store.retired_files();
-        if !files.contains(ctx, c.created_cycle) {
+        // Persisted before a crash: its file holds the retirement cycle; a
+        // file that cannot be read ages from the creation instead, which
+        // prunes it no later than its real age would.
+        let retired_cycle = if files.contains(ctx, c.created_cycle) {
+            files
+                .load(ctx, c.created_cycle)
+                .map_or(c.created_cycle, |r| r.retired_cycle)
+        } else {
             let slot = self.dev.block_slot(c.block_offset)?;
             let mut rec = RetiredFile::new_zeroed();
             rec.magic = RETIRED_MAGIC;
@@ -144,8 +151,10 @@ impl Worker<'_> {
             }
             rec.slot = slot;
             files.persist(&rec)?;
-        }
-        self.store.ctx_retired(ctx, c.created_cycle, c.vm);
+            rec.retired_cycle
+        };
+        self.store
+            .ctx_retired(ctx, c.created_cycle, c.vm, retired_cycle);
         if let Err(e) = self.dev.write32(r::ctx(ctx, r::CTX_CMD), ctx_cmd::RELEASE) {
             // Refused only if it is no longer a destroyed context.
             if self.read_ctx(ctx)?.is_some_and(|(s, now)| {

@@ -238,16 +238,8 @@ impl Store {
 
     /// Records that an instance is persisted (and about to be, or already,
     /// released): it leaves the live table and enters the retired set,
-    /// ordered for retention by the cycle its file records.
-    pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId) {
-        // The retirement cycle is in the file just written (or just loaded);
-        // reading it back keeps the engine's call unchanged. A file that
-        // cannot be read ages from its creation, which prunes it no later
-        // than its real age would.
-        let retired_cycle = self
-            .retired_files
-            .load(ctx, created_cycle)
-            .map_or(created_cycle, |r| r.retired_cycle);
+    /// ordered for retention by `retired_cycle`, the cycle its file records.
+    pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId, retired_cycle: u64) {
         let mut t = self.write();
         if t.live
             .get(&ctx)
