@@ -90,6 +90,35 @@ fn a_second_driver_refuses_a_live_node_dir() {
 }
 
 #[test]
+fn bad_command_lines_exit_2_with_a_reason_and_mount_nothing() {
+    let tmp = TempDir::new("badargs");
+    let dir = tmp.0.join("dev");
+    let missing = tmp.0.join("no-such-scenario.toml");
+    let cases: [(&[&str], &str); 5] = [
+        (&["--threads", "0"], "--threads"),
+        (&["--threads", "65"], "--threads"),
+        (&["--threads", "two"], "--threads"),
+        (&["--clock", "sundial"], "--clock"),
+        (
+            &["--scenario", missing.to_str().unwrap()],
+            "no-such-scenario",
+        ),
+    ];
+    for (args, mentions) in cases {
+        let out = Command::new(harness::DRIVER)
+            .args(args)
+            .arg("--node-dir")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(mentions), "{args:?}: {stderr}");
+        assert!(!is_mounted(&dir), "{args:?} mounted the node");
+    }
+}
+
+#[test]
 fn non_admin_uid_gets_eacces_on_open_and_on_every_request() {
     let d = Driver::start();
     assert!(python(&["denied", d.dir.to_str().unwrap()]).contains("ok"));

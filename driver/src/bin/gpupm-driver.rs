@@ -76,8 +76,8 @@ fn parse_threads(arg: &str) -> Result<NonZeroUsize, String> {
 /// Why the driver could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
 enum DriverError {
-    #[error("no device backend: {0}")]
-    Backend(String),
+    #[error("bad scenario: {0}")]
+    Scenario(String),
     #[error("device node transport failed")]
     Transport(#[from] gpupm_driver::node::TransportError),
     #[error("could not start a driver thread")]
@@ -92,12 +92,12 @@ enum DriverError {
 fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     let scenario = match &args.scenario {
         Some(path) => gpupm_driver::scenario::parse_file(path)
-            .map_err(|e| DriverError::Backend(e.to_string()))?,
+            .map_err(|e| DriverError::Scenario(e.to_string()))?,
         None => gpupm_driver::scenario::builtin(),
     };
     let step = args.clock == Clock::Step;
     let dev = Device::new(&scenario, EngineKind::Batched, step)
-        .map_err(|e| DriverError::Backend(format!("scenario {}: {e}", scenario.name)))?;
+        .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
     tracing::info!(scenario = %scenario.name, step_clock = step, "device model built");
     Ok(Box::new(ModelBackend::new(dev)))
 }
@@ -116,7 +116,13 @@ fn main() -> ExitCode {
                 src = s.source();
             }
             tracing::error!("{msg}");
-            ExitCode::FAILURE
+            // Bad input (like a bad command line, which clap exits 2 for)
+            // is told apart from a failure to run.
+            if matches!(e, DriverError::Scenario(_)) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
