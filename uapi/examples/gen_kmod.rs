@@ -56,7 +56,10 @@ pub fn render() -> String {
         line(&format!("#define GPUPM_{n}_BITS {}", f.bits));
         line(&format!("#define GPUPM_{n}_FORMAT \"{}\"", f.sysfs()));
     }
-    line(&format!("#define GPUPM_CONFIG_USED {:#x}ULL", pmu::CONFIG_USED));
+    line(&format!(
+        "#define GPUPM_CONFIG_USED {:#x}ULL",
+        pmu::CONFIG_USED
+    ));
     line(&format!(
         "#define GPUPM_CONFIG1_USED {:#x}ULL",
         pmu::CONFIG1_USED
@@ -91,7 +94,10 @@ pub fn render() -> String {
 
 fn emit_abi(line: &mut impl FnMut(&str)) {
     line("/* The publication device's ioctls. */");
-    line(&format!("#define GPUPM_PMU_IOC_MAGIC {:#x}", pmu::PMU_IOC_MAGIC));
+    line(&format!(
+        "#define GPUPM_PMU_IOC_MAGIC {:#x}",
+        pmu::PMU_IOC_MAGIC
+    ));
     line(&format!(
         "#define GPUPM_PMU_STRUCT_VERSION {}",
         pmu::PMU_STRUCT_VERSION
@@ -159,7 +165,10 @@ fn emit_abi(line: &mut impl FnMut(&str)) {
             "offsetof(struct gpupm_pmu_wanted, contexts) == {}",
             offset_of!(Wanted, contexts)
         ),
-        format!("GPUPM_PMU_IOC_PUBLISH == {:#x}U", pmu::GPUPM_PMU_IOC_PUBLISH),
+        format!(
+            "GPUPM_PMU_IOC_PUBLISH == {:#x}U",
+            pmu::GPUPM_PMU_IOC_PUBLISH
+        ),
         format!("GPUPM_PMU_IOC_WANTED == {:#x}U", pmu::GPUPM_PMU_IOC_WANTED),
     ];
     for a in asserts {
