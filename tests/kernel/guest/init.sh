@@ -11,7 +11,9 @@ mount -t tmpfs tmpfs /run
 mount -t tmpfs tmpfs /tmp
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 echo "@@gpupm boot uptime=$(uptime_s)"
+set -a
 . /etc/gpupm-lane.env
+set +a
 for m in $GPUPM_MODULES; do insmod "$m" || echo "@@gpupm metric insmod_failed=$m"; done
 ip link set lo up
 for check in $(cat /checks/list); do

@@ -25,7 +25,19 @@ impl Initramfs {
         if root.exists() {
             fs::remove_dir_all(root).map_err(|e| io(root, e))?;
         }
-        for d in ["bin", "sbin", "usr/bin", "etc", "proc", "sys", "dev", "run", "tmp", "var/lib/gpupm", "lib/modules"] {
+        for d in [
+            "bin",
+            "sbin",
+            "usr/bin",
+            "etc",
+            "proc",
+            "sys",
+            "dev",
+            "run",
+            "tmp",
+            "var/lib/gpupm",
+            "lib/modules",
+        ] {
             fs::create_dir_all(root.join(d)).map_err(|e| io(root, e))?;
         }
         Ok(Initramfs {

@@ -30,7 +30,8 @@ pub fn build(kernel: &GuestKernel, dir: &Path) -> Result<Built, String> {
         let path = entry.map_err(|e| e.to_string())?.path();
         let name = path.file_name().ok_or("kmod entry")?;
         if path.extension().is_some_and(|x| x == "c" || x == "h") {
-            fs::copy(&path, dir.join("kmod").join(name)).map_err(|e| format!("{}: {e}", path.display()))?;
+            fs::copy(&path, dir.join("kmod").join(name))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
     let out = Command::new("make")

@@ -54,7 +54,13 @@ impl GuestKernel {
         let boot = dir.join("boot");
         let mut releases: Vec<String> = std::fs::read_dir(&boot)
             .map_err(|e| format!("{}: {e}; {hint}", boot.display()))?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("vmlinuz-").map(String::from))
+            .filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix("vmlinuz-")
+                    .map(String::from)
+            })
             .collect();
         releases.sort();
         let release = releases
@@ -64,7 +70,10 @@ impl GuestKernel {
         let modules = dir.join("lib/modules").join(&release);
         for need in [&build, &modules] {
             if !need.is_dir() {
-                return Err(format!("{} is missing for kernel {release}; {hint}", need.display()));
+                return Err(format!(
+                    "{} is missing for kernel {release}; {hint}",
+                    need.display()
+                ));
             }
         }
         Ok(GuestKernel {

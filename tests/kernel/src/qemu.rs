@@ -54,8 +54,24 @@ fn spawn(kernel: &GuestKernel, image: &Path, accel: Accel, mem_mib: u32) -> Resu
         Accel::Tcg => ("tcg", "max"),
     };
     Command::new("qemu-system-x86_64")
-        .args(["-accel", accel_arg, "-cpu", cpu, "-smp", "2", "-m", &mem_mib.to_string()])
-        .args(["-nodefaults", "-display", "none", "-no-reboot", "-serial", "stdio"])
+        .args([
+            "-accel",
+            accel_arg,
+            "-cpu",
+            cpu,
+            "-smp",
+            "2",
+            "-m",
+            &mem_mib.to_string(),
+        ])
+        .args([
+            "-nodefaults",
+            "-display",
+            "none",
+            "-no-reboot",
+            "-serial",
+            "stdio",
+        ])
         .arg("-kernel")
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
@@ -69,18 +85,29 @@ fn spawn(kernel: &GuestKernel, image: &Path, accel: Accel, mem_mib: u32) -> Resu
 }
 
 /// Boots `image` and collects the console until qemu exits or a deadline.
-pub fn boot(kernel: &GuestKernel, image: &Path, accel: Accel, limits: Deadlines) -> Result<Run, String> {
+pub fn boot(
+    kernel: &GuestKernel,
+    image: &Path,
+    accel: Accel,
+    limits: Deadlines,
+) -> Result<Run, String> {
     let start = Instant::now();
     let mut child = spawn(kernel, image, accel, 2048)?;
     let (tx, rx) = mpsc::channel();
     let stdout = child.stdout.take().ok_or("qemu stdout")?;
     let stderr = child.stderr.take().ok_or("qemu stderr")?;
-    for stream in [Box::new(stdout) as Box<dyn std::io::Read + Send>, Box::new(stderr)] {
+    for stream in [
+        Box::new(stdout) as Box<dyn std::io::Read + Send>,
+        Box::new(stderr),
+    ] {
         let tx = tx.clone();
         thread::spawn(move || {
             for line in BufReader::new(stream).split(b'\n') {
                 let Ok(line) = line else { break };
-                if tx.send(String::from_utf8_lossy(&line).into_owned()).is_err() {
+                if tx
+                    .send(String::from_utf8_lossy(&line).into_owned())
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -107,8 +134,14 @@ pub fn boot(kernel: &GuestKernel, image: &Path, accel: Accel, limits: Deadlines)
             }
             Err(RecvTimeoutError::Disconnected) => break,
             Err(RecvTimeoutError::Timeout) => {
-                killed = Some(if start.elapsed() >= limits.total { "total deadline" } else { "no progress" });
-                child.kill().map_err(|e| format!("kill qemu {}: {e}", child.id()))?;
+                killed = Some(if start.elapsed() >= limits.total {
+                    "total deadline"
+                } else {
+                    "no progress"
+                });
+                child
+                    .kill()
+                    .map_err(|e| format!("kill qemu {}: {e}", child.id()))?;
                 break;
             }
         }
@@ -125,15 +158,32 @@ pub fn boot(kernel: &GuestKernel, image: &Path, accel: Accel, limits: Deadlines)
 /// Whether KVM boots `probe` (an image whose init prints `@@gpupm boot`)
 /// within `limit`; the string says why not.
 pub fn kvm_boots(kernel: &GuestKernel, probe: &Path, limit: Duration) -> (bool, String) {
-    if let Err(e) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/kvm") {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+    {
         return (false, format!("/dev/kvm: {e}"));
     }
-    let limits = Deadlines { total: limit, quiet: limit };
+    let limits = Deadlines {
+        total: limit,
+        quiet: limit,
+    };
     match boot(kernel, probe, Accel::Kvm, limits) {
-        Ok(run) if run.to_init.is_some() => (true, format!("KVM booted the probe in {:.1} s", run.wall.as_secs_f64())),
+        Ok(run) if run.to_init.is_some() => (
+            true,
+            format!("KVM booted the probe in {:.1} s", run.wall.as_secs_f64()),
+        ),
         Ok(run) => {
             let tail: Vec<&str> = run.log.lines().rev().take(3).collect();
-            (false, format!("KVM did not boot the probe ({}): {:?}", run.killed.unwrap_or("qemu exited"), tail))
+            (
+                false,
+                format!(
+                    "KVM did not boot the probe ({}): {:?}",
+                    run.killed.unwrap_or("qemu exited"),
+                    tail
+                ),
+            )
         }
         Err(e) => (false, e),
     }

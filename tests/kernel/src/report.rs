@@ -48,7 +48,8 @@ impl Report {
                 Some("check") if parts.len() >= 3 => r.checks.push(Check {
                     name: parts[1].to_string(),
                     passed: parts[2] == "pass",
-                    secs: field(&parts, "end").unwrap_or(0.0) - field(&parts, "start").unwrap_or(0.0),
+                    secs: field(&parts, "end").unwrap_or(0.0)
+                        - field(&parts, "start").unwrap_or(0.0),
                 }),
                 Some("metric") => {
                     if let Some((k, v)) = parts.get(1).and_then(|kv| kv.split_once('=')) {
@@ -95,7 +96,12 @@ mod tests {
         assert!(r.checks[0].passed && !r.checks[1].passed);
         assert!((r.checks[1].secs - 5.0).abs() < 1e-9);
         let want = vec!["one".to_string(), "two".to_string(), "three".to_string()];
-        assert_eq!(r.problems(&want), ["check two failed", "check three did not report"]);
-        assert!(Report::parse("@@gpupm check one pass").problems(&want[..1]).contains(&"the guest never reported done".to_string()));
+        assert_eq!(
+            r.problems(&want),
+            ["check two failed", "check three did not report"]
+        );
+        assert!(Report::parse("@@gpupm check one pass")
+            .problems(&want[..1])
+            .contains(&"the guest never reported done".to_string()));
     }
 }

@@ -73,27 +73,52 @@ fn gpupm_pmu_in_a_booted_debian_guest() {
     let lane_start = Instant::now();
     assert!(nix::unistd::geteuid().is_root(), "the kernel lane must run as root (it reads the unpacked kernel and builds with its headers)");
     let kernel = GuestKernel::locate().unwrap_or_else(|e| panic!("{e}"));
-    let work = workspace::profile_dir().expect("target dir").join("../kernel-lane");
+    let work = workspace::profile_dir()
+        .expect("target dir")
+        .join("../kernel-lane");
     std::fs::create_dir_all(&work).expect("lane work dir");
 
     let built = kbuild::build(&kernel, &work.join("kbuild")).unwrap_or_else(|e| panic!("{e}"));
-    let bins = workspace::binaries(&[("gpupm-driver", "gpupm-driver"), ("gpupmd", "gpupmd"), ("gpupm", "gpupm")])
-        .unwrap_or_else(|e| panic!("{e}"));
+    let bins = workspace::binaries(&[
+        ("gpupm-driver", "gpupm-driver"),
+        ("gpupmd", "gpupmd"),
+        ("gpupm", "gpupm"),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
     let prepared = lane_start.elapsed();
 
     let lane = pmu_lane();
     let mut fs = base_image(&work.join("root"));
     for bin in &bins {
-        let name = bin.file_name().and_then(|n| n.to_str()).expect("binary name");
-        fs.program(bin, &format!("/usr/bin/{name}")).expect("workspace binary");
+        let name = bin
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("binary name");
+        fs.program(bin, &format!("/usr/bin/{name}"))
+            .expect("workspace binary");
     }
-    fs.program(Path::new(env!("CARGO_BIN_EXE_gpupm-kpmu")), "/usr/bin/gpupm-kpmu").expect("helper");
-    fs.program(Path::new("/usr/bin/perf"), "/usr/bin/perf").expect("perf (Debian's linux-perf)");
-    fs.file(&built.ko, "/lib/modules/gpupm_pmu.ko", 0o644).expect("module");
-    let modules = fs.modules(&kernel.modules, &["fuse"]).expect("fuse.ko from the image");
-    fs.text("/etc/passwd", "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n", 0o644).expect("passwd");
-    fs.text("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644).expect("group");
-    fs.text("/etc/gpupm/gpupmd.toml", &gpupmd_toml(), 0o644).expect("gpupmd.toml");
+    fs.program(
+        Path::new(env!("CARGO_BIN_EXE_gpupm-kpmu")),
+        "/usr/bin/gpupm-kpmu",
+    )
+    .expect("helper");
+    fs.program(Path::new("/usr/bin/perf"), "/usr/bin/perf")
+        .expect("perf (Debian's linux-perf)");
+    fs.file(&built.ko, "/lib/modules/gpupm_pmu.ko", 0o644)
+        .expect("module");
+    let modules = fs
+        .modules(&kernel.modules, &["fuse"])
+        .expect("fuse.ko from the image");
+    fs.text(
+        "/etc/passwd",
+        "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+        0o644,
+    )
+    .expect("passwd");
+    fs.text("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)
+        .expect("group");
+    fs.text("/etc/gpupm/gpupmd.toml", &gpupmd_toml(), 0o644)
+        .expect("gpupmd.toml");
     fs.text(
         "/etc/gpupm-lane.env",
         &format!(
@@ -119,18 +144,44 @@ fn gpupm_pmu_in_a_booted_debian_guest() {
 
     let mut summary = String::new();
     writeln!(summary, "kernel {} ({accel:?}; {why})", kernel.release).unwrap();
-    writeln!(summary, "module built and binaries ready: {:.1} s; image {:.1} MiB packed at {:.1} s", prepared.as_secs_f64(), image_bytes as f64 / 1048576.0, packed.as_secs_f64()).unwrap();
-    writeln!(summary, "qemu start -> init: {:.1} s (guest uptime at init {:?} s)", run.to_init.map_or(f64::NAN, |d| d.as_secs_f64()), report.boot_uptime).unwrap();
+    writeln!(
+        summary,
+        "module built and binaries ready: {:.1} s; image {:.1} MiB packed at {:.1} s",
+        prepared.as_secs_f64(),
+        image_bytes as f64 / 1048576.0,
+        packed.as_secs_f64()
+    )
+    .unwrap();
+    writeln!(
+        summary,
+        "qemu start -> init: {:.1} s (guest uptime at init {:?} s)",
+        run.to_init.map_or(f64::NAN, |d| d.as_secs_f64()),
+        report.boot_uptime
+    )
+    .unwrap();
     if let (Some(b), Some(d)) = (report.boot_uptime, report.done_uptime) {
         writeln!(summary, "checks: {:.1} s of guest time", d - b).unwrap();
     }
     for c in &report.checks {
-        writeln!(summary, "  {:<12} {} {:.1} s", c.name, if c.passed { "pass" } else { "FAIL" }, c.secs).unwrap();
+        writeln!(
+            summary,
+            "  {:<12} {} {:.1} s",
+            c.name,
+            if c.passed { "pass" } else { "FAIL" },
+            c.secs
+        )
+        .unwrap();
     }
     for (k, v) in &report.metrics {
         writeln!(summary, "  {k} = {v}").unwrap();
     }
-    writeln!(summary, "guest run {:.1} s; lane wall time {:.1} s", run.wall.as_secs_f64(), lane_start.elapsed().as_secs_f64()).unwrap();
+    writeln!(
+        summary,
+        "guest run {:.1} s; lane wall time {:.1} s",
+        run.wall.as_secs_f64(),
+        lane_start.elapsed().as_secs_f64()
+    )
+    .unwrap();
     println!("{summary}");
     std::fs::write(work.join("report.txt"), &summary).expect("report");
     std::fs::write(work.join("console.log"), &run.log).expect("console log");
@@ -139,5 +190,9 @@ fn gpupm_pmu_in_a_booted_debian_guest() {
     if let Some(why) = run.killed {
         problems.insert(0, format!("the guest was killed: {why}"));
     }
-    assert!(problems.is_empty(), "{problems:?}\n--- guest console ---\n{}\n--- summary ---\n{summary}", run.log);
+    assert!(
+        problems.is_empty(),
+        "{problems:?}\n--- guest console ---\n{}\n--- summary ---\n{summary}",
+        run.log
+    );
 }

@@ -32,8 +32,10 @@ fn entry(kind: u32, id: u32, generation: u64, total: u64) -> ScopeTotals {
 }
 
 fn request(entries: &[ScopeTotals]) -> Publish {
-    let mut req = Publish::default();
-    req.count = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+    let mut req = Publish {
+        count: u32::try_from(entries.len()).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
     req.entries[..entries.len()].copy_from_slice(entries);
     req
 }
@@ -56,7 +58,10 @@ impl Probe {
         let (v, c) = (count(&self.vm_fd)?, count(&self.ctx_fd)?);
         let got = (v.wrapping_sub(self.vm_last), c.wrapping_sub(self.ctx_last));
         if got != (vm, ctx) {
-            return Err(format!("{what}: counters advanced by {got:?}, expected {:?}", (vm, ctx)));
+            return Err(format!(
+                "{what}: counters advanced by {got:?}, expected {:?}",
+                (vm, ctx)
+            ));
         }
         (self.vm_last, self.ctx_last) = (v, c);
         Ok(())
@@ -80,7 +85,10 @@ pub fn run() -> Result<(), String> {
     let ctx_fd = pmu.open(&pmu.attr(EVENT, 0, CTX)?)?;
     sys::wanted(&dev, &mut wanted).map_err(|e| format!("WANTED: {e}"))?;
     if !wanted.context_ids().any(|c| c == CTX) || wanted.opened < 2 {
-        return Err(format!("WANTED does not show context {CTX} (opened {})", wanted.opened));
+        return Err(format!(
+            "WANTED does not show context {CTX} (opened {})",
+            wanted.opened
+        ));
     }
     let mut p = Probe {
         dev,
@@ -90,16 +98,31 @@ pub fn run() -> Result<(), String> {
         ctx_last: 0,
     };
     p.expect("before any publication", 0, 0)?;
-    p.publish(&[entry(scope::VM, VM, 0, 1_000), entry(scope::CONTEXT, CTX, 7, 500)])?;
+    p.publish(&[
+        entry(scope::VM, VM, 0, 1_000),
+        entry(scope::CONTEXT, CTX, 7, 500),
+    ])?;
     p.expect("first publication (history is not counted)", 0, 0)?;
-    p.publish(&[entry(scope::VM, VM, 0, 1_250), entry(scope::CONTEXT, CTX, 7, 540)])?;
+    p.publish(&[
+        entry(scope::VM, VM, 0, 1_250),
+        entry(scope::CONTEXT, CTX, 7, 540),
+    ])?;
     p.expect("second publication", 250, 40)?;
-    p.publish(&[entry(scope::VM, VM, 0, 1_250), entry(scope::CONTEXT, CTX, 7, 540)])?;
+    p.publish(&[
+        entry(scope::VM, VM, 0, 1_250),
+        entry(scope::CONTEXT, CTX, 7, 540),
+    ])?;
     p.expect("the same totals again (a restarted daemon)", 0, 0)?;
-    p.publish(&[entry(scope::VM, VM, 0, 30), entry(scope::CONTEXT, CTX, 9, 15)])?;
+    p.publish(&[
+        entry(scope::VM, VM, 0, 30),
+        entry(scope::CONTEXT, CTX, 9, 15),
+    ])?;
     p.expect("device reset / new context instance", 30, 15)?;
     refusals(&mut p)?;
-    p.publish(&[entry(scope::VM, VM, 0, 45), entry(scope::CONTEXT, CTX, 9, 16)])?;
+    p.publish(&[
+        entry(scope::VM, VM, 0, 45),
+        entry(scope::CONTEXT, CTX, 9, 16),
+    ])?;
     p.expect("after the refused requests", 15, 1)?;
     let Probe { dev, ctx_fd, .. } = p;
     drop(ctx_fd);
@@ -150,8 +173,10 @@ fn refusals(p: &mut Probe) -> Result<(), String> {
         }
         p.expect(what, 0, 0)?;
     }
-    let mut w = Wanted::default();
-    w.version = 0;
+    let mut w = Wanted {
+        version: 0,
+        ..Default::default()
+    };
     match sys::wanted(&p.dev, &mut w) {
         Err(Errno::EINVAL) => {}
         other => return Err(format!("WANTED version 0: got {other:?}, expected EINVAL")),

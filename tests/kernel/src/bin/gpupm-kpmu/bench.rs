@@ -23,7 +23,8 @@ fn software(config: u32, pid: i32, cpu: i32) -> Result<OwnedFd, String> {
         config: u64::from(config),
         ..Default::default()
     };
-    sys::perf_open(&attr, pid, cpu, u64::from(PERF_FLAG_FD_CLOEXEC)).map_err(|e| format!("perf_event_open(software {config}): {e}"))
+    sys::perf_open(&attr, pid, cpu, u64::from(PERF_FLAG_FD_CLOEXEC))
+        .map_err(|e| format!("perf_event_open(software {config}): {e}"))
 }
 
 /// Mean ns per read over one batch.
@@ -45,8 +46,10 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(rounds: usize) -> Result<(), String> {
     let pmu = Pmu::find()?;
     let mut set = nix::sched::CpuSet::new();
-    set.set(usize::try_from(pmu.cpu).unwrap_or(0)).map_err(|e| e.to_string())?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).map_err(|e| format!("pin to cpu {}: {e}", pmu.cpu))?;
+    set.set(usize::try_from(pmu.cpu).unwrap_or(0))
+        .map_err(|e| e.to_string())?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
+        .map_err(|e| format!("pin to cpu {}: {e}", pmu.cpu))?;
     let gpupm = pmu.open(&pmu.attr("sm_inst_executed", 0, 0)?)?;
     let cpu_clock = software(PERF_COUNT_SW_CPU_CLOCK, -1, pmu.cpu)?;
     let task_clock = software(PERF_COUNT_SW_TASK_CLOCK, 0, -1)?;
@@ -57,7 +60,10 @@ pub fn run(rounds: usize) -> Result<(), String> {
         t.push(batch(&task_clock)?);
     }
     let (g, c, t) = (median(&mut g), median(&mut c), median(&mut t));
-    println!("@@gpupm metric read_reads_per_kind={}", rounds as u64 * u64::from(BATCH));
+    println!(
+        "@@gpupm metric read_reads_per_kind={}",
+        rounds as u64 * u64::from(BATCH)
+    );
     println!("@@gpupm metric read_ns_gpupm={g:.0}");
     println!("@@gpupm metric read_ns_cpu_clock={c:.0}");
     println!("@@gpupm metric read_ns_task_clock={t:.0}");

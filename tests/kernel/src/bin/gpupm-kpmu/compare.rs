@@ -1,14 +1,18 @@
 //! perf counts against the tenant API over the same interval.
 //!
 //! The module's value of a scope is the daemon's last publication, which
-//! read the device at most `interval + pass` before; with `pass` (one
-//! publication pass) taken as at most one interval, a perf reading lags the
-//! device by at most `L = 2 × interval`. So for a perf window that contains
-//! a tenant window `[t0, t1]` of delta `D` (rate `r = D / (t1 − t0)`), the
-//! perf count `C` lies within `r × (slack + L)` of `D`, `slack` being the
-//! perf window's excess over the tenant window (measured: the wall time of
-//! the `perf stat` process minus the tenant window), and a daemon restart
-//! adds nothing: `|C − D| ≤ r × (slack + L)` is the bound checked.
+//! read the device at most `L = interval + pass` before (`pass`, one
+//! publication pass, is taken as at most one interval: `L = 2 × interval`).
+//! perf's own window `[open, close]` cannot be seen from outside, so the
+//! tenant API is read around it twice: an inner window `[t0, t1]` run as
+//! perf's workload (delta `D`), and an outer one from before perf starts to
+//! after it exits (delta `D_out`); perf's CSV also gives the counter's
+//! enabled time `E`, the length of its window. With `r` the faster of the
+//! two rates, the perf count `C` must satisfy
+//! `D − r·L ≤ C ≤ min(D_out, D + r·(E − (t1 − t0))) + r·L`: that is the
+//! check. Across a daemon restart (one window, read at its ends) the bound
+//! is `|C − D| ≤ r·L`: the new daemon republishes device totals, so no
+//! jump.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,31 +23,49 @@ use crate::pmu::{count, Pmu, Tenant};
 /// What one comparison saw.
 struct Seen {
     perf: u64,
-    tenant: u64,
-    tenant_secs: f64,
-    slack_secs: f64,
+    /// Inner delta and its seconds.
+    inner: (u64, f64),
+    /// Outer delta and its seconds.
+    outer: (u64, f64),
+    /// perf's enabled time, when perf reported it.
+    enabled_secs: Option<f64>,
 }
 
 impl Seen {
     fn check(&self, name: &str, interval: Duration) -> Result<(), String> {
         let lag = 2.0 * interval.as_secs_f64();
-        let rate = self.tenant as f64 / self.tenant_secs;
-        let bound = rate * (self.slack_secs + lag);
-        let diff = self.perf.abs_diff(self.tenant) as f64;
+        let rate = |(d, s): (u64, f64)| d as f64 / s.max(1e-9);
+        let r = rate(self.inner).max(rate(self.outer));
+        let low = self.inner.0 as f64 - r * lag;
+        let beyond_inner = self.enabled_secs.map_or(f64::INFINITY, |e| {
+            self.inner.0 as f64 + r * (e - self.inner.1).max(0.0)
+        });
+        let high = (self.outer.0 as f64).min(beyond_inner) + r * lag;
+        let c = self.perf as f64;
         println!("@@gpupm metric {name}_perf={}", self.perf);
-        println!("@@gpupm metric {name}_tenant={}", self.tenant);
-        println!("@@gpupm metric {name}_diff={diff}");
-        println!("@@gpupm metric {name}_bound={bound:.0}");
-        println!("@@gpupm metric {name}_slack_ms={:.1}", self.slack_secs * 1e3);
-        println!("@@gpupm metric {name}_ratio={:.5}", self.perf as f64 / self.tenant.max(1) as f64);
-        if self.tenant == 0 || self.perf == 0 {
-            return Err(format!("{name}: nothing counted (perf {}, tenant {})", self.perf, self.tenant));
-        }
-        if diff > bound {
+        println!("@@gpupm metric {name}_tenant_inner={}", self.inner.0);
+        println!("@@gpupm metric {name}_tenant_outer={}", self.outer.0);
+        println!("@@gpupm metric {name}_bound_low={low:.0}");
+        println!("@@gpupm metric {name}_bound_high={high:.0}");
+        println!("@@gpupm metric {name}_lag_allowance={:.0}", r * lag);
+        println!(
+            "@@gpupm metric {name}_perf_over_inner={:.4}",
+            c / self.inner.0.max(1) as f64
+        );
+        println!(
+            "@@gpupm metric {name}_perf_over_outer={:.4}",
+            c / self.outer.0.max(1) as f64
+        );
+        if self.inner.0 == 0 || self.perf == 0 {
             return Err(format!(
-                "{name}: perf counted {} and the tenant API {}: |diff| {diff} exceeds the bound {bound:.0} \
-                 (rate {rate:.0}/s × (slack {:.3} s + lag {lag:.3} s))",
-                self.perf, self.tenant, self.slack_secs
+                "{name}: nothing counted (perf {}, tenant {})",
+                self.perf, self.inner.0
+            ));
+        }
+        if c < low || c > high {
+            return Err(format!(
+                "{name}: perf counted {} outside [{low:.0}, {high:.0}] (tenant inner {} outer {}, rate {r:.0}/s, lag {lag:.3} s)",
+                self.perf, self.inner.0, self.outer.0
             ));
         }
         Ok(())
@@ -52,11 +74,18 @@ impl Seen {
 
 /// `perf stat -a -e gpupm/EVENT,vm=VM/ -- gpupm-kpmu window …`: the
 /// count perf prints against the tenant delta the window measured.
-pub fn perf_stat(event: &str, vm: u32, secs: f64, node: &Path, interval: Duration) -> Result<(), String> {
+pub fn perf_stat(
+    event: &str,
+    vm: u32,
+    secs: f64,
+    node: &Path,
+    interval: Duration,
+) -> Result<(), String> {
     let window_out = "/tmp/gpupm-kpmu-window";
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let spec = format!("gpupm/{event},vm={vm}/");
-    let started = Instant::now();
+    let tenant = Tenant::open(node)?;
+    let (before, started) = (tenant.total(event, vm)?, Instant::now());
     let out = Command::new("perf")
         .args(["stat", "-a", "-x", ",", "-e", &spec, "--"])
         .arg(&me)
@@ -66,28 +95,44 @@ pub fn perf_stat(event: &str, vm: u32, secs: f64, node: &Path, interval: Duratio
         .stdout(Stdio::inherit())
         .output()
         .map_err(|e| format!("perf: {e}"))?;
-    let perf_secs = started.elapsed().as_secs_f64();
+    let after = tenant.total(event, vm)?;
+    let outer_secs = started.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&out.stderr);
     println!("perf stat printed: {}", stderr.trim());
     if !out.status.success() {
         return Err(format!("perf stat failed ({}): {stderr}", out.status));
     }
-    let perf = stderr
-        .lines()
-        .find(|l| l.contains(&spec))
-        .and_then(|l| l.split(',').next())
+    // "COUNT,UNIT,EVENT,ENABLED_NS,PERCENT,…"; EVENT itself holds a comma.
+    let line = stderr.lines().find(|l| l.contains(&spec)).unwrap_or("");
+    let perf = line
+        .split(',')
+        .next()
         .and_then(|c| c.trim().parse::<u64>().ok())
         .ok_or_else(|| format!("no count for {spec} in: {stderr}"))?;
+    let after_spec: Vec<&str> = line.split(&spec).nth(1).unwrap_or("").split(',').collect();
+    let enabled_secs = after_spec
+        .get(1)
+        .and_then(|e| e.trim().parse::<f64>().ok())
+        .map(|ns| ns / 1e9);
     let window = std::fs::read_to_string(window_out).map_err(|e| format!("{window_out}: {e}"))?;
-    let mut f = window.split_whitespace().map(str::parse::<f64>);
-    let (Some(Ok(tenant)), Some(Ok(tenant_secs))) = (f.next(), f.next()) else {
+    let mut f = window.split_whitespace();
+    let (Some(Ok(tenant)), Some(Ok(tenant_secs))) = (
+        f.next().map(str::parse::<u64>),
+        f.next().map(str::parse::<f64>),
+    ) else {
         return Err(format!("bad window file: {window:?}"));
     };
+    println!("@@gpupm metric perf_stat_outer_secs={outer_secs:.3}");
+    println!("@@gpupm metric perf_stat_inner_secs={tenant_secs:.3}");
+    println!(
+        "@@gpupm metric perf_stat_enabled_secs={:.3}",
+        enabled_secs.unwrap_or(f64::NAN)
+    );
     Seen {
         perf,
-        tenant: tenant as u64,
-        tenant_secs,
-        slack_secs: (perf_secs - tenant_secs).max(0.0),
+        inner: (tenant, tenant_secs),
+        outer: (after - before, outer_secs),
+        enabled_secs,
     }
     .check("perf_stat", interval)
 }
@@ -107,7 +152,14 @@ pub fn window(event: &str, vm: u32, secs: f64, node: &Path, out: &Path) -> Resul
 /// A daemon restart under an open perf counter: readings never go back,
 /// and over the whole restart the counter advances by the tenant delta
 /// within the bound (no jump when the new daemon republishes).
-pub fn restart(event: &str, vm: u32, node: &Path, pidfile: &Path, daemon: &[String], interval: Duration) -> Result<(), String> {
+pub fn restart(
+    event: &str,
+    vm: u32,
+    node: &Path,
+    pidfile: &Path,
+    daemon: &[String],
+    interval: Duration,
+) -> Result<(), String> {
     let pmu = Pmu::find()?;
     let fd = pmu.open(&pmu.attr(event, vm, 0)?)?;
     let tenant = Tenant::open(node)?;
@@ -126,8 +178,11 @@ pub fn restart(event: &str, vm: u32, node: &Path, pidfile: &Path, daemon: &[Stri
         .trim()
         .parse()
         .map_err(|e| format!("pid: {e}"))?;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(old), nix::sys::signal::Signal::SIGTERM)
-        .map_err(|e| format!("SIGTERM gpupmd: {e}"))?;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .map_err(|e| format!("SIGTERM gpupmd: {e}"))?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while alive(old) {
         watch("while gpupmd stopped")?;
@@ -146,21 +201,28 @@ pub fn restart(event: &str, vm: u32, node: &Path, pidfile: &Path, daemon: &[Stri
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (p1, t1) = (watch("after the restart")?, tenant.total(event, vm)?);
+    // The old daemon's tenant node went with it.
+    let (p1, t1) = (
+        watch("after the restart")?,
+        Tenant::open(node)?.total(event, vm)?,
+    );
     let secs = start.elapsed().as_secs_f64();
     println!("@@gpupm metric restart_secs={secs:.2}");
     Seen {
         perf: p1 - p0,
-        tenant: t1 - t0,
-        tenant_secs: secs,
-        slack_secs: 0.0,
+        inner: (t1 - t0, secs),
+        outer: (t1 - t0, secs),
+        enabled_secs: None,
     }
     .check("restart", interval)
 }
 
 fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 fn spawn(cmd: &[String]) -> Result<Child, String> {

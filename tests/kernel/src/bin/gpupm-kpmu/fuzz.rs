@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 
 use gpupm_uapi::events::{self, Scope, EVENT_COUNT, MAX_EVENTS};
-use gpupm_uapi::pmu::{scope, CONFIG1_USED, CONFIG_USED, FIELD_CTX, FIELD_EVENT, FIELD_SCOPE, FIELD_VM};
+use gpupm_uapi::pmu::{
+    scope, CONFIG1_USED, CONFIG_USED, FIELD_CTX, FIELD_EVENT, FIELD_SCOPE, FIELD_VM,
+};
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 use nix::errno::Errno;
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -65,8 +67,16 @@ fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
     };
     let event = small_or_wild(rng, EVENT_COUNT as u64 + 8);
     let scope_v = small_or_wild(rng, 6);
-    let vm = if rng.chance(50) { small_or_wild(rng, u64::from(MAX_VMS) + 4) } else { 0 };
-    let ctx = if rng.chance(30) { small_or_wild(rng, u64::from(MAX_CONTEXTS) + 4) } else { 0 };
+    let vm = if rng.chance(50) {
+        small_or_wild(rng, u64::from(MAX_VMS) + 4)
+    } else {
+        0
+    };
+    let ctx = if rng.chance(30) {
+        small_or_wild(rng, u64::from(MAX_CONTEXTS) + 4)
+    } else {
+        0
+    };
     attr.config = FIELD_EVENT.put(event) | FIELD_SCOPE.put(scope_v);
     attr.__bindgen_anon_3.config1 = FIELD_VM.put(vm) | FIELD_CTX.put(ctx);
     if rng.chance(5) {
@@ -86,7 +96,11 @@ fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
     }
     attr.set_disabled(u64::from(rng.chance(30)));
     let pid = if rng.chance(15) { 0 } else { -1 };
-    let cpu = if pid == 0 && rng.chance(50) { -1 } else { i32::try_from(rng.below(cpus as u64)).unwrap_or(0) };
+    let cpu = if pid == 0 && rng.chance(50) {
+        -1
+    } else {
+        i32::try_from(rng.below(cpus as u64)).unwrap_or(0)
+    };
     if !in_model {
         match rng.below(5) {
             0 => attr.type_ = u32::try_from(rng.below(64)).unwrap_or(0),
@@ -95,10 +109,24 @@ fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
             3 => attr.read_format = rng.next(),
             _ => attr.set_inherit(1),
         }
-        return Case { attr, pid, cpu: if rng.chance(20) { i32::try_from(rng.below(64)).unwrap_or(0) - 2 } else { cpu }, expect: None };
+        return Case {
+            attr,
+            pid,
+            cpu: if rng.chance(20) {
+                i32::try_from(rng.below(64)).unwrap_or(0) - 2
+            } else {
+                cpu
+            },
+            expect: None,
+        };
     }
     let expect = Some(model(&attr, pid));
-    Case { attr, pid, cpu, expect }
+    Case {
+        attr,
+        pid,
+        cpu,
+        expect,
+    }
 }
 
 /// The PMU's rules, written from `uapi/src/pmu.rs`, for a root caller.
@@ -110,17 +138,29 @@ fn model(attr: &perf_event_attr, pid: i32) -> Result<(), Errno> {
     if pid != -1 {
         return Err(Errno::EINVAL);
     }
-    if attr.config & !CONFIG_USED != 0 || sys::config1(attr) & !CONFIG1_USED != 0 || sys::config2(attr) != 0 {
+    if attr.config & !CONFIG_USED != 0
+        || sys::config1(attr) & !CONFIG1_USED != 0
+        || sys::config2(attr) != 0
+    {
         return Err(Errno::EINVAL);
     }
     let event = FIELD_EVENT.get(attr.config);
-    let (vm, ctx) = (FIELD_VM.get(sys::config1(attr)), FIELD_CTX.get(sys::config1(attr)));
+    let (vm, ctx) = (
+        FIELD_VM.get(sys::config1(attr)),
+        FIELD_CTX.get(sys::config1(attr)),
+    );
     let mut kind = u32::try_from(FIELD_SCOPE.get(attr.config)).unwrap_or(u32::MAX);
     if event >= EVENT_COUNT as u64 {
         return Err(Errno::EINVAL);
     }
     if kind == scope::IMPLIED {
-        kind = if ctx != 0 { scope::CONTEXT } else if vm != 0 { scope::VM } else { scope::SYSTEM };
+        kind = if ctx != 0 {
+            scope::CONTEXT
+        } else if vm != 0 {
+            scope::VM
+        } else {
+            scope::SYSTEM
+        };
     }
     let device_only = events::by_id(u16::try_from(event).unwrap_or(u16::MAX))
         .is_some_and(|e| e.unit.scope() == Scope::Device);
@@ -144,7 +184,8 @@ fn model(attr: &perf_event_attr, pid: i32) -> Result<(), Errno> {
 /// Runs `n` cases from `seed`; `Err` describes the first mismatch.
 pub fn run(n: u64, seed: u64, unprivileged: bool) -> Result<(), String> {
     let pmu = Pmu::find()?;
-    let cpus = i32::try_from(std::thread::available_parallelism().map_or(1, |n| n.get())).unwrap_or(1);
+    let cpus =
+        i32::try_from(std::thread::available_parallelism().map_or(1, |n| n.get())).unwrap_or(1);
     let mut rng = Rng(seed);
     let mut errnos: BTreeMap<String, u64> = BTreeMap::new();
     let (mut opened, mut modelled) = (0u64, 0u64);
@@ -159,14 +200,20 @@ pub fn run(n: u64, seed: u64, unprivileged: bool) -> Result<(), String> {
         if got.is_ok() {
             opened += 1;
             if unprivileged && case.attr.type_ == pmu.kind {
-                return Err(format!("case {i}: an unprivileged caller opened {:?}", describe(&case)));
+                return Err(format!(
+                    "case {i}: an unprivileged caller opened {:?}",
+                    describe(&case)
+                ));
             }
         }
         if let (false, Some(want)) = (unprivileged, case.expect) {
             modelled += 1;
             let got = got.map(drop);
             if got != want {
-                return Err(format!("case {i}: {} got {got:?}, the model says {want:?}", describe(&case)));
+                return Err(format!(
+                    "case {i}: {} got {got:?}, the model says {want:?}",
+                    describe(&case)
+                ));
             }
         }
     }

@@ -41,7 +41,10 @@ fn ms(args: &[String], i: usize) -> Result<Duration, String> {
 
 fn as_user(args: &[String]) -> Result<(), String> {
     let uid: u32 = arg(args, 0, "uid")?;
-    let rest = args.get(2..).filter(|_| args.get(1).is_some_and(|a| a == "--")).ok_or("as-user UID -- …")?;
+    let rest = args
+        .get(2..)
+        .filter(|_| args.get(1).is_some_and(|a| a == "--"))
+        .ok_or("as-user UID -- …")?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let st = Command::new(me)
         .args(rest)
@@ -57,9 +60,16 @@ fn as_user(args: &[String]) -> Result<(), String> {
 }
 
 fn open_denied(path: &str) -> Result<(), String> {
-    match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(()),
-        other => Err(format!("open {path} as uid {}: {other:?}, expected EACCES", nix::unistd::getuid())),
+        other => Err(format!(
+            "open {path} as uid {}: {other:?}, expected EACCES",
+            nix::unistd::getuid()
+        )),
     }
 }
 
@@ -67,7 +77,11 @@ fn dispatch(args: &[String]) -> Result<(), String> {
     let (cmd, a) = args.split_first().ok_or("no subcommand")?;
     match cmd.as_str() {
         "abi" => abi::run(),
-        "fuzz" => fuzz::run(arg(a, 0, "cases")?, arg(a, 1, "seed")?, a.get(2).is_some_and(|s| s == "unprivileged")),
+        "fuzz" => fuzz::run(
+            arg(a, 0, "cases")?,
+            arg(a, 1, "seed")?,
+            a.get(2).is_some_and(|s| s == "unprivileged"),
+        ),
         "as-user" => as_user(a),
         "open-denied" => open_denied(a.first().ok_or("path")?),
         "perf-stat" => compare::perf_stat(
@@ -85,7 +99,10 @@ fn dispatch(args: &[String]) -> Result<(), String> {
             Path::new(a.get(4).ok_or("out")?),
         ),
         "restart" => {
-            let daemon = a.get(6..).filter(|_| a.get(5).is_some_and(|s| s == "--")).ok_or("restart … -- DAEMON…")?;
+            let daemon = a
+                .get(6..)
+                .filter(|_| a.get(5).is_some_and(|s| s == "--"))
+                .ok_or("restart … -- DAEMON…")?;
             compare::restart(
                 a.first().ok_or("event")?,
                 arg(a, 1, "vm")?,

@@ -44,7 +44,9 @@ impl Pmu {
 
     /// A counting attr for `event` in the scope given by `vm`/`ctx`.
     pub fn attr(&self, event: &str, vm: u32, ctx: u32) -> Result<perf_event_attr, String> {
-        let id = events::by_name(event).ok_or_else(|| format!("no event {event}"))?.id;
+        let id = events::by_name(event)
+            .ok_or_else(|| format!("no event {event}"))?
+            .id;
         Ok(perf_event_attr {
             type_: self.kind,
             size: sys::attr_size(),
@@ -84,7 +86,9 @@ impl Tenant {
 
     /// The cumulative total of `event` for VM `vm` (0 = the system).
     pub fn total(&self, event: &str, vm: u32) -> Result<u64, String> {
-        let id = events::by_name(event).ok_or_else(|| format!("no event {event}"))?.id;
+        let id = events::by_name(event)
+            .ok_or_else(|| format!("no event {event}"))?
+            .id;
         let mut req = ReadCounters::new_zeroed();
         req.version = TENANT_STRUCT_VERSION;
         (req.scope, req.id) = if vm == 0 {

@@ -22,7 +22,9 @@ fn refcnt() -> Result<String, String> {
 fn expect_busy(what: &str) -> Result<(), String> {
     match sys::delete_module(MODULE) {
         Err(Errno::EAGAIN) => Ok(()),
-        other => Err(format!("{what}: delete_module got {other:?}, expected EAGAIN (in use)")),
+        other => Err(format!(
+            "{what}: delete_module got {other:?}, expected EAGAIN (in use)"
+        )),
     }
 }
 
@@ -50,7 +52,10 @@ pub fn run(ko: &Path) -> Result<(), String> {
             return Err(format!("{gone} is still there after the unload"));
         }
     }
-    let st = Command::new("insmod").arg(ko).status().map_err(|e| format!("insmod: {e}"))?;
+    let st = Command::new("insmod")
+        .arg(ko)
+        .status()
+        .map_err(|e| format!("insmod: {e}"))?;
     if !st.success() {
         return Err(format!("insmod {} failed: {st}", ko.display()));
     }
