@@ -18,6 +18,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::health::HealthConfig;
+use crate::kernel_pmu::{KernelPmuConfig, KernelPmuSection};
 use crate::metrics::MetricsConfig;
 use crate::store::retention::{Retention, DEFAULT_MAX_CONTEXTS, MAX_MAX_CONTEXTS};
 use crate::tenant::{TenantMap, TenantPolicy, DEFAULT_THREADS};
@@ -62,6 +63,8 @@ pub struct Config {
     pub health: HealthSection,
     /// Retention of retired contexts.
     pub retired: RetiredSection,
+    /// Publication to the perf PMU module.
+    pub kernel_pmu: KernelPmuSection,
 }
 
 impl Default for Config {
@@ -81,6 +84,7 @@ impl Default for Config {
             metrics: MetricsSection::default(),
             health: HealthSection::default(),
             retired: RetiredSection::default(),
+            kernel_pmu: KernelPmuSection::default(),
         }
     }
 }
@@ -217,6 +221,8 @@ pub struct Settings {
     pub health: HealthConfig,
     /// Retention of retired contexts.
     pub retention: Retention,
+    /// Publication to the perf PMU module.
+    pub kernel_pmu: KernelPmuConfig,
 }
 
 /// What the daemon writes to the device at start and after a reset.
@@ -374,6 +380,10 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
                 format!("tenant_threads must lie in 1..={MAX_TENANT_THREADS}"),
             )
         })?;
+    let kernel_pmu = cfg
+        .kernel_pmu
+        .resolve()
+        .map_err(|(span, why)| err(span, why))?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -454,6 +464,7 @@ fn resolve(cfg: Config, file: Option<&Path>, text: &str) -> Result<Settings, Con
             max_contexts,
             max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
         },
+        kernel_pmu,
     })
 }
 
@@ -572,5 +583,6 @@ mod tests {
         let s = parse_str(text).unwrap();
         assert_eq!(s.program.masks.len(), 1);
         assert_eq!(s.retention.max_contexts, DEFAULT_MAX_CONTEXTS);
+        assert_eq!(s.kernel_pmu, KernelPmuConfig::default());
     }
 }

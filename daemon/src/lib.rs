@@ -5,6 +5,7 @@ pub mod config;
 pub mod devnode;
 pub mod engine;
 pub mod health;
+pub mod kernel_pmu;
 pub mod metrics;
 pub mod store;
 pub mod tenant;

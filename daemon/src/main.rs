@@ -20,7 +20,7 @@ use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, HealthSource};
-use gpupmd::{health, metrics};
+use gpupmd::{health, kernel_pmu, metrics};
 use sd_notify::NotifyState;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -217,6 +217,8 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         fanout.subscribe(),
     ));
     let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
+    let kernel_pmu =
+        kernel_pmu::start(&settings.kernel_pmu, Arc::clone(&view)).map_err(MainError::Runtime)?;
 
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
@@ -242,6 +244,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     metrics_task.abort();
     reporter.abort();
     retention_task.abort();
+    drop(kernel_pmu);
     drop(tenant_node);
     tokio::task::block_in_place(|| engine.stop());
     log_final_summary(final_health.as_ref());

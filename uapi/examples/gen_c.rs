@@ -28,6 +28,7 @@ use gpupm_uapi::events::{UnitType, CATALOGUE};
 use gpupm_uapi::intr::{self, InterruptRecord};
 use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset};
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::pmu::{self, Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::tenant::{
     self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
@@ -44,7 +45,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 24] {
+fn all_structs() -> [StructInfo; 27] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -70,11 +71,14 @@ fn all_structs() -> [StructInfo; 24] {
         EventInfo => "gpupm_tenant_event_info",
         ReadInstance => "gpupm_tenant_read_instance",
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
+        ScopeTotals => "gpupm_pmu_scope_totals",
+        Publish => "gpupm_pmu_publish",
+        Wanted => "gpupm_pmu_wanted",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 13] = [
+const IOCTL_STRUCTS: [(&str, &str); 15] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -91,16 +95,20 @@ const IOCTL_STRUCTS: [(&str, &str); 13] = [
         "TENANT_IOC_READ_INSTANCE_RATES",
         "gpupm_tenant_read_instance_rates",
     ),
+    ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
+    ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 6] = [
+const ARRAY_LENGTHS: [(&str, &str); 8] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
     ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
     ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
     ("RATE_SAMPLES", "GPUPM_TENANT_RATE_SAMPLES"),
+    ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
+    ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
 ];
 
 /// An integer constant of any width.
@@ -381,6 +389,34 @@ fn emit_ioctls(h: &mut Header) {
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.define(name, cmd, true, "");
     }
+    emit_pmu(h);
+}
+
+fn emit_pmu(h: &mut Header) {
+    h.section("Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs)");
+    h.line(&format!("#define GPUPM_PMU_NAME \"{}\"", pmu::PMU_NAME));
+    h.line(&format!(
+        "#define GPUPM_PMU_PUBLISH_DEVICE \"{}\"",
+        pmu::PUBLISH_DEVICE
+    ));
+    for f in pmu::FIELDS {
+        let word = if f.word == 0 { "config" } else { "config1" };
+        h.line(&format!(
+            "#define GPUPM_PMU_FIELD_{}(attr) (((attr)->{word} >> {}) & {:#x}ULL) /* {} */",
+            f.name.to_uppercase(),
+            f.shift,
+            (1u64 << f.bits) - 1,
+            f.sysfs()
+        ));
+    }
+    group!(h, hex "GPUPM_PMU_", gpupm_uapi::pmu: CONFIG_USED, CONFIG1_USED);
+    group!(h, dec "GPUPM_PMU_SCOPE_", gpupm_uapi::pmu::scope: IMPLIED, CONTEXT, VM, SYSTEM);
+    h.define("GPUPM_PMU_IOC_MAGIC", pmu::PMU_IOC_MAGIC, true, "'P'");
+    group!(h, dec "GPUPM_", gpupm_uapi::pmu: PMU_STRUCT_VERSION);
+    group!(h, dec "GPUPM_PMU_", gpupm_uapi::pmu: PUBLISH_BATCH, WANTED_WORDS);
+    for &(name, cmd) in pmu::PMU_IOCTLS {
+        h.define(name, cmd, true, "");
+    }
 }
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`].
@@ -487,6 +523,8 @@ fn emit_structs(h: &mut Header) {
         "ReadInstance",
         "ReadInstanceRates",
     ]));
+    h.line("");
+    h.line(&cbindgen_structs(&["ScopeTotals", "Publish", "Wanted"]));
 }
 
 fn emit_asserts(h: &mut Header) {

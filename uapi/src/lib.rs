@@ -9,6 +9,7 @@ pub mod events;
 pub mod intr;
 pub mod ioctl;
 pub mod layout;
+pub mod pmu;
 pub mod regs;
 pub mod tenant;
 

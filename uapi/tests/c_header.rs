@@ -14,6 +14,7 @@ use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
     ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,
@@ -52,6 +53,8 @@ fn c_header_defines_every_uapi_constant() {
         "DEVICE_IOCTLS",
         "TENANT_IOCTLS",
         "SOURCE_NAMES",
+        "FIELDS",
+        "PMU_IOCTLS",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut missing = Vec::new();
@@ -115,6 +118,9 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
             sealed;
         ReadInstanceRates => "gpupm_tenant_read_instance_rates": version, scope, id, flags,
             created_cycle, max, reserved, count, out_flags, clock_khz, reserved2, samples;
+        ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
+        Publish => "gpupm_pmu_publish": version, count, entries;
+        Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;
     }
 }
 
@@ -169,7 +175,7 @@ fn c_program_sees_the_rust_layouts_constants_and_event_names() {
             writeln!(want, "{c}.{f} {off}").unwrap();
         }
     }
-    for &(name, cmd) in DEVICE_IOCTLS.iter().chain(TENANT_IOCTLS) {
+    for &(name, cmd) in DEVICE_IOCTLS.iter().chain(TENANT_IOCTLS).chain(PMU_IOCTLS) {
         writeln!(src, "    printf(\"{name} %#x\\n\", (unsigned){name});").unwrap();
         writeln!(want, "{name} {cmd:#x}").unwrap();
     }

@@ -1,0 +1,318 @@
+//! Publication of committed totals to the perf PMU module `gpupm_pmu.ko`
+//! (`[kernel_pmu]` in `gpupmd.toml`, off by default).
+//!
+//! A thread of its own, every `interval_ms`, asks the module which context
+//! scopes have open perf events (`GPUPM_PMU_IOC_WANTED`), then publishes
+//! the cumulative totals of the system, every VM and those contexts
+//! (`GPUPM_PMU_IOC_PUBLISH`, up to [`PUBLISH_BATCH`] scopes per call) as
+//! the [`CounterView`] reads them from the device's memory blocks. A perf
+//! count therefore lags the device by at most one interval plus one pass;
+//! confidential VMs' totals are ciphertext and are not published (their
+//! events read 0). Totals come from device memory, so a restarted daemon
+//! republishes the same numbers and the module's counters neither jump nor
+//! go back (`uapi/src/pmu.rs`).
+//!
+//! The health log says once whether the module's device was found
+//! ([`KERNEL_PMU_ID`]) and again whenever that changes; until it is found
+//! the thread retries every interval.
+
+mod sys;
+
+use std::fs::{File, OpenOptions};
+use std::ops::Range;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use gpupm_uapi::events::EVENT_COUNT;
+use gpupm_uapi::pmu::{scope, Publish, Wanted, PMU_STRUCT_VERSION, PUBLISH_BATCH};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::health::TARGET;
+use crate::view::{CounterView, Scope, Totals};
+
+/// `MESSAGE_ID` of the event saying whether the module's publication
+/// device was found (`FOUND`, `DEVICE`, `REASON`).
+pub const KERNEL_PMU_ID: &str = "3d7c1a0e5b8f4c61a2e9d04f6b1c7e35";
+/// Default publication device.
+pub const DEFAULT_DEVICE: &str = "/dev/gpupm_pmu";
+/// Longest publication interval.
+pub const MAX_INTERVAL_MS: u64 = 60_000;
+
+/// `[kernel_pmu]` as written.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct KernelPmuSection {
+    /// Publish to the module.
+    pub enabled: bool,
+    /// The module's publication device.
+    pub device: PathBuf,
+    /// Milliseconds between publications.
+    pub interval_ms: Spanned<u64>,
+}
+
+impl Default for KernelPmuSection {
+    fn default() -> Self {
+        KernelPmuSection {
+            enabled: false,
+            device: PathBuf::from(DEFAULT_DEVICE),
+            interval_ms: Spanned::new(0..0, 100),
+        }
+    }
+}
+
+/// `[kernel_pmu]`, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelPmuConfig {
+    /// Publish to the module.
+    pub enabled: bool,
+    /// The module's publication device.
+    pub device: PathBuf,
+    /// Time between publications.
+    pub interval: Duration,
+}
+
+impl Default for KernelPmuConfig {
+    fn default() -> Self {
+        KernelPmuConfig {
+            enabled: false,
+            device: PathBuf::from(DEFAULT_DEVICE),
+            interval: Duration::from_millis(100),
+        }
+    }
+}
+
+impl KernelPmuSection {
+    /// The checked settings, or the span and reason of the bad value.
+    pub fn resolve(&self) -> Result<KernelPmuConfig, (Range<usize>, String)> {
+        let ms = *self.interval_ms.get_ref();
+        if !(1..=MAX_INTERVAL_MS).contains(&ms) {
+            return Err((
+                self.interval_ms.span(),
+                format!("interval_ms must lie in 1..={MAX_INTERVAL_MS}"),
+            ));
+        }
+        Ok(KernelPmuConfig {
+            enabled: self.enabled,
+            device: self.device.clone(),
+            interval: Duration::from_millis(ms),
+        })
+    }
+}
+
+/// The running publisher; stops and joins its thread on drop.
+#[derive(Debug)]
+pub struct Publisher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            if t.join().is_err() {
+                tracing::error!("the kernel PMU publisher panicked");
+            }
+        }
+    }
+}
+
+/// Starts publishing when `cfg.enabled`.
+pub fn start(
+    cfg: &KernelPmuConfig,
+    view: Arc<dyn CounterView>,
+) -> std::io::Result<Option<Publisher>> {
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (cfg, stop) = (cfg.clone(), Arc::clone(&stop));
+        thread::Builder::new()
+            .name("gpupmd-kpmu".into())
+            .spawn(move || run(&cfg, view.as_ref(), &stop))?
+    };
+    Ok(Some(Publisher {
+        stop,
+        thread: Some(thread),
+    }))
+}
+
+fn run(cfg: &KernelPmuConfig, view: &dyn CounterView, stop: &AtomicBool) {
+    let mut device: Option<File> = None;
+    let mut found: Option<bool> = None;
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Acquire) {
+        if device.is_none() {
+            match open(&cfg.device) {
+                Ok(f) => {
+                    report(&mut found, true, &cfg.device, "opened");
+                    device = Some(f);
+                }
+                Err(e) => report(&mut found, false, &cfg.device, &e.to_string()),
+            }
+        }
+        if let Some(f) = &device {
+            if let Err(e) = publish_once(f, view) {
+                report(
+                    &mut found,
+                    false,
+                    &cfg.device,
+                    &format!("publication failed: {e}"),
+                );
+                device = None;
+            }
+        }
+        next += cfg.interval;
+        let now = Instant::now();
+        if next <= now {
+            next = now + cfg.interval;
+        }
+        // The period itself, not a synchronisation: `Drop` unparks early.
+        thread::park_timeout(next - now);
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Logs the device's state when it changes.
+fn report(state: &mut Option<bool>, found: bool, device: &Path, reason: &str) {
+    if *state == Some(found) {
+        return;
+    }
+    *state = Some(found);
+    let device = device.display();
+    if found {
+        tracing::info!(
+            target: TARGET,
+            message_id = KERNEL_PMU_ID,
+            found,
+            device = %device,
+            reason,
+            "kernel PMU module found: publishing committed totals to {device}"
+        );
+    } else {
+        tracing::warn!(
+            target: TARGET,
+            message_id = KERNEL_PMU_ID,
+            found,
+            device = %device,
+            reason,
+            "kernel PMU module not found at {device} ({reason}); retrying"
+        );
+    }
+}
+
+/// One pass: the system, every VM and the wanted contexts.
+fn publish_once(device: &File, view: &dyn CounterView) -> nix::Result<()> {
+    let mut wanted = Wanted::default();
+    sys::wanted(device.as_fd(), &mut wanted)?;
+    let mut batch = Batch {
+        device,
+        req: Publish::default(),
+    };
+    batch.push(scope::SYSTEM, 0, 0, view.totals(Scope::System))?;
+    for vm in view.vms() {
+        batch.push(scope::VM, vm, 0, view.totals(Scope::Vm(vm)))?;
+    }
+    for ctx in wanted.context_ids() {
+        if let Some(latest) = view.latest_instance(ctx) {
+            let totals = view.instance_totals(ctx, latest.created_cycle);
+            batch.push(scope::CONTEXT, ctx, latest.created_cycle, totals)?;
+        }
+    }
+    batch.flush()
+}
+
+/// Fills [`Publish`] requests and sends each when full.
+struct Batch<'a> {
+    device: &'a File,
+    req: Publish,
+}
+
+impl Batch<'_> {
+    /// Adds one scope's plain totals (sealed or missing ones are skipped).
+    fn push(
+        &mut self,
+        kind: u32,
+        id: u32,
+        generation: u64,
+        totals: Option<Totals>,
+    ) -> nix::Result<()> {
+        let Some(Totals::Plain { counters, .. }) = totals else {
+            return Ok(());
+        };
+        let entry = &mut self.req.entries[self.req.count as usize];
+        entry.scope = kind;
+        entry.id = id;
+        entry.generation = generation;
+        entry.counters[..EVENT_COUNT].copy_from_slice(&counters[..EVENT_COUNT]);
+        self.req.count += 1;
+        if self.req.count as usize == PUBLISH_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> nix::Result<()> {
+        if self.req.count > 0 {
+            self.req.version = PMU_STRUCT_VERSION;
+            sys::publish(self.device.as_fd(), &self.req)?;
+        }
+        self.req = Publish::default();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<KernelPmuConfig, (Range<usize>, String)> {
+        #[derive(Deserialize)]
+        struct File {
+            kernel_pmu: KernelPmuSection,
+        }
+        let f: File = toml::from_str(text).map_err(|e| (0..0, e.message().to_string()))?;
+        f.kernel_pmu.resolve()
+    }
+
+    #[test]
+    fn defaults_are_off_with_a_100_ms_interval() {
+        let c = parse("[kernel_pmu]\n").unwrap();
+        assert_eq!(c, KernelPmuConfig::default());
+        assert!(!c.enabled);
+    }
+
+    #[test]
+    fn interval_out_of_range_points_at_the_value() {
+        let text = "[kernel_pmu]\nenabled = true\ninterval_ms = 0\n";
+        let (span, reason) = parse(text).unwrap_err();
+        assert_eq!(&text[span], "0");
+        assert!(reason.contains("interval_ms"), "{reason}");
+        assert!(parse("[kernel_pmu]\ninterval_ms = 60001\n").is_err());
+        let ok =
+            parse("[kernel_pmu]\nenabled = true\ndevice = \"/dev/x\"\ninterval_ms = 20\n").unwrap();
+        assert_eq!(ok.interval, Duration::from_millis(20));
+        assert_eq!(ok.device, PathBuf::from("/dev/x"));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let (_, reason) = parse("[kernel_pmu]\nenable = true\n").unwrap_err();
+        assert!(reason.contains("unknown field"), "{reason}");
+    }
+}

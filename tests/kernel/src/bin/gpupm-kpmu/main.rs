@@ -1,0 +1,130 @@
+//! The kernel lane's helper inside the guest: the checks that need exact
+//! syscalls and errnos (the shell scripts in `tests/kernel/guest/checks`
+//! call it). Prints `@@gpupm metric NAME=VALUE` lines; on failure prints
+//! the reason to stderr and exits 1.
+//!
+//! ```text
+//! gpupm-kpmu abi
+//! gpupm-kpmu fuzz N SEED [unprivileged]
+//! gpupm-kpmu as-user UID -- SUBCOMMAND…     run a subcommand as UID:UID (std drops the groups)
+//! gpupm-kpmu open-denied PATH               opening PATH must fail with EACCES
+//! gpupm-kpmu perf-stat EVENT VM SECS NODE INTERVAL_MS
+//! gpupm-kpmu window EVENT VM SECS NODE OUT  (run by perf-stat under perf)
+//! gpupm-kpmu restart EVENT VM NODE PIDFILE INTERVAL_MS -- DAEMON…
+//! gpupm-kpmu bench ROUNDS
+//! gpupm-kpmu unload KO
+//! ```
+
+mod abi;
+mod bench;
+mod compare;
+mod fuzz;
+mod pmu;
+mod sys;
+mod unload;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, String> {
+    args.get(i)
+        .ok_or_else(|| format!("missing {what}"))?
+        .parse()
+        .map_err(|_| format!("bad {what}: {:?}", args[i]))
+}
+
+fn ms(args: &[String], i: usize) -> Result<Duration, String> {
+    arg::<u64>(args, i, "interval_ms").map(Duration::from_millis)
+}
+
+fn as_user(args: &[String]) -> Result<(), String> {
+    let uid: u32 = arg(args, 0, "uid")?;
+    let rest = args
+        .get(2..)
+        .filter(|_| args.get(1).is_some_and(|a| a == "--"))
+        .ok_or("as-user UID -- …")?;
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let st = Command::new(me)
+        .args(rest)
+        .uid(uid)
+        .gid(uid)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("{rest:?} as uid {uid}: {st}"))
+    }
+}
+
+fn open_denied(path: &str) -> Result<(), String> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(()),
+        other => Err(format!(
+            "open {path} as uid {}: {other:?}, expected EACCES",
+            nix::unistd::getuid()
+        )),
+    }
+}
+
+fn dispatch(args: &[String]) -> Result<(), String> {
+    let (cmd, a) = args.split_first().ok_or("no subcommand")?;
+    match cmd.as_str() {
+        "abi" => abi::run(),
+        "fuzz" => fuzz::run(
+            arg(a, 0, "cases")?,
+            arg(a, 1, "seed")?,
+            a.get(2).is_some_and(|s| s == "unprivileged"),
+        ),
+        "as-user" => as_user(a),
+        "open-denied" => open_denied(a.first().ok_or("path")?),
+        "perf-stat" => compare::perf_stat(
+            a.first().ok_or("event")?,
+            arg(a, 1, "vm")?,
+            arg(a, 2, "secs")?,
+            Path::new(a.get(3).ok_or("node")?),
+            ms(a, 4)?,
+        ),
+        "window" => compare::window(
+            a.first().ok_or("event")?,
+            arg(a, 1, "vm")?,
+            arg(a, 2, "secs")?,
+            Path::new(a.get(3).ok_or("node")?),
+            Path::new(a.get(4).ok_or("out")?),
+        ),
+        "restart" => {
+            let daemon = a
+                .get(6..)
+                .filter(|_| a.get(5).is_some_and(|s| s == "--"))
+                .ok_or("restart … -- DAEMON…")?;
+            compare::restart(
+                a.first().ok_or("event")?,
+                arg(a, 1, "vm")?,
+                Path::new(a.get(2).ok_or("node")?),
+                Path::new(a.get(3).ok_or("pidfile")?),
+                daemon,
+                ms(a, 4)?,
+            )
+        }
+        "bench" => bench::run(arg(a, 0, "rounds")?),
+        "unload" => unload::run(Path::new(a.first().ok_or("ko")?)),
+        other => Err(format!("unknown subcommand {other:?}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match dispatch(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpupm-kpmu {}: {e}", args.join(" "));
+            ExitCode::FAILURE
+        }
+    }
+}
