@@ -65,32 +65,32 @@ pub struct PartCounting {
 /// Counter state of the whole device (structure of arrays, flat counter index).
 #[derive(Clone, Debug)]
 pub struct Counting {
-    pub(crate) kind: EngineKind,
+    pub(super) kind: EngineKind,
     /// Generation rate per counter (Q16 signal units per cycle).
-    pub(crate) rate_q: Vec<u32>,
+    pub(super) rate_q: Vec<u32>,
     /// Fractional generator phase at the segment start (< 2^16).
-    pub(crate) phase_q: Vec<u32>,
+    pub(super) phase_q: Vec<u32>,
     /// Multi-bit 6-bit accumulator residue (< 32).
-    pub(crate) acc: Vec<u8>,
+    pub(super) acc: Vec<u8>,
     /// ULC 9-bit counter: counts since the last transfer.
-    pub(crate) pending: Vec<u16>,
+    pub(super) pending: Vec<u16>,
     /// CCU banks per counter.
-    pub(crate) bank: Vec<[u32; 2]>,
+    pub(super) bank: Vec<[u32; 2]>,
     /// CCU mask per counter (true = masked).
-    pub(crate) masked: Vec<bool>,
+    pub(super) masked: Vec<bool>,
     /// Active bank per CCU.
-    pub(crate) active_bank: Vec<u8>,
+    pub(super) active_bank: Vec<u8>,
     /// Per partition slot.
-    pub(crate) parts: Vec<PartCounting>,
+    pub(super) parts: Vec<PartCounting>,
     /// CCU counter wraps observed (a self-check; must stay 0).
-    pub(crate) wraps: u64,
+    pub(super) wraps: u64,
     /// Thresholds the cycle-level engine saw crossed before the batched
     /// horizon said they could be (a self-check; must stay 0).
-    pub(crate) missed_thresholds: u64,
+    pub(super) missed_thresholds: u64,
     /// `CCU_MASK_INDEX` per CCU.
-    pub(crate) mask_index: Vec<u32>,
+    pub(super) mask_index: Vec<u32>,
     /// Records emitted per CCU (`CCU_RECORDS`).
-    pub(crate) records: Vec<u64>,
+    pub(super) records: Vec<u64>,
 }
 
 /// Every counter value of the hierarchy below the RCs, for comparing engines.
@@ -264,6 +264,49 @@ impl Counting {
             part.generating = false;
             part.gen_end = t;
         }
+    }
+
+    /// Whether partition `p`'s bound context is generating.
+    pub fn generating(&self, p: u32) -> bool {
+        self.parts[p as usize].generating
+    }
+
+    /// Whom partition `p`'s counts belong to.
+    pub fn owner(&self, p: u32) -> Attribution {
+        self.parts[p as usize].who
+    }
+
+    /// Whether partition `p` reached threshold `thr` (its largest
+    /// active-bank counter).
+    pub fn reached(&self, p: u32, thr: u32) -> bool {
+        self.parts[p as usize].max_active >= thr
+    }
+
+    /// Partition `p`'s banks were just emitted: nothing is active.
+    pub fn banks_emitted(&mut self, p: u32) {
+        self.parts[p as usize].max_active = 0;
+    }
+
+    /// Pauses or resumes partition `p`'s periodic ULC→CCU transfers
+    /// (handshake step 2 and step 7).
+    pub fn set_ulc_paused(&mut self, p: u32, paused: bool) {
+        self.parts[p as usize].ulc_paused = paused;
+    }
+
+    /// Clears every CCU's mask index (device reset).
+    pub fn reset_mask_indices(&mut self) {
+        self.mask_index.fill(0);
+    }
+
+    /// CCU counter wraps observed (a self-check; must stay 0).
+    pub fn wraps(&self) -> u64 {
+        self.wraps
+    }
+
+    /// Thresholds the cycle-level engine saw crossed early (a self-check;
+    /// must stay 0).
+    pub fn missed_thresholds(&self) -> u64 {
+        self.missed_thresholds
     }
 
     /// Re-attributes partition `p`'s future counts (the RC was re-pointed).

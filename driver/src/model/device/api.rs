@@ -165,7 +165,7 @@ impl Device {
         };
         let mut remainder = row.remainder;
         for p in 0..MAX_PARTITION_SLOTS {
-            let who = self.ccu.parts[p as usize].who;
+            let who = self.ccu.owner(p);
             let counts = match scope {
                 ledger_scope::CONTEXT => who.ctx == id && id != 0,
                 ledger_scope::VM => who.vm == id,
@@ -236,7 +236,7 @@ impl Device {
         self.rc.reset();
         let vms = &self.vms;
         self.mem.zero_counters(|vm| vms.cipher_copy(vm));
-        self.ccu.mask_index.fill(0);
+        self.ccu.reset_mask_indices();
         self.trig.clear_target();
         self.trig.program_defaults(self.clock.now());
         self.intr
@@ -272,6 +272,6 @@ impl Device {
 
     /// Self-checks that must stay zero: CCU wraps, missed thresholds.
     pub fn self_check_failures(&self) -> (u64, u64) {
-        (self.ccu.wraps, self.ccu.missed_thresholds)
+        (self.ccu.wraps(), self.ccu.missed_thresholds())
     }
 }

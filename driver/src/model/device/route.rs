@@ -158,7 +158,7 @@ impl Device {
             r::RESET => r32(0),
             r::TOPO_VMS => r32(r::MAX_VMS),
             r::TOPO_CONTEXTS => r32(r::MAX_CONTEXTS),
-            r::CCU_WRAPS => r64(self.ccu.wraps),
+            r::CCU_WRAPS => r64(self.ccu.wraps()),
             _ => None,
         }
     }

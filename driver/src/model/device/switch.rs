@@ -32,7 +32,7 @@ impl Device {
     /// Step 2: periodic triggers and ULC transfers pause.
     pub(super) fn step_pause_transfers(&mut self, p: u32) {
         self.sync(p);
-        self.ccu.parts[p as usize].ulc_paused = true;
+        self.ccu.set_ulc_paused(p, true);
         self.parts.transfers_paused(p);
     }
 
@@ -61,7 +61,7 @@ impl Device {
 
     /// Step 7: load the new context, unpause triggers and the context.
     pub(super) fn step_unpause(&mut self, p: u32) {
-        self.ccu.parts[p as usize].ulc_paused = false;
+        self.ccu.set_ulc_paused(p, false);
         let done = self.parts.unpaused(p, self.clock.now());
         if done.incoming.ctx != 0 {
             let base = self.base_rates(p);

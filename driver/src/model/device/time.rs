@@ -26,7 +26,7 @@ impl Device {
             && !(stop_at_request && self.parts.switch_requests() != requests)
         {
             let t = self.next_event_time().clamp(self.clock.now() + 1, target);
-            let idle = (1..MAX_PARTITION_SLOTS).all(|p| !self.ccu.parts[p as usize].generating);
+            let idle = (1..MAX_PARTITION_SLOTS).all(|p| !self.ccu.generating(p));
             self.clock.move_to(t, idle);
             self.process_events_at(t);
         }
@@ -54,7 +54,7 @@ impl Device {
             for p in 0..MAX_PARTITION_SLOTS {
                 if self.parts.is_configured(p) && self.ccu.threshold_horizon(p, thr) <= t {
                     self.sync(p);
-                    if self.ccu.parts[p as usize].max_active >= thr {
+                    if self.ccu.reached(p, thr) {
                         self.trigger(1 << p, false, TriggerCause::Threshold);
                     }
                 }
@@ -67,7 +67,7 @@ impl Device {
         }
         if self.rates.next_epoch() <= t {
             for p in 0..MAX_PARTITION_SLOTS {
-                if self.ccu.parts[p as usize].generating {
+                if self.ccu.generating(p) {
                     self.sync(p);
                     self.refresh_rates(p);
                 }
@@ -105,7 +105,7 @@ impl Device {
     }
 
     fn refresh_rates(&mut self, p: u32) {
-        let who = self.ccu.parts[p as usize].who;
+        let who = self.ccu.owner(p);
         let base = self.base_rates(p);
         self.start_generation(p, who, base);
     }

@@ -32,7 +32,7 @@ impl Device {
             for &c in &topo.partition_ccus[p as usize] {
                 self.ccu.emit_records(topo, c, |rec| rc.route(topo, rec, p));
             }
-            self.ccu.parts[p as usize].max_active = 0;
+            self.ccu.banks_emitted(p);
         }
         self.trig.count(cause);
         let flags = if cause == TriggerCause::Threshold {

@@ -129,7 +129,6 @@ impl Partitions {
         ps: &mut PartShadow,
         tables: (&VmTable, &ContextTable),
     ) -> Result<PartWrite, Reject> {
-        let part = &self.slots[p as usize];
         let seq = |state, reason| Reject::BadSequence {
             partition: p,
             state,
@@ -154,28 +153,7 @@ impl Partitions {
                 ps.ctrl = v;
                 Ok(PartWrite::Ctrl(v))
             }
-            r::PART_RC_CMD => {
-                if v == 0 || v & !rc_cmd::ALL != 0 {
-                    return bad("needs defined RC command bits");
-                }
-                let hs_now = ps.hs;
-                if v & rc_cmd::COMMIT != 0 && ps.hs == hs_state::ACKED {
-                    ps.hs = hs_state::COMMITTED;
-                }
-                if v & rc_cmd::REPOINT != 0 {
-                    if ps.hs != hs_state::COMMITTED {
-                        return Err(seq(hs_now, "re-point only after the switch commit"));
-                    }
-                    if (ps.bind_vm, ps.bind_ctx) != (part.next_vm, part.next_ctx) {
-                        return Err(seq(
-                            hs_now,
-                            "bind registers must name the incoming VM and context",
-                        ));
-                    }
-                    ps.hs = hs_state::REPOINTED;
-                }
-                Ok(PartWrite::RcCmd(v))
-            }
+            r::PART_RC_CMD => self.check_rc_cmd(p, v, ps),
             r::PART_RC_BIND_VM => {
                 let (vms, _) = tables;
                 if v != 0 && vms.partition(v) != p {
@@ -201,6 +179,39 @@ impl Partitions {
             }
             _ => Err(Reject::ReadOnly),
         }
+    }
+
+    /// Checks a `PART_RC_CMD` write of `v` to GPU slice `p`: a commit
+    /// completes step 6a after the acks, a re-point (step 6b) needs the
+    /// commit and bind registers naming the incoming VM and context.
+    fn check_rc_cmd(&self, p: u32, v: u32, ps: &mut PartShadow) -> Result<PartWrite, Reject> {
+        let part = &self.slots[p as usize];
+        let seq = |state, reason| Reject::BadSequence {
+            partition: p,
+            state,
+            reason,
+        };
+        let bad = |reason| Err(Reject::BadValue(reason));
+        if v == 0 || v & !rc_cmd::ALL != 0 {
+            return bad("needs defined RC command bits");
+        }
+        let hs_now = ps.hs;
+        if v & rc_cmd::COMMIT != 0 && ps.hs == hs_state::ACKED {
+            ps.hs = hs_state::COMMITTED;
+        }
+        if v & rc_cmd::REPOINT != 0 {
+            if ps.hs != hs_state::COMMITTED {
+                return Err(seq(hs_now, "re-point only after the switch commit"));
+            }
+            if (ps.bind_vm, ps.bind_ctx) != (part.next_vm, part.next_ctx) {
+                return Err(seq(
+                    hs_now,
+                    "bind registers must name the incoming VM and context",
+                ));
+            }
+            ps.hs = hs_state::REPOINTED;
+        }
+        Ok(PartWrite::RcCmd(v))
     }
 
     /// Executes a checked write that only sets state; returns whether the
