@@ -70,11 +70,13 @@ pub enum RegValue {
 }
 
 /// A 32-bit register's value.
+#[inline]
 pub(crate) fn r32(v: u32) -> Option<RegValue> {
     Some(RegValue::R32(v))
 }
 
 /// A 64-bit register's value.
+#[inline]
 pub(crate) fn r64(v: u64) -> Option<RegValue> {
     Some(RegValue::R64(v))
 }
@@ -141,6 +143,7 @@ pub struct Access {
 impl Access {
     /// Decodes a `width`-byte access at `offset`: width and alignment, the
     /// aperture, and which register and half it names.
+    #[inline]
     pub fn decode(offset: u64, width: u32) -> Result<Self, RegError> {
         let w = Width::from_bytes(width)
             .filter(|w| offset.is_multiple_of(w.bytes()))
@@ -159,11 +162,13 @@ impl Access {
     }
 
     /// Whether the access is one a write can be: the whole of a 32-bit register.
+    #[inline]
     pub fn is_whole32(&self) -> bool {
         self.part == Part::Whole(Width::W32)
     }
 
     /// The bits the access reads from the register's value `v`.
+    #[inline]
     pub fn extract(&self, v: RegValue) -> u64 {
         let wide = match v {
             RegValue::R32(x) => u64::from(x),
@@ -179,6 +184,7 @@ impl Access {
 }
 
 /// The low and high 32-bit halves of `v`.
+#[inline]
 fn halves(v: u64) -> [u32; 2] {
     let b = v.to_le_bytes();
     [
@@ -231,13 +237,18 @@ impl Reject {
 
 /// Which instance of a per-instance register array `offset` falls in, and
 /// the register's offset inside the instance's block.
+#[inline]
 pub(crate) fn instance(offset: u64, base: u64, stride: u64, count: u32) -> Option<(u32, u64)> {
     let rel = offset.checked_sub(base)?;
-    let index = u32::try_from(rel / stride).ok().filter(|&i| i < count)?;
+    if rel >= stride * u64::from(count) {
+        return None;
+    }
+    let index = u32::try_from(rel / stride).ok()?;
     Some((index, rel % stride))
 }
 
 /// Partition slots named by a mask (bit `p` = slot `p`).
+#[inline]
 pub(crate) fn slots(mask: u32) -> impl Iterator<Item = u32> {
     (0..r::MAX_PARTITION_SLOTS).filter(move |p| mask & (1 << p) != 0)
 }

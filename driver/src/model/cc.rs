@@ -143,6 +143,7 @@ impl KeySlot {
     }
 
     /// The cipher, for a confidential VM.
+    #[inline]
     pub fn cipher(&mut self) -> Option<&mut VmCipher> {
         self.cipher.as_mut()
     }

@@ -51,17 +51,20 @@ impl Clock {
     }
 
     /// Current device cycle.
+    #[inline]
     pub fn now(&self) -> u64 {
         self.now
     }
 
     /// Whether the clock runs in step mode.
+    #[inline]
     pub fn is_step(&self) -> bool {
         self.step
     }
 
     /// Moves time to `t`; `idle` says no context ran on any partition since
     /// the previous cycle moved to.
+    #[inline]
     pub fn move_to(&mut self, t: u64, idle: bool) {
         if idle {
             self.idle_cycles += t - self.now;
@@ -75,6 +78,7 @@ impl Clock {
     }
 
     /// Whether cycle `t` runs at secondary capability.
+    #[inline]
     pub fn secondary_at(&self, t: u64) -> bool {
         self.throttle.iter().any(|w| (w.start..w.end).contains(&t))
     }

@@ -53,11 +53,13 @@ impl Default for ContextTable {
 
 impl ContextTable {
     /// Entry `id` (a free entry for an id out of range).
+    #[inline]
     pub fn get(&self, id: u32) -> CtxEntry {
         self.entries.get(id as usize).copied().unwrap_or_default()
     }
 
     /// Mutable entry `id`; `id` must be below `MAX_CONTEXTS`.
+    #[inline]
     pub fn entry(&mut self, id: u32) -> &mut CtxEntry {
         &mut self.entries[id as usize]
     }

@@ -125,7 +125,9 @@ pub fn counter_rate(
     j: usize,
 ) -> u32 {
     let e = usize::from(topo.counter_event[j]);
-    scale_q16(epoch_rates[e], weights[topo.counter_ulc[j] as usize]).min(MAX_RATE_Q[e])
+    let r = (u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize])) >> 16;
+    // Clamped to a 32-bit maximum first, so the conversion cannot fail.
+    u32::try_from(r.min(u64::from(MAX_RATE_Q[e]))).unwrap_or(MAX_RATE_Q[e])
 }
 
 /// `rate * factor` for a Q16 `factor`, saturating at `u32::MAX` (rates are

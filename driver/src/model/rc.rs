@@ -68,6 +68,7 @@ impl Default for ReductionChannels {
 impl ReductionChannels {
     /// Routes one CCU record of partition `owner`: into RC `owner` (unless
     /// 0) and RC0. A flush ack carries no values and is only counted.
+    #[inline]
     pub fn route(&mut self, topo: &Topology, rec: &CcuRecord, owner: u32) {
         self.records_routed += 1;
         if rec.flags & ccu_record_flags::FLUSH_ACK != 0 {
@@ -88,11 +89,13 @@ impl ReductionChannels {
 
     /// Counts `n` records that a fused counting pass routed through
     /// [`ReductionChannels::drain`].
+    #[inline]
     pub fn count_routed(&mut self, n: u64) {
         self.records_routed += n;
     }
 
     /// Where partition `p`'s drained banks go.
+    #[inline]
     pub fn drain(&mut self, p: u32) -> Drain<'_> {
         let (system, partitions) = self.sums.split_at_mut(1);
         Drain {
@@ -102,12 +105,14 @@ impl ReductionChannels {
     }
 
     /// Takes RC `p`'s sums, leaving it reset.
+    #[inline]
     pub fn take(&mut self, p: u32) -> Sums {
         std::mem::replace(&mut self.sums[p as usize], [0; MAX_EVENTS])
     }
 
     /// Records RC `p`'s commit at `now`; returns the cycle of the previous
     /// commit (the start of the span the commit covers).
+    #[inline]
     pub fn committed(&mut self, p: u32, now: u64) -> u64 {
         let ch = &mut self.channels[p as usize];
         ch.commit_seq += 1;

@@ -120,6 +120,7 @@ impl TriggerBlock {
     }
 
     /// Cycle of the next periodic trigger (`u64::MAX` if none).
+    #[inline]
     pub fn next_periodic(&self) -> u64 {
         self.next_periodic
     }
@@ -131,16 +132,19 @@ impl TriggerBlock {
     }
 
     /// The CCU threshold, if threshold triggers are enabled.
+    #[inline]
     pub fn threshold(&self) -> Option<u32> {
         (self.ctrl & trig_ctrl::THRESHOLD_ENABLE != 0).then_some(self.threshold)
     }
 
     /// The command target (`TRIG_TARGET`).
+    #[inline]
     pub fn target(&self) -> u32 {
         self.target
     }
 
     /// Counts one delivered trigger of `cause`.
+    #[inline]
     pub fn count(&mut self, cause: TriggerCause) {
         match cause {
             TriggerCause::Periodic => self.count_periodic += 1,

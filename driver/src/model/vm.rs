@@ -49,11 +49,13 @@ impl VmTable {
 
     /// Partition slot VM `vm` is bound to; 0 for an unused entry or an id
     /// out of range.
+    #[inline]
     pub fn partition(&self, vm: u32) -> u32 {
         self.entries.get(vm as usize).map_or(0, |e| e.partition)
     }
 
     /// The cipher of VM `vm`, if it is confidential.
+    #[inline]
     pub fn cipher(&mut self, vm: u32) -> Option<&mut VmCipher> {
         self.entries.get_mut(vm as usize)?.keys.cipher()
     }
@@ -64,6 +66,7 @@ impl VmTable {
     }
 
     /// Runnable contexts of VM `vm`, in id order.
+    #[inline]
     pub fn runnable(&self, vm: u32) -> &BTreeSet<u32> {
         &self.entries[vm as usize].runnable
     }

@@ -165,6 +165,7 @@ impl Counting {
 
     /// Earliest transfer boundary at which a counter of `p` could reach
     /// `threshold`, given that one transfer adds at most 511.
+    #[inline]
     pub fn threshold_horizon(&self, p: u32, threshold: u32) -> u64 {
         let part = &self.parts[p as usize];
         if part.ulc_paused {
@@ -221,7 +222,9 @@ impl Counting {
             return;
         }
         let sum = u64::from(self.bank[j][bank]) + x;
-        self.wraps += u64::from(sum > u64::from(CCU_MASK));
+        if sum > u64::from(CCU_MASK) {
+            self.wraps += 1;
+        }
         let value = wrap28(sum);
         self.bank[j][bank] = value;
         let part = &mut self.parts[p as usize];
@@ -267,28 +270,33 @@ impl Counting {
     }
 
     /// Whether partition `p`'s bound context is generating.
+    #[inline]
     pub fn generating(&self, p: u32) -> bool {
         self.parts[p as usize].generating
     }
 
     /// Whom partition `p`'s counts belong to.
+    #[inline]
     pub fn owner(&self, p: u32) -> Attribution {
         self.parts[p as usize].who
     }
 
     /// Whether partition `p` reached threshold `thr` (its largest
     /// active-bank counter).
+    #[inline]
     pub fn reached(&self, p: u32, thr: u32) -> bool {
         self.parts[p as usize].max_active >= thr
     }
 
     /// Partition `p`'s banks were just emitted: nothing is active.
+    #[inline]
     pub fn banks_emitted(&mut self, p: u32) {
         self.parts[p as usize].max_active = 0;
     }
 
     /// Pauses or resumes partition `p`'s periodic ULC→CCU transfers
     /// (handshake step 2 and step 7).
+    #[inline]
     pub fn set_ulc_paused(&mut self, p: u32, paused: bool) {
         self.parts[p as usize].ulc_paused = paused;
     }
@@ -365,18 +373,25 @@ pub(crate) fn ulc_counts(acc: &mut u8, multibit: bool, signal: u64) -> u64 {
 /// The 28-bit value a CCU counter holds after adding up to `sum`: the
 /// counter keeps the low 28 bits (a wrap, which the threshold rule keeps
 /// from ever happening, is counted by the caller).
+// The masked value is below 2^28, so the cast keeps every bit; the counting
+// loops run this per counter, where a checked conversion costs.
+#[allow(clippy::cast_possible_truncation)]
 #[inline]
 pub(crate) fn wrap28(sum: u64) -> u32 {
-    u32::try_from(sum & u64::from(CCU_MASK)).unwrap_or(CCU_MASK)
+    (sum & u64::from(CCU_MASK)) as u32
 }
 
 /// A ULC counter's value: at most [`ULC_MAX`], since a ULC window is 511
 /// cycles and a counter counts at most one per cycle (the accumulator
 /// turns a multi-bit signal into at most one count per cycle too).
+// The count is at most 511 (debug builds check it), so the cast keeps
+// every bit; the counting loops run this per counter, where a checked
+// conversion costs.
+#[allow(clippy::cast_possible_truncation)]
 #[inline]
 pub(crate) fn ulc9(count: u64) -> u16 {
     debug_assert!(count <= u64::from(ULC_MAX), "9-bit ULC counter would wrap");
-    u16::try_from(count).unwrap_or(ULC_MAX)
+    count as u16
 }
 
 /// The multi-bit accumulator's residue after adding up to `x`: its low

@@ -60,27 +60,26 @@ enum Unit {
 }
 
 fn unit_of(offset: u64) -> Unit {
-    let arrays = [
-        (r::PART_BASE, r::PART_STRIDE, r::MAX_PARTITION_SLOTS),
-        (r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS),
-        (r::VM_BASE, r::VM_STRIDE, r::MAX_VMS),
-        (r::CTX_BASE, r::CTX_STRIDE, r::MAX_CONTEXTS),
-    ];
-    let found = arrays
-        .iter()
-        .enumerate()
-        .find_map(|(k, &(base, stride, n))| Some((k, instance(offset, base, stride, n)?)));
-    match (found, offset) {
-        (Some((0, (i, o))), _) => Unit::Partition(i, o),
-        (Some((1, (i, o))), _) => Unit::Ccu(i, o),
-        (Some((2, (i, o))), _) => Unit::Vm(i, o),
-        (Some((_, (i, o))), _) => Unit::Ctx(i, o),
-        (None, o) if IDENTITY.contains(&o) => Unit::Identity,
-        (None, o) if RC_BUFFER.contains(&o) => Unit::RcBuffer,
-        (None, o) if TRIGGER.contains(&o) => Unit::Trigger,
-        (None, o) if INTERRUPTS.contains(&o) => Unit::Interrupts,
-        (None, o) if MAILBOX.contains(&o) => Unit::Mailbox,
-        (None, _) => Unit::Unmapped,
+    if let Some((p, o)) = instance(offset, r::PART_BASE, r::PART_STRIDE, r::MAX_PARTITION_SLOTS) {
+        Unit::Partition(p, o)
+    } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
+        Unit::Ccu(c, o)
+    } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
+        Unit::Vm(vm, o)
+    } else if let Some((ctx, o)) = instance(offset, r::CTX_BASE, r::CTX_STRIDE, r::MAX_CONTEXTS) {
+        Unit::Ctx(ctx, o)
+    } else if IDENTITY.contains(&offset) {
+        Unit::Identity
+    } else if RC_BUFFER.contains(&offset) {
+        Unit::RcBuffer
+    } else if TRIGGER.contains(&offset) {
+        Unit::Trigger
+    } else if INTERRUPTS.contains(&offset) {
+        Unit::Interrupts
+    } else if MAILBOX.contains(&offset) {
+        Unit::Mailbox
+    } else {
+        Unit::Unmapped
     }
 }
 

@@ -105,7 +105,7 @@ impl Device {
         record.end_cycle = now;
         record.deltas = deltas;
         let cipher = if p == 0 { None } else { self.vms.cipher(vm) };
-        match self.mem.rings[p as usize].push_and_report(record, cipher) {
+        match self.mem.rings[p as usize].push_and_report(&mut record, cipher) {
             Some(RingEvent::Watermark { fill }) => {
                 self.intr.raise(source::STREAM_WATERMARK, p, fill, 0, now);
             }

@@ -96,7 +96,7 @@ impl Ring {
     }
 
     /// Stores `record` (its `seq` is assigned here) unless the ring is full.
-    pub fn push(&mut self, mut record: StreamRecord, cipher: Option<&mut VmCipher>) -> Pushed {
+    pub fn push(&mut self, record: &mut StreamRecord, cipher: Option<&mut VmCipher>) -> Pushed {
         self.seq += 1;
         record.seq = self.seq;
         if self.fill() >= self.cap {
@@ -125,7 +125,7 @@ impl Ring {
     /// first record lost since the ring last stored one.
     pub fn push_and_report(
         &mut self,
-        record: StreamRecord,
+        record: &mut StreamRecord,
         cipher: Option<&mut VmCipher>,
     ) -> Option<RingEvent> {
         match self.push(record, cipher) {
@@ -156,6 +156,7 @@ impl Ring {
     }
 
     /// Whether `offset` inside a partition block is a ring register.
+    #[inline]
     pub fn owns(offset: u64) -> bool {
         (r::PART_STREAM_HEAD..r::PART_STREAM_BASE + 8).contains(&offset)
     }
@@ -222,24 +223,24 @@ mod tests {
     #[test]
     fn watermark_fires_once_per_drain_and_overflow_once_per_loss() {
         let mut ring = Ring::new(4, 2);
-        let rec = StreamRecord::new_zeroed();
-        assert_eq!(ring.push_and_report(rec, None), None);
+        let mut rec = StreamRecord::new_zeroed();
+        assert_eq!(ring.push_and_report(&mut rec, None), None);
         assert_eq!(
-            ring.push_and_report(rec, None),
+            ring.push_and_report(&mut rec, None),
             Some(RingEvent::Watermark { fill: 2 })
         );
-        assert_eq!(ring.push_and_report(rec, None), None);
-        assert_eq!(ring.push_and_report(rec, None), None);
+        assert_eq!(ring.push_and_report(&mut rec, None), None);
+        assert_eq!(ring.push_and_report(&mut rec, None), None);
         assert_eq!(
-            ring.push_and_report(rec, None),
+            ring.push_and_report(&mut rec, None),
             Some(RingEvent::Overflow { lost: 1 })
         );
-        assert_eq!(ring.push_and_report(rec, None), None);
+        assert_eq!(ring.push_and_report(&mut rec, None), None);
         let mut tail = ring.tail;
         let w = ring.check_write(r::PART_STREAM_TAIL, 3, &mut tail).unwrap();
         ring.apply(w);
         assert_eq!(
-            ring.push_and_report(rec, None),
+            ring.push_and_report(&mut rec, None),
             Some(RingEvent::Watermark { fill: 2 })
         );
     }
@@ -247,7 +248,7 @@ mod tests {
     #[test]
     fn tail_must_stay_between_old_tail_and_head() {
         let mut ring = Ring::new(4, 2);
-        ring.push(StreamRecord::new_zeroed(), None);
+        ring.push(&mut StreamRecord::new_zeroed(), None);
         let mut tail = 0;
         assert!(matches!(
             ring.check_write(r::PART_STREAM_TAIL, 2, &mut tail),

@@ -44,16 +44,19 @@ pub struct Partition {
 
 impl Partition {
     /// Whether the slot is configured (owns units).
+    #[inline]
     pub fn configured(&self) -> bool {
         self.configured
     }
 
     /// Handshake state ([`hs_state`]).
+    #[inline]
     pub fn hs(&self) -> u32 {
         self.hs
     }
 
     /// VM and context the RC is bound to.
+    #[inline]
     pub fn current(&self) -> (u32, u32) {
         (self.cur_vm, self.cur_ctx)
     }
@@ -69,6 +72,7 @@ impl Partition {
     }
 
     /// Whether periodic triggers skip this partition (handshake step 2).
+    #[inline]
     pub fn triggers_paused(&self) -> bool {
         self.ctrl & part_ctrl::TRIG_PAUSE != 0
     }
@@ -79,6 +83,7 @@ impl Partition {
     }
 
     /// When the partition next needs the device's attention.
+    #[inline]
     pub fn wake_at(&self) -> u64 {
         if self.hs == hs_state::IDLE {
             self.sched_at
@@ -130,11 +135,13 @@ impl Partitions {
     }
 
     /// Slot `p`; `p` must be below `MAX_PARTITION_SLOTS`.
+    #[inline]
     pub fn get(&self, p: u32) -> &Partition {
         &self.slots[p as usize]
     }
 
     /// Whether slot `p` exists and is configured.
+    #[inline]
     pub fn is_configured(&self, p: u32) -> bool {
         self.slots
             .get(p as usize)
