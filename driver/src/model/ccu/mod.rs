@@ -6,8 +6,8 @@
 //! in cycles `[seg, t)` is `G(t) = (ph + (t - seg) * r) >> 16`, and the value
 //! of the signal in cycle `c` is `G(c + 1) - G(c)`: 0 or 1 for single-bit
 //! events (r ≤ 1.0), 0..=32 for multi-bit events (r ≤ 32.0). Because `G` has
-//! a closed form, the batched engine ([`batched`]) can count any span in
-//! O(1) per counter, and the cycle-level reference engine ([`reference`])
+//! a closed form, the batched engine (`batched.rs`) can count any span in
+//! O(1) per counter, and the cycle-level reference engine (`reference.rs`)
 //! can step the same signal cycle by cycle; both must end in identical state.
 //!
 //! ULCs transfer at every cycle `b` with `b % 511 == 0` (globally aligned)
