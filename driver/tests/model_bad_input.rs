@@ -16,7 +16,7 @@ use gpupm_uapi::regs::{self as r, part_ctrl, rc_cmd, trig_cmd};
 
 struct Snapshot(
     Vec<u8>,
-    gpupm_driver::model::counting::CountingSnapshot,
+    gpupm_driver::model::CountingSnapshot,
     gpupm_driver::model::LedgerTotals,
 );
 

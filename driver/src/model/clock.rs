@@ -1,8 +1,17 @@
-//! The simulated clock: step mode (time moves only when the host advances
-//! it) or real time (time follows the wall clock at the current
-//! capability's frequency).
+//! The clock unit: device time, in step mode (time moves only when the host
+//! advances it) or real time (time follows the wall clock at the current
+//! capability's frequency), the clock capability over time (primary outside
+//! the scenario's throttle windows, secondary inside), and the idle-cycle
+//! count the mailbox reports.
+//!
+//! Registers: `CLOCK_KHZ`, `CLOCK_CAP`, `CYCLE` (in the identity block).
 
 use std::time::Instant;
+
+use gpupm_uapi::regs::{self as r, clock_cap};
+
+use super::access::{r32, r64, RegValue};
+use crate::scenario::{ClockSpec, ThrottleWindow};
 
 /// How device time moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,6 +20,121 @@ pub enum ClockMode {
     Step,
     /// [`super::Device::tick`] moves time to match the wall clock.
     Realtime,
+}
+
+/// Device time and its pacing.
+#[derive(Clone, Debug)]
+pub struct Clock {
+    now: u64,
+    step: bool,
+    spec: ClockSpec,
+    throttle: Vec<ThrottleWindow>,
+    pacer: Option<Pacer>,
+    /// Real-time cycles a tick owed but did not run because it stopped at
+    /// a switch request (see [`Clock::owed`]).
+    tick_debt: u64,
+    idle_cycles: u64,
+}
+
+impl Clock {
+    /// A clock at cycle 0.
+    pub fn new(spec: ClockSpec, throttle: &[ThrottleWindow], step: bool) -> Self {
+        Clock {
+            now: 0,
+            step,
+            spec,
+            throttle: throttle.to_vec(),
+            pacer: None,
+            tick_debt: 0,
+            idle_cycles: 0,
+        }
+    }
+
+    /// Current device cycle.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Whether the clock runs in step mode.
+    #[inline]
+    pub fn is_step(&self) -> bool {
+        self.step
+    }
+
+    /// Moves time to `t`; `idle` says no context ran on any partition since
+    /// the previous cycle moved to.
+    #[inline]
+    pub fn move_to(&mut self, t: u64, idle: bool) {
+        if idle {
+            self.idle_cycles += t - self.now;
+        }
+        self.now = t;
+    }
+
+    /// Cycles during which no context ran on any partition.
+    pub fn idle_cycles(&self) -> u64 {
+        self.idle_cycles
+    }
+
+    /// Whether cycle `t` runs at secondary capability.
+    #[inline]
+    pub fn secondary_at(&self, t: u64) -> bool {
+        self.throttle.iter().any(|w| (w.start..w.end).contains(&t))
+    }
+
+    /// Frequency now, in kHz.
+    fn khz_now(&self) -> u32 {
+        if self.secondary_at(self.now) {
+            self.spec.secondary_khz
+        } else {
+            self.spec.khz
+        }
+    }
+
+    /// The cycle a real-time tick at wall time `wall` runs the device to.
+    ///
+    /// Time owed by earlier ticks is caught up only while no switch waits
+    /// for the host (`switch_pending` false): running the device faster than
+    /// the wall clock then would eat into the host's time to answer before
+    /// the fallback deadline.
+    pub fn tick_target(&mut self, wall: Instant, switch_pending: bool) -> u64 {
+        let khz = self.khz_now();
+        let pacer = self.pacer.get_or_insert_with(|| Pacer::new(wall));
+        let elapsed = pacer.elapsed_cycles(wall, khz);
+        let owed = if switch_pending {
+            elapsed
+        } else {
+            elapsed + std::mem::take(&mut self.tick_debt)
+        };
+        self.now + owed
+    }
+
+    /// Records what a tick that aimed at `target` (frequency `khz` at its
+    /// start) left unrun, bounded by [`MAX_TICK`] worth of cycles.
+    pub fn settle_tick(&mut self, target: u64, khz: u32) {
+        let max_debt = u64::from(khz) * u64::try_from(MAX_TICK.as_micros()).unwrap_or(0) / 1000;
+        self.tick_debt = (self.tick_debt + (target - self.now)).min(max_debt);
+    }
+
+    /// The frequency a tick starting now is paced at, in kHz.
+    pub fn tick_khz(&self) -> u32 {
+        self.khz_now()
+    }
+
+    /// Reads one of the clock's registers.
+    pub fn read(&self, offset: u64) -> Option<RegValue> {
+        match offset {
+            r::CLOCK_KHZ => r32(self.spec.khz),
+            r::CLOCK_CAP => r32(if self.secondary_at(self.now) {
+                clock_cap::SECONDARY
+            } else {
+                clock_cap::PRIMARY
+            }),
+            r::CYCLE => r64(self.now),
+            _ => None,
+        }
+    }
 }
 
 /// Most wall time one real-time tick turns into device time.

@@ -1,10 +1,16 @@
 //! The interrupt controller: latched status, mask, write-one-to-clear ack,
 //! and a bounded log of interrupt records that the driver layer fans out to
 //! every open file handle.
+//!
+//! Registers: `INTR_STATUS`, `INTR_MASK`, `INTR_ACK`, `INTR_PENDING`,
+//! `INTR_SEQ` (the block at `0x0200..0x0300`).
 
 use std::collections::VecDeque;
 
 use gpupm_uapi::intr::{source, InterruptRecord};
+use gpupm_uapi::regs::{self as r};
+
+use super::access::{r32, r64, RegValue, Reject};
 
 /// Records kept for readers that lag behind; older ones are dropped (and a
 /// reader sees the gap in `seq`).
@@ -60,10 +66,53 @@ impl Interrupts {
 
     /// Appends records with `seq >= from` to `out`; returns the next seq.
     pub fn since(&self, from: u64, out: &mut Vec<InterruptRecord>) -> u64 {
-        let oldest = self.next_seq - self.log.len() as u64;
-        let skip = from.saturating_sub(oldest) as usize;
+        let oldest = self.next_seq - u64::try_from(self.log.len()).unwrap_or(0);
+        // Beyond the log's length the skip only has to skip everything.
+        let skip = usize::try_from(from.saturating_sub(oldest)).unwrap_or(usize::MAX);
         out.extend(self.log.iter().skip(skip));
         self.next_seq
+    }
+}
+
+/// A checked write to an interrupt register.
+#[derive(Clone, Copy, Debug)]
+pub enum IntrWrite {
+    /// `INTR_MASK`.
+    Mask(u32),
+    /// `INTR_ACK`.
+    Ack(u32),
+}
+
+impl Interrupts {
+    /// Reads one of the controller's registers.
+    pub fn read(&self, offset: u64) -> Option<RegValue> {
+        match offset {
+            r::INTR_STATUS => r32(self.status),
+            r::INTR_MASK => r32(self.mask),
+            r::INTR_ACK => r32(0),
+            r::INTR_PENDING => r32(self.pending()),
+            r::INTR_SEQ => r64(self.next_seq()),
+            _ => None,
+        }
+    }
+
+    /// Checks a write of `v` to one of the controller's registers.
+    pub fn check_write(offset: u64, v: u32) -> Result<IntrWrite, Reject> {
+        let defined = v & !source::ALL == 0;
+        match offset {
+            r::INTR_MASK if defined => Ok(IntrWrite::Mask(v)),
+            r::INTR_ACK if defined => Ok(IntrWrite::Ack(v)),
+            r::INTR_MASK | r::INTR_ACK => Err(Reject::BadValue("undefined bits set")),
+            _ => Err(Reject::ReadOnly),
+        }
+    }
+
+    /// Executes a checked write.
+    pub fn apply(&mut self, w: IntrWrite) {
+        match w {
+            IntrWrite::Mask(v) => self.mask = v,
+            IntrWrite::Ack(v) => self.ack(v),
+        }
     }
 }
 
@@ -91,6 +140,26 @@ mod tests {
         i.ack(source::CTX_CREATED);
         assert_eq!(i.pending(), 0);
         assert_eq!(i.status, source::TRIGGER_DONE);
+    }
+
+    #[test]
+    fn undefined_bits_are_refused_and_status_is_read_only() {
+        let undefined = !source::ALL;
+        assert_eq!(
+            Interrupts::check_write(r::INTR_MASK, undefined).err(),
+            Some(Reject::BadValue("undefined bits set"))
+        );
+        assert_eq!(
+            Interrupts::check_write(r::INTR_STATUS, 0).err(),
+            Some(Reject::ReadOnly)
+        );
+        let mut i = Interrupts::default();
+        i.raise(source::CTX_CREATED, 1, 0, 0, 0);
+        if let Ok(w) = Interrupts::check_write(r::INTR_ACK, source::CTX_CREATED) {
+            i.apply(w);
+        }
+        assert_eq!(i.read(r::INTR_STATUS), r32(0));
+        assert_eq!(i.read(r::INTR_SEQ), r64(1));
     }
 
     #[test]

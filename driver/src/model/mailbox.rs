@@ -1,51 +1,152 @@
 //! The out-of-band mailbox (SMBPBI-like): a BMC writes an argument and an
 //! opcode, then reads status and a 64-bit result. Commands read device-level
-//! state directly from device registers and the system block; nothing is
-//! allocated, no host memory is touched, no daemon is involved.
+//! state directly (the device hands the mailbox a [`MailboxView`] of it);
+//! nothing is allocated, no host memory is touched, no daemon is involved.
+//!
+//! Registers: `MBOX_ARG`, `MBOX_CMD`, `MBOX_STATUS`, `MBOX_DATA` (the block
+//! at `0x0300..0x0400`).
 
 use gpupm_uapi::events::EVENT_COUNT;
-use gpupm_uapi::intr::source;
-use gpupm_uapi::layout::SYSTEM_BLOCK_SLOT;
-use gpupm_uapi::regs::{mbox_op, mbox_status};
+use gpupm_uapi::regs::{self as r, mbox_op, mbox_status};
 
-use super::device::Device;
+use super::access::{r32, r64, RegValue, Reject};
 
 /// Mailbox registers.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Mailbox {
-    pub arg: u32,
-    pub status: u32,
-    pub data: u64,
+    arg: u32,
+    status: u32,
+    data: u64,
 }
 
-impl Device {
-    /// Runs mailbox command `op`.
-    pub(crate) fn run_mailbox(&mut self, op: u32) {
-        let arg = self.mbox.arg;
-        let result = match op {
-            mbox_op::GET_CAPS => Ok(u64::from(gpupm_uapi::ABI_VERSION) << 32 | EVENT_COUNT as u64),
-            mbox_op::READ_SYSTEM_COUNTER => {
-                match usize::try_from(arg).ok().filter(|&e| e < EVENT_COUNT) {
-                    Some(e) => Ok(self.mem.block(SYSTEM_BLOCK_SLOT).counters[e]),
-                    None => Err(mbox_status::ERR_ARG),
-                }
-            }
-            mbox_op::READ_IDLE_CYCLES => Ok(self.idle_cycles),
-            mbox_op::READ_CYCLE => Ok(self.now),
-            mbox_op::READ_FALLBACKS => Ok(self.parts.iter().map(|p| p.fallbacks).sum()),
-            _ => Err(mbox_status::ERR_OPCODE),
-        };
-        match result {
-            Ok(v) => {
-                self.mbox.status = mbox_status::OK;
-                self.mbox.data = v;
-            }
-            Err(status) => {
-                self.mbox.status = status;
-                self.mbox.data = 0;
-            }
+/// The device-level state mailbox commands read.
+#[derive(Clone, Copy, Debug)]
+pub struct MailboxView<'a> {
+    /// The system block's counters (RC0's committed totals).
+    pub system_counters: &'a [u64],
+    /// Cycles with no context running on any partition.
+    pub idle_cycles: u64,
+    /// Current device cycle.
+    pub now: u64,
+    /// Switches completed by the device's fallback, all partitions.
+    pub fallbacks: u64,
+}
+
+/// A checked write to a mailbox register.
+#[derive(Clone, Copy, Debug)]
+pub enum MailboxWrite {
+    /// `MBOX_ARG`.
+    Arg(u32),
+    /// `MBOX_CMD`: run opcode.
+    Command(u32),
+}
+
+impl Mailbox {
+    /// Reads one of the mailbox registers.
+    pub fn read(&self, offset: u64) -> Option<RegValue> {
+        match offset {
+            r::MBOX_ARG => r32(self.arg),
+            r::MBOX_CMD => r32(0),
+            r::MBOX_STATUS => r32(self.status),
+            r::MBOX_DATA => r64(self.data),
+            _ => None,
         }
-        self.intr
-            .raise(source::MAILBOX_DONE, 0, op, self.mbox.status, self.now);
+    }
+
+    /// Checks a write of `v` to one of the mailbox registers. Any argument
+    /// and any opcode is accepted: an unknown one is reported in
+    /// `MBOX_STATUS`, as the BMC protocol expects.
+    pub fn check_write(offset: u64, v: u32) -> Result<MailboxWrite, Reject> {
+        match offset {
+            r::MBOX_ARG => Ok(MailboxWrite::Arg(v)),
+            r::MBOX_CMD => Ok(MailboxWrite::Command(v)),
+            _ => Err(Reject::ReadOnly),
+        }
+    }
+
+    /// Stores the argument of a checked write; returns the opcode to run
+    /// for a command write.
+    pub fn apply(&mut self, w: MailboxWrite) -> Option<u32> {
+        match w {
+            MailboxWrite::Arg(v) => {
+                self.arg = v;
+                None
+            }
+            MailboxWrite::Command(op) => Some(op),
+        }
+    }
+
+    /// Runs command `op` against `view`; returns the resulting status.
+    pub fn run(&mut self, op: u32, view: MailboxView<'_>) -> u32 {
+        let result =
+            match op {
+                mbox_op::GET_CAPS => Ok(u64::from(gpupm_uapi::ABI_VERSION) << 32
+                    | u64::try_from(EVENT_COUNT).unwrap_or(0)),
+                mbox_op::READ_SYSTEM_COUNTER => usize::try_from(self.arg)
+                    .ok()
+                    .filter(|&e| e < EVENT_COUNT)
+                    .and_then(|e| view.system_counters.get(e).copied())
+                    .ok_or(mbox_status::ERR_ARG),
+                mbox_op::READ_IDLE_CYCLES => Ok(view.idle_cycles),
+                mbox_op::READ_CYCLE => Ok(view.now),
+                mbox_op::READ_FALLBACKS => Ok(view.fallbacks),
+                _ => Err(mbox_status::ERR_OPCODE),
+            };
+        (self.status, self.data) = match result {
+            Ok(v) => (mbox_status::OK, v),
+            Err(status) => (status, 0),
+        };
+        self.status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(counters: &[u64]) -> MailboxView<'_> {
+        MailboxView {
+            system_counters: counters,
+            idle_cycles: 11,
+            now: 22,
+            fallbacks: 3,
+        }
+    }
+
+    fn write(m: &mut Mailbox, offset: u64, v: u32, counters: &[u64]) {
+        let w = Mailbox::check_write(offset, v).expect("mailbox accepts the write");
+        if let Some(op) = m.apply(w) {
+            m.run(op, view(counters));
+        }
+    }
+
+    #[test]
+    fn commands_report_status_and_data() {
+        let counters = [5u64; EVENT_COUNT];
+        let mut m = Mailbox::default();
+        assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::IDLE));
+        write(&mut m, r::MBOX_ARG, 1, &counters);
+        write(&mut m, r::MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER, &counters);
+        assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::OK));
+        assert_eq!(m.read(r::MBOX_DATA), r64(5));
+        write(&mut m, r::MBOX_CMD, mbox_op::READ_FALLBACKS, &counters);
+        assert_eq!(m.read(r::MBOX_DATA), r64(3));
+    }
+
+    #[test]
+    fn bad_argument_or_opcode_clears_data_and_says_why() {
+        let counters = [5u64; EVENT_COUNT];
+        let mut m = Mailbox::default();
+        let beyond = u32::try_from(EVENT_COUNT).unwrap_or(u32::MAX);
+        write(&mut m, r::MBOX_ARG, beyond, &counters);
+        write(&mut m, r::MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER, &counters);
+        assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::ERR_ARG));
+        assert_eq!(m.read(r::MBOX_DATA), r64(0));
+        write(&mut m, r::MBOX_CMD, 0xEE, &counters);
+        assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::ERR_OPCODE));
+        assert_eq!(
+            Mailbox::check_write(r::MBOX_STATUS, 0).err(),
+            Some(Reject::ReadOnly)
+        );
     }
 }

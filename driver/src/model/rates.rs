@@ -8,10 +8,11 @@
 
 use gpupm_uapi::events::{self, MAX_EVENTS, MULTIBIT_SCALE};
 
-use super::counting::RATE_ONE_Q16;
-use super::rng::{domain, factor_q16, hash};
+use super::ccu::bank::RATE_ONE_Q16;
+use super::ledger::Attribution;
+use super::rng::{domain, factor_q16};
 use super::topology::Topology;
-use crate::scenario::ProfileSpec;
+use crate::scenario::{ProfileSpec, Scenario};
 
 /// Cycles per epoch (≈ 4.2 ms at 1.98 GHz).
 pub const EPOCH_CYCLES: u64 = 1 << 23;
@@ -37,13 +38,7 @@ impl CompiledProfile {
             .map(|ph| {
                 let mut q = [0u32; MAX_EVENTS];
                 for &(e, rate) in &ph.rates {
-                    let max = max_rate_q(e);
-                    let v = (rate * f64::from(RATE_ONE_Q16)).round();
-                    q[usize::from(e)] = if v.is_finite() && v > 0.0 {
-                        (v as u64).min(u64::from(max)) as u32
-                    } else {
-                        0
-                    };
+                    q[usize::from(e)] = rate_q16(rate, max_rate_q(e));
                 }
                 (ph.duration_cycles.max(1), q)
             })
@@ -65,17 +60,38 @@ impl CompiledProfile {
     }
 }
 
+/// `rate` signal units per cycle in Q16, clamped to `0..=max`; 0 for a
+/// rate that is not a finite positive number.
+// The float is finite, positive and at most `max` (< 2^22) when converted.
+#[allow(clippy::cast_possible_truncation)]
+fn rate_q16(rate: f64, max: u32) -> u32 {
+    let v = (rate * f64::from(RATE_ONE_Q16)).round();
+    if v.is_finite() && v > 0.0 {
+        v.min(f64::from(max)) as u32
+    } else {
+        0
+    }
+}
+
+/// Q16 rate of a multi-bit signal at its largest (32 units per cycle).
+// MULTIBIT_SCALE is 32 (asserted), so the conversion keeps every bit.
+#[allow(clippy::cast_possible_truncation)]
+const MULTIBIT_MAX_Q16: u32 = {
+    assert!(MULTIBIT_SCALE <= 64);
+    RATE_ONE_Q16 * MULTIBIT_SCALE as u32
+};
+
 /// Largest Q16 rate event `e` may have: one per cycle, or 32 for multi-bit.
 pub fn max_rate_q(e: u16) -> u32 {
     match events::by_id(e) {
-        Some(info) if info.multibit => RATE_ONE_Q16 * MULTIBIT_SCALE as u32,
+        Some(info) if info.multibit => MULTIBIT_MAX_Q16,
         _ => RATE_ONE_Q16,
     }
 }
 
 /// Fixed per-ULC weights (Q16).
 pub fn ulc_weights(topo: &Topology, seed: u64) -> Vec<u32> {
-    (0..topo.ulcs.len() as u64)
+    (0..u64::try_from(topo.ulcs.len()).unwrap_or(0))
         .map(|u| factor_q16(seed, &[domain::ULC_WEIGHT, u], WEIGHT_LO, WEIGHT_HI))
         .collect()
 }
@@ -86,10 +102,14 @@ pub fn epoch_rates(seed: u64, ctx: u32, epoch: u64, base: &[u32; MAX_EVENTS]) ->
     let mut out = [0u32; MAX_EVENTS];
     for (e, (o, &b)) in out.iter_mut().zip(base).enumerate() {
         if b != 0 {
-            let jit = JITTER_LO
-                + (hash(seed, &[domain::JITTER, u64::from(ctx), e as u64, epoch])
-                    % u64::from(JITTER_HI - JITTER_LO + 1)) as u32;
-            *o = ((u64::from(b) * u64::from(jit)) >> 16) as u32;
+            let e = u64::try_from(e).unwrap_or(u64::MAX);
+            let jit = factor_q16(
+                seed,
+                &[domain::JITTER, u64::from(ctx), e, epoch],
+                JITTER_LO,
+                JITTER_HI,
+            );
+            *o = scale_q16(b, jit);
         }
     }
     out
@@ -106,7 +126,15 @@ pub fn counter_rate(
 ) -> u32 {
     let e = usize::from(topo.counter_event[j]);
     let r = (u64::from(epoch_rates[e]) * u64::from(weights[topo.counter_ulc[j] as usize])) >> 16;
-    r.min(u64::from(MAX_RATE_Q[e])) as u32
+    // Clamped to a 32-bit maximum first, so the conversion cannot fail.
+    u32::try_from(r.min(u64::from(MAX_RATE_Q[e]))).unwrap_or(MAX_RATE_Q[e])
+}
+
+/// `rate * factor` for a Q16 `factor`, saturating at `u32::MAX` (rates are
+/// at most 32.0 in Q16 and factors at most 1.25, so it never saturates).
+#[inline]
+fn scale_q16(rate: u32, factor: u32) -> u32 {
+    u32::try_from((u64::from(rate) * u64::from(factor)) >> 16).unwrap_or(u32::MAX)
 }
 
 /// [`max_rate_q`] for every event id.
@@ -115,9 +143,73 @@ static MAX_RATE_Q: [u32; MAX_EVENTS] = {
     let mut i = 0;
     while i < events::CATALOGUE.len() {
         if events::CATALOGUE[i].multibit {
-            out[i] = RATE_ONE_Q16 * MULTIBIT_SCALE as u32;
+            out[i] = MULTIBIT_MAX_Q16;
         }
         i += 1;
     }
     out
 };
+
+/// What drives generation: the scenario's compiled profiles, the fixed
+/// per-ULC weights, and the epochs at which rates are re-drawn.
+#[derive(Clone, Debug)]
+pub struct Rates {
+    seed: u64,
+    profiles: Vec<CompiledProfile>,
+    device_profile: Option<usize>,
+    ulc_weights: Vec<u32>,
+    next_epoch: u64,
+}
+
+impl Rates {
+    /// The rates of `scenario` on `topo`.
+    pub fn new(scenario: &Scenario, topo: &Topology) -> Self {
+        Rates {
+            seed: scenario.seed,
+            profiles: scenario
+                .profiles
+                .iter()
+                .map(CompiledProfile::compile)
+                .collect(),
+            device_profile: scenario.device_profile,
+            ulc_weights: ulc_weights(topo, scenario.seed),
+            next_epoch: EPOCH_CYCLES,
+        }
+    }
+
+    /// Base rates of the device-level units at `now` (none without a
+    /// device profile).
+    pub fn device_base(&self, now: u64) -> [u32; MAX_EVENTS] {
+        self.device_profile
+            .map_or([0; MAX_EVENTS], |dp| *self.profiles[dp].rates_at(now))
+    }
+
+    /// Base rates of profile `profile` at `age` cycles after the context
+    /// running it was created.
+    pub fn context_base(&self, profile: usize, age: u64) -> [u32; MAX_EVENTS] {
+        *self.profiles[profile].rates_at(age)
+    }
+
+    /// The generation rate (Q16) of each flat counter for `who` in the
+    /// epoch of `now`, given the profile's base rates `base`.
+    pub fn counter_rates<'a>(
+        &'a self,
+        topo: &'a Topology,
+        who: Attribution,
+        now: u64,
+        base: &[u32; MAX_EVENTS],
+    ) -> impl FnMut(usize) -> u32 + 'a {
+        let epoch_rates = epoch_rates(self.seed, who.ctx, now / EPOCH_CYCLES, base);
+        move |j| counter_rate(topo, &self.ulc_weights, &epoch_rates, j)
+    }
+
+    /// Cycle of the next epoch boundary.
+    pub fn next_epoch(&self) -> u64 {
+        self.next_epoch
+    }
+
+    /// Moves to the following epoch.
+    pub fn epoch_passed(&mut self) {
+        self.next_epoch += EPOCH_CYCLES;
+    }
+}

@@ -11,6 +11,7 @@
 use gpupm_uapi::events::{UnitType, MAX_CCU_ULCS, MAX_ULC_COUNTERS};
 use gpupm_uapi::regs::{ccu_group, MAX_CCUS, MAX_PARTITION_SLOTS};
 
+pub use crate::scenario::h100_class;
 use crate::scenario::{PartitionSpec, TopologySpec};
 
 /// One unit instance with its ULC.
@@ -267,19 +268,6 @@ impl Builder {
 
 fn to_u32(v: usize) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
-}
-
-/// The built-in H100-class topology spec.
-pub fn h100_class() -> TopologySpec {
-    TopologySpec {
-        sms_per_gpc: vec![17, 17, 17, 17, 16, 16, 16, 16],
-        memory_slices: 8,
-        l2_per_slice: 6,
-        fb_per_slice: 2,
-        ce_per_slice: 1,
-        nvlinks: 18,
-        pcie: true,
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The built-in scenario the demo runs when given no scenario file.
 
-use super::{parse, Scenario};
+use super::parse::parse;
+use super::spec::Scenario;
 
 /// The built-in scenario: an H100-class GPU split into four slices.
 ///
@@ -367,7 +368,7 @@ mod tests {
 
     use super::*;
 
-    fn rate(phase: &super::super::PhaseSpec, name: &str) -> f64 {
+    fn rate(phase: &crate::scenario::PhaseSpec, name: &str) -> f64 {
         let id = events::by_name(name).map(|e| e.id);
         phase
             .rates

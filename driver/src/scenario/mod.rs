@@ -25,183 +25,23 @@
 //! start.
 
 mod builtin;
+mod error;
 mod parse;
 mod profiles;
 mod raw;
 mod slices;
+mod spec;
 pub mod synthetic;
+#[cfg(test)]
+mod test_support;
+mod time;
 mod timeline;
 mod validate;
 
 pub use builtin::{builtin, BUILTIN_TOML};
-pub use parse::{parse, parse_file, ScenarioError};
-
-/// A validated scenario.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Scenario {
-    /// Human name.
-    pub name: String,
-    /// Seed of every random choice the device makes.
-    pub seed: u64,
-    /// Clock.
-    pub clock: ClockSpec,
-    /// Topology.
-    pub topology: TopologySpec,
-    /// Trigger block settings.
-    pub trigger: TriggerSpec,
-    /// Stream ring settings (every partition slot and the system channel).
-    pub stream: StreamSpec,
-    /// Cycles the device waits for host software before completing a
-    /// requested switch itself.
-    pub switch_timeout_cycles: u32,
-    /// GPU slices. Slots are 1..=n, unique.
-    pub partitions: Vec<PartitionSpec>,
-    /// VMs, ids unique in 1..MAX_VMS, each bound to a configured partition.
-    pub vms: Vec<VmSpec>,
-    /// Activity profiles, referenced by index.
-    pub profiles: Vec<ProfileSpec>,
-    /// Profile driving the device-level units (NVLink), if any.
-    pub device_profile: Option<usize>,
-    /// Contexts created at fixed times.
-    pub contexts: Vec<ContextSpec>,
-    /// Generated context churn.
-    pub churn: Vec<ChurnSpec>,
-    /// Windows during which the clock runs at secondary capability.
-    pub throttle: Vec<ThrottleWindow>,
-}
-
-/// Clock settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClockSpec {
-    /// Nominal (primary capability) frequency in kHz; default 1_980_000.
-    pub khz: u32,
-    /// Frequency at secondary (throttled) capability in kHz; default khz / 2.
-    pub secondary_khz: u32,
-}
-
-/// Topology. Defaults describe an H100-class GPU.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TopologySpec {
-    /// SMs per GPC; its length is the GPC count. Default 8 GPCs, 132 SMs
-    /// (17,17,17,17,16,16,16,16).
-    pub sms_per_gpc: Vec<u32>,
-    /// Memory slices; default 8.
-    pub memory_slices: u32,
-    /// L2 slices per memory slice; default 6.
-    pub l2_per_slice: u32,
-    /// FB partitions per memory slice; default 2.
-    pub fb_per_slice: u32,
-    /// Copy engines per memory slice; default 1.
-    pub ce_per_slice: u32,
-    /// NVLinks; default 18.
-    pub nvlinks: u32,
-    /// Whether the PCIe interface is present; default true.
-    pub pcie: bool,
-}
-
-/// Trigger block settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TriggerSpec {
-    /// Periodic trigger period in cycles; 0 disables. Default 1 ms.
-    pub period_cycles: u32,
-    /// P+R dithering. Default false.
-    pub dither: bool,
-    /// CCU threshold. Default `TRIG_THRESHOLD_MAX`.
-    pub threshold: u32,
-}
-
-/// Stream ring settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StreamSpec {
-    /// Ring capacity in records: a power of two in 16..=STREAM_RING_MAX. Default 1024.
-    pub ring_records: u32,
-    /// Watermark in records, 1..=ring_records. Default ring_records / 2.
-    pub watermark: u32,
-}
-
-/// One GPU slice.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PartitionSpec {
-    /// Slot 1..=15 (RC index).
-    pub slot: u32,
-    /// GPCs owned (indices < GPC count, owned by no other partition).
-    pub gpcs: Vec<u32>,
-    /// Memory slices owned (indices < memory_slices, owned by no other partition).
-    pub memory_slices: Vec<u32>,
-    /// Context timeslice in cycles; 0 = contexts never rotate. Default 2 ms.
-    pub ctx_timeslice_cycles: u32,
-    /// VM timeslice in cycles; 0 = VMs never rotate. Default 4 ms.
-    pub vm_timeslice_cycles: u32,
-}
-
-/// One VM.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VmSpec {
-    /// VM id, 1..MAX_VMS.
-    pub id: u32,
-    /// Partition slot it is bound to.
-    pub partition: u32,
-    /// AES-256 key (64 hex digits in TOML) when the VM is confidential.
-    pub confidential_key: Option<[u8; 32]>,
-}
-
-/// An activity profile: phases that repeat.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProfileSpec {
-    /// Name (unique).
-    pub name: String,
-    /// Phases, at least one.
-    pub phases: Vec<PhaseSpec>,
-}
-
-/// One phase of a profile.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PhaseSpec {
-    /// Length in cycles (> 0).
-    pub duration_cycles: u64,
-    /// Per-event rates: (event id, rate). Single-bit: probability per cycle
-    /// in 0..=1. Multi-bit: mean signal value per cycle in 0..=32. Events of
-    /// the same unit type as listed; unlisted events are 0.
-    pub rates: Vec<(u16, f64)>,
-}
-
-/// A context created at a fixed time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ContextSpec {
-    /// Owning VM id.
-    pub vm: u32,
-    /// Profile index.
-    pub profile: usize,
-    /// Creation cycle.
-    pub create_at: u64,
-    /// Destruction cycle (> create_at), if any.
-    pub destroy_at: Option<u64>,
-}
-
-/// Periodic context churn: starting at `start_at`, every `every_cycles` a
-/// context is created in `vm` with the next profile of `profiles` (round
-/// robin) and destroyed `lifetime_cycles` later.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChurnSpec {
-    /// Owning VM id.
-    pub vm: u32,
-    /// Profile indices, at least one.
-    pub profiles: Vec<usize>,
-    /// First creation cycle.
-    pub start_at: u64,
-    /// Interval between creations (> 0).
-    pub every_cycles: u64,
-    /// Lifetime of each context (> 0).
-    pub lifetime_cycles: u64,
-    /// No creations at or after this cycle, if set.
-    pub stop_at: Option<u64>,
-}
-
-/// A window [start, end) of secondary clock capability.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ThrottleWindow {
-    /// First cycle.
-    pub start: u64,
-    /// End cycle (exclusive, > start).
-    pub end: u64,
-}
+pub use error::ScenarioError;
+pub use parse::{parse, parse_file};
+pub use spec::{
+    h100_class, ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
+    StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+};

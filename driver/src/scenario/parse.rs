@@ -1,45 +1,11 @@
 //! Scenario file parsing: TOML text to a located [`ScenarioError`] or a
 //! resolved [`Scenario`]. The format is documented on the parent module.
 
-use std::ops::Range;
 use std::path::Path;
 
+use super::error::{locate, ScenarioError, SpanError};
+use super::spec::Scenario;
 use super::validate;
-use super::Scenario;
-
-/// A scenario file that could not be read, parsed or validated.
-///
-/// Displays as `FILE:LINE:COL: REASON`; line and column are 1-based (0 when
-/// the file could not be read at all).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {reason}")]
-pub struct ScenarioError {
-    /// Name of the scenario source (usually its path).
-    pub file: String,
-    /// 1-based line of the offending text; 0 for I/O errors.
-    pub line: usize,
-    /// 1-based column (in characters) of the offending text; 0 for I/O errors.
-    pub column: usize,
-    /// What is wrong, as a sentence without trailing period.
-    pub reason: String,
-}
-
-/// An error located by a byte range of the source text.
-#[derive(Debug)]
-pub(super) struct SpanError {
-    pub span: Range<usize>,
-    pub reason: String,
-}
-
-impl SpanError {
-    /// An error at `span`.
-    pub fn new(span: Range<usize>, reason: impl Into<String>) -> Self {
-        Self {
-            span,
-            reason: reason.into(),
-        }
-    }
-}
 
 /// Parses and validates scenario `text`; `source_name` names it in errors.
 pub fn parse(source_name: &str, text: &str) -> Result<Scenario, ScenarioError> {
@@ -73,85 +39,12 @@ fn default_name(source_name: &str) -> String {
     )
 }
 
-/// Turns a byte-located error into a line/column-located one.
-fn locate(file: &str, text: &str, e: &SpanError) -> ScenarioError {
-    let (line, column) = line_col(text, e.span.start);
-    ScenarioError {
-        file: file.to_owned(),
-        line,
-        column,
-        reason: e.reason.clone(),
-    }
-}
-
-/// 1-based line and character column of byte `offset` in `text`.
-fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let line = before.matches('\n').count() + 1;
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
-}
-
 #[cfg(test)]
-pub(super) mod tests {
-    use super::*;
+mod tests {
+    use std::path::Path;
 
-    /// Two lines that make any snippet placed before them a valid scenario.
-    pub const BASE: &str = "[[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-                            [[vm]]\nid = 1\npartition = 1\n";
-
-    /// Parses `snippet` followed by [`BASE`], expecting an error.
-    pub fn err(snippet: &str) -> ScenarioError {
-        err_raw(&format!("{snippet}{BASE}"))
-    }
-
-    /// Parses `text` as is, expecting an error.
-    pub fn err_raw(text: &str) -> ScenarioError {
-        match parse("t.toml", text) {
-            Ok(s) => panic!("expected an error, parsed {s:?}"),
-            Err(e) => e,
-        }
-    }
-
-    /// Parses `snippet` followed by [`BASE`], expecting success.
-    pub fn ok(snippet: &str) -> Scenario {
-        match parse("t.toml", &format!("{snippet}{BASE}")) {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// Asserts that `e` is at `line` and its reason contains `needle`.
-    #[track_caller]
-    pub fn assert_at(e: &ScenarioError, line: usize, needle: &str) {
-        assert_eq!(e.line, line, "wrong line in: {e}");
-        assert!(e.reason.contains(needle), "reason lacks {needle:?}: {e}");
-    }
-
-    #[test]
-    fn display_is_file_line_column_reason() {
-        let e = ScenarioError {
-            file: "demo.toml".into(),
-            line: 14,
-            column: 9,
-            reason: "bad".into(),
-        };
-        assert_eq!(e.to_string(), "demo.toml:14:9: bad");
-    }
-
-    #[test]
-    fn line_col_counts_characters_from_one() {
-        let text = "ab\nçd = 1\n";
-        assert_eq!(line_col(text, 0), (1, 1));
-        assert_eq!(line_col(text, 3), (2, 1));
-        assert_eq!(line_col(text, text.find('d').unwrap_or(0)), (2, 2));
-        assert_eq!(line_col(text, 1000), (3, 1));
-    }
+    use super::{parse, parse_file};
+    use crate::scenario::test_support::{assert_at, err, err_raw, BASE};
 
     #[test]
     fn syntax_error_reports_line_and_column() {
@@ -216,11 +109,11 @@ pub(super) mod tests {
 
 #[cfg(test)]
 mod example_tests {
-    use super::tests::ok;
-    use super::*;
+    use super::parse;
+    use crate::scenario::test_support::ok;
     use crate::scenario::{
-        ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, StreamSpec,
-        ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+        ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
+        StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
     };
 
     #[test]

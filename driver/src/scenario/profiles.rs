@@ -5,11 +5,10 @@ use std::ops::Range;
 use gpupm_uapi::events::{self, UnitType, CATALOGUE};
 use toml::Spanned;
 
-use super::parse::SpanError;
+use super::error::SpanError;
 use super::raw::{RawPhase, RawProfile};
-use super::timeline::{positive, required};
-use super::validate::Clock;
-use super::{PhaseSpec, ProfileSpec};
+use super::spec::{PhaseSpec, ProfileSpec};
+use super::time::{positive, required, Clock};
 
 /// A profile with, for the NVLink rules, the first NVLink and the first
 /// other rate it gives (span and event name).
@@ -179,34 +178,16 @@ pub(super) fn context_profile(
 /// to be a likely typo (at most half of the longer name differs).
 fn suggest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
-        .map(|c| (levenshtein(word, c), c))
+        .map(|c| (strsim::levenshtein(word, c), c))
         .filter(|(d, c)| *d <= word.chars().count().max(c.chars().count()) / 2)
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
 }
 
-/// Edit distance (insertions, deletions, substitutions) between `a` and `b`.
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diag + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diag = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::parse::tests::{assert_at, err, ok};
-    use super::{levenshtein, suggest};
+    use super::suggest;
+    use crate::scenario::test_support::{assert_at, err, ok};
 
     /// A profile `p` whose only phase has the rates of line 6 and after.
     fn with_rates(rates: &str) -> String {
@@ -346,14 +327,6 @@ mod tests {
             with_rates("nvlink_cycles_active = 0.5\n")
         );
         assert_at(&err(&text), 6, "profile \"p\" is used by a churn");
-    }
-
-    #[test]
-    fn levenshtein_counts_edits() {
-        assert_eq!(levenshtein("", "abc"), 3);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
-        assert_eq!(levenshtein("sm_inst_exec", "sm_inst_executed"), 4);
-        assert_eq!(levenshtein("same", "same"), 0);
     }
 
     #[test]

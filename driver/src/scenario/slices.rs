@@ -3,10 +3,10 @@
 use gpupm_uapi::regs::{MAX_PARTITION_SLOTS, MAX_VMS};
 use toml::Spanned;
 
-use super::parse::SpanError;
+use super::error::SpanError;
 use super::raw::{RawPartition, RawVm};
-use super::validate::Clock;
-use super::{PartitionSpec, TopologySpec, VmSpec};
+use super::spec::{PartitionSpec, TopologySpec, VmSpec};
+use super::time::Clock;
 
 /// Resolves the `[[partition]]` tables against the topology.
 pub(super) fn partitions(
@@ -172,7 +172,7 @@ fn hex_key(text: &Spanned<String>) -> Result<[u8; 32], SpanError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse::tests::{assert_at, err, err_raw, ok};
+    use crate::scenario::test_support::{assert_at, err, err_raw, ok};
 
     const TWO_SLOTS: &str = "[[partition]]\nslot = 2\ngpcs = [1]\nmemory_slices = [1]\n";
 

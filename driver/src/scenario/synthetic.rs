@@ -3,11 +3,10 @@
 use gpupm_uapi::events::{self, UnitType};
 use gpupm_uapi::regs::TRIG_THRESHOLD_MAX;
 
-use super::{
-    ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario, StreamSpec,
-    TriggerSpec, VmSpec,
+use super::spec::{
+    h100_class, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
+    StreamSpec, TriggerSpec, VmSpec,
 };
-use crate::model::topology::h100_class;
 
 /// Parameters of [`reference_load`].
 #[derive(Clone, Copy, Debug)]

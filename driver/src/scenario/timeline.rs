@@ -1,15 +1,13 @@
 //! Checks and resolves what happens when: fixed contexts, context churn and
 //! throttle windows.
 
-use std::ops::Range;
-
 use toml::Spanned;
 
-use super::parse::SpanError;
+use super::error::SpanError;
 use super::profiles::{context_profile, Profile};
-use super::raw::{Cycles, RawChurn, RawContext, RawThrottle, Us};
-use super::validate::{Clock, Cyc};
-use super::{ChurnSpec, ContextSpec, ThrottleWindow, VmSpec};
+use super::raw::{RawChurn, RawContext, RawThrottle};
+use super::spec::{ChurnSpec, ContextSpec, ThrottleWindow, VmSpec};
+use super::time::{positive, required, Clock, Cyc};
 
 fn check_vm(vm: &Spanned<u32>, vms: &[VmSpec]) -> Result<u32, SpanError> {
     let id = *vm.get_ref();
@@ -21,33 +19,6 @@ fn check_vm(vm: &Spanned<u32>, vms: &[VmSpec]) -> Result<u32, SpanError> {
             format!("VM {id} is not configured"),
         ))
     }
-}
-
-/// A time that must be given; `table` locates the error when it is not.
-pub(super) fn required(
-    time: Clock,
-    what: &str,
-    us: &Us,
-    cycles: &Cycles,
-    table: Range<usize>,
-) -> Result<Cyc, SpanError> {
-    time.time(what, us, cycles)?.ok_or_else(|| {
-        SpanError::new(
-            table,
-            format!("`{what}_us` or `{what}_cycles` is required here"),
-        )
-    })
-}
-
-/// The cycles of `t`, which must be non-zero.
-pub(super) fn positive(what: &str, t: Cyc) -> Result<u64, SpanError> {
-    if t.cycles == 0 {
-        return Err(SpanError::new(
-            t.span,
-            format!("{what} must be greater than 0 cycles"),
-        ));
-    }
-    Ok(t.cycles)
 }
 
 /// `later`, which must come after `earlier`.
@@ -194,7 +165,7 @@ pub(super) fn throttle(
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse::tests::{assert_at, err, ok};
+    use crate::scenario::test_support::{assert_at, err, ok};
     use crate::scenario::ThrottleWindow;
 
     /// Profiles `gemm` and `stream`, six lines.

@@ -13,11 +13,11 @@ use gpupm_uapi::regs::{
 };
 use toml::Spanned;
 
-use super::parse::SpanError;
-use super::raw::{Cycles, RawClock, RawScenario, RawStream, RawTopology, RawTrigger, Us};
-use super::{
-    profiles, slices, timeline, ClockSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec,
-};
+use super::error::SpanError;
+use super::raw::{RawClock, RawScenario, RawStream, RawTopology, RawTrigger};
+use super::spec::{h100_class, ClockSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec};
+use super::time::{fit_u32, Clock};
+use super::{profiles, slices, timeline};
 
 /// Nominal clock when the file gives none (1.98 GHz).
 const DEFAULT_KHZ: u32 = 1_980_000;
@@ -39,92 +39,6 @@ const MIN_RING_RECORDS: u32 = 16;
 // so the count needs no run-time check.
 const _: () = assert!(MAX_GPCS + MAX_MEMORY_SLICES + 1 + (MAX_PARTITION_SLOTS - 1) <= MAX_CCUS);
 
-/// A time quantity resolved to cycles, with the span of the key's value.
-#[derive(Clone, Debug)]
-pub(super) struct Cyc {
-    pub cycles: u64,
-    pub span: Range<usize>,
-}
-
-/// Converts times to cycles at the nominal clock.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Clock {
-    khz: u32,
-}
-
-impl Clock {
-    /// Resolves the `<what>_us` / `<what>_cycles` pair, if either is given.
-    pub fn time(&self, what: &str, us: &Us, cycles: &Cycles) -> Result<Option<Cyc>, SpanError> {
-        match (us, cycles) {
-            (Some(u), Some(c)) => {
-                let later = if u.span().start > c.span().start {
-                    u.span()
-                } else {
-                    c.span()
-                };
-                Err(SpanError::new(
-                    later,
-                    format!("both `{what}_us` and `{what}_cycles` are given; give only one"),
-                ))
-            }
-            (Some(u), None) => {
-                let cycles = u128::from(*u.get_ref()) * u128::from(self.khz) / 1000;
-                let cycles = u64::try_from(cycles).map_err(|_| {
-                    SpanError::new(
-                        u.span(),
-                        format!(
-                            "`{what}_us` = {} is too long: {cycles} cycles do not fit in 64 bits",
-                            u.get_ref()
-                        ),
-                    )
-                })?;
-                Ok(Some(Cyc {
-                    cycles,
-                    span: u.span(),
-                }))
-            }
-            (None, Some(c)) => Ok(Some(Cyc {
-                cycles: *c.get_ref(),
-                span: c.span(),
-            })),
-            (None, None) => Ok(None),
-        }
-    }
-
-    /// Like [`Clock::time`], with `default_us` when neither key is given,
-    /// for a quantity stored in 32 bits. Defaults are a few milliseconds,
-    /// which fit in 32 bits at any clock up to `MAX_KHZ`.
-    pub fn time_u32(
-        &self,
-        what: &str,
-        us: &Us,
-        cycles: &Cycles,
-        default_us: u32,
-    ) -> Result<u32, SpanError> {
-        match self.time(what, us, cycles)? {
-            Some(t) => fit_u32(what, &t),
-            None => Ok(
-                u32::try_from(u64::from(default_us) * u64::from(self.khz) / 1000)
-                    .unwrap_or(u32::MAX),
-            ),
-        }
-    }
-}
-
-/// `t` as a 32-bit cycle count.
-fn fit_u32(what: &str, t: &Cyc) -> Result<u32, SpanError> {
-    u32::try_from(t.cycles).map_err(|_| {
-        SpanError::new(
-            t.span.clone(),
-            format!(
-                "{what} of {} cycles does not fit in 32 bits (at most {} cycles)",
-                t.cycles,
-                u32::MAX
-            ),
-        )
-    })
-}
-
 /// The span of the value given last in the file among `spans`.
 fn last_span(spans: &[Option<Range<usize>>]) -> Range<usize> {
     spans
@@ -138,7 +52,7 @@ fn last_span(spans: &[Option<Range<usize>>]) -> Range<usize> {
 /// Checks `raw` and resolves it; `default_name` names a scenario without `name`.
 pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, SpanError> {
     let clock = clock(raw.clock.as_ref())?;
-    let time = Clock { khz: clock.khz };
+    let time = Clock::nominal(clock.khz);
     let topology = topology(raw.topology.as_ref())?;
     let trigger = trigger(raw.trigger.as_ref(), time)?;
     let stream = stream(raw.stream.as_ref())?;
@@ -235,7 +149,7 @@ fn clock(raw: Option<&RawClock>) -> Result<ClockSpec, SpanError> {
 }
 
 fn topology(raw: Option<&RawTopology>) -> Result<TopologySpec, SpanError> {
-    let mut t = crate::model::topology::h100_class();
+    let mut t = h100_class();
     let Some(raw) = raw else { return Ok(t) };
     if let Some(gpcs) = &raw.sms_per_gpc {
         if !(1..=MAX_GPCS as usize).contains(&gpcs.get_ref().len()) {
@@ -384,7 +298,7 @@ fn stream(raw: Option<&RawStream>) -> Result<StreamSpec, SpanError> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::parse::tests::{assert_at, err, ok};
+    use crate::scenario::test_support::{assert_at, err, ok};
 
     #[test]
     fn clock_outside_range_is_rejected() {

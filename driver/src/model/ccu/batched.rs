@@ -7,15 +7,9 @@
 //! device schedules a threshold check at the earliest boundary a crossing is
 //! possible ([`super::Counting::threshold_horizon`]).
 
-use super::{ulc_counts, Counting, Tally, CCU_MASK};
+use super::bank::{ulc9, ulc_counts, wrap28, Counting, Tally, CCU_MASK, ULC_MAX};
+use crate::model::rc::Drain;
 use crate::model::topology::Topology;
-
-/// Where a trigger's bank contents go when the sync drains them: the
-/// partition's RC (absent for the system CCUs) and RC0.
-pub(crate) struct Drain<'a> {
-    pub partition_rc: Option<&'a mut [u64; gpupm_uapi::events::MAX_EVENTS]>,
-    pub system_rc: &'a mut [u64; gpupm_uapi::events::MAX_EVENTS],
-}
 
 pub(super) fn sync(
     st: &mut Counting,
@@ -90,7 +84,7 @@ fn run(
             if r == 0 && *pending == 0 {
                 if let Some(d) = drain.as_mut() {
                     let v = std::mem::take(&mut cell[bank]);
-                    route(d, event, v);
+                    d.add(event, v);
                 }
                 continue;
             }
@@ -102,39 +96,32 @@ fn run(
                 Some(db) => {
                     let g_b = (ph + db * r) >> 16;
                     let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
-                    *pending = ulc_counts(acc, multibit, g_t - g_b) as u16;
+                    *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
                     if sent != 0 {
                         if masked {
                             tally.masked[usize::from(event)] += sent;
                         } else {
                             let sum = u64::from(cell[bank]) + sent;
                             wraps += u64::from(sum > u64::from(CCU_MASK));
-                            let v = (sum & u64::from(CCU_MASK)) as u32;
+                            let v = wrap28(sum);
                             cell[bank] = v;
                             max = max.max(v);
                         }
                     }
                 }
-                None => *pending += ulc_counts(acc, multibit, g_t - g_s) as u16,
+                None => {
+                    *pending = ulc9(u64::from(*pending) + ulc_counts(acc, multibit, g_t - g_s));
+                }
             }
-            debug_assert!(*pending <= super::ULC_MAX);
+            debug_assert!(*pending <= ULC_MAX);
             if let Some(d) = drain.as_mut() {
                 let v = std::mem::take(&mut cell[bank]);
-                route(d, event, v);
+                d.add(event, v);
             }
         }
     }
     st.wraps += wraps;
     st.parts[p as usize].max_active = max;
-}
-
-#[inline]
-fn route(d: &mut Drain<'_>, event: u8, v: u32) {
-    let (e, v) = (usize::from(event), u64::from(v));
-    d.system_rc[e] += v;
-    if let Some(rc) = d.partition_rc.as_deref_mut() {
-        rc[e] += v;
-    }
 }
 
 /// A partition that is not generating only moves what its ULCs hold, at

@@ -4,8 +4,20 @@
 //! that its CCU deframes and adds. Slow by design; tests compare it with the
 //! batched engine bit for bit.
 
-use super::{generated, Counting, Tally, UlcFrame, FRAME_END, FRAME_START, ULC_PERIOD};
+use super::bank::{generated, residue5, ulc9, Counting, Tally, ULC_MAX, ULC_PERIOD};
 use crate::model::topology::Topology;
+
+/// A ULC serialisation frame as the cycle-level engine sends it.
+#[derive(Debug)]
+struct UlcFrame<'a> {
+    start: u16,
+    values: &'a [u16],
+    end: u16,
+}
+
+/// Frame delimiters of a ULC transfer.
+const FRAME_START: u16 = 0x1FE;
+const FRAME_END: u16 = 0x1FD;
 
 pub(super) fn sync(
     st: &mut Counting,
@@ -31,19 +43,16 @@ pub(super) fn sync(
                 if topo.counter_multibit[j] {
                     debug_assert!(v <= 32);
                     // 6-bit accumulator: its MSB (32) drives the 1-bit counter input.
-                    let acc = u16::from(st.acc[j]) + v as u16;
+                    let acc = u64::from(st.acc[j]) + v;
                     if acc & 32 != 0 {
                         st.pending[j] += 1;
                     }
-                    st.acc[j] = (acc & 31) as u8;
+                    st.acc[j] = residue5(acc);
                 } else {
                     debug_assert!(v <= 1);
-                    st.pending[j] += v as u16;
+                    st.pending[j] = ulc9(u64::from(st.pending[j]) + v);
                 }
-                debug_assert!(
-                    st.pending[j] <= super::ULC_MAX,
-                    "9-bit ULC counter would wrap"
-                );
+                debug_assert!(st.pending[j] <= ULC_MAX, "9-bit ULC counter would wrap");
             }
         }
         let now = c + 1;

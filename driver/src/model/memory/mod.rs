@@ -4,16 +4,21 @@
 //! The device keeps plaintext blocks internally (RCs add into them); every
 //! commit re-publishes the touched blocks to their host-visible slots, via
 //! the copy engine's encryption for confidential VMs.
+//!
+//! Blocks have no registers of their own (the VM and context tables give
+//! their window offsets); the rings' registers are in [`ring`].
+
+pub mod ring;
 
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::{
-    block_kind, envelope_flags, Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC,
-    BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE, STREAM_REGION, STREAM_RING_SPAN,
-    STREAM_SLOT_SIZE,
+    block_kind, Block, BlockSlot, BLOCK_MAGIC, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS,
+    CTX_BLOCK_SLOT_BASE, STREAM_REGION, STREAM_RING_SPAN,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
-use super::cc::VmCipher;
+use self::ring::{window_range, Ring};
+use super::cc::{seal, VmCipher};
 
 /// Why a memory-window access failed.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -26,96 +31,6 @@ pub enum WindowError {
         /// Length.
         len: usize,
     },
-}
-
-/// A stream ring in device memory.
-#[derive(Clone, Debug)]
-pub struct Ring {
-    /// Capacity in records (power of two).
-    pub cap: u32,
-    /// Next index the device writes (mod 2^32).
-    pub head: u32,
-    /// Next index the host reads (mod 2^32).
-    pub tail: u32,
-    /// Records lost to a full ring.
-    pub lost: u64,
-    /// Watermark in records.
-    pub watermark: u32,
-    /// Stream sequence: records produced or lost.
-    pub seq: u64,
-    slots: Vec<StreamSlot>,
-}
-
-/// What happened to a record pushed into a ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pushed {
-    /// Stored; the ring now holds this many records.
-    Stored {
-        /// Fill after the push.
-        fill: u32,
-    },
-    /// The ring was full; the record was counted as lost.
-    Lost,
-}
-
-impl Ring {
-    fn new(cap: u32, watermark: u32) -> Self {
-        Ring {
-            cap,
-            head: 0,
-            tail: 0,
-            lost: 0,
-            watermark,
-            seq: 0,
-            slots: vec![StreamSlot::new_zeroed(); cap as usize],
-        }
-    }
-
-    /// Records waiting for the host.
-    pub fn fill(&self) -> u32 {
-        self.head.wrapping_sub(self.tail)
-    }
-
-    /// Stores `record` (its `seq` is assigned here) unless the ring is full.
-    pub fn push(&mut self, mut record: StreamRecord, cipher: Option<&mut VmCipher>) -> Pushed {
-        self.seq += 1;
-        record.seq = self.seq;
-        if self.fill() >= self.cap {
-            self.lost += 1;
-            return Pushed::Lost;
-        }
-        let slot = &mut self.slots[(self.head & (self.cap - 1)) as usize];
-        slot.payload.copy_from_slice(record.as_bytes());
-        seal(
-            &mut slot.envelope,
-            &mut slot.payload,
-            &mut slot.tag,
-            record.vm,
-            cipher,
-        );
-        self.head = self.head.wrapping_add(1);
-        Pushed::Stored { fill: self.fill() }
-    }
-}
-
-fn seal(
-    envelope: &mut Envelope,
-    payload: &mut [u8],
-    tag: &mut [u8; 16],
-    vm: u32,
-    cipher: Option<&mut VmCipher>,
-) {
-    match cipher {
-        Some(c) => (*envelope, *tag) = c.seal(payload),
-        None => {
-            *envelope = Envelope {
-                vm,
-                flags: envelope_flags::VALID,
-                ..Envelope::default()
-            };
-            *tag = [0; 16];
-        }
-    }
 }
 
 /// Device memory.
@@ -205,7 +120,7 @@ impl Memory {
             self.publish(slot, cipher.as_mut());
         }
         for r in &mut self.rings {
-            *r = Ring::new(r.cap, r.watermark);
+            r.clear();
         }
     }
 
@@ -236,22 +151,20 @@ impl Memory {
     pub fn read_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
         let len = buf.len();
         let err = WindowError::OutOfRange { offset, len };
-        let end = offset.checked_add(len as u64).ok_or(err.clone())?;
+        let end = u64::try_from(len)
+            .ok()
+            .and_then(|l| offset.checked_add(l))
+            .ok_or(err.clone())?;
         if end <= u64::from(BLOCK_SLOTS) * BLOCK_SLOT_SIZE {
-            let bytes = self.host_blocks.as_bytes();
-            buf.copy_from_slice(&bytes[offset as usize..end as usize]);
+            let range = window_range(offset, end).ok_or(err.clone())?;
+            buf.copy_from_slice(&self.host_blocks.as_bytes()[range]);
             return Ok(());
         }
         let rel = offset.checked_sub(STREAM_REGION).ok_or(err.clone())?;
-        let p = rel / STREAM_RING_SPAN;
-        let within = rel % STREAM_RING_SPAN;
-        let ring = self.rings.get(p as usize).ok_or(err.clone())?;
-        let ring_bytes = ring.slots.as_bytes();
-        let stop = within + len as u64;
-        if stop > u64::from(ring.cap) * STREAM_SLOT_SIZE {
-            return Err(err);
-        }
-        buf.copy_from_slice(&ring_bytes[within as usize..stop as usize]);
-        Ok(())
+        let ring = usize::try_from(rel / STREAM_RING_SPAN)
+            .ok()
+            .and_then(|p| self.rings.get(p))
+            .ok_or(err.clone())?;
+        ring.read_slots(rel % STREAM_RING_SPAN, buf).ok_or(err)
     }
 }

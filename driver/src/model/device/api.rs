@@ -6,13 +6,13 @@ use std::time::Instant;
 use gpupm_uapi::events::{MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{self, ledger_scope, Identity, LedgerQuery, RegOp, MAX_ADVANCE_CYCLES};
-use gpupm_uapi::layout::{Block, CTX_BLOCK_SLOT_BASE};
-use gpupm_uapi::regs::{ctx_state, hs_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
+use gpupm_uapi::layout::Block;
+use gpupm_uapi::regs::{ctx_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 
-use super::clock::{Pacer, MAX_TICK};
-use super::device::Device;
-use super::memory::WindowError;
-use super::registers::RegError;
+use super::Device;
+use crate::model::access::{table_count, RegError};
+use crate::model::ccu::CountingSnapshot;
+use crate::model::memory::WindowError;
 
 /// Errors of the device's host-facing operations.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
@@ -59,7 +59,8 @@ impl LedgerTotals {
     pub fn expected_committed(&self) -> [u64; MAX_EVENTS] {
         let mut out = [0; MAX_EVENTS];
         for (e, o) in out.iter_mut().enumerate() {
-            let scale = match gpupm_uapi::events::by_id(e as u16) {
+            let id = u16::try_from(e).unwrap_or(u16::MAX);
+            let scale = match gpupm_uapi::events::by_id(id) {
                 Some(info) if info.multibit => MULTIBIT_SCALE,
                 _ => 1,
             };
@@ -116,63 +117,40 @@ impl Device {
 
     /// Advances a step clock by `cycles`; returns the new cycle.
     pub fn advance(&mut self, cycles: u64) -> Result<u64, DeviceError> {
-        if !self.step_clock {
+        if !self.clock.is_step() {
             return Err(DeviceError::NotStepClock);
         }
         if cycles == 0 || cycles > MAX_ADVANCE_CYCLES {
             return Err(DeviceError::AdvanceRange(cycles));
         }
-        self.run_until(self.now + cycles);
-        Ok(self.now)
+        self.run_until(self.clock.now() + cycles);
+        Ok(self.clock.now())
     }
 
     /// Brings a real-time clock up to wall time `now` (no-op in step mode).
     pub fn tick(&mut self, now: Instant) {
-        if self.step_clock {
+        if self.clock.is_step() {
             return;
         }
-        let pacer = self.pacer.get_or_insert_with(|| Pacer::new(now));
-        let khz = if super::throttle::secondary_at(&self.scenario.throttle, self.now) {
-            self.scenario.clock.secondary_khz
-        } else {
-            self.scenario.clock.khz
-        };
-        let elapsed = pacer.elapsed_cycles(now, khz);
-        // Time owed by earlier ticks is caught up only while no switch
-        // waits for the host: running the device faster than the wall
-        // clock then would eat into the host's time to answer before the
-        // fallback deadline.
-        let owed = if self.switch_pending() {
-            elapsed
-        } else {
-            elapsed + std::mem::take(&mut self.tick_debt)
-        };
-        if owed == 0 {
+        let khz = self.clock.tick_khz();
+        let target = self.clock.tick_target(now, self.parts.switch_pending());
+        if target == self.clock.now() {
             return;
         }
-        let target = self.now + owed;
         // A tick stops at a switch request, so the host sees the request at
         // the device time it was raised, as with hardware whose clock runs
         // continuously, not up to a whole tick later.
         self.run_until_or_request(target, true);
-        let max_debt = u64::from(khz) * u64::try_from(MAX_TICK.as_micros()).unwrap_or(0) / 1000;
-        self.tick_debt = (self.tick_debt + (target - self.now)).min(max_debt);
-    }
-
-    /// Whether some partition's switch is between request and completion.
-    fn switch_pending(&self) -> bool {
-        self.parts
-            .iter()
-            .any(|part| part.configured && part.hs != hs_state::IDLE)
+        self.clock.settle_tick(target, khz);
     }
 
     /// Ledger of a scope, brought up to the current cycle.
     pub fn ledger_totals(&mut self, scope: u32, id: u32) -> Result<LedgerTotals, DeviceError> {
         let exists = match scope {
             ledger_scope::CONTEXT => {
-                (1..MAX_CONTEXTS).contains(&id) && self.ctxs[id as usize].state != ctx_state::FREE
+                (1..MAX_CONTEXTS).contains(&id) && self.ctxs.get(id).state != ctx_state::FREE
             }
-            ledger_scope::VM => (1..MAX_VMS).contains(&id) && self.vms[id as usize].partition != 0,
+            ledger_scope::VM => (1..MAX_VMS).contains(&id) && self.vms.partition(id) != 0,
             ledger_scope::SYSTEM => id == 0,
             _ => false,
         };
@@ -187,14 +165,14 @@ impl Device {
         };
         let mut remainder = row.remainder;
         for p in 0..MAX_PARTITION_SLOTS {
-            let who = self.counting.parts[p as usize].who;
+            let who = self.ccu.owner(p);
             let counts = match scope {
                 ledger_scope::CONTEXT => who.ctx == id && id != 0,
                 ledger_scope::VM => who.vm == id,
-                _ => self.parts[p as usize].configured,
+                _ => self.parts.is_configured(p),
             };
             if counts {
-                let live = self.counting.residue(&self.topo, p);
+                let live = self.ccu.residue(&self.topo, p);
                 for (r, l) in remainder.iter_mut().zip(live) {
                     *r += l;
                 }
@@ -227,14 +205,14 @@ impl Device {
             version: ioctl::IOCTL_STRUCT_VERSION,
             magic: gpupm_uapi::regs::DEVICE_MAGIC,
             abi_version: gpupm_uapi::ABI_VERSION,
-            events: gpupm_uapi::events::EVENT_COUNT as u32,
-            partitions: self.parts.iter().skip(1).filter(|p| p.configured).count() as u32,
-            ccus: self.topo.ccus.len() as u32,
+            events: table_count(gpupm_uapi::events::EVENT_COUNT),
+            partitions: table_count(self.parts.slice_count()),
+            ccus: table_count(self.topo.ccus.len()),
             sms: self.topo.sm_count(),
             clock_khz: self.scenario.clock.khz,
-            step_clock: u32::from(self.step_clock),
+            step_clock: u32::from(self.clock.is_step()),
             reserved: 0,
-            cycle: self.now,
+            cycle: self.clock.now(),
         }
     }
 
@@ -253,23 +231,16 @@ impl Device {
     /// scheduling carry on.
     pub fn reset(&mut self) {
         self.sync_all();
-        self.counting.zero_values();
+        self.ccu.zero_values();
         self.ledger = Default::default();
-        for rc in &mut self.rcs {
-            *rc = [0; MAX_EVENTS];
-        }
+        self.rc.reset();
         let vms = &self.vms;
-        self.mem
-            .zero_counters(|vm| vms.get(vm as usize).and_then(|e| e.cipher.clone()));
-        for p in &mut self.parts {
-            p.commit_seq = 0;
-            p.overflow_reported = false;
-            p.watermark_reported = false;
-        }
-        self.ccu_mask_index.fill(0);
-        self.trig.target = 0;
-        self.program_trigger_defaults();
-        self.intr.raise(source::DEVICE_RESET, 0, 0, 0, self.now);
+        self.mem.zero_counters(|vm| vms.cipher_copy(vm));
+        self.ccu.reset_mask_indices();
+        self.trig.clear_target();
+        self.trig.program_defaults(self.clock.now());
+        self.intr
+            .raise(source::DEVICE_RESET, 0, 0, 0, self.clock.now());
     }
 
     /// The plaintext block in `slot` (device-internal; for tests and the
@@ -280,32 +251,27 @@ impl Device {
 
     /// Block slot of context `ctx`, if it has one.
     pub fn ctx_slot(&self, ctx: u32) -> Option<u32> {
-        let c = self.ctxs.get(ctx as usize)?;
-        (c.state != ctx_state::FREE && c.slot >= CTX_BLOCK_SLOT_BASE).then_some(c.slot)
+        self.ctxs.slot(ctx)
     }
 
     /// Contexts that exist (active or destroyed-unreleased): (id, vm, state).
     pub fn contexts(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
-        self.ctxs
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.state != ctx_state::FREE)
-            .map(|(i, c)| (i as u32, c.vm, c.state))
+        self.ctxs.live()
     }
 
     /// Contexts the workload could not create (no free id or block).
     pub fn ctx_create_failures(&self) -> u64 {
-        self.ctx_create_failures
+        self.ctxs.create_failures()
     }
 
     /// Every counter value below the RCs, after bringing all partitions to now.
-    pub fn counting_snapshot(&mut self) -> super::counting::CountingSnapshot {
+    pub fn counting_snapshot(&mut self) -> CountingSnapshot {
         self.sync_all();
-        self.counting.snapshot()
+        self.ccu.snapshot()
     }
 
     /// Self-checks that must stay zero: CCU wraps, missed thresholds.
     pub fn self_check_failures(&self) -> (u64, u64) {
-        (self.counting.wraps, self.counting.missed_thresholds)
+        (self.ccu.wraps(), self.ccu.missed_thresholds())
     }
 }

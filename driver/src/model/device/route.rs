@@ -1,0 +1,384 @@
+//! The BAR0 register file: each access is decoded once (width, alignment,
+//! which register and which half) and routed by address range to the unit
+//! that owns the register.
+//!
+//! A write is first *checked* against a [`Shadow`] — a small copy of the
+//! control state that decides whether a write is legal (handshake states,
+//! pause bits, bind staging, trigger target, mask index, ring tail,
+//! released contexts) — and only then executed. A failed check changes
+//! nothing. A batch checks every op against one shadow that it advances op
+//! by op, and executes only if all pass, which makes batches atomic without
+//! copying the device.
+
+use std::ops::Range;
+
+use gpupm_uapi::events::EVENT_COUNT;
+use gpupm_uapi::intr::source;
+use gpupm_uapi::layout::SYSTEM_BLOCK_SLOT;
+use gpupm_uapi::regs::{self as r, device_status, hs_state, part_ctrl, rc_cmd};
+
+use super::Device;
+use crate::model::access::{
+    count32, instance, r32, r64, slots, Access, RegError, RegValue, Reject,
+};
+use crate::model::cc::KeyWrite;
+use crate::model::ccu::regs::CcuWrite;
+use crate::model::ccu::Counting;
+use crate::model::intr::{Interrupts, IntrWrite};
+use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
+use crate::model::memory::ring::{Ring, RingWrite};
+use crate::model::partition::handshake;
+use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::trigger::{TriggerBlock, TriggerWrite};
+
+/// Identity, topology and clock registers.
+const IDENTITY: Range<u64> = r::ID..r::TRIG_PERIOD;
+/// The trigger block.
+const TRIGGER: Range<u64> = r::TRIG_PERIOD..r::INTR_STATUS;
+/// `RECORDS_ROUTED`, inside the trigger block's range, is the RC buffer's.
+const RC_BUFFER: Range<u64> = r::RECORDS_ROUTED..r::RECORDS_ROUTED + 8;
+/// The interrupt controller.
+const INTERRUPTS: Range<u64> = r::INTR_STATUS..r::MBOX_ARG;
+/// The mailbox.
+const MAILBOX: Range<u64> = r::MBOX_ARG..r::PART_BASE;
+
+/// The unit an offset belongs to, with the instance and the offset inside
+/// the instance's block for per-instance arrays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unit {
+    Identity,
+    Trigger,
+    RcBuffer,
+    Interrupts,
+    Mailbox,
+    /// A partition block: the partition's, its ring's or its RC's register.
+    Partition(u32, u64),
+    Ccu(u32, u64),
+    Vm(u32, u64),
+    Ctx(u32, u64),
+    Unmapped,
+}
+
+fn unit_of(offset: u64) -> Unit {
+    if let Some((p, o)) = instance(offset, r::PART_BASE, r::PART_STRIDE, r::MAX_PARTITION_SLOTS) {
+        Unit::Partition(p, o)
+    } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
+        Unit::Ccu(c, o)
+    } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
+        Unit::Vm(vm, o)
+    } else if let Some((ctx, o)) = instance(offset, r::CTX_BASE, r::CTX_STRIDE, r::MAX_CONTEXTS) {
+        Unit::Ctx(ctx, o)
+    } else if IDENTITY.contains(&offset) {
+        Unit::Identity
+    } else if RC_BUFFER.contains(&offset) {
+        Unit::RcBuffer
+    } else if TRIGGER.contains(&offset) {
+        Unit::Trigger
+    } else if INTERRUPTS.contains(&offset) {
+        Unit::Interrupts
+    } else if MAILBOX.contains(&offset) {
+        Unit::Mailbox
+    } else {
+        Unit::Unmapped
+    }
+}
+
+/// Control state that decides whether writes are legal.
+#[derive(Clone, Debug)]
+pub(super) struct Shadow {
+    parts: [PartShadow; r::MAX_PARTITION_SLOTS as usize],
+    target: u32,
+    mask_index: [u32; r::MAX_CCUS as usize],
+    tail: [u32; r::MAX_PARTITION_SLOTS as usize],
+    released: Vec<u32>,
+}
+
+/// A checked write, ready to execute.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Write {
+    Reset,
+    Trigger(TriggerWrite),
+    Interrupt(IntrWrite),
+    Mailbox(MailboxWrite),
+    Partition(u32, PartWrite),
+    Ring(u32, RingWrite),
+    Ccu(u32, CcuWrite),
+    Vm(u32, KeyWrite),
+    CtxRelease(u32),
+}
+
+impl Device {
+    /// Reads a register.
+    pub fn read_reg(&self, offset: u64, width: u32) -> Result<u64, RegError> {
+        let access = Access::decode(offset, width)?;
+        let v = self
+            .read_value(access.base)
+            .ok_or(RegError::NoRegister { offset })?;
+        Ok(access.extract(v))
+    }
+
+    /// The value of the register at `offset`, typed by its width.
+    fn read_value(&self, offset: u64) -> Option<RegValue> {
+        match unit_of(offset) {
+            Unit::Identity => self.read_identity(offset),
+            Unit::Trigger => self.trig.read(offset),
+            Unit::RcBuffer => self.rc.read_global(offset),
+            Unit::Interrupts => self.intr.read(offset),
+            Unit::Mailbox => self.mbox.read(offset),
+            Unit::Partition(p, o) if !self.parts.is_configured(p) => self.parts.read(p, o),
+            Unit::Partition(p, o) if Ring::owns(o) => self.mem.rings.get(p as usize)?.read(p, o),
+            Unit::Partition(p, o) if o == r::PART_COMMIT_SEQ => self.rc.read_channel(p, o),
+            Unit::Partition(p, o) => self.parts.read(p, o),
+            Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
+            Unit::Vm(vm, o) => self.vms.read(vm, o),
+            Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
+            Unit::Unmapped => None,
+        }
+    }
+
+    /// Identity, topology, clock and device-status registers.
+    fn read_identity(&self, offset: u64) -> Option<RegValue> {
+        let t = &self.scenario.topology;
+        match offset {
+            r::ID => r32(r::DEVICE_MAGIC),
+            r::ABI_VERSION => r32(gpupm_uapi::ABI_VERSION),
+            r::TOPO_GPCS => count32(t.sms_per_gpc.len()),
+            r::TOPO_SMS => r32(self.topo.sm_count()),
+            r::TOPO_L2_SLICES => r32(t.memory_slices * t.l2_per_slice),
+            r::TOPO_FB_PARTITIONS => r32(t.memory_slices * t.fb_per_slice),
+            r::TOPO_NVLINKS => r32(t.nvlinks),
+            r::TOPO_COPY_ENGINES => r32(t.memory_slices * t.ce_per_slice),
+            r::TOPO_CCUS => count32(self.topo.ccus.len()),
+            r::TOPO_PARTITIONS => count32(self.parts.slice_count()),
+            r::TOPO_EVENTS => count32(EVENT_COUNT),
+            r::TOPO_MEMORY_SLICES => r32(t.memory_slices),
+            r::CLOCK_KHZ | r::CLOCK_CAP | r::CYCLE => self.clock.read(offset),
+            r::DEVICE_STATUS => r32(self.device_status()),
+            r::RESET => r32(0),
+            r::TOPO_VMS => r32(r::MAX_VMS),
+            r::TOPO_CONTEXTS => r32(r::MAX_CONTEXTS),
+            r::CCU_WRAPS => r64(self.ccu.wraps()),
+            _ => None,
+        }
+    }
+
+    fn device_status(&self) -> u32 {
+        let step = if self.clock.is_step() {
+            device_status::STEP_CLOCK
+        } else {
+            0
+        };
+        let fallback = if self.parts.fallback_seen() {
+            device_status::FALLBACK_SEEN
+        } else {
+            0
+        };
+        step | fallback
+    }
+
+    /// The shadow of the current control state.
+    pub(super) fn shadow(&self) -> Shadow {
+        let mut tail = [0; r::MAX_PARTITION_SLOTS as usize];
+        for (t, ring) in tail.iter_mut().zip(&self.mem.rings) {
+            *t = ring.tail;
+        }
+        Shadow {
+            parts: self.parts.shadow(),
+            target: self.trig.target(),
+            mask_index: self.ccu.mask_index_shadow(),
+            tail,
+            released: Vec::new(),
+        }
+    }
+
+    /// Checks a write against `sh` and advances `sh` past it.
+    pub(super) fn check_write(
+        &self,
+        sh: &mut Shadow,
+        offset: u64,
+        width: u32,
+        value: u64,
+    ) -> Result<Write, RegError> {
+        let access = Access::decode(offset, width)?;
+        if self.read_value(access.base).is_none() {
+            return Err(RegError::NoRegister { offset });
+        }
+        if !access.is_whole32() {
+            return Err(RegError::ReadOnly { offset });
+        }
+        let v = u32::try_from(value).map_err(|_| RegError::BadValue {
+            offset,
+            value,
+            reason: "wider than 32 bits",
+        })?;
+        self.check_routed(sh, access.base, v)
+            .map_err(|reject| reject.at(offset, value))
+    }
+
+    /// Routes a checked-width write of `v` at `offset` to its unit's check.
+    fn check_routed(&self, sh: &mut Shadow, offset: u64, v: u32) -> Result<Write, Reject> {
+        Ok(match unit_of(offset) {
+            Unit::Identity if offset == r::RESET && v == r::RESET_MAGIC => Write::Reset,
+            Unit::Identity if offset == r::RESET => {
+                return Err(Reject::BadValue("reset needs RESET_MAGIC"))
+            }
+            Unit::Trigger => {
+                let configured = self.parts.configured_mask();
+                let w = TriggerBlock::check_write(offset, v, &mut sh.target, configured)?;
+                if let TriggerWrite::Command { mask, cmd } = w {
+                    for p in slots(mask) {
+                        let ps = &mut sh.parts[p as usize];
+                        ps.advance_hs(handshake::after_trigger(ps.hs(), cmd));
+                    }
+                }
+                Write::Trigger(w)
+            }
+            Unit::Interrupts => Write::Interrupt(Interrupts::check_write(offset, v)?),
+            Unit::Mailbox => Write::Mailbox(Mailbox::check_write(offset, v)?),
+            Unit::Partition(p, o) if Ring::owns(o) => {
+                let ring = self.mem.rings.get(p as usize).ok_or(Reject::ReadOnly)?;
+                Write::Ring(p, ring.check_write(o, v, &mut sh.tail[p as usize])?)
+            }
+            Unit::Partition(p, o) => {
+                let ps = &mut sh.parts[p as usize];
+                let tables = (&self.vms, &self.ctxs);
+                Write::Partition(p, self.parts.check_write(p, o, v, ps, tables)?)
+            }
+            Unit::Ccu(c, o) => {
+                let index = &mut sh.mask_index[c as usize];
+                Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
+            }
+            Unit::Vm(vm, o) => Write::Vm(vm, self.vms.check_write(vm, o, v)?),
+            Unit::Ctx(ctx, o) => {
+                Write::CtxRelease(self.ctxs.check_write(ctx, o, v, &mut sh.released)?)
+            }
+            Unit::Identity | Unit::RcBuffer | Unit::Unmapped => return Err(Reject::ReadOnly),
+        })
+    }
+
+    /// Executes a checked write.
+    pub(super) fn execute(&mut self, w: Write) {
+        let now = self.clock.now();
+        match w {
+            Write::Reset => self.reset(),
+            Write::Trigger(w) => self.execute_trigger(w),
+            Write::Interrupt(w) => self.intr.apply(w),
+            Write::Mailbox(w) => {
+                if let Some(op) = self.mbox.apply(w) {
+                    self.run_mailbox(op);
+                }
+            }
+            Write::Partition(p, w) => self.execute_partition(p, w),
+            Write::Ring(p, w) => self.mem.rings[p as usize].apply(w),
+            Write::Ccu(c, w) => {
+                if let (CcuWrite::MaskData(_), Some(owner)) = (w, self.topo.ccus[c as usize].owner)
+                {
+                    self.sync(owner);
+                }
+                self.ccu.apply_ccu_write(&self.topo, c, w);
+            }
+            Write::Vm(vm, w) => self.vms.apply(vm, w),
+            Write::CtxRelease(ctx) => self.release_context(ctx),
+        }
+        debug_assert_eq!(self.clock.now(), now, "a register write took device time");
+    }
+
+    fn execute_trigger(&mut self, w: TriggerWrite) {
+        match w {
+            TriggerWrite::Ctrl(_) | TriggerWrite::Threshold(_) => {
+                // Counting so far happened under the old settings.
+                self.sync_all();
+                self.trig.apply_setting(w, self.clock.now());
+            }
+            TriggerWrite::Period(_) | TriggerWrite::Target(_) => {
+                self.trig.apply_setting(w, self.clock.now());
+            }
+            TriggerWrite::Command { mask, cmd } => self.trigger_command(mask, cmd),
+            TriggerWrite::External => self.external_trigger(),
+        }
+    }
+
+    fn execute_partition(&mut self, p: u32, w: PartWrite) {
+        match w {
+            PartWrite::Ctrl(value) => match (self.parts.get(p).hs(), value) {
+                (hs_state::REQUESTED, part_ctrl::CTX_PAUSE) => self.step_pause_ctx(p),
+                (hs_state::CTX_PAUSED, part_ctrl::ALL) => self.step_pause_transfers(p),
+                (hs_state::REPOINTED, 0) => {
+                    self.parts.host_completed(p);
+                    self.step_unpause(p);
+                }
+                _ => {}
+            },
+            PartWrite::RcCmd(cmd) => {
+                if cmd & rc_cmd::COMMIT != 0 {
+                    self.step_commit(p, false);
+                }
+                if cmd & rc_cmd::REPOINT != 0 {
+                    self.step_repoint(p);
+                }
+            }
+            _ => {
+                if self.parts.apply_setting(p, &w) {
+                    self.schedule(p);
+                }
+            }
+        }
+    }
+
+    /// Runs mailbox command `op` against the device-level state.
+    fn run_mailbox(&mut self, op: u32) {
+        let now = self.clock.now();
+        let view = MailboxView {
+            system_counters: &self.mem.block(SYSTEM_BLOCK_SLOT).counters,
+            idle_cycles: self.clock.idle_cycles(),
+            now,
+            fallbacks: self.parts.total_fallbacks(),
+        };
+        let status = self.mbox.run(op, view);
+        self.intr.raise(source::MAILBOX_DONE, 0, op, status, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ccu::EngineKind;
+
+    #[test]
+    fn routing_follows_the_register_map() {
+        assert_eq!(unit_of(r::CYCLE), Unit::Identity);
+        assert_eq!(unit_of(r::RECORDS_ROUTED), Unit::RcBuffer);
+        assert_eq!(unit_of(r::TRIG_COUNT_COMMAND), Unit::Trigger);
+        assert_eq!(unit_of(r::INTR_SEQ), Unit::Interrupts);
+        assert_eq!(unit_of(r::MBOX_DATA), Unit::Mailbox);
+        assert_eq!(
+            unit_of(r::part(2, r::PART_STREAM_TAIL)),
+            Unit::Partition(2, r::PART_STREAM_TAIL)
+        );
+        assert_eq!(
+            unit_of(r::ccu(5, r::CCU_RECORDS)),
+            Unit::Ccu(5, r::CCU_RECORDS)
+        );
+        assert_eq!(unit_of(r::vm(7, r::VM_KEY)), Unit::Vm(7, r::VM_KEY));
+        assert_eq!(unit_of(r::ctx(9, r::CTX_CMD)), Unit::Ctx(9, r::CTX_CMD));
+        assert_eq!(unit_of(r::BAR0_SIZE - 4), Unit::Unmapped);
+    }
+
+    /// Every register a unit answers has the width the register map gives
+    /// it, so a unit cannot silently widen or narrow a register.
+    #[test]
+    fn every_register_has_the_width_the_register_map_declares() {
+        let scenario = crate::scenario::builtin();
+        let dev = Device::new(&scenario, EngineKind::Batched, true).unwrap();
+        let mut seen = 0;
+        for offset in (0..r::BAR0_SIZE).step_by(4) {
+            let Some(v) = dev.read_value(offset) else {
+                continue;
+            };
+            seen += 1;
+            let wide = matches!(v, RegValue::R64(_));
+            assert_eq!(wide, r::is_64bit(offset), "register {offset:#x}");
+        }
+        assert!(seen > 1000, "only {seen} registers answered");
+    }
+}

@@ -1,0 +1,155 @@
+//! How time advances: from event to event (periodic and threshold
+//! triggers, epochs, workload items, scheduler decisions and switch
+//! fallbacks), counting in between with the chosen engine. Nothing happens
+//! between events except counting, which is lazy: a partition is counted
+//! up to now only when something needs its counters.
+
+use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::regs::{hs_state, MAX_PARTITION_SLOTS};
+
+use super::Device;
+use crate::model::ledger::Attribution;
+use crate::model::trigger::TriggerCause;
+use crate::model::workload::WorkItem;
+
+impl Device {
+    /// Runs the device until cycle `target`, handling every event on the way.
+    pub(super) fn run_until(&mut self, target: u64) {
+        self.run_until_or_request(target, false);
+    }
+
+    /// Runs events up to `target`; with `stop_at_request`, stops right
+    /// after the first event time at which a switch request was raised.
+    pub(super) fn run_until_or_request(&mut self, target: u64, stop_at_request: bool) {
+        let requests = self.parts.switch_requests();
+        while self.clock.now() < target
+            && !(stop_at_request && self.parts.switch_requests() != requests)
+        {
+            let t = self.next_event_time().clamp(self.clock.now() + 1, target);
+            let idle = (1..MAX_PARTITION_SLOTS).all(|p| !self.ccu.generating(p));
+            self.clock.move_to(t, idle);
+            self.process_events_at(t);
+        }
+    }
+
+    fn next_event_time(&self) -> u64 {
+        let mut t = self
+            .trig
+            .next_periodic()
+            .min(self.rates.next_epoch())
+            .min(self.workload.next_time());
+        let thr = self.trig.threshold();
+        for p in self.parts.configured() {
+            t = t.min(self.parts.get(p).wake_at());
+            if let Some(thr) = thr {
+                t = t.min(self.ccu.threshold_horizon(p, thr));
+            }
+        }
+        t
+    }
+
+    /// Handles every event due at cycle `t` (the clock is at `t`).
+    pub(super) fn process_events_at(&mut self, t: u64) {
+        if let Some(thr) = self.trig.threshold() {
+            for p in 0..MAX_PARTITION_SLOTS {
+                if self.parts.is_configured(p) && self.ccu.threshold_horizon(p, thr) <= t {
+                    self.sync(p);
+                    if self.ccu.reached(p, thr) {
+                        self.trigger(1 << p, false, TriggerCause::Threshold);
+                    }
+                }
+            }
+        }
+        if self.trig.next_periodic() <= t {
+            let mask = self.parts.unpaused_mask();
+            self.trigger(mask, false, TriggerCause::Periodic);
+            self.trig.periodic_delivered(t);
+        }
+        if self.rates.next_epoch() <= t {
+            for p in 0..MAX_PARTITION_SLOTS {
+                if self.ccu.generating(p) {
+                    self.sync(p);
+                    self.refresh_rates(p);
+                }
+            }
+            self.rates.epoch_passed();
+        }
+        while let Some(item) = self.workload.pop_due(t) {
+            self.run_work_item(item);
+        }
+        for p in 1..MAX_PARTITION_SLOTS {
+            if self.parts.is_configured(p) && self.parts.get(p).wake_at() <= t {
+                self.partition_wakeup(p);
+            }
+        }
+    }
+
+    /// Starts (or re-rates) generation in partition `p` at the current
+    /// cycle for `who` with profile base rates `base`.
+    pub(super) fn start_generation(&mut self, p: u32, who: Attribution, base: [u32; MAX_EVENTS]) {
+        self.sync(p);
+        let now = self.clock.now();
+        let rate_of = self.rates.counter_rates(&self.topo, who, now, &base);
+        self.ccu.set_generation(&self.topo, p, now, who, rate_of);
+    }
+
+    /// Base rates of whatever partition `p` runs now.
+    pub(super) fn base_rates(&self, p: u32) -> [u32; MAX_EVENTS] {
+        let now = self.clock.now();
+        if p == 0 {
+            return self.rates.device_base(now);
+        }
+        let (_, ctx) = self.parts.get(p).current();
+        let c = self.ctxs.get(ctx);
+        self.rates.context_base(c.profile, now - c.created_at)
+    }
+
+    fn refresh_rates(&mut self, p: u32) {
+        let who = self.ccu.owner(p);
+        let base = self.base_rates(p);
+        self.start_generation(p, who, base);
+    }
+
+    fn partition_wakeup(&mut self, p: u32) {
+        if self.parts.get(p).hs() == hs_state::IDLE {
+            self.schedule(p);
+        } else {
+            self.complete_by_fallback(p);
+        }
+    }
+
+    fn run_work_item(&mut self, item: WorkItem) {
+        let now = self.clock.now();
+        match item {
+            WorkItem::CreateFixed { spec } => {
+                let c = self.scenario.contexts[spec];
+                if let Some(id) = self.create_context(c.vm, c.profile) {
+                    if let Some(at) = c.destroy_at {
+                        let serial = self.ctxs.get(id).serial;
+                        self.workload.push(at, WorkItem::Destroy { serial });
+                    }
+                }
+            }
+            WorkItem::Churn { spec, n } => {
+                let c = self.scenario.churn[spec].clone();
+                let len = u64::try_from(c.profiles.len()).unwrap_or(u64::MAX);
+                // The remainder is below the list's length, a usize.
+                let pick = usize::try_from(n % len).unwrap_or(0);
+                if let Some(id) = self.create_context(c.vm, c.profiles[pick]) {
+                    let serial = self.ctxs.get(id).serial;
+                    self.workload
+                        .push(now + c.lifetime_cycles, WorkItem::Destroy { serial });
+                }
+                let next = now + c.every_cycles;
+                if c.stop_at.is_none_or(|stop| next < stop) {
+                    self.workload.push(next, WorkItem::Churn { spec, n: n + 1 });
+                }
+            }
+            WorkItem::Destroy { serial } => {
+                if let Some(id) = self.ctxs.by_serial(serial) {
+                    self.destroy_context(id);
+                }
+            }
+        }
+    }
+}

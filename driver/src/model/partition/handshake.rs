@@ -1,0 +1,195 @@
+//! The switch handshake's states (seed 000 ¶71–76) as transitions of a
+//! partition's control state. Each step is the same whether host software
+//! drives it through registers or the device's fallback completes a switch
+//! itself; the device runs the counting, RC and interrupt side of each.
+//!
+//! `IDLE → REQUESTED` (scheduler) `→ CTX_PAUSED` (step 1) `→ XFER_PAUSED`
+//! (step 2) `→ TRIGGERED` (step 3) `→ ACKED` (steps 4–5) `→ COMMITTED`
+//! (step 6a) `→ REPOINTED` (step 6b) `→ IDLE` (step 7).
+
+use gpupm_uapi::regs::{hs_state, part_ctrl, trig_cmd};
+
+use super::state::Partitions;
+use crate::model::ledger::Attribution;
+
+/// The state a legal `PART_CTRL` write of `v` in state `hs` leads to.
+pub fn after_ctrl_write(hs: u32, v: u32) -> Option<u32> {
+    match (hs, v) {
+        (hs_state::REQUESTED, part_ctrl::CTX_PAUSE) => Some(hs_state::CTX_PAUSED),
+        (hs_state::CTX_PAUSED, part_ctrl::ALL) => Some(hs_state::XFER_PAUSED),
+        (hs_state::REPOINTED, 0) => Some(hs_state::IDLE),
+        _ => None,
+    }
+}
+
+/// Handshake state after trigger command `cmd` on a partition in state `hs`.
+pub fn after_trigger(hs: u32, cmd: u32) -> u32 {
+    let full = trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER;
+    let mut hs = hs;
+    if hs == hs_state::XFER_PAUSED && cmd & full == full {
+        hs = hs_state::TRIGGERED;
+    }
+    if hs == hs_state::TRIGGERED && cmd & trig_cmd::FLUSH_REQ != 0 {
+        hs = hs_state::ACKED;
+    }
+    hs
+}
+
+/// What the last step of a switch hands back to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unpaused {
+    /// Who runs now.
+    pub incoming: Attribution,
+    /// Context the switch took out (0 = none).
+    pub outgoing: u32,
+}
+
+impl Partitions {
+    /// Records a switch request of slot `p` to (`vm`, `ctx`) at `now`.
+    pub(super) fn request_switch(&mut self, p: u32, vm: u32, ctx: u32, now: u64) {
+        let part = &mut self.slots[p as usize];
+        part.hs = hs_state::REQUESTED;
+        part.next_vm = vm;
+        part.next_ctx = ctx;
+        part.req_cycle = now;
+        self.switch_requests += 1;
+    }
+
+    /// Step 1: the outgoing context is paused.
+    pub fn ctx_paused(&mut self, p: u32) {
+        let part = &mut self.slots[p as usize];
+        part.ctrl = part_ctrl::CTX_PAUSE;
+        part.hs = hs_state::CTX_PAUSED;
+    }
+
+    /// Step 2: periodic triggers and ULC transfers are paused.
+    pub fn transfers_paused(&mut self, p: u32) {
+        let part = &mut self.slots[p as usize];
+        part.ctrl = part_ctrl::ALL;
+        part.hs = hs_state::XFER_PAUSED;
+    }
+
+    /// Step 3 done by the fallback's own trigger.
+    pub fn triggered(&mut self, p: u32) {
+        let part = &mut self.slots[p as usize];
+        if part.hs == hs_state::XFER_PAUSED {
+            part.hs = hs_state::TRIGGERED;
+        }
+    }
+
+    /// A `TRIG_CMD` with bits `cmd` (flush request excluded) reached slot `p`.
+    pub fn trigger_command(&mut self, p: u32, cmd: u32) {
+        let part = &mut self.slots[p as usize];
+        part.hs = after_trigger(part.hs, cmd & !trig_cmd::FLUSH_REQ);
+    }
+
+    /// Steps 4–5: the CCUs in `acked` sent their flush acks.
+    pub fn flush_acked(&mut self, p: u32, acked: u64) {
+        let part = &mut self.slots[p as usize];
+        part.acked = acked;
+        if part.hs == hs_state::TRIGGERED && part.acked == part.ccu_assigned {
+            part.hs = hs_state::ACKED;
+        }
+    }
+
+    /// Whether a commit of slot `p` now is the switch's step 6a.
+    pub fn commit_is_switch(&self, p: u32) -> bool {
+        self.slots[p as usize].hs == hs_state::ACKED
+    }
+
+    /// Step 6a done.
+    pub fn committed(&mut self, p: u32) {
+        self.slots[p as usize].hs = hs_state::COMMITTED;
+    }
+
+    /// Step 6b: the RC is re-pointed to the incoming blocks; returns whom
+    /// the partition's counts belong to from now on.
+    pub fn repointed(&mut self, p: u32) -> Attribution {
+        let part = &mut self.slots[p as usize];
+        part.vm_changed = part.cur_vm != part.next_vm;
+        part.outgoing = part.cur_ctx;
+        part.cur_vm = part.next_vm;
+        part.cur_ctx = part.next_ctx;
+        part.hs = hs_state::REPOINTED;
+        Attribution {
+            ctx: part.cur_ctx,
+            vm: part.cur_vm,
+        }
+    }
+
+    /// Step 7 at `now`: the switch is complete and the partition idle.
+    pub fn unpaused(&mut self, p: u32, now: u64) -> Unpaused {
+        let part = &mut self.slots[p as usize];
+        part.ctrl = 0;
+        part.hs = hs_state::IDLE;
+        part.switches += 1;
+        part.slice_start = now;
+        if part.vm_changed {
+            part.vm_slice_start = now;
+        }
+        Unpaused {
+            incoming: Attribution {
+                ctx: part.cur_ctx,
+                vm: part.cur_vm,
+            },
+            outgoing: part.outgoing,
+        }
+    }
+
+    /// Host software finished a switch itself (its last `PART_CTRL` write).
+    pub fn host_completed(&mut self, p: u32) {
+        self.slots[p as usize].last_fallback = false;
+    }
+
+    /// The fallback completed slot `p`'s switch; returns the (context, VM)
+    /// it brought in, for the interrupt.
+    pub fn fallback_completed(&mut self, p: u32) -> (u32, u32) {
+        let part = &mut self.slots[p as usize];
+        part.fallbacks += 1;
+        part.last_fallback = true;
+        (part.next_ctx, part.next_vm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpupm_uapi::regs::part_ctrl;
+
+    use super::*;
+
+    #[test]
+    fn ctrl_writes_follow_the_steps_in_order() {
+        assert_eq!(
+            after_ctrl_write(hs_state::REQUESTED, part_ctrl::CTX_PAUSE),
+            Some(hs_state::CTX_PAUSED)
+        );
+        assert_eq!(after_ctrl_write(hs_state::REQUESTED, part_ctrl::ALL), None);
+        assert_eq!(
+            after_ctrl_write(hs_state::CTX_PAUSED, part_ctrl::ALL),
+            Some(hs_state::XFER_PAUSED)
+        );
+        assert_eq!(after_ctrl_write(hs_state::IDLE, 0), None);
+        assert_eq!(
+            after_ctrl_write(hs_state::REPOINTED, 0),
+            Some(hs_state::IDLE)
+        );
+    }
+
+    #[test]
+    fn a_full_trigger_then_a_flush_request_reach_acked() {
+        let full = trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER;
+        assert_eq!(
+            after_trigger(hs_state::XFER_PAUSED, trig_cmd::TRIGGER),
+            hs_state::XFER_PAUSED
+        );
+        assert_eq!(
+            after_trigger(hs_state::XFER_PAUSED, full),
+            hs_state::TRIGGERED
+        );
+        assert_eq!(
+            after_trigger(hs_state::XFER_PAUSED, full | trig_cmd::FLUSH_REQ),
+            hs_state::ACKED
+        );
+        assert_eq!(after_trigger(hs_state::IDLE, full), hs_state::IDLE);
+    }
+}
