@@ -18,9 +18,9 @@
 //! # The container
 //! `systemd-nspawn --directory=/ --volatile=yes --boot`: a tmpfs root with
 //! the host's `/usr` (read-only), plus binds of a test-made `/etc` (machine
-//! id, the units, sysusers, tmpfiles, `gpupmd.toml`) and of a directory
-//! holding this build's four binaries on `/usr/local/bin`, where the units
-//! expect them; `/dev/fuse` is bound in. `--register=no --keep-unit` because
+//! id, the units, sysusers, tmpfiles, `gpupmd.toml`), a directory holding
+//! this build's four binaries laid over the host's `/usr/bin` (a read-only
+//! overlay, `--overlay-ro`), where the units expect them, and `/dev/fuse`. `--register=no --keep-unit` because
 //! the host has no systemd (no machined, no bus); `--private-network` keeps
 //! the metrics port private. nspawn runs in a cgroup of its own made here
 //! (it splits its cgroup into `payload` and `supervisor`), removed after.
@@ -236,7 +236,7 @@ impl Container {
             .arg("--bind=/dev/fuse")
             .arg(format!("--bind={}:/etc", dir.join("etc").display()))
             .arg(format!(
-                "--bind-ro={}:/usr/local/bin",
+                "--overlay-ro=/usr/bin:{}:/usr/bin",
                 dir.join("bin").display()
             ))
             .env("NOTIFY_SOCKET", &notify_path)
@@ -417,7 +417,7 @@ impl Container {
 
     /// `gpupm ARGS` inside the container, as root (an admin).
     fn gpupm(&self, args: &[&str]) -> String {
-        let mut all = vec!["/usr/local/bin/gpupm"];
+        let mut all = vec!["/usr/bin/gpupm"];
         all.extend_from_slice(args);
         self.ok(&all)
     }
@@ -525,7 +525,7 @@ impl UnitState {
     }
 }
 
-/// Lays out the container's `/etc` and `/usr/local/bin` in `dir`: the
+/// Lays out the container's `/etc` and the binaries for `/usr/bin` in `dir`: the
 /// project's files unchanged, under the paths the README installs them to
 /// (`/etc` instead of `/usr/lib` for sysusers and tmpfiles: the container's
 /// `/usr` is the host's, read-only).
