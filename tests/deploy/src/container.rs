@@ -46,6 +46,19 @@ pub fn rootfs() -> PathBuf {
     )
 }
 
+/// What `systemctl show` says about a unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitState {
+    /// LoadState (`loaded`, `not-found`, …).
+    pub load: String,
+    /// ActiveState.
+    pub active: String,
+    /// SubState.
+    pub sub: String,
+    /// MainPID (0: none).
+    pub main_pid: u32,
+}
+
 /// A booted container; powered off (or killed) on drop.
 #[derive(Debug)]
 pub struct Container {
@@ -77,6 +90,7 @@ impl Container {
         let run_dirs: Vec<PathBuf> = [
             "/run/systemd/nspawn-root",
             "/run/systemd/nspawn/propagate",
+            "/run/systemd/nspawn/locks",
             "/run/systemd/nspawn",
         ]
         .iter()
@@ -204,6 +218,71 @@ impl Container {
         PathBuf::from(format!("/proc/{}/root", self.leader)).join(path.trim_start_matches('/'))
     }
 
+    /// What `systemctl show` says about `unit`.
+    pub fn unit(&self, unit: &str) -> UnitState {
+        let out = self.ok(&[
+            "systemctl",
+            "show",
+            "-p",
+            "LoadState,ActiveState,SubState,MainPID",
+            unit,
+        ]);
+        let get = |k: &str| {
+            out.lines()
+                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
+                .unwrap_or("")
+                .to_owned()
+        };
+        UnitState {
+            load: get("LoadState"),
+            active: get("ActiveState"),
+            sub: get("SubState"),
+            main_pid: get("MainPID").parse().unwrap_or(0),
+        }
+    }
+
+    /// Polls `unit` until `ok` holds; fails with the unit's journal after
+    /// [`BOOT`].
+    pub fn wait_unit(&self, unit: &str, what: &str, ok: impl Fn(&UnitState) -> bool) -> UnitState {
+        let deadline = Instant::now() + BOOT;
+        loop {
+            let s = self.unit(unit);
+            if ok(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{unit}: not {what} within {BOOT:?} (last {s:?})\n{}",
+                self.journal(unit)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until `unit` is active (running) with a main process other
+    /// than `not_pid` (0: any), i.e. it sent `READY=1` (`Type=notify`).
+    pub fn wait_running(&self, unit: &str, not_pid: u32) -> UnitState {
+        self.wait_unit(unit, "active (running)", |s| {
+            s.active == "active" && s.sub == "running" && s.main_pid != 0 && s.main_pid != not_pid
+        })
+    }
+
+    /// The journal of `unit`.
+    pub fn journal(&self, unit: &str) -> String {
+        let out = self.run(&[
+            "journalctl",
+            "--no-pager",
+            "-o",
+            "short-monotonic",
+            "-u",
+            unit,
+        ]);
+        format!(
+            "--- journal of {unit} ---\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    }
+
     /// Copies the host file `from` to `to` inside the container.
     pub fn copy_in(&self, from: &Path, to: &str) {
         let dest = self.host_path(to);
@@ -249,8 +328,11 @@ impl Drop for Container {
         }
         for d in &self.run_dirs {
             // Only when empty: another nspawn may have started meanwhile.
-            if let Err(e) = fs::remove_dir(d) {
-                eprintln!("leaving {}: {e}", d.display());
+            match fs::remove_dir(d) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    eprintln!("leaving {}: {e}", d.display());
+                }
+                _ => {}
             }
         }
     }

@@ -10,6 +10,7 @@ pub mod container;
 pub mod device;
 pub mod http;
 pub mod node;
+pub mod package;
 pub mod process;
 pub mod prometheus;
 pub mod promql;
