@@ -15,6 +15,7 @@ pub mod process;
 pub mod prometheus;
 pub mod promql;
 pub mod rules;
+pub mod scenario;
 pub mod scratch;
 
 use std::path::{Path, PathBuf};
