@@ -19,6 +19,8 @@ pub mod scenario;
 pub mod scratch;
 
 use std::path::{Path, PathBuf};
+
+pub use gpupm_test_nspawn::require_tool;
 use std::time::{Duration, Instant};
 
 /// The workspace root.
@@ -27,20 +29,6 @@ pub fn repo() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("workspace root")
-}
-
-/// The path of `tool` on `PATH`; fails naming the Debian package that
-/// provides it.
-pub fn require_tool(tool: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "{tool} is missing: install the Debian package {package} (scripts/test-all does)"
-            )
-        })
 }
 
 /// Asserts that this process may mount FUSE nodes.
