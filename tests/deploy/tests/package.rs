@@ -143,6 +143,12 @@ fn package_holds_what_it_promises_and_runs_the_debhelper_snippets_in_order() {
         }
     }
 
+    let changelog = fs::read_to_string(repo().join("packaging/deb/changelog")).expect("changelog");
+    assert!(
+        changelog.starts_with(&format!("gpupm ({}) ", package::deb_version())),
+        "packaging/deb/changelog needs an entry for {}",
+        package::deb_version()
+    );
     check_conffile(&deb);
     check_maintainer_scripts(&deb);
     let control = deb.control("control");
