@@ -18,16 +18,14 @@
 //! # The container
 //! `systemd-nspawn --directory=/ --volatile=yes --boot`: a tmpfs root with
 //! the host's `/usr` (read-only), plus binds of a test-made `/etc` (machine
-//! id, the units, sysusers, tmpfiles, `gpupmd.toml`) and of a directory
-//! holding this build's four binaries on `/usr/local/bin`, where the units
-//! expect them; `/dev/fuse` is bound in. `--register=no --keep-unit` because
-//! the host has no systemd (no machined, no bus); `--private-network` keeps
-//! the metrics port private. nspawn runs in a cgroup of its own made here
-//! (it splits its cgroup into `payload` and `supervisor`), removed after.
-//! The test talks to the container with `nsenter` into its leader's
-//! namespaces (`systemctl`, `journalctl`, `gpupm`), and synchronises only on
-//! nspawn's `READY=1` (the container's systemd finished booting) and on
-//! polling unit state with a deadline.
+//! id, the units, sysusers, tmpfiles, `gpupmd.toml`), a directory holding
+//! this build's four binaries laid over the host's `/usr/bin` (a read-only
+//! overlay, `--overlay-ro`), where the units expect them, and `/dev/fuse`.
+//! Booting (`--register=no --keep-unit`, `--private-network`, nspawn's own
+//! cgroup) and `nsenter` into the container are `gpupm-test-nspawn`'s
+//! (`tests/nspawn`), shared with the package test. The test synchronises
+//! only on nspawn's `READY=1` (the container's systemd finished booting)
+//! and on polling unit state with a deadline.
 //!
 //! Needs root, `/dev/fuse`, `systemd-nspawn` (Debian `systemd-container`,
 //! installed by `scripts/test-all`) and `nsenter` (`util-linux`); without
@@ -35,18 +33,17 @@
 
 mod common;
 
+use std::ffi::OsString;
 use std::fs;
-use std::io;
-use std::os::unix::net::UnixDatagram;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{require_tool, temp_dir};
-use nix::sys::signal::{kill, Signal};
+use common::temp_dir;
+use gpupm_test_nspawn::{Container, Tree};
 use nix::time::{clock_gettime, ClockId};
-use nix::unistd::Pid;
 
 const GPUPMD: &str = env!("CARGO_BIN_EXE_gpupmd");
 /// The binaries the units start, by their installed names.
@@ -54,8 +51,6 @@ const BINARIES: [&str; 4] = ["gpupm-driver", "gpupmd", "gpupm-mount", "gpupm"];
 const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
 /// Longest boot, unit start or state change.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// Longest container shutdown before it is killed.
-const SHUTDOWN: Duration = Duration::from_secs(30);
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -98,239 +93,51 @@ fn monotonic_us() -> u64 {
     u64::try_from(t.tv_sec()).unwrap() * 1_000_000 + u64::try_from(t.tv_nsec()).unwrap() / 1_000
 }
 
-/// Cgroups made for nspawn under this process's own (v2 and, on a hybrid
-/// host, the `name=systemd` v1 one), removed on drop with what nspawn and
-/// the container's systemd left in them.
+/// The booted container with its scratch directory (the test-made `/etc`,
+/// the binaries), which goes after the container has powered off.
 #[derive(Debug)]
-struct Cgroups(Vec<PathBuf>);
-
-impl Cgroups {
-    fn create(name: &str) -> Cgroups {
-        let own = fs::read_to_string("/proc/self/cgroup").expect("/proc/self/cgroup");
-        let mounts = fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-        let mount_of = |want: &dyn Fn(&str, &str) -> bool| {
-            mounts.lines().find_map(|l| {
-                let (pre, post) = l.split_once(" - ")?;
-                let mut post = post.split(' ');
-                let (fstype, opts) = (post.next()?, post.nth(1)?);
-                if !want(fstype, opts) {
-                    return None;
-                }
-                Some(PathBuf::from(pre.split(' ').nth(4)?))
-            })
-        };
-        let mut dirs = Vec::new();
-        for line in own.lines() {
-            let mut f = line.splitn(3, ':');
-            let (id, ctrl, path) = (f.next(), f.next(), f.next());
-            let root = match (id, ctrl) {
-                (Some("0"), Some("")) => mount_of(&|t, _| t == "cgroup2"),
-                (_, Some("name=systemd")) => {
-                    mount_of(&|t, o| t == "cgroup" && o.split(',').any(|o| o == "name=systemd"))
-                }
-                _ => continue,
-            };
-            let root = root.unwrap_or_else(|| panic!("no mount for cgroup line {line:?}"));
-            let path = path.unwrap_or("/").trim_start_matches('/');
-            let dir = root.join(path).join(name);
-            fs::create_dir(&dir).unwrap_or_else(|e| panic!("create cgroup {}: {e}", dir.display()));
-            dirs.push(dir);
-        }
-        assert!(!dirs.is_empty(), "no cgroup hierarchy for nspawn:\n{own}");
-        Cgroups(dirs)
-    }
-
-    /// A shell prefix that moves the shell into every cgroup, then runs
-    /// `"$@"`.
-    fn enter_then_exec(&self) -> String {
-        let mut sh: String = self
-            .0
-            .iter()
-            .map(|d| format!("echo $$ > '{}/cgroup.procs' && ", d.display()))
-            .collect();
-        sh.push_str("exec \"$@\"");
-        sh
-    }
-}
-
-impl Drop for Cgroups {
-    fn drop(&mut self) {
-        for dir in &self.0 {
-            // Children first; a cgroup with processes left refuses (EBUSY).
-            let mut all = Vec::new();
-            collect_dirs(dir, &mut all);
-            for d in all.iter().rev() {
-                if let Err(e) = fs::remove_dir(d) {
-                    eprintln!("leaving cgroup {}: {e}", d.display());
-                }
-            }
-        }
-    }
-}
-
-fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
-    out.push(dir.to_path_buf());
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                collect_dirs(&e.path(), out);
-            }
-        }
-    }
-}
-
-/// A booted container; powered off (or killed) and cleaned up on drop.
-#[derive(Debug)]
-struct Container {
-    machine: String,
+struct Booted {
+    c: Option<Container>,
     dir: PathBuf,
-    nspawn: Option<Child>,
-    leader: Pid,
-    nsenter: PathBuf,
-    /// Directories under the host's `/run/systemd` that nspawn created and
-    /// cannot remove itself (`/run` is not a tmpfs on this host).
-    run_dirs: Vec<PathBuf>,
-    // Dropped after the container is gone.
-    _cgroups: Cgroups,
 }
 
-impl Container {
-    fn boot() -> Container {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "booting a container needs root"
-        );
+impl Deref for Booted {
+    type Target = Container;
+
+    fn deref(&self) -> &Container {
+        self.c.as_ref().expect("the container runs")
+    }
+}
+
+impl Drop for Booted {
+    fn drop(&mut self) {
+        drop(self.c.take());
+        if let Err(e) = fs::remove_dir_all(&self.dir) {
+            eprintln!("leaving {}: {e}", self.dir.display());
+        }
+    }
+}
+
+impl Booted {
+    /// Boots the host's `/usr` with this build's binaries laid over
+    /// `/usr/bin` and the test-made `/etc`.
+    fn boot() -> Booted {
         assert!(Path::new("/dev/fuse").exists(), "the nodes need /dev/fuse");
-        let nspawn = require_tool("systemd-nspawn", "systemd-container");
-        let nsenter = require_tool("nsenter", "util-linux");
         let bins = profile_dir();
-        let machine = format!("gpupm-boot-{}", std::process::id());
         let dir = temp_dir("systemd-boot");
         install(&dir, &bins);
-
-        let run_dirs: Vec<PathBuf> = [
-            "/run/systemd/nspawn-root",
-            "/run/systemd/nspawn/propagate",
-            "/run/systemd/nspawn",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .filter(|d| !d.exists())
-        .collect();
-        let cgroups = Cgroups::create(&machine);
-        let notify_path = dir.join("nspawn-notify.sock");
-        let notify = UnixDatagram::bind(&notify_path).expect("bind notify socket");
-        notify
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
-        let log = fs::File::create(dir.join("nspawn.log")).unwrap();
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(cgroups.enter_then_exec())
-            .arg("sh")
-            .arg(nspawn)
-            .args(["--quiet", "--directory=/", "--volatile=yes"])
-            .args(["--register=no", "--keep-unit", "--private-network"])
-            .arg(format!("--machine={machine}"))
-            .args(["--boot", "--console=pipe", "--notify-ready=yes"])
-            .arg("--bind=/dev/fuse")
-            .arg(format!("--bind={}:/etc", dir.join("etc").display()))
-            .arg(format!(
-                "--bind-ro={}:/usr/local/bin",
+        let extra: Vec<OsString> = vec![
+            format!("--bind={}:/etc", dir.join("etc").display()).into(),
+            format!(
+                "--overlay-ro=/usr/bin:{}:/usr/bin",
                 dir.join("bin").display()
-            ))
-            .env("NOTIFY_SOCKET", &notify_path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawn systemd-nspawn");
-        let mut c = Container {
-            machine,
-            dir,
-            nspawn: Some(child),
-            leader: Pid::from_raw(0),
-            nsenter,
-            run_dirs,
-            _cgroups: cgroups,
-        };
-        c.leader = c.wait_booted(&notify);
-        c
+            )
+            .into(),
+        ];
+        let c = Container::boot(&Tree::HostUsr, &extra, &dir, "gpupm-boot");
+        Booted { c: Some(c), dir }
     }
 
-    /// Reads nspawn's notifications until `READY=1` (sent once the
-    /// container's systemd is up, `--notify-ready=yes`); returns the
-    /// leader's pid (`X_NSPAWN_LEADER_PID=`).
-    fn wait_booted(&mut self, notify: &UnixDatagram) -> Pid {
-        let deadline = Instant::now() + DEADLINE;
-        let mut leader = None;
-        let mut buf = [0u8; 4096];
-        loop {
-            match notify.recv(&mut buf) {
-                Ok(n) => {
-                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-                    for l in text.lines() {
-                        if let Some(pid) = l.strip_prefix("X_NSPAWN_LEADER_PID=") {
-                            leader = Some(Pid::from_raw(pid.parse().expect("leader pid")));
-                        }
-                    }
-                    if text.lines().any(|l| l == "READY=1") {
-                        return leader.unwrap_or_else(|| {
-                            panic!("READY=1 without X_NSPAWN_LEADER_PID:\n{text}")
-                        });
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => panic!("nspawn notify socket: {e}"),
-            }
-            if let Some(status) = self.nspawn.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!("systemd-nspawn exited ({status}):\n{}", self.nspawn_log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the container did not boot within {DEADLINE:?}:\n{}",
-                self.nspawn_log()
-            );
-        }
-    }
-
-    fn nspawn_log(&self) -> String {
-        fs::read_to_string(self.dir.join("nspawn.log")).unwrap_or_default()
-    }
-
-    /// Runs `args` inside the container (its mount, pid, uts, ipc and
-    /// network namespaces) as root.
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(&self.nsenter)
-            .arg(format!("--target={}", self.leader))
-            .args(["--mount", "--pid", "--uts", "--ipc", "--net", "--"])
-            .args(args)
-            .env("SYSTEMD_PAGER", "")
-            .env("SYSTEMD_COLORS", "0")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("nsenter {args:?}: {e}"))
-    }
-
-    /// `run` that must succeed; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} in the container: {}\nstdout: {}\nstderr: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.journal()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Polls `unit` until `ok(state)` holds (`state` = ActiveState,
     /// SubState, NRestarts, MainPID); fails with the journal at the deadline.
     fn wait_unit(&self, unit: &str, what: &str, ok: impl Fn(&UnitState) -> bool) -> UnitState {
         let deadline = Instant::now() + DEADLINE;
@@ -417,7 +224,7 @@ impl Container {
 
     /// `gpupm ARGS` inside the container, as root (an admin).
     fn gpupm(&self, args: &[&str]) -> String {
-        let mut all = vec!["/usr/local/bin/gpupm"];
+        let mut all = vec!["/usr/bin/gpupm"];
         all.extend_from_slice(args);
         self.ok(&all)
     }
@@ -437,53 +244,6 @@ impl Container {
             stat["events"]["sm_inst_executed"].as_u64().unwrap_or(0) > 0,
             "no system count: {stat}"
         );
-    }
-}
-
-impl Drop for Container {
-    fn drop(&mut self) {
-        if let Some(mut nspawn) = self.nspawn.take() {
-            // SIGTERM: nspawn asks the container's systemd to power off.
-            let pid = Pid::from_raw(i32::try_from(nspawn.id()).unwrap());
-            if let Err(e) = kill(pid, Signal::SIGTERM) {
-                eprintln!("SIGTERM to systemd-nspawn {pid}: {e}");
-            }
-            let deadline = Instant::now() + SHUTDOWN;
-            while nspawn.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            if nspawn.try_wait().ok().flatten().is_none() {
-                eprintln!("the container did not power off; killing it");
-                // The leader is the container's PID 1: killing it ends the
-                // whole pid namespace.
-                if self.leader.as_raw() > 0 {
-                    if let Err(e) = kill(self.leader, Signal::SIGKILL) {
-                        eprintln!("SIGKILL to the container leader {}: {e}", self.leader);
-                    }
-                }
-                if let Err(e) = nspawn.kill() {
-                    eprintln!("SIGKILL to systemd-nspawn: {e}");
-                }
-            }
-            if let Err(e) = nspawn.wait() {
-                eprintln!("reaping systemd-nspawn: {e}");
-            }
-        }
-        let propagate = Path::new("/run/systemd/nspawn/propagate").join(&self.machine);
-        if let Err(e) = fs::remove_dir_all(&propagate) {
-            if e.kind() != io::ErrorKind::NotFound {
-                eprintln!("leaving {}: {e}", propagate.display());
-            }
-        }
-        for d in &self.run_dirs {
-            // Only when empty: another nspawn may have started meanwhile.
-            if let Err(e) = fs::remove_dir(d) {
-                eprintln!("leaving {}: {e}", d.display());
-            }
-        }
-        if let Err(e) = fs::remove_dir_all(&self.dir) {
-            eprintln!("leaving {}: {e}", self.dir.display());
-        }
     }
 }
 
@@ -525,7 +285,7 @@ impl UnitState {
     }
 }
 
-/// Lays out the container's `/etc` and `/usr/local/bin` in `dir`: the
+/// Lays out the container's `/etc` and the binaries for `/usr/bin` in `dir`: the
 /// project's files unchanged, under the paths the README installs them to
 /// (`/etc` instead of `/usr/lib` for sysusers and tmpfiles: the container's
 /// `/usr` is the host's, read-only).
@@ -605,7 +365,7 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
     let t0 = Instant::now();
     profile_dir();
     let built = t0.elapsed();
-    let c = Container::boot();
+    let c = Booted::boot();
     let booted = t0.elapsed();
 
     // Start: both units reach active (running), i.e. sent READY=1.

@@ -33,11 +33,11 @@ fn analyze(args: &[&str]) -> (bool, String) {
 }
 
 /// The one diagnostic a verify run may print on a build machine: a unit's
-/// binary that is not installed there (`/usr/local/bin/...` missing).
+/// binary that is not installed there (`/usr/bin/...` missing).
 fn is_missing_installed_binary(line: &str) -> bool {
     line.split_once(": Command ")
         .and_then(|(_, rest)| rest.strip_suffix(" is not executable: No such file or directory"))
-        .is_some_and(|path| path.starts_with("/usr/local/bin/") && !Path::new(path).exists())
+        .is_some_and(|path| path.starts_with("/usr/bin/") && !Path::new(path).exists())
 }
 
 #[test]

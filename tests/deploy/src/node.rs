@@ -1,0 +1,181 @@
+//! One gpupm node as the tests run it: the real `gpupm-driver` on a step
+//! clock and the real `gpupmd`, on private node, tenant and state
+//! directories, with the metrics endpoint on its own loopback port.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::device::Device;
+use crate::process::Proc;
+use crate::scratch::TempDir;
+use crate::{http, require_root_and_fuse};
+
+/// The directory holding this build's `gpupm-driver` and `gpupmd`, built
+/// once per test process with the profile the test was built with (a
+/// no-op when up to date): `CARGO_BIN_EXE_*` covers only a package's own
+/// binaries.
+pub fn binaries() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test executable");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps/<test>")
+            .to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "--quiet",
+            "--bins",
+            "-p",
+            "gpupm-driver",
+            "-p",
+            "gpupmd",
+        ])
+        .current_dir(crate::repo())
+        .env("CARGO_TARGET_DIR", dir.parent().expect("the target dir"));
+        match dir.file_name().and_then(|n| n.to_str()) {
+            Some("release") => cmd.arg("--release"),
+            _ => cmd.args(["--profile", "test"]),
+        };
+        let status = cmd.status().expect("run cargo build");
+        assert!(
+            status.success(),
+            "building gpupm-driver and gpupmd failed ({status})"
+        );
+        dir
+    })
+    .clone()
+}
+
+/// A driver and daemon pair.
+#[derive(Debug)]
+pub struct Node {
+    /// Its name (the `instance` label the tests give it).
+    pub name: String,
+    /// The metrics endpoint; the same across daemon restarts.
+    pub metrics: SocketAddr,
+    daemon: Option<Proc>,
+    driver: Proc,
+    // Dropped last: unmounts what the processes leave.
+    dir: TempDir,
+}
+
+impl Node {
+    /// Starts `gpupm-driver --clock step` with `scenario` (TOML text) and
+    /// `gpupmd` with `daemon_toml` (extra top-level keys and tables) on an
+    /// ephemeral loopback port; returns once both sent `READY=1`.
+    pub fn start(name: &str, scenario: &str, daemon_toml: &str) -> Node {
+        require_root_and_fuse();
+        let bins = binaries();
+        let dir = TempDir::new(&format!("node-{name}"));
+        fs::write(dir.join("scenario.toml"), scenario).expect("write the scenario");
+        let mut cmd = Command::new(bins.join("gpupm-driver"));
+        cmd.args(["--clock", "step", "--scenario"])
+            .arg(dir.join("scenario.toml"))
+            .arg("--node-dir")
+            .arg(dir.join("dev"))
+            .env("RUST_LOG", "info");
+        let mut driver = Proc::spawn(
+            "gpupm-driver",
+            cmd,
+            &dir.join("driver.sock"),
+            &dir.join("driver.log"),
+        );
+        driver.wait_for("READY=1");
+        let config = |listen: &str| {
+            format!(
+                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{daemon_toml}\n[metrics]\nlisten = \"{listen}\"\n",
+                dir.join("dev"),
+                dir.join("tenant"),
+                dir.join("state"),
+            )
+        };
+        fs::write(dir.join("gpupmd.toml"), config("127.0.0.1:0")).expect("write the config");
+        let mut daemon = spawn_daemon(&dir);
+        let status = daemon.wait_for("STATUS=serving");
+        daemon.wait_for("READY=1");
+        let metrics = status
+            .split("metrics on http://")
+            .nth(1)
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no metrics address in {status:?}"));
+        // Restarts listen where Prometheus already scrapes.
+        fs::write(dir.join("gpupmd.toml"), config(&format!("{metrics}")))
+            .expect("write the config");
+        Node {
+            name: name.to_owned(),
+            metrics,
+            daemon: Some(daemon),
+            driver,
+            dir,
+        }
+    }
+
+    /// The device node.
+    pub fn device(&self) -> Device {
+        Device::open(&self.dir.join("dev"))
+    }
+
+    /// Whether the daemon has exited (or was killed).
+    pub fn daemon_gone(&mut self) -> bool {
+        self.daemon.as_mut().is_none_or(|d| d.try_wait().is_some())
+    }
+
+    /// SIGKILLs the daemon by its pid and reaps it; returns the pid.
+    pub fn kill_daemon(&mut self) -> Pid {
+        let mut daemon = self.daemon.take().expect("the daemon runs");
+        let pid = daemon.pid();
+        daemon.signal_and_wait(Signal::SIGKILL);
+        pid
+    }
+
+    /// Starts the daemon again with the same configuration (and port).
+    pub fn restart_daemon(&mut self) {
+        assert!(self.daemon.is_none(), "the daemon still runs");
+        let mut daemon = spawn_daemon(&self.dir);
+        daemon.wait_for("READY=1");
+        self.daemon = Some(daemon);
+    }
+
+    /// One scrape of the metrics endpoint (Prometheus text format).
+    pub fn scrape(&self) -> String {
+        match http::get(self.metrics, "/metrics") {
+            Ok((200, body)) => body,
+            other => panic!("scraping {} at {}: {other:?}", self.name, self.metrics),
+        }
+    }
+
+    /// The daemon's and the driver's logs.
+    pub fn logs(&self) -> String {
+        let daemon = fs::read_to_string(self.dir.join("gpupmd.log")).unwrap_or_default();
+        format!(
+            "--- {} gpupmd ---\n{daemon}\n--- {} gpupm-driver ---\n{}",
+            self.name,
+            self.name,
+            self.driver.log()
+        )
+    }
+}
+
+fn spawn_daemon(dir: &TempDir) -> Proc {
+    let mut cmd = Command::new(binaries().join("gpupmd"));
+    cmd.arg("--config")
+        .arg(dir.join("gpupmd.toml"))
+        .env("RUST_LOG", "info");
+    Proc::spawn(
+        "gpupmd",
+        cmd,
+        &dir.join("gpupmd.sock"),
+        &dir.join("gpupmd.log"),
+    )
+}
