@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
-use gpupmd::devnode::{DevError, DevNode};
 use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};

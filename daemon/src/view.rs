@@ -5,13 +5,8 @@
 
 use std::sync::Arc;
 
+pub use gpupm_client::tenant::{CtxId, Scope, VmId};
 use gpupm_uapi::events::MAX_EVENTS;
-
-/// A VM id (1..MAX_VMS).
-pub type VmId = u32;
-/// A context id (1..MAX_CONTEXTS); reused after release, so a context
-/// instance is named by (id, created cycle).
-pub type CtxId = u32;
 
 /// Who is asking, as the kernel reported it for the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,18 +41,6 @@ pub struct CtxInfo {
     pub created_cycle: u64,
     /// State.
     pub state: CtxState,
-}
-
-/// Which counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// The whole device (RC0, the system block): admin only.
-    System,
-    /// One VM: every context it ever ran.
-    Vm(VmId),
-    /// One context id: its newest instance (see
-    /// [`CounterView::instance_totals`] for the others).
-    Ctx(CtxId),
 }
 
 /// Cumulative totals of one scope.

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, clock_cap, device_status};
-use gpupmd::devnode::DevNode;
 use serde_json::{json, Map, Value};
 
 use crate::error::{CliError, CliResult};
@@ -101,7 +101,7 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
     found
 }
 
-fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
+fn device(dev: &DevNode) -> Result<Value, gpupm_client::DevError> {
     let parts = crate::list::configured_partitions(dev)?;
     let fb = dev.read_many(
         &parts
@@ -136,7 +136,7 @@ fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
 
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    let settings = gpupmd::config::load(args.config.as_deref())
+    let settings = gpupm_client::config::load(args.config.as_deref())
         .map_err(|e| CliError::usage(node::chain(&e)))?;
     let endpoint = args.metrics.unwrap_or(settings.metrics_listen);
     let node_dir = if g.node_dir.as_os_str() == DEFAULT_NODE_DIR {

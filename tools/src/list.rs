@@ -8,11 +8,11 @@
 
 use std::process::ExitCode;
 
+use gpupm_client::ops::reg32;
+use gpupm_client::DevNode;
+use gpupm_client::{Scope, WhoamiExt};
 use gpupm_uapi::regs::{self as r, part_status, MAX_PARTITION_SLOTS};
 use gpupm_uapi::tenant::ctx_state;
-use gpupmd::devnode::{reg32, DevNode};
-use gpupmd::tenant::client::WhoamiExt;
-use gpupmd::view::Scope;
 use serde_json::{json, Value};
 
 use crate::error::CliResult;
@@ -41,7 +41,7 @@ pub fn state_name(s: u32) -> &'static str {
 }
 
 /// Configured partition slots (other slots' registers refuse access).
-pub fn configured_partitions(dev: &DevNode) -> Result<Vec<u32>, gpupmd::devnode::DevError> {
+pub fn configured_partitions(dev: &DevNode) -> Result<Vec<u32>, gpupm_client::DevError> {
     let all: Vec<u32> = (1..MAX_PARTITION_SLOTS).collect();
     let status = dev.read_many(
         &all.iter()

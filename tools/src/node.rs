@@ -6,10 +6,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
-use gpupmd::tenant::client::{ClientError, TenantClient, WhoamiExt};
-use gpupmd::view::Scope;
 use nix::errno::Errno;
 
 use crate::error::{CliError, CliResult};

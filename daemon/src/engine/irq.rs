@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
+use gpupm_client::handshake::{self, Outcome};
+use gpupm_client::ops::reg32;
+use gpupm_client::{DevNode, IntrReader};
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
 
-use super::handshake::{self, Outcome};
 use super::worker::Work;
-use crate::devnode::{reg32, DevNode, IntrReader};
 use crate::store::Store;
 
 /// Longest wait for a record; on timeout the partitions are swept for a
@@ -98,7 +99,7 @@ fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
 }
 
 fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32) {
-    match handshake::run(dev, p, ack) {
+    match handshake::run(&mut &*dev, p, ack) {
         Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns, response_cycles);

@@ -13,11 +13,11 @@
 //! then does the worker start and `start` return.
 
 pub mod drain;
-pub mod handshake;
 pub mod irq;
 pub mod program;
 pub mod worker;
 
+use gpupm_client::{DevError, DevNode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -27,7 +27,6 @@ use std::time::Duration;
 use self::drain::Rings;
 use self::worker::{Work, Worker};
 use crate::config::Programming;
-use crate::devnode::{DevError, DevNode};
 use crate::store::retired::RetiredError;
 use crate::store::Store;
 

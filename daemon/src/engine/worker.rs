@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpupm_client::ops::{read32, read64, reg32};
+use gpupm_client::DevNode;
 use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::regs::{self as r, ctx_cmd, ctx_state, vm_flags, MAX_CONTEXTS, MAX_VMS};
 use zerocopy::FromZeros;
@@ -17,7 +19,6 @@ use super::drain::{self, Rings};
 use super::program;
 use super::EngineError;
 use crate::config::Programming;
-use crate::devnode::{rd, reg32, DevNode};
 use crate::store::retired::{retired_flags, RetiredFile, RETIRED_MAGIC, RETIRED_VERSION};
 use crate::store::{LiveCtx, Store, VmInfo};
 use crate::view::CtxId;
@@ -99,10 +100,10 @@ impl Worker<'_> {
             return Ok(None);
         }
         let mut ops = [
-            rd(r::ctx(ctx, r::CTX_STATE), 4),
-            rd(r::ctx(ctx, r::CTX_VM), 4),
-            rd(r::ctx(ctx, r::CTX_CREATED_CYCLE), 8),
-            rd(r::ctx(ctx, r::CTX_BLOCK), 8),
+            read32(r::ctx(ctx, r::CTX_STATE)),
+            read32(r::ctx(ctx, r::CTX_VM)),
+            read64(r::ctx(ctx, r::CTX_CREATED_CYCLE)),
+            read64(r::ctx(ctx, r::CTX_BLOCK)),
         ];
         self.dev.batch(&mut ops)?;
         let state = reg32(ops[0].value);

@@ -24,9 +24,6 @@ mod fanout;
 mod logging;
 mod reporter;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
 pub use events::{
     config_applied, device_identity, handshake_fallback, retired_pruned, shutdown, startup,
     CONFIG_APPLIED_ID, DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID, RETIRED_PRUNED_ID, SHUTDOWN_ID,
@@ -42,26 +39,10 @@ pub use reporter::{
 /// `target` of every event this module emits.
 pub const TARGET: &str = "gpupmd::health";
 
+/// Health reporting settings, from the configuration file's format.
+pub use gpupm_client::config::HealthConfig;
 /// Default journald socket.
-pub const DEFAULT_JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
-
-/// Health reporting settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HealthConfig {
-    /// Interval of the health summary (default 60 s).
-    pub summary_interval: Duration,
-    /// journald socket (default `/run/systemd/journal/socket`).
-    pub journal_socket: PathBuf,
-}
-
-impl Default for HealthConfig {
-    fn default() -> Self {
-        Self {
-            summary_interval: Duration::from_secs(60),
-            journal_socket: PathBuf::from(DEFAULT_JOURNAL_SOCKET),
-        }
-    }
-}
+pub use gpupm_client::paths::DEFAULT_JOURNAL_SOCKET;
 
 /// Why logging could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 
 use gpupm_uapi::events::{self, Scope as EventScope, EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::ioc;
 use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::tenant::{
     counter_flags, ctx_state, scope, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample,
@@ -51,22 +52,6 @@ pub enum Answer {
     Stream(StreamGrant),
 }
 
-/// `_IOC_TYPE` of a command.
-fn ioc_type(cmd: u32) -> u32 {
-    (cmd >> 8) & 0xff
-}
-
-/// `_IOC_NR` of a command.
-fn ioc_nr(cmd: u32) -> u32 {
-    cmd & 0xff
-}
-
-/// `_IOC_DIR` of a command. The type byte `'T'` is shared with the legacy
-/// terminal ioctls (`0x54xx`, no direction), which must stay ENOTTY.
-fn ioc_dir(cmd: u32) -> u32 {
-    cmd >> 30
-}
-
 /// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
 /// them in) for a caller with `identity`; `out_size` is how many bytes the
 /// kernel will copy back.
@@ -95,11 +80,13 @@ pub fn dispatch(
         TENANT_IOC_READ_INSTANCE_RATES => {
             out(read_instance_rates(view, identity, decode(input)?)?.as_bytes())
         }
-        _ if ioc_type(cmd) == u32::from(TENANT_IOC_MAGIC)
-            && ioc_dir(cmd) != 0
+        // The type byte 'T' is shared with the legacy terminal ioctls
+        // (0x54xx, no direction), which must stay ENOTTY.
+        _ if ioc::ty(cmd) == TENANT_IOC_MAGIC
+            && ioc::dir(cmd) != ioc::Dir::None
             && TENANT_IOCTLS
                 .iter()
-                .any(|&(_, known)| ioc_nr(known) == ioc_nr(cmd)) =>
+                .any(|&(_, known)| ioc::nr(known) == ioc::nr(cmd)) =>
         {
             Err(RequestError::Invalid(
                 "wrong size or direction for a tenant ioctl",

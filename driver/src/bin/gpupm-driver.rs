@@ -15,6 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use gpupm_client::paths::NODE_FDNAME;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
@@ -25,9 +26,6 @@ use gpupm_driver::node::ticker::Ticker;
 use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR, DEFAULT_THREADS};
 use gpupm_driver::service::{self, SdNotify};
 use nix::sys::signal::{SigSet, Signal};
-
-/// Name of the node's descriptor in the service's descriptor store.
-const NODE_FDNAME: &str = "node";
 
 /// How the device clock advances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

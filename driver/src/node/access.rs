@@ -14,7 +14,7 @@ use gpupm_fusemount::procfs;
 use super::error::NodeError;
 
 /// Group that may use the node when `--admin-gid` is not given.
-pub const DEFAULT_ADMIN_GROUP: &str = "gpupm-admin";
+pub use gpupm_client::paths::DEFAULT_ADMIN_GROUP;
 
 /// Credentials of one request, as the kernel supplied them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,8 +9,9 @@
 
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::{reg32, write32};
+use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS};
-use gpupmd::devnode::{reg32, wr, DevNode};
 
 use super::procs::Proc;
 use crate::error::{CliError, CliResult};
@@ -35,7 +36,7 @@ pub struct Stepper {
     pub behind_ms: u64,
 }
 
-fn dev_err(e: &gpupmd::devnode::DevError) -> CliError {
+fn dev_err(e: &gpupm_client::DevError) -> CliError {
     CliError::runtime(chain(e))
 }
 
@@ -147,8 +148,8 @@ impl Stepper {
         let mask = self.parts.iter().fold(1u32, |m, &p| m | 1 << p);
         self.dev
             .batch(&mut [
-                wr(r::TRIG_TARGET, mask),
-                wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+                write32(r::TRIG_TARGET, mask),
+                write32(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
             ])
             .map_err(|e| dev_err(&e))?;
         let mut spin = Spinner::new("waiting for the daemon to drain");

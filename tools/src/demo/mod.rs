@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use gpupm_client::DevNode;
 use gpupm_driver::scenario;
-use gpupmd::devnode::DevNode;
 
 use self::clock::Stepper;
 use self::procs::{find_binary, Proc, TempDir};
@@ -125,7 +125,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     }
     stepper.flush_and_settle(&mut daemon)?;
     let node = Node::open(&node_path)?;
-    let sum = summary::collect(&node, &stepper.dev, &tmp.join("state"), &scen)?;
+    let sum = summary::collect(&node, &stepper.dev, &scen)?;
     drop(node);
     let text = if args.json {
         format!("{}\n", summary::to_json(&sum))

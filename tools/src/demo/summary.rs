@@ -1,6 +1,6 @@
 //! The demo's final summary: totals read through the tenant node as the
-//! admin (retired context instances whose id was reused since come from the
-//! demo's own state directory, the only place they still exist), sealed
+//! admin (every context instance, retired ones included, by its id and
+//! created cycle), sealed
 //! blocks of confidential VMs opened with the scenario's key (the demo
 //! wrote the scenario, so it holds the key), and the comparison with the
 //! device's ledger (`GPUPM_IOC_LEDGER`).
@@ -13,23 +13,20 @@
 //! has no `totals`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
+use gpupm_client::DevNode;
+use gpupm_client::{Scope, WhoamiExt};
 use gpupm_driver::model::cc;
 use gpupm_driver::scenario::Scenario;
 use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
 use gpupm_uapi::layout::{Block, BlockSlot};
-use gpupm_uapi::tenant::{ctx_state, ReadCounters};
-use gpupmd::devnode::DevNode;
-use gpupmd::store::retired::{plain_block, RetiredStore};
-use gpupmd::tenant::client::WhoamiExt;
-use gpupmd::view::Scope;
+use gpupm_uapi::tenant::{counter_flags, ctx_state, ReadCounters};
 use serde_json::{json, Map, Value};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{CliError, CliResult};
-use crate::node::{self, Node};
+use crate::node::{self, Node, Target};
 
 /// Totals of one scope (`None`: sealed without a key).
 type Totals = Option<[u64; MAX_EVENTS]>;
@@ -72,7 +69,7 @@ pub struct Summary {
 }
 
 fn open_slot(slot: &BlockSlot, key: Option<&[u8; 32]>) -> Totals {
-    if let Some(b) = plain_block(slot) {
+    if let Some(b) = slot.plain_block() {
         return Some(b.counters);
     }
     let key = key?;
@@ -105,14 +102,8 @@ pub fn expected(l: &LedgerQuery) -> [u64; MAX_EVENTS] {
 }
 
 /// Reads every total and compares with the ledger.
-pub fn collect(
-    node: &Node,
-    dev: &DevNode,
-    state_dir: &Path,
-    scenario: &Scenario,
-) -> CliResult<Summary> {
+pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
     let who = node.whoami()?;
-    let retired = RetiredStore::open(state_dir).map_err(|e| CliError::runtime(node::chain(&e)))?;
     let ledger = |scope, id| {
         dev.ledger(scope, id)
             .map(|l| expected(&l))
@@ -123,8 +114,8 @@ pub fn collect(
     if system != ledger(ledger_scope::SYSTEM, 0)? {
         mismatches.push("system".to_string());
     }
-    // Context ids are reused, across VMs too: the node answers for the
-    // latest instance of an id, the state directory for the earlier ones.
+    // Context ids are reused, across VMs too: a scope read answers for the
+    // latest instance of an id, an instance read for the earlier ones.
     let mut lists = Vec::new();
     let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
     for vm in who.visible_vms() {
@@ -159,13 +150,20 @@ pub fn collect(
             let totals = if latest.get(&c.ctx) == Some(&c.created_cycle) {
                 answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
             } else {
-                let rec = retired.load(c.ctx, c.created_cycle).ok_or_else(|| {
-                    CliError::runtime(format!(
-                        "retired context {} (created at {}) is not in the state directory",
-                        c.ctx, c.created_cycle
-                    ))
-                })?;
-                open_slot(&rec.slot, key)
+                let t = Target::Instance {
+                    ctx: c.ctx,
+                    created_cycle: c.created_cycle,
+                };
+                let ri = node
+                    .client
+                    .read_instance(c.ctx, c.created_cycle, &[])
+                    .map_err(|e| node.fail(&e, None))
+                    .map_err(|e| CliError::runtime(format!("{t}: {e}")))?;
+                if ri.out_flags & counter_flags::SEALED != 0 {
+                    open_slot(&ri.sealed, key)
+                } else {
+                    Some(ri.values)
+                }
             };
             if live
                 && totals.is_some_and(|t| {

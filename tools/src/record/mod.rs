@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpupmd::tenant::client::{scope_code, TenantClient};
+use gpupm_client::tenant::scope_code;
+use gpupm_client::TenantClient;
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use zerocopy::IntoBytes;
