@@ -14,7 +14,6 @@ use std::time::Duration;
 use clap::Parser;
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
-use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
@@ -64,7 +63,8 @@ impl MainError {
             MainError::Config(_)
             | MainError::Engine(EngineError::AbiMismatch { .. })
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
-            | MainError::Engine(EngineError::Refused { .. }) => 2,
+            | MainError::Engine(EngineError::Refused { .. })
+            | MainError::Engine(EngineError::PeriodTooLong { .. }) => 2,
             _ => 1,
         }
     }
@@ -75,12 +75,12 @@ fn main() -> ExitCode {
     let settings = match config::load(args.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("gpupmd: {}", chain(&e));
+            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
             return ExitCode::from(2);
         }
     };
     if let Err(e) = health::init_logging(&settings.health) {
-        eprintln!("gpupmd: {}", chain(&e));
+        eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
     // mounts the node with gpupm-mount; the sandboxed daemon could not).
@@ -106,11 +106,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let msg = chain(&e);
+            let code = e.exit_code();
+            let msg = format!("{:#}", anyhow::Error::new(e));
             tracing::error!(error = %msg, "gpupmd failed");
             eprintln!("gpupmd: {msg}");
             notify(&[NotifyState::Status(&format!("failed: {msg}"))]);
-            ExitCode::from(e.exit_code())
+            ExitCode::from(code)
         }
     }
 }
@@ -173,7 +174,10 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             max_age_s = settings.retention.max_age_s,
             "retention of retired contexts applied"
         ),
-        Err(e) => tracing::warn!(error = %chain(&e), "pruning retired contexts failed"),
+        Err(e) => tracing::warn!(
+            error = format!("{:#}", anyhow::Error::new(e)),
+            "pruning retired contexts failed"
+        ),
     }
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
 

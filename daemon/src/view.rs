@@ -3,21 +3,13 @@
 //! and [`HealthSource`]; the consumers depend only on this module, so each
 //! can be tested against a small in-process implementation.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use gpupm_client::tenant::{CtxId, Scope, VmId};
-use gpupm_uapi::events::MAX_EVENTS;
-
 /// Who is asking, as the kernel reported it for the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    /// Effective uid.
-    pub uid: u32,
-    /// Effective gid.
-    pub gid: u32,
-    /// Process id (for supplementary groups from /proc).
-    pub pid: u32,
-}
+pub use gpupm_fusemount::Caller;
+use gpupm_uapi::events::MAX_EVENTS;
 
 /// Lifecycle of a context as the daemon tracks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,4 +203,29 @@ pub struct HealthSnapshot {
 pub trait HealthSource: Send + Sync + 'static {
     /// Current snapshot; takes (and clears) the latency samples.
     fn snapshot(&self) -> HealthSnapshot;
+}
+
+/// Request counters of the tenant node.
+///
+/// `requests` counts ioctls and reads; `errors` those answered with an
+/// errno other than EAGAIN. `open_handles` and `open_sessions` are gauges.
+#[derive(Debug, Default)]
+pub struct TenantStats {
+    /// Requests served.
+    pub requests: AtomicU64,
+    /// Requests answered with an error.
+    pub errors: AtomicU64,
+    /// File handles currently open on the node.
+    pub open_handles: AtomicU64,
+    /// Stream sessions currently open.
+    pub open_sessions: AtomicU64,
+    /// Records stream sessions dropped because their queue was full.
+    pub session_drops: AtomicU64,
+}
+
+impl TenantStats {
+    /// Loads one counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
 }

@@ -19,8 +19,8 @@ use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, clock_cap, device_status};
 use serde_json::{json, Map, Value};
 
-use crate::error::{CliError, CliResult};
-use crate::node::{self, Global, DEFAULT_NODE_DIR};
+use crate::error::{one_line, CliError, CliResult};
+use crate::node::{Global, DEFAULT_NODE_DIR};
 use crate::output::emit;
 
 /// Daemon metrics shown, as (JSON key, exposition sample name).
@@ -137,7 +137,7 @@ fn device(dev: &DevNode) -> Result<Value, gpupm_client::DevError> {
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let settings = gpupm_client::config::load(args.config.as_deref())
-        .map_err(|e| CliError::usage(node::chain(&e)))?;
+        .map_err(|e| CliError::usage(one_line(e)))?;
     let endpoint = args.metrics.unwrap_or(settings.metrics_listen);
     let node_dir = if g.node_dir.as_os_str() == DEFAULT_NODE_DIR {
         settings.node_dir.clone()
@@ -157,18 +157,15 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             daemon.insert(key.into(), json!(sample_sum(text, name).unwrap_or(0.0)));
         }
     }
-    let dev = DevNode::open(&node_dir);
+    // The device node's failure, as one line, when it cannot be opened.
+    let dev = DevNode::open(&node_dir).map_err(one_line);
     let dev_json = match &dev {
-        Ok(d) => Some(device(d).map_err(|e| CliError::runtime(node::chain(&e)))?),
+        Ok(d) => Some(device(d).map_err(|e| CliError::runtime(one_line(e)))?),
         Err(_) => None,
     };
     if scraped.is_err() && dev_json.is_none() {
         let why = scraped.as_ref().err().cloned().unwrap_or_default();
-        let dev_why = dev
-            .as_ref()
-            .err()
-            .map(|e| node::chain(e))
-            .unwrap_or_default();
+        let dev_why = dev.as_ref().err().cloned().unwrap_or_default();
         return Err(CliError::usage(format!(
             "no health source: metrics at {endpoint}: {why}; {dev_why}"
         )));
@@ -199,7 +196,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                     t += &format!("  {k:<26} {v}\n");
                 }
             }
-            (_, Err(e)) => t += &format!("device: not readable ({})\n", node::chain(e)),
+            (_, Err(e)) => t += &format!("device: not readable ({e})\n"),
             _ => {}
         }
         t += if healthy {

@@ -111,7 +111,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         let ctxs = node
             .client
             .list_contexts(vm)
-            .map_err(|e| node.fail(&e, Some(s)))?;
+            .map_err(|e| node.fail(e, Some(s)))?;
         let ctxs: Vec<Value> = ctxs
             .iter()
             .filter(|c| args.all || c.state != ctx_state::RETIRED)

@@ -48,12 +48,21 @@ pub enum EngineError {
         daemon: String,
     },
     /// The device refused a configured value.
-    #[error("the device refused the configured {what}: {reason}")]
+    #[error("the device refused the configured {what}")]
     Refused {
         /// What.
         what: String,
         /// The device's answer.
-        reason: String,
+        #[source]
+        source: DevError,
+    },
+    /// The configured trigger period does not fit the period register.
+    #[error("the configured trigger period of {us} µs is {cycles} cycles, more than the 32-bit register holds")]
+    PeriodTooLong {
+        /// The period.
+        us: u64,
+        /// In device cycles.
+        cycles: u64,
     },
     /// Persisting a retired context failed.
     #[error(transparent)]
@@ -174,12 +183,18 @@ fn work_loop(worker: &mut Worker<'_>, rx: &Receiver<Work>, stop: &AtomicBool) {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
-                tracing::error!(error = %irq::chain(&e), "device work failed; resynchronising");
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "device work failed; resynchronising"
+                );
                 if failures > 50 {
                     break;
                 }
                 if let Err(e) = worker.resync() {
-                    tracing::error!(error = %irq::chain(&e), "resynchronising failed");
+                    tracing::error!(
+                        error = format!("{:#}", anyhow::Error::new(e)),
+                        "resynchronising failed"
+                    );
                 }
             }
         }

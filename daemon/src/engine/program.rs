@@ -65,10 +65,8 @@ pub fn program(
     let mut ops: Vec<RegOp> = Vec::new();
     if let Some(us) = cfg.period_us {
         let cycles = us.saturating_mul(u64::from(clock_khz)) / 1000;
-        let cycles = u32::try_from(cycles).map_err(|_| EngineError::Refused {
-            what: "trigger period".into(),
-            reason: format!("{us} µs is {cycles} cycles, more than the 32-bit register holds"),
-        })?;
+        let cycles =
+            u32::try_from(cycles).map_err(|_| EngineError::PeriodTooLong { us, cycles })?;
         ops.push(write32(regs::TRIG_PERIOD, cycles));
         if cycles == 0 {
             ctrl &= !trig_ctrl::PERIODIC_ENABLE;
@@ -90,7 +88,7 @@ pub fn program(
     if !ops.is_empty() || cfg.dither.is_some() {
         ops.push(write32(regs::TRIG_CTRL, ctrl));
         dev.batch(&mut ops)
-            .map_err(|e| refused("trigger settings", &e))?;
+            .map_err(|e| refused("trigger settings", e))?;
     }
     for &(ccu, word, bits) in &cfg.masks {
         let mut ops = [
@@ -98,7 +96,7 @@ pub fn program(
             write32(regs::ccu(ccu, regs::CCU_MASK_DATA), bits),
         ];
         dev.batch(&mut ops)
-            .map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), &e))?;
+            .map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), e))?;
     }
     if let Some(w) = cfg.watermark {
         let mut ops: Vec<RegOp> = partitions
@@ -106,22 +104,15 @@ pub fn program(
             .map(|&p| write32(regs::part(p, regs::PART_STREAM_WATERMARK), w))
             .collect();
         dev.batch(&mut ops)
-            .map_err(|e| refused(&format!("stream watermark {w}"), &e))?;
+            .map_err(|e| refused(&format!("stream watermark {w}"), e))?;
     }
     Ok(())
 }
 
-fn refused(what: &str, e: &gpupm_client::DevError) -> EngineError {
-    let mut reason = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        src = s.source();
-    }
+fn refused(what: &str, source: gpupm_client::DevError) -> EngineError {
     EngineError::Refused {
         what: what.into(),
-        reason,
+        source,
     }
 }
 

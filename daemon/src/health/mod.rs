@@ -13,15 +13,12 @@
 //! anomalies at `PRIORITY=4` (warning).
 //!
 //! # Journal socket
-//! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`;
-//! [`HealthConfig::journal_socket`] only decides whether journald is used
-//! (it must exist, and the crate's connect probe must succeed). A
-//! non-default path therefore selects journald only when it exists, and a
-//! warning says that the default socket is used.
+//! Log setup is shared with the driver ([`gpupm_fusemount::logging`]):
+//! [`HealthConfig::journal_socket`] only decides whether journald is used;
+//! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`.
 
 mod events;
 mod fanout;
-mod logging;
 mod reporter;
 
 pub use events::{
@@ -30,7 +27,7 @@ pub use events::{
     STARTUP_ID,
 };
 pub use fanout::HealthFanout;
-pub use logging::{init_logging, init_logging_sink, LogSink};
+pub use gpupm_fusemount::logging::LogSink;
 pub use reporter::{
     percentile_ns, spawn_reporter, spawn_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
     SUMMARY_ID,
@@ -45,9 +42,16 @@ pub use gpupm_client::config::HealthConfig;
 pub use gpupm_client::paths::DEFAULT_JOURNAL_SOCKET;
 
 /// Why logging could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum HealthError {
-    /// A global subscriber was already installed.
-    #[error("logging was already initialised")]
-    AlreadyInitialised,
+pub use gpupm_fusemount::logging::LoggingError as HealthError;
+
+/// Installs the global tracing subscriber ([`gpupm_fusemount::logging`]):
+/// journald with structured fields when `cfg.journal_socket` exists, stderr
+/// otherwise. The filter comes from `RUST_LOG` (default `info`).
+pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
+    init_logging_sink(cfg).map(|_sink| ())
+}
+
+/// Like [`init_logging`], and says which sink was chosen.
+pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
+    gpupm_fusemount::logging::init(&cfg.journal_socket)
 }

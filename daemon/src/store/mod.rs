@@ -32,10 +32,9 @@ use self::history::History;
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
-use crate::tenant::TenantStats;
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
-    HealthSource, Scope, Totals, VmId,
+    HealthSource, Scope, TenantStats, Totals, VmId,
 };
 
 /// Most history samples one instance-rates request looks at (the tail of

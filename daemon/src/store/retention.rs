@@ -211,7 +211,10 @@ pub async fn run(store: Arc<Store>) {
         match tokio::task::spawn_blocking(move || s.prune_retired()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %crate::engine::irq::chain(&e), "pruning retired contexts failed; retrying after the next retirement")
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "pruning retired contexts failed; retrying after the next retirement"
+                )
             }
             Err(e) => tracing::warn!(error = %e, "the pruning task failed"),
         }

@@ -72,7 +72,6 @@ pub mod session;
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::view::CounterView;
@@ -90,30 +89,9 @@ pub use gpupm_client::paths::{DEFAULT_TENANT_DIR, TENANT_FDNAME, TENANT_NODE_NAM
 /// Most records one stream session queues before it drops (and counts) new ones.
 pub const SESSION_QUEUE: usize = 256;
 
-/// Request counters of the tenant node.
-///
-/// `requests` counts ioctls and reads; `errors` those answered with an
-/// errno other than EAGAIN. `open_handles` and `open_sessions` are gauges.
-#[derive(Debug, Default)]
-pub struct TenantStats {
-    /// Requests served.
-    pub requests: AtomicU64,
-    /// Requests answered with an error.
-    pub errors: AtomicU64,
-    /// File handles currently open on the node.
-    pub open_handles: AtomicU64,
-    /// Stream sessions currently open.
-    pub open_sessions: AtomicU64,
-    /// Records stream sessions dropped because their queue was full.
-    pub session_drops: AtomicU64,
-}
-
-impl TenantStats {
-    /// Loads one counter.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
+/// The node's request counters (kept in [`crate::view`], where the
+/// health snapshot reads them).
+pub use crate::view::TenantStats;
 
 /// Why the tenant node could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -198,7 +176,8 @@ impl TenantNode {
             pump.handle(),
             Arc::clone(&stats),
         );
-        let mounted = serve(fs).map_err(|e| TenantError::mount(dir, e.describe()))?;
+        let mounted = serve(fs)
+            .map_err(|e| TenantError::mount(dir, format_args!("{:#}", anyhow::Error::new(e))))?;
         if mounted.is_owned() {
             tracing::info!(dir = %dir.display(), "tenant node mounted");
         } else {

@@ -20,7 +20,7 @@ use gpupm_driver::scenario;
 use self::clock::Stepper;
 use self::procs::{find_binary, Proc, TempDir};
 use crate::error::{CliError, CliResult};
-use crate::node::{self, Node};
+use crate::node::Node;
 use crate::output::emit;
 use crate::top::{self, sample::Sampler, LiveOpts, SortKey};
 
@@ -94,7 +94,8 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     )?;
     daemon.wait_ready()?;
 
-    let dev = DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(node::chain(&e)))?;
+    let dev =
+        DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(crate::error::one_line(e)))?;
     let mut stepper = Stepper::new(dev)?;
     let node_path = tmp.join("tenant").join("node");
     let deadline = args.duration.map(|d| Instant::now() + d);

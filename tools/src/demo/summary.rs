@@ -107,7 +107,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
     let ledger = |scope, id| {
         dev.ledger(scope, id)
             .map(|l| expected(&l))
-            .map_err(|e| CliError::runtime(node::chain(&e)))
+            .map_err(|e| CliError::runtime(crate::error::one_line(e)))
     };
     let mut mismatches = Vec::new();
     let system = node.totals(Scope::System)?.values;
@@ -122,7 +122,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
         let list = node
             .client
             .list_contexts(vm)
-            .map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
+            .map_err(|e| node.fail(e, Some(Scope::Vm(vm))))?;
         for c in &list {
             let e = latest.entry(c.ctx).or_insert(c.created_cycle);
             *e = (*e).max(c.created_cycle);
@@ -157,7 +157,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
                 let ri = node
                     .client
                     .read_instance(c.ctx, c.created_cycle, &[])
-                    .map_err(|e| node.fail(&e, None))
+                    .map_err(|e| node.fail(e, None))
                     .map_err(|e| CliError::runtime(format!("{t}: {e}")))?;
                 if ri.out_flags & counter_flags::SEALED != 0 {
                     open_slot(&ri.sealed, key)

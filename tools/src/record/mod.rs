@@ -46,10 +46,10 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let who = node.whoami()?;
     let scope = args.scope.resolve(&node)?;
     let clock_khz = node.clock_khz(&who)?;
-    let stream = TenantClient::open_nonblocking(&g.tenant_node).map_err(|e| node.fail(&e, None))?;
+    let stream = TenantClient::open_nonblocking(&g.tenant_node).map_err(|e| node.fail(e, None))?;
     stream
         .open_stream(scope)
-        .map_err(|e| node.fail(&e, Some(scope)))?;
+        .map_err(|e| node.fail(e, Some(scope)))?;
     crate::signals::install()?;
     let file = File::create(&args.output)
         .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.output.display())))?;
@@ -112,7 +112,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                     records += batch.len() as u64;
                 }
                 Err(e) if e.errno() == Some(Errno::EAGAIN) => break,
-                Err(e) => return Err(node.fail(&e, Some(scope))),
+                Err(e) => return Err(node.fail(e, Some(scope))),
             }
         }
     }

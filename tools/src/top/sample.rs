@@ -69,7 +69,7 @@ impl Sampler {
                     .node
                     .client
                     .list_contexts(vm)
-                    .map_err(|e| self.node.fail(&e, Some(Scope::Vm(vm))))?;
+                    .map_err(|e| self.node.fail(e, Some(Scope::Vm(vm))))?;
                 self.ctxs.insert(
                     vm,
                     list.iter()
