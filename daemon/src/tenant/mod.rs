@@ -59,6 +59,7 @@
 //! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
 //! descriptor). The typed client is `gpupm_client::TenantClient`.
 
+mod answer;
 mod authz;
 mod error;
 mod fs;
