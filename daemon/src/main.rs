@@ -18,7 +18,7 @@ use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
-use gpupmd::view::{CounterView, HealthSource};
+use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, metrics};
 use sd_notify::NotifyState;
 use tokio::signal::unix::{signal, SignalKind};
@@ -129,6 +129,53 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         node_dir = %settings.node_dir.display(),
         "gpupmd starting"
     );
+    let (dev, identity, store, mut engine) = start_device(&settings).await?;
+    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
+    let services = start_services(&settings, &store, inherited_tenant).await?;
+    // Handlers before READY: a stop request right after READY must be clean.
+    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
+    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    let status = format!(
+        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{}/metrics",
+        dev.path().display(),
+        identity.partitions,
+        store.vms().len(),
+        store
+            .vms()
+            .iter()
+            .filter_map(|&v| store.contexts(v))
+            .map(|c| c.len())
+            .sum::<usize>(),
+        services.metrics_addr
+    );
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!(status = %status, metrics = %services.metrics_addr, "gpupmd ready");
+
+    let result = serve_until_signal(&engine, term, int).await;
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    tracing::info!("gpupmd shutting down");
+    services.metrics_task.abort();
+    services.reporter.abort();
+    retention_task.abort();
+    drop(services.tenant_node);
+    tokio::task::block_in_place(|| engine.stop());
+    log_final_summary(services.final_health.as_ref());
+    health::shutdown(
+        if result.is_ok() {
+            "signal"
+        } else {
+            "engine stopped"
+        },
+        started.elapsed().as_secs_f64(),
+    );
+    result
+}
+
+/// Opens and identifies the device, loads the state directory, starts the
+/// engine (programming and reconciling) and applies the retention policy.
+async fn start_device(
+    settings: &Settings,
+) -> Result<(Arc<DevNode>, DeviceIdentity, Arc<Store>, Engine), MainError> {
     notify(&[NotifyState::Status("opening the device node")]);
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;
@@ -156,7 +203,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
     )]);
-    let mut engine = Engine::start(
+    let engine = Engine::start(
         Arc::clone(&dev),
         Arc::clone(&store),
         settings.program.clone(),
@@ -179,13 +226,30 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             "pruning retired contexts failed"
         ),
     }
-    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
 
     health::device_identity(&identity);
     if let Some(source) = &settings.source {
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }
 
+    Ok((dev, identity, store, engine))
+}
+
+/// The daemon's services, running.
+struct Services {
+    tenant_node: TenantNode,
+    metrics_task: tokio::task::JoinHandle<Result<(), gpupmd::metrics::MetricsError>>,
+    metrics_addr: std::net::SocketAddr,
+    reporter: tokio::task::JoinHandle<()>,
+    final_health: Arc<dyn HealthSource>,
+}
+
+/// Serves the tenant node, the metrics endpoint and the health reporter.
+async fn start_services(
+    settings: &Settings,
+    store: &Arc<Store>,
+    inherited_tenant: Option<OwnedFd>,
+) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
     // reporter, the metrics endpoint and the final summary each all of them.
@@ -222,42 +286,13 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     ));
     let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
 
-    // Handlers before READY: a stop request right after READY must be clean.
-    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
-    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
-    let status = format!(
-        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{metrics_addr}/metrics",
-        dev.path().display(),
-        identity.partitions,
-        store.vms().len(),
-        store
-            .vms()
-            .iter()
-            .filter_map(|&v| store.contexts(v))
-            .map(|c| c.len())
-            .sum::<usize>()
-    );
-    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!(status = %status, metrics = %metrics_addr, "gpupmd ready");
-
-    let result = serve_until_signal(&engine, term, int).await;
-    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
-    tracing::info!("gpupmd shutting down");
-    metrics_task.abort();
-    reporter.abort();
-    retention_task.abort();
-    drop(tenant_node);
-    tokio::task::block_in_place(|| engine.stop());
-    log_final_summary(final_health.as_ref());
-    health::shutdown(
-        if result.is_ok() {
-            "signal"
-        } else {
-            "engine stopped"
-        },
-        started.elapsed().as_secs_f64(),
-    );
-    result
+    Ok(Services {
+        tenant_node,
+        metrics_task,
+        metrics_addr,
+        reporter,
+        final_health,
+    })
 }
 
 /// The daemon's work since the last health snapshot, logged at shutdown.

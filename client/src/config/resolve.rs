@@ -24,37 +24,7 @@ pub(super) fn resolve(
     let shown = file.unwrap_or(Path::new(DEFAULT_PATH));
     let err = |span: Range<usize>, reason: String| invalid(shown, text, &span, reason);
 
-    if let Some(p) = &cfg.trigger.period_us {
-        if *p.get_ref() > u64::from(u32::MAX) {
-            return Err(err(
-                p.span(),
-                format!("period_us {} is too large", p.get_ref()),
-            ));
-        }
-    }
-    if let Some(t) = &cfg.trigger.threshold {
-        if !(TRIG_THRESHOLD_MIN..=TRIG_THRESHOLD_MAX).contains(t.get_ref()) {
-            return Err(err(
-                t.span(),
-                format!("threshold must lie in {TRIG_THRESHOLD_MIN}..={TRIG_THRESHOLD_MAX}"),
-            ));
-        }
-    }
-    if let Some(w) = &cfg.stream.watermark {
-        if !(1..=STREAM_RING_MAX).contains(w.get_ref()) {
-            return Err(err(
-                w.span(),
-                format!("watermark must lie in 1..={STREAM_RING_MAX}"),
-            ));
-        }
-    }
-    let mut masks = Vec::new();
-    for m in &cfg.mask {
-        if m.get_ref().ccu >= MAX_CCUS {
-            return Err(err(m.span(), format!("ccu must be below {MAX_CCUS}")));
-        }
-        masks.push((m.get_ref().ccu, m.get_ref().word, m.get_ref().bits));
-    }
+    let program = programming(&cfg, &err)?;
     let history = *cfg.history_samples.get_ref();
     if history == 0 || history > 65_536 {
         return Err(err(
@@ -96,6 +66,81 @@ pub(super) fn resolve(
         ));
     }
 
+    let policy = policy(&cfg, &err)?;
+
+    Ok(Settings {
+        source: file.map(Path::to_path_buf),
+        node_dir: cfg.node_dir,
+        tenant_dir: cfg.tenant_dir,
+        tenant_threads,
+        state_dir: cfg.state_dir,
+        program,
+        history_samples: history as usize,
+        policy,
+        metrics_listen: cfg.metrics.listen,
+        metrics: MetricsConfig {
+            max_contexts_per_vm: cfg.metrics.max_contexts_per_vm,
+        },
+        health: HealthConfig {
+            summary_interval: Duration::from_secs(interval),
+            journal_socket: cfg.health.journal_socket,
+        },
+        retention: Retention {
+            max_contexts,
+            max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
+        },
+    })
+}
+
+/// How a refusal is made: the value's span and the reason.
+type Refuse<'a> = dyn Fn(Range<usize>, String) -> ConfigError + 'a;
+
+/// What the daemon writes to the device, each value within the device's
+/// limits.
+fn programming(cfg: &Config, err: &Refuse<'_>) -> Result<Programming, ConfigError> {
+    if let Some(p) = &cfg.trigger.period_us {
+        if *p.get_ref() > u64::from(u32::MAX) {
+            return Err(err(
+                p.span(),
+                format!("period_us {} is too large", p.get_ref()),
+            ));
+        }
+    }
+    if let Some(t) = &cfg.trigger.threshold {
+        if !(TRIG_THRESHOLD_MIN..=TRIG_THRESHOLD_MAX).contains(t.get_ref()) {
+            return Err(err(
+                t.span(),
+                format!("threshold must lie in {TRIG_THRESHOLD_MIN}..={TRIG_THRESHOLD_MAX}"),
+            ));
+        }
+    }
+    if let Some(w) = &cfg.stream.watermark {
+        if !(1..=STREAM_RING_MAX).contains(w.get_ref()) {
+            return Err(err(
+                w.span(),
+                format!("watermark must lie in 1..={STREAM_RING_MAX}"),
+            ));
+        }
+    }
+    let mut masks = Vec::new();
+    for m in &cfg.mask {
+        if m.get_ref().ccu >= MAX_CCUS {
+            return Err(err(m.span(), format!("ccu must be below {MAX_CCUS}")));
+        }
+        masks.push((m.get_ref().ccu, m.get_ref().word, m.get_ref().bits));
+    }
+    Ok(Programming {
+        period_us: cfg.trigger.period_us.as_ref().map(|p| *p.get_ref()),
+        dither: cfg.trigger.dither,
+        threshold: cfg.trigger.threshold.as_ref().map(|t| *t.get_ref()),
+        watermark: cfg.stream.watermark.as_ref().map(|w| *w.get_ref()),
+        masks,
+    })
+}
+
+/// Who may see what: the admin group and the VM → tenant mapping, names
+/// resolved to ids.
+fn policy(cfg: &Config, err: &Refuse<'_>) -> Result<TenantPolicy, ConfigError> {
     let admin_gid = match (&cfg.admin_gid, &cfg.admin_group) {
         (Some(_), Some(g)) => {
             return Err(err(
@@ -141,34 +186,7 @@ pub(super) fn resolve(
         tenants.push(TenantMap { vm: t.vm, uid, gid });
     }
 
-    Ok(Settings {
-        source: file.map(Path::to_path_buf),
-        node_dir: cfg.node_dir,
-        tenant_dir: cfg.tenant_dir,
-        tenant_threads,
-        state_dir: cfg.state_dir,
-        program: Programming {
-            period_us: cfg.trigger.period_us.map(|p| *p.get_ref()),
-            dither: cfg.trigger.dither,
-            threshold: cfg.trigger.threshold.map(|t| *t.get_ref()),
-            watermark: cfg.stream.watermark.map(|w| *w.get_ref()),
-            masks,
-        },
-        history_samples: history as usize,
-        policy: TenantPolicy { admin_gid, tenants },
-        metrics_listen: cfg.metrics.listen,
-        metrics: MetricsConfig {
-            max_contexts_per_vm: cfg.metrics.max_contexts_per_vm,
-        },
-        health: HealthConfig {
-            summary_interval: Duration::from_secs(interval),
-            journal_socket: cfg.health.journal_socket,
-        },
-        retention: Retention {
-            max_contexts,
-            max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
-        },
-    })
+    Ok(TenantPolicy { admin_gid, tenants })
 }
 
 fn group_id(name: &str) -> Option<u32> {

@@ -177,28 +177,7 @@ impl Worker<'_> {
     /// destroyed context and drains every ring.
     pub fn resync(&mut self) -> Result<(), EngineError> {
         let partitions = program::configured_partitions(self.dev)?;
-        let vm_offsets: Vec<u64> = (1..MAX_VMS)
-            .flat_map(|v| {
-                [
-                    r::vm(v, r::VM_PARTITION),
-                    r::vm(v, r::VM_FLAGS),
-                    r::vm(v, r::VM_BLOCK),
-                ]
-            })
-            .collect();
-        let vm_regs = self.dev.read_many(&vm_offsets)?;
-        let vms: BTreeMap<u32, VmInfo> = (1..MAX_VMS)
-            .zip(vm_regs.chunks_exact(3))
-            .filter(|(_, v)| v[0] != 0)
-            .map(|(vm, v)| {
-                let info = VmInfo {
-                    partition: reg32(v[0]),
-                    confidential: reg32(v[1]) & vm_flags::CONFIDENTIAL != 0,
-                    block_offset: v[2],
-                };
-                (vm, info)
-            })
-            .collect();
+        let vms = self.read_vms()?;
         self.store.set_topology(vms, partitions.clone());
 
         let states = self.dev.read_many(
@@ -257,5 +236,32 @@ impl Worker<'_> {
             "context table synchronised with the device"
         );
         Ok(())
+    }
+
+    /// The VMs the device has, with their partition, confidentiality and
+    /// block.
+    fn read_vms(&self) -> Result<BTreeMap<u32, VmInfo>, EngineError> {
+        let vm_offsets: Vec<u64> = (1..MAX_VMS)
+            .flat_map(|v| {
+                [
+                    r::vm(v, r::VM_PARTITION),
+                    r::vm(v, r::VM_FLAGS),
+                    r::vm(v, r::VM_BLOCK),
+                ]
+            })
+            .collect();
+        let vm_regs = self.dev.read_many(&vm_offsets)?;
+        Ok((1..MAX_VMS)
+            .zip(vm_regs.chunks_exact(3))
+            .filter(|(_, v)| v[0] != 0)
+            .map(|(vm, v)| {
+                let info = VmInfo {
+                    partition: reg32(v[0]),
+                    confidential: reg32(v[1]) & vm_flags::CONFIDENTIAL != 0,
+                    block_offset: v[2],
+                };
+                (vm, info)
+            })
+            .collect())
     }
 }

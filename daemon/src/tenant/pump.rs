@@ -10,7 +10,6 @@ use tokio::sync::oneshot;
 
 use super::session::Sessions;
 
-
 /// How often parked reads of killed processes are failed.
 const REAP_PERIOD: Duration = Duration::from_millis(100);
 
