@@ -20,6 +20,7 @@ mod output;
 mod progress;
 mod record;
 mod report;
+mod schema;
 mod signals;
 mod simulate;
 mod stat;
@@ -50,12 +51,19 @@ enum Command {
     /// print the final totals beside the device's ledger.
     Demo(demo::Args),
     /// Partitions (admin), VMs and contexts visible to you.
+    #[command(after_long_help = schema::long_help::<list::ListJson>("one object"))]
     List(list::Args),
     /// Event totals and derived metrics of a VM, context or the device.
+    #[command(after_long_help = schema::long_help::<stat::StatJson>(
+        "one object; with -I, one per line per interval"
+    ))]
     Stat(stat::Args),
     /// Full-screen live view of VMs and contexts.
     Top(top::Args),
     /// One line per interval per VM, for scripts.
+    #[command(after_long_help = schema::long_help::<dmon::DmonJson>(
+        "one object per line per interval"
+    ))]
     Dmon(dmon::Args),
     /// Capture a stream session into a file.
     Record(record::Args),
