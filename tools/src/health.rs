@@ -3,21 +3,21 @@
 //! node (fallback-completed switches, CCU wraps, lost stream records, clock
 //! capability).
 //!
-//! JSON: `{"daemon": {"endpoint": "ADDR", "reachable": BOOL, METRIC: N…},
-//! "device": {"cycle": C, "clock_khz": K, "clock_capability": "primary"|"secondary",
-//! "fallbacks": N, "fallback_seen": BOOL, "ccu_wraps": N, "stream_lost_records": N,
-//! "switches": N} | null, "healthy": BOOL}`. Exit 1 when not healthy (daemon
-//! unreachable or a CCU counter wrapped), 2 when neither can be read.
+//! JSON: [`HealthJson`] (`gpupm health --help` shows the schema). Exit 1
+//! when not healthy (daemon unreachable or a CCU counter wrapped), 2 when
+//! neither can be read.
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, clock_cap, device_status};
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::error::{one_line, CliError, CliResult};
 use crate::node::{Global, DEFAULT_NODE_DIR};
@@ -101,37 +101,85 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
     found
 }
 
-fn device(dev: &DevNode) -> Result<Value, gpupm_client::DevError> {
+/// `gpupm health --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HealthJson {
+    /// The daemon, from its metrics endpoint.
+    pub daemon: DaemonHealth,
+    /// The device, from the device node (null when it cannot be read,
+    /// e.g. for a tenant).
+    pub device: Option<DeviceHealth>,
+    /// Daemon reachable and no CCU counter wrapped.
+    pub healthy: bool,
+}
+
+/// The daemon's health.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DaemonHealth {
+    /// The metrics endpoint scraped.
+    pub endpoint: String,
+    /// Whether it answered.
+    pub reachable: bool,
+    /// When reachable: handshakes, handshake_fallbacks,
+    /// handshake_seconds_sum, stream_lost_records, stream_drained_records,
+    /// stream_drain_lag_records, tenant_requests, tenant_request_errors,
+    /// contexts_active, contexts_retired, uptime_seconds.
+    #[serde(flatten)]
+    pub metrics: BTreeMap<&'static str, f64>,
+}
+
+/// What a clock runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockCapability {
+    /// Primary (boost) clock.
+    Primary,
+    /// Secondary (throttled) clock.
+    Secondary,
+}
+
+/// The device's health.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeviceHealth {
+    /// Device cycle now.
+    pub cycle: u64,
+    /// Nominal clock in kHz.
+    pub clock_khz: u32,
+    /// Clock capability now.
+    pub clock_capability: ClockCapability,
+    /// Switches the device completed by its fallback (all partitions).
+    pub fallbacks: u64,
+    /// The device has seen a fallback since its reset.
+    pub fallback_seen: bool,
+    /// CCU counters that wrapped (counts lost).
+    pub ccu_wraps: u64,
+    /// Stream records lost to ring overflow.
+    pub stream_lost_records: u64,
+    /// Context switches (all partitions).
+    pub switches: u64,
+}
+
+fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
     let parts = crate::list::configured_partitions(dev)?;
-    let fb = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_FALLBACKS))
-            .collect::<Vec<_>>(),
-    )?;
-    let lost = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_STREAM_LOST))
-            .collect::<Vec<_>>(),
-    )?;
-    let sw = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_SWITCHES))
-            .collect::<Vec<_>>(),
-    )?;
+    let sum = |reg: u64| -> Result<u64, gpupm_client::DevError> {
+        let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, reg)).collect();
+        Ok(dev.read_many(&offsets)?.iter().sum())
+    };
     let cap = dev.read32(r::CLOCK_CAP)?;
-    Ok(json!({
-        "cycle": dev.read64(r::CYCLE)?,
-        "clock_khz": dev.read32(r::CLOCK_KHZ)?,
-        "clock_capability": if cap == clock_cap::SECONDARY { "secondary" } else { "primary" },
-        "fallbacks": fb.iter().sum::<u64>(),
-        "fallback_seen": dev.read32(r::DEVICE_STATUS)? & device_status::FALLBACK_SEEN != 0,
-        "ccu_wraps": dev.read64(r::CCU_WRAPS)?,
-        "stream_lost_records": lost.iter().sum::<u64>(),
-        "switches": sw.iter().sum::<u64>(),
-    }))
+    Ok(DeviceHealth {
+        cycle: dev.read64(r::CYCLE)?,
+        clock_khz: dev.read32(r::CLOCK_KHZ)?,
+        clock_capability: if cap == clock_cap::SECONDARY {
+            ClockCapability::Secondary
+        } else {
+            ClockCapability::Primary
+        },
+        fallbacks: sum(r::PART_FALLBACKS)?,
+        fallback_seen: dev.read32(r::DEVICE_STATUS)? & device_status::FALLBACK_SEEN != 0,
+        ccu_wraps: dev.read64(r::CCU_WRAPS)?,
+        stream_lost_records: sum(r::PART_STREAM_LOST)?,
+        switches: sum(r::PART_SWITCHES)?,
+    })
 }
 
 /// Runs the command.
@@ -144,71 +192,81 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     } else {
         g.node_dir.clone()
     };
-    let mut daemon = Map::new();
-    daemon.insert("endpoint".into(), json!(endpoint.to_string()));
     let scraped = if endpoint.port() == 0 {
         Err("port 0 in the configuration; pass --metrics ADDR".to_string())
     } else {
         scrape(endpoint)
     };
-    daemon.insert("reachable".into(), json!(scraped.is_ok()));
-    if let Ok(text) = &scraped {
-        for (key, name) in METRICS {
-            daemon.insert(key.into(), json!(sample_sum(text, name).unwrap_or(0.0)));
-        }
-    }
+    let metrics = match &scraped {
+        Ok(text) => METRICS
+            .iter()
+            .map(|&(key, name)| (key, sample_sum(text, name).unwrap_or(0.0)))
+            .collect(),
+        Err(_) => BTreeMap::new(),
+    };
     // The device node's failure, as one line, when it cannot be opened.
     let dev = DevNode::open(&node_dir).map_err(one_line);
-    let dev_json = match &dev {
+    let device = match &dev {
         Ok(d) => Some(device(d).map_err(|e| CliError::runtime(one_line(e)))?),
         Err(_) => None,
     };
-    if scraped.is_err() && dev_json.is_none() {
+    if scraped.is_err() && device.is_none() {
         let why = scraped.as_ref().err().cloned().unwrap_or_default();
         let dev_why = dev.as_ref().err().cloned().unwrap_or_default();
         return Err(CliError::usage(format!(
             "no health source: metrics at {endpoint}: {why}; {dev_why}"
         )));
     }
-    let wraps = dev_json
-        .as_ref()
-        .and_then(|d| d["ccu_wraps"].as_u64())
-        .unwrap_or(0);
-    let healthy = scraped.is_ok() && wraps == 0;
+    let healthy = scraped.is_ok() && device.as_ref().is_none_or(|d| d.ccu_wraps == 0);
+    let health = HealthJson {
+        daemon: DaemonHealth {
+            endpoint: endpoint.to_string(),
+            reachable: scraped.is_ok(),
+            metrics,
+        },
+        device,
+        healthy,
+    };
     if args.json {
-        let o = json!({"daemon": daemon, "device": dev_json, "healthy": healthy});
-        emit(&format!("{o}\n"))?;
+        emit(&crate::output::json_line(&health)?)?;
     } else {
-        let mut t = format!("daemon (metrics at {endpoint}): ");
-        match &scraped {
-            Ok(_) => {
-                t += "reachable\n";
-                for (key, _) in METRICS {
-                    t += &format!("  {key:<26} {}\n", daemon[key]);
-                }
-            }
-            Err(e) => t += &format!("UNREACHABLE ({e})\n"),
-        }
-        match (&dev_json, &dev) {
-            (Some(Value::Object(d)), _) => {
-                t += &format!("device ({}):\n", node_dir.display());
-                for (k, v) in d {
-                    t += &format!("  {k:<26} {v}\n");
-                }
-            }
-            (_, Err(e)) => t += &format!("device: not readable ({e})\n"),
-            _ => {}
-        }
-        t += if healthy {
-            "healthy\n"
-        } else {
-            "NOT HEALTHY\n"
-        };
-        emit(&t)?;
+        emit(&text(&health, scraped.err(), dev.err(), &node_dir))?;
     }
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The health as text.
+fn text(h: &HealthJson, scrape_error: Option<String>, dev_error: Option<String>, node_dir: &Path) -> String {
+    let mut t = format!("daemon (metrics at {}): ", h.daemon.endpoint);
+    match scrape_error {
+        None => {
+            t += "reachable\n";
+            for (key, _) in METRICS {
+                let v = h.daemon.metrics.get(key).copied().unwrap_or(0.0);
+                t += &format!("  {key:<26} {v}\n");
+            }
+        }
+        Some(e) => t += &format!("UNREACHABLE ({e})\n"),
+    }
+    let device = h.device.as_ref().and_then(|d| serde_json::to_value(d).ok());
+    match (device, dev_error) {
+        (Some(serde_json::Value::Object(d)), _) => {
+            t += &format!("device ({}):\n", node_dir.display());
+            for (k, v) in d {
+                t += &format!("  {k:<26} {v}\n");
+            }
+        }
+        (_, Some(e)) => t += &format!("device: not readable ({e})\n"),
+        _ => {}
+    }
+    t += if h.healthy {
+        "healthy\n"
+    } else {
+        "NOT HEALTHY\n"
+    };
+    t
 }

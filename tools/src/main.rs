@@ -68,15 +68,19 @@ enum Command {
     /// Capture a stream session into a file.
     Record(record::Args),
     /// Summarise a recording.
+    #[command(after_long_help = schema::long_help::<report::ReportJson>("one object"))]
     Report(report::Args),
     /// Daemon and device health (admin).
+    #[command(after_long_help = schema::long_help::<health::HealthJson>("one object"))]
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
+    #[command(after_long_help = schema::long_help::<bmc::BmcJson>("one object"))]
     Bmc(bmc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.
     Simulate(simulate::Args),
     /// List the event catalogue with units and descriptions.
+    #[command(after_long_help = schema::long_help::<Vec<events::EventJson>>("one array"))]
     Events(events::Args),
     /// Print a shell completion script.
     Completions(gen::CompletionArgs),
