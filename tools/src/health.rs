@@ -240,7 +240,12 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
 }
 
 /// The health as text.
-fn text(h: &HealthJson, scrape_error: Option<String>, dev_error: Option<String>, node_dir: &Path) -> String {
+fn text(
+    h: &HealthJson,
+    scrape_error: Option<String>,
+    dev_error: Option<String>,
+    node_dir: &Path,
+) -> String {
     let mut t = format!("daemon (metrics at {}): ", h.daemon.endpoint);
     match scrape_error {
         None => {

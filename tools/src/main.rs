@@ -49,6 +49,7 @@ struct Cli {
 enum Command {
     /// Run driver and daemon on private directories with a live view, then
     /// print the final totals beside the device's ledger.
+    #[command(after_long_help = schema::long_help::<demo::summary::DemoJson>("one object"))]
     Demo(demo::Args),
     /// Partitions (admin), VMs and contexts visible to you.
     #[command(after_long_help = schema::long_help::<list::ListJson>("one object"))]
@@ -78,6 +79,7 @@ enum Command {
     Bmc(bmc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.
+    #[command(after_long_help = schema::long_help::<simulate::SimulateJson>("one object"))]
     Simulate(simulate::Args),
     /// List the event catalogue with units and descriptions.
     #[command(after_long_help = schema::long_help::<Vec<events::EventJson>>("one array"))]

@@ -221,7 +221,11 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         let report = to_json(&sum, &order, h.version, scope, h.id);
         emit(&crate::output::json_line(&report)?)?;
     } else {
-        let kind = if scope == RecordedScope::Ctx { "ctx" } else { "vm" };
+        let kind = if scope == RecordedScope::Ctx {
+            "ctx"
+        } else {
+            "vm"
+        };
         emit(&text(args, &sum, &order, kind, h.id))?;
     }
     Ok(ExitCode::SUCCESS)
@@ -277,8 +281,9 @@ fn to_json(
 }
 
 fn text(args: &Args, sum: &Summary, order: &[(&u32, &Acc)], kind: &str, id: u32) -> String {
-    let (khz, bucket, lost, sealed, first, last) =
-        (sum.khz, sum.bucket, sum.lost, sum.sealed, sum.first, sum.last);
+    let (khz, bucket, lost, sealed, first, last) = (
+        sum.khz, sum.bucket, sum.lost, sum.sealed, sum.first, sum.last,
+    );
     let intervals = &sum.intervals;
     let ms = |c: u64| c as f64 / f64::from(khz);
     let mut t = format!(

@@ -98,6 +98,9 @@ impl<'a> Describe<'a> {
         if let Some(items) = v.get("items") {
             return self.nested(items);
         }
+        if let Some(values) = v.get("additionalProperties").filter(|a| a.is_object()) {
+            return self.nested(values);
+        }
         ["anyOf", "oneOf"]
             .iter()
             .filter_map(|k| v.get(*k).and_then(Value::as_array))

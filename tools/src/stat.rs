@@ -16,14 +16,13 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use gpupm_client::Scope;
 use gpupm_uapi::events::{self, MAX_EVENTS};
 use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
-use gpupm_client::Scope;
-
 use crate::node::{self, Global, Node, Reading, ScopeArgs, Target};
 use crate::output::emit;
 

@@ -10,7 +10,7 @@ pub mod procs;
 pub mod summary;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -47,52 +47,10 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         Some(p) => scenario::parse_file(p).map_err(|e| CliError::usage(e.to_string()))?,
         None => scenario::builtin(),
     };
-    let driver_bin = find_binary("gpupm-driver")?;
-    let daemon_bin = find_binary("gpupmd")?;
-    if !nix::unistd::geteuid().is_root() {
-        return Err(CliError::usage(
-            "the demo mounts FUSE device nodes: run it as root",
-        ));
-    }
-    if !std::path::Path::new("/dev/fuse").exists() {
-        return Err(CliError::usage(
-            "the demo needs /dev/fuse (FUSE is not available here)",
-        ));
-    }
+    let (driver_bin, daemon_bin) = preflight()?;
     crate::signals::install()?;
     let tmp = TempDir::new()?;
-    let mut cmd = Command::new(driver_bin);
-    cmd.args(["--clock", "step", "--node-dir"])
-        .arg(tmp.join("dev"));
-    if let Some(p) = &args.scenario {
-        cmd.arg("--scenario").arg(p);
-    }
-    let mut driver = Proc::spawn(
-        "gpupm-driver",
-        cmd,
-        &tmp.join("driver.sock"),
-        &tmp.join("driver.log"),
-    )?;
-    driver.wait_ready()?;
-    let config = format!(
-        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n",
-        tmp.join("dev"),
-        tmp.join("tenant"),
-        tmp.join("state"),
-        tmp.join("no-journal"),
-    );
-    let cfg_path = tmp.join("gpupmd.toml");
-    std::fs::write(&cfg_path, config)
-        .map_err(|e| CliError::usage(format!("cannot write {}: {e}", cfg_path.display())))?;
-    let mut cmd = Command::new(daemon_bin);
-    cmd.arg("--config").arg(&cfg_path);
-    let mut daemon = Proc::spawn(
-        "gpupmd",
-        cmd,
-        &tmp.join("gpupmd.sock"),
-        &tmp.join("gpupmd.log"),
-    )?;
-    daemon.wait_ready()?;
+    let (mut driver, mut daemon) = start(&tmp, args, &driver_bin, &daemon_bin)?;
 
     let dev =
         DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(crate::error::one_line(e)))?;
@@ -129,7 +87,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let sum = summary::collect(&node, &stepper.dev, &scen)?;
     drop(node);
     let text = if args.json {
-        format!("{}\n", summary::to_json(&sum))
+        crate::output::json_line(&summary::to_json(&sum))?
     } else {
         summary::table(&sum)
     };
@@ -153,4 +111,64 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Starts the driver (step clock) and the daemon (a private configuration)
+/// on the private directory; returns once both are ready.
+fn start(
+    tmp: &TempDir,
+    args: &Args,
+    driver_bin: &Path,
+    daemon_bin: &Path,
+) -> CliResult<(Proc, Proc)> {
+    let mut cmd = Command::new(driver_bin);
+    cmd.args(["--clock", "step", "--node-dir"])
+        .arg(tmp.join("dev"));
+    if let Some(p) = &args.scenario {
+        cmd.arg("--scenario").arg(p);
+    }
+    let mut driver = Proc::spawn(
+        "gpupm-driver",
+        cmd,
+        &tmp.join("driver.sock"),
+        &tmp.join("driver.log"),
+    )?;
+    driver.wait_ready()?;
+    let config = format!(
+        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n",
+        tmp.join("dev"),
+        tmp.join("tenant"),
+        tmp.join("state"),
+        tmp.join("no-journal"),
+    );
+    let cfg_path = tmp.join("gpupmd.toml");
+    std::fs::write(&cfg_path, config)
+        .map_err(|e| CliError::usage(format!("cannot write {}: {e}", cfg_path.display())))?;
+    let mut cmd = Command::new(daemon_bin);
+    cmd.arg("--config").arg(&cfg_path);
+    let mut daemon = Proc::spawn(
+        "gpupmd",
+        cmd,
+        &tmp.join("gpupmd.sock"),
+        &tmp.join("gpupmd.log"),
+    )?;
+    daemon.wait_ready()?;
+    Ok((driver, daemon))
+}
+
+/// The driver's and the daemon's binaries, once the demo can run here.
+fn preflight() -> CliResult<(PathBuf, PathBuf)> {
+    let driver_bin = find_binary("gpupm-driver")?;
+    let daemon_bin = find_binary("gpupmd")?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::usage(
+            "the demo mounts FUSE device nodes: run it as root",
+        ));
+    }
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return Err(CliError::usage(
+            "the demo needs /dev/fuse (FUSE is not available here)",
+        ));
+    }
+    Ok((driver_bin, daemon_bin))
 }

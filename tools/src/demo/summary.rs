@@ -5,12 +5,9 @@
 //! wrote the scenario, so it holds the key), and the comparison with the
 //! device's ledger (`GPUPM_IOC_LEDGER`).
 //!
-//! JSON (stable): `{"system": {"totals": {EVENT: N}}, "vms": [{"vm": ID,
-//! "sealed": BOOL, "totals": {…}, "contexts": [{"ctx": ID, "created_cycle": C,
-//! "totals": {…}}]}], "events": {EVENT: {"scope": "partition"|"device",
-//! "unit": UNIT}}, "ledger_match": BOOL}` — `sealed` VMs' totals are shown
-//! after decryption with the scenario's key; a sealed VM without a known key
-//! has no `totals`.
+//! JSON (stable): [`DemoJson`] (`gpupm demo --help` shows the schema) —
+//! `sealed` VMs' totals are shown after decryption with the scenario's key;
+//! a sealed VM without a known key has no `totals`.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +19,8 @@ use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTI
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
 use gpupm_uapi::layout::{Block, BlockSlot};
 use gpupm_uapi::tenant::{counter_flags, ctx_state, ReadCounters};
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{CliError, CliResult};
@@ -101,6 +99,26 @@ pub fn expected(l: &LedgerQuery) -> [u64; MAX_EVENTS] {
     out
 }
 
+/// Totals of an earlier instance of a context id (the id now names a
+/// newer one): read by (id, created cycle), retired ones included.
+fn instance_totals(
+    node: &Node,
+    ctx: u32,
+    created_cycle: u64,
+    key: Option<&[u8; 32]>,
+) -> CliResult<Totals> {
+    let t = Target::Instance { ctx, created_cycle };
+    let ri = node
+        .client
+        .read_instance(ctx, created_cycle, &[])
+        .map_err(|e| CliError::runtime(format!("{t}: {}", node.fail(e, None))))?;
+    Ok(if ri.out_flags & counter_flags::SEALED != 0 {
+        open_slot(&ri.sealed, key)
+    } else {
+        Some(ri.values)
+    })
+}
+
 /// Reads every total and compares with the ledger.
 pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
     let who = node.whoami()?;
@@ -150,20 +168,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
             let totals = if latest.get(&c.ctx) == Some(&c.created_cycle) {
                 answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
             } else {
-                let t = Target::Instance {
-                    ctx: c.ctx,
-                    created_cycle: c.created_cycle,
-                };
-                let ri = node
-                    .client
-                    .read_instance(c.ctx, c.created_cycle, &[])
-                    .map_err(|e| node.fail(e, None))
-                    .map_err(|e| CliError::runtime(format!("{t}: {e}")))?;
-                if ri.out_flags & counter_flags::SEALED != 0 {
-                    open_slot(&ri.sealed, key)
-                } else {
-                    Some(ri.values)
-                }
+                instance_totals(node, c.ctx, c.created_cycle, key)?
             };
             if live
                 && totals.is_some_and(|t| {
@@ -193,40 +198,92 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
     })
 }
 
-fn totals_json(v: &[u64; MAX_EVENTS]) -> Value {
-    Value::Object(
-        CATALOGUE
-            .iter()
-            .map(|e| (e.name.to_string(), json!(v[usize::from(e.id)])))
-            .collect::<Map<_, _>>(),
-    )
+/// Totals by event name.
+type TotalsJson = BTreeMap<&'static str, u64>;
+
+fn totals_json(v: &[u64; MAX_EVENTS]) -> TotalsJson {
+    CATALOGUE
+        .iter()
+        .map(|e| (e.name, v[usize::from(e.id)]))
+        .collect()
+}
+
+/// `gpupm demo --json`: the final totals beside the device's ledger.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoJson {
+    /// The whole device.
+    pub system: DemoSystem,
+    /// Every VM, with every context instance it ran.
+    pub vms: Vec<DemoVm>,
+    /// The catalogue: where each event is counted and in what unit.
+    pub events: BTreeMap<&'static str, DemoEvent>,
+    /// Every block equals the device's ledger.
+    pub ledger_match: bool,
+}
+
+/// The system block.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoSystem {
+    /// Totals by event name.
+    pub totals: TotalsJson,
+}
+
+/// One VM.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoVm {
+    /// VM id.
+    pub vm: u32,
+    /// Confidential (totals decrypted with the scenario's key).
+    pub sealed: bool,
+    /// Totals by event name (absent: sealed without a known key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<TotalsJson>,
+    /// Every context instance, retired ones included.
+    pub contexts: Vec<DemoCtx>,
+}
+
+/// One context instance.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoCtx {
+    /// Context id.
+    pub ctx: u32,
+    /// Creation cycle (names the instance with `ctx`).
+    pub created_cycle: u64,
+    /// Totals by event name (absent: sealed without a known key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<TotalsJson>,
+}
+
+/// Where an event is counted and in what unit.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoEvent {
+    /// `partition` (per VM and context) or `device` (device level only).
+    pub scope: &'static str,
+    /// What one count measures.
+    pub unit: &'static str,
 }
 
 /// The summary as the documented JSON.
-pub fn to_json(s: &Summary) -> Value {
-    let vms: Vec<Value> = s
+pub fn to_json(s: &Summary) -> DemoJson {
+    let vms = s
         .vms
         .iter()
-        .map(|v| {
-            let ctxs: Vec<Value> = v
+        .map(|v| DemoVm {
+            vm: v.vm,
+            sealed: v.sealed,
+            totals: v.totals.as_ref().map(totals_json),
+            contexts: v
                 .contexts
                 .iter()
-                .map(|c| {
-                    let mut o = json!({"ctx": c.ctx, "created_cycle": c.created_cycle});
-                    if let Some(t) = &c.totals {
-                        o["totals"] = totals_json(t);
-                    }
-                    o
+                .map(|c| DemoCtx {
+                    ctx: c.ctx,
+                    created_cycle: c.created_cycle,
+                    totals: c.totals.as_ref().map(totals_json),
                 })
-                .collect();
-            let mut o = json!({"vm": v.vm, "sealed": v.sealed, "contexts": ctxs});
-            if let Some(t) = &v.totals {
-                o["totals"] = totals_json(t);
-            }
-            o
+                .collect(),
         })
         .collect();
-    let events: Map<String, Value> = CATALOGUE
+    let events = CATALOGUE
         .iter()
         .map(|e| {
             let scope = if e.unit.scope() == EventScope::Device {
@@ -235,12 +292,22 @@ pub fn to_json(s: &Summary) -> Value {
                 "partition"
             };
             (
-                e.name.to_string(),
-                json!({"scope": scope, "unit": e.measure}),
+                e.name,
+                DemoEvent {
+                    scope,
+                    unit: e.measure,
+                },
             )
         })
         .collect();
-    json!({"system": {"totals": totals_json(&s.system)}, "vms": vms, "events": events, "ledger_match": s.ledger_match})
+    DemoJson {
+        system: DemoSystem {
+            totals: totals_json(&s.system),
+        },
+        vms,
+        events,
+        ledger_match: s.ledger_match,
+    }
 }
 
 /// The summary as a table of a few events.
