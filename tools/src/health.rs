@@ -7,7 +7,6 @@
 //! when not healthy (daemon unreachable or a CCU counter wrapped), 2 when
 //! neither can be read.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -22,27 +21,6 @@ use serde::Serialize;
 use crate::error::{one_line, CliError, CliResult};
 use crate::node::{Global, DEFAULT_NODE_DIR};
 use crate::output::emit;
-
-/// Daemon metrics shown, as (JSON key, exposition sample name).
-const METRICS: [(&str, &str); 11] = [
-    ("handshakes", "gpupm_handshakes_total"),
-    ("handshake_fallbacks", "gpupm_handshake_fallbacks_total"),
-    (
-        "handshake_seconds_sum",
-        "gpupm_handshake_duration_seconds_sum",
-    ),
-    ("stream_lost_records", "gpupm_stream_lost_records_total"),
-    (
-        "stream_drained_records",
-        "gpupm_stream_drained_records_total",
-    ),
-    ("stream_drain_lag_records", "gpupm_stream_drain_lag_records"),
-    ("tenant_requests", "gpupm_tenant_requests_total"),
-    ("tenant_request_errors", "gpupm_tenant_request_errors_total"),
-    ("contexts_active", "gpupm_contexts_active"),
-    ("contexts_retired", "gpupm_contexts_retired_total"),
-    ("uptime_seconds", "gpupm_uptime_seconds"),
-];
 
 /// Arguments of `gpupm health`.
 #[derive(clap::Args, Debug)]
@@ -120,12 +98,56 @@ pub struct DaemonHealth {
     pub endpoint: String,
     /// Whether it answered.
     pub reachable: bool,
-    /// When reachable: handshakes, handshake_fallbacks,
-    /// handshake_seconds_sum, stream_lost_records, stream_drained_records,
-    /// stream_drain_lag_records, tenant_requests, tenant_request_errors,
-    /// contexts_active, contexts_retired, uptime_seconds.
+    /// What the endpoint reported (when reachable).
     #[serde(flatten)]
-    pub metrics: BTreeMap<&'static str, f64>,
+    pub metrics: Option<DaemonMetrics>,
+}
+
+/// The daemon's work, from its metrics (sums over label sets).
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct DaemonMetrics {
+    /// Host-driven handshakes completed.
+    pub handshakes: f64,
+    /// Switches the device completed by its fallback.
+    pub handshake_fallbacks: f64,
+    /// Total handshake time in seconds.
+    pub handshake_seconds_sum: f64,
+    /// Stream records lost to ring overflow.
+    pub stream_lost_records: f64,
+    /// Stream records drained.
+    pub stream_drained_records: f64,
+    /// Largest ring fill seen at drain time since the previous scrape.
+    pub stream_drain_lag_records: f64,
+    /// Tenant requests served.
+    pub tenant_requests: f64,
+    /// Tenant requests answered with an error.
+    pub tenant_request_errors: f64,
+    /// Contexts active on the device.
+    pub contexts_active: f64,
+    /// Contexts retired.
+    pub contexts_retired: f64,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+}
+
+impl DaemonMetrics {
+    /// From an exposition (a missing sample reads 0).
+    fn of(text: &str) -> DaemonMetrics {
+        let v = |name| sample_sum(text, name).unwrap_or(0.0);
+        DaemonMetrics {
+            handshakes: v("gpupm_handshakes_total"),
+            handshake_fallbacks: v("gpupm_handshake_fallbacks_total"),
+            handshake_seconds_sum: v("gpupm_handshake_duration_seconds_sum"),
+            stream_lost_records: v("gpupm_stream_lost_records_total"),
+            stream_drained_records: v("gpupm_stream_drained_records_total"),
+            stream_drain_lag_records: v("gpupm_stream_drain_lag_records"),
+            tenant_requests: v("gpupm_tenant_requests_total"),
+            tenant_request_errors: v("gpupm_tenant_request_errors_total"),
+            contexts_active: v("gpupm_contexts_active"),
+            contexts_retired: v("gpupm_contexts_retired_total"),
+            uptime_seconds: v("gpupm_uptime_seconds"),
+        }
+    }
 }
 
 /// What a clock runs at.
@@ -197,13 +219,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     } else {
         scrape(endpoint)
     };
-    let metrics = match &scraped {
-        Ok(text) => METRICS
-            .iter()
-            .map(|&(key, name)| (key, sample_sum(text, name).unwrap_or(0.0)))
-            .collect(),
-        Err(_) => BTreeMap::new(),
-    };
+    let metrics = scraped.as_deref().ok().map(DaemonMetrics::of);
     // The device node's failure, as one line, when it cannot be opened.
     let dev = DevNode::open(&node_dir).map_err(one_line);
     let device = match &dev {
@@ -250,9 +266,15 @@ fn text(
     match scrape_error {
         None => {
             t += "reachable\n";
-            for (key, _) in METRICS {
-                let v = h.daemon.metrics.get(key).copied().unwrap_or(0.0);
-                t += &format!("  {key:<26} {v}\n");
+            let metrics = h
+                .daemon
+                .metrics
+                .as_ref()
+                .and_then(|m| serde_json::to_value(m).ok());
+            if let Some(serde_json::Value::Object(m)) = metrics {
+                for (key, v) in m {
+                    t += &format!("  {key:<26} {v}\n");
+                }
             }
         }
         Some(e) => t += &format!("UNREACHABLE ({e})\n"),
