@@ -66,7 +66,9 @@ fn is_type(v: &Value, ty: &str) -> bool {
         return ty.split(" or ").any(|t| is_type(v, t));
     }
     if ty.contains(" | ") {
-        return ty.split(" | ").any(|t| v.to_string() == t);
+        return ty
+            .split(" | ")
+            .any(|t| serde_json::from_str::<Value>(t).is_ok_and(|x| &x == v));
     }
     match ty {
         "integer" => v.is_u64() || v.is_i64(),
