@@ -5,6 +5,7 @@
 
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -72,6 +73,7 @@ impl TempDir {
         tempfile::Builder::new()
             .prefix(DIR_PREFIX)
             .rand_bytes(random)
+            .permissions(fs::Permissions::from_mode(0o700))
             .tempdir_in(parent)
             .map(|d| TempDir(Some(d)))
     }
@@ -241,7 +243,7 @@ impl Drop for Proc {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::{symlink, PermissionsExt};
+    use std::os::unix::fs::symlink;
 
     use super::*;
 
