@@ -28,7 +28,7 @@ mod top;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::CliError;
 
@@ -49,40 +49,27 @@ struct Cli {
 enum Command {
     /// Run driver and daemon on private directories with a live view, then
     /// print the final totals beside the device's ledger.
-    #[command(after_long_help = schema::long_help::<demo::summary::DemoJson>("one object"))]
     Demo(demo::Args),
     /// Partitions (admin), VMs and contexts visible to you.
-    #[command(after_long_help = schema::long_help::<list::ListJson>("one object"))]
     List(list::Args),
     /// Event totals and derived metrics of a VM, context or the device.
-    #[command(after_long_help = schema::long_help::<stat::StatJson>(
-        "one object; with -I, one per line per interval"
-    ))]
     Stat(stat::Args),
     /// Full-screen live view of VMs and contexts.
     Top(top::Args),
     /// One line per interval per VM, for scripts.
-    #[command(after_long_help = schema::long_help::<dmon::DmonJson>(
-        "one object per line per interval"
-    ))]
     Dmon(dmon::Args),
     /// Capture a stream session into a file.
     Record(record::Args),
     /// Summarise a recording.
-    #[command(after_long_help = schema::long_help::<report::ReportJson>("one object"))]
     Report(report::Args),
     /// Daemon and device health (admin).
-    #[command(after_long_help = schema::long_help::<health::HealthJson>("one object"))]
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
-    #[command(after_long_help = schema::long_help::<bmc::BmcJson>("one object"))]
     Bmc(bmc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.
-    #[command(after_long_help = schema::long_help::<simulate::SimulateJson>("one object"))]
     Simulate(simulate::Args),
     /// List the event catalogue with units and descriptions.
-    #[command(after_long_help = schema::long_help::<Vec<events::EventJson>>("one array"))]
     Events(events::Args),
     /// Print a shell completion script.
     Completions(gen::CompletionArgs),
@@ -90,8 +77,20 @@ enum Command {
     Man(gen::ManArgs),
 }
 
+/// The command line, parsed. The `--json` schemas are generated into the
+/// long help only when help is asked for: every other run would pay for
+/// generating them.
+fn parse() -> Cli {
+    let mut cmd = Cli::command();
+    if std::env::args_os().any(|a| a == "--help" || a == "help") {
+        cmd = schema::with_json_schemas(cmd);
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let g = &cli.global;
     let result = match &cli.command {
         Command::Demo(a) => demo::run(a),

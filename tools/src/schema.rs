@@ -1,11 +1,40 @@
 //! The `--json` schemas. Each command's JSON output is a
 //! `#[derive(Serialize, JsonSchema)]` type; the same type is what the
-//! command serialises and what [`long_help`] describes in its `--help`,
-//! field by field with the field's doc comment, so the two cannot drift.
+//! command serialises and what [`long_help`] describes in its `--help`
+//! (and man page), field by field with the field's doc comment, so the two
+//! cannot drift. [`with_json_schemas`] adds them to the commands.
 
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::Value;
+
+/// `cmd` with each `--json` command's schema at the end of its long help.
+pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
+    let one = "one object";
+    let sections = [
+        ("demo", long_help::<crate::demo::summary::DemoJson>(one)),
+        ("list", long_help::<crate::list::ListJson>(one)),
+        (
+            "stat",
+            long_help::<crate::stat::StatJson>("one object; with -I, one per line per interval"),
+        ),
+        (
+            "dmon",
+            long_help::<crate::dmon::DmonJson>("one object per line per interval"),
+        ),
+        ("report", long_help::<crate::report::ReportJson>(one)),
+        ("health", long_help::<crate::health::HealthJson>(one)),
+        ("bmc", long_help::<crate::bmc::BmcJson>(one)),
+        ("simulate", long_help::<crate::simulate::SimulateJson>(one)),
+        (
+            "events",
+            long_help::<Vec<crate::events::EventJson>>("one array"),
+        ),
+    ];
+    sections.into_iter().fold(cmd, |cmd, (name, help)| {
+        cmd.mut_subcommand(name, |sub| sub.after_long_help(help))
+    })
+}
 
 /// The long-help section describing `T` as the command's JSON output;
 /// `shape` says how the objects are printed (e.g. "one object").
