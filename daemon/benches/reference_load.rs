@@ -313,8 +313,8 @@ fn tenant_reader(
     phase: Duration,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Vec<u64> {
-    use gpupmd::tenant::client::TenantClient;
-    use gpupmd::view::Scope;
+    use gpupm_client::Scope;
+    use gpupm_client::TenantClient;
 
     let client = TenantClient::open(node).expect("open the tenant node");
     let mut lat = Vec::new();
@@ -341,9 +341,9 @@ fn visibility_watcher(
     khz: f64,
     stop: &std::sync::atomic::AtomicBool,
 ) -> Vec<u64> {
-    use gpupmd::devnode::DevNode;
-    use gpupmd::tenant::client::TenantClient;
-    use gpupmd::view::Scope;
+    use gpupm_client::DevNode;
+    use gpupm_client::Scope;
+    use gpupm_client::TenantClient;
 
     let client = TenantClient::open(node).expect("open the tenant node");
     let dev = DevNode::open(node_dir).expect("open the device node");

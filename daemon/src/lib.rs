@@ -2,7 +2,6 @@
 //! tested on their own. The binary (`src/main.rs`) wires them together.
 
 pub mod config;
-pub mod devnode;
 pub mod engine;
 pub mod health;
 pub mod kernel_pmu;

@@ -12,14 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
-use gpupmd::devnode::{DevError, DevNode};
-use gpupmd::engine::irq::chain;
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
-use gpupmd::view::{CounterView, HealthSource};
+use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, kernel_pmu, metrics};
 use sd_notify::NotifyState;
 use tokio::signal::unix::{signal, SignalKind};
@@ -64,7 +63,8 @@ impl MainError {
             MainError::Config(_)
             | MainError::Engine(EngineError::AbiMismatch { .. })
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
-            | MainError::Engine(EngineError::Refused { .. }) => 2,
+            | MainError::Engine(EngineError::Refused { .. })
+            | MainError::Engine(EngineError::PeriodTooLong { .. }) => 2,
             _ => 1,
         }
     }
@@ -75,12 +75,12 @@ fn main() -> ExitCode {
     let settings = match config::load(args.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("gpupmd: {}", chain(&e));
+            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
             return ExitCode::from(2);
         }
     };
     if let Err(e) = health::init_logging(&settings.health) {
-        eprintln!("gpupmd: {}", chain(&e));
+        eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
     // mounts the node with gpupm-mount; the sandboxed daemon could not).
@@ -106,11 +106,12 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let msg = chain(&e);
+            let code = e.exit_code();
+            let msg = format!("{:#}", anyhow::Error::new(e));
             tracing::error!(error = %msg, "gpupmd failed");
             eprintln!("gpupmd: {msg}");
             notify(&[NotifyState::Status(&format!("failed: {msg}"))]);
-            ExitCode::from(e.exit_code())
+            ExitCode::from(code)
         }
     }
 }
@@ -128,6 +129,54 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         node_dir = %settings.node_dir.display(),
         "gpupmd starting"
     );
+    let (dev, identity, store, mut engine) = start_device(&settings).await?;
+    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
+    let services = start_services(&settings, &store, inherited_tenant).await?;
+    // Handlers before READY: a stop request right after READY must be clean.
+    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
+    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    let status = format!(
+        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{}/metrics",
+        dev.path().display(),
+        identity.partitions,
+        store.vms().len(),
+        store
+            .vms()
+            .iter()
+            .filter_map(|&v| store.contexts(v))
+            .map(|c| c.len())
+            .sum::<usize>(),
+        services.metrics_addr
+    );
+    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    tracing::info!(status = %status, metrics = %services.metrics_addr, "gpupmd ready");
+
+    let result = serve_until_signal(&engine, term, int).await;
+    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
+    tracing::info!("gpupmd shutting down");
+    services.metrics_task.abort();
+    services.reporter.abort();
+    retention_task.abort();
+    drop(services.kernel_pmu);
+    drop(services.tenant_node);
+    tokio::task::block_in_place(|| engine.stop());
+    log_final_summary(services.final_health.as_ref());
+    health::shutdown(
+        if result.is_ok() {
+            "signal"
+        } else {
+            "engine stopped"
+        },
+        started.elapsed().as_secs_f64(),
+    );
+    result
+}
+
+/// Opens and identifies the device, loads the state directory, starts the
+/// engine (programming and reconciling) and applies the retention policy.
+async fn start_device(
+    settings: &Settings,
+) -> Result<(Arc<DevNode>, DeviceIdentity, Arc<Store>, Engine), MainError> {
     notify(&[NotifyState::Status("opening the device node")]);
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;
@@ -155,7 +204,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
     )]);
-    let mut engine = Engine::start(
+    let engine = Engine::start(
         Arc::clone(&dev),
         Arc::clone(&store),
         settings.program.clone(),
@@ -173,15 +222,36 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             max_age_s = settings.retention.max_age_s,
             "retention of retired contexts applied"
         ),
-        Err(e) => tracing::warn!(error = %chain(&e), "pruning retired contexts failed"),
+        Err(e) => tracing::warn!(
+            error = format!("{:#}", anyhow::Error::new(e)),
+            "pruning retired contexts failed"
+        ),
     }
-    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
 
     health::device_identity(&identity);
     if let Some(source) = &settings.source {
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }
 
+    Ok((dev, identity, store, engine))
+}
+
+/// The daemon's services, running.
+struct Services {
+    tenant_node: TenantNode,
+    metrics_task: tokio::task::JoinHandle<Result<(), gpupmd::metrics::MetricsError>>,
+    metrics_addr: std::net::SocketAddr,
+    reporter: tokio::task::JoinHandle<()>,
+    final_health: Arc<dyn HealthSource>,
+    kernel_pmu: Option<kernel_pmu::Publisher>,
+}
+
+/// Serves the tenant node, the metrics endpoint and the health reporter.
+async fn start_services(
+    settings: &Settings,
+    store: &Arc<Store>,
+    inherited_tenant: Option<OwnedFd>,
+) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
     // reporter, the metrics endpoint and the final summary each all of them.
@@ -220,43 +290,14 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     let kernel_pmu =
         kernel_pmu::start(&settings.kernel_pmu, Arc::clone(&view)).map_err(MainError::Runtime)?;
 
-    // Handlers before READY: a stop request right after READY must be clean.
-    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
-    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
-    let status = format!(
-        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{metrics_addr}/metrics",
-        dev.path().display(),
-        identity.partitions,
-        store.vms().len(),
-        store
-            .vms()
-            .iter()
-            .filter_map(|&v| store.contexts(v))
-            .map(|c| c.len())
-            .sum::<usize>()
-    );
-    notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!(status = %status, metrics = %metrics_addr, "gpupmd ready");
-
-    let result = serve_until_signal(&engine, term, int).await;
-    notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
-    tracing::info!("gpupmd shutting down");
-    metrics_task.abort();
-    reporter.abort();
-    retention_task.abort();
-    drop(kernel_pmu);
-    drop(tenant_node);
-    tokio::task::block_in_place(|| engine.stop());
-    log_final_summary(final_health.as_ref());
-    health::shutdown(
-        if result.is_ok() {
-            "signal"
-        } else {
-            "engine stopped"
-        },
-        started.elapsed().as_secs_f64(),
-    );
-    result
+    Ok(Services {
+        tenant_node,
+        metrics_task,
+        metrics_addr,
+        reporter,
+        final_health,
+        kernel_pmu,
+    })
 }
 
 /// The daemon's work since the last health snapshot, logged at shutdown.

@@ -3,26 +3,13 @@
 //! and [`HealthSource`]; the consumers depend only on this module, so each
 //! can be tested against a small in-process implementation.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use gpupm_uapi::events::MAX_EVENTS;
-
-/// A VM id (1..MAX_VMS).
-pub type VmId = u32;
-/// A context id (1..MAX_CONTEXTS); reused after release, so a context
-/// instance is named by (id, created cycle).
-pub type CtxId = u32;
-
+pub use gpupm_client::tenant::{CtxId, Scope, VmId};
 /// Who is asking, as the kernel reported it for the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    /// Effective uid.
-    pub uid: u32,
-    /// Effective gid.
-    pub gid: u32,
-    /// Process id (for supplementary groups from /proc).
-    pub pid: u32,
-}
+pub use gpupm_fusemount::Caller;
+use gpupm_uapi::events::MAX_EVENTS;
 
 /// Lifecycle of a context as the daemon tracks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,18 +33,6 @@ pub struct CtxInfo {
     pub created_cycle: u64,
     /// State.
     pub state: CtxState,
-}
-
-/// Which counters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// The whole device (RC0, the system block): admin only.
-    System,
-    /// One VM: every context it ever ran.
-    Vm(VmId),
-    /// One context id: its newest instance (see
-    /// [`CounterView::instance_totals`] for the others).
-    Ctx(CtxId),
 }
 
 /// Cumulative totals of one scope.
@@ -228,4 +203,29 @@ pub struct HealthSnapshot {
 pub trait HealthSource: Send + Sync + 'static {
     /// Current snapshot; takes (and clears) the latency samples.
     fn snapshot(&self) -> HealthSnapshot;
+}
+
+/// Request counters of the tenant node.
+///
+/// `requests` counts ioctls and reads; `errors` those answered with an
+/// errno other than EAGAIN. `open_handles` and `open_sessions` are gauges.
+#[derive(Debug, Default)]
+pub struct TenantStats {
+    /// Requests served.
+    pub requests: AtomicU64,
+    /// Requests answered with an error.
+    pub errors: AtomicU64,
+    /// File handles currently open on the node.
+    pub open_handles: AtomicU64,
+    /// Stream sessions currently open.
+    pub open_sessions: AtomicU64,
+    /// Records stream sessions dropped because their queue was full.
+    pub session_drops: AtomicU64,
+}
+
+impl TenantStats {
+    /// Loads one counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
 }

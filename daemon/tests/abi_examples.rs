@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gpupm_client::Scope;
+use gpupm_client::{TenantClient, WhoamiExt};
 use gpupm_uapi::events::{CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::regs as r;
-use gpupmd::tenant::client::{TenantClient, WhoamiExt};
-use gpupmd::view::Scope;
 use harness::device::{self, churn_scenario, flush, wait_idle, wait_none_destroyed, STEP};
 use harness::{daemon_config, spawn_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;

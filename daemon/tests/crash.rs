@@ -42,7 +42,7 @@ impl Rng {
 /// Brings the device to rest with a live daemon: every requested switch
 /// handled, every switch abandoned by a killed daemon finished by the
 /// device's fallback (which needs device time: advance past the timeout).
-fn settle(dev: &gpupmd::devnode::DevNode, daemon: &mut harness::Proc) {
+fn settle(dev: &gpupm_client::DevNode, daemon: &mut harness::Proc) {
     let timeout = u64::from(
         dev.read32(r::part(1, r::PART_SWITCH_TIMEOUT))
             .expect("timeout"),

@@ -91,9 +91,10 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     use std::fs::OpenOptions;
     use std::os::fd::AsFd;
 
+    use gpupm_client::sys;
     use gpupm_uapi::ioctl::ledger_scope;
+    use gpupm_uapi::tenant::TENANT_IOC_READ_COUNTERS;
     use gpupm_uapi::tenant::{scope, ReadCounters, TENANT_STRUCT_VERSION};
-    use gpupmd::devnode::sys;
     use zerocopy::FromZeros;
 
     let tmp = TempDir::new("e2e-tenant");
@@ -111,7 +112,8 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
         rc.version = TENANT_STRUCT_VERSION;
         rc.scope = sc;
         rc.id = id;
-        sys::read_counters(node.as_fd(), &mut rc).expect("TENANT_IOC_READ_COUNTERS");
+        sys::call(node.as_fd(), TENANT_IOC_READ_COUNTERS, &mut rc)
+            .expect("TENANT_IOC_READ_COUNTERS");
         rc.values
     };
     while device::part_sum(&dev, r::PART_SWITCHES) < SWITCHES {
@@ -178,7 +180,7 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
 /// equal the ledger.
 // Exposition values are floats; these counts are exact below 2^53.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-fn metrics_agree_with_the_ledger(daemon: &harness::Proc, dev: &gpupmd::devnode::DevNode) {
+fn metrics_agree_with_the_ledger(daemon: &harness::Proc, dev: &gpupm_client::DevNode) {
     use std::io::{Read, Write};
 
     use gpupm_uapi::events::{Scope, CATALOGUE};

@@ -5,10 +5,10 @@
 
 mod harness;
 
+use gpupm_client::handshake::{self, Outcome};
+use gpupm_client::DevNode;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
-use gpupmd::devnode::DevNode;
-use gpupmd::engine::handshake::{self, Outcome};
 use harness::device::{churn_scenario, hs_states, PARTS};
 use harness::{Driver, TempDir};
 
@@ -49,7 +49,7 @@ fn a_completed_handshake_reports_its_response_time_and_carries_the_ack() {
     let switches = dev.read64(r::part(p, r::PART_SWITCHES)).unwrap();
 
     let mut ack = source::SWITCH_REQUESTED;
-    let outcome = handshake::run(&dev, p, &mut ack).expect("handshake");
+    let outcome = handshake::run(&mut &dev, p, &mut ack).expect("handshake");
     assert_eq!(
         outcome,
         Outcome::Done {
@@ -70,7 +70,7 @@ fn a_completed_handshake_reports_its_response_time_and_carries_the_ack() {
     // Nothing requested any more: nothing is written, the ack included.
     let digest = (dev.read32(r::INTR_STATUS).unwrap(), hs_states(&dev));
     let mut ack = source::TRIGGER_DONE;
-    let again = handshake::run(&dev, p, &mut ack).expect("second attempt");
+    let again = handshake::run(&mut &dev, p, &mut ack).expect("second attempt");
     assert_eq!(again, Outcome::NotRequested);
     assert_eq!(ack, source::TRIGGER_DONE, "an ack not written stays owed");
     assert_eq!(

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use gpupm_client::Scope;
+use gpupm_client::TenantClient;
 use gpupm_uapi::events::{self, MAX_EVENTS};
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::tenant::{
@@ -21,8 +23,6 @@ use gpupm_uapi::tenant::{
     TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES, TENANT_STRUCT_VERSION,
 };
 use gpupmd::store::retired::{RetiredFile, RetiredStore};
-use gpupmd::tenant::client::TenantClient;
-use gpupmd::view::Scope;
 use harness::device::{
     churn_scenario, expected, flush, wait_idle, wait_none_destroyed, Instances, STEP,
 };

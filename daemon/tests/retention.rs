@@ -14,15 +14,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::Path;
 
+use gpupm_client::DevNode;
+use gpupm_client::Scope;
+use gpupm_client::TenantClient;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::layout::{block_slot_offset, SYSTEM_BLOCK_SLOT};
 use gpupm_uapi::regs as r;
 use gpupm_uapi::tenant::ctx_state;
-use gpupmd::devnode::DevNode;
 use gpupmd::store::retired::{plain_block, RetiredFile, RetiredStore};
-use gpupmd::tenant::client::TenantClient;
-use gpupmd::view::Scope;
 use harness::device::{
     churn_scenario, contexts, expected, flush, wait_idle, wait_none_destroyed, Instances, STEP,
 };

@@ -4,15 +4,15 @@
 
 mod harness;
 
+use gpupm_client::Scope;
+use gpupm_client::{ClientError, TenantClient};
 use gpupm_uapi::regs as r;
-use gpupmd::tenant::client::{ClientError, TenantClient};
-use gpupmd::view::Scope;
 use harness::device::{churn_scenario, wait_idle, STEP};
 use harness::{daemon_config, start_daemon, Driver, TempDir};
 
 /// Records a session on `vm` receives while the clock advances `steps` steps.
 fn records_while_advancing(
-    dev: &gpupmd::devnode::DevNode,
+    dev: &gpupm_client::DevNode,
     node: &std::path::Path,
     vm: u32,
     steps: u32,

@@ -9,13 +9,13 @@ mod tenant_fixture;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 
+use gpupm_client::Scope;
+use gpupm_client::{TenantClient, WhoamiExt};
 use gpupm_driver::model::cc;
 use gpupm_uapi::events::{EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::layout::{Block, BlockSlot};
 use gpupm_uapi::tenant::*;
-use gpupmd::tenant::client::{TenantClient, WhoamiExt};
 use gpupmd::tenant::TenantStats;
-use gpupmd::view::Scope;
 use serde_json::{json, Value};
 use tenant_fixture::*;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -244,16 +244,15 @@ fn confidential_owner_gets_the_exact_sealed_bytes_and_can_open_them() {
     assert_eq!(a, json!([vec![libc::EACCES; 5], vec![libc::EACCES; 4]]));
 }
 
-#[allow(clippy::cast_possible_truncation)]
 fn code_rw(nr: u8, size: usize) -> u32 {
-    nix::request_code_readwrite!(TENANT_IOC_MAGIC, nr, size) as u32
+    gpupm_uapi::ioc::read_write(TENANT_IOC_MAGIC, nr, size)
 }
 
 /// `(what, errno)` for every kind of bad input, as a tenant sends it.
 fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
     let c = TenantClient::open(path).expect("open");
     let mut out = Vec::new();
-    let mut note = |what: &str, r: Result<(), gpupmd::tenant::client::ClientError>| {
+    let mut note = |what: &str, r: Result<(), gpupm_client::ClientError>| {
         out.push((what.to_string(), errno_of(&r)))
     };
     let mut buf = vec![0u8; 16 * 1024];
@@ -274,8 +273,7 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
         "counters long",
         raw(code_rw(2, size_of::<ReadCounters>() + 8), &mut buf),
     );
-    #[allow(clippy::cast_possible_truncation)]
-    let wrong_dir = nix::request_code_read!(TENANT_IOC_MAGIC, 4, size_of::<OpenStream>()) as u32;
+    let wrong_dir = gpupm_uapi::ioc::read(TENANT_IOC_MAGIC, 4, size_of::<OpenStream>());
     out_push(&mut note, "stream wrong dir", raw(wrong_dir, &mut buf));
 
     let mut w = Whoami::new_zeroed();
@@ -396,14 +394,14 @@ fn bad_inputs(path: &std::path::Path) -> Vec<(String, i32)> {
 }
 
 fn out_push(
-    note: &mut impl FnMut(&str, Result<(), gpupmd::tenant::client::ClientError>),
+    note: &mut impl FnMut(&str, Result<(), gpupm_client::ClientError>),
     what: &str,
     errno: i32,
 ) {
     let r = if errno == 0 {
         Ok(())
     } else {
-        Err(gpupmd::tenant::client::ClientError::Ioctl {
+        Err(gpupm_client::ClientError::Ioctl {
             op: "raw",
             source: nix::errno::Errno::from_raw(errno),
         })

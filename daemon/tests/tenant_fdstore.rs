@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
+use gpupm_client::TenantClient;
 use gpupm_fusemount::testing::NotifyListener;
 use gpupm_fusemount::MountOptions;
-use gpupmd::tenant::client::TenantClient;
 use gpupmd::tenant::{TenantNode, DEFAULT_THREADS, NODE_NAME, TENANT_FDNAME};
 use gpupmd::view::CounterView;
 use tenant_fixture::{policy, require_root_and_fuse, Fixture};

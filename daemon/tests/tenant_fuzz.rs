@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::time::Instant;
 
+use gpupm_client::sys::VFS_STATEFUL_IOCTLS;
+use gpupm_client::Scope;
+use gpupm_client::TenantClient;
+use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::*;
-use gpupmd::tenant::client::ioctl::VFS_STATEFUL_IOCTLS;
-use gpupmd::tenant::client::TenantClient;
 use gpupmd::tenant::TenantStats;
-use gpupmd::view::Scope;
 use serde_json::{json, Value};
 use tenant_fixture::*;
 
@@ -44,9 +45,10 @@ impl Rng {
 /// Ids worth trying: own, foreign, missing, edges.
 const IDS: [u32; 14] = [0, 1, 2, 3, 4, 11, 12, 21, 22, 31, 63, 64, 4095, 4096];
 
-#[allow(clippy::cast_possible_truncation)]
 fn encode(dir: u32, nr: u32, size: u32) -> u32 {
-    (dir << 30) | ((size & 0x3fff) << 16) | (u32::from(TENANT_IOC_MAGIC) << 8) | (nr & 0xff)
+    let dir = ioc::dir(dir << 30);
+    let [nr, ..] = nr.to_le_bytes();
+    ioc::encode(dir, TENANT_IOC_MAGIC, nr, (size & 0x3fff) as usize)
 }
 
 /// Scope a structured request names, if its fields make one.
@@ -92,7 +94,7 @@ fn fuzz(path: &std::path::Path, seed: u64, own: &[Scope], admin: bool) -> Value 
                 (Some((rng.below(5) as u32, rng.pick(&IDS))), cmd)
             }
         };
-        let size = gpupmd::tenant::client::ioctl::ioc_size(cmd);
+        let size = ioc::size(cmd);
         for b in buf.iter_mut().take(size.max(64)) {
             *b = rng.next() as u8;
         }

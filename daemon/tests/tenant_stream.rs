@@ -10,12 +10,12 @@ mod tenant_fixture;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
+use gpupm_client::Scope;
+use gpupm_client::TenantClient;
 use gpupm_driver::model::cc;
 use gpupm_uapi::layout::{StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
-use gpupmd::tenant::client::TenantClient;
 use gpupmd::tenant::{TenantStats, SESSION_QUEUE};
-use gpupmd::view::Scope;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
 use tenant_fixture::*;

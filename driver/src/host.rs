@@ -1,15 +1,15 @@
 //! Host software for an in-process device: services interrupts the way the
 //! daemon does through the node — runs each requested context/VM switch
-//! handshake with two register batches, releases destroyed contexts'
+//! handshake (the daemon's own sequence, [`gpupm_client::handshake`], with
+//! the model as its register-batch executor), releases destroyed contexts'
 //! blocks once read, and drains stream rings. Used by the simulator, the
 //! benchmarks and the tests.
 
-// Register values of 32-bit registers are read as u64 and narrowed back.
-#![allow(clippy::cast_possible_truncation)]
-
+use gpupm_client::handshake::{self, Outcome, RegisterBatch};
+use gpupm_client::ops::reg32;
 use gpupm_uapi::intr::{source, InterruptRecord};
-use gpupm_uapi::ioctl::{reg_op, RegOp};
-use gpupm_uapi::regs::{self as r, ctx_cmd, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
+use gpupm_uapi::ioctl::RegOp;
+use gpupm_uapi::regs::{self as r, ctx_cmd, hs_state, part_status, trig_cmd};
 
 use crate::model::{Device, DeviceError};
 
@@ -33,21 +33,18 @@ pub struct Host {
     pub release_destroyed: bool,
 }
 
-fn read(offset: u64, width: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: 0,
-        op: reg_op::READ,
-        width,
-    }
-}
+/// The model as the handshake's register-batch executor: a failed batch
+/// names the op that failed and changed nothing.
+impl RegisterBatch for Device {
+    type Error = (usize, DeviceError);
 
-fn write(offset: u64, value: u64) -> RegOp {
-    RegOp {
-        offset,
-        value,
-        op: reg_op::WRITE,
-        width: 4,
+    fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), Self::Error> {
+        Device::batch(self, ops)
+    }
+
+    fn read(&mut self, offset: u64) -> Result<u64, Self::Error> {
+        let width = gpupm_client::ops::width_of(offset);
+        self.read_reg(offset, width).map_err(|e| (0, e.into()))
     }
 }
 
@@ -96,51 +93,10 @@ impl Host {
 }
 
 /// Runs the full switch handshake on partition `p` if one is pending.
-/// Returns whether it did.
+/// Returns whether the host completed it.
 pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
-    let status = dev
-        .read_reg(r::part(p, r::PART_STATUS), 4)
-        .map_err(|e| (0, e.into()))?;
-    if status as u32 & part_status::STATE_MASK != hs_state::REQUESTED {
-        return Ok(false);
-    }
-    // Steps 1-5: pause context, pause transfers, trigger with ULC flush,
-    // flush request; read back who comes in and which CCUs acked.
-    let mut first = [
-        read(r::part(p, r::PART_NEXT_VM), 4),
-        read(r::part(p, r::PART_NEXT_CTX), 4),
-        write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::CTX_PAUSE)),
-        write(r::part(p, r::PART_CTRL), u64::from(part_ctrl::ALL)),
-        write(r::TRIG_TARGET, 1 << p),
-        write(
-            r::TRIG_CMD,
-            u64::from(trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ),
-        ),
-        read(r::part(p, r::PART_CCU_ACKED), 8),
-        read(r::part(p, r::PART_CCU_ASSIGNED), 8),
-    ];
-    dev.batch(&mut first)?;
-    let (next_vm, next_ctx) = (first[0].value, first[1].value);
-    // Step 5: poll until every assigned CCU acked (the model acks at once,
-    // so the first read already shows all of them).
-    let mut acked = first[6].value;
-    while acked != first[7].value {
-        acked = dev
-            .read_reg(r::part(p, r::PART_CCU_ACKED), 8)
-            .map_err(|e| (0, e.into()))?;
-    }
-    // Steps 6-7: commit, re-point to the incoming blocks, unpause.
-    let mut second = [
-        write(r::part(p, r::PART_RC_BIND_VM), next_vm),
-        write(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
-        write(
-            r::part(p, r::PART_RC_CMD),
-            u64::from(rc_cmd::COMMIT | rc_cmd::REPOINT),
-        ),
-        write(r::part(p, r::PART_CTRL), 0),
-    ];
-    dev.batch(&mut second)?;
-    Ok(true)
+    let outcome = handshake::run(dev, p, &mut 0)?;
+    Ok(matches!(outcome, Outcome::Done { .. }))
 }
 
 /// Consumes every record in partition `p`'s stream ring; returns how many.
@@ -153,7 +109,7 @@ pub fn drain(dev: &mut Device, p: u32) -> Result<u64, (usize, DeviceError)> {
         .map_err(|e| (0, e.into()))?;
     dev.write_reg(r::part(p, r::PART_STREAM_TAIL), 4, head)
         .map_err(|e| (0, e.into()))?;
-    Ok(u64::from((head as u32).wrapping_sub(tail as u32)))
+    Ok(u64::from(reg32(head).wrapping_sub(reg32(tail))))
 }
 
 /// Flushes everything into memory blocks: ULC partials, CCU banks and RC
@@ -161,7 +117,7 @@ pub fn drain(dev: &mut Device, p: u32) -> Result<u64, (usize, DeviceError)> {
 pub fn flush_all(dev: &mut Device) -> Result<(), DeviceError> {
     let mut mask = 0u64;
     for p in 0..r::MAX_PARTITION_SLOTS {
-        if dev.read_reg(r::part(p, r::PART_STATUS), 4)? as u32 & part_status::CONFIGURED != 0 {
+        if reg32(dev.read_reg(r::part(p, r::PART_STATUS), 4)?) & part_status::CONFIGURED != 0 {
             mask |= 1 << p;
         }
     }
@@ -182,7 +138,7 @@ pub fn settle(dev: &mut Device, host: &mut Host) -> Result<(), DeviceError> {
         host.service(dev).map_err(|(_, e)| e)?;
         let mut waiting = 0u64;
         for p in 1..r::MAX_PARTITION_SLOTS {
-            let status = dev.read_reg(r::part(p, r::PART_STATUS), 4)? as u32;
+            let status = reg32(dev.read_reg(r::part(p, r::PART_STATUS), 4)?);
             match status & part_status::STATE_MASK {
                 hs_state::IDLE => {}
                 hs_state::REQUESTED => {
@@ -196,7 +152,7 @@ pub fn settle(dev: &mut Device, host: &mut Host) -> Result<(), DeviceError> {
         if waiting == 0 {
             return flush_all(dev);
         }
-        if dev.read_reg(r::DEVICE_STATUS, 4)? as u32 & r::device_status::STEP_CLOCK == 0 {
+        if reg32(dev.read_reg(r::DEVICE_STATUS, 4)?) & r::device_status::STEP_CLOCK == 0 {
             return flush_all(dev);
         }
         dev.advance(waiting)?;

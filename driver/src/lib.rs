@@ -5,4 +5,3 @@ pub mod host;
 pub mod model;
 pub mod node;
 pub mod scenario;
-pub mod service;

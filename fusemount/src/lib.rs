@@ -8,8 +8,10 @@
 //!   descriptor ([`clone_device`]) so that several threads serve it.
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
-//! - [`procfs`]: what `/proc/<pid>/status` says about a FUSE caller
-//!   (supplementary groups, a pending SIGKILL).
+//! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
+//!   says about it (supplementary groups, a pending SIGKILL).
+//! - [`logging`]: the services' log setup (journald when its socket
+//!   exists, else stderr), one for `gpupm-driver` and `gpupmd`.
 //! - [`systemd`]: handing a descriptor to the service manager's file
 //!   descriptor store ([`store_fd`]) and taking one it passed
 //!   ([`inherited_fd`]).
@@ -27,6 +29,7 @@
 //! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
 //! manager close the stored descriptor.
 
+pub mod logging;
 pub mod mount;
 pub mod namespace;
 pub mod procfs;
@@ -39,4 +42,5 @@ pub use mount::{
     clone_device, detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
+pub use procfs::Caller;
 pub use systemd::{inherited_fd, remove_stored_fd, store_fd, StoreError};

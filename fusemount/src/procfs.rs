@@ -8,6 +8,18 @@
 
 use std::fs;
 
+/// Credentials of one FUSE request, as the kernel supplied them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+    /// Thread-group id of the caller (0 when the kernel sent the request on
+    /// its own behalf).
+    pub pid: u32,
+}
+
 /// Supplementary groups of process `pid` (`Groups:`); empty when the
 /// process is gone, unreadable, or `pid` is 0 (a request the kernel sent on
 /// its own behalf).

@@ -2,9 +2,9 @@
 //! (`card0-oob`, `MBOX_*` registers only) — what a BMC reads without the
 //! daemon and without any host memory allocation.
 //!
-//! JSON: `{"abi_version": "MAJOR.MINOR", "events": N, "cycle": C,
-//! "idle_cycles": C, "fallbacks": N, "counters": {EVENT: N}}`
+//! JSON: [`BmcJson`] (`gpupm bmc --help` shows the schema).
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -13,7 +13,8 @@ use std::process::ExitCode;
 
 use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::regs::{mbox_op, mbox_status, MBOX_ARG, MBOX_CMD, MBOX_DATA, MBOX_STATUS};
-use serde_json::{json, Map};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
 use crate::node::Global;
@@ -97,6 +98,23 @@ impl Mailbox {
     }
 }
 
+/// `gpupm bmc --json`: what the mailbox answers.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct BmcJson {
+    /// The device's ABI version, `MAJOR.MINOR`.
+    pub abi_version: String,
+    /// Events the device counts.
+    pub events: u64,
+    /// Device cycle now.
+    pub cycle: u64,
+    /// Cycles the device was idle.
+    pub idle_cycles: u64,
+    /// Switches the device completed by its fallback.
+    pub fallbacks: u64,
+    /// Device-wide (system) totals by event name.
+    pub counters: BTreeMap<&'static str, u64>,
+}
+
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let mb = Mailbox::open(&g.node_dir)?;
@@ -106,17 +124,24 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let cycle = mb.command(mbox_op::READ_CYCLE, 0)?;
     let idle = mb.command(mbox_op::READ_IDLE_CYCLES, 0)?;
     let fallbacks = mb.command(mbox_op::READ_FALLBACKS, 0)?;
-    let mut counters = Map::new();
+    let mut counters = BTreeMap::new();
     for e in CATALOGUE.iter().filter(|e| u64::from(e.id) < n_events) {
         counters.insert(
-            e.name.to_string(),
-            json!(mb.command(mbox_op::READ_SYSTEM_COUNTER, u32::from(e.id))?),
+            e.name,
+            mb.command(mbox_op::READ_SYSTEM_COUNTER, u32::from(e.id))?,
         );
     }
     let abi_s = format!("{}.{}", abi >> 16, abi & 0xffff);
     if args.json {
-        let o = json!({"abi_version": abi_s, "events": n_events, "cycle": cycle, "idle_cycles": idle, "fallbacks": fallbacks, "counters": counters});
-        emit(&format!("{o}\n"))?;
+        let o = BmcJson {
+            abi_version: abi_s,
+            events: n_events,
+            cycle,
+            idle_cycles: idle,
+            fallbacks,
+            counters,
+        };
+        emit(&crate::output::json_line(&o)?)?;
     } else {
         let idle_pct = if cycle > 0 {
             idle as f64 * 100.0 / cycle as f64
@@ -130,7 +155,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             "SYSTEM TOTAL"
         );
         for (k, v) in &counters {
-            t += &format!("{k:<22} {:>20}\n", v.as_u64().unwrap_or(0));
+            t += &format!("{k:<22} {v:>20}\n");
         }
         emit(&t)?;
     }

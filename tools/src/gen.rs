@@ -37,7 +37,7 @@ pub fn completions<C: CommandFactory>(a: &CompletionArgs) -> CliResult<ExitCode>
 
 /// Prints or writes the man pages.
 pub fn man<C: CommandFactory>(a: &ManArgs) -> CliResult<ExitCode> {
-    let cmd = C::command();
+    let cmd = crate::schema::with_json_schemas(C::command());
     let io = |e: std::io::Error| CliError::usage(format!("man: {e}"));
     match &a.out_dir {
         Some(dir) => {

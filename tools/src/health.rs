@@ -3,46 +3,24 @@
 //! node (fallback-completed switches, CCU wraps, lost stream records, clock
 //! capability).
 //!
-//! JSON: `{"daemon": {"endpoint": "ADDR", "reachable": BOOL, METRIC: N…},
-//! "device": {"cycle": C, "clock_khz": K, "clock_capability": "primary"|"secondary",
-//! "fallbacks": N, "fallback_seen": BOOL, "ccu_wraps": N, "stream_lost_records": N,
-//! "switches": N} | null, "healthy": BOOL}`. Exit 1 when not healthy (daemon
-//! unreachable or a CCU counter wrapped), 2 when neither can be read.
+//! JSON: [`HealthJson`] (`gpupm health --help` shows the schema). Exit 1
+//! when not healthy (daemon unreachable or a CCU counter wrapped), 2 when
+//! neither can be read.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, clock_cap, device_status};
-use gpupmd::devnode::DevNode;
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
-use crate::error::{CliError, CliResult};
-use crate::node::{self, Global, DEFAULT_NODE_DIR};
+use crate::error::{one_line, CliError, CliResult};
+use crate::node::{Global, DEFAULT_NODE_DIR};
 use crate::output::emit;
-
-/// Daemon metrics shown, as (JSON key, exposition sample name).
-const METRICS: [(&str, &str); 11] = [
-    ("handshakes", "gpupm_handshakes_total"),
-    ("handshake_fallbacks", "gpupm_handshake_fallbacks_total"),
-    (
-        "handshake_seconds_sum",
-        "gpupm_handshake_duration_seconds_sum",
-    ),
-    ("stream_lost_records", "gpupm_stream_lost_records_total"),
-    (
-        "stream_drained_records",
-        "gpupm_stream_drained_records_total",
-    ),
-    ("stream_drain_lag_records", "gpupm_stream_drain_lag_records"),
-    ("tenant_requests", "gpupm_tenant_requests_total"),
-    ("tenant_request_errors", "gpupm_tenant_request_errors_total"),
-    ("contexts_active", "gpupm_contexts_active"),
-    ("contexts_retired", "gpupm_contexts_retired_total"),
-    ("uptime_seconds", "gpupm_uptime_seconds"),
-];
 
 /// Arguments of `gpupm health`.
 #[derive(clap::Args, Debug)]
@@ -101,117 +79,221 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
     found
 }
 
-fn device(dev: &DevNode) -> Result<Value, gpupmd::devnode::DevError> {
+/// `gpupm health --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HealthJson {
+    /// The daemon, from its metrics endpoint.
+    pub daemon: DaemonHealth,
+    /// The device, from the device node (null when it cannot be read,
+    /// e.g. for a tenant).
+    pub device: Option<DeviceHealth>,
+    /// Daemon reachable and no CCU counter wrapped.
+    pub healthy: bool,
+}
+
+/// The daemon's health.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DaemonHealth {
+    /// The metrics endpoint scraped.
+    pub endpoint: String,
+    /// Whether it answered.
+    pub reachable: bool,
+    /// What the endpoint reported (when reachable).
+    #[serde(flatten)]
+    pub metrics: Option<DaemonMetrics>,
+}
+
+/// The daemon's work, from its metrics (sums over label sets).
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct DaemonMetrics {
+    /// Host-driven handshakes completed.
+    pub handshakes: f64,
+    /// Switches the device completed by its fallback.
+    pub handshake_fallbacks: f64,
+    /// Total handshake time in seconds.
+    pub handshake_seconds_sum: f64,
+    /// Stream records lost to ring overflow.
+    pub stream_lost_records: f64,
+    /// Stream records drained.
+    pub stream_drained_records: f64,
+    /// Largest ring fill seen at drain time since the previous scrape.
+    pub stream_drain_lag_records: f64,
+    /// Tenant requests served.
+    pub tenant_requests: f64,
+    /// Tenant requests answered with an error.
+    pub tenant_request_errors: f64,
+    /// Contexts active on the device.
+    pub contexts_active: f64,
+    /// Contexts retired.
+    pub contexts_retired: f64,
+    /// Seconds since the daemon started.
+    pub uptime_seconds: f64,
+}
+
+impl DaemonMetrics {
+    /// From an exposition (a missing sample reads 0).
+    fn of(text: &str) -> DaemonMetrics {
+        let v = |name| sample_sum(text, name).unwrap_or(0.0);
+        DaemonMetrics {
+            handshakes: v("gpupm_handshakes_total"),
+            handshake_fallbacks: v("gpupm_handshake_fallbacks_total"),
+            handshake_seconds_sum: v("gpupm_handshake_duration_seconds_sum"),
+            stream_lost_records: v("gpupm_stream_lost_records_total"),
+            stream_drained_records: v("gpupm_stream_drained_records_total"),
+            stream_drain_lag_records: v("gpupm_stream_drain_lag_records"),
+            tenant_requests: v("gpupm_tenant_requests_total"),
+            tenant_request_errors: v("gpupm_tenant_request_errors_total"),
+            contexts_active: v("gpupm_contexts_active"),
+            contexts_retired: v("gpupm_contexts_retired_total"),
+            uptime_seconds: v("gpupm_uptime_seconds"),
+        }
+    }
+}
+
+/// What a clock runs at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockCapability {
+    /// Primary (boost) clock.
+    Primary,
+    /// Secondary (throttled) clock.
+    Secondary,
+}
+
+/// The device's health.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeviceHealth {
+    /// Device cycle now.
+    pub cycle: u64,
+    /// Nominal clock in kHz.
+    pub clock_khz: u32,
+    /// Clock capability now.
+    pub clock_capability: ClockCapability,
+    /// Switches the device completed by its fallback (all partitions).
+    pub fallbacks: u64,
+    /// The device has seen a fallback since its reset.
+    pub fallback_seen: bool,
+    /// CCU counters that wrapped (counts lost).
+    pub ccu_wraps: u64,
+    /// Stream records lost to ring overflow.
+    pub stream_lost_records: u64,
+    /// Context switches (all partitions).
+    pub switches: u64,
+}
+
+fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
     let parts = crate::list::configured_partitions(dev)?;
-    let fb = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_FALLBACKS))
-            .collect::<Vec<_>>(),
-    )?;
-    let lost = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_STREAM_LOST))
-            .collect::<Vec<_>>(),
-    )?;
-    let sw = dev.read_many(
-        &parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_SWITCHES))
-            .collect::<Vec<_>>(),
-    )?;
+    let sum = |reg: u64| -> Result<u64, gpupm_client::DevError> {
+        let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, reg)).collect();
+        Ok(dev.read_many(&offsets)?.iter().sum())
+    };
     let cap = dev.read32(r::CLOCK_CAP)?;
-    Ok(json!({
-        "cycle": dev.read64(r::CYCLE)?,
-        "clock_khz": dev.read32(r::CLOCK_KHZ)?,
-        "clock_capability": if cap == clock_cap::SECONDARY { "secondary" } else { "primary" },
-        "fallbacks": fb.iter().sum::<u64>(),
-        "fallback_seen": dev.read32(r::DEVICE_STATUS)? & device_status::FALLBACK_SEEN != 0,
-        "ccu_wraps": dev.read64(r::CCU_WRAPS)?,
-        "stream_lost_records": lost.iter().sum::<u64>(),
-        "switches": sw.iter().sum::<u64>(),
-    }))
+    Ok(DeviceHealth {
+        cycle: dev.read64(r::CYCLE)?,
+        clock_khz: dev.read32(r::CLOCK_KHZ)?,
+        clock_capability: if cap == clock_cap::SECONDARY {
+            ClockCapability::Secondary
+        } else {
+            ClockCapability::Primary
+        },
+        fallbacks: sum(r::PART_FALLBACKS)?,
+        fallback_seen: dev.read32(r::DEVICE_STATUS)? & device_status::FALLBACK_SEEN != 0,
+        ccu_wraps: dev.read64(r::CCU_WRAPS)?,
+        stream_lost_records: sum(r::PART_STREAM_LOST)?,
+        switches: sum(r::PART_SWITCHES)?,
+    })
 }
 
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    let settings = gpupmd::config::load(args.config.as_deref())
-        .map_err(|e| CliError::usage(node::chain(&e)))?;
+    let settings = gpupm_client::config::load(args.config.as_deref())
+        .map_err(|e| CliError::usage(one_line(e)))?;
     let endpoint = args.metrics.unwrap_or(settings.metrics_listen);
     let node_dir = if g.node_dir.as_os_str() == DEFAULT_NODE_DIR {
         settings.node_dir.clone()
     } else {
         g.node_dir.clone()
     };
-    let mut daemon = Map::new();
-    daemon.insert("endpoint".into(), json!(endpoint.to_string()));
     let scraped = if endpoint.port() == 0 {
         Err("port 0 in the configuration; pass --metrics ADDR".to_string())
     } else {
         scrape(endpoint)
     };
-    daemon.insert("reachable".into(), json!(scraped.is_ok()));
-    if let Ok(text) = &scraped {
-        for (key, name) in METRICS {
-            daemon.insert(key.into(), json!(sample_sum(text, name).unwrap_or(0.0)));
-        }
-    }
-    let dev = DevNode::open(&node_dir);
-    let dev_json = match &dev {
-        Ok(d) => Some(device(d).map_err(|e| CliError::runtime(node::chain(&e)))?),
+    let metrics = scraped.as_deref().ok().map(DaemonMetrics::of);
+    // The device node's failure, as one line, when it cannot be opened.
+    let dev = DevNode::open(&node_dir).map_err(one_line);
+    let device = match &dev {
+        Ok(d) => Some(device(d).map_err(|e| CliError::runtime(one_line(e)))?),
         Err(_) => None,
     };
-    if scraped.is_err() && dev_json.is_none() {
+    if scraped.is_err() && device.is_none() {
         let why = scraped.as_ref().err().cloned().unwrap_or_default();
-        let dev_why = dev
-            .as_ref()
-            .err()
-            .map(|e| node::chain(e))
-            .unwrap_or_default();
+        let dev_why = dev.as_ref().err().cloned().unwrap_or_default();
         return Err(CliError::usage(format!(
             "no health source: metrics at {endpoint}: {why}; {dev_why}"
         )));
     }
-    let wraps = dev_json
-        .as_ref()
-        .and_then(|d| d["ccu_wraps"].as_u64())
-        .unwrap_or(0);
-    let healthy = scraped.is_ok() && wraps == 0;
+    let healthy = scraped.is_ok() && device.as_ref().is_none_or(|d| d.ccu_wraps == 0);
+    let health = HealthJson {
+        daemon: DaemonHealth {
+            endpoint: endpoint.to_string(),
+            reachable: scraped.is_ok(),
+            metrics,
+        },
+        device,
+        healthy,
+    };
     if args.json {
-        let o = json!({"daemon": daemon, "device": dev_json, "healthy": healthy});
-        emit(&format!("{o}\n"))?;
+        emit(&crate::output::json_line(&health)?)?;
     } else {
-        let mut t = format!("daemon (metrics at {endpoint}): ");
-        match &scraped {
-            Ok(_) => {
-                t += "reachable\n";
-                for (key, _) in METRICS {
-                    t += &format!("  {key:<26} {}\n", daemon[key]);
-                }
-            }
-            Err(e) => t += &format!("UNREACHABLE ({e})\n"),
-        }
-        match (&dev_json, &dev) {
-            (Some(Value::Object(d)), _) => {
-                t += &format!("device ({}):\n", node_dir.display());
-                for (k, v) in d {
-                    t += &format!("  {k:<26} {v}\n");
-                }
-            }
-            (_, Err(e)) => t += &format!("device: not readable ({})\n", node::chain(e)),
-            _ => {}
-        }
-        t += if healthy {
-            "healthy\n"
-        } else {
-            "NOT HEALTHY\n"
-        };
-        emit(&t)?;
+        emit(&text(&health, scraped.err(), dev.err(), &node_dir))?;
     }
     Ok(if healthy {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The health as text.
+fn text(
+    h: &HealthJson,
+    scrape_error: Option<String>,
+    dev_error: Option<String>,
+    node_dir: &Path,
+) -> String {
+    let mut t = format!("daemon (metrics at {}): ", h.daemon.endpoint);
+    match scrape_error {
+        None => {
+            t += "reachable\n";
+            let metrics = h
+                .daemon
+                .metrics
+                .as_ref()
+                .and_then(|m| serde_json::to_value(m).ok());
+            if let Some(serde_json::Value::Object(m)) = metrics {
+                for (key, v) in m {
+                    t += &format!("  {key:<26} {v}\n");
+                }
+            }
+        }
+        Some(e) => t += &format!("UNREACHABLE ({e})\n"),
+    }
+    let device = h.device.as_ref().and_then(|d| serde_json::to_value(d).ok());
+    match (device, dev_error) {
+        (Some(serde_json::Value::Object(d)), _) => {
+            t += &format!("device ({}):\n", node_dir.display());
+            for (k, v) in d {
+                t += &format!("  {k:<26} {v}\n");
+            }
+        }
+        (_, Some(e)) => t += &format!("device: not readable ({e})\n"),
+        _ => {}
+    }
+    t += if h.healthy {
+        "healthy\n"
+    } else {
+        "NOT HEALTHY\n"
+    };
+    t
 }

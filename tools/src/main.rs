@@ -20,6 +20,7 @@ mod output;
 mod progress;
 mod record;
 mod report;
+mod schema;
 mod signals;
 mod simulate;
 mod stat;
@@ -27,7 +28,7 @@ mod top;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::error::CliError;
 
@@ -76,8 +77,20 @@ enum Command {
     Man(gen::ManArgs),
 }
 
+/// The command line, parsed. The `--json` schemas are generated into the
+/// long help only when help is asked for: every other run would pay for
+/// generating them.
+fn parse() -> Cli {
+    let mut cmd = Cli::command();
+    if std::env::args_os().any(|a| a == "--help" || a == "help") {
+        cmd = schema::with_json_schemas(cmd);
+    }
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse();
     let g = &cli.global;
     let result = match &cli.command {
         Command::Demo(a) => demo::run(a),

@@ -6,18 +6,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
-use gpupmd::tenant::client::{ClientError, TenantClient, WhoamiExt};
-use gpupmd::view::Scope;
 use nix::errno::Errno;
 
-use crate::error::{CliError, CliResult};
+use crate::error::{one_line, CliError, CliResult};
 
-/// Default path of the tenant node.
-pub const DEFAULT_TENANT_NODE: &str = "/run/gpupm/tenant/node";
-/// Default device node directory.
-pub const DEFAULT_NODE_DIR: &str = "/run/gpupm/dev";
+pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_TENANT_NODE};
 
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
@@ -193,12 +189,12 @@ impl Node {
                 client,
                 path: path.to_owned(),
             }),
-            Err(e) => Err(open_error(path, &e)),
+            Err(e) => Err(open_error(path, e)),
         }
     }
 
     /// A client error as one line.
-    pub fn fail(&self, e: &ClientError, s: Option<Scope>) -> CliError {
+    pub fn fail(&self, e: ClientError, s: Option<Scope>) -> CliError {
         match (e.errno(), s) {
             (Some(Errno::EACCES | Errno::EPERM | Errno::ENOENT), Some(s)) => not_visible(s),
             (Some(Errno::EACCES | Errno::EPERM), None) => denied(&self.path),
@@ -210,14 +206,14 @@ impl Node {
                 let (kind, id) = scope_name(s);
                 CliError::usage(format!("invalid {kind} id {id}"))
             }
-            _ => CliError::runtime(format!("{}: {}", self.path.display(), chain(e))),
+            _ => CliError::runtime(format!("{}: {}", self.path.display(), one_line(e))),
         }
     }
 
     /// What the caller may see; a caller mapped to nothing gets the
     /// permission message.
     pub fn whoami(&self) -> CliResult<Whoami> {
-        let w = self.client.whoami().map_err(|e| self.fail(&e, None))?;
+        let w = self.client.whoami().map_err(|e| self.fail(e, None))?;
         if w.admin == 0 && w.n_vms == 0 {
             return Err(denied(&self.path));
         }
@@ -228,7 +224,7 @@ impl Node {
     pub fn totals(&self, s: Scope) -> CliResult<Box<ReadCounters>> {
         self.client
             .read_counters(s, &[])
-            .map_err(|e| self.fail(&e, Some(s)))
+            .map_err(|e| self.fail(e, Some(s)))
     }
 
     /// Every event's total of a scope or a context instance.
@@ -247,13 +243,13 @@ impl Node {
                     cycle: ri.cycle,
                     sealed: ri.out_flags & counter_flags::SEALED != 0,
                 })
-                .map_err(|e| self.fail_instance(&e, t)),
+                .map_err(|e| self.fail_instance(e, t)),
         }
     }
 
     /// A failed instance read as one line; the same message for someone
     /// else's instance as for one that does not exist.
-    fn fail_instance(&self, e: &ClientError, t: Target) -> CliError {
+    fn fail_instance(&self, e: ClientError, t: Target) -> CliError {
         match e.errno() {
             Some(Errno::EACCES | Errno::EPERM | Errno::ENOENT) => CliError::usage(format!(
                 "no {t} visible to you (it does not exist, was pruned, or is not yours)"
@@ -277,7 +273,7 @@ impl Node {
         let r = self
             .client
             .read_rates(Scope::Vm(vm), 1)
-            .map_err(|e| self.fail(&e, Some(Scope::Vm(vm))))?;
+            .map_err(|e| self.fail(e, Some(Scope::Vm(vm))))?;
         Ok(r.clock_khz.max(1))
     }
 }
@@ -294,7 +290,7 @@ fn denied(path: &Path) -> CliError {
     ))
 }
 
-fn open_error(path: &Path, e: &ClientError) -> CliError {
+fn open_error(path: &Path, e: ClientError) -> CliError {
     match e.errno() {
         Some(Errno::ENOENT | Errno::ENOTDIR) => {
             CliError::usage(format!("no gpupmd: {} does not exist", path.display()))
@@ -304,20 +300,8 @@ fn open_error(path: &Path, e: &ClientError) -> CliError {
             "no gpupmd: {} is not served (daemon stopped?)",
             path.display()
         )),
-        _ => CliError::usage(chain(e)),
+        _ => CliError::usage(one_line(e)),
     }
-}
-
-/// An error and its sources on one line.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s += ": ";
-        s += &c.to_string();
-        cur = c.source();
-    }
-    s
 }
 
 /// Parses `a,b,c` into event ids; an unknown name names the closest one.
@@ -330,7 +314,7 @@ pub fn parse_events(list: &str) -> CliResult<Vec<u16>> {
             None => {
                 let best = CATALOGUE
                     .iter()
-                    .min_by_key(|e| distance(name, e.name))
+                    .min_by_key(|e| strsim::levenshtein(name, e.name))
                     .map_or("", |e| e.name);
                 return Err(CliError::usage(format!(
                     "unknown event \"{name}\" (did you mean \"{best}\"?)"
@@ -342,22 +326,6 @@ pub fn parse_events(list: &str) -> CliResult<Vec<u16>> {
         return Err(CliError::usage("no events named (see `gpupm events`)"));
     }
     Ok(out)
-}
-
-/// Levenshtein distance.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 /// Element-wise `a - b` (saturating: a reset reads as zero).

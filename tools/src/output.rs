@@ -12,3 +12,13 @@ pub fn emit(text: &str) -> Result<(), String> {
         Err(e) => Err(format!("cannot write output: {e}")),
     }
 }
+
+/// `value` as one line of JSON.
+pub fn json_line(value: &impl serde::Serialize) -> Result<String, String> {
+    serde_json::to_string(value)
+        .map(|mut line| {
+            line.push('\n');
+            line
+        })
+        .map_err(|e| format!("cannot write JSON: {e}"))
+}

@@ -1,12 +1,7 @@
 //! `gpupm report FILE`: summarises a `gpupm record` file per context (top N
 //! by warp instructions) and per interval of device time.
 //!
-//! JSON (stable): `{"version": 1, "scope": "vm"|"ctx", "id": N, "clock_khz": K,
-//! "records": R, "lost": L, "sealed_records": S, "first_cycle": C, "last_cycle": C,
-//! "contexts": [{"ctx": ID, "vm": ID, "commits": N, "cycles": C, "totals": {EVENT: N}, "derived": {…}}],
-//! "intervals": [{"start_cycle": C, "end_cycle": C, "commits": N, "totals": {…}, "derived": {…}}]}`
-//! — `contexts` sorted by `sm_inst_executed`, at most `--top`; `totals`
-//! holds every catalogue event.
+//! JSON (stable): [`ReportJson`] (`gpupm report --help` shows the schema).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -14,8 +9,9 @@ use std::process::ExitCode;
 
 use gpupm_uapi::events::{CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::layout::{envelope_flags, StreamRecord, RECORD_MAGIC};
-use gpupm_uapi::tenant::scope;
-use serde_json::{json, Map, Value};
+use gpupm_uapi::tenant::{scope, TenantDelta};
+use schemars::JsonSchema;
+use serde::Serialize;
 use zerocopy::FromBytes;
 
 use crate::derived;
@@ -74,40 +70,119 @@ impl Acc {
     }
 }
 
-fn totals_json(v: &[u64; MAX_EVENTS]) -> Value {
-    Value::Object(
-        CATALOGUE
-            .iter()
-            .map(|e| (e.name.to_string(), json!(v[usize::from(e.id)])))
-            .collect(),
-    )
+fn totals_json(v: &[u64; MAX_EVENTS]) -> BTreeMap<&'static str, u64> {
+    CATALOGUE
+        .iter()
+        .map(|e| (e.name, v[usize::from(e.id)]))
+        .collect()
 }
 
-fn derived_json(v: &[u64; MAX_EVENTS], cycles: u64, khz: u32) -> Value {
-    Value::Object(
-        derived::compute(v, cycles, khz)
-            .into_iter()
-            .map(|m| (m.name.to_string(), json!(m.value)))
-            .collect::<Map<_, _>>(),
-    )
+fn derived_json(v: &[u64; MAX_EVENTS], cycles: u64, khz: u32) -> BTreeMap<&'static str, f64> {
+    derived::compute(v, cycles, khz)
+        .into_iter()
+        .map(|m| (m.name, m.value))
+        .collect()
 }
 
-/// Runs the command.
-pub fn run(args: &Args) -> CliResult<ExitCode> {
-    let bytes = std::fs::read(&args.file)
-        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let (h, recs) = format::decode(&bytes)
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
-    let khz = h.clock_khz.max(1);
-    let bucket = (args.interval_ms.max(1) * u64::from(khz)).max(1);
-    let mut ctxs: BTreeMap<u32, Acc> = BTreeMap::new();
-    let mut intervals: BTreeMap<u64, Acc> = BTreeMap::new();
-    let (mut sealed, mut lost) = (0u64, 0u64);
-    let (mut first, mut last) = (u64::MAX, 0u64);
-    for d in &recs {
-        lost += d.lost_before;
+/// `gpupm report --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReportJson {
+    /// Recording format version.
+    pub version: u32,
+    /// The recorded scope.
+    pub scope: RecordedScope,
+    /// Its VM or context id.
+    pub id: u32,
+    /// Nominal device clock in kHz.
+    pub clock_khz: u32,
+    /// Records in the file.
+    pub records: usize,
+    /// Records lost to overflow before they were recorded.
+    pub lost: u64,
+    /// Records of a confidential VM (sealed; not summed).
+    pub sealed_records: u64,
+    /// First device cycle covered.
+    pub first_cycle: u64,
+    /// Last device cycle covered.
+    pub last_cycle: u64,
+    /// The top contexts by `sm_inst_executed` (at most `--top`).
+    pub contexts: Vec<ReportContext>,
+    /// Every interval of `--interval-ms` device time with commits.
+    pub intervals: Vec<ReportInterval>,
+}
+
+/// What a recording holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RecordedScope {
+    /// A VM.
+    Vm,
+    /// A context.
+    Ctx,
+}
+
+/// One context's sums.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReportContext {
+    /// Context id.
+    pub ctx: u32,
+    /// Its VM.
+    pub vm: u32,
+    /// Commits recorded.
+    pub commits: u64,
+    /// Device cycles covered by them.
+    pub cycles: u64,
+    /// Every catalogue event, summed.
+    pub totals: BTreeMap<&'static str, u64>,
+    /// Derived metrics over `cycles` (as in `gpupm stat`).
+    pub derived: BTreeMap<&'static str, f64>,
+}
+
+/// One interval's sums.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReportInterval {
+    /// First cycle of the interval.
+    pub start_cycle: u64,
+    /// End of the interval (exclusive).
+    pub end_cycle: u64,
+    /// Commits that ended inside it.
+    pub commits: u64,
+    /// Every catalogue event, summed.
+    pub totals: BTreeMap<&'static str, u64>,
+    /// Derived metrics over the interval.
+    pub derived: BTreeMap<&'static str, f64>,
+}
+
+/// The recording, summed per context and per interval.
+struct Summary {
+    khz: u32,
+    bucket: u64,
+    records: usize,
+    ctxs: BTreeMap<u32, Acc>,
+    intervals: BTreeMap<u64, Acc>,
+    sealed: u64,
+    lost: u64,
+    first: u64,
+    last: u64,
+}
+
+fn summarise(recs: &[TenantDelta], khz: u32, interval_ms: u64) -> Summary {
+    let bucket = (interval_ms.max(1) * u64::from(khz)).max(1);
+    let mut s = Summary {
+        khz,
+        bucket,
+        records: recs.len(),
+        ctxs: BTreeMap::new(),
+        intervals: BTreeMap::new(),
+        sealed: 0,
+        lost: 0,
+        first: u64::MAX,
+        last: 0,
+    };
+    for d in recs {
+        s.lost += d.lost_before;
         if d.slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
-            sealed += 1;
+            s.sealed += 1;
             continue;
         }
         let Ok((r, _)) = StreamRecord::read_from_prefix(&d.slot.payload) else {
@@ -116,54 +191,110 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         if r.magic != RECORD_MAGIC {
             continue;
         }
-        first = first.min(r.start_cycle);
-        last = last.max(r.end_cycle);
-        ctxs.entry(r.ctx).or_default().add(&r);
-        intervals.entry(r.end_cycle / bucket).or_default().add(&r);
+        s.first = s.first.min(r.start_cycle);
+        s.last = s.last.max(r.end_cycle);
+        s.ctxs.entry(r.ctx).or_default().add(&r);
+        s.intervals.entry(r.end_cycle / bucket).or_default().add(&r);
     }
-    let mut order: Vec<(&u32, &Acc)> = ctxs.iter().collect();
+    if s.first == u64::MAX {
+        s.first = 0;
+    }
+    s
+}
+
+/// Runs the command.
+pub fn run(args: &Args) -> CliResult<ExitCode> {
+    let bytes = std::fs::read(&args.file)
+        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
+    let (h, recs) = format::decode(&bytes)
+        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
+    let sum = summarise(&recs, h.clock_khz.max(1), args.interval_ms);
+    let mut order: Vec<(&u32, &Acc)> = sum.ctxs.iter().collect();
     order.sort_by(|a, b| b.1.totals.get(3).cmp(&a.1.totals.get(3)).then(a.0.cmp(b.0)));
     order.truncate(args.top);
-    let kind = if h.scope == scope::CONTEXT {
-        "ctx"
+    let scope = if h.scope == scope::CONTEXT {
+        RecordedScope::Ctx
     } else {
-        "vm"
+        RecordedScope::Vm
     };
-    if first == u64::MAX {
-        first = 0;
-    }
     if args.json {
-        let contexts: Vec<Value> = order
+        let report = to_json(&sum, &order, h.version, scope, h.id);
+        emit(&crate::output::json_line(&report)?)?;
+    } else {
+        let kind = if scope == RecordedScope::Ctx {
+            "ctx"
+        } else {
+            "vm"
+        };
+        emit(&text(args, &sum, &order, kind, h.id))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn to_json(
+    sum: &Summary,
+    order: &[(&u32, &Acc)],
+    version: u32,
+    scope: RecordedScope,
+    id: u32,
+) -> ReportJson {
+    let (khz, bucket) = (sum.khz, sum.bucket);
+    ReportJson {
+        version,
+        scope,
+        id,
+        clock_khz: khz,
+        records: sum.records,
+        lost: sum.lost,
+        sealed_records: sum.sealed,
+        first_cycle: sum.first,
+        last_cycle: sum.last,
+        contexts: order
             .iter()
-            .map(|(c, a)| {
+            .map(|&(&ctx, a)| {
                 let v = a.values();
-                json!({"ctx": c, "vm": a.vm, "commits": a.commits, "cycles": a.cycles, "totals": totals_json(&v), "derived": derived_json(&v, a.cycles, khz)})
+                ReportContext {
+                    ctx,
+                    vm: a.vm,
+                    commits: a.commits,
+                    cycles: a.cycles,
+                    totals: totals_json(&v),
+                    derived: derived_json(&v, a.cycles, khz),
+                }
             })
-            .collect();
-        let ivs: Vec<Value> = intervals
+            .collect(),
+        intervals: sum
+            .intervals
             .iter()
             .map(|(&b, a)| {
                 let v = a.values();
-                json!({"start_cycle": b * bucket, "end_cycle": (b + 1) * bucket, "commits": a.commits, "totals": totals_json(&v), "derived": derived_json(&v, bucket, khz)})
+                ReportInterval {
+                    start_cycle: b * bucket,
+                    end_cycle: (b + 1) * bucket,
+                    commits: a.commits,
+                    totals: totals_json(&v),
+                    derived: derived_json(&v, bucket, khz),
+                }
             })
-            .collect();
-        let o = json!({
-            "version": h.version, "scope": kind, "id": h.id, "clock_khz": khz, "records": recs.len(), "lost": lost,
-            "sealed_records": sealed, "first_cycle": first, "last_cycle": last, "contexts": contexts, "intervals": ivs,
-        });
-        emit(&format!("{o}\n"))?;
-        return Ok(ExitCode::SUCCESS);
+            .collect(),
     }
+}
+
+fn text(args: &Args, sum: &Summary, order: &[(&u32, &Acc)], kind: &str, id: u32) -> String {
+    let (khz, bucket, lost, sealed, first, last) = (
+        sum.khz, sum.bucket, sum.lost, sum.sealed, sum.first, sum.last,
+    );
+    let intervals = &sum.intervals;
     let ms = |c: u64| c as f64 / f64::from(khz);
     let mut t = format!(
         "{}: {kind} {}, {} records ({lost} lost, {sealed} sealed), cycles {first}..{last} ({:.1} ms)\n\n",
         args.file.display(),
-        h.id,
-        recs.len(),
+        id,
+        sum.records,
         ms(last.saturating_sub(first))
     );
     t += &format!("top {} contexts by warp instructions:\n{:>6} {:>4} {:>8} {:>10} {:>16} {:>7} {:>6} {:>12}\n", order.len(), "CTX", "VM", "COMMITS", "MS", "INST", "SM %", "IPC", "DRAM/s");
-    for (c, a) in &order {
+    for (c, a) in order {
         let v = a.values();
         let m = derived::compute(&v, a.cycles, khz);
         t += &format!(
@@ -182,7 +313,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         "\nper {} ms interval:\n{:>12} {:>8} {:>16} {:>7} {:>12}\n",
         args.interval_ms, "START_MS", "COMMITS", "INST", "SM %", "DRAM/s"
     );
-    for (&b, a) in &intervals {
+    for (&b, a) in intervals {
         let v = a.values();
         let m = derived::compute(&v, bucket, khz);
         t += &format!(
@@ -195,6 +326,5 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
                 .map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
         );
     }
-    emit(&t)?;
-    Ok(ExitCode::SUCCESS)
+    t
 }

@@ -2,28 +2,24 @@
 //! a file, tear down child processes) instead of dying mid-way.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::sync::OnceLock;
 
-use nix::sys::signal::{self, SigHandler, Signal};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
+static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 /// Installs the handlers.
 pub fn install() -> Result<(), String> {
-    for sig in [Signal::SIGINT, Signal::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe, and no other code in gpupm installs handlers
-        // for these signals.
-        unsafe { signal::signal(sig, SigHandler::Handler(on_signal)) }
-            .map_err(|e| format!("cannot install a {sig} handler: {e}"))?;
+    let flag = STOP.get_or_init(|| Arc::new(AtomicBool::new(false)));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(flag))
+            .map_err(|e| format!("cannot install a handler for signal {sig}: {e}"))?;
     }
     Ok(())
 }
 
 /// Whether SIGINT or SIGTERM arrived.
 pub fn stopped() -> bool {
-    STOP.load(Ordering::SeqCst)
+    STOP.get().is_some_and(|f| f.load(Ordering::SeqCst))
 }

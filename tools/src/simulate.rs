@@ -2,6 +2,7 @@
 //! host's handshakes, flushes, and prints every VM's and context's block
 //! totals beside what the device's ledger says they must be.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -13,7 +14,8 @@ use gpupm_uapi::events::{self, MAX_EVENTS};
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::layout::SYSTEM_BLOCK_SLOT;
 use gpupm_uapi::regs::{self as r, ctx_state};
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 /// Arguments of `gpupm simulate`.
 #[derive(clap::Args, Debug)]
@@ -90,7 +92,7 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         fallbacks
     );
     let text = if args.json {
-        format!("{}\n", to_json(&rows, &summary, all_exact))
+        crate::output::json_line(&to_json(&rows, &summary, all_exact))?
     } else {
         table(&rows, &shown, &summary, all_exact)
     };
@@ -191,36 +193,103 @@ fn table(rows: &[Row], shown: &[u16], summary: &str, all_exact: bool) -> String 
     out
 }
 
-fn totals(values: &[u64; MAX_EVENTS]) -> Value {
-    let mut m = Map::new();
-    for e in events::CATALOGUE {
-        m.insert(e.name.to_string(), json!(values[usize::from(e.id)]));
-    }
-    Value::Object(m)
+/// Totals by event name.
+type Totals = BTreeMap<&'static str, u64>;
+
+fn totals(values: &[u64; MAX_EVENTS]) -> Totals {
+    events::CATALOGUE
+        .iter()
+        .map(|e| (e.name, values[usize::from(e.id)]))
+        .collect()
 }
 
-fn to_json(rows: &[Row], summary: &str, all_exact: bool) -> Value {
-    let system = &rows[0];
-    let mut vms = Vec::new();
-    for row in &rows[1..] {
+/// `gpupm simulate --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SimulateJson {
+    /// One line: simulated time, wall time, switches, fallbacks.
+    pub summary: String,
+    /// The system block.
+    pub system: SimBlock,
+    /// Every VM of the scenario, with its contexts.
+    pub vms: Vec<SimVm>,
+    /// Every block equals the ledger on every event.
+    pub ledger_match: bool,
+}
+
+/// A block beside what the device's ledger says it must hold.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SimBlock {
+    /// Counted by the hierarchy into the memory block, by event name.
+    pub totals: Totals,
+    /// What the device generated (after masks, /32 for multi-bit).
+    pub ledger: Totals,
+    /// `totals` equals `ledger`.
+    pub exact: bool,
+}
+
+/// A VM's block and its contexts'.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SimVm {
+    /// VM id.
+    pub vm: u32,
+    /// The VM's block.
+    #[serde(flatten)]
+    pub block: SimBlock,
+    /// Its contexts still on the device.
+    pub contexts: Vec<SimCtx>,
+}
+
+/// A context's block.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SimCtx {
+    /// Context id.
+    pub ctx: u32,
+    /// `active` or `destroyed`.
+    pub state: &'static str,
+    /// The context's block.
+    #[serde(flatten)]
+    pub block: SimBlock,
+}
+
+fn block(row: &Row) -> SimBlock {
+    SimBlock {
+        totals: totals(&row.block),
+        ledger: totals(&row.ledger),
+        exact: row.exact(),
+    }
+}
+
+fn to_json(rows: &[Row], summary: &str, all_exact: bool) -> SimulateJson {
+    let mut vms: Vec<SimVm> = Vec::new();
+    for row in rows.iter().skip(1) {
         match row.scope {
-            "vm" => vms.push(json!({
-                "vm": row.id, "totals": totals(&row.block), "ledger": totals(&row.ledger), "exact": row.exact(), "contexts": [],
-            })),
+            "vm" => vms.push(SimVm {
+                vm: row.id,
+                block: block(row),
+                contexts: Vec::new(),
+            }),
             _ => {
-                if let Some(Value::Array(ctxs)) = vms.last_mut().and_then(|v| v.get_mut("contexts")) {
-                    ctxs.push(json!({
-                        "ctx": row.id, "state": row.state, "totals": totals(&row.block),
-                        "ledger": totals(&row.ledger), "exact": row.exact(),
-                    }));
+                if let Some(vm) = vms.last_mut() {
+                    vm.contexts.push(SimCtx {
+                        ctx: row.id,
+                        state: row.state,
+                        block: block(row),
+                    });
                 }
             }
         }
     }
-    json!({
-        "summary": summary,
-        "system": {"totals": totals(&system.block), "ledger": totals(&system.ledger), "exact": system.exact()},
-        "vms": vms,
-        "ledger_match": all_exact,
-    })
+    SimulateJson {
+        summary: summary.to_string(),
+        system: rows.first().map_or_else(
+            || SimBlock {
+                totals: Totals::new(),
+                ledger: Totals::new(),
+                exact: true,
+            },
+            block,
+        ),
+        vms,
+        ledger_match: all_exact,
+    }
 }

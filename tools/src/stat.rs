@@ -1,18 +1,10 @@
 //! `gpupm stat`: chosen events of one scope, like `perf stat`, with derived
 //! metrics; one-shot totals or per-interval deltas.
 //!
-//! # JSON schema (stable)
-//! One-shot, one object:
-//! `{"scope": "vm"|"ctx"|"system", "id": N, "cycle": C, "events": {NAME: VALUE}, "derived": {NAME: VALUE}}`
-//! where `cycle` is the device cycle of the scope's last commit, `events`
-//! holds the cumulative totals of the chosen events and `derived` the
-//! metrics of [`crate::derived`] over the scope's whole life (rates over
-//! `cycle`). Interval mode (`-I MS`): one such object per line per interval
-//! with `"interval_ms": MS` added, `events` and `derived` holding the
-//! deltas of that interval (rates over the cycles between the two reads).
-//! A confidential scope adds `"sealed": true` and has empty `events` and
-//! `derived`. A context instance (`--ctx ID@CYCLE`) is `"scope": "ctx"`,
-//! `"id": ID` with `"created_cycle": CYCLE` added.
+//! # JSON (stable)
+//! [`StatJson`]: one object; in interval mode (`-I MS`) one per line per
+//! interval, holding that interval's deltas (rates over the cycles between
+//! the two reads). `gpupm stat --help` shows the schema.
 //!
 //! # CSV
 //! Header `scope,id,cycle,interval_ms,kind,name,value`; one row per event
@@ -20,11 +12,14 @@
 //! `interval_ms` is empty in one-shot mode; `id` is `ID@CYCLE` for a
 //! context instance.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use gpupm_client::Scope;
 use gpupm_uapi::events::{self, MAX_EVENTS};
-use serde_json::{json, Map, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
@@ -47,7 +42,7 @@ pub struct Args {
     /// Number of intervals (default: until interrupted).
     #[arg(long, value_name = "K")]
     count: Option<u64>,
-    /// JSON (see the schema in `gpupm man`).
+    /// JSON, one object per reading (the schema is below).
     #[arg(long, conflicts_with = "csv")]
     json: bool,
     /// CSV.
@@ -125,50 +120,99 @@ fn name(id: u16) -> &'static str {
 }
 
 /// Kind and id of a target as the JSON and CSV schemas name them.
-fn kind_id(t: Target) -> (&'static str, u32, Option<u64>) {
+fn kind_id(t: Target) -> (ScopeKind, u32, Option<u64>) {
     match t {
-        Target::Scope(s) => {
-            let (kind, id) = node::scope_name(s);
-            (kind, id, None)
-        }
-        Target::Instance { ctx, created_cycle } => ("ctx", ctx, Some(created_cycle)),
+        Target::Scope(Scope::System) => (ScopeKind::System, 0, None),
+        Target::Scope(Scope::Vm(vm)) => (ScopeKind::Vm, vm, None),
+        Target::Scope(Scope::Ctx(ctx)) => (ScopeKind::Ctx, ctx, None),
+        Target::Instance { ctx, created_cycle } => (ScopeKind::Ctx, ctx, Some(created_cycle)),
     }
 }
 
-/// The JSON object of one sample (the schema above).
-fn to_json(s: &Sample<'_>) -> Value {
+impl ScopeKind {
+    /// The name in CSV and text.
+    fn name(self) -> &'static str {
+        match self {
+            ScopeKind::Vm => "vm",
+            ScopeKind::Ctx => "ctx",
+            ScopeKind::System => "system",
+        }
+    }
+}
+
+/// What a reading reads, in `gpupm stat`'s JSON and CSV.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScopeKind {
+    /// A VM.
+    Vm,
+    /// A context (an id's newest instance, or one instance).
+    Ctx,
+    /// The whole device.
+    System,
+}
+
+/// One reading of `gpupm stat --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatJson {
+    /// What was read.
+    pub scope: ScopeKind,
+    /// VM or context id (0 for the system).
+    pub id: u32,
+    /// The context instance read (`--ctx ID@CYCLE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_cycle: Option<u64>,
+    /// Device cycle of the scope's last commit.
+    pub cycle: u64,
+    /// The interval (`-I MS`); absent for one-shot totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    /// The chosen events: cumulative totals, or the interval's deltas.
+    pub events: BTreeMap<&'static str, u64>,
+    /// Derived metrics over the same span: `sm_utilisation`, `ipc`, `cpi`,
+    /// `l1_hit_rate`, `l2_hit_rate` (fractions and ratios),
+    /// `dram_bytes_per_s`, `pcie_bytes_per_s`; those without data in the
+    /// span are left out.
+    pub derived: BTreeMap<&'static str, f64>,
+    /// A confidential scope: `events` and `derived` are empty. Present
+    /// only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sealed: bool,
+}
+
+/// The JSON object of one sample.
+fn to_json(s: &Sample<'_>) -> StatJson {
     let (kind, id, created_cycle) = kind_id(s.target);
-    let mut ev = Map::new();
-    let mut de = Map::new();
+    let mut out = StatJson {
+        scope: kind,
+        id,
+        created_cycle,
+        cycle: s.cycle,
+        interval_ms: s.interval_ms,
+        events: BTreeMap::new(),
+        derived: BTreeMap::new(),
+        sealed: s.sealed,
+    };
     if !s.sealed {
-        for &e in s.shown {
-            ev.insert(name(e).into(), json!(s.values[usize::from(e)]));
-        }
-        for m in s.derived {
-            de.insert(m.name.into(), json!(m.value));
-        }
+        out.events = s
+            .shown
+            .iter()
+            .map(|&e| (name(e), s.values[usize::from(e)]))
+            .collect();
+        out.derived = s.derived.iter().map(|m| (m.name, m.value)).collect();
     }
-    let mut o = json!({"scope": kind, "id": id, "cycle": s.cycle, "events": ev, "derived": de});
-    if let Some(c) = created_cycle {
-        o["created_cycle"] = json!(c);
-    }
-    if let Some(ms) = s.interval_ms {
-        o["interval_ms"] = json!(ms);
-    }
-    if s.sealed {
-        o["sealed"] = json!(true);
-    }
-    o
+    out
 }
 
 fn print(args: &Args, s: &Sample<'_>) -> CliResult {
     let (kind, id, created_cycle) = kind_id(s.target);
+    let kind = kind.name();
     let id = match created_cycle {
         Some(c) => format!("{id}@{c}"),
         None => id.to_string(),
     };
     let text = if args.json {
-        format!("{}\n", to_json(s))
+        crate::output::json_line(&to_json(s))?
     } else if args.csv {
         let iv = s.interval_ms.map(|m| m.to_string()).unwrap_or_default();
         let mut t = String::new();

@@ -79,3 +79,54 @@ fn tmp_demo_dirs() -> Vec<String> {
     v.sort();
     v
 }
+
+/// Entries someone planted in the temp dir under the demo's prefix — a
+/// link to a directory of theirs and a directory of their own — are not
+/// used: the demo runs in a fresh directory and leaves theirs untouched.
+/// (The old name's pid and nanoseconds cannot be guessed by a test; that
+/// a planted entry is refused even at the exact name is the unit test
+/// `a_planted_directory_or_link_at_the_name_is_never_used`.)
+#[test]
+fn demo_ignores_directories_and_links_planted_in_the_temp_dir() {
+    common::require_root_and_fuse();
+    common::build_helpers();
+    let scratch = common::TempDir::new("demo-planted");
+    let tmp = scratch.join("tmp");
+    let victim = scratch.join("victim");
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::create_dir_all(&victim).unwrap();
+    let planted_link = tmp.join("gpupm-demo-planted-link");
+    let planted_dir = tmp.join("gpupm-demo-planted-dir");
+    std::os::unix::fs::symlink(&victim, &planted_link).unwrap();
+    std::fs::create_dir(&planted_dir).unwrap();
+    std::fs::write(planted_dir.join("dev"), "not a directory").unwrap();
+    let out = Command::new(common::GPUPM)
+        .args(["demo", "--headless", "--duration", "1s", "--json"])
+        .env("TMPDIR", &tmp)
+        .output()
+        .expect("run demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["ledger_match"], true);
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    assert_eq!(std::fs::read_link(&planted_link).unwrap(), victim);
+    assert_eq!(
+        std::fs::read_to_string(planted_dir.join("dev")).unwrap(),
+        "not a directory"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["gpupm-demo-planted-dir", "gpupm-demo-planted-link"],
+        "the demo's own directory is gone, the planted entries stay"
+    );
+}

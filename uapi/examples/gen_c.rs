@@ -8,7 +8,7 @@
 //!   so field names, order, types and doc comments cannot drift from Rust;
 //! - **everything else** comes from the hand-written emitter below, with
 //!   every value taken from the crate itself: cbindgen cannot evaluate the
-//!   nix ioctl macros or the catalogue macro, flattens the nested-module
+//!   ioctl encoding functions or the catalogue macro, flattens the nested-module
 //!   constants whose names clash (`scope::VM`, `ledger_scope::VM`,
 //!   `regs::ctx_state::ACTIVE`, `tenant::ctx_state::ACTIVE`, the many
 //!   `ALL`s), writes `1 << 32` as an `int` shift, and makes the two slot

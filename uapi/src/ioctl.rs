@@ -166,9 +166,7 @@ pub struct Reset {
 
 macro_rules! ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
-        // Linux ioctl request codes are 32 bits wide; nix computes them as
-        // the platform's ioctl number type.
-        $( $(#[$m])* #[allow(clippy::cast_possible_truncation)] pub const $name: u32 = nix::$dir!(IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+        $( $(#[$m])* pub const $name: u32 = crate::ioc::$dir(IOC_MAGIC, $nr, core::mem::size_of::<$ty>());
            const _: () = assert!(core::mem::size_of::<$ty>() <= MAX_IOCTL_SIZE); )*
         /// Every device-node ioctl number with its name.
         pub const DEVICE_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];
@@ -177,13 +175,13 @@ macro_rules! ioctl_numbers {
 
 ioctl_numbers! {
     /// Read [`Identity`].
-    GPUPM_IOC_IDENTITY = request_code_readwrite(0x00, Identity);
+    GPUPM_IOC_IDENTITY = read_write(0x00, Identity);
     /// Run a [`RegBatch`].
-    GPUPM_IOC_REG_BATCH = request_code_readwrite(0x01, RegBatch);
+    GPUPM_IOC_REG_BATCH = read_write(0x01, RegBatch);
     /// Advance the step clock.
-    GPUPM_IOC_ADVANCE = request_code_readwrite(0x02, Advance);
+    GPUPM_IOC_ADVANCE = read_write(0x02, Advance);
     /// Read the ledger (privileged debug).
-    GPUPM_IOC_LEDGER = request_code_readwrite(0x03, LedgerQuery);
+    GPUPM_IOC_LEDGER = read_write(0x03, LedgerQuery);
     /// Reset the device.
-    GPUPM_IOC_RESET = request_code_write(0x04, Reset);
+    GPUPM_IOC_RESET = write(0x04, Reset);
 }

@@ -134,6 +134,18 @@ pub struct BlockSlot {
 }
 const _: () = assert!(core::mem::size_of::<BlockSlot>() == 592);
 
+impl BlockSlot {
+    /// The plaintext block of the slot: `None` when it is encrypted (a
+    /// confidential VM's), or empty or corrupt (no [`BLOCK_MAGIC`]).
+    pub fn plain_block(&self) -> Option<Block> {
+        if self.envelope.flags & envelope_flags::ENCRYPTED != 0 {
+            return None;
+        }
+        let block = Block::read_from_bytes(&self.payload).ok()?;
+        (block.magic == BLOCK_MAGIC).then_some(block)
+    }
+}
+
 /// A stream-ring commit record: the deltas one RC commit added.
 ///
 /// Invariants: for one ring, `seq` increases by one per commit, including

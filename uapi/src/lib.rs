@@ -7,6 +7,7 @@
 
 pub mod events;
 pub mod intr;
+pub mod ioc;
 pub mod ioctl;
 pub mod layout;
 pub mod pmu;

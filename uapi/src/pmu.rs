@@ -232,9 +232,7 @@ impl Wanted {
 
 macro_rules! pmu_ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
-        // Linux ioctl request codes are 32 bits wide; nix computes them as
-        // the platform's ioctl number type.
-        $( $(#[$m])* #[allow(clippy::cast_possible_truncation)] pub const $name: u32 = nix::$dir!(PMU_IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+        $( $(#[$m])* pub const $name: u32 = crate::ioc::$dir(PMU_IOC_MAGIC, $nr, core::mem::size_of::<$ty>());
            const _: () = assert!(core::mem::size_of::<$ty>() <= crate::ioctl::MAX_IOCTL_SIZE); )*
         /// Every publication-device ioctl number with its name.
         pub const PMU_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];
@@ -243,9 +241,9 @@ macro_rules! pmu_ioctl_numbers {
 
 pmu_ioctl_numbers! {
     /// Publish the totals of up to [`PUBLISH_BATCH`] scopes.
-    GPUPM_PMU_IOC_PUBLISH = request_code_write(0x00, Publish);
+    GPUPM_PMU_IOC_PUBLISH = write(0x00, Publish);
     /// Read which context scopes are wanted.
-    GPUPM_PMU_IOC_WANTED = request_code_readwrite(0x01, Wanted);
+    GPUPM_PMU_IOC_WANTED = read_write(0x01, Wanted);
 }
 
 #[cfg(test)]

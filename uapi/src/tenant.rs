@@ -360,9 +360,7 @@ const _: () = assert!(core::mem::size_of::<EventInfo>() == 16 + 32 + 16 + 96);
 macro_rules! tenant_ioctls {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
         $( $(#[$m])*
-           // Linux ioctl request codes are 32 bits wide.
-           #[allow(clippy::cast_possible_truncation)]
-           pub const $name: u32 = nix::$dir!(TENANT_IOC_MAGIC, $nr, core::mem::size_of::<$ty>()) as u32;
+           pub const $name: u32 = crate::ioc::$dir(TENANT_IOC_MAGIC, $nr, core::mem::size_of::<$ty>());
            const _: () = assert!(core::mem::size_of::<$ty>() <= crate::ioctl::MAX_IOCTL_SIZE); )*
         /// Every tenant-node ioctl number with its name.
         pub const TENANT_IOCTLS: &[(&str, u32)] = &[ $( (stringify!($name), $name), )* ];
@@ -371,19 +369,19 @@ macro_rules! tenant_ioctls {
 
 tenant_ioctls! {
     /// Read [`Whoami`].
-    TENANT_IOC_WHOAMI = request_code_readwrite(0x00, Whoami);
+    TENANT_IOC_WHOAMI = read_write(0x00, Whoami);
     /// [`ListContexts`].
-    TENANT_IOC_LIST_CONTEXTS = request_code_readwrite(0x01, ListContexts);
+    TENANT_IOC_LIST_CONTEXTS = read_write(0x01, ListContexts);
     /// [`ReadCounters`].
-    TENANT_IOC_READ_COUNTERS = request_code_readwrite(0x02, ReadCounters);
+    TENANT_IOC_READ_COUNTERS = read_write(0x02, ReadCounters);
     /// [`ReadRates`].
-    TENANT_IOC_READ_RATES = request_code_readwrite(0x03, ReadRates);
+    TENANT_IOC_READ_RATES = read_write(0x03, ReadRates);
     /// [`OpenStream`].
-    TENANT_IOC_OPEN_STREAM = request_code_write(0x04, OpenStream);
+    TENANT_IOC_OPEN_STREAM = write(0x04, OpenStream);
     /// [`EventInfo`].
-    TENANT_IOC_EVENT_INFO = request_code_readwrite(0x05, EventInfo);
+    TENANT_IOC_EVENT_INFO = read_write(0x05, EventInfo);
     /// [`ReadInstance`] (ABI 1.2).
-    TENANT_IOC_READ_INSTANCE = request_code_readwrite(0x06, ReadInstance);
+    TENANT_IOC_READ_INSTANCE = read_write(0x06, ReadInstance);
     /// [`ReadInstanceRates`] (ABI 1.2).
-    TENANT_IOC_READ_INSTANCE_RATES = request_code_readwrite(0x07, ReadInstanceRates);
+    TENANT_IOC_READ_INSTANCE_RATES = read_write(0x07, ReadInstanceRates);
 }

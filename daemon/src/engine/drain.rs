@@ -5,6 +5,8 @@
 //! `lost_before`: a ring only loses records while it is full, i.e. after
 //! every record it still holds.
 
+use gpupm_client::ops::{read32, read64, reg32, write32};
+use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::{
     envelope_flags, StreamRecord, StreamSlot, RECORD_MAGIC, STREAM_SLOT_SIZE,
@@ -12,7 +14,6 @@ use gpupm_uapi::layout::{
 use gpupm_uapi::regs::{self as r, MAX_PARTITION_SLOTS};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::devnode::{rd, reg32, wr, DevError, DevNode};
 use crate::store::Store;
 use crate::view::DeltaSample;
 
@@ -47,11 +48,11 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
         return Ok(0);
     };
     let mut regs = [
-        rd(r::part(p, r::PART_STREAM_HEAD), 4),
-        rd(r::part(p, r::PART_STREAM_TAIL), 4),
-        rd(r::part(p, r::PART_STREAM_CAP), 4),
-        rd(r::part(p, r::PART_STREAM_LOST), 8),
-        rd(r::part(p, r::PART_STREAM_BASE), 8),
+        read32(r::part(p, r::PART_STREAM_HEAD)),
+        read32(r::part(p, r::PART_STREAM_TAIL)),
+        read32(r::part(p, r::PART_STREAM_CAP)),
+        read64(r::part(p, r::PART_STREAM_LOST)),
+        read64(r::part(p, r::PART_STREAM_BASE)),
     ];
     dev.batch(&mut regs)?;
     let (head, tail, cap) = (
@@ -85,7 +86,10 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
         done += n;
     }
     if fill > 0 {
-        dev.batch(&mut [wr(r::part(p, r::PART_STREAM_TAIL), tail.wrapping_add(fill))])?;
+        dev.batch(&mut [write32(
+            r::part(p, r::PART_STREAM_TAIL),
+            tail.wrapping_add(fill),
+        )])?;
     }
     rings.buf = buf;
     let before = rings.last_lost[i].replace(lost).unwrap_or(lost);

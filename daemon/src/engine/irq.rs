@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
+use gpupm_client::handshake::{self, Outcome};
+use gpupm_client::ops::reg32;
+use gpupm_client::{DevNode, IntrReader};
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
 
-use super::handshake::{self, Outcome};
 use super::worker::Work;
-use crate::devnode::{reg32, DevNode, IntrReader};
 use crate::store::Store;
 
 /// Longest wait for a record; on timeout the partitions are swept for a
@@ -38,7 +39,10 @@ pub fn run(
             Ok(b) => b,
             Err(e) => {
                 failures += 1;
-                tracing::error!(error = %chain(&e), "waiting for interrupts failed");
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "waiting for interrupts failed"
+                );
                 if failures >= MAX_FAILURES {
                     break;
                 }
@@ -81,7 +85,10 @@ pub fn run(
         }
         if unacked != 0 {
             if let Err(e) = dev.write32(r::INTR_ACK, unacked) {
-                tracing::warn!(error = %chain(&e), "acknowledging interrupts failed");
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "acknowledging interrupts failed"
+                );
             }
         }
     }
@@ -98,7 +105,7 @@ fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
 }
 
 fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32) {
-    match handshake::run(dev, p, ack) {
+    match handshake::run(&mut &*dev, p, ack) {
         Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns, response_cycles);
@@ -108,7 +115,11 @@ fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32
             partition = p,
             "handshake abandoned; the device's fallback completes it"
         ),
-        Err(e) => tracing::error!(partition = p, error = %chain(&e), "handshake failed"),
+        Err(e) => tracing::error!(
+            partition = p,
+            error = format!("{:#}", anyhow::Error::new(e)),
+            "handshake failed"
+        ),
     }
 }
 
@@ -119,7 +130,10 @@ fn sweep(dev: &DevNode, store: &Store) {
     let status = match dev.read_many(&offsets) {
         Ok(s) => s,
         Err(e) => {
-            tracing::warn!(error = %chain(&e), "reading partition status failed");
+            tracing::warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "reading partition status failed"
+            );
             return;
         }
     };
@@ -128,16 +142,4 @@ fn sweep(dev: &DevNode, store: &Store) {
             handshake_on(dev, store, p, Instant::now(), &mut 0);
         }
     }
-}
-
-/// An error with its sources, for one log line.
-pub fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg
 }

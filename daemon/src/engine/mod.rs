@@ -13,11 +13,11 @@
 //! then does the worker start and `start` return.
 
 pub mod drain;
-pub mod handshake;
 pub mod irq;
 pub mod program;
 pub mod worker;
 
+use gpupm_client::{DevError, DevNode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -27,7 +27,6 @@ use std::time::Duration;
 use self::drain::Rings;
 use self::worker::{Work, Worker};
 use crate::config::Programming;
-use crate::devnode::{DevError, DevNode};
 use crate::store::retired::RetiredError;
 use crate::store::Store;
 
@@ -49,12 +48,21 @@ pub enum EngineError {
         daemon: String,
     },
     /// The device refused a configured value.
-    #[error("the device refused the configured {what}: {reason}")]
+    #[error("the device refused the configured {what}")]
     Refused {
         /// What.
         what: String,
         /// The device's answer.
-        reason: String,
+        #[source]
+        source: DevError,
+    },
+    /// The configured trigger period does not fit the period register.
+    #[error("the configured trigger period of {us} µs is {cycles} cycles, more than the 32-bit register holds")]
+    PeriodTooLong {
+        /// The period.
+        us: u64,
+        /// In device cycles.
+        cycles: u64,
     },
     /// Persisting a retired context failed.
     #[error(transparent)]
@@ -175,12 +183,18 @@ fn work_loop(worker: &mut Worker<'_>, rx: &Receiver<Work>, stop: &AtomicBool) {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
-                tracing::error!(error = %irq::chain(&e), "device work failed; resynchronising");
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "device work failed; resynchronising"
+                );
                 if failures > 50 {
                     break;
                 }
                 if let Err(e) = worker.resync() {
-                    tracing::error!(error = %irq::chain(&e), "resynchronising failed");
+                    tracing::error!(
+                        error = format!("{:#}", anyhow::Error::new(e)),
+                        "resynchronising failed"
+                    );
                 }
             }
         }

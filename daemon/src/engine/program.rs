@@ -1,12 +1,13 @@
 //! Identifying the device and programming it from the configuration.
 
+use gpupm_client::ops::{read32, reg32, write32};
+use gpupm_client::DevNode;
 use gpupm_uapi::ioctl::{Identity, RegOp};
 use gpupm_uapi::regs::{self, part_status, trig_ctrl};
 use gpupm_uapi::{split_abi_version, ABI_MAJOR, ABI_VERSION};
 
 use super::EngineError;
 use crate::config::Programming;
-use crate::devnode::{rd, reg32, wr, DevNode};
 use crate::view::DeviceIdentity;
 
 /// Checks the device's identity and ABI version against the daemon's.
@@ -58,17 +59,15 @@ pub fn program(
     clock_khz: u32,
     partitions: &[u32],
 ) -> Result<(), EngineError> {
-    let mut trig = vec![rd(regs::TRIG_CTRL, 4)];
+    let mut trig = vec![read32(regs::TRIG_CTRL)];
     dev.batch(&mut trig)?;
     let mut ctrl = reg32(trig[0].value);
     let mut ops: Vec<RegOp> = Vec::new();
     if let Some(us) = cfg.period_us {
         let cycles = us.saturating_mul(u64::from(clock_khz)) / 1000;
-        let cycles = u32::try_from(cycles).map_err(|_| EngineError::Refused {
-            what: "trigger period".into(),
-            reason: format!("{us} µs is {cycles} cycles, more than the 32-bit register holds"),
-        })?;
-        ops.push(wr(regs::TRIG_PERIOD, cycles));
+        let cycles =
+            u32::try_from(cycles).map_err(|_| EngineError::PeriodTooLong { us, cycles })?;
+        ops.push(write32(regs::TRIG_PERIOD, cycles));
         if cycles == 0 {
             ctrl &= !trig_ctrl::PERIODIC_ENABLE;
         } else {
@@ -83,44 +82,37 @@ pub fn program(
         };
     }
     if let Some(t) = cfg.threshold {
-        ops.push(wr(regs::TRIG_THRESHOLD, t));
+        ops.push(write32(regs::TRIG_THRESHOLD, t));
         ctrl |= trig_ctrl::THRESHOLD_ENABLE;
     }
     if !ops.is_empty() || cfg.dither.is_some() {
-        ops.push(wr(regs::TRIG_CTRL, ctrl));
+        ops.push(write32(regs::TRIG_CTRL, ctrl));
         dev.batch(&mut ops)
-            .map_err(|e| refused("trigger settings", &e))?;
+            .map_err(|e| refused("trigger settings", e))?;
     }
     for &(ccu, word, bits) in &cfg.masks {
         let mut ops = [
-            wr(regs::ccu(ccu, regs::CCU_MASK_INDEX), word),
-            wr(regs::ccu(ccu, regs::CCU_MASK_DATA), bits),
+            write32(regs::ccu(ccu, regs::CCU_MASK_INDEX), word),
+            write32(regs::ccu(ccu, regs::CCU_MASK_DATA), bits),
         ];
         dev.batch(&mut ops)
-            .map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), &e))?;
+            .map_err(|e| refused(&format!("mask of CCU {ccu} word {word}"), e))?;
     }
     if let Some(w) = cfg.watermark {
         let mut ops: Vec<RegOp> = partitions
             .iter()
-            .map(|&p| wr(regs::part(p, regs::PART_STREAM_WATERMARK), w))
+            .map(|&p| write32(regs::part(p, regs::PART_STREAM_WATERMARK), w))
             .collect();
         dev.batch(&mut ops)
-            .map_err(|e| refused(&format!("stream watermark {w}"), &e))?;
+            .map_err(|e| refused(&format!("stream watermark {w}"), e))?;
     }
     Ok(())
 }
 
-fn refused(what: &str, e: &crate::devnode::DevError) -> EngineError {
-    let mut reason = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        reason.push_str(": ");
-        reason.push_str(&s.to_string());
-        src = s.source();
-    }
+fn refused(what: &str, source: gpupm_client::DevError) -> EngineError {
     EngineError::Refused {
         what: what.into(),
-        reason,
+        source,
     }
 }
 

@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gpupm_client::ops::{read32, read64, reg32};
+use gpupm_client::DevNode;
 use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::regs::{self as r, ctx_cmd, ctx_state, vm_flags, MAX_CONTEXTS, MAX_VMS};
 use zerocopy::FromZeros;
@@ -17,7 +19,6 @@ use super::drain::{self, Rings};
 use super::program;
 use super::EngineError;
 use crate::config::Programming;
-use crate::devnode::{rd, reg32, DevNode};
 use crate::store::retired::{retired_flags, RetiredFile, RETIRED_MAGIC, RETIRED_VERSION};
 use crate::store::{LiveCtx, Store, VmInfo};
 use crate::view::CtxId;
@@ -99,10 +100,10 @@ impl Worker<'_> {
             return Ok(None);
         }
         let mut ops = [
-            rd(r::ctx(ctx, r::CTX_STATE), 4),
-            rd(r::ctx(ctx, r::CTX_VM), 4),
-            rd(r::ctx(ctx, r::CTX_CREATED_CYCLE), 8),
-            rd(r::ctx(ctx, r::CTX_BLOCK), 8),
+            read32(r::ctx(ctx, r::CTX_STATE)),
+            read32(r::ctx(ctx, r::CTX_VM)),
+            read64(r::ctx(ctx, r::CTX_CREATED_CYCLE)),
+            read64(r::ctx(ctx, r::CTX_BLOCK)),
         ];
         self.dev.batch(&mut ops)?;
         let state = reg32(ops[0].value);
@@ -176,28 +177,7 @@ impl Worker<'_> {
     /// destroyed context and drains every ring.
     pub fn resync(&mut self) -> Result<(), EngineError> {
         let partitions = program::configured_partitions(self.dev)?;
-        let vm_offsets: Vec<u64> = (1..MAX_VMS)
-            .flat_map(|v| {
-                [
-                    r::vm(v, r::VM_PARTITION),
-                    r::vm(v, r::VM_FLAGS),
-                    r::vm(v, r::VM_BLOCK),
-                ]
-            })
-            .collect();
-        let vm_regs = self.dev.read_many(&vm_offsets)?;
-        let vms: BTreeMap<u32, VmInfo> = (1..MAX_VMS)
-            .zip(vm_regs.chunks_exact(3))
-            .filter(|(_, v)| v[0] != 0)
-            .map(|(vm, v)| {
-                let info = VmInfo {
-                    partition: reg32(v[0]),
-                    confidential: reg32(v[1]) & vm_flags::CONFIDENTIAL != 0,
-                    block_offset: v[2],
-                };
-                (vm, info)
-            })
-            .collect();
+        let vms = self.read_vms()?;
         self.store.set_topology(vms, partitions.clone());
 
         let states = self.dev.read_many(
@@ -256,5 +236,32 @@ impl Worker<'_> {
             "context table synchronised with the device"
         );
         Ok(())
+    }
+
+    /// The VMs the device has, with their partition, confidentiality and
+    /// block.
+    fn read_vms(&self) -> Result<BTreeMap<u32, VmInfo>, EngineError> {
+        let vm_offsets: Vec<u64> = (1..MAX_VMS)
+            .flat_map(|v| {
+                [
+                    r::vm(v, r::VM_PARTITION),
+                    r::vm(v, r::VM_FLAGS),
+                    r::vm(v, r::VM_BLOCK),
+                ]
+            })
+            .collect();
+        let vm_regs = self.dev.read_many(&vm_offsets)?;
+        Ok((1..MAX_VMS)
+            .zip(vm_regs.chunks_exact(3))
+            .filter(|(_, v)| v[0] != 0)
+            .map(|(vm, v)| {
+                let info = VmInfo {
+                    partition: reg32(v[0]),
+                    confidential: reg32(v[1]) & vm_flags::CONFIDENTIAL != 0,
+                    block_offset: v[2],
+                };
+                (vm, info)
+            })
+            .collect())
     }
 }

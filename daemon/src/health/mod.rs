@@ -13,19 +13,13 @@
 //! anomalies at `PRIORITY=4` (warning).
 //!
 //! # Journal socket
-//! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`;
-//! [`HealthConfig::journal_socket`] only decides whether journald is used
-//! (it must exist, and the crate's connect probe must succeed). A
-//! non-default path therefore selects journald only when it exists, and a
-//! warning says that the default socket is used.
+//! Log setup is shared with the driver ([`gpupm_fusemount::logging`]):
+//! [`HealthConfig::journal_socket`] only decides whether journald is used;
+//! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`.
 
 mod events;
 mod fanout;
-mod logging;
 mod reporter;
-
-use std::path::PathBuf;
-use std::time::Duration;
 
 pub use events::{
     config_applied, device_identity, handshake_fallback, retired_pruned, shutdown, startup,
@@ -33,7 +27,7 @@ pub use events::{
     STARTUP_ID,
 };
 pub use fanout::HealthFanout;
-pub use logging::{init_logging, init_logging_sink, LogSink};
+pub use gpupm_fusemount::logging::LogSink;
 pub use reporter::{
     percentile_ns, spawn_reporter, spawn_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
     SUMMARY_ID,
@@ -42,31 +36,22 @@ pub use reporter::{
 /// `target` of every event this module emits.
 pub const TARGET: &str = "gpupmd::health";
 
+/// Health reporting settings, from the configuration file's format.
+pub use gpupm_client::config::HealthConfig;
 /// Default journald socket.
-pub const DEFAULT_JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
-
-/// Health reporting settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HealthConfig {
-    /// Interval of the health summary (default 60 s).
-    pub summary_interval: Duration,
-    /// journald socket (default `/run/systemd/journal/socket`).
-    pub journal_socket: PathBuf,
-}
-
-impl Default for HealthConfig {
-    fn default() -> Self {
-        Self {
-            summary_interval: Duration::from_secs(60),
-            journal_socket: PathBuf::from(DEFAULT_JOURNAL_SOCKET),
-        }
-    }
-}
+pub use gpupm_client::paths::DEFAULT_JOURNAL_SOCKET;
 
 /// Why logging could not be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum HealthError {
-    /// A global subscriber was already installed.
-    #[error("logging was already initialised")]
-    AlreadyInitialised,
+pub use gpupm_fusemount::logging::LoggingError as HealthError;
+
+/// Installs the global tracing subscriber ([`gpupm_fusemount::logging`]):
+/// journald with structured fields when `cfg.journal_socket` exists, stderr
+/// otherwise. The filter comes from `RUST_LOG` (default `info`).
+pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
+    init_logging_sink(cfg).map(|_sink| ())
+}
+
+/// Like [`init_logging`], and says which sink was chosen.
+pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
+    gpupm_fusemount::logging::init(&cfg.journal_socket)
 }

@@ -19,19 +19,17 @@
 mod sys;
 
 use std::fs::{File, OpenOptions};
-use std::ops::Range;
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+pub use gpupm_client::config::KernelPmuConfig;
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::pmu::{scope, Publish, Wanted, PMU_STRUCT_VERSION, PUBLISH_BATCH};
-use serde::Deserialize;
-use toml::Spanned;
 
 use crate::health::TARGET;
 use crate::view::{CounterView, Scope, Totals};
@@ -39,72 +37,6 @@ use crate::view::{CounterView, Scope, Totals};
 /// `MESSAGE_ID` of the event saying whether the module's publication
 /// device was found (`FOUND`, `DEVICE`, `REASON`).
 pub const KERNEL_PMU_ID: &str = "3d7c1a0e5b8f4c61a2e9d04f6b1c7e35";
-/// Default publication device.
-pub const DEFAULT_DEVICE: &str = "/dev/gpupm_pmu";
-/// Longest publication interval.
-pub const MAX_INTERVAL_MS: u64 = 60_000;
-
-/// `[kernel_pmu]` as written.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct KernelPmuSection {
-    /// Publish to the module.
-    pub enabled: bool,
-    /// The module's publication device.
-    pub device: PathBuf,
-    /// Milliseconds between publications.
-    pub interval_ms: Spanned<u64>,
-}
-
-impl Default for KernelPmuSection {
-    fn default() -> Self {
-        KernelPmuSection {
-            enabled: false,
-            device: PathBuf::from(DEFAULT_DEVICE),
-            interval_ms: Spanned::new(0..0, 100),
-        }
-    }
-}
-
-/// `[kernel_pmu]`, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelPmuConfig {
-    /// Publish to the module.
-    pub enabled: bool,
-    /// The module's publication device.
-    pub device: PathBuf,
-    /// Time between publications.
-    pub interval: Duration,
-}
-
-impl Default for KernelPmuConfig {
-    fn default() -> Self {
-        KernelPmuConfig {
-            enabled: false,
-            device: PathBuf::from(DEFAULT_DEVICE),
-            interval: Duration::from_millis(100),
-        }
-    }
-}
-
-impl KernelPmuSection {
-    /// The checked settings, or the span and reason of the bad value.
-    pub fn resolve(&self) -> Result<KernelPmuConfig, (Range<usize>, String)> {
-        let ms = *self.interval_ms.get_ref();
-        if !(1..=MAX_INTERVAL_MS).contains(&ms) {
-            return Err((
-                self.interval_ms.span(),
-                format!("interval_ms must lie in 1..={MAX_INTERVAL_MS}"),
-            ));
-        }
-        Ok(KernelPmuConfig {
-            enabled: self.enabled,
-            device: self.device.clone(),
-            interval: Duration::from_millis(ms),
-        })
-    }
-}
-
 /// The running publisher; stops and joins its thread on drop.
 #[derive(Debug)]
 pub struct Publisher {
@@ -274,45 +206,5 @@ impl Batch<'_> {
         }
         self.req = Publish::default();
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<KernelPmuConfig, (Range<usize>, String)> {
-        #[derive(Deserialize)]
-        struct File {
-            kernel_pmu: KernelPmuSection,
-        }
-        let f: File = toml::from_str(text).map_err(|e| (0..0, e.message().to_string()))?;
-        f.kernel_pmu.resolve()
-    }
-
-    #[test]
-    fn defaults_are_off_with_a_100_ms_interval() {
-        let c = parse("[kernel_pmu]\n").unwrap();
-        assert_eq!(c, KernelPmuConfig::default());
-        assert!(!c.enabled);
-    }
-
-    #[test]
-    fn interval_out_of_range_points_at_the_value() {
-        let text = "[kernel_pmu]\nenabled = true\ninterval_ms = 0\n";
-        let (span, reason) = parse(text).unwrap_err();
-        assert_eq!(&text[span], "0");
-        assert!(reason.contains("interval_ms"), "{reason}");
-        assert!(parse("[kernel_pmu]\ninterval_ms = 60001\n").is_err());
-        let ok =
-            parse("[kernel_pmu]\nenabled = true\ndevice = \"/dev/x\"\ninterval_ms = 20\n").unwrap();
-        assert_eq!(ok.interval, Duration::from_millis(20));
-        assert_eq!(ok.device, PathBuf::from("/dev/x"));
-    }
-
-    #[test]
-    fn unknown_keys_are_refused() {
-        let (_, reason) = parse("[kernel_pmu]\nenable = true\n").unwrap_err();
-        assert!(reason.contains("unknown field"), "{reason}");
     }
 }

@@ -244,48 +244,7 @@ impl ScrapeData {
             self.handshakes.metric_type(),
         )?;
         self.handshakes.encode(m)?;
-        let counters: [(&str, &str, u64); 8] = [
-            (
-                "gpupm_handshakes",
-                "Host-driven context-switch handshakes completed.",
-                h.handshakes,
-            ),
-            (
-                "gpupm_handshake_fallbacks",
-                "Context switches the device completed by its fallback.",
-                h.fallbacks,
-            ),
-            (
-                "gpupm_stream_lost_records",
-                "Stream records lost to ring overflow.",
-                h.lost_records,
-            ),
-            (
-                "gpupm_stream_drained_records",
-                "Stream records drained.",
-                h.drained_records,
-            ),
-            (
-                "gpupm_tenant_requests",
-                "Tenant node requests served.",
-                h.tenant_requests,
-            ),
-            (
-                "gpupm_tenant_request_errors",
-                "Tenant node requests answered with an error.",
-                h.tenant_errors,
-            ),
-            (
-                "gpupm_contexts_retired",
-                "Contexts retired (final totals persisted, block released).",
-                h.contexts_retired,
-            ),
-            (
-                "gpupm_contexts_pruned",
-                "Retired contexts removed by the retention policy.",
-                h.contexts_pruned,
-            ),
-        ];
+        let counters = health_counters(h);
         for (name, help, v) in counters {
             encoder
                 .encode_descriptor(name, help, None, MetricType::Counter)?
@@ -335,4 +294,50 @@ impl ScrapeData {
             .encode_gauge(&h.uptime_s)?;
         Ok(())
     }
+}
+
+/// The daemon's work counters as (name, help, value).
+fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 8] {
+    [
+        (
+            "gpupm_handshakes",
+            "Host-driven context-switch handshakes completed.",
+            h.handshakes,
+        ),
+        (
+            "gpupm_handshake_fallbacks",
+            "Context switches the device completed by its fallback.",
+            h.fallbacks,
+        ),
+        (
+            "gpupm_stream_lost_records",
+            "Stream records lost to ring overflow.",
+            h.lost_records,
+        ),
+        (
+            "gpupm_stream_drained_records",
+            "Stream records drained.",
+            h.drained_records,
+        ),
+        (
+            "gpupm_tenant_requests",
+            "Tenant node requests served.",
+            h.tenant_requests,
+        ),
+        (
+            "gpupm_tenant_request_errors",
+            "Tenant node requests answered with an error.",
+            h.tenant_errors,
+        ),
+        (
+            "gpupm_contexts_retired",
+            "Contexts retired (final totals persisted, block released).",
+            h.contexts_retired,
+        ),
+        (
+            "gpupm_contexts_pruned",
+            "Retired contexts removed by the retention policy.",
+            h.contexts_pruned,
+        ),
+    ]
 }

@@ -29,22 +29,8 @@ use crate::view::{CounterView, HealthSource};
 /// Connections served at the same time; more are closed at once.
 pub const MAX_CONNECTIONS: usize = 16;
 
-/// Metrics settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetricsConfig {
-    /// Per VM, contexts exported individually; the rest are summed into one
-    /// `ctx="other"` series (bounded label cardinality).
-    pub max_contexts_per_vm: usize,
-}
-
-impl Default for MetricsConfig {
-    /// 64 contexts per VM.
-    fn default() -> Self {
-        Self {
-            max_contexts_per_vm: 64,
-        }
-    }
-}
+/// Metrics settings, from the configuration file's format.
+pub use gpupm_client::config::MetricsConfig;
 
 /// Why serving stopped.
 #[derive(Debug, thiserror::Error)]

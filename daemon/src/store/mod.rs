@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
+use gpupm_client::DevNode;
 use gpupm_uapi::layout::{
     block_kind, block_slot_offset, envelope_flags, BlockSlot, SYSTEM_BLOCK_SLOT,
 };
@@ -31,11 +32,9 @@ use self::history::History;
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
-use crate::devnode::DevNode;
-use crate::tenant::TenantStats;
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
-    HealthSource, Scope, Totals, VmId,
+    HealthSource, Scope, TenantStats, Totals, VmId,
 };
 
 /// Most history samples one instance-rates request looks at (the tail of

@@ -27,46 +27,8 @@ use super::retired::RetiredError;
 use super::Store;
 use crate::view::CtxId;
 
-/// Default of `[retired] max_contexts`.
-pub const DEFAULT_MAX_CONTEXTS: usize = 10_000;
-/// Largest `[retired] max_contexts` (about 6 GiB of files and 600 MiB of
-/// tables: beyond any fleet's use, below any overflow).
-pub const MAX_MAX_CONTEXTS: usize = 10_000_000;
-
-/// The retention policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Retention {
-    /// Most retired instances kept (≥ 1).
-    pub max_contexts: usize,
-    /// Longest an instance is kept after its retirement, in seconds of
-    /// device time (`None`: no age limit).
-    pub max_age_s: Option<u64>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            max_contexts: DEFAULT_MAX_CONTEXTS,
-            max_age_s: None,
-        }
-    }
-}
-
-impl Retention {
-    /// `max_age_s` in device cycles at `clock_khz`.
-    pub fn max_age_cycles(&self, clock_khz: u32) -> Option<u64> {
-        self.max_age_s
-            .map(|s| s.saturating_mul(u64::from(clock_khz)).saturating_mul(1000))
-    }
-
-    /// How often a running daemon looks for instances that aged out while
-    /// nothing retired (retirements trigger a check themselves): an eighth
-    /// of the age limit, between 1 s and 60 s.
-    pub fn age_check_period(&self) -> Option<Duration> {
-        self.max_age_s
-            .map(|s| Duration::from_secs(s.div_ceil(8).clamp(1, 60)))
-    }
-}
+/// The policy and its limits, from the configuration file's format.
+pub use gpupm_client::config::{Retention, DEFAULT_MAX_CONTEXTS, MAX_MAX_CONTEXTS};
 
 /// A retired instance in retention order: (retired cycle, created cycle, id).
 pub type AgeKey = (u64, u64, CtxId);
@@ -249,7 +211,10 @@ pub async fn run(store: Arc<Store>) {
         match tokio::task::spawn_blocking(move || s.prune_retired()).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
-                tracing::warn!(error = %crate::engine::irq::chain(&e), "pruning retired contexts failed; retrying after the next retirement")
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "pruning retired contexts failed; retrying after the next retirement"
+                )
             }
             Err(e) => tracing::warn!(error = %e, "the pruning task failed"),
         }

@@ -20,7 +20,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use gpupm_uapi::layout::{envelope_flags, Block, BlockSlot, BLOCK_MAGIC};
+use gpupm_uapi::layout::{Block, BlockSlot};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Magic of a retired-context file: "gRET".
@@ -74,11 +74,7 @@ impl RetiredFile {
 
 /// The plaintext block of a slot (`None` when encrypted, empty or corrupt).
 pub fn plain_block(slot: &BlockSlot) -> Option<Block> {
-    if slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
-        return None;
-    }
-    let block = Block::read_from_bytes(&slot.payload).ok()?;
-    (block.magic == BLOCK_MAGIC).then_some(block)
+    slot.plain_block()
 }
 
 /// Why persisting failed.

@@ -9,12 +9,12 @@
 use gpupm_uapi::tenant::{counter_flags, ReadInstance, ReadInstanceRates, RATE_SAMPLES};
 use zerocopy::FromZeros;
 
-use super::authz::{missing, resolve_instance};
-use super::policy::Identity;
-use super::requests::{
-    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples,
-    CounterAnswer, RequestError,
+use super::answer::{
+    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples, CounterAnswer,
 };
+use super::authz::{missing, resolve_instance};
+use super::error::RequestError;
+use super::policy::Identity;
 use crate::view::{CounterView, Totals};
 
 pub(super) fn read_instance(

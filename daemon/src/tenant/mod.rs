@@ -57,10 +57,10 @@
 //! context instance by (id, created cycle)), `error` (errnos),
 //! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
 //! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
-//! descriptor), [`client`] (a typed client).
+//! descriptor). The typed client is `gpupm_client::TenantClient`.
 
+mod answer;
 mod authz;
-pub mod client;
 mod error;
 mod fs;
 mod instance;
@@ -73,70 +73,26 @@ pub mod session;
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::view::{CounterView, VmId};
+use crate::view::CounterView;
 
-/// Default directory of the tenant node.
-pub const DEFAULT_TENANT_DIR: &str = "/run/gpupm/tenant";
-/// Name of the node's descriptor in the service's descriptor store
-/// (`gpupm-mount --fdname tenant`; look it up with
+/// The configured policy (who may see what) and the default number of
+/// serving threads, from the configuration file's format.
+pub use gpupm_client::config::{
+    TenantMap, TenantPolicy, DEFAULT_TENANT_THREADS as DEFAULT_THREADS,
+};
+/// The node's well-known paths and names: its default directory, its
+/// file name, and the name of its descriptor in the service's descriptor
+/// store (`gpupm-mount --fdname tenant`; look it up with
 /// [`gpupm_fusemount::inherited_fd`]).
-pub const TENANT_FDNAME: &str = "tenant";
-/// File name of the node inside the directory.
-pub const NODE_NAME: &str = "node";
-/// Threads serving the node when the configuration does not say
-/// (`tenant_threads`): two, so that one slow request (a large counter read)
-/// does not hold up every other tenant's.
-pub const DEFAULT_THREADS: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
+pub use gpupm_client::paths::{DEFAULT_TENANT_DIR, TENANT_FDNAME, TENANT_NODE_NAME as NODE_NAME};
 /// Most records one stream session queues before it drops (and counts) new ones.
 pub const SESSION_QUEUE: usize = 256;
 
-/// Who may see what.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TenantPolicy {
-    /// Members of this group (primary or supplementary) are admins, like root.
-    pub admin_gid: Option<u32>,
-    /// VM → tenant mapping.
-    pub tenants: Vec<TenantMap>,
-}
-
-/// One VM's tenant: a uid, a gid, or both (either matching grants access).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TenantMap {
-    /// The VM.
-    pub vm: VmId,
-    /// Tenant user.
-    pub uid: Option<u32>,
-    /// Tenant group.
-    pub gid: Option<u32>,
-}
-
-/// Request counters of the tenant node.
-///
-/// `requests` counts ioctls and reads; `errors` those answered with an
-/// errno other than EAGAIN. `open_handles` and `open_sessions` are gauges.
-#[derive(Debug, Default)]
-pub struct TenantStats {
-    /// Requests served.
-    pub requests: AtomicU64,
-    /// Requests answered with an error.
-    pub errors: AtomicU64,
-    /// File handles currently open on the node.
-    pub open_handles: AtomicU64,
-    /// Stream sessions currently open.
-    pub open_sessions: AtomicU64,
-    /// Records stream sessions dropped because their queue was full.
-    pub session_drops: AtomicU64,
-}
-
-impl TenantStats {
-    /// Loads one counter.
-    pub fn get(counter: &AtomicU64) -> u64 {
-        counter.load(Ordering::Relaxed)
-    }
-}
+/// The node's request counters (kept in [`crate::view`], where the
+/// health snapshot reads them).
+pub use crate::view::TenantStats;
 
 /// Why the tenant node could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +177,8 @@ impl TenantNode {
             pump.handle(),
             Arc::clone(&stats),
         );
-        let mounted = serve(fs).map_err(|e| TenantError::mount(dir, e.describe()))?;
+        let mounted = serve(fs)
+            .map_err(|e| TenantError::mount(dir, format_args!("{:#}", anyhow::Error::new(e))))?;
         if mounted.is_owned() {
             tracing::info!(dir = %dir.display(), "tenant node mounted");
         } else {

@@ -44,20 +44,6 @@ pub(super) enum ServeError {
     },
 }
 
-impl ServeError {
-    /// The message with its causes, for [`super::TenantError`].
-    pub(super) fn describe(&self) -> String {
-        let mut msg = self.to_string();
-        let mut src = std::error::Error::source(self);
-        while let Some(s) = src {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            src = s.source();
-        }
-        msg
-    }
-}
-
 /// `threads` event loops, on cloned descriptors when `/dev/fuse` can be
 /// opened here. The trial clone (closed at once) proves fuser's own clones
 /// will succeed: one failing inside the session would end it.

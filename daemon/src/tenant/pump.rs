@@ -10,9 +10,6 @@ use tokio::sync::oneshot;
 
 use super::session::Sessions;
 
-/// Whether a parked reader was killed (or is gone): for the reaper.
-pub(super) use gpupm_fusemount::procfs::fatal_signal_pending;
-
 /// How often parked reads of killed processes are failed.
 const REAP_PERIOD: Duration = Duration::from_millis(100);
 

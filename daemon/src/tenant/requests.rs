@@ -11,23 +11,26 @@
 
 use std::sync::Arc;
 
-use gpupm_uapi::events::{self, Scope as EventScope, EVENT_COUNT, MAX_EVENTS};
-use gpupm_uapi::layout::BlockSlot;
+use gpupm_uapi::events::{self, Scope as EventScope};
+use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::{
-    counter_flags, ctx_state, scope, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample,
-    ReadCounters, ReadRates, Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS,
-    TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_STREAM,
-    TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES,
-    TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+    counter_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates,
+    Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS, TENANT_IOC_EVENT_INFO,
+    TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_STREAM, TENANT_IOC_READ_COUNTERS,
+    TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES, TENANT_IOC_READ_RATES,
+    TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
 };
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
+use super::answer::{
+    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples, CounterAnswer,
+};
 use super::authz::{missing, recheck, resolve};
 pub use super::error::RequestError;
 use super::instance::{read_instance, read_instance_rates};
 use super::policy::Identity;
-use crate::view::{Caller, CounterView, CtxId, CtxState, DeltaSample, Scope, Totals, VmId};
+use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
 
 /// A stream session the caller was granted.
 #[derive(Debug)]
@@ -49,22 +52,6 @@ pub enum Answer {
     Data(Vec<u8>),
     /// Turn the handle into a stream session.
     Stream(StreamGrant),
-}
-
-/// `_IOC_TYPE` of a command.
-fn ioc_type(cmd: u32) -> u32 {
-    (cmd >> 8) & 0xff
-}
-
-/// `_IOC_NR` of a command.
-fn ioc_nr(cmd: u32) -> u32 {
-    cmd & 0xff
-}
-
-/// `_IOC_DIR` of a command. The type byte `'T'` is shared with the legacy
-/// terminal ioctls (`0x54xx`, no direction), which must stay ENOTTY.
-fn ioc_dir(cmd: u32) -> u32 {
-    cmd >> 30
 }
 
 /// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
@@ -95,11 +82,13 @@ pub fn dispatch(
         TENANT_IOC_READ_INSTANCE_RATES => {
             out(read_instance_rates(view, identity, decode(input)?)?.as_bytes())
         }
-        _ if ioc_type(cmd) == u32::from(TENANT_IOC_MAGIC)
-            && ioc_dir(cmd) != 0
+        // The type byte 'T' is shared with the legacy terminal ioctls
+        // (0x54xx, no direction), which must stay ENOTTY.
+        _ if ioc::ty(cmd) == TENANT_IOC_MAGIC
+            && ioc::dir(cmd) != ioc::Dir::None
             && TENANT_IOCTLS
                 .iter()
-                .any(|&(_, known)| ioc_nr(known) == ioc_nr(cmd)) =>
+                .any(|&(_, known)| ioc::nr(known) == ioc::nr(cmd)) =>
         {
             Err(RequestError::Invalid(
                 "wrong size or direction for a tenant ioctl",
@@ -114,22 +103,6 @@ fn decode<T: FromBytes + KnownLayout + Immutable>(input: &[u8]) -> Result<Box<T>
     T::read_from_bytes(input)
         .map(Box::new)
         .map_err(|_| RequestError::Invalid("argument size"))
-}
-
-pub(super) fn check_version(version: u32) -> Result<(), RequestError> {
-    if version == TENANT_STRUCT_VERSION {
-        Ok(())
-    } else {
-        Err(RequestError::Invalid("struct version"))
-    }
-}
-
-pub(super) fn check_reserved(reserved: u32) -> Result<(), RequestError> {
-    if reserved == 0 {
-        Ok(())
-    } else {
-        Err(RequestError::Invalid("reserved field not zero"))
-    }
 }
 
 fn whoami(
@@ -151,14 +124,6 @@ fn whoami(
     ans.n_vms = u32::try_from(vms.len()).unwrap_or(0);
     ans.vms[..vms.len()].copy_from_slice(&vms);
     Ok(ans)
-}
-
-pub(super) fn ctx_state_code(state: CtxState) -> u32 {
-    match state {
-        CtxState::Active => ctx_state::ACTIVE,
-        CtxState::Destroyed => ctx_state::DESTROYED,
-        CtxState::Retired => ctx_state::RETIRED,
-    }
 }
 
 fn list_contexts(
@@ -211,71 +176,6 @@ fn read_counters(
     Ok(arg)
 }
 
-/// The number of event ids a request names, checked: at most
-/// `MAX_EVENTS`, each in the catalogue (0 = all events).
-pub(super) fn checked_events(n_events: u32, events: &[u16]) -> Result<usize, RequestError> {
-    let n = usize::try_from(n_events)
-        .ok()
-        .filter(|&n| n <= MAX_EVENTS.min(events.len()))
-        .ok_or(RequestError::Invalid("too many event ids"))?;
-    if events[..n].iter().any(|&e| usize::from(e) >= EVENT_COUNT) {
-        return Err(RequestError::Invalid("event id out of range"));
-    }
-    Ok(n)
-}
-
-/// What a counter read answers for a scope's totals.
-pub(super) struct CounterAnswer {
-    /// `counter_flags`.
-    pub flags: u32,
-    /// Commits folded in (0 when sealed).
-    pub commit_seq: u64,
-    /// Device cycle of the last commit (0 when sealed).
-    pub cycle: u64,
-    /// The values of `events` in order, or every event when none are named.
-    pub values: [u64; MAX_EVENTS],
-    /// The block slot as published, for a confidential scope.
-    pub sealed: BlockSlot,
-}
-
-impl CounterAnswer {
-    /// The answer for `totals`, selecting `events` (checked by
-    /// [`checked_events`]; empty = all).
-    pub(super) fn of(totals: Totals, events: &[u16]) -> Result<CounterAnswer, RequestError> {
-        Ok(match totals {
-            Totals::Plain {
-                counters,
-                commit_seq,
-                cycle,
-            } => {
-                let mut values = [0; MAX_EVENTS];
-                if events.is_empty() {
-                    values = counters;
-                } else {
-                    for (v, &e) in values.iter_mut().zip(events) {
-                        *v = counters.get(usize::from(e)).copied().unwrap_or(0);
-                    }
-                }
-                CounterAnswer {
-                    flags: 0,
-                    commit_seq,
-                    cycle,
-                    values,
-                    sealed: BlockSlot::new_zeroed(),
-                }
-            }
-            Totals::Sealed(bytes) => CounterAnswer {
-                flags: counter_flags::SEALED,
-                commit_seq: 0,
-                cycle: 0,
-                values: [0; MAX_EVENTS],
-                sealed: BlockSlot::read_from_bytes(&bytes)
-                    .map_err(|_| RequestError::Internal("sealed block of the wrong size"))?,
-            },
-        })
-    }
-}
-
 fn read_rates(
     view: &dyn CounterView,
     identity: &Identity,
@@ -308,33 +208,6 @@ fn read_rates(
         Some(s.vm) == r.vm && ctx.is_none_or(|c| s.ctx == c)
     });
     Ok(arg)
-}
-
-/// Copies the newest `max` of `samples` that pass `belongs` into `out`,
-/// oldest first; returns how many. The filter keeps an answer inside the
-/// resolved scope whatever a view returns.
-pub(super) fn fill_rate_samples(
-    out: &mut [RateSample; RATE_SAMPLES],
-    samples: &[DeltaSample],
-    max: usize,
-    belongs: impl Fn(&DeltaSample) -> bool,
-) -> u32 {
-    let recent: Vec<&DeltaSample> = samples
-        .iter()
-        .filter(|s| belongs(s))
-        .rev()
-        .take(max)
-        .collect();
-    for (slot, s) in out.iter_mut().zip(recent.iter().rev()) {
-        *slot = RateSample {
-            start_cycle: s.start_cycle,
-            end_cycle: s.end_cycle,
-            flags: u32::from(s.flags),
-            ctx: s.ctx,
-            deltas: s.deltas,
-        };
-    }
-    u32::try_from(recent.len()).unwrap_or(0)
 }
 
 fn open_stream(
@@ -399,6 +272,8 @@ fn event_info(arg: Box<EventInfo>) -> Result<Box<EventInfo>, RequestError> {
 
 #[cfg(test)]
 mod tests {
+    use gpupm_uapi::events::MAX_EVENTS;
+
     use super::*;
 
     /// A device with no VMs at all.

@@ -10,6 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use gpupm_fusemount::procfs::fatal_signal_pending;
 use gpupm_uapi::layout::{envelope_flags, Envelope, StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
 use tokio::sync::broadcast;
@@ -18,7 +19,6 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::error::RequestError;
 use super::policy::Identity;
-use super::pump::fatal_signal_pending;
 use super::requests::StreamGrant;
 use super::{TenantStats, SESSION_QUEUE};
 use crate::view::DeltaSample;

@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::{reg32, write32};
+use gpupm_client::{DevNode, IntrReader};
 use gpupm_uapi::events::{self, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
@@ -13,7 +15,6 @@ use gpupm_uapi::layout::{block_slot_offset, Block, SYSTEM_BLOCK_SLOT};
 use gpupm_uapi::regs::{
     self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS, MAX_VMS,
 };
-use gpupmd::devnode::{reg32, wr, DevNode, IntrReader};
 use gpupmd::store::retired::{plain_block, RetiredStore};
 
 /// The scenario of the end-to-end tests: 8 one-GPC partitions on a small
@@ -238,8 +239,8 @@ pub fn wait_none_destroyed(dev: &DevNode) {
 pub fn flush(dev: &DevNode) {
     let mask = PARTS.fold(1u32, |m, p| m | 1 << p);
     dev.batch(&mut [
-        wr(r::TRIG_TARGET, mask),
-        wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+        write32(r::TRIG_TARGET, mask),
+        write32(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
     ])
     .expect("flush");
 }

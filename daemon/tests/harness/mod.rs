@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gpupmd::devnode::DevNode;
+use gpupm_client::DevNode;
 use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

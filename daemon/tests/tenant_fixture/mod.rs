@@ -595,7 +595,7 @@ fn become_user(cred: &Cred) -> nix::Result<()> {
 }
 
 /// The errno of a client result (0 for success).
-pub fn errno_of<T>(r: &Result<T, gpupmd::tenant::client::ClientError>) -> i32 {
+pub fn errno_of<T>(r: &Result<T, gpupm_client::ClientError>) -> i32 {
     match r {
         Ok(_) => 0,
         Err(e) => e.errno().map_or(-1, |e| e as i32),

@@ -8,13 +8,14 @@
 //! on exit.
 
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use gpupm_client::paths::NODE_FDNAME;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
@@ -23,11 +24,9 @@ use gpupm_driver::node::fuse::FuseTransport;
 use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::ticker::Ticker;
 use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR, DEFAULT_THREADS};
-use gpupm_driver::service::{self, SdNotify};
+use gpupm_fusemount::logging;
 use nix::sys::signal::{SigSet, Signal};
-
-/// Name of the node's descriptor in the service's descriptor store.
-const NODE_FDNAME: &str = "node";
+use sd_notify::NotifyState;
 
 /// How the device clock advances.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -104,25 +103,21 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    service::init_logging();
+    if let Err(e) = logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
+        eprintln!("gpupm-driver: {e}");
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut msg = e.to_string();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                msg.push_str(": ");
-                msg.push_str(&s.to_string());
-                src = s.source();
-            }
-            tracing::error!("{msg}");
             // Bad input (like a bad command line, which clap exits 2 for)
             // is told apart from a failure to run.
-            if matches!(e, DriverError::Scenario(_)) {
+            let code = if matches!(e, DriverError::Scenario(_)) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
-            }
+            };
+            tracing::error!("{:#}", anyhow::Error::new(e));
+            code
         }
     }
 }
@@ -168,22 +163,22 @@ fn run(args: &Args) -> Result<(), DriverError> {
         })
         .map_err(DriverError::Thread)?;
 
-    let sd = SdNotify::from_env().unwrap_or_else(|e| {
-        tracing::warn!(error = %e, "NOTIFY_SOCKET unusable");
-        None
-    });
-    let notify = |state: &str| {
-        if let Some(sd) = &sd {
-            if let Err(e) = sd.notify(state) {
-                tracing::warn!(error = %e, state, "sd_notify failed");
-            }
+    let notify = |states: &[NotifyState<'_>]| {
+        if let Err(e) = sd_notify::notify(states) {
+            tracing::warn!(error = %e, "sd_notify failed");
         }
     };
     let dir = args.node_dir.display();
-    notify(&format!("READY=1\nSTATUS=serving {dir}"));
+    notify(&[
+        NotifyState::Ready,
+        NotifyState::Status(&format!("serving {dir}")),
+    ]);
     tracing::info!(node_dir = %dir, clock = ?args.clock, admin_gid, threads = args.threads.get(), "gpupm-driver ready");
 
-    let watchdog = service::watchdog_interval();
+    // Pings at half the timeout the service manager set for this process.
+    let watchdog = sd_notify::watchdog_enabled()
+        .filter(|timeout| !timeout.is_zero())
+        .map(|timeout| timeout / 2);
     let check_every = watchdog.unwrap_or(Duration::from_secs(1));
     let result = loop {
         match rx.recv_timeout(check_every) {
@@ -203,10 +198,10 @@ fn run(args: &Args) -> Result<(), DriverError> {
             break Err(DriverError::Died("clock thread"));
         }
         if watchdog.is_some() {
-            notify("WATCHDOG=1");
+            notify(&[NotifyState::Watchdog]);
         }
     };
-    notify("STOPPING=1");
+    notify(&[NotifyState::Stopping]);
     ticker.stop();
     transport.unmount()?;
     result

@@ -14,19 +14,10 @@ use gpupm_fusemount::procfs;
 use super::error::NodeError;
 
 /// Group that may use the node when `--admin-gid` is not given.
-pub const DEFAULT_ADMIN_GROUP: &str = "gpupm-admin";
+pub use gpupm_client::paths::DEFAULT_ADMIN_GROUP;
 
 /// Credentials of one request, as the kernel supplied them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caller {
-    /// Effective uid.
-    pub uid: u32,
-    /// Effective gid.
-    pub gid: u32,
-    /// Thread-group id of the caller (0 when the kernel sent the request on
-    /// its own behalf).
-    pub pid: u32,
-}
+pub use gpupm_fusemount::Caller;
 
 /// The admin uid (always root) and optional admin group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 //! Every check runs before the backend is called, so a malformed request
 //! changes nothing.
 
+use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
     GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
@@ -36,14 +37,6 @@ impl IoctlReply {
             data: value.as_bytes().to_vec(),
         }
     }
-}
-
-const fn ioc_nr(cmd: u32) -> u32 {
-    cmd & 0xff
-}
-
-const fn ioc_type(cmd: u32) -> u32 {
-    (cmd >> 8) & 0xff
 }
 
 /// Runs ioctl `cmd` with argument bytes `input` against `backend`.
@@ -106,8 +99,10 @@ pub fn dispatch(
                 data: Vec::new(),
             })
         }
-        _ if ioc_type(cmd) == u32::from(IOC_MAGIC)
-            && DEVICE_IOCTLS.iter().any(|&(_, c)| ioc_nr(c) == ioc_nr(cmd)) =>
+        _ if ioc::ty(cmd) == IOC_MAGIC
+            && DEVICE_IOCTLS
+                .iter()
+                .any(|&(_, c)| ioc::nr(c) == ioc::nr(cmd)) =>
         {
             Err(malformed(format!(
                 "ioctl {cmd:#010x}: known number with wrong size or direction (out size {out_size})"

@@ -43,15 +43,11 @@ use std::io;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-/// Default directory of the device node.
-pub const DEFAULT_NODE_DIR: &str = "/run/gpupm/dev";
+/// The node's well-known paths: its default directory and file names.
+pub use gpupm_client::paths::{CARD_NAME, DEFAULT_NODE_DIR, OOB_NAME};
 /// Serving threads of the node when `--threads` is not given: two, so
 /// that a handshake batch need not wait for a bulk memory-window read.
 pub const DEFAULT_THREADS: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
-/// File name of the register/control node.
-pub const CARD_NAME: &str = "card0";
-/// File name of the mailbox-only node.
-pub const OOB_NAME: &str = "card0-oob";
 
 /// How the node is made visible to other processes: FUSE today; a CUSE
 /// transport (a real `/dev` node) can implement the same trait later.

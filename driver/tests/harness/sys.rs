@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 /// Fails with EFAULT-like `InvalidInput` when `buf` is shorter than the size
 /// encoded in `cmd`, so the kernel never touches memory past it.
 pub fn ioctl(fd: &impl AsRawFd, cmd: u32, buf: &mut [u8]) -> io::Result<i32> {
-    let size = ((cmd >> 16) & 0x3fff) as usize;
+    let size = gpupm_uapi::ioc::size(cmd);
     if buf.len() < size {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

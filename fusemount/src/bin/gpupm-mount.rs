@@ -113,16 +113,10 @@ impl Failure {
     }
 }
 
-/// The error with its causes, on one line.
-fn one_line(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        src = s.source();
-    }
-    msg.replace('\n', " ")
+/// The error with its causes, on one line (journald shows one line per
+/// message).
+fn one_line(e: impl std::error::Error + Send + Sync + 'static) -> String {
+    format!("{:#}", anyhow::Error::new(e)).replace('\n', " ")
 }
 
 fn run(args: &Args) -> Result<String, Failure> {
@@ -148,7 +142,7 @@ fn run(args: &Args) -> Result<String, Failure> {
     if let Err(source) = gpupm_fusemount::store_fd(name, fd.as_fd()) {
         drop(fd);
         if let Err(e) = gpupm_fusemount::unmount(&args.dir) {
-            eprintln!("gpupm-mount: {}", one_line(&e));
+            eprintln!("gpupm-mount: {}", one_line(e));
         }
         return Err(Failure::Store {
             dir: args.dir.clone(),
@@ -187,8 +181,9 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("gpupm-mount: {}", one_line(&e));
-            ExitCode::from(e.exit_code())
+            let code = e.exit_code();
+            eprintln!("gpupm-mount: {}", one_line(e));
+            ExitCode::from(code)
         }
     }
 }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::{reg32, write32 as wr};
+use gpupm_client::DevNode;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 pub use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::ioctl::LedgerQuery;
@@ -13,7 +15,6 @@ use gpupm_uapi::regs::{
     self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS, MAX_PARTITION_SLOTS,
     MAX_VMS,
 };
-use gpupmd::devnode::{reg32, wr, DevNode};
 
 /// Per-event counts, indexed by event id.
 pub type Counts = [u64; MAX_EVENTS];

@@ -9,12 +9,13 @@
 
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::{reg32, write32};
+use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS};
-use gpupmd::devnode::{reg32, wr, DevNode};
 
 use super::procs::Proc;
-use crate::error::{CliError, CliResult};
-use crate::node::chain;
+use crate::error::{one_line, CliError, CliResult};
+
 use crate::progress::Spinner;
 
 /// Longest the demo waits for the daemon to go idle.
@@ -35,14 +36,14 @@ pub struct Stepper {
     pub behind_ms: u64,
 }
 
-fn dev_err(e: &gpupmd::devnode::DevError) -> CliError {
-    CliError::runtime(chain(e))
+fn dev_err(e: gpupm_client::DevError) -> CliError {
+    CliError::runtime(one_line(e))
 }
 
 impl Stepper {
     /// A stepper on `dev`.
     pub fn new(dev: DevNode) -> CliResult<Stepper> {
-        let id = dev.identity().map_err(|e| dev_err(&e))?;
+        let id = dev.identity().map_err(dev_err)?;
         if id.step_clock == 0 {
             return Err(CliError::usage(
                 "the demo device must run with --clock step",
@@ -56,7 +57,7 @@ impl Stepper {
                     .map(|&p| r::part(p, r::PART_STATUS))
                     .collect::<Vec<_>>(),
             )
-            .map_err(|e| dev_err(&e))?;
+            .map_err(dev_err)?;
         let parts: Vec<u32> = slots
             .iter()
             .zip(st)
@@ -94,7 +95,7 @@ impl Stepper {
         let target = elapsed_us.saturating_mul(self.khz) / 1000;
         while self.advanced < target {
             let step = self.chunk.min(target - self.advanced);
-            self.dev.advance(step).map_err(|e| dev_err(&e))?;
+            self.dev.advance(step).map_err(dev_err)?;
             self.advanced += step;
             self.wait_idle(daemon)?;
             if Instant::now() >= until {
@@ -114,7 +115,7 @@ impl Stepper {
         Ok(self
             .dev
             .read_many(&offs)
-            .map_err(|e| dev_err(&e))?
+            .map_err(dev_err)?
             .iter()
             .map(|&s| reg32(s) & part_status::STATE_MASK)
             .collect())
@@ -147,10 +148,10 @@ impl Stepper {
         let mask = self.parts.iter().fold(1u32, |m, &p| m | 1 << p);
         self.dev
             .batch(&mut [
-                wr(r::TRIG_TARGET, mask),
-                wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
+                write32(r::TRIG_TARGET, mask),
+                write32(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
             ])
-            .map_err(|e| dev_err(&e))?;
+            .map_err(dev_err)?;
         let mut spin = Spinner::new("waiting for the daemon to drain");
         let deadline = Instant::now() + IDLE_PATIENCE;
         loop {
@@ -184,7 +185,7 @@ impl Stepper {
                 ]
             })
             .collect();
-        let v = self.dev.read_many(&offs).map_err(|e| dev_err(&e))?;
+        let v = self.dev.read_many(&offs).map_err(dev_err)?;
         Ok(v.chunks_exact(3)
             .all(|x| reg32(x[0]).wrapping_sub(reg32(x[1])) < reg32(x[2]).max(1)))
     }
@@ -194,7 +195,7 @@ impl Stepper {
         Ok(self
             .dev
             .read_many(&offs)
-            .map_err(|e| dev_err(&e))?
+            .map_err(dev_err)?
             .iter()
             .any(|&s| reg32(s) == ctx_state::DESTROYED))
     }

@@ -10,17 +10,17 @@ pub mod procs;
 pub mod summary;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use gpupm_client::DevNode;
 use gpupm_driver::scenario;
-use gpupmd::devnode::DevNode;
 
 use self::clock::Stepper;
 use self::procs::{find_binary, Proc, TempDir};
 use crate::error::{CliError, CliResult};
-use crate::node::{self, Node};
+use crate::node::Node;
 use crate::output::emit;
 use crate::top::{self, sample::Sampler, LiveOpts, SortKey};
 
@@ -47,20 +47,80 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         Some(p) => scenario::parse_file(p).map_err(|e| CliError::usage(e.to_string()))?,
         None => scenario::builtin(),
     };
-    let driver_bin = find_binary("gpupm-driver")?;
-    let daemon_bin = find_binary("gpupmd")?;
-    if !nix::unistd::geteuid().is_root() {
-        return Err(CliError::usage(
-            "the demo mounts FUSE device nodes: run it as root",
-        ));
-    }
-    if !std::path::Path::new("/dev/fuse").exists() {
-        return Err(CliError::usage(
-            "the demo needs /dev/fuse (FUSE is not available here)",
-        ));
-    }
+    let (driver_bin, daemon_bin) = preflight()?;
     crate::signals::install()?;
     let tmp = TempDir::new()?;
+    let (mut driver, mut daemon) = start(&tmp, args, &driver_bin, &daemon_bin)?;
+
+    let dev =
+        DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(crate::error::one_line(e)))?;
+    let mut stepper = Stepper::new(dev)?;
+    let node_path = tmp.join("tenant").join("node");
+    let deadline = args.duration.map(|d| Instant::now() + d);
+    let interactive = !args.headless && std::io::stdout().is_terminal();
+    stepper.restart();
+    if interactive {
+        let sampler = Sampler::new(Node::open(&node_path)?)?;
+        let opts = LiveOpts {
+            interval: Duration::from_millis(1000),
+            sort: SortKey::Id,
+            contexts: true,
+            headless_frames: None,
+            title: format!("gpupm demo — {}", scen.name),
+            hook_every: Duration::from_millis(20),
+        };
+        top::live(sampler, &opts, &mut || {
+            stepper.catch_up(&mut daemon, Duration::from_millis(15))?;
+            Ok(!crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d))
+        })?;
+    } else {
+        let mut spin =
+            crate::progress::Spinner::new(format!("running {} (Ctrl-C to stop)", scen.name));
+        while !crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d) {
+            spin.tick();
+            stepper.catch_up(&mut daemon, Duration::from_millis(50))?;
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    stepper.flush_and_settle(&mut daemon)?;
+    let node = Node::open(&node_path)?;
+    let sum = summary::collect(&node, &stepper.dev, &scen)?;
+    drop(node);
+    let text = if args.json {
+        crate::output::json_line(&summary::to_json(&sum))?
+    } else {
+        summary::table(&sum)
+    };
+    if let Some(st) = daemon.stop().filter(|s| !s.success()) {
+        return Err(CliError::runtime(format!(
+            "gpupmd exited with {st}: {}",
+            daemon.why()
+        )));
+    }
+    drop(stepper);
+    if let Some(st) = driver.stop().filter(|s| !s.success()) {
+        return Err(CliError::runtime(format!(
+            "gpupm-driver exited with {st}: {}",
+            driver.why()
+        )));
+    }
+    drop(tmp);
+    emit(&text)?;
+    Ok(if sum.ledger_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Starts the driver (step clock) and the daemon (a private configuration)
+/// on the private directory; returns once both are ready.
+fn start(
+    tmp: &TempDir,
+    args: &Args,
+    driver_bin: &Path,
+    daemon_bin: &Path,
+) -> CliResult<(Proc, Proc)> {
     let mut cmd = Command::new(driver_bin);
     cmd.args(["--clock", "step", "--node-dir"])
         .arg(tmp.join("dev"));
@@ -93,63 +153,22 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         &tmp.join("gpupmd.log"),
     )?;
     daemon.wait_ready()?;
+    Ok((driver, daemon))
+}
 
-    let dev = DevNode::open(&tmp.join("dev")).map_err(|e| CliError::usage(node::chain(&e)))?;
-    let mut stepper = Stepper::new(dev)?;
-    let node_path = tmp.join("tenant").join("node");
-    let deadline = args.duration.map(|d| Instant::now() + d);
-    let interactive = !args.headless && std::io::stdout().is_terminal();
-    stepper.restart();
-    if interactive {
-        let sampler = Sampler::new(Node::open(&node_path)?)?;
-        let opts = LiveOpts {
-            interval: Duration::from_millis(1000),
-            sort: SortKey::Id,
-            contexts: true,
-            headless_frames: None,
-            title: format!("gpupm demo — {}", scen.name),
-            hook_every: Duration::from_millis(20),
-        };
-        top::live(sampler, &opts, &mut || {
-            stepper.catch_up(&mut daemon, Duration::from_millis(15))?;
-            Ok(!crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d))
-        })?;
-    } else {
-        let mut spin =
-            crate::progress::Spinner::new(format!("running {} (Ctrl-C to stop)", scen.name));
-        while !crate::signals::stopped() && deadline.is_none_or(|d| Instant::now() < d) {
-            spin.tick();
-            stepper.catch_up(&mut daemon, Duration::from_millis(50))?;
-            std::thread::sleep(Duration::from_millis(2));
-        }
+/// The driver's and the daemon's binaries, once the demo can run here.
+fn preflight() -> CliResult<(PathBuf, PathBuf)> {
+    let driver_bin = find_binary("gpupm-driver")?;
+    let daemon_bin = find_binary("gpupmd")?;
+    if !nix::unistd::geteuid().is_root() {
+        return Err(CliError::usage(
+            "the demo mounts FUSE device nodes: run it as root",
+        ));
     }
-    stepper.flush_and_settle(&mut daemon)?;
-    let node = Node::open(&node_path)?;
-    let sum = summary::collect(&node, &stepper.dev, &tmp.join("state"), &scen)?;
-    drop(node);
-    let text = if args.json {
-        format!("{}\n", summary::to_json(&sum))
-    } else {
-        summary::table(&sum)
-    };
-    if let Some(st) = daemon.stop().filter(|s| !s.success()) {
-        return Err(CliError::runtime(format!(
-            "gpupmd exited with {st}: {}",
-            daemon.why()
-        )));
+    if !std::path::Path::new("/dev/fuse").exists() {
+        return Err(CliError::usage(
+            "the demo needs /dev/fuse (FUSE is not available here)",
+        ));
     }
-    drop(stepper);
-    if let Some(st) = driver.stop().filter(|s| !s.success()) {
-        return Err(CliError::runtime(format!(
-            "gpupm-driver exited with {st}: {}",
-            driver.why()
-        )));
-    }
-    drop(tmp);
-    emit(&text)?;
-    Ok(if sum.ledger_match {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok((driver_bin, daemon_bin))
 }

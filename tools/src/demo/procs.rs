@@ -5,6 +5,7 @@
 
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -42,25 +43,51 @@ pub fn find_binary(name: &str) -> CliResult<PathBuf> {
     )))
 }
 
-/// The demo's private directory, removed on drop.
+/// Prefix of the demo's private directory under the temp dir.
+pub const DIR_PREFIX: &str = "gpupm-demo-";
+/// Random characters in its name.
+const NAME_RANDOM_CHARS: usize = 12;
+
+/// The demo's private directory (mode 0700, a fresh random name created
+/// exclusively, so nothing planted beforehand is ever used), removed on
+/// drop after anything left mounted inside is unmounted.
 #[derive(Debug)]
-pub struct TempDir(pub PathBuf);
+pub struct TempDir(Option<tempfile::TempDir>);
 
 impl TempDir {
     /// A new directory under the system temp dir.
     pub fn new() -> CliResult<TempDir> {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let dir = std::env::temp_dir().join(format!("gpupm-demo-{}-{nanos}", std::process::id()));
-        fs::create_dir_all(&dir)
-            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", dir.display())))?;
-        Ok(TempDir(dir))
+        let parent = std::env::temp_dir();
+        TempDir::create(&parent, NAME_RANDOM_CHARS).map_err(|e| {
+            CliError::usage(format!(
+                "cannot create a private directory in {}: {e}",
+                parent.display()
+            ))
+        })
+    }
+
+    /// A new directory in `parent` named [`DIR_PREFIX`] and `random`
+    /// random characters; an existing entry of that name (a directory or a
+    /// link someone planted) is never taken over.
+    fn create(parent: &Path, random: usize) -> io::Result<TempDir> {
+        tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .rand_bytes(random)
+            .permissions(fs::Permissions::from_mode(0o700))
+            .tempdir_in(parent)
+            .map(|d| TempDir(Some(d)))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.0
+            .as_ref()
+            .map_or(Path::new(""), tempfile::TempDir::path)
     }
 
     /// A path inside.
     pub fn join(&self, p: &str) -> PathBuf {
-        self.0.join(p)
+        self.path().join(p)
     }
 }
 
@@ -73,15 +100,18 @@ fn is_mounted(dir: &Path) -> bool {
 impl Drop for TempDir {
     fn drop(&mut self) {
         for sub in ["dev", "tenant"] {
-            let d = self.0.join(sub);
+            let d = self.join(sub);
             while is_mounted(&d) {
                 if umount2(&d, MntFlags::MNT_DETACH).is_err() {
                     break;
                 }
             }
         }
-        if let Err(e) = fs::remove_dir_all(&self.0) {
-            eprintln!("gpupm: leaving {}: {e}", self.0.display());
+        if let Some(dir) = self.0.take() {
+            let shown = dir.path().display().to_string();
+            if let Err(e) = dir.close() {
+                eprintln!("gpupm: leaving {shown}: {e}");
+            }
         }
     }
 }
@@ -208,5 +238,58 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// With no random characters the name is predictable, as the old
+    /// `create_dir_all` one was: a planted directory or link at that name
+    /// is refused, not used, and left as it was.
+    #[test]
+    fn a_planted_directory_or_link_at_the_name_is_never_used() {
+        let scratch = tempfile::tempdir().unwrap();
+        let victim = scratch.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        let parent = scratch.path().join("tmp");
+        fs::create_dir(&parent).unwrap();
+        let name = parent.join(DIR_PREFIX);
+        symlink(&victim, &name).unwrap();
+        let e = TempDir::create(&parent, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            fs::read_link(&name).unwrap(),
+            victim,
+            "the link is untouched"
+        );
+        fs::remove_file(&name).unwrap();
+        fs::create_dir(&name).unwrap();
+        fs::write(name.join("planted"), "x").unwrap();
+        let e = TempDir::create(&parent, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read_dir(&victim).unwrap().count(), 0);
+        assert_eq!(fs::read_to_string(name.join("planted")).unwrap(), "x");
+    }
+
+    #[test]
+    fn the_private_directory_is_fresh_owner_only_and_removed_on_drop() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = TempDir::create(parent.path(), NAME_RANDOM_CHARS).unwrap();
+        let path = dir.path().to_owned();
+        let meta = fs::symlink_metadata(&path).unwrap();
+        assert!(meta.is_dir());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(DIR_PREFIX));
+        fs::write(dir.join("driver.log"), "log").unwrap();
+        drop(dir);
+        assert!(!path.exists());
     }
 }

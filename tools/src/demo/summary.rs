@@ -1,35 +1,30 @@
 //! The demo's final summary: totals read through the tenant node as the
-//! admin (retired context instances whose id was reused since come from the
-//! demo's own state directory, the only place they still exist), sealed
+//! admin (every context instance, retired ones included, by its id and
+//! created cycle), sealed
 //! blocks of confidential VMs opened with the scenario's key (the demo
 //! wrote the scenario, so it holds the key), and the comparison with the
 //! device's ledger (`GPUPM_IOC_LEDGER`).
 //!
-//! JSON (stable): `{"system": {"totals": {EVENT: N}}, "vms": [{"vm": ID,
-//! "sealed": BOOL, "totals": {…}, "contexts": [{"ctx": ID, "created_cycle": C,
-//! "totals": {…}}]}], "events": {EVENT: {"scope": "partition"|"device",
-//! "unit": UNIT}}, "ledger_match": BOOL}` — `sealed` VMs' totals are shown
-//! after decryption with the scenario's key; a sealed VM without a known key
-//! has no `totals`.
+//! JSON (stable): [`DemoJson`] (`gpupm demo --help` shows the schema) —
+//! `sealed` VMs' totals are shown after decryption with the scenario's key;
+//! a sealed VM without a known key has no `totals`.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
+use gpupm_client::DevNode;
+use gpupm_client::{Scope, WhoamiExt};
 use gpupm_driver::model::cc;
 use gpupm_driver::scenario::Scenario;
 use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
 use gpupm_uapi::layout::{Block, BlockSlot};
-use gpupm_uapi::tenant::{ctx_state, ReadCounters};
-use gpupmd::devnode::DevNode;
-use gpupmd::store::retired::{plain_block, RetiredStore};
-use gpupmd::tenant::client::WhoamiExt;
-use gpupmd::view::Scope;
-use serde_json::{json, Map, Value};
+use gpupm_uapi::tenant::{counter_flags, ctx_state, ReadCounters};
+use schemars::JsonSchema;
+use serde::Serialize;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{CliError, CliResult};
-use crate::node::{self, Node};
+use crate::node::{self, Node, Target};
 
 /// Totals of one scope (`None`: sealed without a key).
 type Totals = Option<[u64; MAX_EVENTS]>;
@@ -72,7 +67,7 @@ pub struct Summary {
 }
 
 fn open_slot(slot: &BlockSlot, key: Option<&[u8; 32]>) -> Totals {
-    if let Some(b) = plain_block(slot) {
+    if let Some(b) = slot.plain_block() {
         return Some(b.counters);
     }
     let key = key?;
@@ -104,34 +99,48 @@ pub fn expected(l: &LedgerQuery) -> [u64; MAX_EVENTS] {
     out
 }
 
-/// Reads every total and compares with the ledger.
-pub fn collect(
+/// Totals of an earlier instance of a context id (the id now names a
+/// newer one): read by (id, created cycle), retired ones included.
+fn instance_totals(
     node: &Node,
-    dev: &DevNode,
-    state_dir: &Path,
-    scenario: &Scenario,
-) -> CliResult<Summary> {
+    ctx: u32,
+    created_cycle: u64,
+    key: Option<&[u8; 32]>,
+) -> CliResult<Totals> {
+    let t = Target::Instance { ctx, created_cycle };
+    let ri = node
+        .client
+        .read_instance(ctx, created_cycle, &[])
+        .map_err(|e| CliError::runtime(format!("{t}: {}", node.fail(e, None))))?;
+    Ok(if ri.out_flags & counter_flags::SEALED != 0 {
+        open_slot(&ri.sealed, key)
+    } else {
+        Some(ri.values)
+    })
+}
+
+/// Reads every total and compares with the ledger.
+pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
     let who = node.whoami()?;
-    let retired = RetiredStore::open(state_dir).map_err(|e| CliError::runtime(node::chain(&e)))?;
     let ledger = |scope, id| {
         dev.ledger(scope, id)
             .map(|l| expected(&l))
-            .map_err(|e| CliError::runtime(node::chain(&e)))
+            .map_err(|e| CliError::runtime(crate::error::one_line(e)))
     };
     let mut mismatches = Vec::new();
     let system = node.totals(Scope::System)?.values;
     if system != ledger(ledger_scope::SYSTEM, 0)? {
         mismatches.push("system".to_string());
     }
-    // Context ids are reused, across VMs too: the node answers for the
-    // latest instance of an id, the state directory for the earlier ones.
+    // Context ids are reused, across VMs too: a scope read answers for the
+    // latest instance of an id, an instance read for the earlier ones.
     let mut lists = Vec::new();
     let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
     for vm in who.visible_vms() {
         let list = node
             .client
             .list_contexts(vm)
-            .map_err(|e| node.fail(&e, Some(Scope::Vm(vm))))?;
+            .map_err(|e| node.fail(e, Some(Scope::Vm(vm))))?;
         for c in &list {
             let e = latest.entry(c.ctx).or_insert(c.created_cycle);
             *e = (*e).max(c.created_cycle);
@@ -159,13 +168,7 @@ pub fn collect(
             let totals = if latest.get(&c.ctx) == Some(&c.created_cycle) {
                 answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
             } else {
-                let rec = retired.load(c.ctx, c.created_cycle).ok_or_else(|| {
-                    CliError::runtime(format!(
-                        "retired context {} (created at {}) is not in the state directory",
-                        c.ctx, c.created_cycle
-                    ))
-                })?;
-                open_slot(&rec.slot, key)
+                instance_totals(node, c.ctx, c.created_cycle, key)?
             };
             if live
                 && totals.is_some_and(|t| {
@@ -195,40 +198,92 @@ pub fn collect(
     })
 }
 
-fn totals_json(v: &[u64; MAX_EVENTS]) -> Value {
-    Value::Object(
-        CATALOGUE
-            .iter()
-            .map(|e| (e.name.to_string(), json!(v[usize::from(e.id)])))
-            .collect::<Map<_, _>>(),
-    )
+/// Totals by event name.
+type TotalsJson = BTreeMap<&'static str, u64>;
+
+fn totals_json(v: &[u64; MAX_EVENTS]) -> TotalsJson {
+    CATALOGUE
+        .iter()
+        .map(|e| (e.name, v[usize::from(e.id)]))
+        .collect()
+}
+
+/// `gpupm demo --json`: the final totals beside the device's ledger.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoJson {
+    /// The whole device.
+    pub system: DemoSystem,
+    /// Every VM, with every context instance it ran.
+    pub vms: Vec<DemoVm>,
+    /// The catalogue: where each event is counted and in what unit.
+    pub events: BTreeMap<&'static str, DemoEvent>,
+    /// Every block equals the device's ledger.
+    pub ledger_match: bool,
+}
+
+/// The system block.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoSystem {
+    /// Totals by event name.
+    pub totals: TotalsJson,
+}
+
+/// One VM.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoVm {
+    /// VM id.
+    pub vm: u32,
+    /// Confidential (totals decrypted with the scenario's key).
+    pub sealed: bool,
+    /// Totals by event name (absent: sealed without a known key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<TotalsJson>,
+    /// Every context instance, retired ones included.
+    pub contexts: Vec<DemoCtx>,
+}
+
+/// One context instance.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoCtx {
+    /// Context id.
+    pub ctx: u32,
+    /// Creation cycle (names the instance with `ctx`).
+    pub created_cycle: u64,
+    /// Totals by event name (absent: sealed without a known key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub totals: Option<TotalsJson>,
+}
+
+/// Where an event is counted and in what unit.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DemoEvent {
+    /// `partition` (per VM and context) or `device` (device level only).
+    pub scope: &'static str,
+    /// What one count measures.
+    pub unit: &'static str,
 }
 
 /// The summary as the documented JSON.
-pub fn to_json(s: &Summary) -> Value {
-    let vms: Vec<Value> = s
+pub fn to_json(s: &Summary) -> DemoJson {
+    let vms = s
         .vms
         .iter()
-        .map(|v| {
-            let ctxs: Vec<Value> = v
+        .map(|v| DemoVm {
+            vm: v.vm,
+            sealed: v.sealed,
+            totals: v.totals.as_ref().map(totals_json),
+            contexts: v
                 .contexts
                 .iter()
-                .map(|c| {
-                    let mut o = json!({"ctx": c.ctx, "created_cycle": c.created_cycle});
-                    if let Some(t) = &c.totals {
-                        o["totals"] = totals_json(t);
-                    }
-                    o
+                .map(|c| DemoCtx {
+                    ctx: c.ctx,
+                    created_cycle: c.created_cycle,
+                    totals: c.totals.as_ref().map(totals_json),
                 })
-                .collect();
-            let mut o = json!({"vm": v.vm, "sealed": v.sealed, "contexts": ctxs});
-            if let Some(t) = &v.totals {
-                o["totals"] = totals_json(t);
-            }
-            o
+                .collect(),
         })
         .collect();
-    let events: Map<String, Value> = CATALOGUE
+    let events = CATALOGUE
         .iter()
         .map(|e| {
             let scope = if e.unit.scope() == EventScope::Device {
@@ -237,12 +292,22 @@ pub fn to_json(s: &Summary) -> Value {
                 "partition"
             };
             (
-                e.name.to_string(),
-                json!({"scope": scope, "unit": e.measure}),
+                e.name,
+                DemoEvent {
+                    scope,
+                    unit: e.measure,
+                },
             )
         })
         .collect();
-    json!({"system": {"totals": totals_json(&s.system)}, "vms": vms, "events": events, "ledger_match": s.ledger_match})
+    DemoJson {
+        system: DemoSystem {
+            totals: totals_json(&s.system),
+        },
+        vms,
+        events,
+        ledger_match: s.ledger_match,
+    }
 }
 
 /// The summary as a table of a few events.

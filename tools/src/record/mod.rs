@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpupmd::tenant::client::{scope_code, TenantClient};
+use gpupm_client::tenant::scope_code;
+use gpupm_client::{Scope, TenantClient};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use zerocopy::IntoBytes;
@@ -34,28 +35,10 @@ pub struct Args {
     duration: Option<Duration>,
 }
 
-/// Runs the command.
-pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    if args.scope.system {
-        return Err(CliError::usage(
-            "the system scope has no stream session; record --vm N or --ctx N",
-        ));
-    }
-    let node = Node::open(&g.tenant_node)?;
-    let who = node.whoami()?;
-    let scope = args.scope.resolve(&node)?;
-    let clock_khz = node.clock_khz(&who)?;
-    let stream = TenantClient::open_nonblocking(&g.tenant_node).map_err(|e| node.fail(&e, None))?;
-    stream
-        .open_stream(scope)
-        .map_err(|e| node.fail(&e, Some(scope)))?;
-    crate::signals::install()?;
-    let file = File::create(&args.output)
-        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.output.display())))?;
-    let werr =
-        |e: std::io::Error| CliError::runtime(format!("writing {}: {e}", args.output.display()));
+/// The header of a new recording of `scope` (records: unfinished).
+fn new_header(scope: Scope, clock_khz: u32) -> FileHeader {
     let (kind, id) = scope_code(scope);
-    let mut header = FileHeader {
+    FileHeader {
         magic: MAGIC,
         version: VERSION,
         header_size: u32::try_from(size_of::<FileHeader>()).unwrap_or(64),
@@ -69,7 +52,62 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         records: UNFINISHED,
         lost: 0,
         reserved: 0,
-    };
+    }
+}
+
+/// Why draining the session stopped short.
+enum Drained {
+    /// Reading the node failed.
+    Node(gpupm_client::ClientError),
+    /// Writing the file failed.
+    Write(std::io::Error),
+}
+
+/// Writes every queued record; returns how many, and whether the daemon
+/// ended the session.
+fn drain(
+    stream: &TenantClient,
+    header: &mut FileHeader,
+    out: &mut impl Write,
+) -> Result<(u64, bool), Drained> {
+    let mut records = 0;
+    loop {
+        match stream.read_deltas(64) {
+            Ok(batch) if batch.is_empty() => return Ok((records, true)),
+            Ok(batch) => {
+                for d in &batch {
+                    header.lost += d.lost_before;
+                    out.write_all(d.as_bytes()).map_err(Drained::Write)?;
+                }
+                records += batch.len() as u64;
+            }
+            Err(e) if e.errno() == Some(Errno::EAGAIN) => return Ok((records, false)),
+            Err(e) => return Err(Drained::Node(e)),
+        }
+    }
+}
+
+/// Runs the command.
+pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
+    if args.scope.system {
+        return Err(CliError::usage(
+            "the system scope has no stream session; record --vm N or --ctx N",
+        ));
+    }
+    let node = Node::open(&g.tenant_node)?;
+    let who = node.whoami()?;
+    let scope = args.scope.resolve(&node)?;
+    let clock_khz = node.clock_khz(&who)?;
+    let stream = TenantClient::open_nonblocking(&g.tenant_node).map_err(|e| node.fail(e, None))?;
+    stream
+        .open_stream(scope)
+        .map_err(|e| node.fail(e, Some(scope)))?;
+    crate::signals::install()?;
+    let file = File::create(&args.output)
+        .map_err(|e| CliError::usage(format!("cannot create {}: {e}", args.output.display())))?;
+    let werr =
+        |e: std::io::Error| CliError::runtime(format!("writing {}: {e}", args.output.display()));
+    let mut header = new_header(scope, clock_khz);
     let mut out = BufWriter::new(file);
     out.write_all(header.as_bytes()).map_err(werr)?;
     let deadline = args.duration.map(|d| Instant::now() + d);
@@ -97,23 +135,12 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                 )))
             }
         }
-        loop {
-            match stream.read_deltas(64) {
-                Ok(batch) if batch.is_empty() => {
-                    ended = true;
-                    break;
-                }
-                Ok(batch) => {
-                    for d in &batch {
-                        header.lost += d.lost_before;
-                        out.write_all(d.as_bytes()).map_err(werr)?;
-                    }
-                    records += batch.len() as u64;
-                }
-                Err(e) if e.errno() == Some(Errno::EAGAIN) => break,
-                Err(e) => return Err(node.fail(&e, Some(scope))),
-            }
-        }
+        let (n, end) = drain(&stream, &mut header, &mut out).map_err(|e| match e {
+            Drained::Node(e) => node.fail(e, Some(scope)),
+            Drained::Write(e) => werr(e),
+        })?;
+        records += n;
+        ended = end;
     }
     spin.done();
     if ended {

@@ -4,10 +4,9 @@
 
 use std::collections::HashMap;
 
+use gpupm_client::{Scope, WhoamiExt};
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::tenant::ctx_state;
-use gpupmd::tenant::client::WhoamiExt;
-use gpupmd::view::Scope;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
@@ -70,7 +69,7 @@ impl Sampler {
                     .node
                     .client
                     .list_contexts(vm)
-                    .map_err(|e| self.node.fail(&e, Some(Scope::Vm(vm))))?;
+                    .map_err(|e| self.node.fail(e, Some(Scope::Vm(vm))))?;
                 self.ctxs.insert(
                     vm,
                     list.iter()

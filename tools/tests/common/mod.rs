@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::reg32;
+use gpupm_client::DevNode;
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
-use gpupmd::devnode::{reg32, DevNode};
 use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

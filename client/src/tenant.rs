@@ -1,32 +1,30 @@
-//! A typed client of the tenant node, for the `gpupm` tool, tests and
-//! anyone writing Rust against the ABI of [`gpupm_uapi::tenant`].
+//! A typed client of the tenant node (served by `gpupmd`), for the `gpupm`
+//! tool, tests and anyone writing Rust against the ABI of
+//! [`gpupm_uapi::tenant`].
 //!
 //! ```no_run
-//! use gpupmd::tenant::client::{TenantClient, WhoamiExt};
-//! use gpupmd::view::Scope;
+//! use gpupm_client::tenant::{Scope, TenantClient, WhoamiExt};
 //!
 //! let node = TenantClient::open_default()?;
 //! for vm in node.whoami()?.visible_vms() {
 //!     let totals = node.read_counters(Scope::Vm(vm), &[])?;
 //!     println!("VM {vm}: {} commits", totals.commit_seq);
 //! }
-//! # Ok::<(), gpupmd::tenant::client::ClientError>(())
+//! # Ok::<(), gpupm_client::ClientError>(())
 //! ```
 //!
 //! Any listed context instance — including retired ones whose id now
 //! names a newer context — is read by its (id, created cycle):
 //!
 //! ```no_run
-//! # use gpupmd::tenant::client::TenantClient;
+//! # use gpupm_client::TenantClient;
 //! # let node = TenantClient::open_default()?;
 //! for c in node.list_contexts(1)? {
 //!     let t = node.read_instance(c.ctx, c.created_cycle, &[])?;
 //!     println!("{}@{}: {} commits", c.ctx, c.created_cycle, t.commit_seq);
 //! }
-//! # Ok::<(), gpupmd::tenant::client::ClientError>(())
+//! # Ok::<(), gpupm_client::ClientError>(())
 //! ```
-
-pub mod ioctl;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -45,8 +43,26 @@ use gpupm_uapi::tenant::{
 use nix::errno::Errno;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
-use super::{DEFAULT_TENANT_DIR, NODE_NAME};
-use crate::view::{CtxId, Scope};
+use crate::paths::DEFAULT_TENANT_NODE;
+use crate::sys;
+
+/// A VM id (1..MAX_VMS).
+pub type VmId = u32;
+/// A context id (1..MAX_CONTEXTS); reused after release, so a context
+/// instance is named by (id, created cycle).
+pub type CtxId = u32;
+
+/// Which counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// The whole device (RC0, the system block): admin only.
+    System,
+    /// One VM: every context it ever ran.
+    Vm(VmId),
+    /// One context id: its newest instance (any instance is read by
+    /// (id, created cycle) with [`TenantClient::read_instance`]).
+    Ctx(CtxId),
+}
 
 /// Why a client call failed.
 #[derive(Debug, thiserror::Error)]
@@ -134,7 +150,7 @@ impl TenantClient {
 
     /// Opens the node of the default directory.
     pub fn open_default() -> Result<Self, ClientError> {
-        Self::open(Path::new(DEFAULT_TENANT_DIR).join(NODE_NAME))
+        Self::open(DEFAULT_TENANT_NODE)
     }
 
     fn open_with(path: &Path, flags: i32) -> Result<Self, ClientError> {
@@ -156,14 +172,14 @@ impl TenantClient {
         cmd: u32,
         arg: &mut T,
     ) -> Result<(), ClientError> {
-        ioctl::call(self.file.as_fd(), cmd, arg)
+        sys::call(self.file.as_fd(), cmd, arg)
             .map(|_| ())
             .map_err(|source| ClientError::Ioctl { op, source })
     }
 
-    /// Issues any command with raw argument bytes (see [`ioctl::raw`]).
+    /// Issues any command with raw argument bytes (see [`sys::raw`]).
     pub fn raw_ioctl(&self, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
-        ioctl::raw(self.file.as_fd(), cmd, buf)
+        sys::raw(self.file.as_fd(), cmd, buf)
     }
 
     /// What the caller may see.

@@ -1,5 +1,12 @@
-//! The global tracing subscriber: journald with structured fields when the
-//! journal socket exists and answers, human-readable stderr otherwise.
+//! The services' global tracing subscriber (`gpupm-driver` and `gpupmd`
+//! alike): journald with structured fields when the journal socket exists
+//! and answers, human-readable stderr otherwise. The filter comes from
+//! `RUST_LOG` (default `info`).
+//!
+//! `tracing-journald` 0.3 always sends to [`DEFAULT_JOURNAL_SOCKET`]; the
+//! socket passed to [`init`] only decides whether journald is used (it must
+//! exist, and the crate's connect probe must succeed), and a non-default
+//! path that exists is reported with a warning.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -9,7 +16,18 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::EnvFilter;
 
-use super::{HealthConfig, HealthError, DEFAULT_JOURNAL_SOCKET, TARGET};
+/// `target` of the events this module logs about its own choice.
+const TARGET: &str = "gpupm::logging";
+
+pub use gpupm_client::paths::DEFAULT_JOURNAL_SOCKET;
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    /// A global subscriber was already installed.
+    #[error("logging was already initialised")]
+    AlreadyInitialised,
+}
 
 /// Where log events go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,14 +49,9 @@ impl LogSink {
 }
 
 /// Installs the global tracing subscriber: journald with structured fields
-/// when `cfg.journal_socket` exists, stderr otherwise. The filter comes from
-/// `RUST_LOG` (default `info`).
-pub fn init_logging(cfg: &HealthConfig) -> Result<(), HealthError> {
-    init_logging_sink(cfg).map(|_sink| ())
-}
-
-/// Like [`init_logging`], and says which sink was chosen.
-pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
+/// when `journal_socket` exists and journald answers, stderr otherwise;
+/// says which sink was chosen (and logs why).
+pub fn init(journal_socket: &Path) -> Result<LogSink, LoggingError> {
     let (filter, filter_error) = match EnvFilter::try_from_default_env() {
         Ok(f) => (f, None),
         Err(e) => (
@@ -46,7 +59,7 @@ pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
             std::env::var_os("RUST_LOG").map(|_| e),
         ),
     };
-    let socket = cfg.journal_socket.as_path();
+    let socket = journal_socket;
     let (sink, journal_error) = if socket.exists() {
         match journald_layer() {
             Ok(layer) => {
@@ -54,7 +67,7 @@ pub fn init_logging_sink(cfg: &HealthConfig) -> Result<LogSink, HealthError> {
                     .with(filter)
                     .with(layer)
                     .try_init()
-                    .map_err(|_already| HealthError::AlreadyInitialised)?;
+                    .map_err(|_already| LoggingError::AlreadyInitialised)?;
                 (LogSink::Journald, None)
             }
             Err(e) => {
@@ -85,7 +98,7 @@ fn journald_layer() -> std::io::Result<tracing_journald::Layer> {
         }))
 }
 
-fn install_stderr(filter: EnvFilter) -> Result<(), HealthError> {
+fn install_stderr(filter: EnvFilter) -> Result<(), LoggingError> {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
@@ -93,7 +106,7 @@ fn install_stderr(filter: EnvFilter) -> Result<(), HealthError> {
         .with(filter)
         .with(fmt)
         .try_init()
-        .map_err(|_already| HealthError::AlreadyInitialised)
+        .map_err(|_already| LoggingError::AlreadyInitialised)
 }
 
 fn report_choice(sink: LogSink, socket: &Path, journal_error: Option<&std::io::Error>) {

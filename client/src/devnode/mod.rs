@@ -1,14 +1,14 @@
-//! Client of the device node (`card0`, see `gpupm_driver::node`): register
+//! Client of the device node (`card0`, served by `gpupm-driver`): register
 //! reads and writes by `pread`/`pwrite` at BAR0 offsets, memory-window reads
 //! at `MEM_WINDOW_OFFSET + offset`, the `GPUPM_IOC_*` ioctls, and interrupt
 //! records by `poll` + `read` ([`IntrReader`]).
 //!
 //! Shared by the daemon, the `gpupm` command line and the tests. A
 //! [`DevNode`] is `Sync`: `pread`/`pwrite`/`ioctl` on one descriptor may run
-//! from several threads at once.
+//! from several threads at once; `&DevNode` is a [`RegisterBatch`] executor
+//! for the [`crate::handshake`].
 
 pub mod intr;
-pub mod sys;
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -17,8 +17,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use gpupm_uapi::ioctl::{
-    reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, IOCTL_STRUCT_VERSION,
-    MAX_BATCH_OPS,
+    Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
+    GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
 };
 use gpupm_uapi::layout::{BlockSlot, MEM_WINDOW_OFFSET};
 use gpupm_uapi::regs;
@@ -26,8 +26,10 @@ use zerocopy::{FromBytes, FromZeros};
 
 pub use intr::IntrReader;
 
-/// File name of the register/control node.
-pub const CARD_NAME: &str = "card0";
+use crate::handshake::RegisterBatch;
+use crate::ops;
+use crate::paths::CARD_NAME;
+use crate::sys;
 
 /// Why a device-node operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -67,42 +69,6 @@ pub enum DevError {
     /// Reading interrupt records failed.
     #[error("reading interrupt records failed")]
     Interrupts(#[source] io::Error),
-}
-
-/// A register read op for [`DevNode::batch`].
-pub const fn rd(offset: u64, width: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: 0,
-        op: reg_op::READ,
-        width,
-    }
-}
-
-/// A 32-bit register write op.
-pub const fn wr(offset: u64, value: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: value as u64,
-        op: reg_op::WRITE,
-        width: 4,
-    }
-}
-
-/// The value of a 32-bit register as a batch returns it (ops carry 64
-/// bits; a 32-bit read leaves the upper half zero).
-#[allow(clippy::cast_possible_truncation)]
-pub const fn reg32(value: u64) -> u32 {
-    value as u32
-}
-
-/// Width of register `offset` (8 for 64-bit registers).
-pub fn width_of(offset: u64) -> u32 {
-    if regs::is_64bit(offset) {
-        8
-    } else {
-        4
-    }
 }
 
 /// An open `card0`.
@@ -206,10 +172,7 @@ impl DevNode {
         arg.version = IOCTL_STRUCT_VERSION;
         arg.count = u32::try_from(ops.len()).map_err(|_| DevError::BatchTooLarge(ops.len()))?;
         arg.ops[..ops.len()].copy_from_slice(ops);
-        sys::reg_batch(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
-            name: "GPUPM_IOC_REG_BATCH",
-            source,
-        })?;
+        self.ioctl("GPUPM_IOC_REG_BATCH", GPUPM_IOC_REG_BATCH, &mut arg)?;
         ops.copy_from_slice(&arg.ops[..ops.len()]);
         Ok(())
     }
@@ -219,7 +182,7 @@ impl DevNode {
     pub fn read_many(&self, offsets: &[u64]) -> Result<Vec<u64>, DevError> {
         let mut out = Vec::with_capacity(offsets.len());
         for chunk in offsets.chunks(MAX_BATCH_OPS) {
-            let mut ops: Vec<RegOp> = chunk.iter().map(|&o| rd(o, width_of(o))).collect();
+            let mut ops: Vec<RegOp> = chunk.iter().map(|&o| ops::read(o)).collect();
             self.batch(&mut ops)?;
             out.extend(ops.iter().map(|op| op.value));
         }
@@ -267,10 +230,7 @@ impl DevNode {
             version: IOCTL_STRUCT_VERSION,
             ..Identity::default()
         };
-        sys::identity(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
-            name: "GPUPM_IOC_IDENTITY",
-            source,
-        })?;
+        self.ioctl("GPUPM_IOC_IDENTITY", GPUPM_IOC_IDENTITY, &mut arg)?;
         Ok(arg)
     }
 
@@ -282,10 +242,7 @@ impl DevNode {
             cycles,
             now: 0,
         };
-        sys::advance(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
-            name: "GPUPM_IOC_ADVANCE",
-            source,
-        })?;
+        self.ioctl("GPUPM_IOC_ADVANCE", GPUPM_IOC_ADVANCE, &mut arg)?;
         Ok(arg.now)
     }
 
@@ -295,24 +252,45 @@ impl DevNode {
         arg.version = IOCTL_STRUCT_VERSION;
         arg.scope = scope;
         arg.id = id;
-        sys::ledger(self.card.as_fd(), &mut arg).map_err(|source| DevError::Ioctl {
-            name: "GPUPM_IOC_LEDGER",
-            source,
-        })?;
+        self.ioctl("GPUPM_IOC_LEDGER", GPUPM_IOC_LEDGER, &mut arg)?;
         Ok(arg)
     }
 
     /// `GPUPM_IOC_RESET`.
     pub fn reset(&self) -> Result<(), DevError> {
-        let arg = Reset {
+        let mut arg = Reset {
             version: IOCTL_STRUCT_VERSION,
             magic: regs::RESET_MAGIC,
         };
-        sys::reset(self.card.as_fd(), &arg).map_err(|source| DevError::Ioctl {
-            name: "GPUPM_IOC_RESET",
-            source,
-        })?;
-        Ok(())
+        self.ioctl("GPUPM_IOC_RESET", GPUPM_IOC_RESET, &mut arg)
+    }
+
+    fn ioctl<T: zerocopy::IntoBytes + FromBytes + zerocopy::KnownLayout + zerocopy::Immutable>(
+        &self,
+        name: &'static str,
+        cmd: u32,
+        arg: &mut T,
+    ) -> Result<(), DevError> {
+        sys::call(self.card.as_fd(), cmd, arg)
+            .map(drop)
+            .map_err(|source| DevError::Ioctl { name, source })
+    }
+}
+
+impl RegisterBatch for &DevNode {
+    type Error = DevError;
+
+    fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), DevError> {
+        DevNode::batch(self, ops)
+    }
+
+    /// One `pread` at the register's natural width (no ioctl round trip).
+    fn read(&mut self, offset: u64) -> Result<u64, DevError> {
+        if regs::is_64bit(offset) {
+            self.read64(offset)
+        } else {
+            self.read32(offset).map(u64::from)
+        }
     }
 }
 

@@ -1,7 +1,10 @@
-//! The client's only `unsafe`: the ioctl system call on the node.
+//! The crate's only `unsafe`: the ioctl system call on a node, typed
+//! (argument size checked against the request number) or raw (for probing
+//! the ABI with arbitrary bytes).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use gpupm_uapi::ioc;
 use nix::errno::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -11,32 +14,30 @@ pub const RAW_MIN_BUF: usize = 4096;
 
 /// Generic VFS ioctls that change the file descriptor, the file or the file
 /// system instead of reaching the node; [`raw`] refuses them.
+// The FIO* numbers are below 2^32; libc types them as the platform's
+// ioctl request type.
 #[allow(clippy::cast_possible_truncation)]
 pub const VFS_STATEFUL_IOCTLS: [u32; 10] = [
     libc::FIONBIO as u32,
     libc::FIOASYNC as u32,
     libc::FIOCLEX as u32,
     libc::FIONCLEX as u32,
-    nix::request_code_none!(0x00, 1) as u32, // FIBMAP
-    nix::request_code_readwrite!(b'X', 119, 4) as u32, // FIFREEZE
-    nix::request_code_readwrite!(b'X', 120, 4) as u32, // FITHAW
-    nix::request_code_write!(0x94, 9, 4) as u32, // FICLONE
-    nix::request_code_write!(0x94, 13, 32) as u32, // FICLONERANGE
-    nix::request_code_readwrite!(0x94, 54, 24) as u32, // FIDEDUPERANGE
+    ioc::encode(ioc::Dir::None, 0x00, 1, 0), // FIBMAP
+    ioc::read_write(b'X', 119, 4),           // FIFREEZE
+    ioc::read_write(b'X', 120, 4),           // FITHAW
+    ioc::write(0x94, 9, 4),                  // FICLONE
+    ioc::write(0x94, 13, 32),                // FICLONERANGE
+    ioc::read_write(0x94, 54, 24),           // FIDEDUPERANGE
 ];
 
-/// `_IOC_SIZE` of a command.
-pub fn ioc_size(cmd: u32) -> usize {
-    ((cmd >> 16) & 0x3fff) as usize
-}
-
-/// `ioctl(fd, cmd, arg)` for a command whose encoded size is `T`'s.
+/// `ioctl(fd, cmd, arg)` for a command whose encoded size is `T`'s (any
+/// other command fails with EINVAL before the call).
 pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
     fd: BorrowedFd<'_>,
     cmd: u32,
     arg: &mut T,
 ) -> Result<i32, Errno> {
-    if ioc_size(cmd) != size_of::<T>() {
+    if ioc::size(cmd) != size_of::<T>() {
         return Err(Errno::EINVAL);
     }
     let ptr: *mut T = arg;
@@ -52,7 +53,7 @@ pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
 /// the buffer must hold [`RAW_MIN_BUF`] bytes and the command's encoded
 /// size; [`VFS_STATEFUL_IOCTLS`] are refused with EPERM before the call.
 pub fn raw(fd: BorrowedFd<'_>, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
-    if buf.len() < RAW_MIN_BUF.max(ioc_size(cmd)) {
+    if buf.len() < RAW_MIN_BUF.max(ioc::size(cmd)) {
         return Err(Errno::EINVAL);
     }
     if VFS_STATEFUL_IOCTLS.contains(&cmd) {

@@ -1,0 +1,209 @@
+//! Checking the file's values against the device's limits and resolving
+//! user and group names, each refusal pointing at the value.
+
+use std::num::NonZeroUsize;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use gpupm_uapi::layout::STREAM_RING_MAX;
+use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN};
+
+use super::settings::{
+    HealthConfig, MetricsConfig, Programming, Retention, Settings, TenantMap, TenantPolicy,
+    MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
+};
+use super::{invalid, Config, ConfigError, DEFAULT_PATH};
+use crate::paths::DEFAULT_ADMIN_GROUP;
+
+pub(super) fn resolve(
+    cfg: Config,
+    file: Option<&Path>,
+    text: &str,
+) -> Result<Settings, ConfigError> {
+    let shown = file.unwrap_or(Path::new(DEFAULT_PATH));
+    let err = |span: Range<usize>, reason: String| invalid(shown, text, &span, reason);
+
+    let program = programming(&cfg, &err)?;
+    let history = *cfg.history_samples.get_ref();
+    if history == 0 || history > 65_536 {
+        return Err(err(
+            cfg.history_samples.span(),
+            "history_samples must lie in 1..=65536".into(),
+        ));
+    }
+    let max_contexts = *cfg.retired.max_contexts.get_ref();
+    let max_contexts = usize::try_from(max_contexts)
+        .ok()
+        .filter(|n| (1..=MAX_MAX_CONTEXTS).contains(n))
+        .ok_or_else(|| {
+            err(
+                cfg.retired.max_contexts.span(),
+                format!("max_contexts must lie in 1..={MAX_MAX_CONTEXTS}"),
+            )
+        })?;
+    if let Some(age) = &cfg.retired.max_age_s {
+        if *age.get_ref() == 0 {
+            return Err(err(
+                age.span(),
+                "max_age_s must be at least 1 (leave it out for no age limit)".into(),
+            ));
+        }
+    }
+    let tenant_threads = NonZeroUsize::new(*cfg.tenant_threads.get_ref())
+        .filter(|n| n.get() <= MAX_TENANT_THREADS)
+        .ok_or_else(|| {
+            err(
+                cfg.tenant_threads.span(),
+                format!("tenant_threads must lie in 1..={MAX_TENANT_THREADS}"),
+            )
+        })?;
+    let kernel_pmu = cfg
+        .kernel_pmu
+        .resolve()
+        .map_err(|(span, why)| err(span, why))?;
+    let interval = *cfg.health.summary_interval_s.get_ref();
+    if interval == 0 {
+        return Err(err(
+            cfg.health.summary_interval_s.span(),
+            "summary_interval_s must be at least 1".into(),
+        ));
+    }
+
+    let policy = policy(&cfg, &err)?;
+
+    Ok(Settings {
+        source: file.map(Path::to_path_buf),
+        node_dir: cfg.node_dir,
+        tenant_dir: cfg.tenant_dir,
+        tenant_threads,
+        state_dir: cfg.state_dir,
+        program,
+        history_samples: history as usize,
+        policy,
+        metrics_listen: cfg.metrics.listen,
+        metrics: MetricsConfig {
+            max_contexts_per_vm: cfg.metrics.max_contexts_per_vm,
+        },
+        health: HealthConfig {
+            summary_interval: Duration::from_secs(interval),
+            journal_socket: cfg.health.journal_socket,
+        },
+        retention: Retention {
+            max_contexts,
+            max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
+        },
+        kernel_pmu,
+    })
+}
+
+/// How a refusal is made: the value's span and the reason.
+type Refuse<'a> = dyn Fn(Range<usize>, String) -> ConfigError + 'a;
+
+/// What the daemon writes to the device, each value within the device's
+/// limits.
+fn programming(cfg: &Config, err: &Refuse<'_>) -> Result<Programming, ConfigError> {
+    if let Some(p) = &cfg.trigger.period_us {
+        if *p.get_ref() > u64::from(u32::MAX) {
+            return Err(err(
+                p.span(),
+                format!("period_us {} is too large", p.get_ref()),
+            ));
+        }
+    }
+    if let Some(t) = &cfg.trigger.threshold {
+        if !(TRIG_THRESHOLD_MIN..=TRIG_THRESHOLD_MAX).contains(t.get_ref()) {
+            return Err(err(
+                t.span(),
+                format!("threshold must lie in {TRIG_THRESHOLD_MIN}..={TRIG_THRESHOLD_MAX}"),
+            ));
+        }
+    }
+    if let Some(w) = &cfg.stream.watermark {
+        if !(1..=STREAM_RING_MAX).contains(w.get_ref()) {
+            return Err(err(
+                w.span(),
+                format!("watermark must lie in 1..={STREAM_RING_MAX}"),
+            ));
+        }
+    }
+    let mut masks = Vec::new();
+    for m in &cfg.mask {
+        if m.get_ref().ccu >= MAX_CCUS {
+            return Err(err(m.span(), format!("ccu must be below {MAX_CCUS}")));
+        }
+        masks.push((m.get_ref().ccu, m.get_ref().word, m.get_ref().bits));
+    }
+    Ok(Programming {
+        period_us: cfg.trigger.period_us.as_ref().map(|p| *p.get_ref()),
+        dither: cfg.trigger.dither,
+        threshold: cfg.trigger.threshold.as_ref().map(|t| *t.get_ref()),
+        watermark: cfg.stream.watermark.as_ref().map(|w| *w.get_ref()),
+        masks,
+    })
+}
+
+/// Who may see what: the admin group and the VM → tenant mapping, names
+/// resolved to ids.
+fn policy(cfg: &Config, err: &Refuse<'_>) -> Result<TenantPolicy, ConfigError> {
+    let admin_gid = match (&cfg.admin_gid, &cfg.admin_group) {
+        (Some(_), Some(g)) => {
+            return Err(err(
+                g.span(),
+                "give admin_gid or admin_group, not both".into(),
+            ))
+        }
+        (Some(gid), None) => Some(*gid),
+        (None, Some(g)) => Some(
+            group_id(g.get_ref())
+                .ok_or_else(|| err(g.span(), format!("no group named {:?}", g.get_ref())))?,
+        ),
+        (None, None) => group_id(DEFAULT_ADMIN_GROUP),
+    };
+    let mut tenants = Vec::new();
+    for t in &cfg.tenant {
+        let span = t.span();
+        let t = t.get_ref();
+        if !(1..MAX_VMS).contains(&t.vm) {
+            return Err(err(span, format!("vm must lie in 1..{MAX_VMS}")));
+        }
+        let uid = match (t.uid, &t.user) {
+            (Some(_), Some(_)) => return Err(err(span, "give uid or user, not both".into())),
+            (Some(u), None) => Some(u),
+            (None, Some(name)) => Some(
+                user_id(name)
+                    .ok_or_else(|| err(span.clone(), format!("no user named {name:?}")))?,
+            ),
+            (None, None) => None,
+        };
+        let gid = match (t.gid, &t.group) {
+            (Some(_), Some(_)) => return Err(err(span, "give gid or group, not both".into())),
+            (Some(g), None) => Some(g),
+            (None, Some(name)) => Some(
+                group_id(name)
+                    .ok_or_else(|| err(span.clone(), format!("no group named {name:?}")))?,
+            ),
+            (None, None) => None,
+        };
+        if uid.is_none() && gid.is_none() {
+            return Err(err(span, "a tenant needs uid, user, gid or group".into()));
+        }
+        tenants.push(TenantMap { vm: t.vm, uid, gid });
+    }
+
+    Ok(TenantPolicy { admin_gid, tenants })
+}
+
+fn group_id(name: &str) -> Option<u32> {
+    nix::unistd::Group::from_name(name)
+        .ok()
+        .flatten()
+        .map(|g| g.gid.as_raw())
+}
+
+fn user_id(name: &str) -> Option<u32> {
+    nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|u| u.uid.as_raw())
+}

@@ -1,0 +1,43 @@
+//! gpupm-client: what a program needs to talk to gpupm's nodes.
+//!
+//! - [`DevNode`] ([`devnode`]): the device node `card0` served by
+//!   `gpupm-driver` — registers by `pread`/`pwrite`, atomic register
+//!   batches, the memory window, the `GPUPM_IOC_*` ioctls and interrupt
+//!   records ([`IntrReader`]). Root or the admin group only.
+//! - [`TenantClient`] ([`tenant`]): the tenant node served by `gpupmd` —
+//!   the `TENANT_IOC_*` ioctls and stream records, for any user the
+//!   daemon maps to a VM.
+//! - [`ops`]: register-op builders for batches.
+//! - [`handshake`]: the context-switch handshake as one sequence over any
+//!   [`RegisterBatch`] executor (the device node, or an in-process model).
+//! - [`paths`]: the well-known paths and names.
+//! - [`config`]: the daemon's configuration file (`gpupmd.toml`), as the
+//!   daemon and the admin tools read it.
+//! - [`sys`]: the ioctl system call, typed and raw (the crate's only
+//!   `unsafe`).
+//!
+//! The ABI itself (numbers, layouts) is [`gpupm_uapi`]; this crate only
+//! carries it to the nodes. It links no async runtime and no FUSE library.
+//!
+//! ```no_run
+//! use gpupm_client::{Scope, TenantClient, WhoamiExt};
+//!
+//! let node = TenantClient::open_default()?;
+//! for vm in node.whoami()?.visible_vms() {
+//!     let totals = node.read_counters(Scope::Vm(vm), &[])?;
+//!     println!("VM {vm}: {} commits", totals.commit_seq);
+//! }
+//! # Ok::<(), gpupm_client::ClientError>(())
+//! ```
+
+pub mod config;
+pub mod devnode;
+pub mod handshake;
+pub mod ops;
+pub mod paths;
+pub mod sys;
+pub mod tenant;
+
+pub use devnode::{DevError, DevNode, IntrReader};
+pub use handshake::RegisterBatch;
+pub use tenant::{ClientError, CtxId, Scope, TenantClient, VmId, WhoamiExt};

@@ -1,0 +1,71 @@
+//! Register-op builders for [`RegBatch`](gpupm_uapi::ioctl::RegBatch)es,
+//! named by what they do and how wide they access, and the narrowing of a
+//! 32-bit register's value as a batch returns it.
+
+use gpupm_uapi::ioctl::{reg_op, RegOp};
+use gpupm_uapi::regs;
+
+/// Reads a 32-bit register.
+pub const fn read32(offset: u64) -> RegOp {
+    RegOp {
+        offset,
+        value: 0,
+        op: reg_op::READ,
+        width: 4,
+    }
+}
+
+/// Reads a 64-bit register in one access.
+pub const fn read64(offset: u64) -> RegOp {
+    RegOp {
+        offset,
+        value: 0,
+        op: reg_op::READ,
+        width: 8,
+    }
+}
+
+/// Reads a register at its natural width ([`width_of`]).
+pub fn read(offset: u64) -> RegOp {
+    if regs::is_64bit(offset) {
+        read64(offset)
+    } else {
+        read32(offset)
+    }
+}
+
+/// Writes a 32-bit register.
+pub const fn write32(offset: u64, value: u32) -> RegOp {
+    RegOp {
+        offset,
+        value: value as u64,
+        op: reg_op::WRITE,
+        width: 4,
+    }
+}
+
+/// Writes a 64-bit register in one access.
+pub const fn write64(offset: u64, value: u64) -> RegOp {
+    RegOp {
+        offset,
+        value,
+        op: reg_op::WRITE,
+        width: 8,
+    }
+}
+
+/// Width in bytes of register `offset`: 8 for 64-bit registers, else 4.
+pub fn width_of(offset: u64) -> u32 {
+    if regs::is_64bit(offset) {
+        8
+    } else {
+        4
+    }
+}
+
+/// The value of a 32-bit register as a batch returns it (ops carry 64
+/// bits; a 32-bit read leaves the upper half zero, so nothing is lost).
+pub const fn reg32(value: u64) -> u32 {
+    let b = value.to_le_bytes();
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
