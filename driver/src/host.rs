@@ -7,6 +7,8 @@
 // Register values of 32-bit registers are read as u64 and narrowed back.
 #![allow(clippy::cast_possible_truncation)]
 
+use std::time::Instant;
+
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{reg_op, RegOp};
 use gpupm_uapi::regs::{self as r, ctx_cmd, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
@@ -96,7 +98,9 @@ impl Host {
 }
 
 /// Runs the full switch handshake on partition `p` if one is pending.
-/// Returns whether it did.
+/// Returns whether it did: false when nothing was pending, or when the
+/// CCUs' flush acks did not all arrive within the bounded wait (the
+/// device's fallback then finishes the switch).
 pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
     let status = dev
         .read_reg(r::part(p, r::PART_STATUS), 4)
@@ -121,13 +125,10 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
     ];
     dev.batch(&mut first)?;
     let (next_vm, next_ctx) = (first[0].value, first[1].value);
-    // Step 5: poll until every assigned CCU acked (the model acks at once,
-    // so the first read already shows all of them).
-    let mut acked = first[6].value;
-    while acked != first[7].value {
-        acked = dev
-            .read_reg(r::part(p, r::PART_CCU_ACKED), 8)
-            .map_err(|e| (0, e.into()))?;
+    // Step 5: the acks arrive after device time passes.
+    let (acked, assigned) = (first[6].value, first[7].value);
+    if !wait_for_acks(dev, p, acked, assigned, AckWait::default())? {
+        return Ok(false);
     }
     // Steps 6-7: commit, re-point to the incoming blocks, unpause.
     let mut second = [
@@ -139,8 +140,68 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
         ),
         write(r::part(p, r::PART_CTRL), 0),
     ];
-    dev.batch(&mut second)?;
+    if let Err(e) = dev.batch(&mut second) {
+        // Refused as a whole: if the partition left ACKED, the device's
+        // fallback finished the switch while the host waited for acks.
+        let status = dev
+            .read_reg(r::part(p, r::PART_STATUS), 4)
+            .map_err(|e| (0, e.into()))?;
+        if status as u32 & part_status::STATE_MASK != hs_state::ACKED {
+            return Ok(false);
+        }
+        return Err(e);
+    }
     Ok(true)
+}
+
+/// How [`wait_for_acks`] waits for the flush acks (step 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckWait {
+    /// Reads of `PART_CCU_ACKED` before giving up.
+    pub max_polls: u32,
+    /// On a step clock, advance the clock between polls (only host
+    /// software moves a step clock, so without this no ack ever arrives).
+    pub advance_step_clock: bool,
+}
+
+impl Default for AckWait {
+    fn default() -> Self {
+        AckWait {
+            max_polls: 10_000,
+            advance_step_clock: true,
+        }
+    }
+}
+
+/// Step 5: polls `PART_CCU_ACKED` of partition `p` (last read `acked`)
+/// until every CCU in `assigned` acked, at most `wait.max_polls` times.
+/// Between polls a step clock is advanced by the largest ack latency and a
+/// real-time clock brought up to wall time. Returns whether all acked.
+pub fn wait_for_acks(
+    dev: &mut Device,
+    p: u32,
+    mut acked: u64,
+    assigned: u64,
+    wait: AckWait,
+) -> Result<bool, (usize, DeviceError)> {
+    let step = dev.read_reg(r::DEVICE_STATUS, 4).map_err(|e| (0, e.into()))? as u32
+        & r::device_status::STEP_CLOCK
+        != 0;
+    for _ in 0..wait.max_polls {
+        if acked & assigned == assigned {
+            return Ok(true);
+        }
+        if !step {
+            dev.tick(Instant::now());
+        } else if wait.advance_step_clock {
+            dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
+                .map_err(|e| (0, e))?;
+        }
+        acked = dev
+            .read_reg(r::part(p, r::PART_CCU_ACKED), 8)
+            .map_err(|e| (0, e.into()))?;
+    }
+    Ok(acked & assigned == assigned)
 }
 
 /// Consumes every record in partition `p`'s stream ring; returns how many.
