@@ -97,11 +97,22 @@ impl Host {
     }
 }
 
-/// Runs the full switch handshake on partition `p` if one is pending.
+/// Runs the full switch handshake on partition `p` if one is pending,
+/// letting time pass with [`pass_time`] while the flush acks travel.
 /// Returns whether it did: false when nothing was pending, or when the
-/// CCUs' flush acks did not all arrive within the bounded wait (the
-/// device's fallback then finishes the switch).
+/// CCUs' flush acks did not all arrive within [`ACK_POLLS`] polls or the
+/// device's fallback finished the switch meanwhile.
 pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
+    handshake_with(dev, p, pass_time)
+}
+
+/// [`handshake`] with the caller's way of letting time pass (a test that
+/// drives a real-time device with its own wall clock).
+pub fn handshake_with(
+    dev: &mut Device,
+    p: u32,
+    pass_time: impl FnMut(&mut Device) -> Result<(), DeviceError>,
+) -> Result<bool, (usize, DeviceError)> {
     let status = dev
         .read_reg(r::part(p, r::PART_STATUS), 4)
         .map_err(|e| (0, e.into()))?;
@@ -127,7 +138,7 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
     let (next_vm, next_ctx) = (first[0].value, first[1].value);
     // Step 5: the acks arrive after device time passes.
     let (acked, assigned) = (first[6].value, first[7].value);
-    if !wait_for_acks(dev, p, acked, assigned, AckWait::default())? {
+    if !wait_for_acks(dev, p, acked, assigned, ACK_POLLS, pass_time)? {
         return Ok(false);
     }
     // Steps 6-7: commit, re-point to the incoming blocks, unpause.
@@ -154,49 +165,38 @@ pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)>
     Ok(true)
 }
 
-/// How [`wait_for_acks`] waits for the flush acks (step 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckWait {
-    /// Reads of `PART_CCU_ACKED` before giving up.
-    pub max_polls: u32,
-    /// On a step clock, advance the clock between polls (only host
-    /// software moves a step clock, so without this no ack ever arrives).
-    pub advance_step_clock: bool,
-}
+/// Reads of `PART_CCU_ACKED` before a handshake gives up on the flush acks
+/// (the device's fallback then finishes the switch).
+pub const ACK_POLLS: u32 = 10_000;
 
-impl Default for AckWait {
-    fn default() -> Self {
-        AckWait {
-            max_polls: 10_000,
-            advance_step_clock: true,
-        }
+/// Lets device time pass while the host waits for flush acks: a step clock
+/// is advanced by the largest ack latency (only host software moves it), a
+/// real-time clock is brought up to wall time.
+pub fn pass_time(dev: &mut Device) -> Result<(), DeviceError> {
+    if dev.read_reg(r::DEVICE_STATUS, 4)? as u32 & r::device_status::STEP_CLOCK != 0 {
+        dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))?;
+    } else {
+        dev.tick(Instant::now());
     }
+    Ok(())
 }
 
 /// Step 5: polls `PART_CCU_ACKED` of partition `p` (last read `acked`)
-/// until every CCU in `assigned` acked, at most `wait.max_polls` times.
-/// Between polls a step clock is advanced by the largest ack latency and a
-/// real-time clock brought up to wall time. Returns whether all acked.
+/// until every CCU in `assigned` acked, at most `polls` times, calling
+/// `pass_time` between polls. Returns whether all acked.
 pub fn wait_for_acks(
     dev: &mut Device,
     p: u32,
     mut acked: u64,
     assigned: u64,
-    wait: AckWait,
+    polls: u32,
+    mut pass_time: impl FnMut(&mut Device) -> Result<(), DeviceError>,
 ) -> Result<bool, (usize, DeviceError)> {
-    let step = dev.read_reg(r::DEVICE_STATUS, 4).map_err(|e| (0, e.into()))? as u32
-        & r::device_status::STEP_CLOCK
-        != 0;
-    for _ in 0..wait.max_polls {
+    for _ in 0..polls {
         if acked & assigned == assigned {
             return Ok(true);
         }
-        if !step {
-            dev.tick(Instant::now());
-        } else if wait.advance_step_clock {
-            dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
-                .map_err(|e| (0, e))?;
-        }
+        pass_time(dev).map_err(|e| (0, e))?;
         acked = dev
             .read_reg(r::part(p, r::PART_CCU_ACKED), 8)
             .map_err(|e| (0, e.into()))?;
