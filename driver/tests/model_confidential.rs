@@ -102,7 +102,8 @@ fn no_nonce_is_reused_across_device_resets() {
 /// window, and the answers of both mailboxes to every command.
 fn host_view(dev: &mut Device) -> Vec<u8> {
     let mut out = digest(dev);
-    let blocks = (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
+    let blocks =
+        (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
     let registers = out.len() - window_len(dev);
     let (block_bytes, rings) = out[registers..].split_at_mut(blocks);
     for chunk in block_bytes.chunks_exact_mut(layout::BLOCK_SLOT_SIZE as usize) {
@@ -146,7 +147,8 @@ fn host_view(dev: &mut Device) -> Vec<u8> {
 
 /// Bytes of the window part of [`digest`]: the block slots and every ring.
 fn window_len(dev: &Device) -> usize {
-    let blocks = (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
+    let blocks =
+        (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
     let rings: usize = (0..r::MAX_PARTITION_SLOTS)
         .filter_map(|p| dev.read_reg(r::part(p, r::PART_STREAM_CAP), 4).ok())
         .map(|cap| cap as usize * layout::STREAM_SLOT_SIZE as usize)
@@ -187,7 +189,10 @@ fn nothing_the_host_reads_in_plaintext_depends_on_a_confidential_vms_workload() 
     // and the two workloads did count differently.
     assert_blocks_match_ledger(&mut a, &busy);
     assert_blocks_match_ledger(&mut b, &idle);
-    let (va, vb) = (host_block(&a, VM, Some(&KEY)), host_block(&b, VM, Some(&KEY)));
+    let (va, vb) = (
+        host_block(&a, VM, Some(&KEY)),
+        host_block(&b, VM, Some(&KEY)),
+    );
     assert!(sum(&va.counters) > sum(&vb.counters) && sum(&vb.counters) > 0);
     assert!(
         a.read_reg(r::TRIG_COUNT_THRESHOLD, 8).unwrap() > 0,
@@ -211,7 +216,10 @@ fn the_host_cannot_install_a_key_it_knows() {
         assert!(dev.write_reg(offset, 4, u64::from(word)).is_err());
     }
     assert!(dev.write_reg(r::vm(VM, r::VM_KEY_COMMIT), 4, 1).is_err());
-    assert!(digest(&dev) == before, "a refused key write changed something");
+    assert!(
+        digest(&dev) == before,
+        "a refused key write changed something"
+    );
     assert_eq!(dev.read_reg(r::vm(VM, r::VM_KEY_EPOCH), 4).unwrap(), 1);
     run(&mut dev, &mut host, 100_000);
     host::flush_all(&mut dev).unwrap();
@@ -228,7 +236,11 @@ fn the_host_cannot_install_a_key_it_knows() {
 }
 
 /// Stages and commits `blob` for `vm` in one batch.
-fn commit(dev: &mut Device, vm: u32, blob: &RekeyBlob) -> Result<(), (usize, gpupm_driver::model::DeviceError)> {
+fn commit(
+    dev: &mut Device,
+    vm: u32,
+    blob: &RekeyBlob,
+) -> Result<(), (usize, gpupm_driver::model::DeviceError)> {
     let mut ops: Vec<_> = blob
         .register_writes(vm)
         .into_iter()
@@ -253,19 +265,44 @@ fn only_a_key_sealed_under_the_current_one_replaces_it_and_no_blob_works_twice()
     let good = RekeyBlob::seal(&KEY, VM, 1, session, &next, [1; 8]);
     let before = digest(&dev);
     for (what, vm, blob) in [
-        ("sealed under another key", VM, RekeyBlob::seal(&[0x11; 32], VM, 1, session, &next, [2; 8])),
-        ("sealed for the next epoch", VM, RekeyBlob::seal(&KEY, VM, 2, session, &next, [3; 8])),
-        ("sealed for another session", VM, RekeyBlob::seal(&KEY, VM, 1, session ^ 1, &next, [4; 8])),
+        (
+            "sealed under another key",
+            VM,
+            RekeyBlob::seal(&[0x11; 32], VM, 1, session, &next, [2; 8]),
+        ),
+        (
+            "sealed for the next epoch",
+            VM,
+            RekeyBlob::seal(&KEY, VM, 2, session, &next, [3; 8]),
+        ),
+        (
+            "sealed for another session",
+            VM,
+            RekeyBlob::seal(&KEY, VM, 1, session ^ 1, &next, [4; 8]),
+        ),
         ("committed to a plain VM", 1, good),
-        ("tampered", VM, RekeyBlob { tag: [0; 16], ..good }),
+        (
+            "tampered",
+            VM,
+            RekeyBlob {
+                tag: [0; 16],
+                ..good
+            },
+        ),
     ] {
         assert!(commit(&mut dev, vm, &blob).is_err(), "{what}: accepted");
-        assert!(digest(&dev) == before, "{what}: a refused rekey changed something");
+        assert!(
+            digest(&dev) == before,
+            "{what}: a refused rekey changed something"
+        );
     }
     commit(&mut dev, VM, &good).unwrap();
     assert_eq!(dev.read_reg(r::vm(VM, r::VM_KEY_EPOCH), 4).unwrap(), 2);
     let after = digest(&dev);
-    assert!(commit(&mut dev, VM, &good).is_err(), "a replayed blob was accepted");
+    assert!(
+        commit(&mut dev, VM, &good).is_err(),
+        "a replayed blob was accepted"
+    );
     assert!(digest(&dev) == after, "a replay changed something");
     run(&mut dev, &mut host, 100_000);
     host::flush_all(&mut dev).unwrap();
@@ -274,7 +311,10 @@ fn only_a_key_sealed_under_the_current_one_replaces_it_and_no_blob_works_twice()
     // A reset starts a new session, under the same (new) key.
     dev.write_reg(r::RESET, 4, u64::from(r::RESET_MAGIC))
         .unwrap();
-    assert_ne!(dev.read_reg(r::vm(VM, r::VM_KEY_SESSION), 8).unwrap(), session);
+    assert_ne!(
+        dev.read_reg(r::vm(VM, r::VM_KEY_SESSION), 8).unwrap(),
+        session
+    );
     assert_eq!(dev.read_reg(r::vm(VM, r::VM_KEY_EPOCH), 4).unwrap(), 2);
     assert_eq!(host_block(&dev, VM, Some(&next)), *dev.block(VM));
 }

@@ -49,7 +49,10 @@ fn threshold_triggers_cannot_be_switched_off_so_no_counter_wraps() {
             ),
             "TRIG_CTRL {ctrl:#x} without THRESHOLD_ENABLE was accepted"
         );
-        assert!(digest(&dev) == before, "a refused TRIG_CTRL changed something");
+        assert!(
+            digest(&dev) == before,
+            "a refused TRIG_CTRL changed something"
+        );
     }
     // No periodic trigger: only the threshold keeps busy counters from
     // wrapping over 2^29 cycles.
@@ -70,7 +73,11 @@ fn a_reset_unmasks_every_counter_as_documented() {
     for c in 0..ccus {
         let n = dev.read_reg(r::ccu(c, r::CCU_COUNTERS), 4).unwrap() as u32;
         for w in 0..n.div_ceil(32) {
-            let bits = if (w + 1) * 32 <= n { u32::MAX } else { (1 << (n - w * 32)) - 1 };
+            let bits = if (w + 1) * 32 <= n {
+                u32::MAX
+            } else {
+                (1 << (n - w * 32)) - 1
+            };
             dev.write_reg(r::ccu(c, r::CCU_MASK_INDEX), 4, u64::from(w))
                 .unwrap();
             dev.write_reg(r::ccu(c, r::CCU_MASK_DATA), 4, u64::from(bits))
@@ -112,7 +119,9 @@ fn on_off_scenario() -> Scenario {
     s.device_profile = None;
     s.partitions[0].ctx_timeslice_cycles = 0;
     s.partitions[0].vm_timeslice_cycles = 0;
-    let busy = busy_profile("busy", 1.0, &CONTEXT_TYPES).phases[0].rates.clone();
+    let busy = busy_profile("busy", 1.0, &CONTEXT_TYPES).phases[0]
+        .rates
+        .clone();
     s.profiles = vec![ProfileSpec {
         name: "on-off".into(),
         phases: vec![
@@ -144,7 +153,10 @@ fn profile_phases_change_at_their_exact_cycle_in_both_engines() {
         host.service(&mut dev).unwrap();
         let ctx = dev.contexts().next().unwrap().0;
         let generated = |dev: &mut Device| {
-            sum(&dev.ledger_totals(ledger_scope::CONTEXT, ctx).unwrap().generated)
+            sum(&dev
+                .ledger_totals(ledger_scope::CONTEXT, ctx)
+                .unwrap()
+                .generated)
         };
         dev.advance(50_000 - dev.now()).unwrap();
         let on = generated(&mut dev);
@@ -197,7 +209,10 @@ fn flush_acks_arrive_after_their_latency_and_a_commit_before_them_fails() {
             ),
             "commit {what} was accepted"
         );
-        assert!(digest(dev) == before, "a refused commit {what} changed something");
+        assert!(
+            digest(dev) == before,
+            "a refused commit {what} changed something"
+        );
     };
     refused(&mut dev, "before the flush request");
     dev.write_reg(r::TRIG_CMD, 4, u64::from(trig_cmd::FLUSH_REQ))
@@ -241,7 +256,10 @@ fn the_hosts_wait_for_acks_is_bounded() {
         (r::part(1, r::PART_CTRL), part_ctrl::CTX_PAUSE),
         (r::part(1, r::PART_CTRL), part_ctrl::ALL),
         (r::TRIG_TARGET, 1 << 1),
-        (r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ),
+        (
+            r::TRIG_CMD,
+            trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER | trig_cmd::FLUSH_REQ,
+        ),
     ] {
         dev.write_reg(off, 4, u64::from(v)).unwrap();
     }
@@ -281,8 +299,14 @@ fn the_oob_mailbox_is_the_bmcs_own_and_raises_nothing_on_the_hosts_stream() {
         .unwrap();
     dev.write_reg(r::MBOX_CMD, 4, u64::from(mbox_op::READ_SYSTEM_COUNTER))
         .unwrap();
-    assert_eq!(dev.read_reg(r::MBOX_DATA, 8).unwrap(), system[usize::from(e1)]);
-    assert_eq!(dev.read_reg(r::OOB_MBOX_DATA, 8).unwrap(), system[usize::from(e2)]);
+    assert_eq!(
+        dev.read_reg(r::MBOX_DATA, 8).unwrap(),
+        system[usize::from(e1)]
+    );
+    assert_eq!(
+        dev.read_reg(r::OOB_MBOX_DATA, 8).unwrap(),
+        system[usize::from(e2)]
+    );
     assert_eq!(dev.read_reg(r::MBOX_SEQ, 4).unwrap(), 1);
     assert_eq!(dev.read_reg(r::OOB_MBOX_SEQ, 4).unwrap(), 1);
     let mut records = Vec::new();
@@ -310,9 +334,17 @@ fn ring_0_holds_what_every_partition_sends_it() {
     let dev = device(&s, EngineKind::Batched);
     let cap = u64::from(s.stream.ring_records);
     let slices = s.partitions.len() as u64;
-    assert_eq!(dev.read_reg(r::part(1, r::PART_STREAM_CAP), 4).unwrap(), cap);
+    assert_eq!(
+        dev.read_reg(r::part(1, r::PART_STREAM_CAP), 4).unwrap(),
+        cap
+    );
     let cap0 = dev.read_reg(r::part(0, r::PART_STREAM_CAP), 4).unwrap();
-    assert!(cap0 >= cap * (slices + 1) && cap0.is_power_of_two(), "ring 0 holds {cap0}");
-    let watermark0 = dev.read_reg(r::part(0, r::PART_STREAM_WATERMARK), 4).unwrap();
+    assert!(
+        cap0 >= cap * (slices + 1) && cap0.is_power_of_two(),
+        "ring 0 holds {cap0}"
+    );
+    let watermark0 = dev
+        .read_reg(r::part(0, r::PART_STREAM_WATERMARK), 4)
+        .unwrap();
     assert_eq!(watermark0 * cap, u64::from(s.stream.watermark) * cap0);
 }

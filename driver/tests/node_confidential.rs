@@ -48,7 +48,11 @@ fn without_debug_ledger_the_ledger_ioctl_does_not_exist() {
     });
     let card = d.card();
     advance(&card, 50_000).unwrap();
-    for (scope, id) in [(ledger_scope::SYSTEM, 0), (ledger_scope::VM, VM), (ledger_scope::VM, 1)] {
+    for (scope, id) in [
+        (ledger_scope::SYSTEM, 0),
+        (ledger_scope::VM, VM),
+        (ledger_scope::VM, 1),
+    ] {
         let e = ledger(&card, scope, id).unwrap_err();
         assert_eq!(errno(&e), libc::ENOTTY, "ledger {scope}/{id}: {e}");
     }
@@ -68,24 +72,37 @@ fn the_debug_ledger_answers_a_confidential_vm_only_sealed_under_its_session_key(
     let q = ledger(&card, ledger_scope::VM, VM).unwrap();
     assert_ne!(q.flags & ledger_flags::SEALED, 0);
     assert_ne!(q.envelope.flags & envelope_flags::ENCRYPTED, 0);
-    assert_eq!(q.envelope.session(), rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap());
+    assert_eq!(
+        q.envelope.session(),
+        rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap()
+    );
     let mut wrong = q;
     assert!(cc::open_ledger(&mut wrong, &[0; 32]).is_err());
     let mut opened = q;
     cc::open_ledger(&mut opened, &VM3_KEY).unwrap();
-    assert_ne!(opened.generated, q.generated, "the sealed answer was plaintext");
+    assert_ne!(
+        opened.generated, q.generated,
+        "the sealed answer was plaintext"
+    );
     let block = read_block(&card, layout::block_slot_offset(VM), Some(&VM3_KEY));
     assert_eq!(block.counters, expected(&opened));
     // A context of the confidential VM is sealed too; plain scopes are not.
     let ctx = rd32(&card, r::part(2, r::PART_CUR_CTX)).unwrap();
-    assert_ne!(ledger(&card, ledger_scope::CONTEXT, ctx).unwrap().flags & ledger_flags::SEALED, 0);
+    assert_ne!(
+        ledger(&card, ledger_scope::CONTEXT, ctx).unwrap().flags & ledger_flags::SEALED,
+        0
+    );
     for (scope, id) in [(ledger_scope::SYSTEM, 0), (ledger_scope::VM, 1)] {
         let q = ledger(&card, scope, id).unwrap();
-        assert_eq!((q.flags, q.envelope, q.tag), (0, Default::default(), [0; 16]));
+        assert_eq!(
+            (q.flags, q.envelope, q.tag),
+            (0, Default::default(), [0; 16])
+        );
     }
     // An envelope or tag on input is malformed.
     let mut bad = LedgerQuery::new_zeroed();
-    (bad.version, bad.scope, bad.id, bad.tag[0]) = (IOCTL_STRUCT_VERSION, ledger_scope::SYSTEM, 0, 1);
+    (bad.version, bad.scope, bad.id, bad.tag[0]) =
+        (IOCTL_STRUCT_VERSION, ledger_scope::SYSTEM, 0, 1);
     let e = ioctl(&card, GPUPM_IOC_LEDGER, bad.as_mut_bytes()).unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
     d.stop();
@@ -111,7 +128,10 @@ fn sealed_slots(card: &File) -> Vec<([u8; 24], BlockOrRecord)> {
         let cap = rd32(card, r::part(p, r::PART_STREAM_CAP)).unwrap();
         let mut ring = vec![0u8; usize::try_from(u64::from(cap) * STREAM_SLOT_SIZE).unwrap()];
         let n = card
-            .read_at(&mut ring, MEM_WINDOW_OFFSET + layout::stream_slot_offset(p, 0))
+            .read_at(
+                &mut ring,
+                MEM_WINDOW_OFFSET + layout::stream_slot_offset(p, 0),
+            )
             .unwrap();
         assert_eq!(n, ring.len(), "short ring read");
         for chunk in ring.chunks_exact(usize::try_from(STREAM_SLOT_SIZE).unwrap()) {
@@ -135,8 +155,12 @@ impl BlockOrRecord {
     /// Opens the slot with `key`; whether it opened.
     fn opens_with(&self, key: &[u8; 32]) -> bool {
         match *self {
-            BlockOrRecord::Block(mut s) => cc::open(key, &s.envelope, &mut s.payload, &s.tag).is_ok(),
-            BlockOrRecord::Record(mut s) => cc::open(key, &s.envelope, &mut s.payload, &s.tag).is_ok(),
+            BlockOrRecord::Block(mut s) => {
+                cc::open(key, &s.envelope, &mut s.payload, &s.tag).is_ok()
+            }
+            BlockOrRecord::Record(mut s) => {
+                cc::open(key, &s.envelope, &mut s.payload, &s.tag).is_ok()
+            }
         }
     }
 
@@ -196,9 +220,19 @@ fn no_key_and_nonce_repeat_across_resets_rekeys_and_driver_restarts() {
         };
         ioctl(&card, GPUPM_IOC_RESET, reset.as_mut_bytes()).unwrap();
         sessions.push(rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap());
-        collect(&card, &mut seen, &keys, &format!("life {life}, after reset"));
+        collect(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, after reset"),
+        );
         run(&mut card, 100_000);
-        collect(&card, &mut seen, &keys, &format!("life {life}, after the reset's run"));
+        collect(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, after the reset's run"),
+        );
         // The tenant rekeys with proof of the provisioned key.
         let session = rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap();
         let epoch = rd32(&card, r::vm(VM, r::VM_KEY_EPOCH)).unwrap();
@@ -212,12 +246,25 @@ fn no_key_and_nonce_repeat_across_resets_rekeys_and_driver_restarts() {
         batch(&card, &mut ops).unwrap();
         assert_eq!(rd32(&card, r::vm(VM, r::VM_KEY_EPOCH)).unwrap(), 2);
         run(&mut card, 100_000);
-        collect(&card, &mut seen, &keys, &format!("life {life}, after the rekey"));
+        collect(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, after the rekey"),
+        );
         d.stop();
     }
     let epochs: std::collections::BTreeSet<u32> = seen.values().map(BlockOrRecord::epoch).collect();
     assert_eq!(epochs, [1, 2].into(), "slots of both keys were checked");
     let distinct: std::collections::BTreeSet<u64> = sessions.iter().copied().collect();
-    assert_eq!(distinct.len(), sessions.len(), "a session id repeated: {sessions:x?}");
-    eprintln!("{} sealed slots over {} sessions, no nonce reused", seen.len(), sessions.len());
+    assert_eq!(
+        distinct.len(),
+        sessions.len(),
+        "a session id repeated: {sessions:x?}"
+    );
+    eprintln!(
+        "{} sealed slots over {} sessions, no nonce reused",
+        seen.len(),
+        sessions.len()
+    );
 }

@@ -251,7 +251,11 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
         assert_eq!(errno(&rd32(&oob, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&oob, off, 0).unwrap_err()), libc::EINVAL);
     }
-    for off in [regs::OOB_MBOX_ARG, regs::OOB_MBOX_CMD, regs::OOB_MBOX_STATUS] {
+    for off in [
+        regs::OOB_MBOX_ARG,
+        regs::OOB_MBOX_CMD,
+        regs::OOB_MBOX_STATUS,
+    ] {
         assert_eq!(errno(&rd32(&card, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&card, off, 1).unwrap_err()), libc::EINVAL);
     }

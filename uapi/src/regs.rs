@@ -143,13 +143,29 @@ pub const MULTIBIT_ACC_BITS: u32 = 6;
 pub const FLUSH_ACK_BASE_CYCLES: u32 = 16;
 /// Largest flush-ack latency of any CCU: a host on a step clock that
 /// advances this many cycles after a flush request finds every ack in.
-pub const FLUSH_ACK_MAX_CYCLES: u32 =
-    flush_ack_latency((crate::events::MAX_CCU_ULCS * crate::events::MAX_ULC_COUNTERS) as u32);
+pub const FLUSH_ACK_MAX_CYCLES: u32 = flush_ack_latency(MAX_CCU_COUNTERS);
+
+/// Most counters one CCU has (48 ULCs of up to 45 counters).
+// 2160 fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const MAX_CCU_COUNTERS: u32 = {
+    let n = crate::events::MAX_CCU_ULCS * crate::events::MAX_ULC_COUNTERS;
+    assert!(n <= u32::MAX as usize);
+    n as u32
+};
+
+/// Values per CCU record, as a `u32`.
+// Eight fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const RECORD_VALUES: u32 = {
+    assert!(crate::layout::RECORD_VALUES <= 64);
+    crate::layout::RECORD_VALUES as u32
+};
 
 /// Cycles until the flush ack of a CCU with `counters` counters arrives:
 /// [`FLUSH_ACK_BASE_CYCLES`] plus one cycle per record of eight values.
 pub const fn flush_ack_latency(counters: u32) -> u32 {
-    FLUSH_ACK_BASE_CYCLES + counters.div_ceil(crate::layout::RECORD_VALUES as u32)
+    FLUSH_ACK_BASE_CYCLES + counters.div_ceil(RECORD_VALUES)
 }
 
 /// Bits of [`TRIG_CTRL`].
@@ -275,11 +291,11 @@ pub const REKEY_KEY: u64 = 0x0508;
 /// WO: four words: the AES-GCM tag of the sealed key.
 pub const REKEY_TAG: u64 = 0x0528;
 /// Words in [`REKEY_NONCE`].
-pub const REKEY_NONCE_WORDS: u64 = 2;
+pub const REKEY_NONCE_WORDS: usize = 2;
 /// Words in [`REKEY_KEY`].
-pub const REKEY_KEY_WORDS: u64 = 8;
+pub const REKEY_KEY_WORDS: usize = 8;
 /// Words in [`REKEY_TAG`].
-pub const REKEY_TAG_WORDS: u64 = 4;
+pub const REKEY_TAG_WORDS: usize = 4;
 /// First four nonce bytes (LE) of every rekey blob. The device's own
 /// nonces start with the VM id (below [`MAX_VMS`]), so a tenant's rekey
 /// nonce can never equal a nonce the device uses under the same key.

@@ -87,7 +87,9 @@ impl DeviceBackend for ModelBackend {
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
-        self.dev.reset().map_err(|e| BackendError::Fault(e.to_string()))
+        self.dev
+            .reset()
+            .map_err(|e| BackendError::Fault(e.to_string()))
     }
 
     fn tick(&mut self, now: Instant) {

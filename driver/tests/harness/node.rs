@@ -13,8 +13,9 @@ use gpupm_driver::model::LedgerTotals;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{
-    ledger_flags, ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp, GPUPM_IOC_ADVANCE,
-    GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
+    ledger_flags, ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
+    IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
 };
 use gpupm_uapi::layout::{
     self, block_kind, envelope_flags, Block, BlockSlot, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET,
@@ -109,7 +110,11 @@ pub fn ledger_opened(
 ) -> io::Result<LedgerQuery> {
     let mut q = ledger(card, scope, id)?;
     let sealed = q.flags & ledger_flags::SEALED != 0;
-    assert_eq!(sealed, key.is_some(), "sealing of the ledger of {scope}/{id}");
+    assert_eq!(
+        sealed,
+        key.is_some(),
+        "sealing of the ledger of {scope}/{id}"
+    );
     if let Some(k) = key {
         gpupm_driver::model::cc::open_ledger(&mut q, k).expect("ledger opens under the VM key");
     }

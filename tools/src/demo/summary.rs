@@ -113,14 +113,22 @@ pub fn collect(
 ) -> CliResult<Summary> {
     let who = node.whoami()?;
     let retired = RetiredStore::open(state_dir).map_err(|e| CliError::runtime(node::chain(&e)))?;
-    let ledger = |scope, id| {
-        dev.ledger(scope, id)
-            .map(|l| expected(&l))
-            .map_err(|e| CliError::runtime(node::chain(&e)))
+    // A confidential VM's ledger answers are sealed like its blocks: the
+    // demo opens them with the VM's key from the scenario, as its tenant
+    // would.
+    let ledger = |scope, id, key: Option<&[u8; 32]>| {
+        let mut l = dev
+            .ledger(scope, id)
+            .map_err(|e| CliError::runtime(node::chain(&e)))?;
+        if let Some(k) = key {
+            cc::open_ledger(&mut l, k)
+                .map_err(|e| CliError::runtime(format!("ledger of {scope}/{id}: {e}")))?;
+        }
+        Ok::<_, CliError>(expected(&l))
     };
     let mut mismatches = Vec::new();
     let system = node.totals(Scope::System)?.values;
-    if system != ledger(ledger_scope::SYSTEM, 0)? {
+    if system != ledger(ledger_scope::SYSTEM, 0, None)? {
         mismatches.push("system".to_string());
     }
     // Context ids are reused, across VMs too: the node answers for the
@@ -148,9 +156,9 @@ pub fn collect(
         let rc = node.totals(Scope::Vm(vm))?;
         let sealed = node::sealed(&rc);
         let totals = answer(&rc, key);
-        if totals
-            .is_some_and(|t| t != ledger(ledger_scope::VM, vm).unwrap_or([u64::MAX; MAX_EVENTS]))
-        {
+        if totals.is_some_and(|t| {
+            t != ledger(ledger_scope::VM, vm, key).unwrap_or([u64::MAX; MAX_EVENTS])
+        }) {
             mismatches.push(format!("VM {vm}"));
         }
         let mut contexts = Vec::new();
@@ -169,7 +177,7 @@ pub fn collect(
             };
             if live
                 && totals.is_some_and(|t| {
-                    t != ledger(ledger_scope::CONTEXT, c.ctx).unwrap_or([u64::MAX; MAX_EVENTS])
+                    t != ledger(ledger_scope::CONTEXT, c.ctx, key).unwrap_or([u64::MAX; MAX_EVENTS])
                 })
             {
                 mismatches.push(format!("context {}", c.ctx));

@@ -195,7 +195,11 @@ mod tests {
             staged.apply(w);
         }
         let commit = slot.check_write(r::VM_KEY_COMMIT, 1, &mut shadow).unwrap();
-        assert_eq!(shadow, RekeyStaging::default(), "a commit clears the staging");
+        assert_eq!(
+            shadow,
+            RekeyStaging::default(),
+            "a commit clears the staging"
+        );
         slot.apply(commit);
         assert_eq!(slot.read(r::VM_KEY_EPOCH), r32(2));
         assert_eq!(slot.read(r::VM_KEY_SESSION), r64(99));

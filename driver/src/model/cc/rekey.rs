@@ -21,7 +21,7 @@ use crate::model::access::{r32, RegValue, Reject};
 /// Label at the end of a rekey blob's associated data.
 const REKEY_LABEL: &[u8; 5] = b"rekey";
 /// Words of staging: nonce, sealed key, tag.
-const STAGING_WORDS: usize = (REKEY_NONCE_WORDS + REKEY_KEY_WORDS + REKEY_TAG_WORDS) as usize;
+const STAGING_WORDS: usize = REKEY_NONCE_WORDS + REKEY_KEY_WORDS + REKEY_TAG_WORDS;
 
 /// A new key sealed under a VM's current session key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,10 +106,7 @@ impl RekeyBlob {
     /// it for VM `vm`, in order; run them as one register batch.
     pub fn register_writes(&self, vm: u32) -> Vec<(u64, u32)> {
         let words = self.to_words();
-        let mut out: Vec<(u64, u32)> = (r::REKEY_NONCE..)
-            .step_by(4)
-            .zip(words)
-            .collect();
+        let mut out: Vec<(u64, u32)> = (r::REKEY_NONCE..).step_by(4).zip(words).collect();
         out.push((r::vm(vm, r::VM_KEY_COMMIT), 1));
         out
     }

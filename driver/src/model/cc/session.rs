@@ -193,12 +193,7 @@ pub fn open(
     if envelope.flags & envelope_flags::ENCRYPTED == 0 {
         return Err(OpenError::NotEncrypted);
     }
-    let key = session_key(
-        vm_key,
-        envelope.vm,
-        envelope.session(),
-        envelope.key_epoch,
-    );
+    let key = session_key(vm_key, envelope.vm, envelope.session(), envelope.key_epoch);
     let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
     Aes256Gcm::new(&key.into())
         .decrypt_in_place_detached(

@@ -28,6 +28,8 @@ use crate::model::topology::Topology;
 /// Cycles between ULC transfers (2^9 - 1).
 pub const ULC_PERIOD: u64 = ULC_COUNTER_MAX as u64;
 /// Largest value of a 9-bit ULC counter.
+// 511 fits in 16 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
 pub const ULC_MAX: u16 = {
     assert!(ULC_COUNTER_BITS <= 16);
     ULC_COUNTER_MAX as u16

@@ -243,9 +243,9 @@ impl Device {
     fn check_routed(&self, sh: &mut Shadow, offset: u64, v: u32) -> Result<Write, Reject> {
         Ok(match unit_of(offset) {
             Unit::Identity if offset == r::RESET && v == r::RESET_MAGIC => Write::Reset {
-                session: self.next_session().map_err(|_| {
-                    Reject::BadValue("no session id: the random source failed")
-                })?,
+                session: self
+                    .next_session()
+                    .map_err(|_| Reject::BadValue("no session id: the random source failed"))?,
             },
             Unit::Identity if offset == r::RESET => {
                 return Err(Reject::BadValue("reset needs RESET_MAGIC"))

@@ -98,7 +98,10 @@ impl Partitions {
     /// Cycle of slot `p`'s next flush ack (`u64::MAX` if none is due).
     #[inline]
     pub fn next_ack(&self, p: u32) -> u64 {
-        self.slots[p as usize].acks_due.first().map_or(u64::MAX, |a| a.0)
+        self.slots[p as usize]
+            .acks_due
+            .first()
+            .map_or(u64::MAX, |a| a.0)
     }
 
     /// Whether slot `p` waits for flush acks.
