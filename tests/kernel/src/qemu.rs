@@ -76,10 +76,7 @@ fn spawn(kernel: &GuestKernel, image: &Path, accel: Accel, mem_mib: u32) -> Resu
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
         .arg(image)
-        .args([
-            "-append",
-            "console=ttyS0 panic=-1 loglevel=4 rdinit=/init cryptomgr.notests",
-        ])
+        .args(["-append", "console=ttyS0 panic=-1 loglevel=4 rdinit=/init cryptomgr.notests"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
