@@ -286,7 +286,7 @@ impl UnitState {
 }
 
 /// Lays out the container's `/etc` and the binaries for `/usr/bin` in `dir`: the
-/// project's files unchanged, under the paths the README installs them to
+/// project's files unchanged, under the paths docs/operations.md installs them to
 /// (`/etc` instead of `/usr/lib` for sysusers and tmpfiles: the container's
 /// `/usr` is the host's, read-only).
 fn install(dir: &Path, bins: &Path) {
