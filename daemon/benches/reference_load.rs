@@ -38,19 +38,15 @@
 //!
 //! The last line is JSON.
 
-#[path = "../tests/harness/mod.rs"]
-mod harness;
-// The perf software-counter baseline shared with the driver's node bench.
-#[path = "../../driver/benches/node/perf.rs"]
-mod perf;
-
 use std::fs;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use gpupm_test_support::perf;
+use gpupm_test_support::services::{daemon_config, spawn_daemon};
+use gpupm_test_support::{Driver, DriverOptions, Scratch};
 use gpupm_uapi::events::{UnitType, CATALOGUE};
 use gpupm_uapi::regs as r;
-use harness::{daemon_config, spawn_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;
 
 /// The reference load as a scenario file.
@@ -154,11 +150,18 @@ fn main() {
         threads("GPUPM_NODE_THREADS"),
         threads("GPUPM_TENANT_THREADS"),
     );
-    let tmp = TempDir::new("bench");
+    let tmp = Scratch::new("bench");
     let driver_args: Vec<String> =
         node_threads.map_or_else(Vec::new, |n| vec!["--threads".into(), n.to_string()]);
-    let driver = Driver::start_with_args(&tmp, &scenario(), "realtime", &driver_args);
-    let dev = driver.card();
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions {
+            clock: "realtime",
+            args: driver_args,
+            ..DriverOptions::system(scenario())
+        },
+    );
+    let dev = driver.node();
     let tenant_key = tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
     let config = daemon_config(
         &tmp,

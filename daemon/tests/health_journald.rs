@@ -3,19 +3,19 @@
 //! `journalctl -o json` must show the structured fields. Without a journal
 //! socket the same events go to stderr.
 
-mod common;
-
 use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{require_tool, KillOnDrop, ScriptedHealth};
+use gpupm_test_support::process::KillOnDrop;
+use gpupm_test_support::require_tool;
 use gpupmd::health::{
     self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
 };
-use gpupmd::view::{DeviceIdentity, HealthSnapshot};
+use gpupmd::view::{DeviceIdentity, HealthSnapshot, HealthSource};
 use serde_json::Value;
 
 const SOCKET: &str = health::DEFAULT_JOURNAL_SOCKET;
@@ -290,4 +290,36 @@ fn without_a_journal_socket_events_go_to_stderr() {
         "{err}"
     );
     assert!(err.contains("no journal socket"), "{err}");
+}
+
+/// Returns `script[k]` on the k-th call (the last one thereafter) and
+/// publishes the number of calls.
+#[derive(Debug)]
+pub struct ScriptedHealth {
+    script: Vec<HealthSnapshot>,
+    calls: AtomicUsize,
+    seen: tokio::sync::watch::Sender<usize>,
+}
+
+impl ScriptedHealth {
+    pub fn new(script: Vec<HealthSnapshot>) -> Self {
+        assert!(!script.is_empty());
+        Self {
+            script,
+            calls: AtomicUsize::new(0),
+            seen: tokio::sync::watch::Sender::new(0),
+        }
+    }
+    pub fn calls(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.seen.subscribe()
+    }
+}
+
+impl HealthSource for ScriptedHealth {
+    fn snapshot(&self) -> HealthSnapshot {
+        let k = self.calls.fetch_add(1, Ordering::SeqCst);
+        let snap = self.script[k.min(self.script.len() - 1)].clone();
+        self.seen.send_replace(k + 1);
+        snap
+    }
 }

@@ -12,6 +12,8 @@
 //!   says about it (supplementary groups, a pending SIGKILL).
 //! - [`logging`]: the services' log setup (journald when its socket
 //!   exists, else stderr), one for `gpupm-driver` and `gpupmd`.
+//! - [`notify`]: the service manager's end of `$NOTIFY_SOCKET`, for
+//!   programs that start the services themselves (`gpupm demo`, tests).
 //! - [`systemd`]: handing a descriptor to the service manager's file
 //!   descriptor store ([`store_fd`]) and taking one it passed
 //!   ([`inherited_fd`]).
@@ -32,14 +34,14 @@
 pub mod logging;
 pub mod mount;
 pub mod namespace;
+pub mod notify;
 pub mod procfs;
 mod sys;
 pub mod systemd;
-#[cfg(feature = "test-utils")]
-pub mod testing;
 
 pub use mount::{
-    clone_device, detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
+    clone_device, detach, is_mounted, mount, recover_stale_mount, unmount, Connection, MountError,
+    MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
 pub use procfs::Caller;
