@@ -6,6 +6,7 @@
 //!   by a crashed server, refusing a live one, lazily detaching a mount
 //!   (then aborting its connection through fusectl), and cloning a mounted
 //!   descriptor ([`clone_device`]) so that several threads serve it.
+//! - [`flat`]: the one root directory of a few files both nodes serve.
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
@@ -31,6 +32,7 @@
 //! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
 //! manager close the stored descriptor.
 
+pub mod flat;
 pub mod logging;
 pub mod mount;
 pub mod namespace;
