@@ -5,10 +5,12 @@
 //! reads in the calling crate, or, for the helpers of this crate that start
 //! a binary, the binary cargo builds beside a test of its package (which
 //! `CARGO_PKG_NAME` names at run time). Any other test gets them from one
-//! `cargo build --locked` of the three binary packages per test process,
-//! with the profile the test was built with (a no-op when they are up to
-//! date, and it never leaves a stale binary behind), into the target
-//! directory the test executable sits in.
+//! `cargo build --locked` of the binary packages per test process, with
+//! the profile the test was built with (a no-op when they are up to date,
+//! and it never leaves a stale binary behind), into `bins-for-tests/` of
+//! the target directory the test executable sits in: a test build unifies
+//! features over dev-dependencies, a build of the binaries alone does not,
+//! so sharing one directory would make each rebuild the other's artifacts.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,6 +112,7 @@ pub fn build_once() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = profile_dir();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let target = dir.parent().expect("the target dir").join("bins-for-tests");
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--locked", "--quiet", "--bins"])
             .args([
@@ -123,11 +126,12 @@ pub fn build_once() -> &'static Path {
                 "gpupm-fusemount",
             ])
             .current_dir(crate::workspace_root())
-            .env("CARGO_TARGET_DIR", dir.parent().expect("the target dir"));
-        match dir.file_name().and_then(|n| n.to_str()) {
-            Some("release") => cmd.arg("--release"),
-            _ => cmd.args(["--profile", "test"]),
+            .env("CARGO_TARGET_DIR", &target);
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("release") => "release",
+            _ => "test",
         };
+        cmd.args(["--profile", profile]);
         let status = cmd
             .status()
             .unwrap_or_else(|e| panic!("cannot run cargo to build the binaries: {e}"));
@@ -135,14 +139,20 @@ pub fn build_once() -> &'static Path {
             status.success(),
             "building the gpupm binaries failed ({status})"
         );
+        // The test profile's output directory is `debug`.
+        let out = target.join(if profile == "release" {
+            "release"
+        } else {
+            "debug"
+        });
         for bin in [Bin::Driver, Bin::Daemon, Bin::Cli, Bin::Mount] {
             assert!(
-                dir.join(bin.name()).is_file(),
+                out.join(bin.name()).is_file(),
                 "{} missing in {}",
                 bin.name(),
-                dir.display()
+                out.display()
             );
         }
-        dir
+        out
     })
 }

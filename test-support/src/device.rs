@@ -12,6 +12,8 @@ use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::LedgerQuery;
 use gpupm_uapi::layout::{envelope_flags, Block};
 use gpupm_uapi::regs::{self as r, ctx_state, MAX_CONTEXTS};
+
+use crate::process::Proc;
 use zerocopy::FromBytes;
 
 /// Configured partition slots.
@@ -56,6 +58,17 @@ pub fn wait_idle(dev: &DevNode, mut give_up: impl FnMut() -> bool) -> bool {
         }
     }
     true
+}
+
+/// Advances the step clock by `cycles` and waits until `daemon` has
+/// finished every switch that raised; fails with its log if it died.
+pub fn step(dev: &DevNode, cycles: u64, daemon: &mut Proc) {
+    dev.advance(cycles).expect("advance");
+    assert!(
+        wait_idle(dev, || !daemon.alive()),
+        "gpupmd died:\n{}",
+        daemon.log()
+    );
 }
 
 /// Tracks context instances from the test's own interrupt handle.

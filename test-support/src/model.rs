@@ -44,13 +44,7 @@ pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
     }
 }
 
-pub const CONTEXT_TYPES: [UnitType; 5] = [
-    UnitType::Sm,
-    UnitType::L2Slice,
-    UnitType::FbPartition,
-    UnitType::CopyEngine,
-    UnitType::Pcie,
-];
+pub use crate::scenario::CONTEXT_TYPES;
 
 /// A small two-partition scenario: partition 1 time-slices VMs 1 and 2,
 /// partition 2 runs VM 3 (confidential); the node tests serve the same

@@ -37,6 +37,25 @@ pub fn raw_response(mut s: TcpStream) -> (String, String, String) {
     (status.to_owned(), headers.to_owned(), body.to_owned())
 }
 
+/// The metrics address a daemon announced in its notify `STATUS=` line
+/// ("… metrics on http://ADDR/metrics").
+pub fn metrics_addr(notes: &[String]) -> SocketAddr {
+    notes
+        .iter()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .expect("READY status names the metrics address")
+        .parse()
+        .expect("a socket address")
+}
+
+/// The body of a `GET /metrics` from `addr` (asserting 200).
+pub fn metrics(addr: SocketAddr) -> String {
+    let (status, _, body) = http_get(addr, "/metrics", None);
+    assert!(status.contains(" 200 "), "scrape: {status}");
+    body
+}
+
 /// The sample lines of an exposition (comments and blank lines skipped).
 pub fn samples(text: &str) -> Vec<Sample> {
     text.lines()

@@ -88,7 +88,7 @@ fn tmp_demo_dirs() -> Vec<String> {
 fn demo_ignores_directories_and_links_planted_in_the_temp_dir() {
     gpupm_test_support::require_root_and_fuse("the gpupm CLI tests");
     gpupm_test_support::bins::build_once();
-    let scratch = gpupm_test_support::Scratch::world_writable("demo-planted");
+    let scratch = gpupm_test_support::Scratch::world_writable("cli-demo-planted");
     let tmp = scratch.join("tmp");
     let victim = scratch.join("victim");
     std::fs::create_dir_all(&tmp).unwrap();

@@ -70,7 +70,7 @@ fn bad_event_name_names_the_closest_valid_one() {
 
 #[test]
 fn bad_recordings_are_refused_with_the_reason() {
-    let dir = gpupm_test_support::Scratch::world_writable("errors");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors");
     let f = dir.join("garbage");
     std::fs::write(
         &f,
@@ -98,7 +98,7 @@ fn bad_recordings_are_refused_with_the_reason() {
 fn device_nodes_that_do_not_exist_are_named() {
     let (code, _, err) = run(&["bmc", "--node-dir", "/nonexistent/dev"]);
     assert_eq!((code, err.as_str()), (2, "gpupm: no device node: /nonexistent/dev/card0-oob does not exist (is gpupm-driver running?)\n"));
-    let dir = gpupm_test_support::Scratch::world_writable("errors-health");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors-health");
     let cfg = dir.join("gpupmd.toml");
     let port = gpupm_test_support::cli::free_port();
     std::fs::write(
@@ -124,7 +124,7 @@ fn device_nodes_that_do_not_exist_are_named() {
 
 #[test]
 fn demo_without_its_binaries_says_where_it_looked() {
-    let dir = gpupm_test_support::Scratch::world_writable("errors-demo");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors-demo");
     let copy = dir.join("gpupm");
     std::fs::copy(gpupm_test_support::bin!(Cli), &copy).unwrap();
     let o = Command::new(&copy)
@@ -152,7 +152,7 @@ fn usage_errors_exit_2_and_generators_work() {
     let (code, out, _) = run(&["man"]);
     assert_eq!(code, 0);
     assert!(out.contains(".TH gpupm"));
-    let dir = gpupm_test_support::Scratch::world_writable("man");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-man");
     let (code, _, _) = run(&["man", "--out-dir", dir.path().to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(dir.join("gpupm-stat.1").exists());

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use gpupm_client::Scope;
 use gpupm_client::{TenantClient, WhoamiExt};
-use gpupm_test_support::device::{self, flush, wait_idle, wait_none_destroyed};
+use gpupm_test_support::device::{self, flush, step, wait_none_destroyed};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -30,7 +30,7 @@ const TENANT_VM: u32 = 1;
 /// Clock steps the daemon handles before the examples run (with churn).
 const STEPS: u32 = 192;
 
-const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 /// Builds the C example with the generated header into `dir`.
 fn build_c(dir: &Path) -> PathBuf {
@@ -180,12 +180,7 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
     daemon.wait_for("READY=1");
 
     for _ in 0..STEPS {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
     assert_eq!(
         device::part_sum(&dev, r::PART_FALLBACKS),

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use gpupm_system_tests::check_exact;
-use gpupm_test_support::device::{self, flush, wait_idle, wait_none_destroyed, Instances};
+use gpupm_test_support::device::{self, flush, step, wait_none_destroyed, Instances};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, start_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -45,13 +45,8 @@ fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_drive
 
     let mut steps = 0u64;
     let switches = loop {
-        dev.advance(STEP).expect("advance");
+        step(&dev, STEP, &mut daemon);
         seen.update();
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
         steps += 1;
         if steps.is_multiple_of(64) {
             let s = device::part_sum(&dev, r::PART_SWITCHES);
@@ -118,13 +113,8 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     };
     while device::part_sum(&dev, r::PART_SWITCHES) < SWITCHES {
         for _ in 0..64 {
-            dev.advance(STEP).expect("advance");
+            step(&dev, STEP, &mut daemon);
             seen.update();
-            assert!(
-                wait_idle(&dev, || !daemon.alive()),
-                "gpupmd died:\n{}",
-                daemon.log()
-            );
         }
     }
     assert_eq!(device::part_sum(&dev, r::PART_FALLBACKS), 0);
@@ -181,30 +171,13 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
 // Exposition values are floats; these counts are exact below 2^53.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn metrics_agree_with_the_ledger(daemon: &gpupm_test_support::Proc, dev: &gpupm_client::DevNode) {
-    use std::io::{Read, Write};
+    use gpupm_test_support::scrape::{metrics, metrics_addr};
 
     use gpupm_uapi::events::{Scope, CATALOGUE};
     use gpupm_uapi::ioctl::ledger_scope;
 
-    let url = daemon
-        .notes
-        .iter()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .expect("READY status names the metrics address")
-        .to_string();
-    let mut conn = std::net::TcpStream::connect(&url).expect("connect to the metrics endpoint");
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {url}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    conn.read_to_string(&mut response).unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .expect("an HTTP response");
+    let body = metrics(metrics_addr(&daemon.notes));
+    let body = body.as_str();
     let (clean, problems) = promtool_check(body);
     assert!(clean, "promtool check metrics: {problems}");
     for vm in 1..=10u32 {

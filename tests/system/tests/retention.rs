@@ -8,16 +8,14 @@
 //! daemon prunes as contexts retire, logs it in the health log and counts
 //! it in its metrics.
 
+use gpupm_test_support::scrape::{metrics, metrics_addr};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
 use std::path::Path;
 
 use gpupm_client::DevNode;
 use gpupm_client::Scope;
 use gpupm_client::TenantClient;
-use gpupm_test_support::device::{
-    contexts, expected, flush, wait_idle, wait_none_destroyed, Instances,
-};
+use gpupm_test_support::device::{contexts, expected, flush, step, wait_none_destroyed, Instances};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
@@ -68,13 +66,8 @@ fn stop(mut d: Proc) {
 /// Advances `n` steps, each handshake done by the daemon.
 fn run(dev: &DevNode, seen: &mut Instances, daemon: &mut Proc, n: u32) {
     for _ in 0..n {
-        dev.advance(STEP).expect("advance");
+        step(dev, STEP, daemon);
         seen.update();
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
     }
     flush(dev);
     wait_none_destroyed(dev);
@@ -168,21 +161,7 @@ fn check_pruned_to(
 // Exposition values are floats; these counts are exact below 2^53.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn pruned_metric(d: &Proc) -> u64 {
-    let addr = d
-        .notes
-        .iter()
-        .find_map(|l| l.split("metrics on http://").nth(1))
-        .and_then(|rest| rest.strip_suffix("/metrics"))
-        .expect("READY status names the metrics address")
-        .to_string();
-    let mut conn = std::net::TcpStream::connect(&addr).expect("connect to metrics");
-    write!(
-        conn,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).expect("scrape");
+    let body = metrics(metrics_addr(&d.notes));
     body.lines()
         .find_map(|l| l.strip_prefix("gpupm_contexts_pruned_total "))
         .and_then(|v| v.trim().parse::<f64>().ok())

@@ -4,7 +4,7 @@
 
 use gpupm_client::Scope;
 use gpupm_client::{ClientError, TenantClient};
-use gpupm_test_support::device::wait_idle;
+use gpupm_test_support::device::step;
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, start_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -24,12 +24,7 @@ fn records_while_advancing(
         .expect("open a stream session");
     let mut got = 0;
     for _ in 0..steps {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(dev, STEP, daemon);
         loop {
             match client.read_deltas(16) {
                 Ok(records) if !records.is_empty() => got += records.len(),
