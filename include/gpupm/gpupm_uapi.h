@@ -26,8 +26,8 @@
 /* ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it */
 
 #define GPUPM_ABI_MAJOR 1
-#define GPUPM_ABI_MINOR 2
-#define GPUPM_ABI_VERSION 0x10002 /* major << 16 | minor */
+#define GPUPM_ABI_MINOR 3
+#define GPUPM_ABI_VERSION 0x10003 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -347,6 +347,7 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_IOCTL_STRUCT_VERSION 1
 #define GPUPM_MAX_IOCTL_SIZE 16384
 #define GPUPM_MAX_BATCH_OPS 64
+#define GPUPM_WINDOW_READ_MAX 8192
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 #define GPUPM_REG_OP_READ 1
 #define GPUPM_REG_OP_WRITE 2
@@ -358,6 +359,9 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_IOC_ADVANCE 0xc0184702U
 #define GPUPM_IOC_LEDGER 0xc6104703U
 #define GPUPM_IOC_RESET 0x40084704
+#define GPUPM_IOC_REG_READ 0xc0204705U
+#define GPUPM_IOC_REG_WRITE 0x40204706
+#define GPUPM_IOC_WINDOW_READ 0xe0184707U
 
 /* Tenant node ioctls (uapi/src/tenant.rs) */
 
@@ -771,6 +775,83 @@ struct gpupm_reset {
    * Must be [`crate::regs::RESET_MAGIC`].
    */
   uint32_t magic;
+};
+
+/**
+ * `GPUPM_IOC_REG_READ` and `GPUPM_IOC_REG_WRITE`: one register access,
+ * with the rules of a `pread`/`pwrite` on `card0`: `width` is 4 or 8,
+ * `offset` is aligned to it and the access lies inside `BAR0_SIZE`; a
+ * 64-bit register is read atomically with one 8-byte access. A read
+ * fills `value` (a 4-byte read zero-extends); a 4-byte write's `value`
+ * must fit in 32 bits.
+ *
+ * One struct of 32 bytes rather than a one-op `GPUPM_IOC_REG_BATCH`
+ * (1,552 bytes, copied in and out of the kernel on every call): register
+ * reads are the node's most frequent request.
+ */
+struct gpupm_reg_access {
+  /**
+   * [`IOCTL_STRUCT_VERSION`].
+   */
+  uint32_t version;
+  /**
+   * Access width in bytes: 4 or 8.
+   */
+  uint32_t width;
+  /**
+   * BAR0 offset.
+   */
+  uint64_t offset;
+  /**
+   * Value read back, or value to write.
+   */
+  uint64_t value;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+};
+
+/**
+ * `GPUPM_IOC_WINDOW_READ`: `length` bytes (1..=[`WINDOW_READ_MAX`]) of the
+ * memory window at `offset` (relative to the window's start, i.e. a
+ * `card0` file offset minus `MEM_WINDOW_OFFSET`) into `data`; the bytes
+ * of `data` past `length` come back zero. The whole range must lie inside
+ * the window, or the call fails with EINVAL.
+ *
+ * The data travels in the argument because a restricted ioctl can only
+ * copy the struct its number encodes; 8 KiB holds a block slot or 13
+ * stream slots per call while keeping the copy in and out small.
+ */
+struct gpupm_window_read {
+  /**
+   * [`IOCTL_STRUCT_VERSION`].
+   */
+  uint32_t version;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Window offset of the first byte.
+   */
+  uint64_t offset;
+  /**
+   * Bytes to read (1..=[`WINDOW_READ_MAX`]).
+   */
+  uint32_t length;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Output: the bytes read.
+   */
+  uint8_t data[GPUPM_WINDOW_READ_MAX];
 };
 
 /**
@@ -1313,6 +1394,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1552);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ledger_query) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_access) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_access) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 8216);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_window_read) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
@@ -1351,6 +1436,9 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpup
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_ADVANCE >> 16) & 0x3fff) == sizeof(struct gpupm_advance));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER >> 16) & 0x3fff) == sizeof(struct gpupm_ledger_query));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_reset));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_WINDOW_READ >> 16) & 0x3fff) == sizeof(struct gpupm_window_read));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));

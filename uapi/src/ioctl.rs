@@ -164,6 +164,66 @@ pub struct Reset {
     pub magic: u32,
 }
 
+/// `GPUPM_IOC_REG_READ` and `GPUPM_IOC_REG_WRITE`: one register access,
+/// with the rules of a `pread`/`pwrite` on `card0`: `width` is 4 or 8,
+/// `offset` is aligned to it and the access lies inside `BAR0_SIZE`; a
+/// 64-bit register is read atomically with one 8-byte access. A read
+/// fills `value` (a 4-byte read zero-extends); a 4-byte write's `value`
+/// must fit in 32 bits.
+///
+/// One struct of 32 bytes rather than a one-op `GPUPM_IOC_REG_BATCH`
+/// (1,552 bytes, copied in and out of the kernel on every call): register
+/// reads are the node's most frequent request.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RegAccess {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Access width in bytes: 4 or 8.
+    pub width: u32,
+    /// BAR0 offset.
+    pub offset: u64,
+    /// Value read back, or value to write.
+    pub value: u64,
+    /// Must be 0.
+    pub flags: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<RegAccess>() == 32);
+
+/// Most bytes one [`WindowRead`] returns.
+pub const WINDOW_READ_MAX: usize = 8192;
+
+/// `GPUPM_IOC_WINDOW_READ`: `length` bytes (1..=[`WINDOW_READ_MAX`]) of the
+/// memory window at `offset` (relative to the window's start, i.e. a
+/// `card0` file offset minus `MEM_WINDOW_OFFSET`) into `data`; the bytes
+/// of `data` past `length` come back zero. The whole range must lie inside
+/// the window, or the call fails with EINVAL.
+///
+/// The data travels in the argument because a restricted ioctl can only
+/// copy the struct its number encodes; 8 KiB holds a block slot or 13
+/// stream slots per call while keeping the copy in and out small.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct WindowRead {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Window offset of the first byte.
+    pub offset: u64,
+    /// Bytes to read (1..=[`WINDOW_READ_MAX`]).
+    pub length: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Output: the bytes read.
+    pub data: [u8; WINDOW_READ_MAX],
+}
+const _: () = assert!(core::mem::size_of::<WindowRead>() == 24 + WINDOW_READ_MAX);
+
 macro_rules! ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
         $( $(#[$m])* pub const $name: u32 = crate::ioc::$dir(IOC_MAGIC, $nr, core::mem::size_of::<$ty>());
@@ -184,4 +244,10 @@ ioctl_numbers! {
     GPUPM_IOC_LEDGER = read_write(0x03, LedgerQuery);
     /// Reset the device.
     GPUPM_IOC_RESET = write(0x04, Reset);
+    /// Read one register ([`RegAccess`]).
+    GPUPM_IOC_REG_READ = read_write(0x05, RegAccess);
+    /// Write one register ([`RegAccess`]).
+    GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
+    /// Read from the memory window ([`WindowRead`]).
+    GPUPM_IOC_WINDOW_READ = read_write(0x07, WindowRead);
 }

@@ -9,14 +9,16 @@
 
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
-    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
-    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegAccess, RegBatch, Reset, WindowRead,
+    DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, GPUPM_IOC_WINDOW_READ,
+    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
+use super::device::{reg_access, NodeKind};
 use super::error::{malformed, NodeError};
 
 /// What to send back for an ioctl: the syscall's return value (0, or a
@@ -55,6 +57,28 @@ pub fn dispatch(
             Ok(IoctlReply::ok(&id))
         }
         GPUPM_IOC_REG_BATCH => reg_batch(backend, decode(input)?),
+        GPUPM_IOC_REG_READ => {
+            let mut arg: RegAccess = decode(input)?;
+            let width = check_reg_access(&arg)?;
+            arg.value = backend.read_reg(arg.offset, width)?;
+            Ok(IoctlReply::ok(&arg))
+        }
+        GPUPM_IOC_REG_WRITE => {
+            let arg: RegAccess = decode(input)?;
+            let width = check_reg_access(&arg)?;
+            if width == 4 && arg.value > u64::from(u32::MAX) {
+                return Err(malformed(format!(
+                    "4-byte write of {:#x} does not fit",
+                    arg.value
+                )));
+            }
+            backend.write_reg(arg.offset, width, arg.value)?;
+            Ok(IoctlReply {
+                result: 0,
+                data: Vec::new(),
+            })
+        }
+        GPUPM_IOC_WINDOW_READ => window_read(backend, decode(input)?),
         GPUPM_IOC_ADVANCE => {
             let mut arg: Advance = decode(input)?;
             check_version(arg.version)?;
@@ -151,6 +175,36 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
             })
         }
     }
+}
+
+/// Checks a [`RegAccess`] like a `pread`/`pwrite` of `width` bytes at
+/// `offset` on `card0`; returns the width.
+fn check_reg_access(arg: &RegAccess) -> Result<u32, NodeError> {
+    check_version(arg.version)?;
+    check_flags(arg.flags)?;
+    if arg.reserved != 0 {
+        return Err(malformed("reserved field set"));
+    }
+    let size = usize::try_from(arg.width).unwrap_or(usize::MAX);
+    reg_access(NodeKind::Card, arg.offset, size)
+}
+
+fn window_read(
+    backend: &mut dyn DeviceBackend,
+    mut arg: WindowRead,
+) -> Result<IoctlReply, NodeError> {
+    check_version(arg.version)?;
+    check_flags(arg.flags)?;
+    if arg.reserved != 0 {
+        return Err(malformed("reserved field set"));
+    }
+    let len = arg.length as usize;
+    if len == 0 || len > WINDOW_READ_MAX {
+        return Err(malformed(format!("window read of {len} bytes")));
+    }
+    arg.data[len..].fill(0);
+    backend.read_mem(arg.offset, &mut arg.data[..len])?;
+    Ok(IoctlReply::ok(&arg))
 }
 
 /// Decodes an argument that must be exactly `size_of::<T>()` bytes.
