@@ -157,7 +157,7 @@ impl Session {
                 Ok(n) => n,
                 Err(e) => match e.raw_os_error() {
                     // The connection was aborted or the device released.
-                    Some(libc::ENODEV) => return Ok(()),
+                    Some(libc::ENODEV | libc::ECONNABORTED) => return Ok(()),
                     // A request vanished before it could be read.
                     Some(libc::EINTR | libc::ENOENT | libc::EAGAIN) => continue,
                     _ => return Err(e),
