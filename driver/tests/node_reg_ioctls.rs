@@ -1,4 +1,4 @@
-//! `GPUPM_IOC_REG_READ`, `GPUPM_IOC_REG_WRITE` and `GPUPM_IOC_WINDOW_READ`
+//! `GPUPM_IOC_REG_READ`, `GPUPM_IOC_REG_WRITE` and `GPUPM_IOC_WINDOW_READ(len)`
 //! (the character device's register and window access) through `card0`,
 //! where they run the same dispatcher as on `/dev/gpupm0`: they agree with
 //! `pread`/`pwrite` byte for byte, and every malformed one fails with
@@ -10,16 +10,17 @@ mod harness;
 use std::os::unix::fs::FileExt;
 
 use gpupm_client::DevNode;
+use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    RegAccess, WindowRead, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_WINDOW_READ,
-    IOCTL_STRUCT_VERSION, WINDOW_READ_MAX,
+    window_read_cmd, RegAccess, WindowRead, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
+    IOCTL_STRUCT_VERSION, IOC_MAGIC, WINDOW_READ_MAX, WINDOW_READ_NR,
 };
 use gpupm_uapi::layout::{block_slot_offset, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET, STREAM_REGION};
 use gpupm_uapi::regs;
 use harness::node::{advance, digest, flush_all};
 use harness::sys::ioctl;
 use harness::{errno, rd32, rd64, Driver};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::IntoBytes;
 
 fn access(offset: u64, width: u32, value: u64) -> RegAccess {
     RegAccess {
@@ -37,12 +38,29 @@ fn reg_read(card: &std::fs::File, offset: u64, width: u32) -> std::io::Result<u6
     Ok(a.value)
 }
 
-fn window(offset: u64, length: u32) -> Box<WindowRead> {
-    let mut w = Box::new(WindowRead::new_zeroed());
-    w.version = IOCTL_STRUCT_VERSION;
-    w.offset = offset;
-    w.length = length;
-    w
+const HEAD: usize = core::mem::size_of::<WindowRead>();
+
+/// The argument of a window read: `head` followed by `len` bytes of 0xa5.
+fn window_arg(head: WindowRead, len: usize) -> Vec<u8> {
+    let mut arg = vec![0xa5u8; HEAD + len];
+    arg[..HEAD].copy_from_slice(head.as_bytes());
+    arg
+}
+
+fn head(offset: u64) -> WindowRead {
+    WindowRead {
+        version: IOCTL_STRUCT_VERSION,
+        flags: 0,
+        offset,
+    }
+}
+
+/// `GPUPM_IOC_WINDOW_READ(len)` at `offset`: the bytes read.
+fn window_ioctl(card: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut arg = window_arg(head(offset), len);
+    ioctl(card, window_read_cmd(len), &mut arg)?;
+    assert_eq!(&arg[..HEAD], head(offset).as_bytes(), "the head comes back");
+    Ok(arg[HEAD..].to_vec())
 }
 
 #[test]
@@ -81,38 +99,27 @@ fn register_ioctls_agree_with_pread_and_pwrite() {
 }
 
 #[test]
-fn window_ioctl_reads_what_pread_reads_and_zeroes_the_rest() {
+fn window_ioctl_reads_what_pread_reads() {
     let d = Driver::start();
     let card = d.card();
     advance(&card, 200_000).unwrap();
     flush_all(&card);
+    let slot = usize::try_from(BLOCK_SLOT_SIZE).unwrap();
     for (offset, len) in [
-        (
-            block_slot_offset(0),
-            u32::try_from(BLOCK_SLOT_SIZE).unwrap(),
-        ),
+        (block_slot_offset(0), slot),
         (block_slot_offset(1) + 3, 1),
-        (0, u32::try_from(WINDOW_READ_MAX).unwrap()),
+        (0, WINDOW_READ_MAX),
         (STREAM_REGION, 608),
     ] {
-        let mut w = window(offset, len);
-        w.data.fill(0xa5);
-        ioctl(&card, GPUPM_IOC_WINDOW_READ, w.as_mut_bytes()).unwrap();
-        let mut want = vec![0u8; len as usize];
+        let got = window_ioctl(&card, offset, len).unwrap();
+        let mut want = vec![0u8; len];
         card.read_exact_at(&mut want, MEM_WINDOW_OFFSET + offset)
             .unwrap();
-        assert_eq!(
-            &w.data[..len as usize],
-            &want[..],
-            "{len} bytes at {offset:#x}"
-        );
-        assert!(
-            w.data[len as usize..].iter().all(|&b| b == 0),
-            "bytes past the length come back zero"
-        );
+        assert_eq!(got, want, "{len} bytes at {offset:#x}");
     }
+    let system = window_ioctl(&card, block_slot_offset(0), slot).unwrap();
     assert!(
-        system_block_has_counts(&card),
+        system.iter().any(|&b| b != 0),
         "the flushed system block has counts"
     );
 
@@ -125,17 +132,6 @@ fn window_ioctl_reads_what_pread_reads_and_zeroes_the_rest() {
         .unwrap();
     assert_eq!(bulk, want);
     d.stop();
-}
-
-fn system_block_has_counts(card: &std::fs::File) -> bool {
-    let mut w = window(
-        block_slot_offset(0),
-        u32::try_from(BLOCK_SLOT_SIZE).unwrap(),
-    );
-    ioctl(card, GPUPM_IOC_WINDOW_READ, w.as_mut_bytes()).unwrap();
-    w.data[..usize::try_from(BLOCK_SLOT_SIZE).unwrap()]
-        .iter()
-        .any(|&b| b != 0)
 }
 
 #[test]
@@ -188,32 +184,60 @@ fn malformed_register_and_window_ioctls_are_einval_and_change_nothing() {
             assert!(digest(&card) == before, "{name} {what} changed the device");
         }
     }
-    let bad_windows: [(&str, Box<WindowRead>); 6] = [
-        ("length 0", window(0, 0)),
+    let too_long = u32::try_from(nix::request_code_readwrite!(
+        IOC_MAGIC,
+        WINDOW_READ_NR,
+        HEAD + WINDOW_READ_MAX + 1
+    ))
+    .unwrap();
+    let bad_windows: [(&str, u32, Vec<u8>); 7] = [
+        ("length 0", window_read_cmd(0), window_arg(head(0), 0)),
         (
             "length past the maximum",
-            window(0, u32::try_from(WINDOW_READ_MAX).unwrap() + 1),
+            too_long,
+            window_arg(head(0), WINDOW_READ_MAX + 1),
         ),
-        ("past the window", window(u64::MAX - 10, 8)),
-        ("version 2", {
-            let mut w = window(0, 8);
-            w.version = 2;
-            w
-        }),
-        ("flags", {
-            let mut w = window(0, 8);
-            w.flags = 1;
-            w
-        }),
-        ("reserved", {
-            let mut w = window(0, 8);
-            w.reserved = 1;
-            w
-        }),
+        (
+            "shorter than its head",
+            ioc::read_write(IOC_MAGIC, WINDOW_READ_NR, 8),
+            vec![0; 8],
+        ),
+        (
+            "as _IOW",
+            ioc::write(IOC_MAGIC, WINDOW_READ_NR, HEAD + 8),
+            window_arg(head(0), 8),
+        ),
+        (
+            "past the window",
+            window_read_cmd(8),
+            window_arg(head(u64::MAX - 10), 8),
+        ),
+        (
+            "version 2",
+            window_read_cmd(8),
+            window_arg(
+                WindowRead {
+                    version: 2,
+                    ..head(0)
+                },
+                8,
+            ),
+        ),
+        (
+            "flags",
+            window_read_cmd(8),
+            window_arg(
+                WindowRead {
+                    flags: 1,
+                    ..head(0)
+                },
+                8,
+            ),
+        ),
     ];
-    for (what, mut w) in bad_windows {
+    for (what, cmd, mut arg) in bad_windows {
         let before = digest(&card);
-        let e = ioctl(&card, GPUPM_IOC_WINDOW_READ, w.as_mut_bytes()).expect_err(what);
+        let e = ioctl(&card, cmd, &mut arg).expect_err(what);
         assert_eq!(errno(&e), libc::EINVAL, "window {what}: {e}");
         assert!(digest(&card) == before, "window {what} changed the device");
     }

@@ -347,7 +347,8 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_IOCTL_STRUCT_VERSION 1
 #define GPUPM_MAX_IOCTL_SIZE 16384
 #define GPUPM_MAX_BATCH_OPS 64
-#define GPUPM_WINDOW_READ_MAX 8192
+#define GPUPM_WINDOW_READ_NR 7
+#define GPUPM_WINDOW_READ_MAX 12288
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 #define GPUPM_REG_OP_READ 1
 #define GPUPM_REG_OP_WRITE 2
@@ -361,7 +362,10 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_IOC_RESET 0x40084704
 #define GPUPM_IOC_REG_READ 0xc0204705U
 #define GPUPM_IOC_REG_WRITE 0x40204706
-#define GPUPM_IOC_WINDOW_READ 0xe0184707U
+/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
+ * struct gpupm_window_read followed by len bytes; the number carries the size. */
+#define GPUPM_IOC_WINDOW_READ(len) \
+    (0xc0004707U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)
 
 /* Tenant node ioctls (uapi/src/tenant.rs) */
 
@@ -817,15 +821,17 @@ struct gpupm_reg_access {
 };
 
 /**
- * `GPUPM_IOC_WINDOW_READ`: `length` bytes (1..=[`WINDOW_READ_MAX`]) of the
- * memory window at `offset` (relative to the window's start, i.e. a
- * `card0` file offset minus `MEM_WINDOW_OFFSET`) into `data`; the bytes
- * of `data` past `length` come back zero. The whole range must lie inside
- * the window, or the call fails with EINVAL.
+ * The head of a `GPUPM_IOC_WINDOW_READ(len)` argument ([`window_read_cmd`]):
+ * `len` bytes of the memory window at `offset` (relative to the window's
+ * start, i.e. a `card0` file offset minus `MEM_WINDOW_OFFSET`) come back
+ * in the `len` bytes that follow this head in the argument. The whole
+ * range must lie inside the window, or the call fails with EINVAL.
  *
- * The data travels in the argument because a restricted ioctl can only
- * copy the struct its number encodes; 8 KiB holds a block slot or 13
- * stream slots per call while keeping the copy in and out small.
+ * The request number carries `len` in its size field, as evdev's
+ * `EVIOCGNAME(len)` does, so that a restricted ioctl copies exactly the
+ * head and the bytes asked for: a 592-byte block slot costs 608 bytes
+ * each way, and a ring drain reads up to [`WINDOW_READ_MAX`] bytes per
+ * call.
  */
 struct gpupm_window_read {
   /**
@@ -840,18 +846,6 @@ struct gpupm_window_read {
    * Window offset of the first byte.
    */
   uint64_t offset;
-  /**
-   * Bytes to read (1..=[`WINDOW_READ_MAX`]).
-   */
-  uint32_t length;
-  /**
-   * Reserved, 0.
-   */
-  uint32_t reserved;
-  /**
-   * Output: the bytes read.
-   */
-  uint8_t data[GPUPM_WINDOW_READ_MAX];
 };
 
 /**
@@ -1396,7 +1390,7 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_access) == 32);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_access) == 8);
-GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 8216);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 16);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_window_read) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
@@ -1438,7 +1432,6 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER >> 16) & 0x3fff) == sizeof(struct gpupm_l
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_reset));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
-GPUPM_STATIC_ASSERT(((GPUPM_IOC_WINDOW_READ >> 16) & 0x3fff) == sizeof(struct gpupm_window_read));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -1449,6 +1442,9 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(592) == 0xc2604707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(12288) == 0xf0104707U);
 /* Offset macros agree with the Rust helpers. */
 GPUPM_STATIC_ASSERT(GPUPM_PART(3, GPUPM_REG_PART_STATUS) == 4868ULL);
 GPUPM_STATIC_ASSERT(GPUPM_CCU(5, GPUPM_REG_CCU_RECORDS) == 12632ULL);

@@ -82,7 +82,7 @@ fn all_structs() -> [StructInfo; 29] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 18] = [
+const IOCTL_STRUCTS: [(&str, &str); 17] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -90,7 +90,6 @@ const IOCTL_STRUCTS: [(&str, &str); 18] = [
     ("GPUPM_IOC_RESET", "gpupm_reset"),
     ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
     ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
-    ("GPUPM_IOC_WINDOW_READ", "gpupm_window_read"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -107,10 +106,9 @@ const IOCTL_STRUCTS: [(&str, &str); 18] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 9] = [
+const ARRAY_LENGTHS: [(&str, &str); 8] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
-    ("WINDOW_READ_MAX", "GPUPM_WINDOW_READ_MAX"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
     ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
     ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
@@ -368,13 +366,21 @@ fn emit_layout(h: &mut Header) {
 fn emit_ioctls(h: &mut Header) {
     h.section("Device node ioctls (uapi/src/ioctl.rs)");
     h.define("GPUPM_IOC_MAGIC", ioctl::IOC_MAGIC, true, "'G'");
-    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_MAX);
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_NR, WINDOW_READ_MAX);
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         h.define(name, cmd, true, "");
     }
+    h.line(
+        "/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a\n \
+         * struct gpupm_window_read followed by len bytes; the number carries the size. */",
+    );
+    h.line(&format!(
+        "#define GPUPM_IOC_WINDOW_READ(len) \\\n    ({:#x}U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)",
+        ioctl::window_read_cmd(0) & !(0x3fff << 16)
+    ));
 
     h.section("Tenant node ioctls (uapi/src/tenant.rs)");
     h.define(
@@ -546,6 +552,12 @@ fn emit_asserts(h: &mut Header) {
     h.line("/* Each ioctl number's size field names its argument struct. */");
     for (name, c) in IOCTL_STRUCTS {
         h.assert(&format!("(({name} >> 16) & 0x3fff) == sizeof(struct {c})"));
+    }
+    for len in [1, 592, ioctl::WINDOW_READ_MAX] {
+        h.assert(&format!(
+            "GPUPM_IOC_WINDOW_READ({len}) == {:#x}U",
+            ioctl::window_read_cmd(len)
+        ));
     }
     h.line("/* Offset macros agree with the Rust helpers. */");
     for (expr, rust) in [

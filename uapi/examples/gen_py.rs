@@ -25,6 +25,11 @@ pub fn render() -> String {
     );
     c("MAX_BATCH_OPS", ioctl::MAX_BATCH_OPS as u64);
     c("WINDOW_READ_MAX", ioctl::WINDOW_READ_MAX as u64);
+    // GPUPM_IOC_WINDOW_READ(len) = this | (SIZEOF_WINDOW_READ + len) << 16
+    c(
+        "GPUPM_IOC_WINDOW_READ_BASE",
+        u64::from(ioctl::window_read_cmd(0) & !(0x3fff << 16)),
+    );
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         c(name, u64::from(cmd));
     }
@@ -97,7 +102,7 @@ pub fn render() -> String {
          FMT_ADVANCE = '<IIQQ'\n\
          FMT_RESET = '<II'\n\
          FMT_REG_ACCESS = '<IIQQII'\n\
-         FMT_WINDOW_READ_HEAD = '<IIQII'\n\
+         FMT_WINDOW_READ = '<IIQ'\n\
          FMT_INTERRUPT_RECORD = '<QQIIII'\n",
     );
     s

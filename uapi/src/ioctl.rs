@@ -194,20 +194,26 @@ pub struct RegAccess {
 }
 const _: () = assert!(core::mem::size_of::<RegAccess>() == 32);
 
-/// Most bytes one [`WindowRead`] returns.
-pub const WINDOW_READ_MAX: usize = 8192;
+/// `_IOC_NR` of `GPUPM_IOC_WINDOW_READ(len)`.
+pub const WINDOW_READ_NR: u8 = 0x07;
+/// Most bytes one window read returns.
+pub const WINDOW_READ_MAX: usize = 12 * 1024;
 
-/// `GPUPM_IOC_WINDOW_READ`: `length` bytes (1..=[`WINDOW_READ_MAX`]) of the
-/// memory window at `offset` (relative to the window's start, i.e. a
-/// `card0` file offset minus `MEM_WINDOW_OFFSET`) into `data`; the bytes
-/// of `data` past `length` come back zero. The whole range must lie inside
-/// the window, or the call fails with EINVAL.
+/// The head of a `GPUPM_IOC_WINDOW_READ(len)` argument ([`window_read_cmd`]):
+/// `len` bytes of the memory window at `offset` (relative to the window's
+/// start, i.e. a `card0` file offset minus `MEM_WINDOW_OFFSET`) come back
+/// in the `len` bytes that follow this head in the argument. The whole
+/// range must lie inside the window, or the call fails with EINVAL.
 ///
-/// The data travels in the argument because a restricted ioctl can only
-/// copy the struct its number encodes; 8 KiB holds a block slot or 13
-/// stream slots per call while keeping the copy in and out small.
+/// The request number carries `len` in its size field, as evdev's
+/// `EVIOCGNAME(len)` does, so that a restricted ioctl copies exactly the
+/// head and the bytes asked for: a 592-byte block slot costs 608 bytes
+/// each way, and a ring drain reads up to [`WINDOW_READ_MAX`] bytes per
+/// call.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
 pub struct WindowRead {
     /// [`IOCTL_STRUCT_VERSION`].
     pub version: u32,
@@ -215,14 +221,19 @@ pub struct WindowRead {
     pub flags: u32,
     /// Window offset of the first byte.
     pub offset: u64,
-    /// Bytes to read (1..=[`WINDOW_READ_MAX`]).
-    pub length: u32,
-    /// Reserved, 0.
-    pub reserved: u32,
-    /// Output: the bytes read.
-    pub data: [u8; WINDOW_READ_MAX],
 }
-const _: () = assert!(core::mem::size_of::<WindowRead>() == 24 + WINDOW_READ_MAX);
+const _: () = assert!(core::mem::size_of::<WindowRead>() == 16);
+
+/// `GPUPM_IOC_WINDOW_READ(len)`: the request number of a window read of
+/// `len` bytes (1..=[`WINDOW_READ_MAX`]; another length fails with EINVAL).
+pub const fn window_read_cmd(len: usize) -> u32 {
+    crate::ioc::read_write(
+        IOC_MAGIC,
+        WINDOW_READ_NR,
+        core::mem::size_of::<WindowRead>() + len,
+    )
+}
+const _: () = assert!(core::mem::size_of::<WindowRead>() + WINDOW_READ_MAX <= MAX_IOCTL_SIZE);
 
 macro_rules! ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
@@ -248,6 +259,4 @@ ioctl_numbers! {
     GPUPM_IOC_REG_READ = read_write(0x05, RegAccess);
     /// Write one register ([`RegAccess`]).
     GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
-    /// Read from the memory window ([`WindowRead`]).
-    GPUPM_IOC_WINDOW_READ = read_write(0x07, WindowRead);
 }

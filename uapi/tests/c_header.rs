@@ -104,7 +104,7 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder;
         Reset => "gpupm_reset": version, magic;
         RegAccess => "gpupm_reg_access": version, width, offset, value, flags, reserved;
-        WindowRead => "gpupm_window_read": version, flags, offset, length, reserved, data;
+        WindowRead => "gpupm_window_read": version, flags, offset;
         Whoami => "gpupm_tenant_whoami": version, admin, uid, n_vms, vms;
         CtxEntry => "gpupm_tenant_ctx_entry": ctx, state, created_cycle;
         ListContexts => "gpupm_tenant_list_contexts": version, vm, offset, count, total, reserved, ctxs;

@@ -21,10 +21,10 @@ use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use gpupm_uapi::ioctl::{
-    Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+    window_read_cmd, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
     GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, GPUPM_IOC_WINDOW_READ,
-    IOCTL_STRUCT_VERSION, MAX_BATCH_OPS, WINDOW_READ_MAX,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
+    WINDOW_READ_MAX,
 };
 use gpupm_uapi::layout::{BlockSlot, MEM_WINDOW_OFFSET};
 use gpupm_uapi::regs;
@@ -288,15 +288,19 @@ impl DevNode {
         Ok(())
     }
 
-    /// One `GPUPM_IOC_WINDOW_READ` of up to [`WINDOW_READ_MAX`] bytes.
+    /// One `GPUPM_IOC_WINDOW_READ(len)` of up to [`WINDOW_READ_MAX`] bytes.
     fn window_ioctl(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
         let n = buf.len().min(WINDOW_READ_MAX);
-        let mut arg = WindowRead::new_zeroed();
-        arg.version = IOCTL_STRUCT_VERSION;
-        arg.offset = offset;
-        arg.length = u32::try_from(n).map_err(io::Error::other)?;
-        sys::call(self.card.as_fd(), GPUPM_IOC_WINDOW_READ, &mut arg)?;
-        buf[..n].copy_from_slice(&arg.data[..n]);
+        let head = WindowRead {
+            version: IOCTL_STRUCT_VERSION,
+            flags: 0,
+            offset,
+        };
+        let head_size = core::mem::size_of::<WindowRead>();
+        let mut arg = vec![0u8; head_size + n];
+        arg[..head_size].copy_from_slice(zerocopy::IntoBytes::as_bytes(&head));
+        sys::call_bytes(self.card.as_fd(), window_read_cmd(n), &mut arg)?;
+        buf[..n].copy_from_slice(&arg[head_size..]);
         Ok(n)
     }
 

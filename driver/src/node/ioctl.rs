@@ -11,8 +11,8 @@ use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegAccess, RegBatch, Reset, WindowRead,
     DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, GPUPM_IOC_WINDOW_READ,
-    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
+    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -78,7 +78,9 @@ pub fn dispatch(
                 data: Vec::new(),
             })
         }
-        GPUPM_IOC_WINDOW_READ => window_read(backend, decode(input)?),
+        _ if ioc::ty(cmd) == IOC_MAGIC && ioc::nr(cmd) == WINDOW_READ_NR => {
+            window_read(backend, cmd, input)
+        }
         GPUPM_IOC_ADVANCE => {
             let mut arg: Advance = decode(input)?;
             check_version(arg.version)?;
@@ -189,22 +191,34 @@ fn check_reg_access(arg: &RegAccess) -> Result<u32, NodeError> {
     reg_access(NodeKind::Card, arg.offset, size)
 }
 
+/// `GPUPM_IOC_WINDOW_READ(len)`: the length is the number's size minus
+/// the head's; the reply is the head followed by the bytes read.
 fn window_read(
     backend: &mut dyn DeviceBackend,
-    mut arg: WindowRead,
+    cmd: u32,
+    input: &[u8],
 ) -> Result<IoctlReply, NodeError> {
-    check_version(arg.version)?;
-    check_flags(arg.flags)?;
-    if arg.reserved != 0 {
-        return Err(malformed("reserved field set"));
+    let head_size = core::mem::size_of::<WindowRead>();
+    let len = ioc::size(cmd).saturating_sub(head_size);
+    if ioc::dir(cmd) != ioc::Dir::ReadWrite || len == 0 || len > WINDOW_READ_MAX {
+        return Err(malformed(format!(
+            "ioctl {cmd:#010x}: not a window read of 1..={WINDOW_READ_MAX} bytes"
+        )));
     }
-    let len = arg.length as usize;
-    if len == 0 || len > WINDOW_READ_MAX {
-        return Err(malformed(format!("window read of {len} bytes")));
+    if input.len() != head_size + len {
+        return Err(malformed(format!(
+            "window read argument of {} bytes, expected {}",
+            input.len(),
+            head_size + len
+        )));
     }
-    arg.data[len..].fill(0);
-    backend.read_mem(arg.offset, &mut arg.data[..len])?;
-    Ok(IoctlReply::ok(&arg))
+    let head: WindowRead = decode(&input[..head_size])?;
+    check_version(head.version)?;
+    check_flags(head.flags)?;
+    let mut data = vec![0u8; head_size + len];
+    data[..head_size].copy_from_slice(&input[..head_size]);
+    backend.read_mem(head.offset, &mut data[head_size..])?;
+    Ok(IoctlReply { result: 0, data })
 }
 
 /// Decodes an argument that must be exactly `size_of::<T>()` bytes.

@@ -15,13 +15,14 @@ use gpupm_client::devnode::NodeKind;
 use gpupm_client::{sys, DevNode};
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    Identity, RegAccess, WindowRead, GPUPM_IOC_IDENTITY, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ,
-    GPUPM_IOC_REG_WRITE, GPUPM_IOC_WINDOW_READ, IOCTL_STRUCT_VERSION, IOC_MAGIC, WINDOW_READ_MAX,
+    window_read_cmd, Identity, RegAccess, WindowRead, GPUPM_IOC_IDENTITY, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, IOCTL_STRUCT_VERSION, IOC_MAGIC, WINDOW_READ_MAX,
+    WINDOW_READ_NR,
 };
 use gpupm_uapi::layout::{BLOCK_SLOT_SIZE, CTX_BLOCK_SLOT_BASE};
 use gpupm_uapi::regs::{self as r};
 use nix::errno::Errno;
-use zerocopy::FromZeros;
+use zerocopy::IntoBytes;
 
 /// Opens the character device, which must be one.
 pub fn open(node: &Path) -> Result<DevNode, String> {
@@ -73,19 +74,33 @@ pub fn digest(file: &File) -> Result<u64, String> {
         }
     }
     let blocks = u64::from(CTX_BLOCK_SLOT_BASE + 64) * BLOCK_SLOT_SIZE;
-    let mut w = Box::new(WindowRead::new_zeroed());
     let mut at = 0;
     while at < blocks {
-        let n = (blocks - at).min(WINDOW_READ_MAX as u64);
-        w.version = IOCTL_STRUCT_VERSION;
-        w.offset = at;
-        w.length = u32::try_from(n).map_err(|e| e.to_string())?;
-        sys::call(file.as_fd(), GPUPM_IOC_WINDOW_READ, &mut *w)
-            .map_err(|e| format!("window read at {at:#x}: {e}"))?;
-        h.write(&w.data[..w.length as usize]);
-        at += n;
+        let n = usize::try_from((blocks - at).min(WINDOW_READ_MAX as u64)).unwrap_or(0);
+        let data = window(file, at, n).map_err(|e| format!("window read at {at:#x}: {e}"))?;
+        h.write(&data);
+        at += n as u64;
     }
     Ok(h.finish())
+}
+
+/// `GPUPM_IOC_WINDOW_READ(len)` of `len` bytes at `offset`.
+pub fn window(file: &File, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+    let mut arg = window_arg(offset, len);
+    sys::call_bytes(file.as_fd(), window_read_cmd(len), &mut arg)?;
+    Ok(arg.split_off(core::mem::size_of::<WindowRead>()))
+}
+
+/// A window read's argument: its head, then `len` zero bytes.
+pub fn window_arg(offset: u64, len: usize) -> Vec<u8> {
+    let head = WindowRead {
+        version: IOCTL_STRUCT_VERSION,
+        flags: 0,
+        offset,
+    };
+    let mut arg = head.as_bytes().to_vec();
+    arg.resize(arg.len() + len, 0);
+    arg
 }
 
 /// `cuse-digest NODE`: prints the digest (compared across processes).
@@ -230,6 +245,12 @@ fn refusals(file: &File) -> Result<(), String> {
             GPUPM_IOC_REG_BATCH,
             Errno::EINVAL,
         ),
+        ("window read of 0 bytes", window_read_cmd(0), Errno::EINVAL),
+        (
+            "window read as _IOW",
+            ioc::write(IOC_MAGIC, WINDOW_READ_NR, 24),
+            Errno::EINVAL,
+        ),
     ] {
         expect_errno(what, raw(cmd), want)?;
     }
@@ -242,11 +263,9 @@ fn refusals(file: &File) -> Result<(), String> {
         sys::call(file.as_fd(), GPUPM_IOC_IDENTITY, &mut id).map(drop),
         Errno::EINVAL,
     )?;
-    let mut w = Box::new(WindowRead::new_zeroed());
-    (w.version, w.offset, w.length) = (IOCTL_STRUCT_VERSION, u64::MAX - 4, 8);
     expect_errno(
         "window read past its end",
-        sys::call(file.as_fd(), GPUPM_IOC_WINDOW_READ, &mut *w).map(drop),
+        window(file, u64::MAX - 4, 8).map(drop),
         Errno::EINVAL,
     )?;
     no_offset_io(file)?;

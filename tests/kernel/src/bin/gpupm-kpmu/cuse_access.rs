@@ -14,16 +14,15 @@ use std::process::Command;
 
 use gpupm_client::sys;
 use gpupm_uapi::ioctl::{
-    Identity, Reset, WindowRead, GPUPM_IOC_IDENTITY, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
-    GPUPM_IOC_RESET, GPUPM_IOC_WINDOW_READ, IOCTL_STRUCT_VERSION,
+    Identity, Reset, GPUPM_IOC_IDENTITY, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET,
+    IOCTL_STRUCT_VERSION,
 };
 use gpupm_uapi::regs as r;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::unistd::{setgid, setgroups, setuid, Gid, Uid};
-use zerocopy::FromZeros;
 
-use crate::cuse::{access, open, open_file, reg_ioctl};
+use crate::cuse::{access, open, open_file, reg_ioctl, window};
 
 /// Runs this helper's `args` as `uid`:`gid` (std drops the groups).
 fn run_as(uid: u32, gid: u32, args: &[&str]) -> Result<(), String> {
@@ -96,12 +95,7 @@ fn every_request_refused(node: &Path, nobody: u32) -> Result<(), String> {
         "RESET",
         sys::call(fd, GPUPM_IOC_RESET, &mut reset).map(drop),
     )?;
-    let mut w = Box::new(WindowRead::new_zeroed());
-    (w.version, w.length) = (IOCTL_STRUCT_VERSION, 64);
-    expect_eacces(
-        "WINDOW_READ",
-        sys::call(fd, GPUPM_IOC_WINDOW_READ, &mut *w).map(drop),
-    )?;
+    expect_eacces("WINDOW_READ", window(&file, 0, 64).map(drop))?;
     let errno = |e: std::io::Error| Errno::from_raw(e.raw_os_error().unwrap_or(0));
     let mut f = &file;
     expect_eacces("read()", f.read(&mut [0u8; 4096]).map(drop).map_err(errno))?;
