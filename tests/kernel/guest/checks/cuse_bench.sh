@@ -11,9 +11,12 @@ gpupm-driver --clock step --node-dir /tmp/bench-fuse > /tmp/bench-fuse.log 2>&1 
 fuse=$!
 gpupm-driver --transport cuse --clock step > /tmp/bench-cuse.log 2>&1 &
 cuse=$!
+trap 'kill $fuse $cuse 2> /dev/null' EXIT
 i=0
 until grep -q "gpupm-driver ready" /tmp/bench-fuse.log && grep -q "gpupm-driver ready" /tmp/bench-cuse.log; do
-    i=$((i + 1)); [ $i -lt 600 ] || { cat /tmp/bench-fuse.log /tmp/bench-cuse.log; exit 1; }; sleep 0.1
+    i=$((i + 1))
+    [ $i -lt 600 ] && [ -d /proc/$fuse ] && [ -d /proc/$cuse ] || { cat /tmp/bench-fuse.log /tmp/bench-cuse.log; exit 1; }
+    sleep 0.1
 done
 gpupm-kpmu cuse-bench /dev/gpupm0 /tmp/bench-fuse 9
 for pid in $cuse $fuse; do
@@ -24,3 +27,4 @@ for pid in $cuse $fuse; do
     done
     wait "$pid"
 done
+trap - EXIT

@@ -14,6 +14,8 @@ taskset -p -c 0 $$ > /dev/null
 gpupm-driver --transport cuse --clock step --scenario /etc/gpupm/cuse-switching.toml \
     > /tmp/cuse-driver.log 2>&1 &
 pid=$!
+# A failed step must not leave the device served for the next check.
+trap 'kill $pid 2> /dev/null' EXIT
 i=0
 until grep -q "gpupm-driver ready" /tmp/cuse-driver.log; do
     i=$((i + 1)); [ $i -lt 600 ] && [ -d /proc/$pid ] || { cat /tmp/cuse-driver.log; exit 1; }; sleep 0.1
@@ -32,6 +34,7 @@ while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null;
     i=$((i + 1)); [ $i -lt 600 ] || { echo "gpupm-driver did not stop"; exit 1; }; sleep 0.1
 done
 wait "$pid" || { echo "gpupm-driver exited with $?"; cat /tmp/cuse-driver.log; exit 1; }
+trap - EXIT
 if [ -e /dev/gpupm0 ] || [ -e /sys/class/cuse/gpupm0 ]; then
     echo "the device outlived the driver"; exit 1
 fi
