@@ -9,6 +9,7 @@ mod harness;
 
 use std::os::unix::fs::FileExt;
 
+use gpupm_client::ops::access;
 use gpupm_client::DevNode;
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
@@ -21,16 +22,6 @@ use harness::node::{advance, digest, flush_all};
 use harness::sys::ioctl;
 use harness::{errno, rd32, rd64, Driver};
 use zerocopy::IntoBytes;
-
-fn access(offset: u64, width: u32, value: u64) -> RegAccess {
-    RegAccess {
-        version: IOCTL_STRUCT_VERSION,
-        width,
-        offset,
-        value,
-        ..RegAccess::default()
-    }
-}
 
 fn reg_read(card: &std::fs::File, offset: u64, width: u32) -> std::io::Result<u64> {
     let mut a = access(offset, width, 0);

@@ -21,7 +21,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use gpupm_uapi::ioctl::{
-    window_read_cmd, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+    window_read_cmd, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, WindowRead,
     GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
     GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
     WINDOW_READ_MAX,
@@ -103,11 +103,11 @@ impl DevNode {
             path: path.to_path_buf(),
             source,
         };
-        let meta = fs::metadata(node).map_err(|e| open_error(node, e))?;
-        let path = if meta.file_type().is_char_device() {
-            node.to_path_buf()
-        } else {
-            node.join(CARD_NAME)
+        // Anything but a character device is the node directory, also one
+        // that does not exist: the error then names the `card0` expected.
+        let path = match fs::metadata(node) {
+            Ok(m) if m.file_type().is_char_device() => node.to_path_buf(),
+            _ => node.join(CARD_NAME),
         };
         let card = OpenOptions::new()
             .read(true)
@@ -190,14 +190,8 @@ impl DevNode {
         } else {
             "register write"
         };
-        let mut arg = RegAccess {
-            version: IOCTL_STRUCT_VERSION,
-            // 4 or 8: the callers pass fixed-size buffers.
-            width: u32::try_from(width).unwrap_or(u32::MAX),
-            offset,
-            value,
-            ..RegAccess::default()
-        };
+        // 4 or 8: the callers pass fixed-size buffers.
+        let mut arg = ops::access(offset, u32::try_from(width).unwrap_or(u32::MAX), value);
         sys::call(self.card.as_fd(), cmd, &mut arg).map_err(|e| DevError::Access {
             what,
             offset,

@@ -57,27 +57,7 @@ pub fn dispatch(
             Ok(IoctlReply::ok(&id))
         }
         GPUPM_IOC_REG_BATCH => reg_batch(backend, decode(input)?),
-        GPUPM_IOC_REG_READ => {
-            let mut arg: RegAccess = decode(input)?;
-            let width = check_reg_access(&arg)?;
-            arg.value = backend.read_reg(arg.offset, width)?;
-            Ok(IoctlReply::ok(&arg))
-        }
-        GPUPM_IOC_REG_WRITE => {
-            let arg: RegAccess = decode(input)?;
-            let width = check_reg_access(&arg)?;
-            if width == 4 && arg.value > u64::from(u32::MAX) {
-                return Err(malformed(format!(
-                    "4-byte write of {:#x} does not fit",
-                    arg.value
-                )));
-            }
-            backend.write_reg(arg.offset, width, arg.value)?;
-            Ok(IoctlReply {
-                result: 0,
-                data: Vec::new(),
-            })
-        }
+        GPUPM_IOC_REG_READ | GPUPM_IOC_REG_WRITE => single_access(backend, cmd, decode(input)?),
         _ if ioc::ty(cmd) == IOC_MAGIC && ioc::nr(cmd) == WINDOW_READ_NR => {
             window_read(backend, cmd, input)
         }
@@ -177,6 +157,30 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
             })
         }
     }
+}
+
+/// `GPUPM_IOC_REG_READ` (the value comes back) or `GPUPM_IOC_REG_WRITE`.
+fn single_access(
+    backend: &mut dyn DeviceBackend,
+    cmd: u32,
+    mut arg: RegAccess,
+) -> Result<IoctlReply, NodeError> {
+    let width = check_reg_access(&arg)?;
+    if cmd == GPUPM_IOC_REG_READ {
+        arg.value = backend.read_reg(arg.offset, width)?;
+        return Ok(IoctlReply::ok(&arg));
+    }
+    if width == 4 && arg.value > u64::from(u32::MAX) {
+        return Err(malformed(format!(
+            "4-byte write of {:#x} does not fit",
+            arg.value
+        )));
+    }
+    backend.write_reg(arg.offset, width, arg.value)?;
+    Ok(IoctlReply {
+        result: 0,
+        data: Vec::new(),
+    })
 }
 
 /// Checks a [`RegAccess`] like a `pread`/`pwrite` of `width` bytes at

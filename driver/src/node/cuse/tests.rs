@@ -10,6 +10,7 @@ use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gpupm_client::ops::access as reg_access;
 use gpupm_uapi::ioctl::{
     RegAccess, Reset, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET,
     IOCTL_STRUCT_VERSION,
@@ -130,16 +131,6 @@ fn handle(session: &Session, parts: &[&[u8]]) {
     let mut words = vec![0u64; bytes.len().div_ceil(8)];
     words.as_mut_bytes()[..bytes.len()].copy_from_slice(&bytes);
     session.handle(&words.as_bytes()[..bytes.len()]);
-}
-
-fn reg_access(offset: u64, width: u32, value: u64) -> RegAccess {
-    RegAccess {
-        version: IOCTL_STRUCT_VERSION,
-        width,
-        offset,
-        value,
-        ..RegAccess::default()
-    }
 }
 
 fn read_in(fh: u64, size: u32, flags: u32) -> ReadIn {

@@ -6,25 +6,15 @@
 # vCPU waits for its next timer tick (4 ms at HZ=250), which would swamp
 # every request's cost (see docs/kernel.md).
 taskset -p -c 0 $$ > /dev/null
+. /checks/lib.sh
 mkdir -p /tmp/bench-fuse
 gpupm-driver --clock step --node-dir /tmp/bench-fuse > /tmp/bench-fuse.log 2>&1 &
 fuse=$!
 gpupm-driver --transport cuse --clock step > /tmp/bench-cuse.log 2>&1 &
 cuse=$!
 trap 'kill $fuse $cuse 2> /dev/null' EXIT
-i=0
-until grep -q "gpupm-driver ready" /tmp/bench-fuse.log && grep -q "gpupm-driver ready" /tmp/bench-cuse.log; do
-    i=$((i + 1))
-    [ $i -lt 600 ] && [ -d /proc/$fuse ] && [ -d /proc/$cuse ] || { cat /tmp/bench-fuse.log /tmp/bench-cuse.log; exit 1; }
-    sleep 0.1
-done
+await $fuse grep -q "gpupm-driver ready" /tmp/bench-fuse.log &&
+    await $cuse grep -q "gpupm-driver ready" /tmp/bench-cuse.log || { cat /tmp/bench-fuse.log /tmp/bench-cuse.log; exit 1; }
 gpupm-kpmu cuse-bench /dev/gpupm0 /tmp/bench-fuse 9
-for pid in $cuse $fuse; do
-    kill "$pid"
-    i=0
-    while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do
-        i=$((i + 1)); [ $i -lt 600 ] || { echo "$pid did not stop"; exit 1; }; sleep 0.1
-    done
-    wait "$pid"
-done
+stop $cuse $fuse
 trap - EXIT

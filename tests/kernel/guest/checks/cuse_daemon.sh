@@ -10,22 +10,18 @@
 # vCPU waits for its next timer tick (4 ms at HZ=250), which would swamp
 # every request's cost (see docs/kernel.md).
 taskset -p -c 0 $$ > /dev/null
+. /checks/lib.sh
 gpupm-driver --transport cuse --clock realtime > /tmp/cuse-driver-rt.log 2>&1 &
 driver=$!
 # A failed step must not leave the device served for the next check.
 trap 'kill $driver $daemon 2> /dev/null' EXIT
-i=0
-until grep -q "gpupm-driver ready" /tmp/cuse-driver-rt.log; do
-    i=$((i + 1)); [ $i -lt 600 ] && [ -d /proc/$driver ] || { cat /tmp/cuse-driver-rt.log; exit 1; }; sleep 0.1
-done
+await $driver grep -q "gpupm-driver ready" /tmp/cuse-driver-rt.log || { cat /tmp/cuse-driver-rt.log; exit 1; }
 gpupm-kpmu cuse-monotonic /dev/gpupm0 1
 mkdir -p /run/gpupm/tenant-cuse
 gpupmd --config /etc/gpupm/gpupmd-cuse.toml > /tmp/gpupmd-cuse.log 2>&1 &
 daemon=$!
-i=0
-until grep -q "kernel PMU module found" /tmp/gpupmd-cuse.log && [ -e /run/gpupm/tenant-cuse/node ]; do
-    i=$((i + 1)); [ $i -lt 600 ] && [ -d /proc/$daemon ] || { cat /tmp/gpupmd-cuse.log; exit 1; }; sleep 0.1
-done
+await $daemon grep -q "kernel PMU module found" /tmp/gpupmd-cuse.log &&
+    await $daemon test -e /run/gpupm/tenant-cuse/node || { cat /tmp/gpupmd-cuse.log; exit 1; }
 gpupm-kpmu window sm_inst_executed 1 1 /run/gpupm/tenant-cuse/node /tmp/cuse-window
 read -r tenant_delta tenant_secs < /tmp/cuse-window
 echo "@@gpupm metric cuse_daemon_tenant_delta=$tenant_delta"
@@ -40,13 +36,6 @@ fallbacks=$(awk '$1 == "gpupm_handshake_fallbacks_total" { print $2 }' /tmp/cuse
 echo "@@gpupm metric cuse_daemon_handshakes=$handshakes"
 echo "@@gpupm metric cuse_daemon_fallbacks=$fallbacks"
 [ "${handshakes%.*}" -gt 0 ] || { grep gpupm_handshake /tmp/cuse-metrics.txt; exit 1; }
-for pid in $daemon $driver; do
-    kill "$pid"
-    i=0
-    while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do
-        i=$((i + 1)); [ $i -lt 600 ] || { echo "$pid did not stop"; exit 1; }; sleep 0.1
-    done
-    wait "$pid"
-done
+stop $daemon $driver
 trap - EXIT
 [ ! -e /dev/gpupm0 ]

@@ -9,17 +9,15 @@
 # vCPU waits for its next timer tick (4 ms at HZ=250), which would swamp
 # every request's cost (see docs/kernel.md).
 taskset -p -c 0 $$ > /dev/null
+. /checks/lib.sh
 [ -c /dev/cuse ] || { echo "/dev/cuse is missing (cuse.ko not loaded?)"; exit 1; }
 [ ! -e /dev/gpupm0 ]
 gpupm-driver --transport cuse --clock step --scenario /etc/gpupm/cuse-switching.toml \
     > /tmp/cuse-driver.log 2>&1 &
-pid=$!
+driver=$!
 # A failed step must not leave the device served for the next check.
-trap 'kill $pid 2> /dev/null' EXIT
-i=0
-until grep -q "gpupm-driver ready" /tmp/cuse-driver.log; do
-    i=$((i + 1)); [ $i -lt 600 ] && [ -d /proc/$pid ] || { cat /tmp/cuse-driver.log; exit 1; }; sleep 0.1
-done
+trap 'kill $driver 2> /dev/null' EXIT
+await $driver grep -q "gpupm-driver ready" /tmp/cuse-driver.log || { cat /tmp/cuse-driver.log; exit 1; }
 ls -l /dev/gpupm0
 echo "@@gpupm metric cuse_sysfs_dev=$(cat /sys/class/cuse/gpupm0/dev)"
 gpupm-kpmu cuse-node /dev/gpupm0
@@ -28,12 +26,7 @@ gpupm-kpmu cuse-access /dev/gpupm0 65534 "$GPUPM_ADMIN_GID"
 gpupm-kpmu cuse-digest /dev/gpupm0 > /tmp/cuse-digest-after
 cmp /tmp/cuse-digest-before /tmp/cuse-digest-after || { echo "unprivileged requests changed the device"; exit 1; }
 gpupm-kpmu cuse-handshake /dev/gpupm0 300
-kill "$pid"
-i=0
-while [ -d /proc/$pid ] && ! grep -q '^State:.*Z' /proc/$pid/status 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 600 ] || { echo "gpupm-driver did not stop"; exit 1; }; sleep 0.1
-done
-wait "$pid" || { echo "gpupm-driver exited with $?"; cat /tmp/cuse-driver.log; exit 1; }
+stop $driver || { cat /tmp/cuse-driver.log; exit 1; }
 trap - EXIT
 if [ -e /dev/gpupm0 ] || [ -e /sys/class/cuse/gpupm0 ]; then
     echo "the device outlived the driver"; exit 1

@@ -12,6 +12,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use gpupm_client::devnode::NodeKind;
+pub use gpupm_client::ops::access;
 use gpupm_client::{sys, DevNode};
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
@@ -31,17 +32,6 @@ pub fn open(node: &Path) -> Result<DevNode, String> {
         return Err(format!("{} is not a character device", node.display()));
     }
     Ok(dev)
-}
-
-/// A register access argument.
-pub fn access(offset: u64, width: u32, value: u64) -> RegAccess {
-    RegAccess {
-        version: IOCTL_STRUCT_VERSION,
-        width,
-        offset,
-        value,
-        ..RegAccess::default()
-    }
 }
 
 /// `GPUPM_IOC_REG_READ` or `REG_WRITE` with `arg` on `file`.
@@ -220,6 +210,31 @@ fn refusals(file: &File) -> Result<(), String> {
         reg_ioctl(file, GPUPM_IOC_REG_WRITE, &mut access(timeout, 4, 1 << 32)),
         Errno::EINVAL,
     )?;
+    unknown_and_misnumbered(file)?;
+    let mut id = Identity {
+        version: 9,
+        ..Identity::default()
+    };
+    expect_errno(
+        "identity version 9",
+        sys::call(file.as_fd(), GPUPM_IOC_IDENTITY, &mut id).map(drop),
+        Errno::EINVAL,
+    )?;
+    expect_errno(
+        "window read past its end",
+        window(file, u64::MAX - 4, 8).map(drop),
+        Errno::EINVAL,
+    )?;
+    no_offset_io(file)?;
+    if digest(file)? != before {
+        return Err("a refused request changed the device".into());
+    }
+    Ok(())
+}
+
+/// Unknown numbers → ENOTTY; known numbers with the wrong size or
+/// direction → EINVAL.
+fn unknown_and_misnumbered(file: &File) -> Result<(), String> {
     let mut buf = vec![0u8; sys::RAW_MIN_BUF];
     let mut raw = |cmd: u32| {
         buf.fill(0);
@@ -253,24 +268,6 @@ fn refusals(file: &File) -> Result<(), String> {
         ),
     ] {
         expect_errno(what, raw(cmd), want)?;
-    }
-    let mut id = Identity {
-        version: 9,
-        ..Identity::default()
-    };
-    expect_errno(
-        "identity version 9",
-        sys::call(file.as_fd(), GPUPM_IOC_IDENTITY, &mut id).map(drop),
-        Errno::EINVAL,
-    )?;
-    expect_errno(
-        "window read past its end",
-        window(file, u64::MAX - 4, 8).map(drop),
-        Errno::EINVAL,
-    )?;
-    no_offset_io(file)?;
-    if digest(file)? != before {
-        return Err("a refused request changed the device".into());
     }
     Ok(())
 }
