@@ -12,7 +12,7 @@ taskset -p -c 0 $$ > /dev/null
 . /checks/lib.sh
 [ -c /dev/cuse ] || { echo "/dev/cuse is missing (cuse.ko not loaded?)"; exit 1; }
 [ ! -e /dev/gpupm0 ]
-gpupm-driver --transport cuse --clock step --scenario /etc/gpupm/cuse-switching.toml \
+gpupm-driver --transport cuse --clock step --debug-ledger --scenario /etc/gpupm/cuse-switching.toml \
     > /tmp/cuse-driver.log 2>&1 &
 driver=$!
 # A failed step must not leave the device served for the next check.

@@ -5,7 +5,8 @@
 //! conservation: every context, VM and system block read through
 //! `GPUPM_IOC_WINDOW_READ` equals what `GPUPM_IOC_LEDGER` says it must
 //! hold. The step clock advances by less than the switch timeout between
-//! services, so no switch may fall back from the start of the check on.
+//! services (plus the flush-ack latency inside a handshake), so no switch
+//! may fall back from the start of the check on.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -51,11 +52,25 @@ fn sum_part(dev: &DevNode, parts: &[u32], reg: u64) -> Result<u64, String> {
     Ok(dev.read_many(&offsets).map_err(dev_err)?.iter().sum())
 }
 
-/// Runs the handshake on `p`; it must complete host-driven.
+/// Runs the handshake on `p`; it must complete host-driven. The flush
+/// acks arrive only with device time, which this check owns (a step
+/// clock): as `gpupmd` does, it does not poll for them but resumes the
+/// switch once they are in, after advancing the clock by the largest ack
+/// latency.
 fn handshake(dev: &DevNode, p: u32) -> Result<bool, String> {
-    match handshake::run(&mut &*dev, p, &mut 0).map_err(dev_err)? {
+    let mut outcome = handshake::run_polling(&mut &*dev, p, &mut 0, 0).map_err(dev_err)?;
+    if let Outcome::AwaitingAcks(pending) = outcome {
+        dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
+            .map_err(dev_err)?;
+        outcome = handshake::resume(&mut &*dev, &pending, &mut 0).map_err(dev_err)?;
+    }
+    match outcome {
         Outcome::Done { .. } => Ok(true),
         Outcome::NotRequested => Ok(false),
+        Outcome::AwaitingAcks(_) => Err(format!(
+            "partition {p}: flush acks missing {} cycles after the request",
+            r::FLUSH_ACK_MAX_CYCLES
+        )),
         Outcome::Abandoned => Err(format!("the handshake on partition {p} was abandoned")),
     }
 }
