@@ -9,6 +9,10 @@ pub const DEFAULT_NODE_DIR: &str = "/run/gpupm/dev";
 pub const CARD_NAME: &str = "card0";
 /// File name of the out-of-band (mailbox) node in the node directory.
 pub const OOB_NAME: &str = "card0-oob";
+/// Device name of the character device the CUSE transport creates.
+pub const CUSE_DEVNAME: &str = "gpupm0";
+/// The character device's path (`/dev/` + [`CUSE_DEVNAME`]).
+pub const DEFAULT_CUSE_NODE: &str = "/dev/gpupm0";
 /// Directory of the tenant node, as `gpupmd` mounts it.
 pub const DEFAULT_TENANT_DIR: &str = "/run/gpupm/tenant";
 /// File name of the tenant node in its directory.
@@ -36,6 +40,14 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn the_character_device_lives_in_dev_under_its_name() {
+        assert_eq!(
+            Path::new("/dev").join(CUSE_DEVNAME),
+            Path::new(DEFAULT_CUSE_NODE)
+        );
+    }
 
     #[test]
     fn the_default_tenant_node_is_the_node_file_in_the_default_directory() {

@@ -26,8 +26,8 @@
 /* ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it */
 
 #define GPUPM_ABI_MAJOR 1
-#define GPUPM_ABI_MINOR 3
-#define GPUPM_ABI_VERSION 0x10003 /* major << 16 | minor */
+#define GPUPM_ABI_MINOR 4
+#define GPUPM_ABI_VERSION 0x10004 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -374,6 +374,8 @@ static const char *const gpupm_intr_source_names[10] = {
 #define GPUPM_IOCTL_STRUCT_VERSION 1
 #define GPUPM_MAX_IOCTL_SIZE 16384
 #define GPUPM_MAX_BATCH_OPS 64
+#define GPUPM_WINDOW_READ_NR 7
+#define GPUPM_WINDOW_READ_MAX 12288
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 #define GPUPM_REG_OP_READ 1
 #define GPUPM_REG_OP_WRITE 2
@@ -387,6 +389,12 @@ static const char *const gpupm_intr_source_names[10] = {
 #define GPUPM_IOC_ADVANCE 0xc0184702U
 #define GPUPM_IOC_LEDGER 0xc6404703U
 #define GPUPM_IOC_RESET 0x40084704
+#define GPUPM_IOC_REG_READ 0xc0204705U
+#define GPUPM_IOC_REG_WRITE 0x40204706
+/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
+ * struct gpupm_window_read followed by len bytes; the number carries the size. */
+#define GPUPM_IOC_WINDOW_READ(len) \
+    (0xc0004707U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)
 
 /* Tenant node ioctls (uapi/src/tenant.rs) */
 
@@ -825,6 +833,73 @@ struct gpupm_reset {
    * Must be [`crate::regs::RESET_MAGIC`].
    */
   uint32_t magic;
+};
+
+/**
+ * `GPUPM_IOC_REG_READ` and `GPUPM_IOC_REG_WRITE`: one register access,
+ * with the rules of a `pread`/`pwrite` on `card0`: `width` is 4 or 8,
+ * `offset` is aligned to it and the access lies inside `BAR0_SIZE`; a
+ * 64-bit register is read atomically with one 8-byte access. A read
+ * fills `value` (a 4-byte read zero-extends); a 4-byte write's `value`
+ * must fit in 32 bits.
+ *
+ * One struct of 32 bytes rather than a one-op `GPUPM_IOC_REG_BATCH`
+ * (1,552 bytes, copied in and out of the kernel on every call): register
+ * reads are the node's most frequent request.
+ */
+struct gpupm_reg_access {
+  /**
+   * [`IOCTL_STRUCT_VERSION`].
+   */
+  uint32_t version;
+  /**
+   * Access width in bytes: 4 or 8.
+   */
+  uint32_t width;
+  /**
+   * BAR0 offset.
+   */
+  uint64_t offset;
+  /**
+   * Value read back, or value to write.
+   */
+  uint64_t value;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+};
+
+/**
+ * The head of a `GPUPM_IOC_WINDOW_READ(len)` argument ([`window_read_cmd`]):
+ * `len` bytes of the memory window at `offset` (relative to the window's
+ * start, i.e. a `card0` file offset minus `MEM_WINDOW_OFFSET`) come back
+ * in the `len` bytes that follow this head in the argument. The whole
+ * range must lie inside the window, or the call fails with EINVAL.
+ *
+ * The request number carries `len` in its size field, as evdev's
+ * `EVIOCGNAME(len)` does, so that a restricted ioctl copies exactly the
+ * head and the bytes asked for: a 592-byte block slot costs 608 bytes
+ * each way, and a ring drain reads up to [`WINDOW_READ_MAX`] bytes per
+ * call.
+ */
+struct gpupm_window_read {
+  /**
+   * [`IOCTL_STRUCT_VERSION`].
+   */
+  uint32_t version;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Window offset of the first byte.
+   */
+  uint64_t offset;
 };
 
 /**
@@ -1367,6 +1442,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1600);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ledger_query) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_access) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_access) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_window_read) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
@@ -1405,6 +1484,8 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpup
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_ADVANCE >> 16) & 0x3fff) == sizeof(struct gpupm_advance));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER >> 16) & 0x3fff) == sizeof(struct gpupm_ledger_query));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_reset));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -1415,6 +1496,9 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(592) == 0xc2604707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(12288) == 0xf0104707U);
 /* Offset macros agree with the Rust helpers. */
 GPUPM_STATIC_ASSERT(GPUPM_PART(3, GPUPM_REG_PART_STATUS) == 4868ULL);
 GPUPM_STATIC_ASSERT(GPUPM_CCU(5, GPUPM_REG_CCU_RECORDS) == 12632ULL);

@@ -26,7 +26,9 @@ use std::mem::{align_of, size_of};
 use cbindgen::{Builder, Config, ItemType, Language, Style};
 use gpupm_uapi::events::{UnitType, CATALOGUE};
 use gpupm_uapi::intr::{self, InterruptRecord};
-use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset};
+use gpupm_uapi::ioctl::{
+    self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+};
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::pmu::{self, Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
@@ -45,7 +47,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 27] {
+fn all_structs() -> [StructInfo; 29] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -58,6 +60,8 @@ fn all_structs() -> [StructInfo; 27] {
         Advance => "gpupm_advance",
         LedgerQuery => "gpupm_ledger_query",
         Reset => "gpupm_reset",
+        RegAccess => "gpupm_reg_access",
+        WindowRead => "gpupm_window_read",
         BlockSlot => "gpupm_block_slot",
         StreamSlot => "gpupm_stream_slot",
         Whoami => "gpupm_tenant_whoami",
@@ -78,12 +82,14 @@ fn all_structs() -> [StructInfo; 27] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 15] = [
+const IOCTL_STRUCTS: [(&str, &str); 17] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
     ("GPUPM_IOC_LEDGER", "gpupm_ledger_query"),
     ("GPUPM_IOC_RESET", "gpupm_reset"),
+    ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
+    ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -373,7 +379,7 @@ fn emit_layout(h: &mut Header) {
 fn emit_ioctls(h: &mut Header) {
     h.section("Device node ioctls (uapi/src/ioctl.rs)");
     h.define("GPUPM_IOC_MAGIC", ioctl::IOC_MAGIC, true, "'G'");
-    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS);
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_NR, WINDOW_READ_MAX);
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
@@ -382,6 +388,14 @@ fn emit_ioctls(h: &mut Header) {
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         h.define(name, cmd, true, "");
     }
+    h.line(
+        "/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a\n \
+         * struct gpupm_window_read followed by len bytes; the number carries the size. */",
+    );
+    h.line(&format!(
+        "#define GPUPM_IOC_WINDOW_READ(len) \\\n    ({:#x}U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)",
+        ioctl::window_read_cmd(0) & !(0x3fff << 16)
+    ));
 
     h.section("Tenant node ioctls (uapi/src/tenant.rs)");
     h.define(
@@ -509,6 +523,8 @@ fn emit_structs(h: &mut Header) {
         "Advance",
         "LedgerQuery",
         "Reset",
+        "RegAccess",
+        "WindowRead",
     ]));
     slot_struct(
         h,
@@ -551,6 +567,12 @@ fn emit_asserts(h: &mut Header) {
     h.line("/* Each ioctl number's size field names its argument struct. */");
     for (name, c) in IOCTL_STRUCTS {
         h.assert(&format!("(({name} >> 16) & 0x3fff) == sizeof(struct {c})"));
+    }
+    for len in [1, 592, ioctl::WINDOW_READ_MAX] {
+        h.assert(&format!(
+            "GPUPM_IOC_WINDOW_READ({len}) == {:#x}U",
+            ioctl::window_read_cmd(len)
+        ));
     }
     h.line("/* Offset macros agree with the Rust helpers. */");
     for (expr, rust) in [

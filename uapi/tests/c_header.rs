@@ -12,7 +12,9 @@ use std::process::Command;
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
+use gpupm_uapi::ioctl::{
+    Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead, DEVICE_IOCTLS,
+};
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::tenant::{
@@ -102,6 +104,8 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder,
             envelope, tag;
         Reset => "gpupm_reset": version, magic;
+        RegAccess => "gpupm_reg_access": version, width, offset, value, flags, reserved;
+        WindowRead => "gpupm_window_read": version, flags, offset;
         Whoami => "gpupm_tenant_whoami": version, admin, uid, n_vms, vms;
         CtxEntry => "gpupm_tenant_ctx_entry": ctx, state, created_cycle;
         ListContexts => "gpupm_tenant_list_contexts": version, vm, offset, count, total, reserved, ctxs;

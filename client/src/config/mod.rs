@@ -39,7 +39,8 @@ use crate::paths::{DEFAULT_JOURNAL_SOCKET, DEFAULT_NODE_DIR, DEFAULT_TENANT_DIR}
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Directory of the device node (`card0`).
+    /// Directory of the device node (`card0`), or the CUSE character
+    /// device itself (`/dev/gpupm0`).
     pub node_dir: PathBuf,
     /// Mount point of the tenant node.
     pub tenant_dir: PathBuf,
