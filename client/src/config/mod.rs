@@ -29,8 +29,8 @@ pub use self::kernel_pmu::{
 use self::resolve::resolve;
 pub use self::settings::{
     HealthConfig, KernelPmuConfig, MetricsConfig, Programming, Retention, Settings, TenantMap,
-    TenantPolicy, DEFAULT_MAX_CONTEXTS, DEFAULT_TENANT_THREADS, MAX_MAX_CONTEXTS,
-    MAX_TENANT_THREADS,
+    TenantPolicy, DEFAULT_DRAIN_INTERVAL_MS, DEFAULT_MAX_CONTEXTS, DEFAULT_TENANT_THREADS,
+    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
 };
 pub use crate::paths::DEFAULT_CONFIG as DEFAULT_PATH;
 use crate::paths::{DEFAULT_JOURNAL_SOCKET, DEFAULT_NODE_DIR, DEFAULT_TENANT_DIR};
@@ -125,11 +125,23 @@ pub struct TriggerConfig {
 }
 
 /// `[stream]`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
     /// Ring fill that raises the watermark interrupt (every ring).
     pub watermark: Option<Spanned<u32>>,
+    /// Milliseconds between drains of every non-empty ring (0: only on
+    /// interrupts).
+    pub drain_interval_ms: Spanned<u64>,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            watermark: None,
+            drain_interval_ms: Spanned::new(0..0, DEFAULT_DRAIN_INTERVAL_MS),
+        }
+    }
 }
 
 /// `[[mask]]`: one CCU mask word.
@@ -365,5 +377,29 @@ mod tests {
         assert!(parse_str("[[tenant]]\nvm = 2\n").is_err());
         assert!(parse_str("[[tenant]]\nvm = 2\nuser = \"no-such-user-gpupm\"\n").is_err());
         assert!(parse_str("[[tenant]]\nvm = 99\nuid = 5\n").is_err());
+    }
+
+    #[test]
+    fn the_periodic_drain_interval_is_checked_and_zero_turns_it_off() {
+        assert_eq!(
+            parse_str("").unwrap().drain_interval,
+            Some(Duration::from_millis(DEFAULT_DRAIN_INTERVAL_MS))
+        );
+        assert_eq!(
+            parse_str("[stream]\ndrain_interval_ms = 250\n")
+                .unwrap()
+                .drain_interval,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_str("[stream]\ndrain_interval_ms = 0\n")
+                .unwrap()
+                .drain_interval,
+            None
+        );
+        let (line, col, reason) =
+            position(parse_str("[stream]\ndrain_interval_ms = 60001\n").unwrap_err());
+        assert_eq!((line, col), (2, 21));
+        assert!(reason.contains("drain_interval_ms"), "{reason}");
     }
 }

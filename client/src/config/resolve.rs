@@ -11,7 +11,7 @@ use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN
 
 use super::settings::{
     HealthConfig, MetricsConfig, Programming, Retention, Settings, TenantMap, TenantPolicy,
-    MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
+    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
 };
 use super::{invalid, Config, ConfigError, DEFAULT_PATH};
 use crate::paths::DEFAULT_ADMIN_GROUP;
@@ -70,6 +70,15 @@ pub(super) fn resolve(
         ));
     }
 
+    let drain_ms = *cfg.stream.drain_interval_ms.get_ref();
+    if drain_ms > MAX_DRAIN_INTERVAL_MS {
+        return Err(err(
+            cfg.stream.drain_interval_ms.span(),
+            format!("drain_interval_ms must lie in 0..={MAX_DRAIN_INTERVAL_MS}"),
+        ));
+    }
+    let drain_interval = (drain_ms > 0).then(|| Duration::from_millis(drain_ms));
+
     let policy = policy(&cfg, &err)?;
 
     Ok(Settings {
@@ -80,6 +89,7 @@ pub(super) fn resolve(
         state_dir: cfg.state_dir,
         program,
         history_samples: history as usize,
+        drain_interval,
         policy,
         metrics_listen: cfg.metrics.listen,
         metrics: MetricsConfig {

@@ -28,6 +28,9 @@ use crate::view::CtxId;
 pub enum Work {
     /// Drain partition slot `p`'s ring.
     Drain(u32),
+    /// Drain every ring that holds records (the periodic backstop for
+    /// records below the watermark, which raise no interrupt).
+    DrainNonEmpty,
     /// A context was created.
     Created(CtxId),
     /// A context was destroyed.
@@ -55,11 +58,13 @@ impl Worker<'_> {
     /// Runs a batch of work items, coalescing drains.
     pub fn run(&mut self, items: &[Work]) -> Result<(), EngineError> {
         let mut drains = BTreeSet::new();
+        let mut sweep = false;
         for &w in items {
             match w {
                 Work::Drain(p) => {
                     drains.insert(p);
                 }
+                Work::DrainNonEmpty => sweep = true,
                 Work::Created(ctx) => self.created(ctx)?,
                 Work::Destroyed(ctx) => self.retire(ctx)?,
                 Work::Reset => {
@@ -77,8 +82,17 @@ impl Worker<'_> {
                 Work::Resync => self.resync()?,
             }
         }
-        for p in drains {
+        for &p in &drains {
             drain::drain(self.dev, self.store, &mut self.rings, p)?;
+        }
+        if sweep {
+            let rest: Vec<u32> = self
+                .store
+                .partitions()
+                .into_iter()
+                .filter(|p| !drains.contains(p))
+                .collect();
+            drain::drain_nonempty(self.dev, self.store, &mut self.rings, &rest)?;
         }
         Ok(())
     }
