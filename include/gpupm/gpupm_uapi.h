@@ -539,6 +539,22 @@
 #define GPUPM_EV_NVLINK_RX_FLITS 36 /* flits */
 #define GPUPM_EV_NVLINK_TX_FLITS 37 /* flits */
 #define GPUPM_EV_NVLINK_CYCLES_ACTIVE 38 /* cycles */
+/**
+ * Units a partition owns (SM, L2 slice, FB partition, copy engine):
+ * counted into the running context's block, its VM's block and the
+ * system block.
+ */
+#define GPUPM_EVENT_SCOPE_PARTITION 0
+/**
+ * Shared units filtered by each partition's running context (PCIe, one
+ * lane per partition): counted like `PARTITION`.
+ */
+#define GPUPM_EVENT_SCOPE_CONTEXT_FILTERED 1
+/**
+ * Device-level shared units (NVLink): counted into the system block
+ * only; VM and context blocks hold 0 for them.
+ */
+#define GPUPM_EVENT_SCOPE_DEVICE 2
 
 /* Event names indexed by id (the names `gpupm stat -e` takes). */
 static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {
@@ -582,6 +598,15 @@ static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {
     "nvlink_tx_flits",
     "nvlink_cycles_active",
 };
+
+/* Unit type (GPUPM_UNIT_*) of each event, indexed by id. */
+static const uint8_t gpupm_event_unit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5 };
+
+/* Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go. */
+static const uint8_t gpupm_event_scope[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2 };
+
+/* 1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id. */
+static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0, 0, 0 };
 
 /* Interrupt sources (uapi/src/intr.rs) */
 
@@ -1543,7 +1568,8 @@ struct gpupm_tenant_event_info {
    */
   uint8_t multibit;
   /**
-   * Output: 0 partition-scoped, 1 context-filtered shared, 2 device-level.
+   * Output: `events::scope_code` (0 partition, 1 context-filtered
+   * shared, 2 device-level).
    */
   uint8_t scope;
   /**

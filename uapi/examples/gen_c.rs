@@ -36,7 +36,7 @@ mod prose;
 mod structs;
 
 use docs::{c_comment, Docs, Names};
-use gpupm_uapi::events::{UnitType, CATALOGUE};
+use gpupm_uapi::events::{EventInfo, UnitType, CATALOGUE};
 use gpupm_uapi::{intr, ioctl, pmu, regs, tenant};
 use structs::{all_structs, emit_asserts, emit_structs};
 
@@ -358,6 +358,8 @@ fn emit_events_and_intr(h: &mut Header) {
             &note,
         );
     }
+    group!(h, dec "GPUPM_EVENT_SCOPE_", gpupm_uapi::events::scope_code:
+        PARTITION, CONTEXT_FILTERED, DEVICE);
     h.line("");
     h.doc("events::CATALOGUE");
     h.line("/* Event names indexed by id (the names `gpupm stat -e` takes). */");
@@ -366,6 +368,30 @@ fn emit_events_and_intr(h: &mut Header) {
         h.line(&format!("    \"{}\",", e.name));
     }
     h.line("};");
+    for (what, name, of) in [
+        (
+            "Unit type (GPUPM_UNIT_*) of each event, indexed by id.",
+            "gpupm_event_unit",
+            (|e| e.unit as u8) as fn(&EventInfo) -> u8,
+        ),
+        (
+            "Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go.",
+            "gpupm_event_scope",
+            |e| e.unit.scope().code(),
+        ),
+        (
+            "1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id.",
+            "gpupm_event_multibit",
+            |e| u8::from(e.multibit),
+        ),
+    ] {
+        let values: Vec<String> = CATALOGUE.iter().map(|e| of(e).to_string()).collect();
+        h.line(&format!("\n/* {what} */"));
+        h.line(&format!(
+            "static const uint8_t {name}[GPUPM_EVENT_COUNT] = {{ {} }};",
+            values.join(", ")
+        ));
+    }
 
     h.section("Interrupt sources (uapi/src/intr.rs)", prose::INTERRUPTS);
     h.module("intr::source", "GPUPM_INTR_");

@@ -349,7 +349,8 @@ pub struct EventInfo {
     pub unit_type: u8,
     /// Output: 1 for multi-bit events.
     pub multibit: u8,
-    /// Output: 0 partition-scoped, 1 context-filtered shared, 2 device-level.
+    /// Output: `events::scope_code` (0 partition, 1 context-filtered
+    /// shared, 2 device-level).
     pub scope: u8,
     /// Reserved, 0.
     pub reserved: u8,
