@@ -473,12 +473,14 @@
 
 /*
  * Event scopes decide where counts go and what is conserved (docs/abi.md
- * section 6): SM, L2, FB and CE events (scope 0) and PCIe events (scope 1, one lane
- * per partition filtered by the running context) go to the running
- * context's block, its VM's block and the system block; after a flush at a
- * quiescent point, system = sum of VMs and VM = sum of its contexts. NVLink
- * events (scope 2, device-level) go to the system block only. Multi-bit
- * events: one count = GPUPM_MULTIBIT_SCALE signal units.
+ * section 6; gpupm_event_scope[] below gives each event's): SM, L2, FB and
+ * CE events (GPUPM_EVENT_SCOPE_PARTITION) and PCIe events
+ * (GPUPM_EVENT_SCOPE_CONTEXT_FILTERED, one lane per partition filtered by
+ * the running context) go to the running context's block, its VM's block
+ * and the system block; after a flush at a quiescent point, system = sum of
+ * VMs and VM = sum of its context instances. NVLink events
+ * (GPUPM_EVENT_SCOPE_DEVICE) go to the system block only. Multi-bit events
+ * (gpupm_event_multibit[]): one count = GPUPM_MULTIBIT_SCALE signal units.
  */
 
 /**
@@ -612,10 +614,10 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
 
 /*
  * Interrupt records (docs/abi.md section 8): every open handle of card0 has
- * its own cursor, starting at the next record raised after open(); it never sees
- * earlier ones. A host that starts must therefore scan PART_STATUS of every
- * configured slot for REQUESTED, read the context table and drain every
- * ring after opening its interrupt handle. seq counts every record raised;
+ * its own cursor, starting at the next record raised after open(); it never
+ * sees earlier ones. A host that starts must therefore scan PART_STATUS of
+ * every configured slot for REQUESTED, read the context table and drain
+ * every ring after opening its interrupt handle. seq counts every record raised;
  * a gap means records were missed (the device keeps the last 16384).
  * Record arguments: SWITCH_REQUESTED and SWITCH_FALLBACK: partition, arg =
  * incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:
