@@ -54,11 +54,13 @@
 #define GPUPM_ABI_MAJOR 1
 /**
  * ABI minor version: bumped on compatible additions (2: the tenant
- * node's context-instance reads).
+ * node's context-instance reads; 3: confidential sessions and rekeying,
+ * the OOB mailbox's own registers, flush-ack latency, the debug-only
+ * sealed ledger — see `docs/confidential.md`).
  */
-#define GPUPM_ABI_MINOR 2
+#define GPUPM_ABI_MINOR 3
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10002 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10003 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -98,10 +100,61 @@
 /** Smallest threshold. */
 #define GPUPM_TRIG_THRESHOLD_MIN 1024
 /**
- * Largest threshold: one more ULC transfer (≤ 511) can never carry a
- * counter at or below this value past 28 bits.
+ * Largest threshold: one more ULC transfer (at most GPUPM_ULC_COUNTER_MAX)
+ * can never carry a CCU counter at or below this value past
+ * GPUPM_CCU_COUNTER_BITS bits.
  */
 #define GPUPM_TRIG_THRESHOLD_MAX 268434944
+/**
+ * Bits of the dither R added to each dithered period: R is uniform in
+ * `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+ */
+#define GPUPM_DITHER_BITS 8
+/** Largest dither R in cycles. */
+#define GPUPM_DITHER_MAX 255
+/** Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits"). */
+#define GPUPM_ULC_COUNTER_BITS 9
+/**
+ * Largest ULC count, which is also the ULC transfer period in cycles
+ * (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
+ * counter that counts at most once per cycle never wraps).
+ */
+#define GPUPM_ULC_COUNTER_MAX 511
+/** Width of a CCU counter (seed 000 ¶59: 28 bits). */
+#define GPUPM_CCU_COUNTER_BITS 28
+/**
+ * Width of the multi-bit accumulator in front of a 1-bit ULC counter
+ * input (seed 000 ¶56: a six-bit counter whose most significant bit
+ * drives the count, so the count is the signal sum modulo 32).
+ */
+#define GPUPM_MULTIBIT_ACC_BITS 6
+/**
+ * Cycles from a flush request until a CCU's flush ack reaches the RC
+ * buffer, before the CCU's own records: the ack follows the records the
+ * CCU still sends, one record per cycle (see flush_ack_latency).
+ */
+#define GPUPM_FLUSH_ACK_BASE_CYCLES 16
+/**
+ * Largest flush-ack latency of any CCU: a host on a step clock that
+ * advances this many cycles after a flush request finds every ack in.
+ */
+#define GPUPM_FLUSH_ACK_MAX_CYCLES 286
+/** Words in GPUPM_REG_REKEY_NONCE. */
+#define GPUPM_REKEY_NONCE_WORDS 2
+/** Words in GPUPM_REG_REKEY_KEY. */
+#define GPUPM_REKEY_KEY_WORDS 8
+/** Words in GPUPM_REG_REKEY_TAG. */
+#define GPUPM_REKEY_TAG_WORDS 4
+/** Offset of the OOB mailbox's register set from the host's. */
+#define GPUPM_OOB_MBOX_DELTA 0x100
+/**
+ * First four nonce bytes (LE) of every rekey blob. The device's own
+ * nonces start with the VM id (below GPUPM_MAX_VMS), so a tenant's rekey
+ * nonce can never equal a nonce the device uses under the same key.
+ */
+#define GPUPM_REKEY_NONCE_DOMAIN 0xffffffffU
+/* Cycles until the flush ack of a CCU with `counters` counters arrives. */
+#define GPUPM_FLUSH_ACK_LATENCY(counters) (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)
 /** RO: GPUPM_DEVICE_MAGIC. */
 #define GPUPM_REG_ID 0x0
 /** RO: GPUPM_ABI_VERSION of the device. */
@@ -191,8 +244,36 @@
 #define GPUPM_REG_MBOX_CMD 0x304
 /** RO: status of the last command, see GPUPM_MBOX_STATUS_*. */
 #define GPUPM_REG_MBOX_STATUS 0x308
+/**
+ * RO: commands completed on this mailbox (modulo 2^32); a caller knows
+ * its command completed when the value moved past the one it read before.
+ */
+#define GPUPM_REG_MBOX_SEQ 0x30c
 /** RO 64-bit: result data of the last command. */
 #define GPUPM_REG_MBOX_DATA 0x310 /* 64-bit */
+/** RW: the OOB mailbox's GPUPM_REG_MBOX_ARG. */
+#define GPUPM_REG_OOB_MBOX_ARG 0x400
+/** WO: the OOB mailbox's GPUPM_REG_MBOX_CMD. */
+#define GPUPM_REG_OOB_MBOX_CMD 0x404
+/** RO: the OOB mailbox's GPUPM_REG_MBOX_STATUS. */
+#define GPUPM_REG_OOB_MBOX_STATUS 0x408
+/** RO: the OOB mailbox's GPUPM_REG_MBOX_SEQ. */
+#define GPUPM_REG_OOB_MBOX_SEQ 0x40c
+/** RO 64-bit: the OOB mailbox's GPUPM_REG_MBOX_DATA. */
+#define GPUPM_REG_OOB_MBOX_DATA 0x410 /* 64-bit */
+/**
+ * WO: the tenant-chosen 64 bits of the rekey blob's AES-GCM nonce, two
+ * words (low word first). The nonce is GPUPM_REKEY_NONCE_DOMAIN (LE)
+ * followed by these 8 bytes.
+ */
+#define GPUPM_REG_REKEY_NONCE 0x500
+/**
+ * WO: eight words: the new AES-256 key encrypted under the current
+ * session key (word `i` = bytes `4i..4i+4`, little-endian).
+ */
+#define GPUPM_REG_REKEY_KEY 0x508
+/** WO: four words: the AES-GCM tag of the sealed key. */
+#define GPUPM_REG_REKEY_TAG 0x528
 /** Running at primary (boost) capability. */
 #define GPUPM_CLOCK_CAP_PRIMARY 0x0
 /** Running at secondary (throttled) capability. */
@@ -206,8 +287,9 @@
 /** Period dithering: each period is P + R, R uniform in 0..=255. */
 #define GPUPM_TRIG_CTRL_DITHER 0x2
 /**
- * Threshold triggers enabled (always forced on when the periodic period
- * could let a counter wrap; see the device documentation).
+ * Threshold triggers enabled. They are the guard that keeps a 28-bit
+ * CCU counter from ever wrapping, so the bit must be set in every
+ * `TRIG_CTRL` write (a write without it fails with EINVAL).
  */
 #define GPUPM_TRIG_CTRL_THRESHOLD_ENABLE 0x4
 /** All defined bits. */
@@ -216,13 +298,21 @@
 #define GPUPM_TRIG_CMD_FLUSH_ULC 0x1
 /** CCUs swap banks and emit records of the idle bank. */
 #define GPUPM_TRIG_CMD_TRIGGER 0x2
-/** CCUs send pending records, then an empty record (the flush ack). */
+/**
+ * CCUs send pending records, then an empty record (the flush ack); a
+ * CCU's ack reaches the RC buffer flush_ack_latency cycles
+ * after the request and sets its bit in `PART_CCU_ACKED`.
+ */
 #define GPUPM_TRIG_CMD_FLUSH_REQ 0x4
 /** All defined bits. */
 #define GPUPM_TRIG_CMD_ALL 0x7
 /** DATA = ABI version << 32 | number of events. */
 #define GPUPM_MBOX_OP_GET_CAPS 0x1
-/** DATA = system (RC0) total of event ARG. */
+/**
+ * DATA = system (RC0) total of event ARG: the committed total of the
+ * work of non-confidential VMs and of the device-level units (a
+ * confidential VM's counts never reach RC0).
+ */
 #define GPUPM_MBOX_OP_READ_SYSTEM_COUNTER 0x2
 /** DATA = cycles with no context running on any partition. */
 #define GPUPM_MBOX_OP_READ_IDLE_CYCLES 0x3
@@ -319,7 +409,12 @@
 #define GPUPM_REG_PART_NEXT_CTX 0x14
 /** RO 64-bit: CCUs assigned to this partition (bit = CCU index). */
 #define GPUPM_REG_PART_CCU_ASSIGNED 0x18 /* 64-bit */
-/** RO 64-bit: CCUs that have sent their flush ack since the last flush request. */
+/**
+ * RO 64-bit: CCUs whose flush ack has arrived since the last flush
+ * request; a CCU's bit is set flush_ack_latency cycles after the
+ * request (device time), so a host polls it (bounded; on a step clock it
+ * advances the clock, e.g. by GPUPM_FLUSH_ACK_MAX_CYCLES).
+ */
 #define GPUPM_REG_PART_CCU_ACKED 0x20 /* 64-bit */
 /** WO: reduction-channel command, bits in GPUPM_RC_CMD_*. */
 #define GPUPM_REG_PART_RC_CMD 0x28
@@ -345,7 +440,12 @@
  * Writes must lie in `[old tail, head]`.
  */
 #define GPUPM_REG_PART_STREAM_TAIL 0x54
-/** RO: ring capacity in records (a power of two). */
+/**
+ * RO: ring capacity in records (a power of two). Ring 0 (RC0) receives a
+ * commit for the triggers of every partition, so it is larger: the
+ * scenario's capacity times (GPU slices + 1), rounded up to a power of
+ * two, at most `layout::STREAM_RING_MAX`.
+ */
 #define GPUPM_REG_PART_STREAM_CAP 0x58
 /**
  * RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
@@ -398,7 +498,11 @@
 #define GPUPM_HS_STATE_COMMITTED 6
 /** Step 6b done: RC re-pointed to the incoming blocks. */
 #define GPUPM_HS_STATE_REPOINTED 7
-/** Commit the RC's counters into the bound blocks and reset them. */
+/**
+ * Step 6a: commit the RC's counters into the bound blocks and reset
+ * them. Legal only in `hs_state::ACKED` (after the flush request and
+ * every assigned CCU's ack); anywhere else the write fails.
+ */
 #define GPUPM_RC_CMD_COMMIT 0x1
 /** Re-point the RC to `PART_RC_BIND_VM`/`PART_RC_BIND_CTX`. */
 #define GPUPM_RC_CMD_REPOINT 0x2
@@ -436,12 +540,22 @@
 #define GPUPM_REG_VM_FLAGS 0x4
 /** RO 64-bit: memory-window offset of the VM block slot. */
 #define GPUPM_REG_VM_BLOCK 0x8 /* 64-bit */
-/** WO: eight words of the AES-256 key, at `VM_KEY + 4 * i`. */
-#define GPUPM_REG_VM_KEY 0x10
-/** WO: 1 = install the staged key (confidential VMs only); the key epoch increments. */
+/**
+ * WO: 1 = open the rekey blob staged in `REKEY_*` with this VM's current
+ * session key and, only if it opens, install the key it carries (the key
+ * epoch increments). A blob that does not open (forged, replayed, for
+ * another VM, epoch or session, or malformed) fails with EINVAL and
+ * changes nothing. Confidential VMs only.
+ */
 #define GPUPM_REG_VM_KEY_COMMIT 0x30
-/** RO: key epoch (number of keys installed). */
+/** RO: key epoch (number of keys installed, 1 = the provisioned key). */
 #define GPUPM_REG_VM_KEY_EPOCH 0x34
+/**
+ * RO 64-bit: the device's current session (boot) id, drawn from the
+ * operating system's random source at device start and at every reset;
+ * 0 for a VM that is not confidential.
+ */
+#define GPUPM_REG_VM_KEY_SESSION 0x38 /* 64-bit */
 /**
  * The VM is confidential: its blocks and stream records leave the
  * device only as AES-256-GCM ciphertext.
@@ -494,7 +608,11 @@
 #define GPUPM_MAX_CCU_ULCS 48
 /** Number of defined events. */
 #define GPUPM_EVENT_COUNT 39
-/** Divisor that turns one count of `event` into signal units (32 for multi-bit). */
+/**
+ * Divisor that turns one count of `event` into signal units (32 for
+ * multi-bit): the value of the multi-bit accumulator's most significant
+ * bit, which drives the count.
+ */
 #define GPUPM_MULTIBIT_SCALE 32
 #define GPUPM_UNIT_SM 0
 #define GPUPM_UNIT_L2 1
@@ -676,11 +794,21 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * (`TRIG_TARGET` is 0 again); re-apply them.
  */
 #define GPUPM_INTR_DEVICE_RESET 0x100
+/**
+ * Every CCU assigned to a partition acknowledged the flush request of
+ * a switch in progress (`hs_state::ACKED`): the host may commit
+ * (step 6). Not raised when the device's fallback finishes the switch
+ * itself. A host that cannot poll `PART_CCU_ACKED` until the acks
+ * arrive (they take up to `FLUSH_ACK_MAX_CYCLES` of device time, and
+ * a step clock moves only when host software advances it) resumes the
+ * handshake on this record.
+ */
+#define GPUPM_INTR_FLUSH_ACKED 0x200
 /** All defined sources. */
-#define GPUPM_INTR_ALL 0x1ff
+#define GPUPM_INTR_ALL 0x3ff
 
 /** Names of the sources, indexed by bit number. */
-static const char *const gpupm_intr_source_names[9] = {
+static const char *const gpupm_intr_source_names[10] = {
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -690,6 +818,7 @@ static const char *const gpupm_intr_source_names[9] = {
     "switch_fallback",
     "mailbox_done",
     "device_reset",
+    "flush_acked",
 };
 
 /* Memory window layouts (uapi/src/layout.rs) */
@@ -730,10 +859,12 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_STREAM_RING_MAX 8192
 /** Size of one stream-ring slot. */
 #define GPUPM_STREAM_SLOT_SIZE 608
-/** Bytes of the envelope bound as AES-GCM associated data. */
-#define GPUPM_ENVELOPE_AAD_LEN 16
+/** Bytes of the envelope bound as AES-GCM associated data: all of it. */
+#define GPUPM_ENVELOPE_AAD_LEN 32
 /** Values per CCU record. */
 #define GPUPM_RECORD_VALUES 8
+/** `info` prefix of the session-key derivation (HKDF-SHA256). */
+#define GPUPM_SESSION_KEY_INFO "gpupm-cc-v1"
 #define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)
 #define GPUPM_STREAM_SLOT_OFFSET(p, i) (GPUPM_STREAM_REGION + (uint64_t)(p) * GPUPM_STREAM_RING_SPAN + (uint64_t)(i) * GPUPM_STREAM_SLOT_SIZE)
 /** The system block (RC0): everything counted on the device. */
@@ -793,14 +924,21 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_LEDGER_SCOPE_VM 2
 /** Everything, including device-level units (`id` = 0). */
 #define GPUPM_LEDGER_SCOPE_SYSTEM 3
+/** The answer is sealed under the VM's session key. */
+#define GPUPM_LEDGER_FLAGS_SEALED 0x1
+/**
+ * Bytes of a struct gpupm_ledger_query that a sealed answer encrypts: `generated`,
+ * `masked` and `remainder`.
+ */
+#define GPUPM_LEDGER_SEALED_LEN 1536
 /** Read struct gpupm_identity. */
 #define GPUPM_IOC_IDENTITY 0xc0304700U
 /** Run a struct gpupm_reg_batch. */
 #define GPUPM_IOC_REG_BATCH 0xc6104701U
 /** Advance the step clock. */
 #define GPUPM_IOC_ADVANCE 0xc0184702U
-/** Read the ledger (privileged debug). */
-#define GPUPM_IOC_LEDGER 0xc6104703U
+/** Read the ledger (debug only: `gpupm-driver --debug-ledger`). */
+#define GPUPM_IOC_LEDGER 0xc6404703U
 /** Reset the device. */
 #define GPUPM_IOC_RESET 0x40084704
 
@@ -957,10 +1095,16 @@ struct gpupm_block {
  * Envelope in front of every host-visible block or stream record.
  *
  * For a confidential VM the payload that follows is AES-256-GCM ciphertext
- * under the VM's key with this envelope's `nonce`, and the 16-byte tag
- * follows the payload; the envelope's first 16 bytes are the associated
- * data. The nonce is `vm (4 bytes LE) || per-VM encryption counter (8 bytes
- * LE)`: the counter never goes back, so a nonce is never reused under a key.
+ * and the 16-byte tag follows the payload. The key is the VM's *session
+ * key*: `HKDF-SHA256(ikm = K_vm, salt = session (8 bytes LE), info =
+ * "gpupm-cc-v1" || vm (4 bytes LE) || key_epoch (4 bytes LE))`, 32 bytes,
+ * where `K_vm` is the VM's key of that epoch (epoch 1 = the key provisioned
+ * when the VM was created) and `session = session_hi << 32 | session_lo`
+ * is the device's boot id, drawn afresh at every device start and reset.
+ * The nonce is `vm (4 bytes LE) || counter (8 bytes LE)` with a counter
+ * that only increases within a session, so (session, key_epoch, nonce)
+ * never repeats and no (key, nonce) pair is ever reused. The whole 32-byte
+ * envelope is the associated data (see `docs/confidential.md`).
  */
 struct gpupm_envelope {
   /**
@@ -976,17 +1120,17 @@ struct gpupm_envelope {
    */
   uint32_t key_epoch;
   /**
-   * Reserved, 0.
+   * Low half of the session (boot) id (confidential only, else 0).
    */
-  uint32_t reserved;
+  uint32_t session_lo;
   /**
    * AES-GCM nonce (confidential only, else 0).
    */
   uint8_t nonce[12];
   /**
-   * Reserved, 0.
+   * High half of the session (boot) id (confidential only, else 0).
    */
-  uint32_t reserved2;
+  uint32_t session_hi;
 };
 
 /**
@@ -1227,13 +1371,24 @@ struct gpupm_advance {
 };
 
 /**
- * `GPUPM_IOC_LEDGER` (privileged debug): exact counts of what was generated.
+ * `GPUPM_IOC_LEDGER` (debug only): exact counts of what was generated.
+ *
+ * The ledger is the emulator's test oracle, not part of the device: the
+ * ioctl exists only when `gpupm-driver` runs with `--debug-ledger`
+ * (otherwise it fails with ENOTTY like an unknown ioctl).
  *
  * For every event: `generated = (committed_equiv + masked) * scale + remainder`
  * where `scale` is 32 for multi-bit events and 1 otherwise, `masked` is what
  * CCU masks discarded, `remainder` is the multi-bit accumulator residue that
  * never reached a count, and `in_flight` is what sits in ULCs, CCUs and RCs
- * not yet committed.
+ * not yet committed. The system scope covers what the system block covers:
+ * the device-level units and every VM that is not confidential.
+ *
+ * The answer for a confidential VM or one of its contexts is sealed like
+ * its blocks: `flags` has GPUPM_LEDGER_FLAGS_SEALED, the bytes of
+ * `generated`, `masked` and `remainder` (in that order, 1536 bytes) are
+ * AES-256-GCM ciphertext under the VM's session key with `envelope` and
+ * `tag`, exactly as in a block slot. Otherwise `envelope` and `tag` are 0.
  */
 struct gpupm_ledger_query {
   /**
@@ -1249,7 +1404,7 @@ struct gpupm_ledger_query {
    */
   uint32_t id;
   /**
-   * Must be 0.
+   * Must be 0 on input; bits of GPUPM_LEDGER_FLAGS_* on output.
    */
   uint32_t flags;
   /**
@@ -1264,6 +1419,14 @@ struct gpupm_ledger_query {
    * Multi-bit residue (signal units) that never reached a count.
    */
   uint64_t remainder[GPUPM_MAX_EVENTS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
 };
 
 /**
@@ -1818,7 +1981,7 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_batch) == 1552);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_batch) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_advance) == 24);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_advance) == 8);
-GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1552);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1600);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ledger_query) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);
