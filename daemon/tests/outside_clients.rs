@@ -130,6 +130,25 @@ fn an_outside_host_client_answers_every_switch_and_its_totals_equal_the_ledger()
         assert_eq!(counters(&c["totals"]), want.to_vec(), "context {name}");
     }
 
+    // Every switch waited for its acks and resumed on FLUSH_ACKED (ABI 1.3).
+    assert_eq!(got["flush_acked"].as_u64(), Some(handshakes));
+    assert_eq!(
+        got["ack_waits"].as_u64(),
+        Some(handshakes - 1),
+        "all but the traced one"
+    );
+    assert_eq!(got["fallback_won"], 0);
+    let acked_record = got["trace"]
+        .as_array()
+        .expect("trace")
+        .iter()
+        .find_map(|t| t["record"].as_object())
+        .expect("the traced switch's FLUSH_ACKED record");
+    assert_eq!(
+        acked_record["source"].as_u64(),
+        Some(u64::from(gpupm_uapi::intr::source::FLUSH_ACKED))
+    );
+
     // The documented state machine, write by write.
     let states: Vec<u64> = got["trace"]
         .as_array()
@@ -145,6 +164,9 @@ fn an_outside_host_client_answers_every_switch_and_its_totals_equal_the_ledger()
             s(hs_state::XFER_PAUSED),
             s(hs_state::XFER_PAUSED),
             s(hs_state::TRIGGERED),
+            // FLUSH_REQ: the acks travel in device time ...
+            s(hs_state::TRIGGERED),
+            // ... and are in after the client advanced FLUSH_ACK_MAX_CYCLES.
             s(hs_state::ACKED),
             s(hs_state::COMMITTED),
             s(hs_state::COMMITTED),

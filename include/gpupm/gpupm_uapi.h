@@ -22,7 +22,8 @@
  *       struct gpupm_interrupt_record, blocking (EAGAIN with O_NONBLOCK);
  *     poll: POLLIN = unread records, POLLPRI = INTR_PENDING != 0;
  *     ioctl GPUPM_IOC_*.
- *   card0-oob: the MBOX_* registers only (the BMC's path).
+ *   card0-oob: the OOB_MBOX_* registers only (the BMC's path; card0 does
+ *     not reach them, and card0-oob reaches nothing else).
  *   tenant node (/run/gpupm/tenant/node, served by gpupmd): TENANT_IOC_*.
  * Access is checked on every request, not only at open: EACCES.
  * A request that fails changes nothing.
@@ -44,7 +45,10 @@
 
 /*
  * A client refuses a device whose ABI major differs from GPUPM_ABI_MAJOR;
- * a newer minor only adds (docs/abi.md section 19).
+ * a newer minor normally only adds; 1.3 also changed some 1.2 behaviour
+ * (flush acks take device time, COMMIT only in ACKED, TRIG_CTRL needs
+ * THRESHOLD_ENABLE, the OOB mailbox's own registers, the sealed debug-only
+ * ledger, the envelope's session fields): docs/abi.md section 19.
  */
 
 /**
@@ -83,6 +87,10 @@
  * is in the blocks, except those of partitions in a switch (they commit at
  * its step 6). At a flush with every partition's handshake IDLE (a
  * quiescent point) every block equals the ledger. (docs/abi.md section 7)
+ *
+ * TRIG_CTRL writes must keep GPUPM_TRIG_CTRL_THRESHOLD_ENABLE set (the
+ * threshold trigger keeps 28-bit CCU counters from wrapping): a write
+ * without it fails (EINVAL).
  *
  * INTR_ACK is write-one-to-clear of INTR_STATUS; it affects only the latch,
  * INTR_PENDING and POLLPRI, never the delivery of records. INTR_MASK stops a
@@ -348,12 +356,20 @@
  *   1  PART_CTRL = CTX_PAUSE                                -> CTX_PAUSED
  *   2  PART_CTRL = ALL                                      -> XFER_PAUSED
  *   3  TRIG_TARGET = 1 << p; TRIG_CMD = FLUSH_ULC | TRIGGER -> TRIGGERED
- *   4  TRIG_CMD = FLUSH_REQ (may join step 3)               -> ACKED once
- *   5  poll PART_CCU_ACKED until it covers PART_CCU_ASSIGNED  every CCU acked
+ *   4  TRIG_CMD = FLUSH_REQ (may join step 3)    state stays TRIGGERED
+ *   5  wait: every CCU's flush ack arrives GPUPM_FLUSH_ACK_LATENCY(counters)
+ *      cycles of device time after FLUSH_REQ (at most
+ *      GPUPM_FLUSH_ACK_MAX_CYCLES); then the state is ACKED, PART_CCU_ACKED
+ *      covers PART_CCU_ASSIGNED and GPUPM_INTR_FLUSH_ACKED is raised. Resume
+ *      on that record (or poll PART_STATUS/PART_CCU_ACKED, bounded). On a
+ *      step clock time moves only in GPUPM_IOC_ADVANCE: whoever owns the
+ *      clock advances it (e.g. by GPUPM_FLUSH_ACK_MAX_CYCLES) while a slot
+ *      is TRIGGERED; a host that does not own it just waits for the record.
  *   6  PART_RC_BIND_VM = PART_NEXT_VM, PART_RC_BIND_CTX = PART_NEXT_CTX,
  *      PART_RC_CMD = COMMIT | REPOINT                        -> REPOINTED
+ *      (COMMIT is legal only in ACKED: EINVAL anywhere else)
  *   7  PART_CTRL = 0                                         -> IDLE
- * Steps 1-5 fit one GPUPM_IOC_REG_BATCH, 6-7 another. If the host has not
+ * Steps 1-4 fit one GPUPM_IOC_REG_BATCH, 6-7 another. If the host has not
  * finished PART_SWITCH_TIMEOUT cycles after PART_SWITCH_REQ_CYCLE, the
  * device completes the switch itself (PART_FALLBACKS, LAST_FALLBACK,
  * GPUPM_INTR_SWITCH_FALLBACK); the host's later writes then fail (EINVAL).
@@ -741,7 +757,10 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:
  * partition, arg = context, arg2 = VM; STREAM_WATERMARK: arg = fill;
  * STREAM_OVERFLOW: arg = records lost so far; TRIGGER_DONE: arg = target
- * mask, arg2 = command; MAILBOX_DONE: arg = opcode, arg2 = status.
+ * mask, arg2 = command; FLUSH_ACKED: partition, arg = incoming context,
+ * arg2 = incoming VM (a host-driven switch reached ACKED; not raised when
+ * the fallback finishes a switch); MAILBOX_DONE (the host's mailbox only,
+ * never the OOB one): arg = opcode, arg2 = status.
  */
 
 /**
@@ -829,7 +848,10 @@ static const char *const gpupm_intr_source_names[10] = {
  * stream rings from GPUPM_STREAM_REGION, GPUPM_STREAM_RING_SPAN bytes per
  * partition slot. A read may span slots but must stay inside one region
  * (EINVAL otherwise). A slot is valid iff envelope.flags has VALID; with
- * ENCRYPTED the payload is AES-256-GCM ciphertext (confidential VMs).
+ * ENCRYPTED the payload is AES-256-GCM ciphertext under the VM's session
+ * key and the tag follows; the envelope carries key_epoch, the nonce and
+ * the session id (session_hi << 32 | session_lo), and all 32 bytes of it
+ * are the associated data (confidential VMs: docs/confidential.md).
  */
 
 /**
@@ -900,7 +922,9 @@ static const char *const gpupm_intr_source_names[10] = {
  * every event in its span and does NOT stop at a switch request: advance by
  * less than PART_SWITCH_TIMEOUT and answer requests between advances, or
  * the fallback completes them. GPUPM_IOC_LEDGER is the emulator's debug
- * oracle: after a flush at a quiescent point a scope's block holds
+ * oracle, answered only when gpupm-driver runs with --debug-ledger (ENOTTY
+ * otherwise) and sealed (GPUPM_LEDGER_FLAGS_SEALED) for a confidential VM:
+ * after a flush at a quiescent point a scope's block holds
  * (generated - remainder) / scale - masked per event.
  */
 

@@ -139,7 +139,10 @@ class DevNode:
         L.set(buf, "version", H.GPUPM_IOCTL_STRUCT_VERSION)
         L.set(buf, "scope", scope)
         L.set(buf, "id", ident)
+        # Only with `gpupm-driver --debug-ledger` (ENOTTY otherwise).
         fcntl.ioctl(self.fd, H.GPUPM_IOC_LEDGER, buf)
+        if L.get(buf, "flags") & H.GPUPM_LEDGER_FLAGS_SEALED:
+            raise SystemExit("a sealed ledger answer: this scenario has no confidential VMs")
         gen, masked, rem = (L.get(buf, f) for f in ("generated", "masked", "remainder"))
         multibit = H.tables["gpupm_event_multibit"]
         out = []

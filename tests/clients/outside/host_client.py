@@ -8,6 +8,11 @@ ring until it is empty, and at a quiescent point checks that its totals —
 summed from stream records and read from blocks — equal the device's
 ledger and each other.
 
+Flush acks take device time (docs/abi.md section 9): a handshake whose acks
+are not in yet waits for its FLUSH_ACKED record, and since this client owns
+the step clock, it advances the clock by GPUPM_FLUSH_ACK_MAX_CYCLES while
+any slot waits in TRIGGERED — nothing else would make the acks arrive.
+
 Usage: host_client.py HEADER NODE_DIR STEPS STEP_CYCLES
 Prints one JSON object (totals, counts, every mismatch, and a register-by-
 register trace of the first switch from one context to another); exits 0 when every check holds,
@@ -22,7 +27,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from devnode import DevNode  # noqa: E402
 from gpupm_header import Header  # noqa: E402
 
-ACK_POLLS = 1000
 
 
 class Host:
@@ -30,6 +34,9 @@ class Host:
         self.H, self.dev = H, dev
         self.handshakes = self.fallbacks = self.records = self.lost = 0
         self.not_requested = self.missed = 0
+        self.ack_waits = self.flush_acked = self.fallback_won = 0
+        self.awaiting = {}    # slot -> (incoming VM, incoming ctx): acks not in yet
+        self.backlog = []     # records read inside the traced handshake
         self.next_seq = None
         self.trace = None
         self.instances = {}   # ctx id -> [created cycles, ascending]
@@ -109,19 +116,45 @@ class Host:
             self.not_requested += 1
             return
         vm, ctx, acked, assigned = v[0], v[1], v[6], v[7]
-        for _ in range(ACK_POLLS):
-            if acked & assigned == assigned:
-                break
-            acked = dev.rd64(P(H.GPUPM_REG_PART_CCU_ACKED))
+        if acked & assigned == assigned:
+            self.commit(p, vm, ctx)
         else:
-            return  # the device's fallback completes the switch
+            # The acks travel in device time: resume on FLUSH_ACKED.
+            self.ack_waits += 1
+            self.awaiting[p] = (vm, ctx)
+
+    def commit(self, p, vm, ctx):
+        """Steps 6-7, legal only in ACKED."""
+        H, dev = self.H, self.dev
+        P = lambda reg: dev.part(p, reg)  # noqa: E731
+        self.awaiting.pop(p, None)
         err, _, _ = dev.batch([
             ("w", P(H.GPUPM_REG_PART_RC_BIND_VM), vm), ("w", P(H.GPUPM_REG_PART_RC_BIND_CTX), ctx),
             ("w", P(H.GPUPM_REG_PART_RC_CMD), H.GPUPM_RC_CMD_COMMIT | H.GPUPM_RC_CMD_REPOINT),
             ("w", P(H.GPUPM_REG_PART_CTRL), 0)])
         if err:
-            raise OSError(err, f"rebind of slot {p} refused")
+            if self.state(p) == H.GPUPM_HS_STATE_ACKED:
+                raise OSError(err, f"commit of slot {p} refused in ACKED")
+            self.fallback_won += 1  # the fallback finished the switch first
+            return
         self.handshakes += 1
+
+    def resume_acked(self):
+        """Commits every slot whose acks are in; forgets slots the fallback
+        finished. Returns whether any slot still waits in TRIGGERED."""
+        H, dev = self.H, self.dev
+        if not self.awaiting:
+            return False
+        slots = sorted(self.awaiting)
+        states = [s & H.GPUPM_PART_STATUS_STATE_MASK for s in
+                  dev.read_many([("r", dev.part(p, H.GPUPM_REG_PART_STATUS), 4) for p in slots])]
+        for p, state in zip(slots, states):
+            if state == H.GPUPM_HS_STATE_ACKED:
+                self.commit(p, *self.awaiting[p])
+            elif state != H.GPUPM_HS_STATE_TRIGGERED:
+                del self.awaiting[p]
+                self.fallback_won += 1
+        return bool(self.awaiting)
 
     def traced_handshake(self, p):
         """The first handshake, one register access at a time, recording
@@ -155,6 +188,14 @@ class Host:
         write("GPUPM_REG_TRIG_CMD", H.GPUPM_TRIG_CMD_FLUSH_ULC | H.GPUPM_TRIG_CMD_TRIGGER)
         write("GPUPM_REG_TRIG_CMD", H.GPUPM_TRIG_CMD_FLUSH_REQ)
         assigned = read("GPUPM_REG_PART_CCU_ASSIGNED", True)
+        read("GPUPM_REG_PART_CCU_ACKED", True)
+        # The acks take device time, and this client owns the clock.
+        now = dev.advance(H.GPUPM_FLUSH_ACK_MAX_CYCLES)
+        self.trace.append({"advance": H.GPUPM_FLUSH_ACK_MAX_CYCLES, "now": now, "state_after": self.state(p)})
+        recs = dev.records()
+        self.backlog.extend(recs)
+        self.trace.extend({"record": r} for r in recs
+                          if r["source"] == H.GPUPM_INTR_FLUSH_ACKED and r["partition"] == p)
         if read("GPUPM_REG_PART_CCU_ACKED", True) & assigned != assigned:
             raise SystemExit("CCUs did not ack the flush request")
         write("GPUPM_REG_PART_RC_CMD", H.GPUPM_RC_CMD_COMMIT)
@@ -232,7 +273,7 @@ class Host:
         """Handles records and requests until nothing is left to do."""
         H = self.H
         while True:
-            recs = self.dev.records()
+            recs, self.backlog = self.backlog + self.dev.records(), []
             seen = 0
             for r in recs:
                 if self.next_seq is not None and r["seq"] != self.next_seq:
@@ -248,6 +289,10 @@ class Host:
                     self.note_instance(r["arg"], self.ctx_regs(r["arg"])[2])
                 elif src == H.GPUPM_INTR_CTX_DESTROYED:
                     self.retire(r["arg"])
+                elif src == H.GPUPM_INTR_FLUSH_ACKED:
+                    self.flush_acked += 1
+                    if p in self.awaiting:
+                        self.commit(p, *self.awaiting[p])
                 elif src == H.GPUPM_INTR_SWITCH_FALLBACK:
                     self.fallbacks += 1
                 elif src == H.GPUPM_INTR_DEVICE_RESET:
@@ -260,7 +305,12 @@ class Host:
                        if s & H.GPUPM_PART_STATUS_STATE_MASK == H.GPUPM_HS_STATE_REQUESTED]
             for p in waiting:
                 self.handshake(p)
-            if not recs and not waiting:
+            # Acks still travelling: only the owner of the step clock makes
+            # them arrive (gpupmd, on a real device, never moves time).
+            if self.resume_acked():
+                self.dev.advance(H.GPUPM_FLUSH_ACK_MAX_CYCLES)
+                continue
+            if not recs and not waiting and not self.backlog:
                 return
 
     def run(self, steps, step_cycles):
@@ -349,10 +399,12 @@ def main(argv):
     host.run(int(argv[3]), int(argv[4]))
     host.flush()
     totals, mismatches = check(host)
-    ok = not mismatches and host.fallbacks == 0 and host.lost == 0 and host.missed == 0
+    ok = (not mismatches and host.fallbacks == 0 and host.fallback_won == 0 and host.lost == 0
+          and host.missed == 0)
     print(json.dumps({
         "ok": ok, "handshakes": host.handshakes, "not_requested": host.not_requested,
         "fallbacks": host.fallbacks, "records": host.records, "lost": host.lost,
+        "ack_waits": host.ack_waits, "flush_acked": host.flush_acked, "fallback_won": host.fallback_won,
         "missed_interrupts": host.missed, "retired": len(host.retired),
         "retired_totals": {f"{c}@{t}": {"vm": vm, "totals": v} for (c, t), (vm, v) in host.retired.items()},
         "slots": host.slots, "trace": host.trace, "mismatches": mismatches, **totals,
