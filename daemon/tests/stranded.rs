@@ -44,11 +44,13 @@ impl StopPoints {
 }
 
 /// What one atomic batch saw: per ring slot (0 = RC0, then [`PARTS`])
-/// `(head, tail)`, and the partitions not idle.
+/// `(head, tail)`, the partitions not idle, and whether one of them
+/// waits for flush acks (`TRIGGERED`).
 #[derive(Debug, PartialEq, Eq)]
 struct Snapshot {
     rings: Vec<(u32, u32, u32)>,
     busy: Vec<u32>,
+    awaiting_acks: bool,
 }
 
 impl Snapshot {
@@ -67,7 +69,9 @@ impl Snapshot {
         dev.batch(&mut ops)
             .expect("read rings and partition status");
         let (ring_ops, status_ops) = ops.split_at(2 * slots.len());
+        let state = |s: &gpupm_uapi::ioctl::RegOp| reg32(s.value) & part_status::STATE_MASK;
         Snapshot {
+            awaiting_acks: status_ops.iter().any(|s| state(s) == hs_state::TRIGGERED),
             rings: slots
                 .iter()
                 .zip(ring_ops.chunks_exact(2))
@@ -75,7 +79,7 @@ impl Snapshot {
                 .collect(),
             busy: PARTS
                 .zip(status_ops)
-                .filter(|(_, s)| reg32(s.value) & part_status::STATE_MASK != hs_state::IDLE)
+                .filter(|(_, s)| state(s) != hs_state::IDLE)
                 .map(|(p, _)| p)
                 .collect(),
         }
@@ -126,6 +130,12 @@ fn wait_settled(dev: &DevNode, daemon: &mut Proc, stop: u32, cycle: u64, first: 
             now.rings,
             now.busy
         );
+        // Flush acks travel in device time, and only the owner of the step
+        // clock (this test; gpupmd never moves it) lets that time pass.
+        if now.awaiting_acks {
+            dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
+                .expect("advance for flush acks");
+        }
         std::thread::yield_now();
         now = Snapshot::take(dev);
     }
