@@ -208,6 +208,7 @@ async fn start_device(
         Arc::clone(&dev),
         Arc::clone(&store),
         settings.program.clone(),
+        settings.drain_interval,
     )?;
     tracing::info!(
         vms = store.vms().len(),

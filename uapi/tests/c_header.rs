@@ -40,6 +40,51 @@ fn committed_c_header_matches_uapi() {
     );
 }
 
+/// Every documented constant of the crate (the ioctl numbers included)
+/// carries its doc comment in the header, and no rustdoc link is left for
+/// a C reader to decode.
+#[test]
+fn c_header_carries_every_constants_documentation() {
+    let (header, unused) = gen_c::render_checked();
+    // Tables the header writes as arrays or macros under their own comment.
+    let tables = ["pmu::FIELDS"];
+    let unused: Vec<&String> = unused
+        .iter()
+        .filter(|k| !tables.contains(&k.as_str()))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "documented but uncommented in the header: {unused:?}"
+    );
+    let links: Vec<&str> = header.lines().filter(|l| l.contains("[`")).collect();
+    assert!(
+        links.is_empty(),
+        "rustdoc links left in the header: {links:?}"
+    );
+    for (define, comment) in [
+        (
+            "#define GPUPM_REG_TRIG_TARGET ",
+            "RW: target mask for GPUPM_REG_TRIG_CMD",
+        ),
+        (
+            "#define TENANT_IOC_WHOAMI ",
+            "Read struct gpupm_tenant_whoami.",
+        ),
+        ("#define GPUPM_INTR_STREAM_WATERMARK ", "Edge-triggered"),
+    ] {
+        let at = header
+            .find(define)
+            .unwrap_or_else(|| panic!("{define} missing"));
+        let before = &header[..at];
+        let comment_start = before.rfind("/**").expect("a comment above");
+        assert!(
+            before[comment_start..].contains(comment),
+            "{define}: comment {:?}",
+            &before[comment_start..]
+        );
+    }
+}
+
 /// Every `pub const` of the crate's source appears as a `#define` whose
 /// name ends with the Rust name (tables are emitted as arrays instead).
 #[test]

@@ -23,6 +23,12 @@ pub const DEFAULT_MAX_CONTEXTS: usize = 10_000;
 /// tables: beyond any fleet's use, below any overflow).
 pub const MAX_MAX_CONTEXTS: usize = 10_000_000;
 
+/// Default of `[stream] drain_interval_ms`: how long a stream record below
+/// the watermark (which raises no interrupt) waits at most to be drained.
+pub const DEFAULT_DRAIN_INTERVAL_MS: u64 = 100;
+/// Largest `[stream] drain_interval_ms`.
+pub const MAX_DRAIN_INTERVAL_MS: u64 = 60_000;
+
 /// The configuration, checked and resolved.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
@@ -40,6 +46,9 @@ pub struct Settings {
     pub program: Programming,
     /// Delta samples kept per scope.
     pub history_samples: usize,
+    /// Interval of the periodic drain of every non-empty stream ring
+    /// (`None`: drained on interrupts only).
+    pub drain_interval: Option<Duration>,
     /// Who may see what.
     pub policy: TenantPolicy,
     /// Metrics listen address.

@@ -16,7 +16,8 @@ use crate::view::{Caller, VmId};
 pub enum Identity {
     /// Root or a member of the admin group: everything.
     Admin,
-    /// A tenant (possibly of no VM at all): these VMs, sorted, no duplicates.
+    /// A tenant: these VMs, sorted, no duplicates (none: an unmapped
+    /// caller, see [`Identity::is_unmapped`]).
     Tenant(Vec<VmId>),
 }
 
@@ -32,6 +33,14 @@ impl Identity {
     /// Whether this is the admin.
     pub fn is_admin(&self) -> bool {
         matches!(self, Identity::Admin)
+    }
+
+    /// Whether the caller is mapped to nothing: neither the admin nor
+    /// named by any `[[tenant]]` entry. Such a caller is no tenant at all:
+    /// the node refuses its open and every request it makes with EACCES,
+    /// as the device node does with a caller it does not admit.
+    pub fn is_unmapped(&self) -> bool {
+        matches!(self, Identity::Tenant(vms) if vms.is_empty())
     }
 }
 
@@ -133,5 +142,8 @@ mod tests {
         );
         assert!(!Identity::Tenant(vec![1, 3]).may_see_vm(2));
         assert!(Identity::Admin.may_see_vm(77));
+        assert!(policy.identify(caller(1003, 1003)).is_unmapped());
+        assert!(!policy.identify(caller(1002, 2000)).is_unmapped());
+        assert!(!Identity::Admin.is_unmapped());
     }
 }
