@@ -3,6 +3,8 @@
 //! directory, and waiting until pages show the device's blocks.
 #![allow(dead_code)]
 
+pub mod raw;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
