@@ -18,10 +18,10 @@ pub const DEFAULT_TENANT_NODE: &str = "/run/gpupm/tenant/node";
 /// Directory of the daemon's tenant pages: the page socket and, in a
 /// private subdirectory, the page files (docs/pages.md).
 pub const DEFAULT_PAGES_DIR: &str = "/run/gpupm/pages";
-/// The page socket's file name in the pages directory.
-pub use gpupm_uapi::page::PAGES_SOCKET_NAME;
 /// The page socket's full default path.
 pub use gpupm_uapi::page::DEFAULT_PAGES_SOCKET;
+/// The page socket's file name in the pages directory.
+pub use gpupm_uapi::page::PAGES_SOCKET_NAME;
 /// The daemon's configuration file when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/gpupm/gpupmd.toml";
 /// The journal's native-protocol socket: the services log to journald

@@ -187,7 +187,16 @@ type StartedPages = Option<(Arc<Pages>, pages::State)>;
 /// takes over the tenant pages.
 async fn start_device(
     settings: &Settings,
-) -> Result<(Arc<DevNode>, DeviceIdentity, Arc<Store>, Engine, StartedPages), MainError> {
+) -> Result<
+    (
+        Arc<DevNode>,
+        DeviceIdentity,
+        Arc<Store>,
+        Engine,
+        StartedPages,
+    ),
+    MainError,
+> {
     notify(&[NotifyState::Status("opening the device node")]);
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;

@@ -26,7 +26,9 @@ use gpupm_uapi::tenant::scope;
 use harness::device::{self, expected, flush, wait_idle, wait_none_destroyed, STEP};
 use harness::{spawn_daemon, Driver, Proc, TempDir};
 use nix::errno::Errno;
-use nix::sys::socket::{connect, recvmsg, send, socket, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{
+    connect, recvmsg, send, socket, AddressFamily, MsgFlags, SockFlag, SockType, UnixAddr,
+};
 use pages_fixture::{
     config, connect as connect_pages, device_slot, raw, scenario, socket as page_socket,
     wait_current, GID_C, KEY_CC, UID_A, UID_B, UID_C, UID_NOBODY, VM_A, VM_B, VM_CC,
@@ -52,7 +54,11 @@ impl Running {
         daemon.wait_for("READY=1");
         for _ in 0..60 {
             dev.advance(STEP).expect("advance");
-            assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+            assert!(
+                wait_idle(&dev, || !daemon.alive()),
+                "gpupmd died:\n{}",
+                daemon.log()
+            );
         }
         flush(&dev);
         wait_none_destroyed(&dev);
@@ -83,8 +89,14 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let status = self.daemon.signal_and_wait(nix::sys::signal::Signal::SIGTERM);
-        assert!(status.success(), "gpupmd exit {status}:\n{}", self.daemon.log());
+        let status = self
+            .daemon
+            .signal_and_wait(nix::sys::signal::Signal::SIGTERM);
+        assert!(
+            status.success(),
+            "gpupmd exit {status}:\n{}",
+            self.daemon.log()
+        );
         if let Some(d) = self.driver.take() {
             d.stop();
         }
@@ -104,7 +116,13 @@ fn status(pages: &PageClient, kind: u32, id: u32, flags: u32, created: u64) -> i
 
 /// Sends `bytes` as one message on a fresh connection; the reply's status.
 fn raw_status(sock: &Path, bytes: &[u8]) -> i32 {
-    let fd = socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None).unwrap();
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .unwrap();
     connect(fd.as_raw_fd(), &UnixAddr::new(sock).unwrap()).unwrap();
     send(fd.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL).unwrap();
     let mut reply = PageReply::new_zeroed();
@@ -124,15 +142,30 @@ fn another_tenants_page_fails_exactly_like_a_missing_one_and_bad_requests_change
     let (own, own_created) = run.ctx_of(VM_A);
     let (theirs, theirs_created) = run.ctx_of(VM_B);
     let missing_ctx = 4000;
-    assert!(device::contexts(&run.dev).iter().all(|c| c.0 != missing_ctx));
+    assert!(device::contexts(&run.dev)
+        .iter()
+        .all(|c| c.0 != missing_ctx));
     // The admin first, so that the tenant's own pages exist: what follows
     // may then change nothing in the store.
     let admin = connect_pages(&run.tmp);
     let e = |s: i32| Errno::from_raw(s);
     assert_eq!(status(&admin, scope::VM, VM_A, 0, 0), 0);
     assert_eq!(status(&admin, scope::CONTEXT, own, 0, own_created), 0);
-    assert_eq!(e(status(&admin, scope::VM, 63, 0, 0)), Errno::ENOENT, "the admin may learn what is missing");
-    assert_eq!(e(status(&admin, scope::CONTEXT, missing_ctx, page_request_flags::LATEST, 0)), Errno::ENOENT);
+    assert_eq!(
+        e(status(&admin, scope::VM, 63, 0, 0)),
+        Errno::ENOENT,
+        "the admin may learn what is missing"
+    );
+    assert_eq!(
+        e(status(
+            &admin,
+            scope::CONTEXT,
+            missing_ctx,
+            page_request_flags::LATEST,
+            0
+        )),
+        Errno::ENOENT
+    );
     let before = run.store_files();
 
     let probe = |cred: Cred| {
@@ -185,20 +218,45 @@ fn another_tenants_page_fails_exactly_like_a_missing_one_and_bad_requests_change
     let a = probe(Cred::user(UID_A));
     let eacces = Errno::EACCES as i32;
     let einval = Errno::EINVAL as i32;
-    assert_eq!(a["ours"], json!({"vm_own": 0, "ctx_own_latest": 0, "ctx_own_instance": 0, "flags": 0}), "{a}");
-    assert!(a["refused"].as_array().unwrap().iter().all(|s| s == eacces), "tenant A: {a}");
-    assert!(a["invalid"].as_array().unwrap().iter().all(|s| s == einval), "tenant A: {a}");
+    assert_eq!(
+        a["ours"],
+        json!({"vm_own": 0, "ctx_own_latest": 0, "ctx_own_instance": 0, "flags": 0}),
+        "{a}"
+    );
+    assert!(
+        a["refused"].as_array().unwrap().iter().all(|s| s == eacces),
+        "tenant A: {a}"
+    );
+    assert!(
+        a["invalid"].as_array().unwrap().iter().all(|s| s == einval),
+        "tenant A: {a}"
+    );
     // Someone mapped to nothing gets nothing, not even tenant A's pages.
     let nobody = probe(Cred::user(UID_NOBODY));
     for k in ["vm_own", "ctx_own_latest", "ctx_own_instance"] {
         assert_eq!(nobody["ours"][k], eacces, "nobody: {nobody}");
     }
-    assert!(nobody["refused"].as_array().unwrap().iter().all(|s| s == eacces), "nobody: {nobody}");
-    assert_eq!(run.store_files(), before, "refused and malformed requests changed the store");
+    assert!(
+        nobody["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s == eacces),
+        "nobody: {nobody}"
+    );
+    assert_eq!(
+        run.store_files(),
+        before,
+        "refused and malformed requests changed the store"
+    );
     // Tenant B sees its VM and context but not A's.
     let b = probe(Cred::user(UID_B));
     assert_eq!(b["ours"]["vm_own"], eacces, "B asking for A's VM: {b}");
-    assert_eq!((&b["refused"][0], &b["refused"][4]), (&json!(0), &json!(0)), "B's own VM and context: {b}");
+    assert_eq!(
+        (&b["refused"][0], &b["refused"][4]),
+        (&json!(0), &json!(0)),
+        "B's own VM and context: {b}"
+    );
 }
 
 #[test]
@@ -210,13 +268,20 @@ fn a_tenant_maps_its_page_only_for_reading() {
     let watched = admin.map_vm(VM_A).expect("the admin's mapping");
     let r = run_as(&Cred::user(UID_A), move || {
         let pages = PageClient::connect(&sock).expect("connect");
-        let (reply, fd) = pages.request(&request(scope::VM, VM_A, 0, 0)).expect("request");
+        let (reply, fd) = pages
+            .request(&request(scope::VM, VM_A, 0, 0))
+            .expect("request");
         assert_eq!(reply.status, 0);
         let fd = fd.expect("a descriptor");
         let page = MappedPage::from_fd(fd.as_fd()).expect("read-only mapping");
         let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let open_rw = |p: &Path| {
-            std::fs::OpenOptions::new().read(true).write(true).open(p).map(|_| ()).map_err(|e| e.raw_os_error())
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error())
         };
         let err = |r: Result<(), Errno>| r.map_or_else(|e| e as i32, |()| 0);
         json!({
@@ -242,9 +307,19 @@ fn a_tenant_maps_its_page_only_for_reading() {
     assert_eq!(r["private_copy_write"], 0, "{r}");
     // The byte the tenant wrote into its private copy (in the page's
     // reserved tail, which the daemon never writes) is not in the page.
-    let file = std::fs::read(run.tmp.join("pages").join("store").join(format!("vm-{VM_A}"))).unwrap();
+    let file = std::fs::read(
+        run.tmp
+            .join("pages")
+            .join("store")
+            .join(format!("vm-{VM_A}")),
+    )
+    .unwrap();
     assert_eq!(file.len(), PAGE_SIZE);
-    assert_eq!(file[PAGE_SIZE - 1], 0, "a private write reached the shared page");
+    assert_eq!(
+        file[PAGE_SIZE - 1],
+        0,
+        "a private write reached the shared page"
+    );
     assert!(watched.read_counters().is_ok());
 }
 
@@ -271,16 +346,28 @@ fn a_confidential_vms_page_holds_only_ciphertext_that_its_tenants_key_opens() {
             "sealed": d.sealed.as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>(),
         })
     });
-    assert_ne!(seen["flags"].as_u64().unwrap() & u64::from(page_flags::SEALED), 0, "{seen}");
+    assert_ne!(
+        seen["flags"].as_u64().unwrap() & u64::from(page_flags::SEALED),
+        0,
+        "{seen}"
+    );
     assert_eq!(seen["plaintext_zero"], true, "{seen}");
     let slot = device_slot(&run.dev, &page);
     let hex: String = slot.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(seen["sealed"].as_str().unwrap(), hex, "the page holds the device's ciphertext");
+    assert_eq!(
+        seen["sealed"].as_str().unwrap(),
+        hex,
+        "the page holds the device's ciphertext"
+    );
     // Only the VM's key opens it, and it holds the VM's exact totals.
     let mut payload = slot.payload;
-    cc::open(&KEY_CC, &slot.envelope, &mut payload, &slot.tag).expect("the tenant's key opens the page");
+    cc::open(&KEY_CC, &slot.envelope, &mut payload, &slot.tag)
+        .expect("the tenant's key opens the page");
     let block = Block::read_from_bytes(&payload).unwrap();
-    assert_eq!(block.counters, expected(&run.dev.ledger(ledger_scope::VM, VM_CC).unwrap()));
+    assert_eq!(
+        block.counters,
+        expected(&run.dev.ledger(ledger_scope::VM, VM_CC).unwrap())
+    );
     let mut wrong = slot.payload;
     assert!(cc::open(&[0; 32], &slot.envelope, &mut wrong, &slot.tag).is_err());
     // Tenant A cannot have it.

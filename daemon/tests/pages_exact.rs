@@ -25,10 +25,16 @@ use pages_fixture::{config, connect, device_slot, scenario, wait_current, VMS, V
 /// Checks that `now` never shows less than `before` within a generation.
 fn never_backwards(what: &str, before: &PageCounters, now: &PageCounters) {
     if before.generation != now.generation {
-        assert!(now.generation > before.generation, "{what}: generation went back");
+        assert!(
+            now.generation > before.generation,
+            "{what}: generation went back"
+        );
         return;
     }
-    assert!(now.commit_seq >= before.commit_seq, "{what}: commit_seq went back");
+    assert!(
+        now.commit_seq >= before.commit_seq,
+        "{what}: commit_seq went back"
+    );
     assert!(now.cycle >= before.cycle, "{what}: cycle went back");
     for (e, (n, b)) in now.totals.iter().zip(&before.totals).enumerate() {
         assert!(n >= b, "{what}: event {e} went back from {b} to {n}");
@@ -61,10 +67,16 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
     for step in 0..400u32 {
         dev.advance(STEP).expect("advance");
         seen.update();
-        assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            wait_idle(&dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
         if step % 8 == 0 {
             for (ctx, state, _, created) in device::contexts(&dev) {
-                if state == gpupm_uapi::regs::ctx_state::ACTIVE && !ctx_pages.contains_key(&(ctx, created)) {
+                if state == gpupm_uapi::regs::ctx_state::ACTIVE
+                    && !ctx_pages.contains_key(&(ctx, created))
+                {
                     if let Ok(p) = pages.map_instance(ctx, created) {
                         ctx_pages.insert((ctx, created), p);
                     }
@@ -87,11 +99,22 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         .collect();
     for &(ctx, created) in &live {
         if !ctx_pages.contains_key(&(ctx, created)) {
-            ctx_pages.insert((ctx, created), pages.map_instance(ctx, created).expect("map a live context"));
+            ctx_pages.insert(
+                (ctx, created),
+                pages
+                    .map_instance(ctx, created)
+                    .expect("map a live context"),
+            );
         }
     }
-    let (retired, _) = RetiredStore::open(&tmp.join("state")).unwrap().load_all().unwrap();
-    let retired: BTreeMap<(u32, u64), _> = retired.into_iter().map(|r| ((r.ctx, r.created_cycle), r)).collect();
+    let (retired, _) = RetiredStore::open(&tmp.join("state"))
+        .unwrap()
+        .load_all()
+        .unwrap();
+    let retired: BTreeMap<(u32, u64), _> = retired
+        .into_iter()
+        .map(|r| ((r.ctx, r.created_cycle), r))
+        .collect();
     let mut finished = 0;
     for (&(ctx, created), p) in &ctx_pages {
         if live.contains(&(ctx, created)) {
@@ -111,7 +134,12 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
 
     let live_pages: Vec<&MappedPage> = vm_pages
         .values()
-        .chain(ctx_pages.iter().filter(|(k, _)| live.contains(k)).map(|(_, p)| p))
+        .chain(
+            ctx_pages
+                .iter()
+                .filter(|(k, _)| live.contains(k))
+                .map(|(_, p)| p),
+        )
         .collect();
     wait_current(&dev, &live_pages);
     let node = TenantClient::open(tmp.join("tenant").join("node")).unwrap();
@@ -122,25 +150,47 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         if vm == VM_CC {
             assert_ne!(d.counters.flags & page_flags::SEALED, 0);
             assert_eq!(d.counters.totals, [0; 64]);
-            assert_eq!(d.sealed, device_slot(&dev, p), "VM {vm}: the device's ciphertext");
+            assert_eq!(
+                d.sealed,
+                device_slot(&dev, p),
+                "VM {vm}: the device's ciphertext"
+            );
             continue;
         }
         let want = expected(&dev.ledger(ledger_scope::VM, vm).unwrap());
         assert_eq!(d.counters.totals, want, "VM {vm} page");
         let rc = node.read_counters(Scope::Vm(vm), &[]).unwrap();
-        assert_eq!((rc.values, rc.commit_seq, rc.cycle), (d.counters.totals, d.counters.commit_seq, d.counters.cycle), "VM {vm}: page and ioctl");
-        assert_ne!(d.counters.flags & page_flags::RATE, 0, "VM {vm} has a rate sample");
-        assert!(d.rate.end_cycle <= d.counters.cycle && d.rate.end_cycle > 0, "VM {vm} rate sample");
+        assert_eq!(
+            (rc.values, rc.commit_seq, rc.cycle),
+            (d.counters.totals, d.counters.commit_seq, d.counters.cycle),
+            "VM {vm}: page and ioctl"
+        );
+        assert_ne!(
+            d.counters.flags & page_flags::RATE,
+            0,
+            "VM {vm} has a rate sample"
+        );
+        assert!(
+            d.rate.end_cycle <= d.counters.cycle && d.rate.end_cycle > 0,
+            "VM {vm} rate sample"
+        );
     }
     let mut checked = 0;
     for &(ctx, created) in &live {
         let p = &ctx_pages[&(ctx, created)];
         let h = p.header();
-        assert_eq!((h.scope, h.id, h.created_cycle), (scope::CONTEXT, ctx, created));
+        assert_eq!(
+            (h.scope, h.id, h.created_cycle),
+            (scope::CONTEXT, ctx, created)
+        );
         let d = p.read().unwrap();
         assert_eq!(d.counters.state, page_state::ACTIVE);
         if h.vm == VM_CC {
-            assert_eq!(d.sealed, device_slot(&dev, p), "ctx {ctx}: the device's ciphertext");
+            assert_eq!(
+                d.sealed,
+                device_slot(&dev, p),
+                "ctx {ctx}: the device's ciphertext"
+            );
             continue;
         }
         let want = expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap());

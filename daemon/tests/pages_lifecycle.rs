@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpupm_client::page::MappedPage;
-use gpupm_client::{CounterReader, TenantClient};
 use gpupm_client::page::{Source as ReadSource, Target};
+use gpupm_client::{CounterReader, TenantClient};
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::page::{page_state, PageCounters};
 use gpupm_uapi::regs::ctx_state;
@@ -30,7 +30,11 @@ use pages_fixture::{config, connect, socket, wait_current, UID_A, UID_B, VMS, VM
 fn run_steps(dev: &gpupm_client::DevNode, daemon: &mut Proc, n: u32) {
     for _ in 0..n {
         dev.advance(STEP).expect("advance");
-        assert!(wait_idle(dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            wait_idle(dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
     }
 }
 
@@ -87,24 +91,35 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     let mut mapped: BTreeMap<(u32, u64), MappedPage> = BTreeMap::new();
     for (ctx, st, vm, created) in device::contexts(&dev) {
         if st == ctx_state::ACTIVE && [1, 3, 9].contains(&vm) {
-            mapped.insert((ctx, created), pages.map_instance(ctx, created).expect("map"));
+            mapped.insert(
+                (ctx, created),
+                pages.map_instance(ctx, created).expect("map"),
+            );
         }
     }
     state.remount("ro");
     let mut destroyed = None;
     for _ in 0..40 {
         dev.advance(STEP).expect("advance");
-        assert!(wait_idle(&dev, || !daemon.alive()), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            wait_idle(&dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
         destroyed = device::contexts(&dev)
             .into_iter()
-            .find(|&(ctx, st, _, created)| st == ctx_state::DESTROYED && mapped.contains_key(&(ctx, created)));
+            .find(|&(ctx, st, _, created)| {
+                st == ctx_state::DESTROYED && mapped.contains_key(&(ctx, created))
+            });
         if destroyed.is_some() {
             break;
         }
     }
     let (ctx, _, _, created) = destroyed.expect("a mapped context was destroyed");
     let page = &mapped[&(ctx, created)];
-    let block_at = dev.read64(gpupm_uapi::regs::ctx(ctx, gpupm_uapi::regs::CTX_BLOCK)).unwrap();
+    let block_at = dev
+        .read64(gpupm_uapi::regs::ctx(ctx, gpupm_uapi::regs::CTX_BLOCK))
+        .unwrap();
     // DESTROYED, with the totals the device's block holds (final: the
     // context runs no more).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -113,14 +128,26 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
         let block = dev.block_slot(block_at).unwrap().plain_block().unwrap();
         if c.state == page_state::DESTROYED && c.commit_seq == block.commit_seq {
             assert_eq!(c.totals, block.counters);
-            assert_eq!(c.totals, expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap()));
+            assert_eq!(
+                c.totals,
+                expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap())
+            );
             break;
         }
-        assert!(Instant::now() < deadline, "page not DESTROYED with its final totals: {c:?}");
+        assert!(
+            Instant::now() < deadline,
+            "page not DESTROYED with its final totals: {c:?}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
-    let file = tmp.join("pages").join("store").join(format!("ctx-{ctx}-{created}"));
-    assert!(file.exists(), "a destroyed context's page stays until retired");
+    let file = tmp
+        .join("pages")
+        .join("store")
+        .join(format!("ctx-{ctx}-{created}"));
+    assert!(
+        file.exists(),
+        "a destroyed context's page stays until retired"
+    );
     let destroyed_totals = page.read_counters().unwrap().totals;
 
     // Writable again. The engine retries a failed retirement at its next
@@ -140,11 +167,20 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     assert!(!file.exists(), "a retired context's page file is removed");
     let pages = connect(&tmp);
     let refused = pages.map_instance(ctx, created).unwrap_err();
-    assert_eq!(refused.errno(), Some(Errno::ENOENT), "the admin learns it is gone");
+    assert_eq!(
+        refused.errno(),
+        Some(Errno::ENOENT),
+        "the admin learns it is gone"
+    );
     // A reader falls back to the tenant node, which has the same totals.
     let node = TenantClient::open(tmp.join("tenant").join("node")).unwrap();
     let mut reader = CounterReader::new(node, Some(socket(&tmp)));
-    let r = reader.read(Target::Instance { ctx, created_cycle: created }).unwrap();
+    let r = reader
+        .read(Target::Instance {
+            ctx,
+            created_cycle: created,
+        })
+        .unwrap();
     assert_eq!((r.values, r.source), (destroyed_totals, ReadSource::Ioctl));
 
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
@@ -153,7 +189,10 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
 
 /// Checks every page's counters against the previous read: a generation
 /// never decreases, and within one nothing decreases.
-fn watch(pages: Vec<(String, MappedPage)>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<BTreeMap<String, Vec<u64>>> {
+fn watch(
+    pages: Vec<(String, MappedPage)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<BTreeMap<String, Vec<u64>>> {
     std::thread::spawn(move || {
         let mut last: BTreeMap<String, PageCounters> = BTreeMap::new();
         let mut generations: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -161,10 +200,19 @@ fn watch(pages: Vec<(String, MappedPage)>, stop: Arc<AtomicBool>) -> std::thread
             for (what, p) in &pages {
                 let now = p.read_counters().expect("a page stays readable");
                 if let Some(b) = last.get(what) {
-                    assert!(now.generation >= b.generation, "{what}: generation went back");
+                    assert!(
+                        now.generation >= b.generation,
+                        "{what}: generation went back"
+                    );
                     if now.generation == b.generation {
-                        assert!(now.commit_seq >= b.commit_seq, "{what}: commit_seq went back");
-                        assert!(now.totals.iter().zip(&b.totals).all(|(n, o)| n >= o), "{what}: a total went back");
+                        assert!(
+                            now.commit_seq >= b.commit_seq,
+                            "{what}: commit_seq went back"
+                        );
+                        assert!(
+                            now.totals.iter().zip(&b.totals).all(|(n, o)| n >= o),
+                            "{what}: a total went back"
+                        );
                     }
                 }
                 let g = generations.entry(what.clone()).or_default();
@@ -206,9 +254,13 @@ fn mappings_outlive_a_restart_and_a_kill_9_and_see_a_new_generation_once_republi
         .find(|&(_, st, vm, _)| st == ctx_state::ACTIVE && vm == 2)
         .map(|(c, _, _, cr)| (c, cr))
         .expect("a fixed context of VM 2");
-    let mut watched: Vec<(String, MappedPage)> =
-        VMS.map(|vm| (format!("vm {vm}"), pages.map_vm(vm).unwrap())).collect();
-    watched.push((format!("ctx {ctx}"), pages.map_instance(ctx, created).unwrap()));
+    let mut watched: Vec<(String, MappedPage)> = VMS
+        .map(|vm| (format!("vm {vm}"), pages.map_vm(vm).unwrap()))
+        .collect();
+    watched.push((
+        format!("ctx {ctx}"),
+        pages.map_instance(ctx, created).unwrap(),
+    ));
     let probe = pages.map_vm(VM_A).unwrap();
     let ctx_probe = pages.map_instance(ctx, created).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -220,7 +272,11 @@ fn mappings_outlive_a_restart_and_a_kill_9_and_see_a_new_generation_once_republi
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
     let frozen = probe.read_counters().unwrap();
     run_steps_without_daemon(&dev, 3);
-    assert_eq!(probe.read_counters().unwrap(), frozen, "nobody writes while the daemon is down");
+    assert_eq!(
+        probe.read_counters().unwrap(),
+        frozen,
+        "nobody writes while the daemon is down"
+    );
     let mut daemon = start(&tmp, &cfg);
     let g2 = wait_generation_above(&probe, g1);
     wait_generation_above(&ctx_probe, g1);
@@ -237,11 +293,23 @@ fn mappings_outlive_a_restart_and_a_kill_9_and_see_a_new_generation_once_republi
     wait_none_destroyed(&dev);
     wait_current(&dev, &[&probe, &ctx_probe]);
     stop.store(true, Ordering::Relaxed);
-    let generations = watcher.join().expect("no value went backwards within a generation");
-    assert_eq!(generations["vm 3"], vec![g1, g2, g3], "every page saw each generation in turn");
+    let generations = watcher
+        .join()
+        .expect("no value went backwards within a generation");
+    assert_eq!(
+        generations["vm 3"],
+        vec![g1, g2, g3],
+        "every page saw each generation in turn"
+    );
     assert_eq!(generations[&format!("ctx {ctx}")], vec![g1, g2, g3]);
-    assert_eq!(probe.read_counters().unwrap().totals, expected(&dev.ledger(ledger_scope::VM, VM_A).unwrap()));
-    assert_eq!(ctx_probe.read_counters().unwrap().totals, expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap()));
+    assert_eq!(
+        probe.read_counters().unwrap().totals,
+        expected(&dev.ledger(ledger_scope::VM, VM_A).unwrap())
+    );
+    assert_eq!(
+        ctx_probe.read_counters().unwrap().totals,
+        expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap())
+    );
     // The restarted daemon wrote into the same files: a new request maps
     // the same inode.
     let again = pages.map_vm(VM_A);
@@ -270,21 +338,34 @@ fn a_restart_that_changes_who_may_see_a_vm_withdraws_its_old_page() {
     let old = pages.map_vm(VM_A).unwrap();
     let other = pages.map_vm(2).unwrap();
     let store = tmp.join("pages").join("store");
-    let old_ino = std::fs::metadata(store.join(format!("vm-{VM_A}"))).unwrap().ino();
+    let old_ino = std::fs::metadata(store.join(format!("vm-{VM_A}")))
+        .unwrap()
+        .ino();
     let g1 = old.read_counters().unwrap().generation;
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
 
     // VM A now belongs to tenant B.
-    let swapped = config(&tmp, 1000, "").replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
+    let swapped =
+        config(&tmp, 1000, "").replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
     let mut daemon = start(&tmp, &swapped);
     let c = old.read_counters().unwrap();
-    assert_eq!(c.state, page_state::WITHDRAWN, "the old audience's page is withdrawn");
+    assert_eq!(
+        c.state,
+        page_state::WITHDRAWN,
+        "the old audience's page is withdrawn"
+    );
     let frozen = c;
     wait_generation_above(&other, g1);
     run_steps(&dev, &mut daemon, 10);
-    assert_eq!(old.read_counters().unwrap(), frozen, "a withdrawn page is never written again");
+    assert_eq!(
+        old.read_counters().unwrap(),
+        frozen,
+        "a withdrawn page is never written again"
+    );
     let new = connect(&tmp).map_vm(VM_A).unwrap();
-    let new_ino = std::fs::metadata(store.join(format!("vm-{VM_A}"))).unwrap().ino();
+    let new_ino = std::fs::metadata(store.join(format!("vm-{VM_A}")))
+        .unwrap()
+        .ino();
     assert_ne!(new_ino, old_ino, "the new audience gets a new file");
     assert_eq!(new.read_counters().unwrap().state, page_state::ACTIVE);
     // VM 2's audience did not change: its page was adopted.

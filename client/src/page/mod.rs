@@ -32,9 +32,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
-use gpupm_uapi::page::{
-    PageCounters, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION,
-};
+use gpupm_uapi::page::{PageCounters, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION};
 use nix::errno::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 

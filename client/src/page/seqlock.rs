@@ -56,7 +56,9 @@ pub fn read<T: FromBytes + IntoBytes>(
     out: &mut T,
 ) -> Result<u64, Busy> {
     let dst = out.as_mut_bytes();
-    let words = page.get(DATA + first..DATA + first + dst.len() / 8).ok_or(Busy)?;
+    let words = page
+        .get(DATA + first..DATA + first + dst.len() / 8)
+        .ok_or(Busy)?;
     for _ in 0..PAGE_READ_ATTEMPTS {
         let s1 = page[SEQ].load(Ordering::Relaxed);
         fence(Ordering::Acquire);

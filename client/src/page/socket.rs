@@ -70,13 +70,9 @@ impl PageClient {
         let mut cmsg = cmsg_space!([std::os::fd::RawFd; 1]);
         let (bytes, flags, fds) = {
             let mut iov = [IoSliceMut::new(reply.as_mut_bytes())];
-            let msg = recvmsg::<UnixAddr>(
-                fd,
-                &mut iov,
-                Some(&mut cmsg),
-                MsgFlags::MSG_CMSG_CLOEXEC,
-            )
-            .map_err(PageError::Socket)?;
+            let msg =
+                recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
+                    .map_err(PageError::Socket)?;
             let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(PageError::Socket)? {
                 if let ControlMessageOwned::ScmRights(raw) = c {
@@ -151,4 +147,3 @@ impl AsFd for PageClient {
         self.sock.as_fd()
     }
 }
-

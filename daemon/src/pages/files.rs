@@ -236,7 +236,9 @@ impl PageDir {
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove a page file"),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove a page file")
+            }
         }
     }
 }

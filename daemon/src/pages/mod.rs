@@ -53,8 +53,8 @@ use zerocopy::{FromBytes, FromZeros};
 pub use self::files::{DirError, PageDir};
 pub use self::refresh::{Refresher, State};
 pub use self::server::{PageServer, ServerError};
-pub use self::table::{Key, Source};
 use self::table::{Entry, Table};
+pub use self::table::{Key, Source};
 use crate::view::{CtxId, DeltaSample, PageStats, VmId};
 
 /// What the daemon's tables say about scopes, for creating and adopting
@@ -415,9 +415,9 @@ impl Pages {
                 block_offset: 0,
                 confidential: false,
             };
-            last.counters.state = match retired
-                .and_then(|slot| table::with_slot(key, &origin, &PageData::new_zeroed(), &slot).ok())
-            {
+            last.counters.state = match retired.and_then(|slot| {
+                table::with_slot(key, &origin, &PageData::new_zeroed(), &slot).ok()
+            }) {
                 Some(done) => {
                     last = done;
                     finished += 1;
@@ -450,7 +450,10 @@ impl Pages {
         let mut inner = self.lock();
         inner.generation += 1;
         if let Err(e) = self.dir.store_generation(inner.generation) {
-            tracing::warn!(error = format!("{:#}", anyhow::Error::new(e)), "cannot persist the page generation");
+            tracing::warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "cannot persist the page generation"
+            );
         }
         let ctx: Vec<Key> = inner
             .table
@@ -467,6 +470,9 @@ impl Pages {
             // Pre-reset values are no floor for the new generation.
             *e.shown = PageData::new_zeroed();
         }
-        tracing::info!(generation = inner.generation, "device reset: tenant pages start a new generation");
+        tracing::info!(
+            generation = inner.generation,
+            "device reset: tenant pages start a new generation"
+        );
     }
 }

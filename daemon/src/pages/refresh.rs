@@ -80,9 +80,7 @@ impl Pages {
                 Key::Ctx(ctx, _) => {
                     e.dirty
                         || parts.get(&e.source.partition).is_some_and(|p| {
-                            p.all
-                                || (p.changed && p.cur_ctx == ctx)
-                                || p.switched_out == Some(ctx)
+                            p.all || (p.changed && p.cur_ctx == ctx) || p.switched_out == Some(ctx)
                         })
                 }
             };
@@ -145,9 +143,12 @@ impl Pages {
         let plans = if with_contexts {
             let now = read_parts(&self.dev, &parts)?;
             let plans = plan_parts(&state.parts, &now);
-            let reset = now
-                .iter()
-                .any(|(p, n)| state.parts.get(p).is_some_and(|o| n.commit_seq < o.commit_seq));
+            let reset = now.iter().any(|(p, n)| {
+                state
+                    .parts
+                    .get(p)
+                    .is_some_and(|o| n.commit_seq < o.commit_seq)
+            });
             state.parts = now;
             if reset {
                 self.device_reset();
@@ -233,10 +234,7 @@ type Blocks = Vec<(Key, u64, BlockSlot)>;
 
 /// Reads the block slots at the wanted offsets, merging nearby ones into
 /// one window read. Returns the slots and the number of reads.
-fn read_blocks(
-    dev: &DevNode,
-    wanted: &[(Key, u64)],
-) -> Result<(Blocks, usize), DevError> {
+fn read_blocks(dev: &DevNode, wanted: &[(Key, u64)]) -> Result<(Blocks, usize), DevError> {
     let mut sorted = wanted.to_vec();
     sorted.sort_by_key(|&(_, off)| off);
     let mut out = Vec::with_capacity(sorted.len());

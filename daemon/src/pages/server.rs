@@ -20,8 +20,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use gpupm_uapi::page::{
-    page_request_flags, page_state, PageData, PageReply, PageRequest, PAGES_SOCKET_NAME,
-    PAGE_SIZE, PAGE_STRUCT_VERSION,
+    page_request_flags, page_state, PageData, PageReply, PageRequest, PAGES_SOCKET_NAME, PAGE_SIZE,
+    PAGE_STRUCT_VERSION,
 };
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 use gpupm_uapi::tenant::scope;
@@ -98,7 +98,10 @@ impl Pages {
             return Ok(f);
         }
         let slot = self.dev.block_slot(src.block_offset).map_err(|e| {
-            tracing::warn!(error = format!("{:#}", anyhow::Error::new(e)), "reading a block for a new page failed");
+            tracing::warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "reading a block for a new page failed"
+            );
             Errno::EIO
         })?;
         let mut inner = self.lock();
@@ -131,7 +134,10 @@ impl Pages {
             .dir
             .create(key, &self.header(key, src.vm), &data)
             .map_err(|e| {
-                tracing::warn!(error = format!("{:#}", anyhow::Error::new(e)), "creating a page failed");
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "creating a page failed"
+                );
                 Errno::EIO
             })?;
         inner.table.pages.insert(
@@ -217,8 +223,7 @@ fn resolve(
             // owner check: someone else's and a missing one fail alike.
             match source.live_ctx(req.id) {
                 Some((created, src, destroyed))
-                    if (latest || created == req.created_cycle)
-                        && identity.may_see_vm(src.vm) =>
+                    if (latest || created == req.created_cycle) && identity.may_see_vm(src.vm) =>
                 {
                     Ok((Key::Ctx(req.id, created), src, destroyed))
                 }
@@ -318,7 +323,11 @@ fn serve(
             PollFd::new(wake.as_fd(), PollFlags::POLLIN),
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
         ];
-        fds.extend(conns.iter().map(|c| PollFd::new(c.sock.as_fd(), PollFlags::POLLIN)));
+        fds.extend(
+            conns
+                .iter()
+                .map(|c| PollFd::new(c.sock.as_fd(), PollFlags::POLLIN)),
+        );
         // Wake at least once a minute to close idle connections.
         let timeout = PollTimeout::from(60_000u16);
         match poll(&mut fds, timeout) {
@@ -443,4 +452,3 @@ fn answer(pages: &Pages, source: &dyn PageSource, c: &Conn) -> bool {
     )
     .is_ok()
 }
-

@@ -199,7 +199,15 @@ mod tests {
         for k in [Key::Vm(7), Key::Ctx(12, 40960), Key::Ctx(4095, u64::MAX)] {
             assert_eq!(Key::parse(&k.file_name()), Some(k));
         }
-        for bad in ["vm-", "vm-x", "ctx-1", "ctx-1-", "ctx--5", "generation", ".new-vm-1"] {
+        for bad in [
+            "vm-",
+            "vm-x",
+            "ctx-1",
+            "ctx-1-",
+            "ctx--5",
+            "generation",
+            ".new-vm-1",
+        ] {
             assert_eq!(Key::parse(bad), None, "{bad}");
         }
     }
@@ -218,7 +226,10 @@ mod tests {
             slot(block_kind::VM, 5, 2, 9),
             BlockSlot::new_zeroed(),
         ] {
-            assert_eq!(with_slot(key, &SRC, &next, &wrong), Err(Stale::NotThisScope));
+            assert_eq!(
+                with_slot(key, &SRC, &next, &wrong),
+                Err(Stale::NotThisScope)
+            );
         }
         assert_eq!(
             with_slot(key, &SRC, &next, &slot(block_kind::CONTEXT, 5, 2, 3)),

@@ -29,10 +29,10 @@ use gpupm_uapi::regs;
 use zerocopy::IntoBytes;
 
 use self::history::History;
-use crate::pages::{PageSource, Pages, Source};
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
+use crate::pages::{PageSource, Pages, Source};
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
     HealthSource, Scope, TenantStats, Totals, VmId,
@@ -317,9 +317,7 @@ impl Store {
             // the block is released (and its slot or id reused); after the
             // tables say retired, so that no request makes a page anew.
             p.ctx_retired(ctx, created_cycle, || {
-                self.retired_files
-                    .load(ctx, created_cycle)
-                    .map(|r| r.slot)
+                self.retired_files.load(ctx, created_cycle).map(|r| r.slot)
             });
         }
     }

@@ -35,7 +35,16 @@ pub fn map_shared_writable(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 /// the errno of the mprotect (the mapping is removed either way).
 pub fn mprotect_writable(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     // SAFETY: as in `map_shared_writable`.
-    let p = unsafe { mmap(None, len(), ProtFlags::PROT_READ, MapFlags::MAP_SHARED, fd, 0) }?;
+    let p = unsafe {
+        mmap(
+            None,
+            len(),
+            ProtFlags::PROT_READ,
+            MapFlags::MAP_SHARED,
+            fd,
+            0,
+        )
+    }?;
     // SAFETY: `p` is the mapping just made; changing its protection
     // affects no Rust object.
     let r = unsafe { mprotect(p, PAGE_SIZE, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE) };
