@@ -52,10 +52,6 @@ enum MainError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot use the pages directory")]
-    Pages(#[from] pages::DirError),
-    #[error(transparent)]
-    PageServer(#[from] pages::ServerError),
     #[error("cannot start the runtime")]
     Runtime(#[source] std::io::Error),
     #[error("the device engine stopped (see the errors above)")]
@@ -221,15 +217,27 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
+    // Pages are an optimisation over the tenant node: a pages directory
+    // that cannot be used costs them, not the service.
     let pages = if settings.pages.enabled {
-        let p = Pages::open(
+        match Pages::open(
             settings.pages.dir.clone(),
             Arc::clone(&dev),
             settings.policy.clone(),
             identity.clock_khz,
-        )?;
-        store.attach_pages(Arc::clone(&p));
-        Some(p)
+        ) {
+            Ok(p) => {
+                store.attach_pages(Arc::clone(&p));
+                Some(p)
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "tenant pages are not offered; tenants read through the node"
+                );
+                None
+            }
+        }
     } else {
         None
     };
@@ -324,14 +332,24 @@ async fn start_services(
     store.set_tenant_stats(tenant_node.stats());
     let pages = match pages {
         Some((p, state)) => {
-            let server = PageServer::start(
+            match PageServer::start(
                 Arc::clone(&p),
                 store.clone(),
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
-            )?;
-            let refresher =
-                Refresher::start(p, settings.pages.refresh, state).map_err(MainError::Runtime)?;
-            Some((server, refresher))
+            ) {
+                Ok(server) => {
+                    let refresher = Refresher::start(p, settings.pages.refresh, state)
+                        .map_err(MainError::Runtime)?;
+                    Some((server, refresher))
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = format!("{:#}", anyhow::Error::new(e)),
+                        "tenant pages are not offered; tenants read through the node"
+                    );
+                    None
+                }
+            }
         }
         None => None,
     };
