@@ -259,7 +259,10 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
         let page = pages.map_vm(vm).expect("map a VM page");
         let deadline = Instant::now() + Duration::from_secs(30);
         while page.read_counters().expect("read a page").totals != expected[&vm] {
-            assert!(Instant::now() < deadline, "VM {vm}: the page never showed the ledger totals");
+            assert!(
+                Instant::now() < deadline,
+                "VM {vm}: the page never showed the ledger totals"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -273,15 +276,29 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
         let (c_text, c_how) = run_both(&c_argv, &paged, uid, &work.0);
         let (py_text, py_how) = run_both(&py_argv, &paged, uid, &work.0);
         let all_paged: String = want.keys().map(|vm| format!("vm {vm} page\n")).collect();
-        assert_eq!(c_how, all_paged, "{who}: the C example read through the pages");
-        assert_eq!(py_how, all_paged, "{who}: the Python example read through the pages");
+        assert_eq!(
+            c_how, all_paged,
+            "{who}: the C example read through the pages"
+        );
+        assert_eq!(
+            py_how, all_paged,
+            "{who}: the Python example read through the pages"
+        );
         assert_eq!(c_text, py_text, "{who}: C and Python text differ");
         let unpaged = ["--no-pages", "-v"];
         let (c_node, c_how) = run_both(&c_argv, &unpaged, uid, &work.0);
         let (py_node, py_how) = run_both(&py_argv, &unpaged, uid, &work.0);
         let all_ioctl: String = want.keys().map(|vm| format!("vm {vm} ioctl\n")).collect();
-        assert_eq!((c_how, py_how), (all_ioctl.clone(), all_ioctl), "{who}: --no-pages");
-        assert_eq!((&c_node, &py_node), (&c_text, &c_text), "{who}: pages and the node differ");
+        assert_eq!(
+            (c_how, py_how),
+            (all_ioctl.clone(), all_ioctl),
+            "{who}: --no-pages"
+        );
+        assert_eq!(
+            (&c_node, &py_node),
+            (&c_text, &c_text),
+            "{who}: pages and the node differ"
+        );
         assert_eq!(
             c_text,
             expected_text(want),

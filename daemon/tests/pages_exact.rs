@@ -98,9 +98,8 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         .map(|(ctx, _, _, created)| (ctx, created))
         .collect();
     for &(ctx, created) in &live {
-        if !ctx_pages.contains_key(&(ctx, created)) {
-            ctx_pages.insert(
-                (ctx, created),
+        if let std::collections::btree_map::Entry::Vacant(e) = ctx_pages.entry((ctx, created)) {
+            e.insert(
                 pages
                     .map_instance(ctx, created)
                     .expect("map a live context"),

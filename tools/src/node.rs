@@ -109,7 +109,9 @@ impl Target {
     fn page_target(self) -> page::Target {
         match self {
             Target::Scope(s) => page::Target::Scope(s),
-            Target::Instance { ctx, created_cycle } => page::Target::Instance { ctx, created_cycle },
+            Target::Instance { ctx, created_cycle } => {
+                page::Target::Instance { ctx, created_cycle }
+            }
         }
     }
 }

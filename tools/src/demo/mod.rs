@@ -60,7 +60,9 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let interactive = !args.headless && std::io::stdout().is_terminal();
     stepper.restart();
     if interactive {
-        let pages = tmp.join("pages").join(gpupm_client::paths::PAGES_SOCKET_NAME);
+        let pages = tmp
+            .join("pages")
+            .join(gpupm_client::paths::PAGES_SOCKET_NAME);
         let sampler = Sampler::new(Node::open_with_pages(&node_path, Some(pages))?)?;
         let opts = LiveOpts {
             interval: Duration::from_millis(1000),
