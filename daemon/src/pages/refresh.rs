@@ -52,6 +52,8 @@ pub struct PartNow {
 #[derive(Debug, Default)]
 pub struct State {
     parts: BTreeMap<u32, PartNow>,
+    /// Window read buffer, kept across refreshes.
+    buf: Vec<u8>,
 }
 
 /// Which context blocks of one partition to read.
@@ -103,6 +105,10 @@ impl Pages {
                 continue;
             };
             if e.source.block_offset != *offset {
+                continue;
+            }
+            let pending = e.rate.is_some() || e.sealed_rate.is_some();
+            if !pending && table::shows(*key, &e.source, &e.shown, generation, slot) {
                 continue;
             }
             match table::with_slot(*key, &e.source, &e.shown, slot) {
@@ -159,7 +165,7 @@ impl Pages {
             BTreeMap::new()
         };
         let wanted = self.plan(&plans);
-        let (blocks, reads) = read_blocks(&self.dev, &wanted)?;
+        let (blocks, reads) = read_blocks(&self.dev, &wanted, &mut state.buf)?;
         if self.apply(&blocks) {
             self.device_reset();
             state.parts.clear();
@@ -234,12 +240,15 @@ type Blocks = Vec<(Key, u64, BlockSlot)>;
 
 /// Reads the block slots at the wanted offsets, merging nearby ones into
 /// one window read. Returns the slots and the number of reads.
-fn read_blocks(dev: &DevNode, wanted: &[(Key, u64)]) -> Result<(Blocks, usize), DevError> {
+fn read_blocks(
+    dev: &DevNode,
+    wanted: &[(Key, u64)],
+    buf: &mut Vec<u8>,
+) -> Result<(Blocks, usize), DevError> {
     let mut sorted = wanted.to_vec();
     sorted.sort_by_key(|&(_, off)| off);
     let mut out = Vec::with_capacity(sorted.len());
     let mut reads = 0;
-    let mut buf = Vec::new();
     let mut i = 0;
     while i < sorted.len() {
         let start = sorted[i].1;
@@ -254,7 +263,7 @@ fn read_blocks(dev: &DevNode, wanted: &[(Key, u64)]) -> Result<(Blocks, usize), 
         }
         let len = usize::try_from(end - start).unwrap_or(0);
         buf.resize(len, 0);
-        dev.window(start, &mut buf)?;
+        dev.window(start, &mut buf[..len])?;
         reads += 1;
         for &(key, off) in &sorted[i..j] {
             let at = usize::try_from(off - start).unwrap_or(usize::MAX);

@@ -38,9 +38,9 @@ use super::{sys, PageSource, Pages};
 use crate::tenant::policy::{Identity, Policy};
 
 /// Most connections kept open.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 1024;
 /// Most connections of one user.
-pub const MAX_PER_USER: usize = 32;
+pub const MAX_PER_USER: usize = 128;
 /// A connection with no request for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(60);
 

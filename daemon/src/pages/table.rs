@@ -39,7 +39,7 @@ impl Key {
         Some(Key::Ctx(ctx.parse().ok()?, created.parse().ok()?))
     }
 
-    /// The VM that owns the page's scope (for a context, from its spec).
+    /// The kind of block behind the page.
     pub fn block_kind(self) -> u16 {
         match self {
             Key::Vm(_) => block_kind::VM,
@@ -151,6 +151,47 @@ pub fn with_slot(
     Ok(next)
 }
 
+/// Whether the page already shows `slot` under `generation` (a cheap
+/// check of the block header, or of the sealed bytes, before
+/// [`with_slot`] builds a new page).
+pub fn shows(
+    key: Key,
+    source: &Source,
+    shown: &PageData,
+    generation: u64,
+    slot: &BlockSlot,
+) -> bool {
+    let c = &shown.counters;
+    if c.generation != generation {
+        return false;
+    }
+    if source.confidential || slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
+        return c.flags & page_flags::SEALED != 0 && shown.sealed == *slot;
+    }
+    let p = &slot.payload;
+    let u32_at = |at: usize| {
+        p.get(at..at + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let u64_at = |at: usize| {
+        p.get(at..at + 8).map(|b| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            u64::from_le_bytes(w)
+        })
+    };
+    // Block header: magic, kind (u16) and version (u16), id, vm,
+    // commit_seq, last_commit_cycle (uapi::layout::Block).
+    let kind = p.get(4..6).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    u32_at(0) == Some(gpupm_uapi::layout::BLOCK_MAGIC)
+        && kind == Some(key.block_kind())
+        && u32_at(8) == Some(key.block_id())
+        && u32_at(12) == Some(source.vm)
+        && u64_at(16) == Some(c.commit_seq)
+        && u64_at(24) == Some(c.cycle)
+        && c.flags & page_flags::SEALED == 0
+}
+
 /// `next` with the entry's pending rate samples folded in.
 pub fn with_rates(mut next: PageData, e: &Entry) -> PageData {
     if let Some(r) = e.rate {
@@ -235,6 +276,31 @@ mod tests {
             with_slot(key, &SRC, &next, &slot(block_kind::CONTEXT, 5, 2, 3)),
             Err(Stale::Backwards)
         );
+    }
+
+    #[test]
+    fn a_page_shows_a_block_it_was_made_from_and_no_other() {
+        let key = Key::Ctx(5, 100);
+        let s4 = slot(block_kind::CONTEXT, 5, 2, 4);
+        let mut next = with_slot(key, &SRC, &PageData::new_zeroed(), &s4).unwrap();
+        next.counters.generation = 9;
+        assert!(shows(key, &SRC, &next, 9, &s4));
+        assert!(!shows(key, &SRC, &next, 10, &s4), "another generation");
+        assert!(!shows(
+            key,
+            &SRC,
+            &next,
+            9,
+            &slot(block_kind::CONTEXT, 5, 2, 5)
+        ));
+        assert!(!shows(
+            key,
+            &SRC,
+            &next,
+            9,
+            &slot(block_kind::CONTEXT, 6, 2, 4)
+        ));
+        assert!(!shows(key, &SRC, &next, 9, &slot(block_kind::VM, 5, 2, 4)));
     }
 
     #[test]
