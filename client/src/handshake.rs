@@ -5,11 +5,16 @@
 //! Two register batches: [`PauseAndFlush`] carries steps 1–5 (pause the
 //! context, pause transfers, trigger with ULC flush, flush request, read
 //! the acks, plus who comes in and when the device asked); once every
-//! assigned CCU acked (polled at most [`ACK_POLLS`] times), [`Rebind`]
-//! carries steps 6–7 (bind, commit + re-point, unpause) and, optionally,
-//! the interrupt acknowledgement. Out-of-order writes are refused by the
-//! device as a whole and change nothing, so a partition that is not
-//! waiting for the host is left alone.
+//! assigned CCU acked, [`Rebind`] carries steps 6–7 (bind, commit +
+//! re-point, unpause) and, optionally, the interrupt acknowledgement.
+//! The acks reach `PART_CCU_ACKED` some device cycles after the flush
+//! request: a host polls for them (at most [`ACK_POLLS`] times, letting
+//! time pass in between) or, when it cannot make device time pass (a step
+//! clock someone else advances), leaves the switch
+//! [`Outcome::AwaitingAcks`] and [`resume`]s it on the device's
+//! `FLUSH_ACKED` interrupt. Out-of-order writes are refused by the device
+//! as a whole and change nothing, so a partition that is not waiting for
+//! the host is left alone.
 
 use gpupm_uapi::ioctl::RegOp;
 use gpupm_uapi::regs::{self as r, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
@@ -38,6 +43,15 @@ pub trait RegisterBatch {
         self.batch(&mut op)?;
         Ok(op[0].value)
     }
+
+    /// Lets device time pass while the host waits for flush acks, which
+    /// reach `PART_CCU_ACKED` only some cycles after the flush request
+    /// (`FLUSH_ACK_MAX_CYCLES` at most). A real-time device's clock runs
+    /// by itself (the default does nothing); a step clock moves only when
+    /// host software advances it, so its executor must.
+    fn let_time_pass(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// What a handshake attempt did.
@@ -52,9 +66,26 @@ pub enum Outcome {
     },
     /// The partition was not waiting for the host (nothing changed).
     NotRequested,
-    /// The CCUs did not all ack in time, or the device's fallback finished
-    /// the switch meanwhile; the device completes it.
+    /// Steps 1–4 ran; the CCUs' flush acks had not all arrived within the
+    /// polls allowed. Finish with [`resume`] once they have (the device
+    /// raises `FLUSH_ACKED`), before the device's fallback timeout.
+    AwaitingAcks(Pending),
+    /// The device's fallback finished the switch meanwhile.
     Abandoned,
+}
+
+/// A switch whose first batch ran and whose flush acks are still
+/// travelling: what [`resume`] needs to finish it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// Partition slot.
+    pub partition: u32,
+    /// The incoming VM.
+    pub vm: u32,
+    /// The incoming context.
+    pub ctx: u32,
+    /// `CYCLE − PART_SWITCH_REQ_CYCLE` when the pause took effect.
+    pub response_cycles: u64,
 }
 
 /// Steps 1–5 as one batch, in execution order.
@@ -151,12 +182,27 @@ impl Rebind {
     }
 }
 
-/// Runs the handshake on partition slot `p` if it is in `REQUESTED`.
+/// Runs the handshake on partition slot `p` if it is in `REQUESTED`,
+/// polling for the flush acks at most [`ACK_POLLS`] times (letting device
+/// time pass before each poll, [`RegisterBatch::let_time_pass`]).
 ///
 /// A non-zero `*ack` (interrupt sources to acknowledge) rides in the
 /// second batch, saving the caller a separate write; it is zeroed once
 /// written.
 pub fn run<B: RegisterBatch>(dev: &mut B, p: u32, ack: &mut u32) -> Result<Outcome, B::Error> {
+    run_polling(dev, p, ack, ACK_POLLS)
+}
+
+/// [`run`] with at most `polls` polls for the flush acks; with too few
+/// for them to arrive, the answer is [`Outcome::AwaitingAcks`] (a host
+/// whose device runs a step clock that only others advance polls none and
+/// resumes on `FLUSH_ACKED`).
+pub fn run_polling<B: RegisterBatch>(
+    dev: &mut B,
+    p: u32,
+    ack: &mut u32,
+    polls: u32,
+) -> Result<Outcome, B::Error> {
     let mut first = PauseAndFlush::new(p);
     if let Err(e) = dev.batch(first.ops()) {
         // Refused as a whole: most likely nothing was requested (already
@@ -166,18 +212,41 @@ pub fn run<B: RegisterBatch>(dev: &mut B, p: u32, ack: &mut u32) -> Result<Outco
             _ => Ok(Outcome::NotRequested),
         };
     }
-    let assigned = first.assigned.value;
-    let mut acked = first.acked.value;
-    let mut polls = 0;
-    while acked & assigned != assigned {
-        polls += 1;
-        if polls > ACK_POLLS {
-            return Ok(Outcome::Abandoned);
-        }
-        acked = dev.read(r::part(p, r::PART_CCU_ACKED))?;
+    let pending = Pending {
+        partition: p,
+        vm: value32(first.next_vm),
+        ctx: value32(first.next_ctx),
+        response_cycles: first.now.value.saturating_sub(first.requested_at.value),
+    };
+    if !wait_for_acks(dev, p, first.acked.value, first.assigned.value, polls)? {
+        return Ok(Outcome::AwaitingAcks(pending));
     }
-    let (vm, ctx) = (value32(first.next_vm), value32(first.next_ctx));
-    let mut second = Rebind::new(p, vm, ctx, *ack);
+    rebind(dev, &pending, ack)
+}
+
+/// Finishes a switch left [`Outcome::AwaitingAcks`]: steps 6–7 once every
+/// flush ack arrived; still awaiting while they travel; abandoned when the
+/// device's fallback finished it meanwhile.
+pub fn resume<B: RegisterBatch>(
+    dev: &mut B,
+    pending: &Pending,
+    ack: &mut u32,
+) -> Result<Outcome, B::Error> {
+    match state(dev, pending.partition)? {
+        hs_state::ACKED => rebind(dev, pending, ack),
+        hs_state::TRIGGERED => Ok(Outcome::AwaitingAcks(*pending)),
+        _ => Ok(Outcome::Abandoned),
+    }
+}
+
+/// Steps 6–7 (and the interrupt acknowledgement).
+fn rebind<B: RegisterBatch>(
+    dev: &mut B,
+    pending: &Pending,
+    ack: &mut u32,
+) -> Result<Outcome, B::Error> {
+    let p = pending.partition;
+    let mut second = Rebind::new(p, pending.vm, pending.ctx, *ack);
     if let Err(e) = dev.batch(second.ops()) {
         // Refused: the device's fallback finished the switch meanwhile.
         return match state(dev, p)? {
@@ -187,8 +256,28 @@ pub fn run<B: RegisterBatch>(dev: &mut B, p: u32, ack: &mut u32) -> Result<Outco
     }
     *ack = 0;
     Ok(Outcome::Done {
-        response_cycles: first.now.value.saturating_sub(first.requested_at.value),
+        response_cycles: pending.response_cycles,
     })
+}
+
+/// Step 5: polls `PART_CCU_ACKED` of partition slot `p` (last read
+/// `acked`) until every CCU in `assigned` acked, letting device time pass
+/// before each poll, at most `polls` times. Returns whether all acked.
+pub fn wait_for_acks<B: RegisterBatch>(
+    dev: &mut B,
+    p: u32,
+    mut acked: u64,
+    assigned: u64,
+    polls: u32,
+) -> Result<bool, B::Error> {
+    for _ in 0..polls {
+        if acked & assigned == assigned {
+            return Ok(true);
+        }
+        dev.let_time_pass()?;
+        acked = dev.read(r::part(p, r::PART_CCU_ACKED))?;
+    }
+    Ok(acked & assigned == assigned)
 }
 
 /// The handshake state of partition slot `p` (`hs_state`).
@@ -209,7 +298,21 @@ mod tests {
     struct Scripted {
         acks_after: Option<u32>,
         polls: u32,
+        time_passed: u32,
+        state: u32,
         batches: Vec<Vec<RegOp>>,
+    }
+
+    impl Scripted {
+        fn new(acks_after: Option<u32>) -> Self {
+            Scripted {
+                acks_after,
+                polls: 0,
+                time_passed: 0,
+                state: hs_state::TRIGGERED,
+                batches: Vec::new(),
+            }
+        }
     }
 
     impl RegisterBatch for Scripted {
@@ -232,10 +335,18 @@ mod tests {
         }
 
         fn read(&mut self, offset: u64) -> Result<u64, ()> {
+            if offset == r::part(3, r::PART_STATUS) {
+                return Ok(u64::from(self.state));
+            }
             assert_eq!(
                 offset,
                 r::part(3, r::PART_CCU_ACKED),
-                "only the acks are polled"
+                "only the acks and the state are read"
+            );
+            assert_eq!(
+                self.time_passed,
+                self.polls + 1,
+                "time passes before each poll"
             );
             self.polls += 1;
             Ok(if self.acks_after.is_some_and(|n| self.polls >= n) {
@@ -244,15 +355,16 @@ mod tests {
                 0b01
             })
         }
+
+        fn let_time_pass(&mut self) -> Result<(), ()> {
+            self.time_passed += 1;
+            Ok(())
+        }
     }
 
     #[test]
     fn late_acks_are_polled_then_the_rebind_carries_the_ack() {
-        let mut dev = Scripted {
-            acks_after: Some(5),
-            polls: 0,
-            batches: Vec::new(),
-        };
+        let mut dev = Scripted::new(Some(5));
         let mut ack = 0x40;
         let outcome = run(&mut dev, 3, &mut ack).unwrap();
         assert_eq!(
@@ -282,19 +394,56 @@ mod tests {
     }
 
     #[test]
-    fn acks_that_never_come_end_the_attempt_after_a_bounded_number_of_polls() {
-        let mut dev = Scripted {
-            acks_after: None,
-            polls: 0,
-            batches: Vec::new(),
-        };
+    fn acks_that_never_come_end_the_polling_after_a_bounded_number_of_polls() {
+        let mut dev = Scripted::new(None);
         let mut ack = 0x40;
-        assert_eq!(run(&mut dev, 3, &mut ack).unwrap(), Outcome::Abandoned);
-        assert_eq!(dev.polls, ACK_POLLS);
+        let want = Pending {
+            partition: 3,
+            vm: 7,
+            ctx: 70,
+            response_cycles: 250,
+        };
+        assert_eq!(
+            run(&mut dev, 3, &mut ack).unwrap(),
+            Outcome::AwaitingAcks(want)
+        );
+        assert_eq!((dev.polls, dev.time_passed), (ACK_POLLS, ACK_POLLS));
         assert_eq!(dev.batches.len(), 1, "no rebind without every ack");
         assert_eq!(ack, 0x40, "the acknowledgement is left to the caller");
     }
 
+    #[test]
+    fn a_host_that_cannot_wait_resumes_once_the_acks_are_in() {
+        let mut dev = Scripted::new(None);
+        let mut ack = 0;
+        let Outcome::AwaitingAcks(pending) = run_polling(&mut dev, 3, &mut ack, 0).unwrap() else {
+            panic!("without polls the switch awaits its acks");
+        };
+        assert_eq!((dev.polls, dev.batches.len()), (0, 1));
+        // Still travelling: nothing is written.
+        assert_eq!(
+            resume(&mut dev, &pending, &mut ack).unwrap(),
+            Outcome::AwaitingAcks(pending)
+        );
+        assert_eq!(dev.batches.len(), 1);
+        // In: steps 6-7 with the interrupt acknowledgement.
+        dev.state = hs_state::ACKED;
+        let mut ack = 0x200;
+        assert_eq!(
+            resume(&mut dev, &pending, &mut ack).unwrap(),
+            Outcome::Done {
+                response_cycles: 250
+            }
+        );
+        assert_eq!((dev.batches.len(), dev.batches[1].len(), ack), (2, 5, 0));
+        // Finished by the device's fallback meanwhile: nothing is written.
+        dev.state = hs_state::IDLE;
+        assert_eq!(
+            resume(&mut dev, &pending, &mut ack).unwrap(),
+            Outcome::Abandoned
+        );
+        assert_eq!(dev.batches.len(), 2);
+    }
     #[test]
     fn without_an_acknowledgement_the_rebind_has_four_ops() {
         let mut second = Rebind::new(1, 2, 3, 0);

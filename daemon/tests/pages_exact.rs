@@ -20,7 +20,9 @@ use gpupmd::store::retired::RetiredStore;
 use harness::device::{self, expected, flush, wait_idle, wait_none_destroyed, Instances, STEP};
 use harness::{spawn_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;
-use pages_fixture::{config, connect, device_slot, scenario, wait_current, VMS, VM_CC};
+use pages_fixture::{
+    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current, VMS, VM_CC,
+};
 
 /// Checks that `now` never shows less than `before` within a generation.
 fn never_backwards(what: &str, before: &PageCounters, now: &PageCounters) {
@@ -154,6 +156,11 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
                 device_slot(&dev, p),
                 "VM {vm}: the device's ciphertext"
             );
+            assert_eq!(
+                open_sealed(&d.sealed),
+                sealed_ledger(&dev, ledger_scope::VM, vm),
+                "VM {vm}: the opened page"
+            );
             continue;
         }
         let want = expected(&dev.ledger(ledger_scope::VM, vm).unwrap());
@@ -189,6 +196,11 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
                 d.sealed,
                 device_slot(&dev, p),
                 "ctx {ctx}: the device's ciphertext"
+            );
+            assert_eq!(
+                open_sealed(&d.sealed),
+                sealed_ledger(&dev, ledger_scope::CONTEXT, ctx),
+                "ctx {ctx}: the opened page"
             );
             continue;
         }

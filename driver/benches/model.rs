@@ -73,7 +73,7 @@ fn main() {
 
     // Handshake cost in-process: time host::handshake alone over many switches.
     let mut samples = Vec::new();
-    let mut probe = dev.clone();
+    let mut probe = dev;
     while samples.len() < 2000 {
         probe.advance(step).unwrap();
         for p in 1..=8u32 {

@@ -5,6 +5,8 @@
 //! blocks once read, and drains stream rings. Used by the simulator, the
 //! benchmarks and the tests.
 
+use std::time::Instant;
+
 use gpupm_client::handshake::{self, Outcome, RegisterBatch};
 use gpupm_client::ops::reg32;
 use gpupm_uapi::intr::{source, InterruptRecord};
@@ -45,6 +47,10 @@ impl RegisterBatch for Device {
     fn read(&mut self, offset: u64) -> Result<u64, Self::Error> {
         let width = gpupm_client::ops::width_of(offset);
         self.read_reg(offset, width).map_err(|e| (0, e.into()))
+    }
+
+    fn let_time_pass(&mut self) -> Result<(), Self::Error> {
+        pass_time(self).map_err(|e| (0, e))
     }
 }
 
@@ -92,11 +98,74 @@ impl Host {
     }
 }
 
-/// Runs the full switch handshake on partition `p` if one is pending.
-/// Returns whether the host completed it.
+/// Runs the full switch handshake on partition `p` if one is pending,
+/// letting time pass with [`pass_time`] while the flush acks travel.
+/// Returns whether the host completed it: false when nothing was pending,
+/// or when the CCUs' flush acks did not all arrive within
+/// [`handshake::ACK_POLLS`] polls or the device's fallback finished the
+/// switch meanwhile.
 pub fn handshake(dev: &mut Device, p: u32) -> Result<bool, (usize, DeviceError)> {
-    let outcome = handshake::run(dev, p, &mut 0)?;
+    handshake_with(dev, p, pass_time)
+}
+
+/// [`handshake`] with the caller's way of letting time pass (a test that
+/// drives a real-time device with its own wall clock).
+pub fn handshake_with(
+    dev: &mut Device,
+    p: u32,
+    pass_time: impl FnMut(&mut Device) -> Result<(), DeviceError>,
+) -> Result<bool, (usize, DeviceError)> {
+    let outcome = handshake::run(&mut WithClock { dev, pass_time }, p, &mut 0)?;
     Ok(matches!(outcome, Outcome::Done { .. }))
+}
+
+/// Lets device time pass while the host waits for flush acks: a step clock
+/// is advanced by the largest ack latency (only host software moves it), a
+/// real-time clock is brought up to wall time.
+pub fn pass_time(dev: &mut Device) -> Result<(), DeviceError> {
+    if reg32(dev.read_reg(r::DEVICE_STATUS, 4)?) & r::device_status::STEP_CLOCK != 0 {
+        dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))?;
+    } else {
+        dev.tick(Instant::now());
+    }
+    Ok(())
+}
+
+/// Step 5: polls `PART_CCU_ACKED` of partition `p` (last read `acked`)
+/// until every CCU in `assigned` acked, at most `polls` times, calling
+/// `pass_time` between polls. Returns whether all acked.
+pub fn wait_for_acks(
+    dev: &mut Device,
+    p: u32,
+    acked: u64,
+    assigned: u64,
+    polls: u32,
+    pass_time: impl FnMut(&mut Device) -> Result<(), DeviceError>,
+) -> Result<bool, (usize, DeviceError)> {
+    handshake::wait_for_acks(&mut WithClock { dev, pass_time }, p, acked, assigned, polls)
+}
+
+/// The model with the host's way of letting device time pass, as the
+/// handshake's register-batch executor.
+struct WithClock<'a, F> {
+    dev: &'a mut Device,
+    pass_time: F,
+}
+
+impl<F: FnMut(&mut Device) -> Result<(), DeviceError>> RegisterBatch for WithClock<'_, F> {
+    type Error = (usize, DeviceError);
+
+    fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), Self::Error> {
+        RegisterBatch::batch(self.dev, ops)
+    }
+
+    fn read(&mut self, offset: u64) -> Result<u64, Self::Error> {
+        RegisterBatch::read(self.dev, offset)
+    }
+
+    fn let_time_pass(&mut self) -> Result<(), Self::Error> {
+        (self.pass_time)(self.dev).map_err(|e| (0, e))
+    }
 }
 
 /// Consumes every record in partition `p`'s stream ring; returns how many.

@@ -161,9 +161,29 @@ fn malformed_register_accesses_are_rejected_and_change_nothing() {
             u64::from(last_word + 1),
         ),
         ("read-only CCU owner", r::ccu(0, r::CCU_OWNER), 4, 1),
-        ("VM 0", r::vm(0, r::VM_KEY), 4, 1),
-        ("key for a non-confidential VM", r::vm(1, r::VM_KEY), 4, 1),
+        ("VM 0", r::vm(0, r::VM_KEY_COMMIT), 4, 1),
+        (
+            "key for a non-confidential VM",
+            r::vm(1, r::VM_KEY_COMMIT),
+            4,
+            1,
+        ),
         ("key commit value", r::vm(3, r::VM_KEY_COMMIT), 4, 2),
+        (
+            "commit with nothing staged",
+            r::vm(3, r::VM_KEY_COMMIT),
+            4,
+            1,
+        ),
+        ("a plain key word (no such register)", r::vm(3, 0x10), 4, 1),
+        ("read-only key session", r::vm(3, r::VM_KEY_SESSION), 4, 1),
+        ("read-only OOB mailbox status", r::OOB_MBOX_STATUS, 4, 1),
+        (
+            "threshold triggers off",
+            r::TRIG_CTRL,
+            4,
+            u64::from(r::trig_ctrl::PERIODIC_ENABLE),
+        ),
         ("read-only VM partition", r::vm(1, r::VM_PARTITION), 4, 2),
         ("context 0", r::ctx(0, r::CTX_CMD), 4, 1),
         (
@@ -258,14 +278,18 @@ fn out_of_order_handshake_writes_are_rejected_and_change_nothing() {
             op: reg_op::WRITE,
             width: 4,
         },
-        RegOp {
-            offset: p(r::PART_RC_CMD),
-            value: rc_cmd::COMMIT.into(),
-            op: reg_op::WRITE,
-            width: 4,
-        },
     ];
     dev.batch(&mut ops).unwrap();
+    // The flush acks are not in yet: a commit is out of order.
+    let before = snapshot(&mut dev);
+    assert!(matches!(
+        dev.write_reg(p(r::PART_RC_CMD), 4, rc_cmd::COMMIT.into()),
+        Err(RegError::BadSequence { .. })
+    ));
+    assert_unchanged(&mut dev, &before, "commit before the flush acks");
+    dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES)).unwrap();
+    dev.write_reg(p(r::PART_RC_CMD), 4, rc_cmd::COMMIT.into())
+        .unwrap();
     let before = snapshot(&mut dev);
     assert!(matches!(
         dev.write_reg(p(r::PART_RC_CMD), 4, rc_cmd::REPOINT.into()),

@@ -11,7 +11,7 @@ mod common;
 use common::gen::{self, Op};
 use common::*;
 use gpupm_driver::host::Host;
-use gpupm_driver::model::{Device, EngineKind};
+use gpupm_driver::model::EngineKind;
 use gpupm_uapi::ioctl::ledger_scope;
 use proptest::prelude::*;
 
@@ -20,7 +20,7 @@ proptest! {
 
     #[test]
     fn every_context_vm_and_system_block_equals_ledger_after_flush(s in gen::scenario(), ops in gen::ops()) {
-        let mut dev = Device::new(&s, EngineKind::Batched, true).unwrap();
+        let mut dev = device(&s, EngineKind::Batched);
         let mut host = Host::new();
         host.release_destroyed = false;
         for op in &ops {
@@ -48,7 +48,7 @@ proptest! {
             p.vm_timeslice_cycles = 0;
         }
         s.churn.clear();
-        let mut dev = Device::new(&s, EngineKind::Batched, true).unwrap();
+        let mut dev = device(&s, EngineKind::Batched);
         let mut host = Host::new();
         dev.advance(1_000).unwrap();
         host.service(&mut dev).unwrap();
@@ -82,8 +82,8 @@ proptest! {
 
     #[test]
     fn batched_engine_agrees_bit_for_bit_with_cycle_level_reference(s in gen::scenario(), ops in short_ops()) {
-        let mut fast = Device::new(&s, EngineKind::Batched, true).unwrap();
-        let mut slow = Device::new(&s, EngineKind::CycleLevel, true).unwrap();
+        let mut fast = device(&s, EngineKind::Batched);
+        let mut slow = device(&s, EngineKind::CycleLevel);
         let (mut h1, mut h2) = (Host::new(), Host::new());
         for op in &ops {
             gen::apply(&mut fast, &mut h1, op);

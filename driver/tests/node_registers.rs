@@ -226,29 +226,40 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
     advance(&card, 100_000).unwrap();
     flush_all(&card);
     let oob = d.open("card0-oob", 0);
-    wr32(&oob, regs::MBOX_CMD, mbox_op::GET_CAPS).unwrap();
-    assert_eq!(rd32(&oob, regs::MBOX_STATUS).unwrap(), mbox_status::OK);
-    let caps = rd64(&oob, regs::MBOX_DATA).unwrap();
+    wr32(&oob, regs::OOB_MBOX_CMD, mbox_op::GET_CAPS).unwrap();
+    assert_eq!(rd32(&oob, regs::OOB_MBOX_STATUS).unwrap(), mbox_status::OK);
+    let caps = rd64(&oob, regs::OOB_MBOX_DATA).unwrap();
     assert_eq!(caps >> 32, u64::from(gpupm_uapi::ABI_VERSION));
     assert_eq!(caps & 0xFFFF_FFFF, EVENT_COUNT as u64);
-    wr32(&oob, regs::MBOX_CMD, mbox_op::READ_CYCLE).unwrap();
-    assert_eq!(rd64(&oob, regs::MBOX_DATA).unwrap(), 100_000);
+    wr32(&oob, regs::OOB_MBOX_CMD, mbox_op::READ_CYCLE).unwrap();
+    assert_eq!(rd64(&oob, regs::OOB_MBOX_DATA).unwrap(), 100_000);
     let system = read_block(&card, 0, None);
     let nvlink_tx = gpupm_uapi::events::by_name("nvlink_tx_flits").unwrap().id;
-    wr32(&oob, regs::MBOX_ARG, u32::from(nvlink_tx)).unwrap();
-    wr32(&oob, regs::MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER).unwrap();
-    let via_mailbox = rd64(&oob, regs::MBOX_DATA).unwrap();
+    wr32(&oob, regs::OOB_MBOX_ARG, u32::from(nvlink_tx)).unwrap();
+    wr32(&oob, regs::OOB_MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER).unwrap();
+    let via_mailbox = rd64(&oob, regs::OOB_MBOX_DATA).unwrap();
     assert_eq!(via_mailbox, system.counters[usize::from(nvlink_tx)]);
     assert!(via_mailbox > 0);
-    wr32(&oob, regs::MBOX_CMD, 0x7F).unwrap();
+    wr32(&oob, regs::OOB_MBOX_CMD, 0x7F).unwrap();
     assert_eq!(
-        rd32(&oob, regs::MBOX_STATUS).unwrap(),
+        rd32(&oob, regs::OOB_MBOX_STATUS).unwrap(),
         mbox_status::ERR_OPCODE
     );
-    for off in [regs::ID, regs::TRIG_CMD, regs::INTR_ACK] {
+    assert_eq!(rd32(&oob, regs::OOB_MBOX_SEQ).unwrap(), 4);
+    // Each side reaches only its own mailbox.
+    for off in [regs::ID, regs::TRIG_CMD, regs::INTR_ACK, regs::MBOX_CMD] {
         assert_eq!(errno(&rd32(&oob, off).unwrap_err()), libc::EINVAL);
         assert_eq!(errno(&wr32(&oob, off, 0).unwrap_err()), libc::EINVAL);
     }
+    for off in [
+        regs::OOB_MBOX_ARG,
+        regs::OOB_MBOX_CMD,
+        regs::OOB_MBOX_STATUS,
+    ] {
+        assert_eq!(errno(&rd32(&card, off).unwrap_err()), libc::EINVAL);
+        assert_eq!(errno(&wr32(&card, off, 1).unwrap_err()), libc::EINVAL);
+    }
+    assert_eq!(rd32(&card, regs::MBOX_SEQ).unwrap(), 0);
     let e = harness::sys::ioctl(&oob, gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY, &mut [0u8; 48])
         .unwrap_err();
     assert_eq!(errno(&e), libc::ENOTTY);

@@ -28,8 +28,8 @@
 /* ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it */
 
 #define GPUPM_ABI_MAJOR 1
-#define GPUPM_ABI_MINOR 2
-#define GPUPM_ABI_VERSION 0x10002 /* major << 16 | minor */
+#define GPUPM_ABI_MINOR 3
+#define GPUPM_ABI_VERSION 0x10003 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -39,6 +39,21 @@
 #define GPUPM_TRIG_PERIOD_MIN 1024
 #define GPUPM_TRIG_THRESHOLD_MIN 1024
 #define GPUPM_TRIG_THRESHOLD_MAX 268434944
+#define GPUPM_DITHER_BITS 8
+#define GPUPM_DITHER_MAX 255
+#define GPUPM_ULC_COUNTER_BITS 9
+#define GPUPM_ULC_COUNTER_MAX 511
+#define GPUPM_CCU_COUNTER_BITS 28
+#define GPUPM_MULTIBIT_ACC_BITS 6
+#define GPUPM_FLUSH_ACK_BASE_CYCLES 16
+#define GPUPM_FLUSH_ACK_MAX_CYCLES 286
+#define GPUPM_REKEY_NONCE_WORDS 2
+#define GPUPM_REKEY_KEY_WORDS 8
+#define GPUPM_REKEY_TAG_WORDS 4
+#define GPUPM_OOB_MBOX_DELTA 0x100
+#define GPUPM_REKEY_NONCE_DOMAIN 0xffffffffU
+/* Cycles until the flush ack of a CCU with `counters` counters arrives. */
+#define GPUPM_FLUSH_ACK_LATENCY(counters) (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)
 #define GPUPM_REG_ID 0x0
 #define GPUPM_REG_ABI_VERSION 0x4
 #define GPUPM_REG_TOPO_GPCS 0x8
@@ -77,7 +92,16 @@
 #define GPUPM_REG_MBOX_ARG 0x300
 #define GPUPM_REG_MBOX_CMD 0x304
 #define GPUPM_REG_MBOX_STATUS 0x308
+#define GPUPM_REG_MBOX_SEQ 0x30c
 #define GPUPM_REG_MBOX_DATA 0x310 /* 64-bit */
+#define GPUPM_REG_OOB_MBOX_ARG 0x400
+#define GPUPM_REG_OOB_MBOX_CMD 0x404
+#define GPUPM_REG_OOB_MBOX_STATUS 0x408
+#define GPUPM_REG_OOB_MBOX_SEQ 0x40c
+#define GPUPM_REG_OOB_MBOX_DATA 0x410 /* 64-bit */
+#define GPUPM_REG_REKEY_NONCE 0x500
+#define GPUPM_REG_REKEY_KEY 0x508
+#define GPUPM_REG_REKEY_TAG 0x528
 #define GPUPM_CLOCK_CAP_PRIMARY 0x0
 #define GPUPM_CLOCK_CAP_SECONDARY 0x1
 #define GPUPM_DEVICE_STATUS_STEP_CLOCK 0x1
@@ -178,9 +202,9 @@
 #define GPUPM_REG_VM_PARTITION 0x0
 #define GPUPM_REG_VM_FLAGS 0x4
 #define GPUPM_REG_VM_BLOCK 0x8 /* 64-bit */
-#define GPUPM_REG_VM_KEY 0x10
 #define GPUPM_REG_VM_KEY_COMMIT 0x30
 #define GPUPM_REG_VM_KEY_EPOCH 0x34
+#define GPUPM_REG_VM_KEY_SESSION 0x38 /* 64-bit */
 #define GPUPM_VM_FLAGS_CONFIDENTIAL 0x1
 #define GPUPM_REG_CTX_VM 0x0
 #define GPUPM_REG_CTX_STATE 0x4
@@ -299,10 +323,11 @@ static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {
 #define GPUPM_INTR_SWITCH_FALLBACK 0x40
 #define GPUPM_INTR_MAILBOX_DONE 0x80
 #define GPUPM_INTR_DEVICE_RESET 0x100
-#define GPUPM_INTR_ALL 0x1ff
+#define GPUPM_INTR_FLUSH_ACKED 0x200
+#define GPUPM_INTR_ALL 0x3ff
 
 /* Source names indexed by bit number. */
-static const char *const gpupm_intr_source_names[9] = {
+static const char *const gpupm_intr_source_names[10] = {
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -312,6 +337,7 @@ static const char *const gpupm_intr_source_names[9] = {
     "switch_fallback",
     "mailbox_done",
     "device_reset",
+    "flush_acked",
 };
 
 /* Memory window layouts (uapi/src/layout.rs) */
@@ -328,8 +354,9 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_CTX_BLOCK_SLOTS 4096
 #define GPUPM_STREAM_RING_MAX 8192
 #define GPUPM_STREAM_SLOT_SIZE 608
-#define GPUPM_ENVELOPE_AAD_LEN 16
+#define GPUPM_ENVELOPE_AAD_LEN 32
 #define GPUPM_RECORD_VALUES 8
+#define GPUPM_SESSION_KEY_INFO "gpupm-cc-v1" /* HKDF-SHA256 info prefix of a session key */
 #define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)
 #define GPUPM_STREAM_SLOT_OFFSET(p, i) (GPUPM_STREAM_REGION + (uint64_t)(p) * GPUPM_STREAM_RING_SPAN + (uint64_t)(i) * GPUPM_STREAM_SLOT_SIZE)
 #define GPUPM_BLOCK_KIND_SYSTEM 1
@@ -355,10 +382,12 @@ static const char *const gpupm_intr_source_names[9] = {
 #define GPUPM_LEDGER_SCOPE_CONTEXT 1
 #define GPUPM_LEDGER_SCOPE_VM 2
 #define GPUPM_LEDGER_SCOPE_SYSTEM 3
+#define GPUPM_LEDGER_FLAGS_SEALED 0x1
+#define GPUPM_LEDGER_SEALED_LEN 1536
 #define GPUPM_IOC_IDENTITY 0xc0304700U
 #define GPUPM_IOC_REG_BATCH 0xc6104701U
 #define GPUPM_IOC_ADVANCE 0xc0184702U
-#define GPUPM_IOC_LEDGER 0xc6104703U
+#define GPUPM_IOC_LEDGER 0xc6404703U
 #define GPUPM_IOC_RESET 0x40084704
 
 /* Tenant node ioctls (uapi/src/tenant.rs) */
@@ -477,10 +506,16 @@ struct gpupm_block {
  * Envelope in front of every host-visible block or stream record.
  *
  * For a confidential VM the payload that follows is AES-256-GCM ciphertext
- * under the VM's key with this envelope's `nonce`, and the 16-byte tag
- * follows the payload; the envelope's first 16 bytes are the associated
- * data. The nonce is `vm (4 bytes LE) || per-VM encryption counter (8 bytes
- * LE)`: the counter never goes back, so a nonce is never reused under a key.
+ * and the 16-byte tag follows the payload. The key is the VM's *session
+ * key*: `HKDF-SHA256(ikm = K_vm, salt = session (8 bytes LE), info =
+ * "gpupm-cc-v1" || vm (4 bytes LE) || key_epoch (4 bytes LE))`, 32 bytes,
+ * where `K_vm` is the VM's key of that epoch (epoch 1 = the key provisioned
+ * when the VM was created) and `session = session_hi << 32 | session_lo`
+ * is the device's boot id, drawn afresh at every device start and reset.
+ * The nonce is `vm (4 bytes LE) || counter (8 bytes LE)` with a counter
+ * that only increases within a session, so (session, key_epoch, nonce)
+ * never repeats and no (key, nonce) pair is ever reused. The whole 32-byte
+ * envelope is the associated data (see `docs/confidential.md`).
  */
 struct gpupm_envelope {
   /**
@@ -496,17 +531,17 @@ struct gpupm_envelope {
    */
   uint32_t key_epoch;
   /**
-   * Reserved, 0.
+   * Low half of the session (boot) id (confidential only, else 0).
    */
-  uint32_t reserved;
+  uint32_t session_lo;
   /**
    * AES-GCM nonce (confidential only, else 0).
    */
   uint8_t nonce[12];
   /**
-   * Reserved, 0.
+   * High half of the session (boot) id (confidential only, else 0).
    */
-  uint32_t reserved2;
+  uint32_t session_hi;
 };
 
 /**
@@ -744,13 +779,24 @@ struct gpupm_advance {
 };
 
 /**
- * `GPUPM_IOC_LEDGER` (privileged debug): exact counts of what was generated.
+ * `GPUPM_IOC_LEDGER` (debug only): exact counts of what was generated.
+ *
+ * The ledger is the emulator's test oracle, not part of the device: the
+ * ioctl exists only when `gpupm-driver` runs with `--debug-ledger`
+ * (otherwise it fails with ENOTTY like an unknown ioctl).
  *
  * For every event: `generated = (committed_equiv + masked) * scale + remainder`
  * where `scale` is 32 for multi-bit events and 1 otherwise, `masked` is what
  * CCU masks discarded, `remainder` is the multi-bit accumulator residue that
  * never reached a count, and `in_flight` is what sits in ULCs, CCUs and RCs
- * not yet committed.
+ * not yet committed. The system scope covers what the system block covers:
+ * the device-level units and every VM that is not confidential.
+ *
+ * The answer for a confidential VM or one of its contexts is sealed like
+ * its blocks: `flags` has [`ledger_flags::SEALED`], the bytes of
+ * `generated`, `masked` and `remainder` (in that order, 1536 bytes) are
+ * AES-256-GCM ciphertext under the VM's session key with `envelope` and
+ * `tag`, exactly as in a block slot. Otherwise `envelope` and `tag` are 0.
  */
 struct gpupm_ledger_query {
   /**
@@ -766,7 +812,7 @@ struct gpupm_ledger_query {
    */
   uint32_t id;
   /**
-   * Must be 0.
+   * Must be 0 on input; bits of [`ledger_flags`] on output.
    */
   uint32_t flags;
   /**
@@ -781,6 +827,14 @@ struct gpupm_ledger_query {
    * Multi-bit residue (signal units) that never reached a count.
    */
   uint64_t remainder[GPUPM_MAX_EVENTS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
 };
 
 /**
@@ -1574,7 +1628,7 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_batch) == 1552);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_batch) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_advance) == 24);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_advance) == 8);
-GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1552);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1600);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ledger_query) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);

@@ -36,7 +36,7 @@ MAX_PARTITION_SLOTS = U.MAX_PARTITION_SLOTS
 LEDGER_SCOPE_SYSTEM = U.LEDGER_SCOPE_SYSTEM
 MAX_EVENTS = U.MAX_EVENTS
 SIZEOF_ENVELOPE = U.SIZEOF_ENVELOPE
-FMT_LEDGER_QUERY = "<4I%dQ" % (3 * MAX_EVENTS)
+FMT_LEDGER_QUERY = "<4I%dQ%ds16s" % (3 * MAX_EVENTS, SIZEOF_ENVELOPE)
 FMT_BLOCK = "<IHHIIQQ%dQ" % MAX_EVENTS
 SIZEOF_BLOCK_SLOT = U.SIZEOF_BLOCK_SLOT
 assert struct.calcsize(FMT_LEDGER_QUERY) == U.SIZEOF_LEDGER_QUERY
@@ -105,7 +105,11 @@ def ledger(fd, scope, ident):
     struct.pack_into("<4I", buf, 0, U.IOCTL_STRUCT_VERSION, scope, ident, 0)
     fcntl.ioctl(fd, U.GPUPM_IOC_LEDGER, buf)
     v = struct.unpack(FMT_LEDGER_QUERY, buf)
-    return v[4:4 + MAX_EVENTS], v[4 + MAX_EVENTS:4 + 2 * MAX_EVENTS], v[4 + 2 * MAX_EVENTS:]
+    return (
+        v[4:4 + MAX_EVENTS],
+        v[4 + MAX_EVENTS:4 + 2 * MAX_EVENTS],
+        v[4 + 2 * MAX_EVENTS:4 + 3 * MAX_EVENTS],
+    )
 
 
 def records(fd):

@@ -1,5 +1,5 @@
 //! `gpupm bmc`: device-level counters through the out-of-band mailbox node
-//! (`card0-oob`, `MBOX_*` registers only) — what a BMC reads without the
+//! (`card0-oob`, `OOB_MBOX_*` registers only, the BMC's own mailbox) — what a BMC reads without the
 //! daemon and without any host memory allocation.
 //!
 //! JSON: [`BmcJson`] (`gpupm bmc --help` shows the schema).
@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use gpupm_uapi::events::CATALOGUE;
-use gpupm_uapi::regs::{mbox_op, mbox_status, MBOX_ARG, MBOX_CMD, MBOX_DATA, MBOX_STATUS};
+use gpupm_uapi::regs::{
+    mbox_op, mbox_status, OOB_MBOX_ARG, OOB_MBOX_CMD, OOB_MBOX_DATA, OOB_MBOX_STATUS,
+};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -72,14 +74,14 @@ impl Mailbox {
     /// Runs one mailbox command and returns DATA.
     pub fn command(&self, op: u32, arg: u32) -> CliResult<u64> {
         self.file
-            .write_all_at(&arg.to_le_bytes(), MBOX_ARG)
+            .write_all_at(&arg.to_le_bytes(), OOB_MBOX_ARG)
             .map_err(|e| self.io(&e))?;
         self.file
-            .write_all_at(&op.to_le_bytes(), MBOX_CMD)
+            .write_all_at(&op.to_le_bytes(), OOB_MBOX_CMD)
             .map_err(|e| self.io(&e))?;
         let mut st = [0u8; 4];
         self.file
-            .read_exact_at(&mut st, MBOX_STATUS)
+            .read_exact_at(&mut st, OOB_MBOX_STATUS)
             .map_err(|e| self.io(&e))?;
         match u32::from_le_bytes(st) {
             mbox_status::OK => {}
@@ -92,7 +94,7 @@ impl Mailbox {
         }
         let mut d = [0u8; 8];
         self.file
-            .read_exact_at(&mut d, MBOX_DATA)
+            .read_exact_at(&mut d, OOB_MBOX_DATA)
             .map_err(|e| self.io(&e))?;
         Ok(u64::from_le_bytes(d))
     }

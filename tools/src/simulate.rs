@@ -41,6 +41,7 @@ struct Row {
     scope: &'static str,
     id: u32,
     state: &'static str,
+    confidential: bool,
     block: [u64; MAX_EVENTS],
     ledger: [u64; MAX_EVENTS],
 }
@@ -125,15 +126,18 @@ fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
         scope: "system",
         id: 0,
         state: "",
+        confidential: false,
         block: dev.block(SYSTEM_BLOCK_SLOT).counters,
         ledger: expected(dev, ledger_scope::SYSTEM, 0)?,
     });
     let contexts: Vec<(u32, u32, u32)> = dev.contexts().collect();
     for vm in &s.vms {
+        let confidential = vm.confidential_key.is_some();
         rows.push(Row {
             scope: "vm",
             id: vm.id,
-            state: "",
+            state: if confidential { "confidential" } else { "" },
+            confidential,
             block: dev.block(vm.id).counters,
             ledger: expected(dev, ledger_scope::VM, vm.id)?,
         });
@@ -147,6 +151,7 @@ fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
                 } else {
                     "destroyed"
                 },
+                confidential,
                 block: dev.block(slot).counters,
                 ledger: expected(dev, ledger_scope::CONTEXT, ctx)?,
             });
@@ -232,6 +237,10 @@ pub struct SimBlock {
 pub struct SimVm {
     /// VM id.
     pub vm: u32,
+    /// A confidential VM: its counts leave the device only as ciphertext
+    /// and are not part of the system scope (the simulator is the device,
+    /// so it shows them in the clear).
+    pub confidential: bool,
     /// The VM's block.
     #[serde(flatten)]
     pub block: SimBlock,
@@ -265,6 +274,7 @@ fn to_json(rows: &[Row], summary: &str, all_exact: bool) -> SimulateJson {
         match row.scope {
             "vm" => vms.push(SimVm {
                 vm: row.id,
+                confidential: row.confidential,
                 block: block(row),
                 contexts: Vec::new(),
             }),

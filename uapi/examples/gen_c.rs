@@ -203,7 +203,15 @@ fn emit_regs(h: &mut Header) {
     h.define("GPUPM_BAR0_SIZE", r::BAR0_SIZE, true, "");
     h.define("GPUPM_DEVICE_MAGIC", r::DEVICE_MAGIC, true, "\"gPMU\"");
     h.define("GPUPM_RESET_MAGIC", r::RESET_MAGIC, true, "");
-    group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX);
+    group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX,
+        DITHER_BITS, DITHER_MAX, ULC_COUNTER_BITS, ULC_COUNTER_MAX, CCU_COUNTER_BITS, MULTIBIT_ACC_BITS,
+        FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS);
+    group!(h, hex "GPUPM_", gpupm_uapi::regs: OOB_MBOX_DELTA, REKEY_NONCE_DOMAIN);
+    h.line(
+        "/* Cycles until the flush ack of a CCU with `counters` counters arrives. */\n\
+         #define GPUPM_FLUSH_ACK_LATENCY(counters) \
+         (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)",
+    );
     registers(
         h,
         0,
@@ -214,7 +222,8 @@ fn emit_regs(h: &mut Header) {
             TRIG_PERIOD, TRIG_CTRL, TRIG_THRESHOLD, TRIG_TARGET, TRIG_CMD, TRIG_EXTERNAL,
             TRIG_COUNT_PERIODIC, TRIG_COUNT_THRESHOLD, TRIG_COUNT_COMMAND, RECORDS_ROUTED,
             INTR_STATUS, INTR_MASK, INTR_ACK, INTR_PENDING, INTR_SEQ, MBOX_ARG, MBOX_CMD,
-            MBOX_STATUS, MBOX_DATA
+            MBOX_STATUS, MBOX_SEQ, MBOX_DATA, OOB_MBOX_ARG, OOB_MBOX_CMD, OOB_MBOX_STATUS,
+            OOB_MBOX_SEQ, OOB_MBOX_DATA, REKEY_NONCE, REKEY_KEY, REKEY_TAG
         },
     );
     group!(h, hex "GPUPM_CLOCK_CAP_", gpupm_uapi::regs::clock_cap: PRIMARY, SECONDARY);
@@ -284,7 +293,7 @@ fn emit_regs(h: &mut Header) {
         h,
         r::vm(0, 0),
         &offsets! {
-            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY, VM_KEY_COMMIT, VM_KEY_EPOCH
+            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY_COMMIT, VM_KEY_EPOCH, VM_KEY_SESSION
         },
     );
     group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL);
@@ -357,6 +366,10 @@ fn emit_layout(h: &mut Header) {
     group!(h, dec "GPUPM_", gpupm_uapi::layout:
         BLOCK_SLOT_SIZE, SYSTEM_BLOCK_SLOT, VM_BLOCK_SLOT_BASE, CTX_BLOCK_SLOT_BASE, CTX_BLOCK_SLOTS,
         STREAM_RING_MAX, STREAM_SLOT_SIZE, ENVELOPE_AAD_LEN, RECORD_VALUES);
+    h.line(&format!(
+        "#define GPUPM_SESSION_KEY_INFO \"{}\" /* HKDF-SHA256 info prefix of a session key */",
+        String::from_utf8_lossy(layout::SESSION_KEY_INFO)
+    ));
     h.line("#define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)");
     h.line(
         "#define GPUPM_STREAM_SLOT_OFFSET(p, i) \
@@ -375,6 +388,8 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
+    group!(h, hex "GPUPM_LEDGER_FLAGS_", gpupm_uapi::ioctl::ledger_flags: SEALED);
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: LEDGER_SEALED_LEN);
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         h.define(name, cmd, true, "");
     }

@@ -178,8 +178,10 @@ pub fn by_name(name: &str) -> Option<&'static EventInfo> {
     CATALOGUE.iter().find(|e| e.name == name)
 }
 
-/// Divisor that turns one count of `event` into signal units (32 for multi-bit).
-pub const MULTIBIT_SCALE: u64 = 32;
+/// Divisor that turns one count of `event` into signal units (32 for
+/// multi-bit): the value of the multi-bit accumulator's most significant
+/// bit, which drives the count.
+pub const MULTIBIT_SCALE: u64 = 1 << (crate::regs::MULTIBIT_ACC_BITS - 1);
 
 #[cfg(test)]
 mod tests {

@@ -24,12 +24,20 @@ pub mod source {
     pub const MAILBOX_DONE: u32 = 1 << 7;
     /// The device was reset.
     pub const DEVICE_RESET: u32 = 1 << 8;
+    /// Every CCU assigned to a partition acknowledged the flush request of
+    /// a switch in progress (`hs_state::ACKED`): the host may commit
+    /// (step 6). Not raised when the device's fallback finishes the switch
+    /// itself. A host that cannot poll `PART_CCU_ACKED` until the acks
+    /// arrive (they take up to `FLUSH_ACK_MAX_CYCLES` of device time, and
+    /// a step clock moves only when host software advances it) resumes the
+    /// handshake on this record.
+    pub const FLUSH_ACKED: u32 = 1 << 9;
     /// All defined sources.
-    pub const ALL: u32 = (1 << 9) - 1;
+    pub const ALL: u32 = (1 << 10) - 1;
 }
 
 /// Names of the sources, indexed by bit number.
-pub const SOURCE_NAMES: [&str; 9] = [
+pub const SOURCE_NAMES: [&str; 10] = [
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -39,6 +47,7 @@ pub const SOURCE_NAMES: [&str; 9] = [
     "switch_fallback",
     "mailbox_done",
     "device_reset",
+    "flush_acked",
 ];
 
 /// One interrupt occurrence, as `read()` on the device node returns it.

@@ -125,13 +125,24 @@ pub mod ledger_scope {
     pub const SYSTEM: u32 = 3;
 }
 
-/// `GPUPM_IOC_LEDGER` (privileged debug): exact counts of what was generated.
+/// `GPUPM_IOC_LEDGER` (debug only): exact counts of what was generated.
+///
+/// The ledger is the emulator's test oracle, not part of the device: the
+/// ioctl exists only when `gpupm-driver` runs with `--debug-ledger`
+/// (otherwise it fails with ENOTTY like an unknown ioctl).
 ///
 /// For every event: `generated = (committed_equiv + masked) * scale + remainder`
 /// where `scale` is 32 for multi-bit events and 1 otherwise, `masked` is what
 /// CCU masks discarded, `remainder` is the multi-bit accumulator residue that
 /// never reached a count, and `in_flight` is what sits in ULCs, CCUs and RCs
-/// not yet committed.
+/// not yet committed. The system scope covers what the system block covers:
+/// the device-level units and every VM that is not confidential.
+///
+/// The answer for a confidential VM or one of its contexts is sealed like
+/// its blocks: `flags` has [`ledger_flags::SEALED`], the bytes of
+/// `generated`, `masked` and `remainder` (in that order, 1536 bytes) are
+/// AES-256-GCM ciphertext under the VM's session key with `envelope` and
+/// `tag`, exactly as in a block slot. Otherwise `envelope` and `tag` are 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 pub struct LedgerQuery {
@@ -141,7 +152,7 @@ pub struct LedgerQuery {
     pub scope: u32,
     /// Context or VM id.
     pub id: u32,
-    /// Must be 0.
+    /// Must be 0 on input; bits of [`ledger_flags`] on output.
     pub flags: u32,
     /// Signal units generated (multi-bit: summed 0..=32 values).
     pub generated: [u64; MAX_EVENTS],
@@ -149,8 +160,22 @@ pub struct LedgerQuery {
     pub masked: [u64; MAX_EVENTS],
     /// Multi-bit residue (signal units) that never reached a count.
     pub remainder: [u64; MAX_EVENTS],
+    /// Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+    pub envelope: crate::layout::Envelope,
+    /// GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+    pub tag: [u8; 16],
 }
-const _: () = assert!(core::mem::size_of::<LedgerQuery>() == 16 + 3 * 8 * MAX_EVENTS);
+const _: () = assert!(core::mem::size_of::<LedgerQuery>() == 16 + 3 * 8 * MAX_EVENTS + 32 + 16);
+
+/// Bytes of a [`LedgerQuery`] that a sealed answer encrypts: `generated`,
+/// `masked` and `remainder`.
+pub const LEDGER_SEALED_LEN: usize = 3 * 8 * MAX_EVENTS;
+
+/// Output bits of [`LedgerQuery::flags`].
+pub mod ledger_flags {
+    /// The answer is sealed under the VM's session key.
+    pub const SEALED: u32 = 1 << 0;
+}
 
 /// `GPUPM_IOC_RESET`: reset the device (same as writing `RESET`).
 #[repr(C)]
@@ -180,7 +205,7 @@ ioctl_numbers! {
     GPUPM_IOC_REG_BATCH = read_write(0x01, RegBatch);
     /// Advance the step clock.
     GPUPM_IOC_ADVANCE = read_write(0x02, Advance);
-    /// Read the ledger (privileged debug).
+    /// Read the ledger (debug only: `gpupm-driver --debug-ledger`).
     GPUPM_IOC_LEDGER = read_write(0x03, LedgerQuery);
     /// Reset the device.
     GPUPM_IOC_RESET = write(0x04, Reset);

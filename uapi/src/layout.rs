@@ -86,10 +86,16 @@ const _: () = assert!(core::mem::size_of::<Block>() == 544);
 /// Envelope in front of every host-visible block or stream record.
 ///
 /// For a confidential VM the payload that follows is AES-256-GCM ciphertext
-/// under the VM's key with this envelope's `nonce`, and the 16-byte tag
-/// follows the payload; the envelope's first 16 bytes are the associated
-/// data. The nonce is `vm (4 bytes LE) || per-VM encryption counter (8 bytes
-/// LE)`: the counter never goes back, so a nonce is never reused under a key.
+/// and the 16-byte tag follows the payload. The key is the VM's *session
+/// key*: `HKDF-SHA256(ikm = K_vm, salt = session (8 bytes LE), info =
+/// "gpupm-cc-v1" || vm (4 bytes LE) || key_epoch (4 bytes LE))`, 32 bytes,
+/// where `K_vm` is the VM's key of that epoch (epoch 1 = the key provisioned
+/// when the VM was created) and `session = session_hi << 32 | session_lo`
+/// is the device's boot id, drawn afresh at every device start and reset.
+/// The nonce is `vm (4 bytes LE) || counter (8 bytes LE)` with a counter
+/// that only increases within a session, so (session, key_epoch, nonce)
+/// never repeats and no (key, nonce) pair is ever reused. The whole 32-byte
+/// envelope is the associated data (see `docs/confidential.md`).
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
@@ -101,17 +107,27 @@ pub struct Envelope {
     pub flags: u32,
     /// Key epoch the payload was encrypted under (confidential only).
     pub key_epoch: u32,
-    /// Reserved, 0.
-    pub reserved: u32,
+    /// Low half of the session (boot) id (confidential only, else 0).
+    pub session_lo: u32,
     /// AES-GCM nonce (confidential only, else 0).
     pub nonce: [u8; 12],
-    /// Reserved, 0.
-    pub reserved2: u32,
+    /// High half of the session (boot) id (confidential only, else 0).
+    pub session_hi: u32,
 }
 const _: () = assert!(core::mem::size_of::<Envelope>() == 32);
 
-/// Bytes of the envelope bound as AES-GCM associated data.
-pub const ENVELOPE_AAD_LEN: usize = 16;
+impl Envelope {
+    /// The session (boot) id the payload was sealed in.
+    pub const fn session(&self) -> u64 {
+        (self.session_hi as u64) << 32 | self.session_lo as u64
+    }
+}
+
+/// Bytes of the envelope bound as AES-GCM associated data: all of it.
+pub const ENVELOPE_AAD_LEN: usize = 32;
+
+/// `info` prefix of the session-key derivation (HKDF-SHA256).
+pub const SESSION_KEY_INFO: &[u8] = b"gpupm-cc-v1";
 
 /// Bits of [`Envelope::flags`].
 pub mod envelope_flags {

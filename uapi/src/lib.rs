@@ -19,8 +19,10 @@ pub mod tenant;
 /// layouts or ioctls. Consumers refuse a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version: bumped on compatible additions (2: the tenant
-/// node's context-instance reads).
-pub const ABI_MINOR: u16 = 2;
+/// node's context-instance reads; 3: confidential sessions and rekeying,
+/// the OOB mailbox's own registers, flush-ack latency, the debug-only
+/// sealed ledger — see `docs/confidential.md`).
+pub const ABI_MINOR: u16 = 3;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

@@ -88,7 +88,9 @@ pub mod page_state {
 pub mod page_flags {
     /// A confidential VM's (or its context's) page: `totals`, `commit_seq`
     /// and `cycle` are 0 and [`PageData::sealed`] holds the block slot as
-    /// the device published it (AES-256-GCM under the VM's key).
+    /// the device published it: AES-256-GCM under the VM's session key,
+    /// which the tenant derives from its key and the envelope's session
+    /// and key epoch (docs/confidential.md).
     pub const SEALED: u32 = 1 << 0;
     /// [`PageData::rate`] holds a sample (plaintext scopes).
     pub const RATE: u32 = 1 << 1;

@@ -114,9 +114,59 @@ pub const RECORDS_ROUTED: u64 = 0x0130;
 pub const TRIG_PERIOD_MIN: u32 = 1024;
 /// Smallest threshold.
 pub const TRIG_THRESHOLD_MIN: u32 = 1024;
-/// Largest threshold: one more ULC transfer (≤ 511) can never carry a
-/// counter at or below this value past 28 bits.
-pub const TRIG_THRESHOLD_MAX: u32 = (1 << 28) - 512;
+/// Largest threshold: one more ULC transfer (at most [`ULC_COUNTER_MAX`])
+/// can never carry a CCU counter at or below this value past
+/// [`CCU_COUNTER_BITS`] bits.
+pub const TRIG_THRESHOLD_MAX: u32 = (1 << CCU_COUNTER_BITS) - 1 - ULC_COUNTER_MAX;
+/// Bits of the dither R added to each dithered period: R is uniform in
+/// `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+pub const DITHER_BITS: u32 = 8;
+/// Largest dither R in cycles.
+pub const DITHER_MAX: u32 = (1 << DITHER_BITS) - 1;
+
+/// Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits").
+pub const ULC_COUNTER_BITS: u32 = 9;
+/// Largest ULC count, which is also the ULC transfer period in cycles
+/// (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
+/// counter that counts at most once per cycle never wraps).
+pub const ULC_COUNTER_MAX: u32 = (1 << ULC_COUNTER_BITS) - 1;
+/// Width of a CCU counter (seed 000 ¶59: 28 bits).
+pub const CCU_COUNTER_BITS: u32 = 28;
+/// Width of the multi-bit accumulator in front of a 1-bit ULC counter
+/// input (seed 000 ¶56: a six-bit counter whose most significant bit
+/// drives the count, so the count is the signal sum modulo 32).
+pub const MULTIBIT_ACC_BITS: u32 = 6;
+
+/// Cycles from a flush request until a CCU's flush ack reaches the RC
+/// buffer, before the CCU's own records: the ack follows the records the
+/// CCU still sends, one record per cycle (see [`flush_ack_latency`]).
+pub const FLUSH_ACK_BASE_CYCLES: u32 = 16;
+/// Largest flush-ack latency of any CCU: a host on a step clock that
+/// advances this many cycles after a flush request finds every ack in.
+pub const FLUSH_ACK_MAX_CYCLES: u32 = flush_ack_latency(MAX_CCU_COUNTERS);
+
+/// Most counters one CCU has (48 ULCs of up to 45 counters).
+// 2160 fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const MAX_CCU_COUNTERS: u32 = {
+    let n = crate::events::MAX_CCU_ULCS * crate::events::MAX_ULC_COUNTERS;
+    assert!(n <= u32::MAX as usize);
+    n as u32
+};
+
+/// Values per CCU record, as a `u32`.
+// Eight fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const RECORD_VALUES: u32 = {
+    assert!(crate::layout::RECORD_VALUES <= 64);
+    crate::layout::RECORD_VALUES as u32
+};
+
+/// Cycles until the flush ack of a CCU with `counters` counters arrives:
+/// [`FLUSH_ACK_BASE_CYCLES`] plus one cycle per record of eight values.
+pub const fn flush_ack_latency(counters: u32) -> u32 {
+    FLUSH_ACK_BASE_CYCLES + counters.div_ceil(RECORD_VALUES)
+}
 
 /// Bits of [`TRIG_CTRL`].
 pub mod trig_ctrl {
@@ -124,8 +174,9 @@ pub mod trig_ctrl {
     pub const PERIODIC_ENABLE: u32 = 1 << 0;
     /// Period dithering: each period is P + R, R uniform in 0..=255.
     pub const DITHER: u32 = 1 << 1;
-    /// Threshold triggers enabled (always forced on when the periodic period
-    /// could let a counter wrap; see the device documentation).
+    /// Threshold triggers enabled. They are the guard that keeps a 28-bit
+    /// CCU counter from ever wrapping, so the bit must be set in every
+    /// `TRIG_CTRL` write (a write without it fails with EINVAL).
     pub const THRESHOLD_ENABLE: u32 = 1 << 2;
     /// All defined bits.
     pub const ALL: u32 = PERIODIC_ENABLE | DITHER | THRESHOLD_ENABLE;
@@ -137,7 +188,9 @@ pub mod trig_cmd {
     pub const FLUSH_ULC: u32 = 1 << 0;
     /// CCUs swap banks and emit records of the idle bank.
     pub const TRIGGER: u32 = 1 << 1;
-    /// CCUs send pending records, then an empty record (the flush ack).
+    /// CCUs send pending records, then an empty record (the flush ack); a
+    /// CCU's ack reaches the RC buffer [`super::flush_ack_latency`] cycles
+    /// after the request and sets its bit in `PART_CCU_ACKED`.
     pub const FLUSH_REQ: u32 = 1 << 2;
     /// All defined bits.
     pub const ALL: u32 = FLUSH_ULC | TRIGGER | FLUSH_REQ;
@@ -159,7 +212,13 @@ pub const INTR_PENDING: u64 = 0x020C;
 pub const INTR_SEQ: u64 = 0x0210;
 
 // ---------------------------------------------------------------------------
-// OOB mailbox (0x0300..0x0400), SMBPBI-like
+// Mailboxes, SMBPBI-like: the host's (0x0300..0x0400) and the out-of-band
+// one (0x0400..0x0500). They are two register sets with the same layout and
+// opcodes; a command on one never touches the other's registers. The host's
+// mailbox raises `MAILBOX_DONE` when a command completes; the OOB mailbox
+// raises nothing on the host's interrupt stream (its completion is its own
+// `OOB_MBOX_SEQ`). The host's node (`card0`) reaches only the host's set,
+// the OOB node (`card0-oob`) only the OOB set.
 // ---------------------------------------------------------------------------
 
 /// RW: argument for the next command (e.g. an event id).
@@ -168,14 +227,32 @@ pub const MBOX_ARG: u64 = 0x0300;
 pub const MBOX_CMD: u64 = 0x0304;
 /// RO: status of the last command, see [`mbox_status`].
 pub const MBOX_STATUS: u64 = 0x0308;
+/// RO: commands completed on this mailbox (modulo 2^32); a caller knows
+/// its command completed when the value moved past the one it read before.
+pub const MBOX_SEQ: u64 = 0x030C;
 /// RO 64-bit: result data of the last command.
 pub const MBOX_DATA: u64 = 0x0310;
 
-/// Mailbox opcodes for [`MBOX_CMD`].
+/// Offset of the OOB mailbox's register set from the host's.
+pub const OOB_MBOX_DELTA: u64 = 0x0100;
+/// RW: the OOB mailbox's [`MBOX_ARG`].
+pub const OOB_MBOX_ARG: u64 = MBOX_ARG + OOB_MBOX_DELTA;
+/// WO: the OOB mailbox's [`MBOX_CMD`].
+pub const OOB_MBOX_CMD: u64 = MBOX_CMD + OOB_MBOX_DELTA;
+/// RO: the OOB mailbox's [`MBOX_STATUS`].
+pub const OOB_MBOX_STATUS: u64 = MBOX_STATUS + OOB_MBOX_DELTA;
+/// RO: the OOB mailbox's [`MBOX_SEQ`].
+pub const OOB_MBOX_SEQ: u64 = MBOX_SEQ + OOB_MBOX_DELTA;
+/// RO 64-bit: the OOB mailbox's [`MBOX_DATA`].
+pub const OOB_MBOX_DATA: u64 = MBOX_DATA + OOB_MBOX_DELTA;
+
+/// Mailbox opcodes for [`MBOX_CMD`] and [`OOB_MBOX_CMD`].
 pub mod mbox_op {
     /// DATA = ABI version << 32 | number of events.
     pub const GET_CAPS: u32 = 0x01;
-    /// DATA = system (RC0) total of event ARG.
+    /// DATA = system (RC0) total of event ARG: the committed total of the
+    /// work of non-confidential VMs and of the device-level units (a
+    /// confidential VM's counts never reach RC0).
     pub const READ_SYSTEM_COUNTER: u32 = 0x02;
     /// DATA = cycles with no context running on any partition.
     pub const READ_IDLE_CYCLES: u32 = 0x03;
@@ -185,7 +262,7 @@ pub mod mbox_op {
     pub const READ_FALLBACKS: u32 = 0x05;
 }
 
-/// Values of [`MBOX_STATUS`].
+/// Values of [`MBOX_STATUS`] and [`OOB_MBOX_STATUS`].
 pub mod mbox_status {
     /// No command run yet.
     pub const IDLE: u32 = 0;
@@ -196,6 +273,33 @@ pub mod mbox_status {
     /// Argument out of range.
     pub const ERR_ARG: u32 = 3;
 }
+
+// ---------------------------------------------------------------------------
+// Rekey staging (0x0500..0x0600): a confidential VM's next key, sealed under
+// its current session key, staged here and installed by the VM entry's
+// `VM_KEY_COMMIT` (see docs/confidential.md). Write-only: reads return 0.
+// A refused commit leaves them as they are; a successful one clears them.
+// ---------------------------------------------------------------------------
+
+/// WO: the tenant-chosen 64 bits of the rekey blob's AES-GCM nonce, two
+/// words (low word first). The nonce is [`REKEY_NONCE_DOMAIN`] (LE)
+/// followed by these 8 bytes.
+pub const REKEY_NONCE: u64 = 0x0500;
+/// WO: eight words: the new AES-256 key encrypted under the current
+/// session key (word `i` = bytes `4i..4i+4`, little-endian).
+pub const REKEY_KEY: u64 = 0x0508;
+/// WO: four words: the AES-GCM tag of the sealed key.
+pub const REKEY_TAG: u64 = 0x0528;
+/// Words in [`REKEY_NONCE`].
+pub const REKEY_NONCE_WORDS: usize = 2;
+/// Words in [`REKEY_KEY`].
+pub const REKEY_KEY_WORDS: usize = 8;
+/// Words in [`REKEY_TAG`].
+pub const REKEY_TAG_WORDS: usize = 4;
+/// First four nonce bytes (LE) of every rekey blob. The device's own
+/// nonces start with the VM id (below [`MAX_VMS`]), so a tenant's rekey
+/// nonce can never equal a nonce the device uses under the same key.
+pub const REKEY_NONCE_DOMAIN: u32 = u32::MAX;
 
 // ---------------------------------------------------------------------------
 // Per-partition blocks: partition control, handshake, RC, stream ring.
@@ -228,7 +332,10 @@ pub const PART_NEXT_VM: u64 = 0x10;
 pub const PART_NEXT_CTX: u64 = 0x14;
 /// RO 64-bit: CCUs assigned to this partition (bit = CCU index).
 pub const PART_CCU_ASSIGNED: u64 = 0x18;
-/// RO 64-bit: CCUs that have sent their flush ack since the last flush request.
+/// RO 64-bit: CCUs whose flush ack has arrived since the last flush
+/// request; a CCU's bit is set [`flush_ack_latency`] cycles after the
+/// request (device time), so a host polls it (bounded; on a step clock it
+/// advances the clock, e.g. by [`FLUSH_ACK_MAX_CYCLES`]).
 pub const PART_CCU_ACKED: u64 = 0x20;
 /// WO: reduction-channel command, bits in [`rc_cmd`].
 pub const PART_RC_CMD: u64 = 0x28;
@@ -250,7 +357,10 @@ pub const PART_STREAM_HEAD: u64 = 0x50;
 /// RW: stream ring tail (next record index the host reads), modulo 2^32.
 /// Writes must lie in `[old tail, head]`.
 pub const PART_STREAM_TAIL: u64 = 0x54;
-/// RO: ring capacity in records (a power of two).
+/// RO: ring capacity in records (a power of two). Ring 0 (RC0) receives a
+/// commit for the triggers of every partition, so it is larger: the
+/// scenario's capacity times (GPU slices + 1), rounded up to a power of
+/// two, at most `layout::STREAM_RING_MAX`.
 pub const PART_STREAM_CAP: u64 = 0x58;
 /// RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
 /// raised once per drain (re-armed by a tail write).
@@ -316,7 +426,9 @@ pub mod hs_state {
 
 /// Bits of [`PART_RC_CMD`].
 pub mod rc_cmd {
-    /// Commit the RC's counters into the bound blocks and reset them.
+    /// Step 6a: commit the RC's counters into the bound blocks and reset
+    /// them. Legal only in `hs_state::ACKED` (after the flush request and
+    /// every assigned CCU's ack); anywhere else the write fails.
     pub const COMMIT: u32 = 1 << 0;
     /// Re-point the RC to `PART_RC_BIND_VM`/`PART_RC_BIND_CTX`.
     pub const REPOINT: u32 = 1 << 1;
@@ -393,12 +505,18 @@ pub const VM_PARTITION: u64 = 0x00;
 pub const VM_FLAGS: u64 = 0x04;
 /// RO 64-bit: memory-window offset of the VM block slot.
 pub const VM_BLOCK: u64 = 0x08;
-/// WO: eight words of the AES-256 key, at `VM_KEY + 4 * i`.
-pub const VM_KEY: u64 = 0x10;
-/// WO: 1 = install the staged key (confidential VMs only); the key epoch increments.
+/// WO: 1 = open the rekey blob staged in `REKEY_*` with this VM's current
+/// session key and, only if it opens, install the key it carries (the key
+/// epoch increments). A blob that does not open (forged, replayed, for
+/// another VM, epoch or session, or malformed) fails with EINVAL and
+/// changes nothing. Confidential VMs only.
 pub const VM_KEY_COMMIT: u64 = 0x30;
-/// RO: key epoch (number of keys installed).
+/// RO: key epoch (number of keys installed, 1 = the provisioned key).
 pub const VM_KEY_EPOCH: u64 = 0x34;
+/// RO 64-bit: the device's current session (boot) id, drawn from the
+/// operating system's random source at device start and at every reset;
+/// 0 for a VM that is not confidential.
+pub const VM_KEY_SESSION: u64 = 0x38;
 
 /// Bits of [`VM_FLAGS`].
 pub mod vm_flags {
@@ -477,7 +595,7 @@ pub fn is_64bit(offset: u64) -> bool {
         PART_STREAM_BASE,
         PART_SWITCH_REQ_CYCLE,
     ];
-    if GLOBAL.contains(&offset) || offset == MBOX_DATA {
+    if GLOBAL.contains(&offset) || offset == MBOX_DATA || offset == OOB_MBOX_DATA {
         return true;
     }
     let in_array = |base: u64, stride: u64, count: u32| {
@@ -492,7 +610,7 @@ pub fn is_64bit(offset: u64) -> bool {
         return r == CCU_RECORDS;
     }
     if let Some(r) = in_array(VM_BASE, VM_STRIDE, MAX_VMS) {
-        return r == VM_BLOCK;
+        return r == VM_BLOCK || r == VM_KEY_SESSION;
     }
     if let Some(r) = in_array(CTX_BASE, CTX_STRIDE, MAX_CONTEXTS) {
         return r == CTX_BLOCK || r == CTX_CREATED_CYCLE;

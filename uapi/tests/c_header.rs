@@ -88,7 +88,7 @@ macro_rules! fields {
 fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
     fields! {
         Block => "gpupm_block": magic, kind, version, id, vm, commit_seq, last_commit_cycle, counters;
-        Envelope => "gpupm_envelope": vm, flags, key_epoch, reserved, nonce, reserved2;
+        Envelope => "gpupm_envelope": vm, flags, key_epoch, session_lo, nonce, session_hi;
         BlockSlot => "gpupm_block_slot": envelope, payload, tag;
         StreamRecord => "gpupm_stream_record":
             magic, partition, flags, vm, ctx, seq, start_cycle, end_cycle, reserved, deltas;
@@ -100,7 +100,8 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         RegOp => "gpupm_reg_op": offset, value, op, width;
         RegBatch => "gpupm_reg_batch": version, count, flags, failed_index, ops;
         Advance => "gpupm_advance": version, flags, cycles, now;
-        LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder;
+        LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder,
+            envelope, tag;
         Reset => "gpupm_reset": version, magic;
         Whoami => "gpupm_tenant_whoami": version, admin, uid, n_vms, vms;
         CtxEntry => "gpupm_tenant_ctx_entry": ctx, state, created_cycle;

@@ -1,13 +1,21 @@
 //! The interrupt thread: waits on `card0` with poll, runs every requested
-//! handshake at once on this thread (two register batches, far inside the
+//! handshake on this thread (two register batches, far inside the
 //! device's fallback timeout), hands everything else to the worker, and
 //! acknowledges what it read.
+//!
+//! The first batch of a handshake ends with the flush request; the CCUs'
+//! acks take some device cycles to arrive. Rather than spin on
+//! `PART_CCU_ACKED` (which on a step clock would never see them: only the
+//! clock's owner moves it), the thread leaves the switch awaiting its acks
+//! and finishes it (second batch) on the device's `FLUSH_ACKED` record,
+//! meanwhile serving other partitions' requests.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
-use gpupm_client::handshake::{self, Outcome};
+use gpupm_client::handshake::{self, Outcome, Pending};
 use gpupm_client::ops::reg32;
 use gpupm_client::{DevNode, IntrReader};
 use gpupm_uapi::intr::{source, InterruptRecord};
@@ -22,6 +30,10 @@ const POLL: Duration = Duration::from_millis(100);
 /// Consecutive failures of the node after which the thread gives up.
 const MAX_FAILURES: u32 = 50;
 
+/// Switches awaiting their flush acks, by partition slot: the rest of the
+/// handshake and when its request was read.
+type Awaiting = BTreeMap<u32, (Pending, Instant)>;
+
 /// Runs until `stop` is set or the node keeps failing.
 pub fn run(
     dev: &DevNode,
@@ -32,7 +44,8 @@ pub fn run(
 ) {
     let mut recs: Vec<InterruptRecord> = Vec::new();
     let mut failures = 0;
-    sweep(dev, store);
+    let mut awaiting = Awaiting::new();
+    sweep(dev, store, &mut awaiting);
     while !stop.load(Ordering::Acquire) {
         recs.clear();
         let batch = match reader.wait(POLL, &mut recs) {
@@ -52,20 +65,28 @@ pub fn run(
         };
         failures = 0;
         if recs.is_empty() {
-            sweep(dev, store);
+            sweep(dev, store, &mut awaiting);
             continue;
         }
         let t0 = Instant::now();
         let mut unacked = recs.iter().fold(0, |seen, rec| seen | rec.source);
-        for rec in recs.iter().filter(|r| r.source == source::SWITCH_REQUESTED) {
-            handshake_on(dev, store, rec.partition, t0, &mut unacked);
+        for rec in &recs {
+            match rec.source {
+                source::SWITCH_REQUESTED => {
+                    handshake_on(dev, store, rec.partition, t0, &mut unacked, &mut awaiting)
+                }
+                source::FLUSH_ACKED => {
+                    resume_on(dev, store, rec.partition, &mut unacked, &mut awaiting)
+                }
+                _ => {}
+            }
         }
         if batch.missed > 0 {
             tracing::warn!(
                 missed = batch.missed,
                 "interrupt records were dropped by the device; resynchronising"
             );
-            sweep(dev, store);
+            sweep(dev, store, &mut awaiting);
             send(work, stop, Work::Resync);
         }
         for rec in &recs {
@@ -104,16 +125,45 @@ fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
     }
 }
 
-fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32) {
-    match handshake::run(&mut &*dev, p, ack) {
+fn handshake_on(
+    dev: &DevNode,
+    store: &Store,
+    p: u32,
+    t0: Instant,
+    ack: &mut u32,
+    awaiting: &mut Awaiting,
+) {
+    let outcome = handshake::run_polling(&mut &*dev, p, ack, 0);
+    record(store, p, t0, outcome, awaiting);
+}
+
+/// Finishes partition `p`'s switch if it awaited its flush acks.
+fn resume_on(dev: &DevNode, store: &Store, p: u32, ack: &mut u32, awaiting: &mut Awaiting) {
+    if let Some((pending, t0)) = awaiting.remove(&p) {
+        let outcome = handshake::resume(&mut &*dev, &pending, ack);
+        record(store, p, t0, outcome, awaiting);
+    }
+}
+
+fn record(
+    store: &Store,
+    p: u32,
+    t0: Instant,
+    outcome: Result<Outcome, gpupm_client::DevError>,
+    awaiting: &mut Awaiting,
+) {
+    match outcome {
         Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns, response_cycles);
         }
+        Ok(Outcome::AwaitingAcks(pending)) => {
+            awaiting.insert(p, (pending, t0));
+        }
         Ok(Outcome::NotRequested) => {}
         Ok(Outcome::Abandoned) => tracing::warn!(
             partition = p,
-            "handshake abandoned; the device's fallback completes it"
+            "handshake abandoned; the device's fallback completed it"
         ),
         Err(e) => tracing::error!(
             partition = p,
@@ -123,8 +173,14 @@ fn handshake_on(dev: &DevNode, store: &Store, p: u32, t0: Instant, ack: &mut u32
     }
 }
 
-/// Runs the handshake on every partition that waits for one.
-fn sweep(dev: &DevNode, store: &Store) {
+/// Runs the handshake on every partition that waits for one, and finishes
+/// every switch whose acks arrived (a `FLUSH_ACKED` record may have been
+/// missed).
+fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
+    let waiting: Vec<u32> = awaiting.keys().copied().collect();
+    for p in waiting {
+        resume_on(dev, store, p, &mut 0, awaiting);
+    }
     let parts: Vec<u32> = store.partitions().into_iter().filter(|&p| p != 0).collect();
     let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect();
     let status = match dev.read_many(&offsets) {
@@ -139,7 +195,7 @@ fn sweep(dev: &DevNode, store: &Store) {
     };
     for (&p, s) in parts.iter().zip(status) {
         if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
-            handshake_on(dev, store, p, Instant::now(), &mut 0);
+            handshake_on(dev, store, p, Instant::now(), &mut 0, awaiting);
         }
     }
 }

@@ -309,7 +309,8 @@ impl Driver {
         fs::write(&scen, scenario).expect("write scenario");
         let dir = tmp.join("dev");
         let mut cmd = Command::new(driver_binary());
-        cmd.args(["--clock", clock, "--scenario"])
+        // The tests check every total against the debug ledger.
+        cmd.args(["--clock", clock, "--debug-ledger", "--scenario"])
             .arg(&scen)
             .arg("--node-dir")
             .arg(&dir)

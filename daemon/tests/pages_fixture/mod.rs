@@ -10,12 +10,17 @@ use std::time::{Duration, Instant};
 
 use gpupm_client::page::{MappedPage, PageClient};
 use gpupm_client::DevNode;
-use gpupm_uapi::layout::{envelope_flags, BlockSlot};
+use gpupm_driver::model::cc;
+use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::ioctl::ledger_flags;
+use gpupm_uapi::layout::{envelope_flags, Block, BlockSlot};
 use gpupm_uapi::page::PAGES_SOCKET_NAME;
 use gpupm_uapi::regs as r;
 use gpupm_uapi::tenant::scope;
 
-use crate::harness::device::churn_scenario;
+use zerocopy::FromBytes;
+
+use crate::harness::device::{churn_scenario, expected};
 use crate::harness::{daemon_config, TempDir};
 
 /// Tenant A: owns VM 3 (churned contexts) by uid.
@@ -117,4 +122,27 @@ pub fn wait_current(dev: &DevNode, pages: &[&MappedPage]) {
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// The totals in a confidential scope's sealed block slot, opened with
+/// [`KEY_CC`] as its tenant's trusted environment would (session key from
+/// the envelope's session and epoch).
+pub fn open_sealed(slot: &BlockSlot) -> [u64; MAX_EVENTS] {
+    let mut payload = slot.payload;
+    cc::open(&KEY_CC, &slot.envelope, &mut payload, &slot.tag)
+        .expect("the tenant's key opens the sealed slot");
+    Block::read_from_bytes(&payload).expect("a block").counters
+}
+
+/// The ledger's totals of a confidential scope: the device seals the
+/// answer under the VM's session key; [`KEY_CC`] opens it.
+pub fn sealed_ledger(dev: &DevNode, ledger_scope: u32, id: u32) -> [u64; MAX_EVENTS] {
+    let mut l = dev.ledger(ledger_scope, id).expect("ledger");
+    assert_ne!(
+        l.flags & ledger_flags::SEALED,
+        0,
+        "a confidential scope's ledger answer is sealed"
+    );
+    cc::open_ledger(&mut l, &KEY_CC).expect("the VM's key opens its ledger");
+    expected(&l)
 }

@@ -46,6 +46,8 @@ pub const GID_C: u32 = 61300;
 pub const ADMIN_GID: u32 = 61900;
 /// Key of confidential VM 3.
 pub const KEY3: [u8; 32] = [0x3c; 32];
+/// Session (boot) id the fixture's device seals VM 3's slots in.
+pub const FIXTURE_SESSION: u64 = 0x5e55_1011_0000_0003;
 
 /// A user to run a child as.
 #[derive(Clone, Debug)]
@@ -180,7 +182,7 @@ impl Fixture {
         totals.insert(Scope::Vm(2), plain(2000, 20));
         totals.insert(Scope::Ctx(21), plain(2100, 21));
         totals.insert(Scope::Ctx(22), plain(2200, 22));
-        let mut cipher = VmCipher::new(3, &KEY3);
+        let mut cipher = VmCipher::new(3, &KEY3, FIXTURE_SESSION);
         let mut sealed = HashMap::new();
         for (scope, kind, id, base) in [
             (Scope::Vm(3), block_kind::VM, 3, 3000),

@@ -59,6 +59,11 @@ struct Args {
     /// request in turn.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS, value_parser = parse_threads)]
     threads: NonZeroUsize,
+    /// Serve the debug ledger (`GPUPM_IOC_LEDGER`), the emulator's exact
+    /// record of what the device generated, for tests and the demo. A
+    /// confidential VM's answers are sealed under its session key.
+    #[arg(long)]
+    debug_ledger: bool,
 }
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
@@ -97,8 +102,12 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     let step = args.clock == Clock::Step;
     let dev = Device::new(&scenario, EngineKind::Batched, step)
         .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
-    tracing::info!(scenario = %scenario.name, step_clock = step, "device model built");
-    Ok(Box::new(ModelBackend::new(dev)))
+    tracing::info!(scenario = %scenario.name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
+    Ok(Box::new(if args.debug_ledger {
+        ModelBackend::with_debug_ledger(dev)
+    } else {
+        ModelBackend::new(dev)
+    }))
 }
 
 fn main() -> ExitCode {

@@ -5,6 +5,10 @@
 //! For every scope (context, VM, system) and event:
 //! `generated = (committed + in_flight + masked) * scale + remainder`, where
 //! `scale` is 32 for multi-bit events and 1 otherwise.
+//!
+//! The system scope is what the system block holds: the device-level units
+//! and the VMs that are not confidential. A confidential VM's counts never
+//! reach RC0, so its rows add nothing to the system row.
 
 use std::collections::HashMap;
 
@@ -54,18 +58,37 @@ pub struct Ledger {
     contexts: HashMap<u32, LedgerRow>,
     vms: HashMap<u32, LedgerRow>,
     system: LedgerRow,
+    /// Bit `v` set: VM `v` is confidential (excluded from the system row).
+    confidential: u64,
 }
 
 impl Ledger {
+    /// An empty ledger; bit `v` of `confidential` marks VM `v` confidential.
+    pub fn new(confidential: u64) -> Self {
+        Ledger {
+            confidential,
+            ..Ledger::default()
+        }
+    }
+
+    /// Empties every row (device reset); the confidential VMs stay.
+    pub fn clear(&mut self) {
+        *self = Ledger::new(self.confidential);
+    }
+
     fn rows(&mut self, who: Attribution) -> [Option<&mut LedgerRow>; 3] {
+        let in_system = 1u64
+            .checked_shl(who.vm)
+            .is_none_or(|bit| self.confidential & bit == 0);
         let Ledger {
             contexts,
             vms,
             system,
+            ..
         } = self;
         let ctx = (who.ctx != 0).then(|| contexts.entry(who.ctx).or_default());
         let vm = (who.vm != 0).then(|| vms.entry(who.vm).or_default());
-        [ctx, vm, Some(system)]
+        [ctx, vm, in_system.then_some(system)]
     }
 
     /// Records generated signal units.
@@ -113,7 +136,7 @@ impl Ledger {
         self.vms.get(&vm).cloned().unwrap_or_default()
     }
 
-    /// Row of the whole device.
+    /// Row of the system scope (everything but confidential VMs).
     pub fn system(&self) -> LedgerRow {
         self.system.clone()
     }

@@ -1,10 +1,13 @@
-//! The out-of-band mailbox (SMBPBI-like): a BMC writes an argument and an
-//! opcode, then reads status and a 64-bit result. Commands read device-level
-//! state directly (the device hands the mailbox a [`MailboxView`] of it);
-//! nothing is allocated, no host memory is touched, no daemon is involved.
+//! A mailbox (SMBPBI-like): a caller writes an argument and an opcode, then
+//! reads status and a 64-bit result. Commands read device-level state
+//! directly (the device hands the mailbox a [`MailboxView`] of it); nothing
+//! is allocated, no host memory is touched, no daemon is involved.
 //!
-//! Registers: `MBOX_ARG`, `MBOX_CMD`, `MBOX_STATUS`, `MBOX_DATA` (the block
-//! at `0x0300..0x0400`).
+//! The device has two, with the same register layout: the host's
+//! (`MBOX_ARG`, `MBOX_CMD`, `MBOX_STATUS`, `MBOX_SEQ`, `MBOX_DATA` at
+//! `0x0300..0x0400`) and the out-of-band one a BMC uses (`OOB_MBOX_*`, the
+//! same offsets plus `OOB_MBOX_DELTA`), so that neither caller's sequence
+//! can interleave with the other's. Offsets here are the host layout's.
 
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::regs::{self as r, mbox_op, mbox_status};
@@ -17,12 +20,15 @@ pub struct Mailbox {
     arg: u32,
     status: u32,
     data: u64,
+    /// Commands completed (`MBOX_SEQ`).
+    seq: u32,
 }
 
 /// The device-level state mailbox commands read.
 #[derive(Clone, Copy, Debug)]
 pub struct MailboxView<'a> {
-    /// The system block's counters (RC0's committed totals).
+    /// The system block's counters (RC0's committed totals, which hold no
+    /// confidential VM's counts).
     pub system_counters: &'a [u64],
     /// Cycles with no context running on any partition.
     pub idle_cycles: u64,
@@ -48,6 +54,7 @@ impl Mailbox {
             r::MBOX_ARG => r32(self.arg),
             r::MBOX_CMD => r32(0),
             r::MBOX_STATUS => r32(self.status),
+            r::MBOX_SEQ => r32(self.seq),
             r::MBOX_DATA => r64(self.data),
             _ => None,
         }
@@ -96,6 +103,7 @@ impl Mailbox {
             Ok(v) => (mbox_status::OK, v),
             Err(status) => (status, 0),
         };
+        self.seq = self.seq.wrapping_add(1);
         self.status
     }
 }
@@ -125,9 +133,11 @@ mod tests {
         let counters = [5u64; EVENT_COUNT];
         let mut m = Mailbox::default();
         assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::IDLE));
+        assert_eq!(m.read(r::MBOX_SEQ), r32(0));
         write(&mut m, r::MBOX_ARG, 1, &counters);
         write(&mut m, r::MBOX_CMD, mbox_op::READ_SYSTEM_COUNTER, &counters);
         assert_eq!(m.read(r::MBOX_STATUS), r32(mbox_status::OK));
+        assert_eq!(m.read(r::MBOX_SEQ), r32(1));
         assert_eq!(m.read(r::MBOX_DATA), r64(5));
         write(&mut m, r::MBOX_CMD, mbox_op::READ_FALLBACKS, &counters);
         assert_eq!(m.read(r::MBOX_DATA), r64(3));

@@ -3,10 +3,12 @@
 //! A counter's rate is the profile's rate for its event in the current
 //! phase, times a fixed per-ULC weight (units are not perfectly balanced)
 //! and a per-(context, event, epoch) jitter, clamped to what one signal can
-//! carry per cycle. Rates are re-evaluated at every epoch boundary and when
-//! a context starts running, so phase lengths are honoured to an epoch.
+//! carry per cycle. Rates are re-evaluated when a context starts running,
+//! at every epoch boundary (the jitter changes) and at the exact cycle its
+//! profile's phase changes.
 
 use gpupm_uapi::events::{self, MAX_EVENTS, MULTIBIT_SCALE};
+use gpupm_uapi::regs::MAX_PARTITION_SLOTS;
 
 use super::ccu::bank::RATE_ONE_Q16;
 use super::ledger::Attribution;
@@ -47,16 +49,18 @@ impl CompiledProfile {
         CompiledProfile { phases, cycle_len }
     }
 
-    /// Q16 base rates at `age` cycles after the context was created.
-    pub fn rates_at(&self, age: u64) -> &[u32; MAX_EVENTS] {
+    /// Q16 base rates at `age` cycles after the context was created, and
+    /// the cycles until the phase changes (`None` for a single phase).
+    pub fn rates_at(&self, age: u64) -> (&[u32; MAX_EVENTS], Option<u64>) {
         let mut pos = age % self.cycle_len;
+        let single = self.phases.len() == 1;
         for (len, q) in &self.phases {
             if pos < *len {
-                return q;
+                return (q, (!single).then_some(len - pos));
             }
             pos -= len;
         }
-        &self.phases[0].1
+        (&self.phases[0].1, None)
     }
 }
 
@@ -159,6 +163,8 @@ pub struct Rates {
     device_profile: Option<usize>,
     ulc_weights: Vec<u32>,
     next_epoch: u64,
+    /// Per partition slot: the cycle its running profile changes phase.
+    phase_change: [u64; MAX_PARTITION_SLOTS as usize],
 }
 
 impl Rates {
@@ -174,20 +180,55 @@ impl Rates {
             device_profile: scenario.device_profile,
             ulc_weights: ulc_weights(topo, scenario.seed),
             next_epoch: EPOCH_CYCLES,
+            phase_change: [u64::MAX; MAX_PARTITION_SLOTS as usize],
         }
     }
 
     /// Base rates of the device-level units at `now` (none without a
-    /// device profile).
-    pub fn device_base(&self, now: u64) -> [u32; MAX_EVENTS] {
-        self.device_profile
-            .map_or([0; MAX_EVENTS], |dp| *self.profiles[dp].rates_at(now))
+    /// device profile; its phases run from cycle 0), and the cycle they
+    /// change (`u64::MAX` if never).
+    pub fn device_base(&self, now: u64) -> ([u32; MAX_EVENTS], u64) {
+        match self.device_profile {
+            Some(dp) => self.profile_base(dp, 0, now),
+            None => ([0; MAX_EVENTS], u64::MAX),
+        }
     }
 
-    /// Base rates of profile `profile` at `age` cycles after the context
-    /// running it was created.
-    pub fn context_base(&self, profile: usize, age: u64) -> [u32; MAX_EVENTS] {
-        *self.profiles[profile].rates_at(age)
+    /// Base rates at `now` of profile `profile` run by a context created at
+    /// `created_at`, and the cycle they change (`u64::MAX` if never).
+    pub fn context_base(
+        &self,
+        profile: usize,
+        created_at: u64,
+        now: u64,
+    ) -> ([u32; MAX_EVENTS], u64) {
+        self.profile_base(profile, created_at, now)
+    }
+
+    fn profile_base(&self, profile: usize, start: u64, now: u64) -> ([u32; MAX_EVENTS], u64) {
+        let (rates, left) = self.profiles[profile].rates_at(now - start);
+        (*rates, left.map_or(u64::MAX, |l| now + l))
+    }
+
+    /// Records that partition `p`'s rates next change phase at `t`.
+    pub fn set_phase_change(&mut self, p: u32, t: u64) {
+        self.phase_change[p as usize] = t;
+    }
+
+    /// Partition `p` stopped generating: no phase change is due.
+    pub fn no_phase_change(&mut self, p: u32) {
+        self.phase_change[p as usize] = u64::MAX;
+    }
+
+    /// The cycle partition `p`'s rates change phase.
+    #[inline]
+    pub fn phase_change(&self, p: u32) -> u64 {
+        self.phase_change[p as usize]
+    }
+
+    /// The earliest phase change of any partition.
+    pub fn next_phase_change(&self) -> u64 {
+        self.phase_change.iter().copied().min().unwrap_or(u64::MAX)
     }
 
     /// The generation rate (Q16) of each flat counter for `who` in the

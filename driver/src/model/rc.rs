@@ -1,7 +1,9 @@
 //! The reduction-channel buffer and the reduction channels (RCs): the
 //! buffer routes each CCU record to the RC of the partition that owns the
-//! record's units and to RC0 (the device-wide view); each RC adds up the
-//! records it receives, 64 bits per event, until it commits.
+//! record's units and to RC0 (the device-wide view) — except records of a
+//! confidential VM's counts, which reach only their partition's RC (whose
+//! commits are sealed), never RC0; each RC adds up the records it
+//! receives, 64 bits per event, until it commits.
 //!
 //! Registers: `RECORDS_ROUTED` (in the trigger block's range) and, per
 //! partition slot, `PART_COMMIT_SEQ`.
@@ -18,21 +20,23 @@ pub type Sums = [u64; MAX_EVENTS];
 
 /// Where a trigger's bank contents go when the batched engine drains them
 /// in its counting pass: the partition's RC (absent for the system CCUs)
-/// and RC0.
+/// and RC0 (absent for a confidential VM's counts).
 #[derive(Debug)]
 pub struct Drain<'a> {
     /// The owning partition's RC.
     pub partition_rc: Option<&'a mut Sums>,
     /// RC0.
-    pub system_rc: &'a mut Sums,
+    pub system_rc: Option<&'a mut Sums>,
 }
 
 impl Drain<'_> {
-    /// Adds `v` counts of `event` to both RCs.
+    /// Adds `v` counts of `event` to the RCs.
     #[inline]
     pub fn add(&mut self, event: u8, v: u32) {
         let (e, v) = (usize::from(event), u64::from(v));
-        self.system_rc[e] += v;
+        if let Some(rc) = self.system_rc.as_deref_mut() {
+            rc[e] += v;
+        }
         if let Some(rc) = self.partition_rc.as_deref_mut() {
             rc[e] += v;
         }
@@ -67,9 +71,10 @@ impl Default for ReductionChannels {
 
 impl ReductionChannels {
     /// Routes one CCU record of partition `owner`: into RC `owner` (unless
-    /// 0) and RC0. A flush ack carries no values and is only counted.
+    /// 0) and, with `to_system`, RC0. A flush ack carries no values and is
+    /// only counted.
     #[inline]
-    pub fn route(&mut self, topo: &Topology, rec: &CcuRecord, owner: u32) {
+    pub fn route(&mut self, topo: &Topology, rec: &CcuRecord, owner: u32, to_system: bool) {
         self.records_routed += 1;
         if rec.flags & ccu_record_flags::FLUSH_ACK != 0 {
             return;
@@ -80,7 +85,9 @@ impl ReductionChannels {
         let (system, partitions) = self.sums.split_at_mut(1);
         for (&v, &e) in rec.values.iter().zip(events) {
             let (v, e) = (u64::from(v), usize::from(e));
-            system[0][e] += v;
+            if to_system {
+                system[0][e] += v;
+            }
             if owner != 0 {
                 partitions[owner as usize - 1][e] += v;
             }
@@ -94,13 +101,13 @@ impl ReductionChannels {
         self.records_routed += n;
     }
 
-    /// Where partition `p`'s drained banks go.
+    /// Where partition `p`'s drained banks go (RC0 only `to_system`).
     #[inline]
-    pub fn drain(&mut self, p: u32) -> Drain<'_> {
+    pub fn drain(&mut self, p: u32, to_system: bool) -> Drain<'_> {
         let (system, partitions) = self.sums.split_at_mut(1);
         Drain {
             partition_rc: (p != 0).then(|| &mut partitions[p as usize - 1]),
-            system_rc: &mut system[0],
+            system_rc: to_system.then(|| &mut system[0]),
         }
     }
 
@@ -169,18 +176,22 @@ mod tests {
             ..CcuRecord::default()
         };
         let mut rc = ReductionChannels::default();
-        rc.route(&topo, &rec, 1);
+        rc.route(&topo, &rec, 1, true);
         let first = topo.ccus[c as usize].counters.start as usize;
         let e0 = usize::from(topo.counter_event[first]);
         assert_eq!(rc.sums[1][e0], 3);
+        assert_eq!(rc.sums[0][e0], 3);
+        // A confidential VM's record reaches only its partition's RC.
+        rc.route(&topo, &rec, 1, false);
+        assert_eq!(rc.sums[1][e0], 6);
         assert_eq!(rc.sums[0][e0], 3);
         let ack = CcuRecord {
             flags: ccu_record_flags::FLUSH_ACK,
             ..rec
         };
-        rc.route(&topo, &ack, 1);
-        assert_eq!(rc.read_global(r::RECORDS_ROUTED), Some(RegValue::R64(2)));
-        assert_eq!(rc.take(1)[e0], 3);
+        rc.route(&topo, &ack, 1, true);
+        assert_eq!(rc.read_global(r::RECORDS_ROUTED), Some(RegValue::R64(3)));
+        assert_eq!(rc.take(1)[e0], 6);
         assert_eq!(rc.take(1)[e0], 0);
         assert_eq!(rc.committed(1, 50), 0);
         assert_eq!(rc.committed(1, 90), 50);

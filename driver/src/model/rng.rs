@@ -38,6 +38,9 @@ pub mod domain {
     pub const PHASE: u64 = 3;
     /// Periodic-trigger dithering R.
     pub const DITHER: u64 = 4;
+    /// Pinned session ids (test builds only).
+    #[cfg(any(test, feature = "test-utils"))]
+    pub const SESSION: u64 = 5;
 }
 
 #[cfg(test)]

@@ -105,11 +105,12 @@ impl TriggerBlock {
     }
 
     /// Schedules the next periodic trigger one period (plus the dither R,
-    /// uniform in 0..=255) after `from`.
+    /// uniform in `0..=DITHER_MAX`) after `from`.
     pub fn schedule_periodic(&mut self, from: u64) {
         self.next_periodic = if self.ctrl & trig_ctrl::PERIODIC_ENABLE != 0 && self.period > 0 {
             let dither = if self.ctrl & trig_ctrl::DITHER != 0 {
-                rng::hash(self.seed, &[rng::domain::DITHER, self.periodic_index]) & 0xFF
+                rng::hash(self.seed, &[rng::domain::DITHER, self.periodic_index])
+                    & u64::from(r::DITHER_MAX)
             } else {
                 0
             };
@@ -131,10 +132,11 @@ impl TriggerBlock {
         self.schedule_periodic(t);
     }
 
-    /// The CCU threshold, if threshold triggers are enabled.
+    /// The CCU threshold (threshold triggers are always enabled: they are
+    /// the wrap guard).
     #[inline]
-    pub fn threshold(&self) -> Option<u32> {
-        (self.ctrl & trig_ctrl::THRESHOLD_ENABLE != 0).then_some(self.threshold)
+    pub fn threshold(&self) -> u32 {
+        self.threshold
     }
 
     /// The command target (`TRIG_TARGET`).
@@ -181,7 +183,11 @@ impl TriggerBlock {
         match offset {
             r::TRIG_PERIOD if v == 0 || v >= r::TRIG_PERIOD_MIN => Ok(TriggerWrite::Period(v)),
             r::TRIG_PERIOD => bad("period below TRIG_PERIOD_MIN"),
-            r::TRIG_CTRL if v & !trig_ctrl::ALL == 0 => Ok(TriggerWrite::Ctrl(v)),
+            r::TRIG_CTRL if v & !trig_ctrl::ALL != 0 => bad("undefined bits set"),
+            r::TRIG_CTRL if v & trig_ctrl::THRESHOLD_ENABLE == 0 => bad(
+                "THRESHOLD_ENABLE must stay set: threshold triggers keep CCU counters from wrapping",
+            ),
+            r::TRIG_CTRL => Ok(TriggerWrite::Ctrl(v)),
             r::TRIG_THRESHOLD if (r::TRIG_THRESHOLD_MIN..=r::TRIG_THRESHOLD_MAX).contains(&v) => {
                 Ok(TriggerWrite::Threshold(v))
             }
@@ -201,7 +207,7 @@ impl TriggerBlock {
             }
             r::TRIG_CMD => bad("needs defined command bits and a non-empty TRIG_TARGET"),
             r::TRIG_EXTERNAL if v == 1 => Ok(TriggerWrite::External),
-            r::TRIG_CTRL | r::TRIG_EXTERNAL => bad("undefined bits set"),
+            r::TRIG_EXTERNAL => bad("undefined bits set"),
             _ => Err(Reject::ReadOnly),
         }
     }
@@ -247,12 +253,27 @@ mod tests {
         for _ in 0..64 {
             let from = d.next_periodic();
             d.periodic_delivered(from);
-            assert!((from + 2048..from + 2048 + 256).contains(&d.next_periodic()));
+            let dithered = from + 2048..=from + 2048 + u64::from(r::DITHER_MAX);
+            assert!(dithered.contains(&d.next_periodic()));
         }
         assert_eq!(
             TriggerBlock::new(spec(0, false), 1).next_periodic(),
             u64::MAX
         );
+    }
+
+    #[test]
+    fn threshold_triggers_cannot_be_switched_off() {
+        let mut target = 0;
+        let without = trig_ctrl::PERIODIC_ENABLE | trig_ctrl::DITHER;
+        assert!(matches!(
+            TriggerBlock::check_write(r::TRIG_CTRL, without, &mut target, 1),
+            Err(Reject::BadValue(_))
+        ));
+        assert!(matches!(
+            TriggerBlock::check_write(r::TRIG_CTRL, trig_ctrl::THRESHOLD_ENABLE, &mut target, 1),
+            Ok(TriggerWrite::Ctrl(_))
+        ));
     }
 
     #[test]

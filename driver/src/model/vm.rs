@@ -2,7 +2,7 @@
 //! (the confidential envelope's [`KeySlot`]), and its runnable contexts.
 //!
 //! Registers, per VM entry (`VM_BASE + vm * VM_STRIDE`): `VM_PARTITION`,
-//! `VM_BLOCK`, and the key registers `VM_FLAGS`, `VM_KEY*` owned by the
+//! `VM_BLOCK`, and the key registers `VM_FLAGS`, `VM_KEY_*` owned by the
 //! entry's [`KeySlot`]. Entry 0 does not exist (VM ids start at 1).
 
 use std::collections::BTreeSet;
@@ -11,11 +11,11 @@ use gpupm_uapi::layout;
 use gpupm_uapi::regs::{self as r, MAX_VMS};
 
 use super::access::{r32, r64, RegValue, Reject};
-use super::cc::{KeySlot, KeyWrite, VmCipher};
+use super::cc::{KeySlot, KeyWrite, RekeyStaging, VmCipher};
 use crate::scenario::VmSpec;
 
 /// A VM table entry.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 struct VmEntry {
     /// Partition slot the VM is bound to (0 = entry unused).
     partition: u32,
@@ -25,7 +25,7 @@ struct VmEntry {
 }
 
 /// The VM table (index = VM id).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct VmTable {
     entries: Vec<VmEntry>,
 }
@@ -33,18 +33,34 @@ pub struct VmTable {
 impl Default for VmTable {
     fn default() -> Self {
         VmTable {
-            entries: vec![VmEntry::default(); MAX_VMS as usize],
+            entries: (0..MAX_VMS).map(|_| VmEntry::default()).collect(),
         }
     }
 }
 
 impl VmTable {
-    /// Binds VM `spec.id` to its partition with its key. The id must be in
-    /// `1..MAX_VMS` (the caller checks).
-    pub fn configure(&mut self, spec: &VmSpec) {
+    /// Binds VM `spec.id` to its partition with its key, sealing in
+    /// device session `session`. The id must be in `1..MAX_VMS` (the
+    /// caller checks).
+    pub fn configure(&mut self, spec: &VmSpec, session: u64) {
         let e = &mut self.entries[spec.id as usize];
         e.partition = spec.partition;
-        e.keys = KeySlot::new(spec.id, spec.confidential_key.as_ref());
+        e.keys = KeySlot::new(spec.id, spec.confidential_key.as_ref(), session);
+    }
+
+    /// Moves every confidential VM to device session `session` (reset).
+    pub fn start_session(&mut self, session: u64) {
+        for e in &mut self.entries {
+            e.keys.start_session(session);
+        }
+    }
+
+    /// Whether VM `vm` is confidential.
+    #[inline]
+    pub fn confidential(&self, vm: u32) -> bool {
+        self.entries
+            .get(vm as usize)
+            .is_some_and(|e| e.keys.confidential())
     }
 
     /// Partition slot VM `vm` is bound to; 0 for an unused entry or an id
@@ -58,11 +74,6 @@ impl VmTable {
     #[inline]
     pub fn cipher(&mut self, vm: u32) -> Option<&mut VmCipher> {
         self.entries.get_mut(vm as usize)?.keys.cipher()
-    }
-
-    /// A copy of VM `vm`'s cipher, if it is confidential.
-    pub fn cipher_copy(&self, vm: u32) -> Option<VmCipher> {
-        self.entries.get(vm as usize)?.keys.cipher_copy()
     }
 
     /// Runnable contexts of VM `vm`, in id order.
@@ -99,10 +110,17 @@ impl VmTable {
         }
     }
 
-    /// Checks a write of `v` to register `offset` of entry `vm`.
-    pub fn check_write(&self, vm: u32, offset: u64, v: u32) -> Result<KeyWrite, Reject> {
+    /// Checks a write of `v` to register `offset` of entry `vm`; `staged`
+    /// is the batch's view of the rekey staging registers.
+    pub fn check_write(
+        &self,
+        vm: u32,
+        offset: u64,
+        v: u32,
+        staged: &mut RekeyStaging,
+    ) -> Result<KeyWrite, Reject> {
         match self.entries.get(vm as usize) {
-            Some(e) if KeySlot::owns(offset) => e.keys.check_write(offset, v),
+            Some(e) if KeySlot::owns(offset) => e.keys.check_write(offset, v, staged),
             _ => Err(Reject::ReadOnly),
         }
     }
@@ -122,17 +140,21 @@ mod tests {
     #[test]
     fn entries_report_binding_and_block_and_refuse_binding_writes() {
         let mut t = VmTable::default();
-        t.configure(&VmSpec {
-            id: 3,
-            partition: 2,
-            confidential_key: None,
-        });
+        t.configure(
+            &VmSpec {
+                id: 3,
+                partition: 2,
+                confidential_key: None,
+            },
+            1,
+        );
         assert_eq!(t.read(3, r::VM_PARTITION), r32(2));
         assert_eq!(t.read(3, r::VM_BLOCK), r64(layout::block_slot_offset(3)));
         assert_eq!(t.read(4, r::VM_BLOCK), r64(0));
         assert_eq!(t.read(0, r::VM_PARTITION), None);
         assert_eq!(
-            t.check_write(3, r::VM_PARTITION, 1).err(),
+            t.check_write(3, r::VM_PARTITION, 1, &mut RekeyStaging::default())
+                .err(),
             Some(Reject::ReadOnly)
         );
         t.set_runnable(3, 9, true);

@@ -44,7 +44,9 @@ pub trait DeviceBackend: Send + 'static {
     fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, BackendError)>;
     /// Step clock only; returns the new cycle.
     fn advance(&mut self, cycles: u64) -> Result<u64, BackendError>;
-    /// Privileged ledger read.
+    /// Whether the debug ledger (`GPUPM_IOC_LEDGER`) exists.
+    fn debug_ledger(&self) -> bool;
+    /// Debug ledger read (sealed for a confidential VM's scopes).
     fn ledger(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, BackendError>;
     /// Device reset.
     fn reset(&mut self) -> Result<(), BackendError>;

@@ -398,9 +398,12 @@ fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError
         )));
     }
     let end = offset.saturating_add(u64::from(width));
+    // The OOB mailbox is the BMC's alone: the host's node cannot reach it,
+    // so the two callers' mailbox sequences can never interleave.
+    let oob = regs::OOB_MBOX_ARG..regs::OOB_MBOX_DATA + 8;
     let in_range = match kind {
-        NodeKind::Card => end <= regs::BAR0_SIZE,
-        NodeKind::Oob => offset >= regs::MBOX_ARG && end <= regs::MBOX_DATA + 8,
+        NodeKind::Card => end <= regs::BAR0_SIZE && !(offset < oob.end && end > oob.start),
+        NodeKind::Oob => offset >= oob.start && end <= oob.end,
     };
     if !in_range {
         return Err(malformed(format!(
@@ -421,7 +424,11 @@ mod tests {
         assert!(reg_access(NodeKind::Card, 0, 2).is_err());
         assert!(reg_access(NodeKind::Card, regs::BAR0_SIZE, 4).is_err());
         assert!(reg_access(NodeKind::Card, u64::MAX - 3, 4).is_err());
-        assert!(reg_access(NodeKind::Oob, regs::MBOX_DATA, 8).is_ok());
+        assert!(reg_access(NodeKind::Oob, regs::OOB_MBOX_DATA, 8).is_ok());
+        assert!(reg_access(NodeKind::Oob, regs::MBOX_DATA, 8).is_err());
         assert!(reg_access(NodeKind::Oob, regs::ID, 4).is_err());
+        assert!(reg_access(NodeKind::Card, regs::OOB_MBOX_ARG, 4).is_err());
+        assert!(reg_access(NodeKind::Card, regs::OOB_MBOX_DATA, 8).is_err());
+        assert!(reg_access(NodeKind::Card, regs::MBOX_DATA, 8).is_ok());
     }
 }

@@ -65,10 +65,21 @@ pub fn dispatch(
             arg.now = backend.advance(arg.cycles)?;
             Ok(IoctlReply::ok(&arg))
         }
+        _ if ioc::ty(cmd) == IOC_MAGIC
+            && ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
+            && !backend.debug_ledger() =>
+        {
+            // The ledger is the emulator's oracle, not part of the device:
+            // without --debug-ledger the ioctl does not exist.
+            Err(NodeError::UnknownIoctl(cmd))
+        }
         GPUPM_IOC_LEDGER => {
             let arg: LedgerQuery = decode(input)?;
             check_version(arg.version)?;
             check_flags(arg.flags)?;
+            if arg.envelope != Default::default() || arg.tag != [0; 16] {
+                return Err(malformed("ledger query with a non-zero envelope or tag"));
+            }
             let scope_ok = match arg.scope {
                 ledger_scope::CONTEXT | ledger_scope::VM => arg.id != 0,
                 ledger_scope::SYSTEM => arg.id == 0,
@@ -84,7 +95,6 @@ pub fn dispatch(
             out.version = IOCTL_STRUCT_VERSION;
             out.scope = arg.scope;
             out.id = arg.id;
-            out.flags = 0;
             Ok(IoctlReply::ok(&out))
         }
         GPUPM_IOC_RESET => {

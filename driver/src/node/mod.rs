@@ -24,8 +24,10 @@
 //!   A failed `GPUPM_IOC_REG_BATCH` fails with the op's errno and still
 //!   copies back the argument with `failed_index` set.
 //!
-//! `card0-oob` accepts only 4/8-byte `pread`/`pwrite` of the `MBOX_*`
-//! registers (the BMC path).
+//! `card0-oob` accepts only 4/8-byte `pread`/`pwrite` of the `OOB_MBOX_*`
+//! registers (the BMC path); `card0` reaches every register but those.
+//! `GPUPM_IOC_LEDGER` exists only when the driver runs with
+//! `--debug-ledger` (otherwise ENOTTY).
 //!
 //! Every request's uid/gid is checked against the admin policy
 //! ([`access`]); others get EACCES, on `open` and on every later request.

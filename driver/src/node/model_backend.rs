@@ -13,12 +13,25 @@ use crate::model::{Device, DeviceError, RegError};
 #[derive(Debug)]
 pub struct ModelBackend {
     dev: Device,
+    debug_ledger: bool,
 }
 
 impl ModelBackend {
-    /// Serves `dev`.
+    /// Serves `dev`, without the debug ledger.
     pub fn new(dev: Device) -> Self {
-        ModelBackend { dev }
+        ModelBackend {
+            dev,
+            debug_ledger: false,
+        }
+    }
+
+    /// Serves `dev` with the debug ledger (`GPUPM_IOC_LEDGER`): the
+    /// emulator's test oracle, for tests and the demo.
+    pub fn with_debug_ledger(dev: Device) -> Self {
+        ModelBackend {
+            dev,
+            debug_ledger: true,
+        }
     }
 }
 
@@ -60,13 +73,23 @@ impl DeviceBackend for ModelBackend {
         self.dev.advance(cycles).map_err(from_device)
     }
 
+    fn debug_ledger(&self) -> bool {
+        self.debug_ledger
+    }
+
     fn ledger(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, BackendError> {
+        if !self.debug_ledger {
+            return Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ));
+        }
         self.dev.ledger_query(scope, id).map_err(from_device)
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {
-        self.dev.reset();
-        Ok(())
+        self.dev
+            .reset()
+            .map_err(|e| BackendError::Fault(e.to_string()))
     }
 
     fn tick(&mut self, now: Instant) {

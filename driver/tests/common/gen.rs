@@ -15,8 +15,10 @@ fn profile(idx: usize) -> impl Strategy<Value = ProfileSpec> {
         .filter(|e| e.unit != UnitType::Nvlink)
         .map(|e| e.id)
         .collect();
+    // Short phases too, so that runs of a few thousand cycles cross phase
+    // boundaries (which take effect at their exact cycle).
     let phase = (
-        1_000u64..150_000,
+        prop_oneof![1_000u64..8_000, 1_000u64..150_000],
         proptest::sample::subsequence(event_ids, 1..12),
         prop::collection::vec(0.0f64..=1.0, 12),
     )
@@ -302,7 +304,15 @@ pub fn apply(dev: &mut Device, host: &mut Host, op: &Op) {
                 (r::part(p, r::PART_RC_BIND_VM), vm),
                 (r::part(p, r::PART_RC_BIND_CTX), ctx),
             ];
-            for &(off, v) in writes.iter().take(usize::from(steps)) {
+            for (i, &(off, v)) in writes.iter().enumerate().take(usize::from(steps)) {
+                if i == 5 {
+                    // Step 5: the flush acks arrive after device time; the
+                    // fallback may finish the switch meanwhile.
+                    dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES)).unwrap();
+                    if hs(dev, p) != hs_state::ACKED {
+                        return;
+                    }
+                }
                 dev.write_reg(off, 4, v).unwrap();
             }
             if outgoing == 0 || wait == 0 {

@@ -5,6 +5,7 @@
 
 pub mod gen;
 
+use gpupm_driver::model::cc::BootIds;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::*;
 use gpupm_uapi::events::{self, UnitType, MAX_EVENTS};
@@ -168,8 +169,11 @@ pub fn small_scenario() -> Scenario {
     }
 }
 
+/// A step-clock device whose session ids are pinned to the scenario's
+/// seed, so that two devices built alike seal alike (the determinism and
+/// engine comparisons compare ciphertext too).
 pub fn device(s: &Scenario, engine: EngineKind) -> Device {
-    Device::new(s, engine, true).expect("scenario builds")
+    Device::with_boot_ids(s, engine, true, BootIds::Pinned(s.seed)).expect("scenario builds")
 }
 
 /// Everything host-visible: every readable register and the whole memory window.

@@ -100,6 +100,8 @@ pub struct Options {
     /// tests, but also logs every FUSE request, which a benchmark must not
     /// pay for.
     pub log: &'static str,
+    /// `--debug-ledger`: most tests check the blocks against the ledger.
+    pub debug_ledger: bool,
 }
 
 impl Default for Options {
@@ -111,6 +113,7 @@ impl Default for Options {
             scenario: Scenario::Toml(scenario::small()),
             threads: None,
             log: "debug",
+            debug_ledger: true,
         }
     }
 }
@@ -184,6 +187,9 @@ impl Driver {
         }
         if let Some(gid) = opts.admin_gid {
             cmd.arg("--admin-gid").arg(gid.to_string());
+        }
+        if opts.debug_ledger {
+            cmd.arg("--debug-ledger");
         }
         let child = cmd.spawn().expect("spawn gpupm-driver");
         let mut d = Driver {

@@ -13,8 +13,9 @@ use gpupm_driver::model::LedgerTotals;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::intr::{source, InterruptRecord};
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp, GPUPM_IOC_ADVANCE,
-    GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
+    ledger_flags, ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, RegOp,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
+    IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
 };
 use gpupm_uapi::layout::{
     self, block_kind, envelope_flags, Block, BlockSlot, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET,
@@ -88,13 +89,35 @@ pub fn identity(card: &File) -> Identity {
     id
 }
 
-/// `GPUPM_IOC_LEDGER` of one scope.
+/// `GPUPM_IOC_LEDGER` of one scope, as answered (sealed for a
+/// confidential VM's scopes).
 pub fn ledger(card: &File, scope: u32, id: u32) -> io::Result<LedgerQuery> {
     let mut q = LedgerQuery::new_zeroed();
     q.version = IOCTL_STRUCT_VERSION;
     q.scope = scope;
     q.id = id;
     ioctl(card, GPUPM_IOC_LEDGER, q.as_mut_bytes())?;
+    Ok(q)
+}
+
+/// [`ledger`] opened with `key` when the answer is sealed (the tenant's
+/// view of a confidential VM's ledger).
+pub fn ledger_opened(
+    card: &File,
+    scope: u32,
+    id: u32,
+    key: Option<&[u8; 32]>,
+) -> io::Result<LedgerQuery> {
+    let mut q = ledger(card, scope, id)?;
+    let sealed = q.flags & ledger_flags::SEALED != 0;
+    assert_eq!(
+        sealed,
+        key.is_some(),
+        "sealing of the ledger of {scope}/{id}"
+    );
+    if let Some(k) = key {
+        gpupm_driver::model::cc::open_ledger(&mut q, k).expect("ledger opens under the VM key");
+    }
     Ok(q)
 }
 
@@ -146,10 +169,7 @@ pub fn handshake(card: &File, p: u32) -> io::Result<()> {
     ];
     batch(card, &mut first)?;
     let (next_vm, next_ctx) = (first[0].value, first[1].value);
-    let mut acked = first[6].value;
-    while acked != first[7].value {
-        acked = rd64(card, r::part(p, r::PART_CCU_ACKED))?;
-    }
+    wait_for_acks(card, p, first[6].value, first[7].value)?;
     let mut second = [
         write_op(r::part(p, r::PART_RC_BIND_VM), next_vm),
         write_op(r::part(p, r::PART_RC_BIND_CTX), next_ctx),
@@ -160,6 +180,33 @@ pub fn handshake(card: &File, p: u32) -> io::Result<()> {
         write_op(r::part(p, r::PART_CTRL), 0),
     ];
     batch(card, &mut second)
+}
+
+/// Reads of `PART_CCU_ACKED` before [`wait_for_acks`] gives up.
+pub const ACK_POLLS: u32 = 1_000;
+
+/// Step 5 through the node: polls `PART_CCU_ACKED` of partition `p` (last
+/// read `acked`) until every CCU in `assigned` acked, advancing a step
+/// clock by the largest ack latency between polls (a real-time clock moves
+/// by itself); at most [`ACK_POLLS`] polls, then `TimedOut`.
+pub fn wait_for_acks(card: &File, p: u32, mut acked: u64, assigned: u64) -> io::Result<()> {
+    let step = rd32(card, r::DEVICE_STATUS)? & r::device_status::STEP_CLOCK != 0;
+    for _ in 0..ACK_POLLS {
+        if acked & assigned == assigned {
+            return Ok(());
+        }
+        if step {
+            advance(card, u64::from(r::FLUSH_ACK_MAX_CYCLES))?;
+        }
+        acked = rd64(card, r::part(p, r::PART_CCU_ACKED))?;
+    }
+    if acked & assigned == assigned {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        format!("partition {p}: flush acks {acked:#x} of {assigned:#x} after {ACK_POLLS} polls"),
+    ))
 }
 
 /// What servicing has seen so far.
@@ -337,7 +384,8 @@ pub fn assert_conserved(
     let mut out = Conservation::default();
     for (id, vm, state) in contexts(card, max_ctx) {
         assert!(state == ctx_state::ACTIVE || state == ctx_state::DESTROYED);
-        let want = expected(&ledger(card, ledger_scope::CONTEXT, id).unwrap());
+        let key = key_of(vm);
+        let want = expected(&ledger_opened(card, ledger_scope::CONTEXT, id, key.as_ref()).unwrap());
         let off = rd64(card, r::ctx(id, r::CTX_BLOCK)).unwrap();
         let block = read_block(card, off, key_of(vm).as_ref());
         assert_eq!(
@@ -351,7 +399,8 @@ pub fn assert_conserved(
         out.contexts += 1;
     }
     for &vm in vms {
-        let want = expected(&ledger(card, ledger_scope::VM, vm).unwrap());
+        let key = key_of(vm);
+        let want = expected(&ledger_opened(card, ledger_scope::VM, vm, key.as_ref()).unwrap());
         let off = rd64(card, r::vm(vm, r::VM_BLOCK)).unwrap();
         let block = read_block(card, off, key_of(vm).as_ref());
         assert_eq!((block.kind, block.id), (block_kind::VM, vm));
@@ -381,7 +430,8 @@ pub fn assert_conserved(
 pub fn digest(card: &File) -> Vec<u8> {
     let mut out = Vec::new();
     let ranges = [
-        (0, 0x400),
+        (0, r::OOB_MBOX_ARG),
+        (r::OOB_MBOX_ARG + r::OOB_MBOX_DELTA, 0x600),
         (r::PART_BASE, r::CCU_BASE),
         (r::CCU_BASE, r::VM_BASE),
         (

@@ -79,7 +79,7 @@ impl Node {
         let dir = TempDir::new(&format!("node-{name}"));
         fs::write(dir.join("scenario.toml"), scenario).expect("write the scenario");
         let mut cmd = Command::new(bins.join("gpupm-driver"));
-        cmd.args(["--clock", "step", "--scenario"])
+        cmd.args(["--clock", "step", "--debug-ledger", "--scenario"])
             .arg(dir.join("scenario.toml"))
             .arg("--node-dir")
             .arg(dir.join("dev"))

@@ -125,7 +125,8 @@ fn start(
     daemon_bin: &Path,
 ) -> CliResult<(Proc, Proc)> {
     let mut cmd = Command::new(driver_bin);
-    cmd.args(["--clock", "step", "--node-dir"])
+    // The demo compares every total with the device's debug ledger.
+    cmd.args(["--clock", "step", "--debug-ledger", "--node-dir"])
         .arg(tmp.join("dev"));
     if let Some(p) = &args.scenario {
         cmd.arg("--scenario").arg(p);

@@ -122,14 +122,22 @@ fn instance_totals(
 /// Reads every total and compares with the ledger.
 pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
     let who = node.whoami()?;
-    let ledger = |scope, id| {
-        dev.ledger(scope, id)
-            .map(|l| expected(&l))
-            .map_err(|e| CliError::runtime(crate::error::one_line(e)))
+    // A confidential VM's ledger answers are sealed like its blocks: the
+    // demo opens them with the VM's key from the scenario, as its tenant
+    // would.
+    let ledger = |scope, id, key: Option<&[u8; 32]>| {
+        let mut l = dev
+            .ledger(scope, id)
+            .map_err(|e| CliError::runtime(crate::error::one_line(e)))?;
+        if let Some(k) = key {
+            cc::open_ledger(&mut l, k)
+                .map_err(|e| CliError::runtime(format!("ledger of {scope}/{id}: {e}")))?;
+        }
+        Ok::<_, CliError>(expected(&l))
     };
     let mut mismatches = Vec::new();
     let system = node.totals(Scope::System)?.values;
-    if system != ledger(ledger_scope::SYSTEM, 0)? {
+    if system != ledger(ledger_scope::SYSTEM, 0, None)? {
         mismatches.push("system".to_string());
     }
     // Context ids are reused, across VMs too: a scope read answers for the
@@ -157,9 +165,9 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
         let rc = node.totals(Scope::Vm(vm))?;
         let sealed = node::sealed(&rc);
         let totals = answer(&rc, key);
-        if totals
-            .is_some_and(|t| t != ledger(ledger_scope::VM, vm).unwrap_or([u64::MAX; MAX_EVENTS]))
-        {
+        if totals.is_some_and(|t| {
+            t != ledger(ledger_scope::VM, vm, key).unwrap_or([u64::MAX; MAX_EVENTS])
+        }) {
             mismatches.push(format!("VM {vm}"));
         }
         let mut contexts = Vec::new();
@@ -172,7 +180,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
             };
             if live
                 && totals.is_some_and(|t| {
-                    t != ledger(ledger_scope::CONTEXT, c.ctx).unwrap_or([u64::MAX; MAX_EVENTS])
+                    t != ledger(ledger_scope::CONTEXT, c.ctx, key).unwrap_or([u64::MAX; MAX_EVENTS])
                 })
             {
                 mismatches.push(format!("context {}", c.ctx));

@@ -17,18 +17,31 @@
 //! 9-bit ULC counter (≤ 1 count per cycle) never wraps.
 
 use gpupm_uapi::events::MAX_EVENTS;
-use gpupm_uapi::regs::MAX_PARTITION_SLOTS;
+use gpupm_uapi::regs::{
+    CCU_COUNTER_BITS, MAX_PARTITION_SLOTS, MULTIBIT_ACC_BITS, ULC_COUNTER_BITS, ULC_COUNTER_MAX,
+};
 
 use crate::model::ledger::{Attribution, Ledger};
 use crate::model::rng;
 use crate::model::topology::Topology;
 
 /// Cycles between ULC transfers (2^9 - 1).
-pub const ULC_PERIOD: u64 = 511;
-/// Largest value of a ULC counter.
-pub const ULC_MAX: u16 = 511;
+pub const ULC_PERIOD: u64 = ULC_COUNTER_MAX as u64;
+/// Largest value of a 9-bit ULC counter.
+// 511 fits in 16 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+pub const ULC_MAX: u16 = {
+    assert!(ULC_COUNTER_BITS <= 16);
+    ULC_COUNTER_MAX as u16
+};
 /// Mask of a 28-bit CCU counter.
-pub const CCU_MASK: u32 = (1 << 28) - 1;
+pub const CCU_MASK: u32 = (1 << CCU_COUNTER_BITS) - 1;
+/// Value of the 6-bit multi-bit accumulator's most significant bit (32):
+/// the accumulator drives one count per this many signal units.
+pub const ACC_MSB: u64 = 1 << (MULTIBIT_ACC_BITS - 1);
+/// The residue the accumulator keeps below its most significant bit.
+pub const ACC_RESIDUE_MASK: u64 = ACC_MSB - 1;
+const _: () = assert!(ACC_MSB == gpupm_uapi::events::MULTIBIT_SCALE);
 /// Q16 rate of a signal asserted every cycle.
 pub const RATE_ONE_Q16: u32 = 1 << 16;
 
@@ -60,6 +73,10 @@ pub struct PartCounting {
     pub ulc_paused: bool,
     /// Largest active-bank CCU counter of the partition.
     pub max_active: u32,
+    /// The last transfer boundary at or before the partition's banks were
+    /// last emitted: no active-bank counter holds counts of cycles before
+    /// it (the confidential threshold guard counts from here).
+    pub guard_from: u64,
 }
 
 /// Counter state of the whole device (structure of arrays, flat counter index).
@@ -161,6 +178,23 @@ impl Counting {
                 .map(|p| (p.synced_to, p.max_active))
                 .collect(),
         }
+    }
+
+    /// The confidential threshold guard: the first transfer boundary at
+    /// which a counter of `p` could have reached `threshold` whatever the
+    /// workload — a counter counts at most once per cycle, and holds only
+    /// counts of cycles since [`PartCounting::guard_from`]. It depends on
+    /// time alone, so a confidential partition's threshold triggers reveal
+    /// nothing of what it counted; before it no counter can reach the
+    /// threshold, so the guard still keeps every counter from wrapping.
+    #[inline]
+    pub fn guard_horizon(&self, p: u32, threshold: u32) -> u64 {
+        let part = &self.parts[p as usize];
+        if part.ulc_paused {
+            return u64::MAX;
+        }
+        let transfers = u64::from(threshold).div_ceil(ULC_PERIOD).max(1);
+        part.guard_from + transfers * ULC_PERIOD
     }
 
     /// Earliest transfer boundary at which a counter of `p` could reach
@@ -288,10 +322,13 @@ impl Counting {
         self.parts[p as usize].max_active >= thr
     }
 
-    /// Partition `p`'s banks were just emitted: nothing is active.
+    /// Partition `p`'s banks were just emitted (the partition is synced to
+    /// now): nothing is active.
     #[inline]
     pub fn banks_emitted(&mut self, p: u32) {
-        self.parts[p as usize].max_active = 0;
+        let part = &mut self.parts[p as usize];
+        part.max_active = 0;
+        part.guard_from = part.synced_to / ULC_PERIOD * ULC_PERIOD;
     }
 
     /// Pauses or resumes partition `p`'s periodic ULC→CCU transfers
@@ -301,8 +338,10 @@ impl Counting {
         self.parts[p as usize].ulc_paused = paused;
     }
 
-    /// Clears every CCU's mask index (device reset).
-    pub fn reset_mask_indices(&mut self) {
+    /// Unmasks every counter and clears every CCU's mask index (device
+    /// reset: the scenario masks nothing). Every partition must be synced.
+    pub fn reset_masks(&mut self) {
+        self.masked.fill(false);
         self.mask_index.fill(0);
     }
 
@@ -322,14 +361,15 @@ impl Counting {
         self.parts[p as usize].who = who;
     }
 
-    /// Zeroes every ULC, accumulator and CCU bank (device reset); generation
-    /// segments carry on.
+    /// Zeroes every ULC, accumulator and CCU bank (device reset; every
+    /// partition synced); generation segments carry on.
     pub fn zero_values(&mut self) {
         self.acc.fill(0);
         self.pending.fill(0);
         self.bank.fill([0; 2]);
         for p in &mut self.parts {
             p.max_active = 0;
+            p.guard_from = p.synced_to / ULC_PERIOD * ULC_PERIOD;
         }
     }
 
@@ -364,7 +404,7 @@ pub(crate) fn ulc_counts(acc: &mut u8, multibit: bool, signal: u64) -> u64 {
     if multibit {
         let x = u64::from(*acc) + signal;
         *acc = residue5(x);
-        x >> 5
+        x / ACC_MSB
     } else {
         signal
     }
@@ -398,7 +438,7 @@ pub(crate) fn ulc9(count: u64) -> u16 {
 /// five bits (the sixth, the MSB, drove the count).
 #[inline]
 pub(crate) fn residue5(x: u64) -> u8 {
-    u8::try_from(x & 31).unwrap_or(0)
+    u8::try_from(x & ACC_RESIDUE_MASK).unwrap_or(0)
 }
 
 /// The low 16 bits of `x` (a generator phase is a Q16 fraction).

@@ -42,7 +42,8 @@ pub(super) fn sync_and_trigger(
     for &c in &topo.partition_ccus[p as usize] {
         st.active_bank[c as usize] ^= 1;
     }
-    st.parts[p as usize].max_active = 0;
+    st.parts[p as usize].synced_to = t.max(st.parts[p as usize].synced_to);
+    st.banks_emitted(p);
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -4,7 +4,7 @@
 
 use gpupm_uapi::events::{MAX_CCU_ULCS, MAX_ULC_COUNTERS};
 use gpupm_uapi::layout::{ccu_record_flags, CcuRecord, RECORD_VALUES};
-use gpupm_uapi::regs::MAX_CCUS;
+use gpupm_uapi::regs::{flush_ack_latency, MAX_CCUS};
 
 use super::bank::Counting;
 use crate::model::topology::Topology;
@@ -58,19 +58,30 @@ impl Counting {
         total
     }
 
-    /// Partition `p`'s CCUs answer a flush request: each hands `route` its
-    /// flush ack (their pending records went out with the trigger before).
-    /// Returns the mask of CCUs that acked.
-    pub fn flush_acks(topo: &Topology, p: u32, mut route: impl FnMut(&CcuRecord)) -> u64 {
-        let mut acked = 0;
+    /// When partition `p`'s CCUs' flush acks arrive after a flush request
+    /// at `now`: (cycle, CCU mask) in cycle order. Each CCU first sends the
+    /// records it still holds, one per cycle, then its ack.
+    pub fn flush_ack_schedule(topo: &Topology, p: u32, now: u64) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
         for &c in &topo.partition_ccus[p as usize] {
-            route(&CcuRecord {
-                ccu: field16(c as usize),
-                flags: ccu_record_flags::FLUSH_ACK,
-                ..CcuRecord::default()
-            });
-            acked |= 1 << c;
+            let counters = topo.ccus[c as usize].counters.len();
+            let latency = flush_ack_latency(u32::try_from(counters).unwrap_or(u32::MAX));
+            let due = now + u64::from(latency);
+            match out.iter_mut().find(|(at, _)| *at == due) {
+                Some((_, mask)) => *mask |= 1 << c,
+                None => out.push((due, 1 << c)),
+            }
         }
-        acked
+        out.sort_unstable();
+        out
+    }
+}
+
+/// The empty record with which CCU `c` acknowledges a flush request.
+pub fn flush_ack(c: u32) -> CcuRecord {
+    CcuRecord {
+        ccu: field16(c as usize),
+        flags: ccu_record_flags::FLUSH_ACK,
+        ..CcuRecord::default()
     }
 }

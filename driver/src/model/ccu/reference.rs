@@ -4,7 +4,7 @@
 //! that its CCU deframes and adds. Slow by design; tests compare it with the
 //! batched engine bit for bit.
 
-use super::bank::{generated, residue5, ulc9, Counting, Tally, ULC_MAX, ULC_PERIOD};
+use super::bank::{generated, residue5, ulc9, Counting, Tally, ACC_MSB, ULC_MAX, ULC_PERIOD};
 use crate::model::topology::Topology;
 
 /// A ULC serialisation frame as the cycle-level engine sends it.
@@ -41,10 +41,10 @@ pub(super) fn sync(
                     - generated(st.phase_q[j], st.rate_q[j], seg, c);
                 tally.generated[usize::from(topo.counter_event[j])] += v;
                 if topo.counter_multibit[j] {
-                    debug_assert!(v <= 32);
-                    // 6-bit accumulator: its MSB (32) drives the 1-bit counter input.
+                    debug_assert!(v <= ACC_MSB);
+                    // 6-bit accumulator: its MSB drives the 1-bit counter input.
                     let acc = u64::from(st.acc[j]) + v;
-                    if acc & 32 != 0 {
+                    if acc & ACC_MSB != 0 {
                         st.pending[j] += 1;
                     }
                     st.acc[j] = residue5(acc);

@@ -11,6 +11,7 @@ use gpupm_uapi::regs::{ctx_state, MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 
 use super::Device;
 use crate::model::access::{table_count, RegError};
+use crate::model::cc::{self, EntropyError};
 use crate::model::ccu::CountingSnapshot;
 use crate::model::memory::WindowError;
 
@@ -40,6 +41,9 @@ pub enum DeviceError {
         /// Id.
         id: u32,
     },
+    /// No session id for a reset.
+    #[error(transparent)]
+    Entropy(#[from] EntropyError),
 }
 
 /// A ledger row with the hierarchy's view beside it, per event.
@@ -169,7 +173,7 @@ impl Device {
             let counts = match scope {
                 ledger_scope::CONTEXT => who.ctx == id && id != 0,
                 ledger_scope::VM => who.vm == id,
-                _ => self.parts.is_configured(p),
+                _ => self.parts.is_configured(p) && !self.owner_confidential(p),
             };
             if counts {
                 let live = self.ccu.residue(&self.topo, p);
@@ -185,10 +189,11 @@ impl Device {
         })
     }
 
-    /// The ledger in its ioctl form.
+    /// The ledger in its ioctl form: sealed under the VM's session key
+    /// for a confidential VM or one of its contexts.
     pub fn ledger_query(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, DeviceError> {
         let t = self.ledger_totals(scope, id)?;
-        Ok(LedgerQuery {
+        let mut q = LedgerQuery {
             version: ioctl::IOCTL_STRUCT_VERSION,
             scope,
             id,
@@ -196,7 +201,18 @@ impl Device {
             generated: t.generated,
             masked: t.masked,
             remainder: t.remainder,
-        })
+            envelope: Default::default(),
+            tag: [0; 16],
+        };
+        let vm = match scope {
+            ledger_scope::CONTEXT => self.ctxs.get(id).vm,
+            ledger_scope::VM => id,
+            _ => 0,
+        };
+        if let Some(cipher) = self.vms.cipher(vm) {
+            cc::seal_ledger(&mut q, cipher);
+        }
+        Ok(q)
     }
 
     /// Identity and topology summary.
@@ -227,16 +243,34 @@ impl Device {
     }
 
     /// Device reset: every count, block, ring and the ledger go to zero;
-    /// trigger settings and masks return to the scenario's; contexts and
-    /// scheduling carry on.
-    pub fn reset(&mut self) {
+    /// trigger settings and masks return to the scenario's (which masks
+    /// nothing); a new confidential session starts (a fresh session id, so
+    /// new session keys); contexts, scheduling and VM keys carry on.
+    pub fn reset(&mut self) -> Result<(), DeviceError> {
+        let session = self.next_session()?;
+        self.reset_into(session);
+        Ok(())
+    }
+
+    /// The session id the next reset starts.
+    pub(super) fn next_session(&self) -> Result<u64, EntropyError> {
+        self.boot.draw(self.resets + 1)
+    }
+
+    /// [`Device::reset`] into session `session`.
+    pub(super) fn reset_into(&mut self, session: u64) {
         self.sync_all();
         self.ccu.zero_values();
-        self.ledger = Default::default();
+        self.ccu.reset_masks();
+        self.ledger.clear();
         self.rc.reset();
-        let vms = &self.vms;
-        self.mem.zero_counters(|vm| vms.cipher_copy(vm));
-        self.ccu.reset_mask_indices();
+        self.resets += 1;
+        self.vms.start_session(session);
+        self.staging.clear();
+        for slot in self.mem.zero_counters() {
+            let vm = self.mem.block(slot).vm;
+            self.mem.publish(slot, self.vms.cipher(vm));
+        }
         self.trig.clear_target();
         self.trig.program_defaults(self.clock.now());
         self.intr

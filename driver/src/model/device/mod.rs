@@ -13,9 +13,10 @@ mod switch;
 mod time;
 mod wiring;
 
-use gpupm_uapi::layout::{block_kind, SYSTEM_BLOCK_SLOT};
+use gpupm_uapi::layout::{block_kind, STREAM_RING_MAX, SYSTEM_BLOCK_SLOT};
 use gpupm_uapi::regs::MAX_VMS;
 
+use super::cc::{BootIds, EntropyError, RekeyStaging};
 use super::ccu::{Counting, EngineKind};
 use super::clock::Clock;
 use super::context::ContextTable;
@@ -41,12 +42,23 @@ pub enum BuildError {
     /// A VM or reference is invalid.
     #[error("invalid scenario: {0}")]
     Scenario(String),
+    /// No session id could be drawn.
+    #[error("cannot start a confidential session")]
+    Entropy(#[from] EntropyError),
 }
 
 /// The emulated perfmon device.
-#[derive(Clone, Debug)]
+///
+/// Not `Clone`: a copy would seal confidential VMs' data with the same
+/// session keys and nonce counters as the original.
+#[derive(Debug)]
 pub struct Device {
     scenario: Scenario,
+    boot: BootIds,
+    /// Device resets so far (the session ids drawn after the first).
+    resets: u64,
+    /// The confidential rekey staging registers.
+    staging: RekeyStaging,
     topo: Topology,
     clock: Clock,
     ccu: Counting,
@@ -59,16 +71,39 @@ pub struct Device {
     mem: Memory,
     intr: Interrupts,
     mbox: Mailbox,
+    oob_mbox: Mailbox,
     workload: Workload,
     rates: Rates,
 }
 
 impl Device {
-    /// Builds the device for `scenario` at cycle 0 and runs cycle 0's events.
+    /// Builds the device for `scenario` at cycle 0 and runs cycle 0's
+    /// events; its first session id comes from the operating system.
     pub fn new(
         scenario: &Scenario,
         engine: EngineKind,
         step_clock: bool,
+    ) -> Result<Self, BuildError> {
+        Self::build(scenario, engine, step_clock, BootIds::Os)
+    }
+
+    /// [`Device::new`] with session ids from `boot` (test builds: two
+    /// devices with the same pinned ids seal alike).
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn with_boot_ids(
+        scenario: &Scenario,
+        engine: EngineKind,
+        step_clock: bool,
+        boot: BootIds,
+    ) -> Result<Self, BuildError> {
+        Self::build(scenario, engine, step_clock, boot)
+    }
+
+    fn build(
+        scenario: &Scenario,
+        engine: EngineKind,
+        step_clock: bool,
+        boot: BootIds,
     ) -> Result<Self, BuildError> {
         let topo = Topology::build(&scenario.topology, &scenario.partitions)?;
         let ring_slots = scenario
@@ -78,35 +113,41 @@ impl Device {
             .max()
             .unwrap_or(0)
             + 1;
+        let session = boot.draw(0)?;
+        let confidential = scenario
+            .vms
+            .iter()
+            .filter(|v| v.confidential_key.is_some() && v.id < MAX_VMS)
+            .fold(0u64, |m, v| m | 1 << v.id);
         let mut dev = Device {
+            boot,
+            resets: 0,
+            staging: RekeyStaging::default(),
             clock: Clock::new(scenario.clock, &scenario.throttle, step_clock),
             ccu: Counting::new(&topo, engine, scenario.seed),
-            ledger: Ledger::default(),
+            ledger: Ledger::new(confidential),
             trig: TriggerBlock::new(scenario.trigger, scenario.seed),
             rc: ReductionChannels::default(),
             parts: Partitions::new(&topo),
             vms: VmTable::default(),
             ctxs: ContextTable::default(),
-            mem: Memory::new(
-                ring_slots,
-                scenario.stream.ring_records,
-                scenario.stream.watermark,
-            ),
+            mem: Memory::new(ring_slots, |p| ring_size(scenario, p)),
             intr: Interrupts::default(),
             mbox: Mailbox::default(),
+            oob_mbox: Mailbox::default(),
             workload: Workload::new(scenario),
             rates: Rates::new(scenario, &topo),
             scenario: scenario.clone(),
             topo,
         };
-        dev.configure()?;
+        dev.configure(session)?;
         dev.process_events_at(0);
         Ok(dev)
     }
 
     /// Configures partitions and VMs from the scenario and starts the
     /// device-level units.
-    fn configure(&mut self) -> Result<(), BuildError> {
+    fn configure(&mut self, session: u64) -> Result<(), BuildError> {
         for p in &self.scenario.partitions {
             self.parts
                 .configure(p, &self.topo, self.scenario.switch_timeout_cycles);
@@ -119,7 +160,7 @@ impl Device {
             if v.partition == 0 || !self.parts.is_configured(v.partition) {
                 return Err(bad("bound to a partition that is not configured"));
             }
-            self.vms.configure(v);
+            self.vms.configure(v, session);
             self.parts.bind_vm(v.partition, v.id);
             self.mem
                 .init_block(v.id, block_kind::VM, v.id, v.id, self.vms.cipher(v.id));
@@ -142,8 +183,7 @@ impl Device {
         self.mem
             .init_block(SYSTEM_BLOCK_SLOT, block_kind::SYSTEM, 0, 0, None);
         if self.scenario.device_profile.is_some() {
-            let base = self.rates.device_base(0);
-            self.start_generation(0, Attribution::default(), base);
+            self.start_generation(0, Attribution::default());
         }
         Ok(())
     }
@@ -165,9 +205,14 @@ impl Device {
 
     /// Counts partition `p` up to now.
     fn sync(&mut self, p: u32) {
-        let thr = self.trig.threshold();
+        let thr = Some(self.trig.threshold());
         self.ccu
             .sync(&self.topo, &mut self.ledger, p, self.clock.now(), thr);
+    }
+
+    /// Whether partition `p`'s counts belong to a confidential VM now.
+    fn owner_confidential(&self, p: u32) -> bool {
+        self.vms.confidential(self.ccu.owner(p).vm)
     }
 
     /// Counts every configured partition up to now.
@@ -178,4 +223,24 @@ impl Device {
             }
         }
     }
+}
+
+/// Capacity and watermark of partition slot `p`'s stream ring. RC0
+/// commits at the triggers of every partition, so ring 0 holds the
+/// scenario's capacity once per GPU slice and once for the device-wide
+/// triggers (a power of two, at most [`STREAM_RING_MAX`]), with the
+/// watermark at the same fraction.
+fn ring_size(scenario: &Scenario, p: u32) -> (u32, u32) {
+    let (cap, watermark) = (scenario.stream.ring_records, scenario.stream.watermark);
+    if p != 0 {
+        return (cap, watermark);
+    }
+    let receivers = u32::try_from(scenario.partitions.len()).unwrap_or(u32::MAX);
+    let cap0 = cap
+        .saturating_mul(receivers.saturating_add(1))
+        .checked_next_power_of_two()
+        .unwrap_or(STREAM_RING_MAX)
+        .min(STREAM_RING_MAX);
+    let scaled = u64::from(watermark) * u64::from(cap0) / u64::from(cap.max(1));
+    (cap0, u32::try_from(scaled).unwrap_or(cap0).clamp(1, cap0))
 }

@@ -21,7 +21,8 @@ use super::Device;
 use crate::model::access::{
     count32, instance, r32, r64, slots, Access, RegError, RegValue, Reject,
 };
-use crate::model::cc::KeyWrite;
+use crate::model::cc::rekey::StagingWrite;
+use crate::model::cc::{KeyWrite, RekeyStaging};
 use crate::model::ccu::regs::CcuWrite;
 use crate::model::ccu::Counting;
 use crate::model::intr::{Interrupts, IntrWrite};
@@ -39,8 +40,12 @@ const TRIGGER: Range<u64> = r::TRIG_PERIOD..r::INTR_STATUS;
 const RC_BUFFER: Range<u64> = r::RECORDS_ROUTED..r::RECORDS_ROUTED + 8;
 /// The interrupt controller.
 const INTERRUPTS: Range<u64> = r::INTR_STATUS..r::MBOX_ARG;
-/// The mailbox.
-const MAILBOX: Range<u64> = r::MBOX_ARG..r::PART_BASE;
+/// The host's mailbox.
+const MAILBOX: Range<u64> = r::MBOX_ARG..r::OOB_MBOX_ARG;
+/// The out-of-band mailbox.
+const OOB_MAILBOX: Range<u64> = r::OOB_MBOX_ARG..r::OOB_MBOX_ARG + r::OOB_MBOX_DELTA;
+/// The confidential rekey staging registers.
+const REKEY: Range<u64> = r::REKEY_NONCE..r::REKEY_NONCE + 0x100;
 
 /// The unit an offset belongs to, with the instance and the offset inside
 /// the instance's block for per-instance arrays.
@@ -51,6 +56,9 @@ enum Unit {
     RcBuffer,
     Interrupts,
     Mailbox,
+    /// The OOB mailbox, at the offset of the same register in the host's.
+    OobMailbox(u64),
+    Rekey,
     /// A partition block: the partition's, its ring's or its RC's register.
     Partition(u32, u64),
     Ccu(u32, u64),
@@ -78,6 +86,10 @@ fn unit_of(offset: u64) -> Unit {
         Unit::Interrupts
     } else if MAILBOX.contains(&offset) {
         Unit::Mailbox
+    } else if OOB_MAILBOX.contains(&offset) {
+        Unit::OobMailbox(offset - r::OOB_MBOX_DELTA)
+    } else if REKEY.contains(&offset) {
+        Unit::Rekey
     } else {
         Unit::Unmapped
     }
@@ -91,15 +103,24 @@ pub(super) struct Shadow {
     mask_index: [u32; r::MAX_CCUS as usize],
     tail: [u32; r::MAX_PARTITION_SLOTS as usize],
     released: Vec<u32>,
+    staging: RekeyStaging,
 }
 
 /// A checked write, ready to execute.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Write {
-    Reset,
+    /// A reset into the new session `session`.
+    Reset {
+        session: u64,
+    },
     Trigger(TriggerWrite),
     Interrupt(IntrWrite),
-    Mailbox(MailboxWrite),
+    /// A write to the host's (`oob` false) or the OOB mailbox.
+    Mailbox {
+        oob: bool,
+        w: MailboxWrite,
+    },
+    Staging(StagingWrite),
     Partition(u32, PartWrite),
     Ring(u32, RingWrite),
     Ccu(u32, CcuWrite),
@@ -125,6 +146,8 @@ impl Device {
             Unit::RcBuffer => self.rc.read_global(offset),
             Unit::Interrupts => self.intr.read(offset),
             Unit::Mailbox => self.mbox.read(offset),
+            Unit::OobMailbox(o) => self.oob_mbox.read(o),
+            Unit::Rekey => RekeyStaging::read(offset),
             Unit::Partition(p, o) if !self.parts.is_configured(p) => self.parts.read(p, o),
             Unit::Partition(p, o) if Ring::owns(o) => self.mem.rings.get(p as usize)?.read(p, o),
             Unit::Partition(p, o) if o == r::PART_COMMIT_SEQ => self.rc.read_channel(p, o),
@@ -188,6 +211,7 @@ impl Device {
             mask_index: self.ccu.mask_index_shadow(),
             tail,
             released: Vec::new(),
+            staging: self.staging,
         }
     }
 
@@ -218,7 +242,11 @@ impl Device {
     /// Routes a checked-width write of `v` at `offset` to its unit's check.
     fn check_routed(&self, sh: &mut Shadow, offset: u64, v: u32) -> Result<Write, Reject> {
         Ok(match unit_of(offset) {
-            Unit::Identity if offset == r::RESET && v == r::RESET_MAGIC => Write::Reset,
+            Unit::Identity if offset == r::RESET && v == r::RESET_MAGIC => Write::Reset {
+                session: self
+                    .next_session()
+                    .map_err(|_| Reject::BadValue("no session id: the random source failed"))?,
+            },
             Unit::Identity if offset == r::RESET => {
                 return Err(Reject::BadValue("reset needs RESET_MAGIC"))
             }
@@ -234,7 +262,15 @@ impl Device {
                 Write::Trigger(w)
             }
             Unit::Interrupts => Write::Interrupt(Interrupts::check_write(offset, v)?),
-            Unit::Mailbox => Write::Mailbox(Mailbox::check_write(offset, v)?),
+            Unit::Mailbox => Write::Mailbox {
+                oob: false,
+                w: Mailbox::check_write(offset, v)?,
+            },
+            Unit::OobMailbox(o) => Write::Mailbox {
+                oob: true,
+                w: Mailbox::check_write(o, v)?,
+            },
+            Unit::Rekey => Write::Staging(RekeyStaging::check_write(offset, v, &mut sh.staging)?),
             Unit::Partition(p, o) if Ring::owns(o) => {
                 let ring = self.mem.rings.get(p as usize).ok_or(Reject::ReadOnly)?;
                 Write::Ring(p, ring.check_write(o, v, &mut sh.tail[p as usize])?)
@@ -248,7 +284,7 @@ impl Device {
                 let index = &mut sh.mask_index[c as usize];
                 Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
             }
-            Unit::Vm(vm, o) => Write::Vm(vm, self.vms.check_write(vm, o, v)?),
+            Unit::Vm(vm, o) => Write::Vm(vm, self.vms.check_write(vm, o, v, &mut sh.staging)?),
             Unit::Ctx(ctx, o) => {
                 Write::CtxRelease(self.ctxs.check_write(ctx, o, v, &mut sh.released)?)
             }
@@ -260,14 +296,20 @@ impl Device {
     pub(super) fn execute(&mut self, w: Write) {
         let now = self.clock.now();
         match w {
-            Write::Reset => self.reset(),
+            Write::Reset { session } => self.reset_into(session),
             Write::Trigger(w) => self.execute_trigger(w),
             Write::Interrupt(w) => self.intr.apply(w),
-            Write::Mailbox(w) => {
-                if let Some(op) = self.mbox.apply(w) {
-                    self.run_mailbox(op);
+            Write::Mailbox { oob, w } => {
+                let mbox = if oob {
+                    &mut self.oob_mbox
+                } else {
+                    &mut self.mbox
+                };
+                if let Some(op) = mbox.apply(w) {
+                    self.run_mailbox(op, oob);
                 }
             }
+            Write::Staging(w) => self.staging.apply(w),
             Write::Partition(p, w) => self.execute_partition(p, w),
             Write::Ring(p, w) => self.mem.rings[p as usize].apply(w),
             Write::Ccu(c, w) => {
@@ -277,7 +319,10 @@ impl Device {
                 }
                 self.ccu.apply_ccu_write(&self.topo, c, w);
             }
-            Write::Vm(vm, w) => self.vms.apply(vm, w),
+            Write::Vm(vm, w) => {
+                self.vms.apply(vm, w);
+                self.staging.clear();
+            }
             Write::CtxRelease(ctx) => self.release_context(ctx),
         }
         debug_assert_eq!(self.clock.now(), now, "a register write took device time");
@@ -325,8 +370,10 @@ impl Device {
         }
     }
 
-    /// Runs mailbox command `op` against the device-level state.
-    fn run_mailbox(&mut self, op: u32) {
+    /// Runs mailbox command `op` against the device-level state, on the
+    /// OOB mailbox (which raises nothing on the host's interrupt stream)
+    /// or the host's.
+    fn run_mailbox(&mut self, op: u32, oob: bool) {
         let now = self.clock.now();
         let view = MailboxView {
             system_counters: &self.mem.block(SYSTEM_BLOCK_SLOT).counters,
@@ -334,8 +381,12 @@ impl Device {
             now,
             fallbacks: self.parts.total_fallbacks(),
         };
-        let status = self.mbox.run(op, view);
-        self.intr.raise(source::MAILBOX_DONE, 0, op, status, now);
+        if oob {
+            self.oob_mbox.run(op, view);
+        } else {
+            let status = self.mbox.run(op, view);
+            self.intr.raise(source::MAILBOX_DONE, 0, op, status, now);
+        }
     }
 }
 
@@ -351,6 +402,8 @@ mod tests {
         assert_eq!(unit_of(r::TRIG_COUNT_COMMAND), Unit::Trigger);
         assert_eq!(unit_of(r::INTR_SEQ), Unit::Interrupts);
         assert_eq!(unit_of(r::MBOX_DATA), Unit::Mailbox);
+        assert_eq!(unit_of(r::OOB_MBOX_DATA), Unit::OobMailbox(r::MBOX_DATA));
+        assert_eq!(unit_of(r::REKEY_TAG), Unit::Rekey);
         assert_eq!(
             unit_of(r::part(2, r::PART_STREAM_TAIL)),
             Unit::Partition(2, r::PART_STREAM_TAIL)
@@ -359,7 +412,10 @@ mod tests {
             unit_of(r::ccu(5, r::CCU_RECORDS)),
             Unit::Ccu(5, r::CCU_RECORDS)
         );
-        assert_eq!(unit_of(r::vm(7, r::VM_KEY)), Unit::Vm(7, r::VM_KEY));
+        assert_eq!(
+            unit_of(r::vm(7, r::VM_KEY_COMMIT)),
+            Unit::Vm(7, r::VM_KEY_COMMIT)
+        );
         assert_eq!(unit_of(r::ctx(9, r::CTX_CMD)), Unit::Ctx(9, r::CTX_CMD));
         assert_eq!(unit_of(r::BAR0_SIZE - 4), Unit::Unmapped);
     }

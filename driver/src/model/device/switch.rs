@@ -64,8 +64,7 @@ impl Device {
         self.ccu.set_ulc_paused(p, false);
         let done = self.parts.unpaused(p, self.clock.now());
         if done.incoming.ctx != 0 {
-            let base = self.base_rates(p);
-            self.start_generation(p, done.incoming, base);
+            self.start_generation(p, done.incoming);
         }
         let out = done.outgoing;
         if out != 0 && out != done.incoming.ctx && self.ctxs.get(out).exiting {
@@ -74,7 +73,8 @@ impl Device {
         self.schedule(p);
     }
 
-    /// Completes a pending switch from whatever step host software reached.
+    /// Completes a pending switch from whatever step host software reached;
+    /// a switch waiting for flush acks completes when the last arrives.
     pub(super) fn complete_by_fallback(&mut self, p: u32) {
         let hs = |dev: &Self| dev.parts.get(p).hs();
         if hs(self) == hs_state::REQUESTED {
@@ -87,7 +87,12 @@ impl Device {
             self.step_trigger(p);
         }
         if hs(self) == hs_state::TRIGGERED {
-            self.flush_request(1 << p);
+            if !self.parts.acks_outstanding(p) {
+                self.flush_request(1 << p);
+            }
+            // The acks arrive later; their arrival resumes from here.
+            self.parts.fallback_awaits_acks(p);
+            return;
         }
         if hs(self) == hs_state::ACKED {
             self.step_commit(p, true);

@@ -1,8 +1,9 @@
-//! How time advances: from event to event (periodic and threshold
-//! triggers, epochs, workload items, scheduler decisions and switch
-//! fallbacks), counting in between with the chosen engine. Nothing happens
-//! between events except counting, which is lazy: a partition is counted
-//! up to now only when something needs its counters.
+//! How time advances: from event to event (flush acks, periodic and
+//! threshold triggers, profile phase changes, epochs, workload items,
+//! scheduler decisions and switch fallbacks), counting in between with the
+//! chosen engine. Nothing happens between events except counting, which is
+//! lazy: a partition is counted up to now only when something needs its
+//! counters.
 
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::regs::{hs_state, MAX_PARTITION_SLOTS};
@@ -37,26 +38,43 @@ impl Device {
             .trig
             .next_periodic()
             .min(self.rates.next_epoch())
+            .min(self.rates.next_phase_change())
             .min(self.workload.next_time());
         let thr = self.trig.threshold();
         for p in self.parts.configured() {
-            t = t.min(self.parts.get(p).wake_at());
-            if let Some(thr) = thr {
-                t = t.min(self.ccu.threshold_horizon(p, thr));
-            }
+            t = t
+                .min(self.parts.get(p).wake_at())
+                .min(self.parts.next_ack(p))
+                .min(self.threshold_horizon(p, thr));
         }
         t
     }
 
+    /// When partition `p` next needs a threshold check: the time-only
+    /// guard while a confidential VM's counts are in it, the earliest
+    /// boundary its counters could reach the threshold otherwise.
+    fn threshold_horizon(&self, p: u32, thr: u32) -> u64 {
+        if self.owner_confidential(p) {
+            self.ccu.guard_horizon(p, thr)
+        } else {
+            self.ccu.threshold_horizon(p, thr)
+        }
+    }
+
     /// Handles every event due at cycle `t` (the clock is at `t`).
     pub(super) fn process_events_at(&mut self, t: u64) {
-        if let Some(thr) = self.trig.threshold() {
-            for p in 0..MAX_PARTITION_SLOTS {
-                if self.parts.is_configured(p) && self.ccu.threshold_horizon(p, thr) <= t {
-                    self.sync(p);
-                    if self.ccu.reached(p, thr) {
-                        self.trigger(1 << p, false, TriggerCause::Threshold);
-                    }
+        for p in 0..MAX_PARTITION_SLOTS {
+            if self.parts.is_configured(p) && self.parts.next_ack(p) <= t {
+                self.flush_acks_arrive(p);
+            }
+        }
+        let thr = self.trig.threshold();
+        for p in 0..MAX_PARTITION_SLOTS {
+            if self.parts.is_configured(p) && self.threshold_horizon(p, thr) <= t {
+                self.sync(p);
+                // A confidential partition's guard fires whatever it counted.
+                if self.owner_confidential(p) || self.ccu.reached(p, thr) {
+                    self.trigger(1 << p, false, TriggerCause::Threshold);
                 }
             }
         }
@@ -65,13 +83,19 @@ impl Device {
             self.trigger(mask, false, TriggerCause::Periodic);
             self.trig.periodic_delivered(t);
         }
-        if self.rates.next_epoch() <= t {
-            for p in 0..MAX_PARTITION_SLOTS {
-                if self.ccu.generating(p) {
-                    self.sync(p);
-                    self.refresh_rates(p);
-                }
+        let epoch = self.rates.next_epoch() <= t;
+        for p in 0..MAX_PARTITION_SLOTS {
+            if !(epoch || self.rates.phase_change(p) <= t) {
+                continue;
             }
+            if self.ccu.generating(p) {
+                self.sync(p);
+                self.refresh_rates(p);
+            } else {
+                self.rates.no_phase_change(p);
+            }
+        }
+        if epoch {
             self.rates.epoch_passed();
         }
         while let Some(item) = self.workload.pop_due(t) {
@@ -85,29 +109,32 @@ impl Device {
     }
 
     /// Starts (or re-rates) generation in partition `p` at the current
-    /// cycle for `who` with profile base rates `base`.
-    pub(super) fn start_generation(&mut self, p: u32, who: Attribution, base: [u32; MAX_EVENTS]) {
+    /// cycle for `who`, with the rates of what `p` runs now; the next
+    /// change of its profile's phase becomes an event.
+    pub(super) fn start_generation(&mut self, p: u32, who: Attribution) {
         self.sync(p);
         let now = self.clock.now();
+        let (base, change) = self.base_rates(p);
+        self.rates.set_phase_change(p, change);
         let rate_of = self.rates.counter_rates(&self.topo, who, now, &base);
         self.ccu.set_generation(&self.topo, p, now, who, rate_of);
     }
 
-    /// Base rates of whatever partition `p` runs now.
-    pub(super) fn base_rates(&self, p: u32) -> [u32; MAX_EVENTS] {
+    /// Base rates of whatever partition `p` runs now, and the cycle its
+    /// profile next changes phase (`u64::MAX` for a single phase).
+    fn base_rates(&self, p: u32) -> ([u32; MAX_EVENTS], u64) {
         let now = self.clock.now();
         if p == 0 {
             return self.rates.device_base(now);
         }
         let (_, ctx) = self.parts.get(p).current();
         let c = self.ctxs.get(ctx);
-        self.rates.context_base(c.profile, now - c.created_at)
+        self.rates.context_base(c.profile, c.created_at, now)
     }
 
     fn refresh_rates(&mut self, p: u32) {
         let who = self.ccu.owner(p);
-        let base = self.base_rates(p);
-        self.start_generation(p, who, base);
+        self.start_generation(p, who);
     }
 
     fn partition_wakeup(&mut self, p: u32) {

@@ -1,7 +1,9 @@
 //! The data path between units: a trigger makes the CCUs of the targeted
 //! partitions emit their banks as records, the RC buffer routes them into
-//! the RCs, and the RCs commit into the memory blocks of whoever they are
-//! bound to and write a stream record into their ring.
+//! the RCs (a confidential VM's only into its partition's RC, never RC0),
+//! and the RCs commit into the memory blocks of whoever they are bound to
+//! and write a stream record into their ring; a flush request makes the
+//! CCUs' acks arrive after their records drained.
 
 use gpupm_uapi::intr::source;
 use gpupm_uapi::layout::{record_flags, StreamRecord, RECORD_MAGIC, SYSTEM_BLOCK_SLOT};
@@ -10,8 +12,10 @@ use zerocopy::FromZeros;
 
 use super::Device;
 use crate::model::access::slots;
+use crate::model::ccu::record::flush_ack;
 use crate::model::ccu::Counting;
 use crate::model::memory::ring::RingEvent;
+use crate::model::partition::handshake::AcksComplete;
 use crate::model::trigger::TriggerCause;
 
 impl Device {
@@ -28,9 +32,11 @@ impl Device {
                 self.ccu
                     .flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
             }
+            let to_system = !self.owner_confidential(p);
             let (topo, rc) = (&self.topo, &mut self.rc);
             for &c in &topo.partition_ccus[p as usize] {
-                self.ccu.emit_records(topo, c, |rec| rc.route(topo, rec, p));
+                self.ccu
+                    .emit_records(topo, c, |rec| rc.route(topo, rec, p, to_system));
             }
             self.ccu.banks_emitted(p);
         }
@@ -53,7 +59,8 @@ impl Device {
     /// has none.
     fn trigger_fused(&mut self, p: u32) -> bool {
         let now = self.clock.now();
-        let drain = self.rc.drain(p);
+        let to_system = !self.owner_confidential(p);
+        let drain = self.rc.drain(p, to_system);
         if !self
             .ccu
             .sync_and_trigger(&self.topo, &mut self.ledger, p, now, drain)
@@ -66,13 +73,16 @@ impl Device {
     }
 
     /// RC `p` adds its counters into its bound blocks, resets, and writes a
-    /// stream record. Commits of nothing write nothing unless part of a switch.
+    /// stream record. Commits of nothing write nothing unless part of a
+    /// switch or of a confidential VM (whose every trigger commits, so that
+    /// whether a record appears says nothing of what it counted).
     pub(super) fn commit(&mut self, p: u32, flags: u16) {
         let deltas = self.rc.take(p);
-        if flags & record_flags::SWITCH == 0 && deltas.iter().all(|&d| d == 0) {
+        let (vm, ctx) = self.parts.get(p).current();
+        let always = flags & record_flags::SWITCH != 0 || self.vms.confidential(vm);
+        if !always && deltas.iter().all(|&d| d == 0) {
             return;
         }
-        let (vm, ctx) = self.parts.get(p).current();
         let now = self.clock.now();
         if p == 0 {
             self.mem.add(SYSTEM_BLOCK_SLOT, &deltas, now, None);
@@ -117,14 +127,33 @@ impl Device {
         }
     }
 
-    /// Steps 4–5 of a switch, for every partition in `mask`: each CCU sends
-    /// its (already sent) pending records and then an empty record, the
-    /// flush ack.
+    /// Step 4 of a switch, for every partition in `mask`: each CCU sends
+    /// its pending records (already routed) and then an empty record, the
+    /// flush ack, which arrives after the CCU's link drained them.
     pub(super) fn flush_request(&mut self, mask: u32) {
+        let now = self.clock.now();
         for p in slots(mask) {
-            let (topo, rc) = (&self.topo, &mut self.rc);
-            let acked = Counting::flush_acks(topo, p, |ack| rc.route(topo, ack, p));
-            self.parts.flush_acked(p, acked);
+            let schedule = Counting::flush_ack_schedule(&self.topo, p, now);
+            self.parts.flush_requested(p, schedule);
+        }
+    }
+
+    /// Step 5: partition `p`'s flush acks due by now reach the RC buffer;
+    /// once all are in, the host is told (it may commit), or a fallback
+    /// that waited for them finishes the switch.
+    pub(super) fn flush_acks_arrive(&mut self, p: u32) {
+        let now = self.clock.now();
+        let (arrived, complete) = self.parts.acks_arrived(p, now);
+        for c in (0..u64::BITS).filter(|&c| arrived & (1 << c) != 0) {
+            self.rc.route(&self.topo, &flush_ack(c), p, false);
+        }
+        match complete {
+            AcksComplete::No => {}
+            AcksComplete::ForHost => {
+                let (vm, ctx) = self.parts.get(p).incoming();
+                self.intr.raise(source::FLUSH_ACKED, p, ctx, vm, now);
+            }
+            AcksComplete::ForFallback => self.complete_by_fallback(p),
         }
     }
 

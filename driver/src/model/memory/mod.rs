@@ -34,7 +34,7 @@ pub enum WindowError {
 }
 
 /// Device memory.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Memory {
     blocks: Vec<Block>,
     host_blocks: Vec<BlockSlot>,
@@ -47,13 +47,19 @@ pub struct Memory {
 const BLOCK_SLOTS: u32 = CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS;
 
 impl Memory {
-    /// Memory with `ring_slots` rings of `cap` records.
-    pub fn new(ring_slots: u32, cap: u32, watermark: u32) -> Self {
+    /// Memory with `ring_slots` rings, ring `p` with the (capacity,
+    /// watermark) `size(p)`.
+    pub fn new(ring_slots: u32, size: impl Fn(u32) -> (u32, u32)) -> Self {
         Memory {
             blocks: vec![Block::new_zeroed(); BLOCK_SLOTS as usize],
             host_blocks: vec![BlockSlot::new_zeroed(); BLOCK_SLOTS as usize],
             free_ctx_slots: (CTX_BLOCK_SLOT_BASE..BLOCK_SLOTS).collect(),
-            rings: (0..ring_slots).map(|_| Ring::new(cap, watermark)).collect(),
+            rings: (0..ring_slots)
+                .map(|p| {
+                    let (cap, watermark) = size(p);
+                    Ring::new(cap, watermark)
+                })
+                .collect(),
         }
     }
 
@@ -105,8 +111,12 @@ impl Memory {
         self.publish(slot, cipher);
     }
 
-    /// Zeroes the counters of every block in use (device reset).
-    pub fn zero_counters(&mut self, mut cipher_of: impl FnMut(u32) -> Option<VmCipher>) {
+    /// Zeroes the counters of every block in use and empties the rings
+    /// (device reset); returns the slots the caller must republish with
+    /// [`Memory::publish`] (each through its VM's one cipher, so that every
+    /// seal advances the real nonce counter).
+    pub fn zero_counters(&mut self) -> Vec<u32> {
+        let mut in_use = Vec::new();
         for slot in 0..BLOCK_SLOTS {
             let b = &mut self.blocks[slot as usize];
             if b.magic != BLOCK_MAGIC {
@@ -115,13 +125,12 @@ impl Memory {
             b.counters = [0; MAX_EVENTS];
             b.commit_seq = 0;
             b.last_commit_cycle = 0;
-            let vm = b.vm;
-            let mut cipher = cipher_of(vm);
-            self.publish(slot, cipher.as_mut());
+            in_use.push(slot);
         }
         for r in &mut self.rings {
             r.clear();
         }
+        in_use
     }
 
     /// The plaintext block in `slot` (device-internal view).
@@ -129,7 +138,9 @@ impl Memory {
         &self.blocks[slot as usize]
     }
 
-    fn publish(&mut self, slot: u32, cipher: Option<&mut VmCipher>) {
+    /// Copies block `slot` to its host-visible slot, sealed by `cipher`
+    /// for a confidential VM's block.
+    pub fn publish(&mut self, slot: u32, cipher: Option<&mut VmCipher>) {
         let b = &self.blocks[slot as usize];
         let host = &mut self.host_blocks[slot as usize];
         host.payload.copy_from_slice(b.as_bytes());

@@ -4,8 +4,9 @@
 //! itself; the device runs the counting, RC and interrupt side of each.
 //!
 //! `IDLE → REQUESTED` (scheduler) `→ CTX_PAUSED` (step 1) `→ XFER_PAUSED`
-//! (step 2) `→ TRIGGERED` (step 3) `→ ACKED` (steps 4–5) `→ COMMITTED`
-//! (step 6a) `→ REPOINTED` (step 6b) `→ IDLE` (step 7).
+//! (step 2) `→ TRIGGERED` (step 3) `→ ACKED` (steps 4–5: the flush request,
+//! then device time until the last assigned CCU's ack arrives)
+//! `→ COMMITTED` (step 6a) `→ REPOINTED` (step 6b) `→ IDLE` (step 7).
 
 use gpupm_uapi::regs::{hs_state, part_ctrl, trig_cmd};
 
@@ -22,17 +23,16 @@ pub fn after_ctrl_write(hs: u32, v: u32) -> Option<u32> {
     }
 }
 
-/// Handshake state after trigger command `cmd` on a partition in state `hs`.
+/// Handshake state after trigger command `cmd` on a partition in state
+/// `hs`. A flush request does not change it: the state moves to `ACKED`
+/// only when the acks arrive, later in device time.
 pub fn after_trigger(hs: u32, cmd: u32) -> u32 {
     let full = trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER;
-    let mut hs = hs;
     if hs == hs_state::XFER_PAUSED && cmd & full == full {
-        hs = hs_state::TRIGGERED;
+        hs_state::TRIGGERED
+    } else {
+        hs
     }
-    if hs == hs_state::TRIGGERED && cmd & trig_cmd::FLUSH_REQ != 0 {
-        hs = hs_state::ACKED;
-    }
-    hs
 }
 
 /// What the last step of a switch hands back to the device.
@@ -71,25 +71,66 @@ impl Partitions {
 
     /// Step 3 done by the fallback's own trigger.
     pub fn triggered(&mut self, p: u32) {
-        let part = &mut self.slots[p as usize];
-        if part.hs == hs_state::XFER_PAUSED {
-            part.hs = hs_state::TRIGGERED;
-        }
+        self.trigger_command(p, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER);
     }
 
-    /// A `TRIG_CMD` with bits `cmd` (flush request excluded) reached slot `p`.
+    /// A `TRIG_CMD` with bits `cmd` (flush request excluded) reached slot
+    /// `p`. Step 3 starts the flush over: acks of an earlier flush request
+    /// do not vouch for the records it emitted.
     pub fn trigger_command(&mut self, p: u32, cmd: u32) {
         let part = &mut self.slots[p as usize];
-        part.hs = after_trigger(part.hs, cmd & !trig_cmd::FLUSH_REQ);
+        let hs = after_trigger(part.hs, cmd);
+        if hs == hs_state::TRIGGERED && part.hs != hs {
+            part.acked = 0;
+            part.acks_due.clear();
+        }
+        part.hs = hs;
     }
 
-    /// Steps 4–5: the CCUs in `acked` sent their flush acks.
-    pub fn flush_acked(&mut self, p: u32, acked: u64) {
+    /// Step 4: a flush request reached slot `p`; its CCUs' acks arrive at
+    /// the cycles of `schedule` ((cycle, CCU mask), in cycle order).
+    pub fn flush_requested(&mut self, p: u32, schedule: Vec<(u64, u64)>) {
         let part = &mut self.slots[p as usize];
-        part.acked = acked;
-        if part.hs == hs_state::TRIGGERED && part.acked == part.ccu_assigned {
-            part.hs = hs_state::ACKED;
+        part.acked = 0;
+        part.acks_due = schedule;
+    }
+
+    /// Cycle of slot `p`'s next flush ack (`u64::MAX` if none is due).
+    #[inline]
+    pub fn next_ack(&self, p: u32) -> u64 {
+        self.slots[p as usize]
+            .acks_due
+            .first()
+            .map_or(u64::MAX, |a| a.0)
+    }
+
+    /// Whether slot `p` waits for flush acks.
+    pub fn acks_outstanding(&self, p: u32) -> bool {
+        !self.slots[p as usize].acks_due.is_empty()
+    }
+
+    /// Step 5: the acks due at or before `t` arrive. Returns the CCUs
+    /// whose acks arrived and what their arrival completed.
+    pub fn acks_arrived(&mut self, p: u32, t: u64) -> (u64, AcksComplete) {
+        let part = &mut self.slots[p as usize];
+        let due = part.acks_due.partition_point(|a| a.0 <= t);
+        let arrived = part.acks_due.drain(..due).fold(0, |m, a| m | a.1);
+        part.acked |= arrived;
+        if part.hs != hs_state::TRIGGERED || part.acked != part.ccu_assigned {
+            return (arrived, AcksComplete::No);
         }
+        part.hs = hs_state::ACKED;
+        if part.fallback_waiting {
+            part.fallback_waiting = false;
+            (arrived, AcksComplete::ForFallback)
+        } else {
+            (arrived, AcksComplete::ForHost)
+        }
+    }
+
+    /// The device's fallback waits for slot `p`'s outstanding acks.
+    pub fn fallback_awaits_acks(&mut self, p: u32) {
+        self.slots[p as usize].fallback_waiting = true;
     }
 
     /// Whether a commit of slot `p` now is the switch's step 6a.
@@ -151,6 +192,17 @@ impl Partitions {
     }
 }
 
+/// What the arrival of a partition's last flush ack completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcksComplete {
+    /// Not every assigned CCU acked yet, or no switch waits for them.
+    No,
+    /// The switch the host drives may commit (step 6).
+    ForHost,
+    /// The device's fallback waited for them and finishes the switch.
+    ForFallback,
+}
+
 #[cfg(test)]
 mod tests {
     use gpupm_uapi::regs::part_ctrl;
@@ -176,7 +228,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_trigger_then_a_flush_request_reach_acked() {
+    fn a_full_trigger_reaches_triggered_and_a_flush_request_waits_for_acks() {
         let full = trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER;
         assert_eq!(
             after_trigger(hs_state::XFER_PAUSED, trig_cmd::TRIGGER),
@@ -188,7 +240,11 @@ mod tests {
         );
         assert_eq!(
             after_trigger(hs_state::XFER_PAUSED, full | trig_cmd::FLUSH_REQ),
-            hs_state::ACKED
+            hs_state::TRIGGERED
+        );
+        assert_eq!(
+            after_trigger(hs_state::TRIGGERED, trig_cmd::FLUSH_REQ),
+            hs_state::TRIGGERED
         );
         assert_eq!(after_trigger(hs_state::IDLE, full), hs_state::IDLE);
     }

@@ -181,8 +181,8 @@ impl Partitions {
         }
     }
 
-    /// Checks a `PART_RC_CMD` write of `v` to GPU slice `p`: a commit
-    /// completes step 6a after the acks, a re-point (step 6b) needs the
+    /// Checks a `PART_RC_CMD` write of `v` to GPU slice `p`: a commit is
+    /// step 6a and needs every ack in, a re-point (step 6b) needs the
     /// commit and bind registers naming the incoming VM and context.
     fn check_rc_cmd(&self, p: u32, v: u32, ps: &mut PartShadow) -> Result<PartWrite, Reject> {
         let part = &self.slots[p as usize];
@@ -196,7 +196,13 @@ impl Partitions {
             return bad("needs defined RC command bits");
         }
         let hs_now = ps.hs;
-        if v & rc_cmd::COMMIT != 0 && ps.hs == hs_state::ACKED {
+        if v & rc_cmd::COMMIT != 0 {
+            if ps.hs != hs_state::ACKED {
+                return Err(seq(
+                    hs_now,
+                    "commit only after the flush request and every CCU's ack",
+                ));
+            }
             ps.hs = hs_state::COMMITTED;
         }
         if v & rc_cmd::REPOINT != 0 {

@@ -144,11 +144,14 @@ mod tests {
         parts.configure(&spec, &topo, 4096);
         parts.bind_vm(1, 1);
         let mut vms = VmTable::default();
-        vms.configure(&VmSpec {
-            id: 1,
-            partition: 1,
-            confidential_key: None,
-        });
+        vms.configure(
+            &VmSpec {
+                id: 1,
+                partition: 1,
+                confidential_key: None,
+            },
+            1,
+        );
         (parts, vms, ContextTable::default())
     }
 

@@ -21,6 +21,10 @@ pub struct Partition {
     /// Pause bits ([`part_ctrl`]).
     pub(super) ctrl: u32,
     pub(super) acked: u64,
+    /// Flush acks on their way: (arrival cycle, CCU mask), in cycle order.
+    pub(super) acks_due: Vec<(u64, u64)>,
+    /// The device's fallback is finishing the switch and waits for acks.
+    pub(super) fallback_waiting: bool,
     pub(super) next_vm: u32,
     pub(super) next_ctx: u32,
     pub(super) req_cycle: u64,
@@ -61,6 +65,12 @@ impl Partition {
         (self.cur_vm, self.cur_ctx)
     }
 
+    /// VM and context a pending switch brings in.
+    #[inline]
+    pub fn incoming(&self) -> (u32, u32) {
+        (self.next_vm, self.next_ctx)
+    }
+
     /// Whether context `ctx` runs here or is the one a pending switch brings in.
     pub fn involves(&self, ctx: u32) -> bool {
         self.cur_ctx == ctx || (self.hs != hs_state::IDLE && self.next_ctx == ctx)
@@ -82,11 +92,14 @@ impl Partition {
         self.hs != hs_state::IDLE && self.next_vm != self.cur_vm
     }
 
-    /// When the partition next needs the device's attention.
+    /// When the partition next needs the device's attention (a fallback
+    /// waiting for flush acks is woken by their arrival instead).
     #[inline]
     pub fn wake_at(&self) -> u64 {
         if self.hs == hs_state::IDLE {
             self.sched_at
+        } else if self.fallback_waiting {
+            u64::MAX
         } else {
             self.req_cycle.saturating_add(u64::from(self.timeout))
         }

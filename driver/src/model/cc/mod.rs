@@ -1,0 +1,245 @@
+//! Confidential computing: the copy engine's encryption of a confidential
+//! VM's blocks and stream records on their way to host-visible memory
+//! (seed 000 ¶79–80), its session keys, and rekeying.
+//!
+//! Threat model (`docs/confidential.md`): the host, the daemon and the BMC
+//! are untrusted for a confidential VM's counters; the VM's own tenant tool
+//! holds the VM's key and is trusted. Files: [`session`] derives session
+//! keys and seals and opens slots; [`rekey`] is the sealed rekey blob and
+//! its staging registers.
+//!
+//! Registers, per VM entry: `VM_FLAGS`, `VM_KEY_COMMIT`, `VM_KEY_EPOCH`,
+//! `VM_KEY_SESSION` (a [`KeySlot`] inside the VM table); the staging block
+//! `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG` ([`rekey::RekeyStaging`]).
+
+pub mod boot;
+pub mod rekey;
+pub mod session;
+
+use gpupm_uapi::ioctl::{ledger_flags, LedgerQuery, LEDGER_SEALED_LEN};
+use gpupm_uapi::regs::{self as r, vm_flags};
+use zerocopy::IntoBytes;
+
+pub use self::boot::{BootIds, EntropyError};
+pub use self::rekey::{RekeyBlob, RekeyStaging};
+pub use self::session::{open, seal, session_key, Key, OpenError, VmCipher};
+use super::access::{r32, r64, RegValue, Reject};
+
+/// A VM's key registers: the cipher of a confidential VM.
+#[derive(Debug, Default)]
+pub struct KeySlot {
+    cipher: Option<VmCipher>,
+}
+
+/// A checked write to a VM's key registers.
+#[derive(Clone, Copy, Debug)]
+pub enum KeyWrite {
+    /// Install `key`, which the staged blob carried.
+    Commit {
+        /// The opened new key.
+        key: Key,
+    },
+}
+
+impl KeySlot {
+    /// The key slot of VM `vm`: confidential with `key` in `session`, or
+    /// plaintext.
+    pub fn new(vm: u32, key: Option<&Key>, session: u64) -> Self {
+        KeySlot {
+            cipher: key.map(|k| VmCipher::new(vm, k, session)),
+        }
+    }
+
+    /// The cipher, for a confidential VM.
+    #[inline]
+    pub fn cipher(&mut self) -> Option<&mut VmCipher> {
+        self.cipher.as_mut()
+    }
+
+    /// Whether the VM is confidential.
+    pub fn confidential(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    /// Moves a confidential VM's cipher to a new session (device reset).
+    pub fn start_session(&mut self, session: u64) {
+        if let Some(c) = self.cipher.as_mut() {
+            c.start_session(session);
+        }
+    }
+
+    /// Whether `offset` (inside a VM entry) is one of the key registers.
+    pub fn owns(offset: u64) -> bool {
+        matches!(
+            offset,
+            r::VM_FLAGS | r::VM_KEY_COMMIT | r::VM_KEY_EPOCH | r::VM_KEY_SESSION
+        )
+    }
+
+    /// Reads a key register (the commit register reads as 0).
+    pub fn read(&self, offset: u64) -> Option<RegValue> {
+        let c = self.cipher.as_ref();
+        match offset {
+            r::VM_FLAGS => r32(if c.is_some() {
+                vm_flags::CONFIDENTIAL
+            } else {
+                0
+            }),
+            r::VM_KEY_COMMIT => r32(0),
+            r::VM_KEY_EPOCH => r32(c.map_or(0, VmCipher::key_epoch)),
+            r::VM_KEY_SESSION => r64(c.map_or(0, VmCipher::session)),
+            _ => None,
+        }
+    }
+
+    /// Checks a write of `v` to a key register: a commit must open the
+    /// blob in `staged` (the batch's view of the staging registers) under
+    /// the current session key; a commit that passes clears `staged`.
+    pub fn check_write(
+        &self,
+        offset: u64,
+        v: u32,
+        staged: &mut RekeyStaging,
+    ) -> Result<KeyWrite, Reject> {
+        match (offset, self.cipher.as_ref()) {
+            (r::VM_KEY_COMMIT, Some(c)) if v == 1 => {
+                let key = staged.blob().open(c).map_err(|_| {
+                    Reject::BadValue("the staged rekey blob does not open under the current key")
+                })?;
+                staged.clear();
+                Ok(KeyWrite::Commit { key })
+            }
+            (r::VM_KEY_COMMIT, _) => Err(Reject::BadValue(
+                "keys exist only for confidential VMs; commit with 1",
+            )),
+            _ => Err(Reject::ReadOnly),
+        }
+    }
+
+    /// Executes a checked write.
+    pub fn apply(&mut self, w: KeyWrite) {
+        match w {
+            KeyWrite::Commit { key } => {
+                if let Some(c) = self.cipher.as_mut() {
+                    c.rekey(&key);
+                }
+            }
+        }
+    }
+}
+
+/// Seals a ledger answer's counts in place with `cipher` (the answer for a
+/// confidential VM or one of its contexts).
+pub fn seal_ledger(q: &mut LedgerQuery, cipher: &mut VmCipher) {
+    let mut payload = counts_bytes(q);
+    let (envelope, tag) = cipher.seal(&mut payload);
+    set_counts_bytes(q, &payload);
+    q.envelope = envelope;
+    q.tag = tag;
+    q.flags |= ledger_flags::SEALED;
+}
+
+/// Opens a sealed ledger answer in place with the VM's key (a no-op for an
+/// answer that is not sealed).
+pub fn open_ledger(q: &mut LedgerQuery, vm_key: &Key) -> Result<(), OpenError> {
+    if q.flags & ledger_flags::SEALED == 0 {
+        return Ok(());
+    }
+    let mut payload = counts_bytes(q);
+    open(vm_key, &q.envelope, &mut payload, &q.tag)?;
+    set_counts_bytes(q, &payload);
+    q.flags &= !ledger_flags::SEALED;
+    Ok(())
+}
+
+fn counts_bytes(q: &LedgerQuery) -> [u8; LEDGER_SEALED_LEN] {
+    let mut out = [0u8; LEDGER_SEALED_LEN];
+    let third = LEDGER_SEALED_LEN / 3;
+    out[..third].copy_from_slice(q.generated.as_bytes());
+    out[third..2 * third].copy_from_slice(q.masked.as_bytes());
+    out[2 * third..].copy_from_slice(q.remainder.as_bytes());
+    out
+}
+
+fn set_counts_bytes(q: &mut LedgerQuery, bytes: &[u8; LEDGER_SEALED_LEN]) {
+    let third = LEDGER_SEALED_LEN / 3;
+    q.generated.as_mut_bytes().copy_from_slice(&bytes[..third]);
+    q.masked
+        .as_mut_bytes()
+        .copy_from_slice(&bytes[third..2 * third]);
+    q.remainder
+        .as_mut_bytes()
+        .copy_from_slice(&bytes[2 * third..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
+    use zerocopy::FromZeros;
+
+    use super::*;
+
+    #[test]
+    fn a_commit_installs_only_a_key_sealed_under_the_current_one() {
+        let mut slot = KeySlot::new(4, Some(&[1; 32]), 99);
+        let mut staged = RekeyStaging::default();
+        // Nothing staged: the zero blob does not open.
+        assert!(matches!(
+            slot.check_write(r::VM_KEY_COMMIT, 1, &mut staged),
+            Err(Reject::BadValue(_))
+        ));
+        let blob = RekeyBlob::seal(&[1; 32], 4, 1, 99, &[2; 32], [5; 8]);
+        let mut shadow = staged;
+        for (offset, v) in blob.register_writes(4).into_iter().take(14) {
+            let w = RekeyStaging::check_write(offset, v, &mut shadow).unwrap();
+            staged.apply(w);
+        }
+        let commit = slot.check_write(r::VM_KEY_COMMIT, 1, &mut shadow).unwrap();
+        assert_eq!(
+            shadow,
+            RekeyStaging::default(),
+            "a commit clears the staging"
+        );
+        slot.apply(commit);
+        assert_eq!(slot.read(r::VM_KEY_EPOCH), r32(2));
+        assert_eq!(slot.read(r::VM_KEY_SESSION), r64(99));
+        // The same blob again is a replay: the epoch moved on.
+        assert!(slot.check_write(r::VM_KEY_COMMIT, 1, &mut staged).is_err());
+        let mut buf = [9u8; 16];
+        let (env, tag) = slot.cipher().unwrap().seal(&mut buf);
+        open(&[2; 32], &env, &mut buf, &tag).unwrap();
+        assert_eq!(buf, [9u8; 16]);
+        let plain = KeySlot::new(5, None, 99);
+        assert!(matches!(
+            plain.check_write(r::VM_KEY_COMMIT, 1, &mut staged),
+            Err(Reject::BadValue(_))
+        ));
+        assert_eq!(
+            plain.check_write(r::VM_KEY_EPOCH, 1, &mut staged).err(),
+            Some(Reject::ReadOnly)
+        );
+        assert_eq!(plain.read(r::VM_FLAGS), r32(0));
+        assert_eq!(plain.read(r::VM_KEY_SESSION), r64(0));
+    }
+
+    #[test]
+    fn a_sealed_ledger_answer_opens_with_the_vm_key_only() {
+        let mut q = LedgerQuery::new_zeroed();
+        q.version = IOCTL_STRUCT_VERSION;
+        q.generated[3] = 77;
+        q.masked[5] = 6;
+        q.remainder[63] = 31;
+        let plain = q;
+        let mut cipher = VmCipher::new(2, &[8; 32], 1);
+        seal_ledger(&mut q, &mut cipher);
+        assert_ne!(q.flags & ledger_flags::SEALED, 0);
+        assert_ne!(q.generated, plain.generated);
+        let mut wrong = q;
+        assert!(open_ledger(&mut wrong, &[0; 32]).is_err());
+        open_ledger(&mut q, &[8; 32]).unwrap();
+        assert_eq!(
+            (q.generated, q.masked, q.remainder, q.flags),
+            (plain.generated, plain.masked, plain.remainder, 0)
+        );
+    }
+}
