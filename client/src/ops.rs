@@ -1,8 +1,9 @@
 //! Register-op builders for [`RegBatch`](gpupm_uapi::ioctl::RegBatch)es,
-//! named by what they do and how wide they access, and the narrowing of a
-//! 32-bit register's value as a batch returns it.
+//! named by what they do and how wide they access, the argument of a single
+//! register ioctl ([`access`]), and the narrowing of a 32-bit register's
+//! value as a batch returns it.
 
-use gpupm_uapi::ioctl::{reg_op, RegOp};
+use gpupm_uapi::ioctl::{reg_op, RegAccess, RegOp, IOCTL_STRUCT_VERSION};
 use gpupm_uapi::regs;
 
 /// Reads a 32-bit register.
@@ -51,6 +52,19 @@ pub const fn write64(offset: u64, value: u64) -> RegOp {
         value,
         op: reg_op::WRITE,
         width: 8,
+    }
+}
+
+/// The argument of `GPUPM_IOC_REG_READ` (`value` 0) or
+/// `GPUPM_IOC_REG_WRITE` of `width` bytes at `offset`.
+pub const fn access(offset: u64, width: u32, value: u64) -> RegAccess {
+    RegAccess {
+        version: IOCTL_STRUCT_VERSION,
+        width,
+        offset,
+        value,
+        flags: 0,
+        reserved: 0,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The crate's only `unsafe`: the ioctl system call on a node, typed
-//! (argument size checked against the request number) or raw (for probing
-//! the ABI with arbitrary bytes).
+//! (argument size checked against the request number), on a byte buffer
+//! of exactly the encoded size, or raw (for probing the ABI with arbitrary
+//! bytes).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -45,6 +46,22 @@ pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
     // command whose `_IOC_SIZE` is `size_of::<T>()` (checked above) the node
     // (a FUSE file: restricted ioctls) makes the kernel copy at most that
     // many bytes from and to `ptr`, and `T: FromBytes` accepts any bytes.
+    let res = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, ptr) };
+    Errno::result(res)
+}
+
+/// `ioctl(fd, cmd, buf)` for a command whose argument is exactly `buf`
+/// (its encoded size is `buf.len()`; any other command fails with EINVAL
+/// before the call): a head and a payload whose length the number
+/// carries, as `GPUPM_IOC_WINDOW_READ(len)` has.
+pub fn call_bytes(fd: BorrowedFd<'_>, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
+    if ioc::size(cmd) != buf.len() {
+        return Err(Errno::EINVAL);
+    }
+    let ptr = buf.as_mut_ptr();
+    // SAFETY: `buf` is exclusively borrowed for the call and is exactly
+    // `_IOC_SIZE(cmd)` bytes (checked above), all that the node's
+    // restricted ioctl copies from and to `ptr`; any bytes are a valid `[u8]`.
     let res = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, ptr) };
     Errno::result(res)
 }

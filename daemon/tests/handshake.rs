@@ -48,7 +48,23 @@ fn a_completed_handshake_reports_its_response_time_and_carries_the_ack() {
     let switches = dev.read64(r::part(p, r::PART_SWITCHES)).unwrap();
 
     let mut ack = source::SWITCH_REQUESTED;
+    // Steps 1-4: no device time passes in them, so the flush acks are
+    // still travelling (ABI 1.3) and the ack is not written yet.
     let outcome = handshake::run(&mut &dev, p, &mut ack).expect("handshake");
+    let Outcome::AwaitingAcks(pending) = outcome else {
+        panic!("acks arrived without device time: {outcome:?}");
+    };
+    assert_eq!(pending.response_cycles, now - requested);
+    assert_eq!(
+        ack,
+        source::SWITCH_REQUESTED,
+        "no ack before the last batch"
+    );
+    // This test owns the step clock: it lets the acks' time pass.
+    dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
+        .expect("advance");
+    assert_ne!(dev.read32(r::INTR_STATUS).unwrap() & source::FLUSH_ACKED, 0);
+    let outcome = handshake::resume(&mut &dev, &pending, &mut ack).expect("resume");
     assert_eq!(
         outcome,
         Outcome::Done {

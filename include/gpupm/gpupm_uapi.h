@@ -5,15 +5,35 @@
  *
  * Generated from the gpupm-uapi crate by
  * `cargo run -p gpupm-uapi --example gen_c > include/gpupm/gpupm_uapi.h`;
- * do not edit. The Rust source (uapi/src) documents every item.
+ * do not edit. The comments are the crate's documentation; docs/abi.md is
+ * the programming model in full, with a worked example. This header and
+ * docs/abi.md are all a host or tenant client needs.
  *
  * All structs are little-endian, naturally aligned and explicitly padded;
  * every ioctl struct starts with a version field that must be set.
+ *
+ * Nodes (docs/abi.md sections 1-2):
+ *   card0 (/run/gpupm/dev/card0, root and the driver's admin group only):
+ *     pread/pwrite of 4 or 8 bytes at an offset below GPUPM_MEM_WINDOW_OFFSET
+ *       access the register at that BAR0 offset (writes: 4 bytes only);
+ *     pread at GPUPM_MEM_WINDOW_OFFSET + w reads device memory at window
+ *       offset w (blocks, stream rings; read-only);
+ *     read() (or pread below the window) of >= 32 bytes returns whole
+ *       struct gpupm_interrupt_record, blocking (EAGAIN with O_NONBLOCK);
+ *     poll: POLLIN = unread records, POLLPRI = INTR_PENDING != 0;
+ *     ioctl GPUPM_IOC_*.
+ *   card0-oob: the OOB_MBOX_* registers only (the BMC's path; card0 does
+ *     not reach them, and card0-oob reaches nothing else).
+ *   tenant node (/run/gpupm/tenant/node, served by gpupmd): TENANT_IOC_*.
+ * Access is checked on every request, not only at open: EACCES.
+ * A request that fails changes nothing.
  */
 #ifndef GPUPM_UAPI_H
 #define GPUPM_UAPI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__cplusplus)
 #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)
@@ -25,201 +45,593 @@
 
 /* ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it */
 
+/*
+ * A client refuses a device whose ABI major differs from GPUPM_ABI_MAJOR;
+ * a newer minor normally only adds; 1.3 also changed some 1.2 behaviour
+ * (flush acks take device time, COMMIT only in ACKED, TRIG_CTRL needs
+ * THRESHOLD_ENABLE, the OOB mailbox's own registers, the sealed debug-only
+ * ledger, the envelope's session fields): docs/abi.md section 19.
+ */
+
+/**
+ * ABI major version: bumped on any incompatible change to registers,
+ * layouts or ioctls. Consumers refuse a device whose major differs.
+ */
 #define GPUPM_ABI_MAJOR 1
-#define GPUPM_ABI_MINOR 3
-#define GPUPM_ABI_VERSION 0x10003 /* major << 16 | minor */
+/**
+ * ABI minor version: bumped on compatible additions (2: the tenant
+ * node's context-instance reads; 3: confidential sessions and rekeying,
+ * the OOB mailbox's own registers, flush-ack latency, the debug-only
+ * sealed ledger — see `docs/confidential.md`; 4: register and window
+ * ioctls for the CUSE character device — see `docs/kernel.md`).
+ */
+#define GPUPM_ABI_MINOR 4
+/** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
+#define GPUPM_ABI_VERSION 0x10004 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
+/*
+ * Registers are 32 bits wide unless marked 64-bit. A 64-bit register is
+ * read atomically with one 8-byte access at its offset; either half may
+ * also be read with a 4-byte access (low half at the offset, high half at
+ * offset + 4), but two half reads are two accesses and may tear. Only whole
+ * 32-bit registers are writable (4-byte writes); every 64-bit register is
+ * read-only. A write is checked first: out of range, undefined bits, a
+ * read-only register, or out of handshake order -> EINVAL, nothing changes.
+ * Offsets beyond GPUPM_BAR0_SIZE or where no register is -> EINVAL.
+ * (docs/abi.md section 3)
+ *
+ * TRIG_TARGET is 0 at start and after every device reset, and a TRIG_CMD
+ * write while it is 0 fails (EINVAL): write the target first, in the same
+ * register batch. A target naming an unconfigured slot fails. A flush is
+ * TRIG_TARGET = every configured slot (bit 0 included) and TRIG_CMD =
+ * FLUSH_ULC | TRIGGER in one batch: when it returns, every count up to now
+ * is in the blocks, except those of partitions in a switch (they commit at
+ * its step 6). At a flush with every partition's handshake IDLE (a
+ * quiescent point) every block equals the ledger. (docs/abi.md section 7)
+ *
+ * TRIG_CTRL writes must keep GPUPM_TRIG_CTRL_THRESHOLD_ENABLE set (the
+ * threshold trigger keeps 28-bit CCU counters from wrapping): a write
+ * without it fails (EINVAL).
+ *
+ * INTR_ACK is write-one-to-clear of INTR_STATUS; it affects only the latch,
+ * INTR_PENDING and POLLPRI, never the delivery of records. INTR_MASK stops a
+ * source's records (it still latches). (docs/abi.md section 8)
+ */
+
+/** Size of the BAR0 register aperture in bytes. */
 #define GPUPM_BAR0_SIZE 0x40000
+/** Value of the `ID` register: ASCII "gPMU" little-endian. */
 #define GPUPM_DEVICE_MAGIC 0x554d5067 /* "gPMU" */
+/** Value that must be written to GPUPM_REG_RESET. */
 #define GPUPM_RESET_MAGIC 0x52455345
+/** Smallest non-zero periodic trigger period in cycles. */
 #define GPUPM_TRIG_PERIOD_MIN 1024
+/** Smallest threshold. */
 #define GPUPM_TRIG_THRESHOLD_MIN 1024
+/**
+ * Largest threshold: one more ULC transfer (at most GPUPM_ULC_COUNTER_MAX)
+ * can never carry a CCU counter at or below this value past
+ * GPUPM_CCU_COUNTER_BITS bits.
+ */
 #define GPUPM_TRIG_THRESHOLD_MAX 268434944
+/**
+ * Bits of the dither R added to each dithered period: R is uniform in
+ * `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+ */
 #define GPUPM_DITHER_BITS 8
+/** Largest dither R in cycles. */
 #define GPUPM_DITHER_MAX 255
+/** Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits"). */
 #define GPUPM_ULC_COUNTER_BITS 9
+/**
+ * Largest ULC count, which is also the ULC transfer period in cycles
+ * (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
+ * counter that counts at most once per cycle never wraps).
+ */
 #define GPUPM_ULC_COUNTER_MAX 511
+/** Width of a CCU counter (seed 000 ¶59: 28 bits). */
 #define GPUPM_CCU_COUNTER_BITS 28
+/**
+ * Width of the multi-bit accumulator in front of a 1-bit ULC counter
+ * input (seed 000 ¶56: a six-bit counter whose most significant bit
+ * drives the count, so the count is the signal sum modulo 32).
+ */
 #define GPUPM_MULTIBIT_ACC_BITS 6
+/**
+ * Cycles from a flush request until a CCU's flush ack reaches the RC
+ * buffer, before the CCU's own records: the ack follows the records the
+ * CCU still sends, one record per cycle (see flush_ack_latency).
+ */
 #define GPUPM_FLUSH_ACK_BASE_CYCLES 16
+/**
+ * Largest flush-ack latency of any CCU: a host on a step clock that
+ * advances this many cycles after a flush request finds every ack in.
+ */
 #define GPUPM_FLUSH_ACK_MAX_CYCLES 286
+/** Words in GPUPM_REG_REKEY_NONCE. */
 #define GPUPM_REKEY_NONCE_WORDS 2
+/** Words in GPUPM_REG_REKEY_KEY. */
 #define GPUPM_REKEY_KEY_WORDS 8
+/** Words in GPUPM_REG_REKEY_TAG. */
 #define GPUPM_REKEY_TAG_WORDS 4
+/** Offset of the OOB mailbox's register set from the host's. */
 #define GPUPM_OOB_MBOX_DELTA 0x100
+/**
+ * First four nonce bytes (LE) of every rekey blob. The device's own
+ * nonces start with the VM id (below GPUPM_MAX_VMS), so a tenant's rekey
+ * nonce can never equal a nonce the device uses under the same key.
+ */
 #define GPUPM_REKEY_NONCE_DOMAIN 0xffffffffU
 /* Cycles until the flush ack of a CCU with `counters` counters arrives. */
 #define GPUPM_FLUSH_ACK_LATENCY(counters) (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)
+/** RO: GPUPM_DEVICE_MAGIC. */
 #define GPUPM_REG_ID 0x0
+/** RO: GPUPM_ABI_VERSION of the device. */
 #define GPUPM_REG_ABI_VERSION 0x4
+/** RO: number of GPCs. */
 #define GPUPM_REG_TOPO_GPCS 0x8
+/** RO: number of SMs. */
 #define GPUPM_REG_TOPO_SMS 0xc
+/** RO: number of L2 slices. */
 #define GPUPM_REG_TOPO_L2_SLICES 0x10
+/** RO: number of frame-buffer partitions. */
 #define GPUPM_REG_TOPO_FB_PARTITIONS 0x14
+/** RO: number of NVLinks. */
 #define GPUPM_REG_TOPO_NVLINKS 0x18
+/** RO: number of copy engines. */
 #define GPUPM_REG_TOPO_COPY_ENGINES 0x1c
+/** RO: number of CCUs. */
 #define GPUPM_REG_TOPO_CCUS 0x20
+/** RO: number of partition slots (RC1..RCn); RC0 is the system channel. */
 #define GPUPM_REG_TOPO_PARTITIONS 0x24
+/** RO: number of events in the catalogue (GPUPM_EVENT_COUNT). */
 #define GPUPM_REG_TOPO_EVENTS 0x28
+/** RO: number of memory slices. */
 #define GPUPM_REG_TOPO_MEMORY_SLICES 0x2c
+/** RO: nominal clock frequency in kHz. */
 #define GPUPM_REG_CLOCK_KHZ 0x30
+/** RO: current clock capability, see GPUPM_CLOCK_CAP_*. */
 #define GPUPM_REG_CLOCK_CAP 0x34
+/** RO 64-bit: current device cycle. */
 #define GPUPM_REG_CYCLE 0x38 /* 64-bit */
+/** RO: device status bits, see GPUPM_DEVICE_STATUS_*. */
 #define GPUPM_REG_DEVICE_STATUS 0x40
+/** WO: write GPUPM_RESET_MAGIC to reset counters, blocks and rings. */
 #define GPUPM_REG_RESET 0x44
+/** RO: number of VM table entries. */
 #define GPUPM_REG_TOPO_VMS 0x48
+/** RO: number of context table entries. */
 #define GPUPM_REG_TOPO_CONTEXTS 0x4c
+/** RO 64-bit: CCU counter wraps ever observed (must stay 0; a model self-check). */
 #define GPUPM_REG_CCU_WRAPS 0x50 /* 64-bit */
+/**
+ * RW: periodic trigger period in cycles; 0 disables periodic triggers.
+ * Non-zero values below GPUPM_TRIG_PERIOD_MIN are rejected.
+ */
 #define GPUPM_REG_TRIG_PERIOD 0x100
+/** RW: trigger control bits, see GPUPM_TRIG_CTRL_*. */
 #define GPUPM_REG_TRIG_CTRL 0x104
+/**
+ * RW: CCU threshold: when any active-bank CCU counter reaches this value
+ * the partition owning the CCU is triggered. Must lie in
+ * `[TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX]`.
+ */
 #define GPUPM_REG_TRIG_THRESHOLD 0x108
+/**
+ * RW: target mask for GPUPM_REG_TRIG_CMD: bit `p` selects partition slot `p`
+ * (bit 0 = system CCUs).
+ */
 #define GPUPM_REG_TRIG_TARGET 0x10c
+/**
+ * WO: register-write trigger, bits in GPUPM_TRIG_CMD_*, applied to the CCUs of
+ * the partitions selected in GPUPM_REG_TRIG_TARGET.
+ */
 #define GPUPM_REG_TRIG_CMD 0x110
+/** WO: external trigger input; writing 1 triggers every unpaused partition. */
 #define GPUPM_REG_TRIG_EXTERNAL 0x114
+/** RO 64-bit: periodic triggers delivered. */
 #define GPUPM_REG_TRIG_COUNT_PERIODIC 0x118 /* 64-bit */
+/** RO 64-bit: threshold triggers delivered. */
 #define GPUPM_REG_TRIG_COUNT_THRESHOLD 0x120 /* 64-bit */
+/** RO 64-bit: register-write and external triggers delivered. */
 #define GPUPM_REG_TRIG_COUNT_COMMAND 0x128 /* 64-bit */
+/** RO 64-bit: records routed by the reduction-channel buffer. */
 #define GPUPM_REG_RECORDS_ROUTED 0x130 /* 64-bit */
+/** RO: latched interrupt sources, bits in GPUPM_INTR_*. */
 #define GPUPM_REG_INTR_STATUS 0x200
+/** RW: 1 = source masked (does not wake, no records delivered). */
 #define GPUPM_REG_INTR_MASK 0x204
+/** W1C: acknowledges latched sources. */
 #define GPUPM_REG_INTR_ACK 0x208
+/** RO: `INTR_STATUS & !INTR_MASK`. */
 #define GPUPM_REG_INTR_PENDING 0x20c
+/** RO 64-bit: sequence number of the last interrupt record raised. */
 #define GPUPM_REG_INTR_SEQ 0x210 /* 64-bit */
+/** RW: argument for the next command (e.g. an event id). */
 #define GPUPM_REG_MBOX_ARG 0x300
+/** WO: writing an opcode from GPUPM_MBOX_OP_* runs the command. */
 #define GPUPM_REG_MBOX_CMD 0x304
+/** RO: status of the last command, see GPUPM_MBOX_STATUS_*. */
 #define GPUPM_REG_MBOX_STATUS 0x308
+/**
+ * RO: commands completed on this mailbox (modulo 2^32); a caller knows
+ * its command completed when the value moved past the one it read before.
+ */
 #define GPUPM_REG_MBOX_SEQ 0x30c
+/** RO 64-bit: result data of the last command. */
 #define GPUPM_REG_MBOX_DATA 0x310 /* 64-bit */
+/** RW: the OOB mailbox's GPUPM_REG_MBOX_ARG. */
 #define GPUPM_REG_OOB_MBOX_ARG 0x400
+/** WO: the OOB mailbox's GPUPM_REG_MBOX_CMD. */
 #define GPUPM_REG_OOB_MBOX_CMD 0x404
+/** RO: the OOB mailbox's GPUPM_REG_MBOX_STATUS. */
 #define GPUPM_REG_OOB_MBOX_STATUS 0x408
+/** RO: the OOB mailbox's GPUPM_REG_MBOX_SEQ. */
 #define GPUPM_REG_OOB_MBOX_SEQ 0x40c
+/** RO 64-bit: the OOB mailbox's GPUPM_REG_MBOX_DATA. */
 #define GPUPM_REG_OOB_MBOX_DATA 0x410 /* 64-bit */
+/**
+ * WO: the tenant-chosen 64 bits of the rekey blob's AES-GCM nonce, two
+ * words (low word first). The nonce is GPUPM_REKEY_NONCE_DOMAIN (LE)
+ * followed by these 8 bytes.
+ */
 #define GPUPM_REG_REKEY_NONCE 0x500
+/**
+ * WO: eight words: the new AES-256 key encrypted under the current
+ * session key (word `i` = bytes `4i..4i+4`, little-endian).
+ */
 #define GPUPM_REG_REKEY_KEY 0x508
+/** WO: four words: the AES-GCM tag of the sealed key. */
 #define GPUPM_REG_REKEY_TAG 0x528
+/** Running at primary (boost) capability. */
 #define GPUPM_CLOCK_CAP_PRIMARY 0x0
+/** Running at secondary (throttled) capability. */
 #define GPUPM_CLOCK_CAP_SECONDARY 0x1
+/** The clock runs in step mode (advanced only by the host). */
 #define GPUPM_DEVICE_STATUS_STEP_CLOCK 0x1
+/** At least one switch was completed by the device's fallback. */
 #define GPUPM_DEVICE_STATUS_FALLBACK_SEEN 0x2
+/** Periodic triggers enabled. */
 #define GPUPM_TRIG_CTRL_PERIODIC_ENABLE 0x1
+/** Period dithering: each period is P + R, R uniform in 0..=255. */
 #define GPUPM_TRIG_CTRL_DITHER 0x2
+/**
+ * Threshold triggers enabled. They are the guard that keeps a 28-bit
+ * CCU counter from ever wrapping, so the bit must be set in every
+ * `TRIG_CTRL` write (a write without it fails with EINVAL).
+ */
 #define GPUPM_TRIG_CTRL_THRESHOLD_ENABLE 0x4
+/** All defined bits. */
 #define GPUPM_TRIG_CTRL_ALL 0x7
+/** ULCs send their partial counts to their CCUs first. */
 #define GPUPM_TRIG_CMD_FLUSH_ULC 0x1
+/** CCUs swap banks and emit records of the idle bank. */
 #define GPUPM_TRIG_CMD_TRIGGER 0x2
+/**
+ * CCUs send pending records, then an empty record (the flush ack); a
+ * CCU's ack reaches the RC buffer flush_ack_latency cycles
+ * after the request and sets its bit in `PART_CCU_ACKED`.
+ */
 #define GPUPM_TRIG_CMD_FLUSH_REQ 0x4
+/** All defined bits. */
 #define GPUPM_TRIG_CMD_ALL 0x7
+/** DATA = ABI version << 32 | number of events. */
 #define GPUPM_MBOX_OP_GET_CAPS 0x1
+/**
+ * DATA = system (RC0) total of event ARG: the committed total of the
+ * work of non-confidential VMs and of the device-level units (a
+ * confidential VM's counts never reach RC0).
+ */
 #define GPUPM_MBOX_OP_READ_SYSTEM_COUNTER 0x2
+/** DATA = cycles with no context running on any partition. */
 #define GPUPM_MBOX_OP_READ_IDLE_CYCLES 0x3
+/** DATA = current device cycle. */
 #define GPUPM_MBOX_OP_READ_CYCLE 0x4
+/** DATA = number of fallback-completed switches, all partitions. */
 #define GPUPM_MBOX_OP_READ_FALLBACKS 0x5
+/** No command run yet. */
 #define GPUPM_MBOX_STATUS_IDLE 0
+/** Last command succeeded; DATA holds its result. */
 #define GPUPM_MBOX_STATUS_OK 1
+/** Unknown opcode. */
 #define GPUPM_MBOX_STATUS_ERR_OPCODE 2
+/** Argument out of range. */
 #define GPUPM_MBOX_STATUS_ERR_ARG 3
 
-/* Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system). */
+/* Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system) */
+
+/*
+ * Per-instance blocks: register REG of instance i is at
+ * GPUPM_<UNIT>(i, GPUPM_REG_REG). Partition slots 0..15 (slot 0 = the system
+ * channel RC0, always configured; GPU slices are the slots whose PART_STATUS
+ * has GPUPM_PART_STATUS_CONFIGURED: scan all 16, TOPO_PARTITIONS only counts
+ * them); an unconfigured slot answers only PART_STATUS (= 0). CCUs
+ * 0..TOPO_CCUS-1. VM ids 1..63 (in use iff VM_PARTITION != 0). Context ids
+ * 1..4095 (in use iff CTX_STATE != FREE; ids are reused after release, so
+ * (id, CTX_CREATED_CYCLE) names an instance). Blocks: read VM_BLOCK and
+ * CTX_BLOCK for their window offsets. (docs/abi.md section 4)
+ *
+ * Switch handshake (docs/abi.md section 9, a worked example in section 17):
+ * when PART_STATUS's state is REQUESTED, the host writes, in order (out of
+ * order -> EINVAL):
+ *   1  PART_CTRL = CTX_PAUSE                                -> CTX_PAUSED
+ *   2  PART_CTRL = ALL                                      -> XFER_PAUSED
+ *   3  TRIG_TARGET = 1 << p; TRIG_CMD = FLUSH_ULC | TRIGGER -> TRIGGERED
+ *   4  TRIG_CMD = FLUSH_REQ (may join step 3)    state stays TRIGGERED
+ *   5  wait: every CCU's flush ack arrives GPUPM_FLUSH_ACK_LATENCY(counters)
+ *      cycles of device time after FLUSH_REQ (at most
+ *      GPUPM_FLUSH_ACK_MAX_CYCLES); then the state is ACKED, PART_CCU_ACKED
+ *      covers PART_CCU_ASSIGNED and GPUPM_INTR_FLUSH_ACKED is raised. Resume
+ *      on that record (or poll PART_STATUS/PART_CCU_ACKED, bounded). On a
+ *      step clock time moves only in GPUPM_IOC_ADVANCE: whoever owns the
+ *      clock advances it (e.g. by GPUPM_FLUSH_ACK_MAX_CYCLES) while a slot
+ *      is TRIGGERED; a host that does not own it just waits for the record.
+ *   6  PART_RC_BIND_VM = PART_NEXT_VM, PART_RC_BIND_CTX = PART_NEXT_CTX,
+ *      PART_RC_CMD = COMMIT | REPOINT                        -> REPOINTED
+ *      (COMMIT is legal only in ACKED: EINVAL anywhere else)
+ *   7  PART_CTRL = 0                                         -> IDLE
+ * Steps 1-4 fit one GPUPM_IOC_REG_BATCH, 6-7 another. If the host has not
+ * finished PART_SWITCH_TIMEOUT cycles after PART_SWITCH_REQ_CYCLE, the
+ * device completes the switch itself (PART_FALLBACKS, LAST_FALLBACK,
+ * GPUPM_INTR_SWITCH_FALLBACK); the host's later writes then fail (EINVAL).
+ *
+ * Stream rings (docs/abi.md section 11): fill = HEAD - TAIL (mod 2^32);
+ * record i is at window offset PART_STREAM_BASE + (i % PART_STREAM_CAP) *
+ * GPUPM_STREAM_SLOT_SIZE. STREAM_WATERMARK is edge-triggered: raised once,
+ * at the first commit that brings the ring to its watermark since the host
+ * last wrote TAIL; a TAIL write only re-arms it. So drain until empty: write
+ * TAIL and re-read HEAD in one batch, and repeat while they differ. Records
+ * below the watermark raise nothing: drain periodically too.
+ */
+
+/** Base of the partition block array. */
 #define GPUPM_PART_BASE 0x1000
+/** Stride between partition blocks. */
 #define GPUPM_PART_STRIDE 0x100
+/** Maximum partition slots including the system slot 0. */
 #define GPUPM_MAX_PARTITION_SLOTS 16
 #define GPUPM_PART(i, reg) (GPUPM_PART_BASE + (uint64_t)(i) * GPUPM_PART_STRIDE + (reg))
+/** Base of the CCU block array. */
 #define GPUPM_CCU_BASE 0x3000
+/** Stride between CCU blocks. */
 #define GPUPM_CCU_STRIDE 0x40
+/** Maximum CCUs. */
 #define GPUPM_MAX_CCUS 64
 #define GPUPM_CCU(i, reg) (GPUPM_CCU_BASE + (uint64_t)(i) * GPUPM_CCU_STRIDE + (reg))
+/** Base of the VM table; VM ids start at 1, entry `v` is at `VM_BASE + v * VM_STRIDE`. */
 #define GPUPM_VM_BASE 0x4000
+/** Stride between VM entries. */
 #define GPUPM_VM_STRIDE 0x40
+/** Largest VM id + 1. */
 #define GPUPM_MAX_VMS 64
 #define GPUPM_VM(i, reg) (GPUPM_VM_BASE + (uint64_t)(i) * GPUPM_VM_STRIDE + (reg))
+/** Base of the context table; context ids start at 1. */
 #define GPUPM_CTX_BASE 0x8000
+/** Stride between context entries. */
 #define GPUPM_CTX_STRIDE 0x20
+/** Largest context id + 1. */
 #define GPUPM_MAX_CONTEXTS 4096
 #define GPUPM_CTX(i, reg) (GPUPM_CTX_BASE + (uint64_t)(i) * GPUPM_CTX_STRIDE + (reg))
+/** RW: pause bits, see GPUPM_PART_CTRL_*; writable only during a switch. */
 #define GPUPM_REG_PART_CTRL 0x0
+/** RO: handshake state (bits 0..4, GPUPM_HS_STATE_*) and flags (GPUPM_PART_STATUS_*). */
 #define GPUPM_REG_PART_STATUS 0x4
+/** RO: VM whose block the RC is bound to (0 = none). */
 #define GPUPM_REG_PART_CUR_VM 0x8
+/** RO: context whose block the RC is bound to (0 = none). */
 #define GPUPM_REG_PART_CUR_CTX 0xc
+/** RO: VM the pending switch brings in (0 = none). */
 #define GPUPM_REG_PART_NEXT_VM 0x10
+/** RO: context the pending switch brings in (0 = none, partition goes idle). */
 #define GPUPM_REG_PART_NEXT_CTX 0x14
+/** RO 64-bit: CCUs assigned to this partition (bit = CCU index). */
 #define GPUPM_REG_PART_CCU_ASSIGNED 0x18 /* 64-bit */
+/**
+ * RO 64-bit: CCUs whose flush ack has arrived since the last flush
+ * request; a CCU's bit is set flush_ack_latency cycles after the
+ * request (device time), so a host polls it (bounded; on a step clock it
+ * advances the clock, e.g. by GPUPM_FLUSH_ACK_MAX_CYCLES).
+ */
 #define GPUPM_REG_PART_CCU_ACKED 0x20 /* 64-bit */
+/** WO: reduction-channel command, bits in GPUPM_RC_CMD_*. */
 #define GPUPM_REG_PART_RC_CMD 0x28
+/** RW: VM to bind at the next re-point. */
 #define GPUPM_REG_PART_RC_BIND_VM 0x2c
+/** RW: context to bind at the next re-point. */
 #define GPUPM_REG_PART_RC_BIND_CTX 0x30
+/**
+ * RW: cycles the device waits for host software to finish a requested
+ * switch before completing it itself.
+ */
 #define GPUPM_REG_PART_SWITCH_TIMEOUT 0x34
+/** RO 64-bit: switches completed by the device's fallback. */
 #define GPUPM_REG_PART_FALLBACKS 0x38 /* 64-bit */
+/** RO 64-bit: switches completed (host-driven and fallback). */
 #define GPUPM_REG_PART_SWITCHES 0x40 /* 64-bit */
+/** RO 64-bit: RC commits (= stream records produced or lost). */
 #define GPUPM_REG_PART_COMMIT_SEQ 0x48 /* 64-bit */
+/** RO: stream ring head (next record index the device writes), modulo 2^32. */
 #define GPUPM_REG_PART_STREAM_HEAD 0x50
+/**
+ * RW: stream ring tail (next record index the host reads), modulo 2^32.
+ * Writes must lie in `[old tail, head]`.
+ */
 #define GPUPM_REG_PART_STREAM_TAIL 0x54
+/**
+ * RO: ring capacity in records (a power of two). Ring 0 (RC0) receives a
+ * commit for the triggers of every partition, so it is larger: the
+ * scenario's capacity times (GPU slices + 1), rounded up to a power of
+ * two, at most `layout::STREAM_RING_MAX`.
+ */
 #define GPUPM_REG_PART_STREAM_CAP 0x58
+/**
+ * RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
+ * raised once per drain (re-armed by a tail write).
+ */
 #define GPUPM_REG_PART_STREAM_WATERMARK 0x5c
+/** RO 64-bit: records lost because the ring was full. */
 #define GPUPM_REG_PART_STREAM_LOST 0x60 /* 64-bit */
+/** RO 64-bit: memory-window offset of the ring's first slot. */
 #define GPUPM_REG_PART_STREAM_BASE 0x68 /* 64-bit */
+/** RW: context timeslice in cycles (0 = never rotate contexts). */
 #define GPUPM_REG_PART_TIMESLICE_CTX 0x70
+/** RW: VM timeslice in cycles (0 = never rotate VMs). */
 #define GPUPM_REG_PART_TIMESLICE_VM 0x74
+/** RO: GPC ownership mask. */
 #define GPUPM_REG_PART_GPC_MASK 0x78
+/** RO: memory-slice ownership mask. */
 #define GPUPM_REG_PART_MEM_MASK 0x7c
+/** RO 64-bit: cycle at which the pending switch was requested. */
 #define GPUPM_REG_PART_SWITCH_REQ_CYCLE 0x80 /* 64-bit */
+/** Step 1: the running context is paused (generates nothing). */
 #define GPUPM_PART_CTRL_CTX_PAUSE 0x1
+/** Step 2: periodic triggers trigger-block→CCU are paused. */
 #define GPUPM_PART_CTRL_TRIG_PAUSE 0x2
+/** Step 2: periodic ULC→CCU transfers are paused. */
 #define GPUPM_PART_CTRL_ULC_PAUSE 0x4
+/** All defined bits. */
 #define GPUPM_PART_CTRL_ALL 0x7
+/** Mask of the handshake state field. */
 #define GPUPM_PART_STATUS_STATE_MASK 0xf
+/** The partition slot is configured (owns units). */
 #define GPUPM_PART_STATUS_CONFIGURED 0x100
+/** The last switch was completed by the device's fallback. */
 #define GPUPM_PART_STATUS_LAST_FALLBACK 0x200
+/** The pending switch is a VM switch (re-points the VM block too). */
 #define GPUPM_PART_STATUS_VM_SWITCH 0x400
+/** No switch pending. */
 #define GPUPM_HS_STATE_IDLE 0
+/** The device asked for a switch; the outgoing context still runs. */
 #define GPUPM_HS_STATE_REQUESTED 1
+/** Step 1 done. */
 #define GPUPM_HS_STATE_CTX_PAUSED 2
+/** Step 2 done. */
 #define GPUPM_HS_STATE_XFER_PAUSED 3
+/** Step 3 done: ULC partials flushed, CCUs triggered. */
 #define GPUPM_HS_STATE_TRIGGERED 4
+/** Steps 4-5 done: every assigned CCU acked. */
 #define GPUPM_HS_STATE_ACKED 5
+/** Step 6a done: RC committed into the outgoing blocks. */
 #define GPUPM_HS_STATE_COMMITTED 6
+/** Step 6b done: RC re-pointed to the incoming blocks. */
 #define GPUPM_HS_STATE_REPOINTED 7
+/**
+ * Step 6a: commit the RC's counters into the bound blocks and reset
+ * them. Legal only in `hs_state::ACKED` (after the flush request and
+ * every assigned CCU's ack); anywhere else the write fails.
+ */
 #define GPUPM_RC_CMD_COMMIT 0x1
+/** Re-point the RC to `PART_RC_BIND_VM`/`PART_RC_BIND_CTX`. */
 #define GPUPM_RC_CMD_REPOINT 0x2
+/** All defined bits. */
 #define GPUPM_RC_CMD_ALL 0x3
+/** RO: partition slot owning this CCU (0 = system). */
 #define GPUPM_REG_CCU_OWNER 0x0
+/** RO: number of ULCs served. */
 #define GPUPM_REG_CCU_ULCS 0x4
+/** RO: number of counters (sum of the ULCs' counters). */
 #define GPUPM_REG_CCU_COUNTERS 0x8
+/** RO: index of the active bank (0 or 1). */
 #define GPUPM_REG_CCU_ACTIVE_BANK 0xc
+/** RW: index of the 32-bit mask word that `CCU_MASK_DATA` accesses. */
 #define GPUPM_REG_CCU_MASK_INDEX 0x10
+/** RW: mask word: bit i masks counter `32 * index + i` (1 = masked). */
 #define GPUPM_REG_CCU_MASK_DATA 0x14
+/** RO 64-bit: records emitted. */
 #define GPUPM_REG_CCU_RECORDS 0x18 /* 64-bit */
+/** RO: unit group kind, see GPUPM_CCU_GROUP_*. */
 #define GPUPM_REG_CCU_GROUP 0x20
+/** RO: unit group index within its kind. */
 #define GPUPM_REG_CCU_GROUP_INDEX 0x24
+/** One GPC's SMs. */
 #define GPUPM_CCU_GROUP_GPC 0
+/** One memory slice: L2 slices, FB partitions and copy engines. */
 #define GPUPM_CCU_GROUP_MEMORY_SLICE 1
+/** Device-level shared units (NVLink), counted into RC0 only. */
 #define GPUPM_CCU_GROUP_SYSTEM 2
+/** A partition's lane of the context-filtered shared units (PCIe). */
 #define GPUPM_CCU_GROUP_SHARED_LANE 3
+/** RO: partition slot the VM is bound to (0 = entry unused). */
 #define GPUPM_REG_VM_PARTITION 0x0
+/** RO: flags, see GPUPM_VM_FLAGS_*. */
 #define GPUPM_REG_VM_FLAGS 0x4
+/** RO 64-bit: memory-window offset of the VM block slot. */
 #define GPUPM_REG_VM_BLOCK 0x8 /* 64-bit */
+/**
+ * WO: 1 = open the rekey blob staged in `REKEY_*` with this VM's current
+ * session key and, only if it opens, install the key it carries (the key
+ * epoch increments). A blob that does not open (forged, replayed, for
+ * another VM, epoch or session, or malformed) fails with EINVAL and
+ * changes nothing. Confidential VMs only.
+ */
 #define GPUPM_REG_VM_KEY_COMMIT 0x30
+/** RO: key epoch (number of keys installed, 1 = the provisioned key). */
 #define GPUPM_REG_VM_KEY_EPOCH 0x34
+/**
+ * RO 64-bit: the device's current session (boot) id, drawn from the
+ * operating system's random source at device start and at every reset;
+ * 0 for a VM that is not confidential.
+ */
 #define GPUPM_REG_VM_KEY_SESSION 0x38 /* 64-bit */
+/**
+ * The VM is confidential: its blocks and stream records leave the
+ * device only as AES-256-GCM ciphertext.
+ */
 #define GPUPM_VM_FLAGS_CONFIDENTIAL 0x1
+/** RO: VM owning the context. */
 #define GPUPM_REG_CTX_VM 0x0
+/** RO: lifecycle state, see GPUPM_CTX_STATE_*. */
 #define GPUPM_REG_CTX_STATE 0x4
+/** RO 64-bit: memory-window offset of the context block slot. */
 #define GPUPM_REG_CTX_BLOCK 0x8 /* 64-bit */
+/** WO: context command, see GPUPM_CTX_CMD_*. */
 #define GPUPM_REG_CTX_CMD 0x10
+/**
+ * RO 64-bit: cycle at which the context was created. Context ids are
+ * reused after release; (id, created cycle) names one context instance.
+ */
 #define GPUPM_REG_CTX_CREATED_CYCLE 0x18 /* 64-bit */
+/** Entry unused. */
 #define GPUPM_CTX_STATE_FREE 0
+/** Context exists and may be scheduled. */
 #define GPUPM_CTX_STATE_ACTIVE 1
+/** Context was destroyed; its block stays readable until released. */
 #define GPUPM_CTX_STATE_DESTROYED 2
+/** Release a destroyed context's block; the entry becomes free. */
 #define GPUPM_CTX_CMD_RELEASE 1
 
 /* Event catalogue (uapi/src/events.rs): ids index every counter array */
 
+/*
+ * Event scopes decide where counts go and what is conserved (docs/abi.md
+ * section 6; gpupm_event_scope[] below gives each event's): SM, L2, FB and
+ * CE events (GPUPM_EVENT_SCOPE_PARTITION) and PCIe events
+ * (GPUPM_EVENT_SCOPE_CONTEXT_FILTERED, one lane per partition filtered by
+ * the running context) go to the running context's block, its VM's block
+ * and the system block; after a flush at a quiescent point, system = sum of
+ * VMs and VM = sum of its context instances. NVLink events
+ * (GPUPM_EVENT_SCOPE_DEVICE) go to the system block only. Multi-bit events
+ * (gpupm_event_multibit[]): one count = GPUPM_MULTIBIT_SCALE signal units.
+ */
+
+/**
+ * Number of counter slots in a block or stream record. Ids `>= EVENT_COUNT`
+ * are reserved and always read 0.
+ */
 #define GPUPM_MAX_EVENTS 64
+/** Most counters one ULC may have. */
 #define GPUPM_MAX_ULC_COUNTERS 45
+/** Most ULCs one CCU may serve. */
 #define GPUPM_MAX_CCU_ULCS 48
+/** Number of defined events. */
 #define GPUPM_EVENT_COUNT 39
+/**
+ * Divisor that turns one count of `event` into signal units (32 for
+ * multi-bit): the value of the multi-bit accumulator's most significant
+ * bit, which drives the count.
+ */
 #define GPUPM_MULTIBIT_SCALE 32
 #define GPUPM_UNIT_SM 0
 #define GPUPM_UNIT_L2 1
@@ -266,6 +678,22 @@
 #define GPUPM_EV_NVLINK_RX_FLITS 36 /* flits */
 #define GPUPM_EV_NVLINK_TX_FLITS 37 /* flits */
 #define GPUPM_EV_NVLINK_CYCLES_ACTIVE 38 /* cycles */
+/**
+ * Units a partition owns (SM, L2 slice, FB partition, copy engine):
+ * counted into the running context's block, its VM's block and the
+ * system block.
+ */
+#define GPUPM_EVENT_SCOPE_PARTITION 0
+/**
+ * Shared units filtered by each partition's running context (PCIe, one
+ * lane per partition): counted like `PARTITION`.
+ */
+#define GPUPM_EVENT_SCOPE_CONTEXT_FILTERED 1
+/**
+ * Device-level shared units (NVLink): counted into the system block
+ * only; VM and context blocks hold 0 for them.
+ */
+#define GPUPM_EVENT_SCOPE_DEVICE 2
 
 /* Event names indexed by id (the names `gpupm stat -e` takes). */
 static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {
@@ -310,21 +738,98 @@ static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {
     "nvlink_cycles_active",
 };
 
+/* Unit type (GPUPM_UNIT_*) of each event, indexed by id. */
+static const uint8_t gpupm_event_unit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 4, 5, 5, 5 };
+
+/* Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go. */
+static const uint8_t gpupm_event_scope[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 2, 2, 2 };
+
+/* 1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id. */
+static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 1, 0, 0, 0, 0 };
+
 /* Interrupt sources (uapi/src/intr.rs) */
 
+/*
+ * Interrupt records (docs/abi.md section 8): every open handle of card0 has
+ * its own cursor, starting at the next record raised after open(); it never
+ * sees earlier ones. A host that starts must therefore scan PART_STATUS of
+ * every configured slot for REQUESTED, read the context table and drain
+ * every ring after opening its interrupt handle. seq counts every record raised;
+ * a gap means records were missed (the device keeps the last 16384).
+ * Record arguments: SWITCH_REQUESTED and SWITCH_FALLBACK: partition, arg =
+ * incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:
+ * partition, arg = context, arg2 = VM; STREAM_WATERMARK: arg = fill;
+ * STREAM_OVERFLOW: arg = records lost so far; TRIGGER_DONE: arg = target
+ * mask, arg2 = command; FLUSH_ACKED: partition, arg = incoming context,
+ * arg2 = incoming VM (a host-driven switch reached ACKED; not raised when
+ * the fallback finishes a switch); MAILBOX_DONE (the host's mailbox only,
+ * never the OOB one): arg = opcode, arg2 = status.
+ */
+
+/**
+ * The device asks host software to run a context/VM switch handshake
+ * (`partition`; `arg` = incoming context, 0 = the slice goes idle;
+ * `arg2` = incoming VM).
+ */
 #define GPUPM_INTR_SWITCH_REQUESTED 0x1
+/**
+ * A register-write or external trigger finished (records routed, RC
+ * committed; `arg` = target mask, `arg2` = command bits, 0 for
+ * `TRIG_EXTERNAL`).
+ */
 #define GPUPM_INTR_TRIGGER_DONE 0x2
+/**
+ * A commit brought a stream ring to its watermark (`partition`, `arg` =
+ * fill). Edge-triggered: raised once, at the first such commit since
+ * the host last wrote `PART_STREAM_TAIL`; a tail write re-arms it. A
+ * drain must write the tail and re-read the head in one batch until
+ * they are equal, or a record committed during the drain waits for the
+ * next commit.
+ */
 #define GPUPM_INTR_STREAM_WATERMARK 0x4
+/**
+ * A stream ring was full and a record was lost (`partition`, `arg` =
+ * records lost so far, saturating); raised at the first loss since the
+ * ring last stored a record.
+ */
 #define GPUPM_INTR_STREAM_OVERFLOW 0x8
+/**
+ * A context was created: its block is allocated and bound
+ * (`partition`, `arg` = context, `arg2` = VM).
+ */
 #define GPUPM_INTR_CTX_CREATED 0x10
+/**
+ * A context was destroyed: its block holds its final totals until the
+ * host releases it with `CTX_CMD` (`partition`, `arg` = context,
+ * `arg2` = VM).
+ */
 #define GPUPM_INTR_CTX_DESTROYED 0x20
+/**
+ * The device completed a switch itself after the host timed out
+ * (`partition`, `arg` = incoming context, `arg2` = incoming VM).
+ */
 #define GPUPM_INTR_SWITCH_FALLBACK 0x40
+/** An OOB mailbox command completed (`arg` = opcode, `arg2` = status). */
 #define GPUPM_INTR_MAILBOX_DONE 0x80
+/**
+ * The device was reset: settings the host programmed are gone
+ * (`TRIG_TARGET` is 0 again); re-apply them.
+ */
 #define GPUPM_INTR_DEVICE_RESET 0x100
+/**
+ * Every CCU assigned to a partition acknowledged the flush request of
+ * a switch in progress (`hs_state::ACKED`): the host may commit
+ * (step 6). Not raised when the device's fallback finishes the switch
+ * itself. A host that cannot poll `PART_CCU_ACKED` until the acks
+ * arrive (they take up to `FLUSH_ACK_MAX_CYCLES` of device time, and
+ * a step clock moves only when host software advances it) resumes the
+ * handshake on this record.
+ */
 #define GPUPM_INTR_FLUSH_ACKED 0x200
+/** All defined sources. */
 #define GPUPM_INTR_ALL 0x3ff
 
-/* Source names indexed by bit number. */
+/** Names of the sources, indexed by bit number. */
 static const char *const gpupm_intr_source_names[10] = {
     "switch_requested",
     "trigger_done",
@@ -340,99 +845,315 @@ static const char *const gpupm_intr_source_names[10] = {
 
 /* Memory window layouts (uapi/src/layout.rs) */
 
+/*
+ * Memory window (docs/abi.md section 5): block slots from window offset 0
+ * (slot 0 system, slot v VM v, the context pool from GPUPM_CTX_BLOCK_SLOT_BASE),
+ * stream rings from GPUPM_STREAM_REGION, GPUPM_STREAM_RING_SPAN bytes per
+ * partition slot. A read may span slots but must stay inside one region
+ * (EINVAL otherwise). A slot is valid iff envelope.flags has VALID; with
+ * ENCRYPTED the payload is AES-256-GCM ciphertext under the VM's session
+ * key and the tag follows; the envelope carries key_epoch, the nonce and
+ * the session id (session_hi << 32 | session_lo), and all 32 bytes of it
+ * are the associated data (confidential VMs: docs/confidential.md).
+ */
+
+/**
+ * Offset in the device node's file space where the memory window starts;
+ * offsets below it address BAR0 registers.
+ */
 #define GPUPM_MEM_WINDOW_OFFSET 0x100000000ULL
+/** Window offset where stream rings start. */
 #define GPUPM_STREAM_REGION 0x259400
+/** Window bytes reserved per partition slot's ring (the ring may be smaller). */
 #define GPUPM_STREAM_RING_SPAN 0x4c0000
+/** Magic of a plaintext counter block: "gBLK". */
 #define GPUPM_BLOCK_MAGIC 0x4b4c4267
+/** Magic of a plaintext stream record: "gREC". */
 #define GPUPM_RECORD_MAGIC 0x43455267
+/** Size of one block slot in the memory window. */
 #define GPUPM_BLOCK_SLOT_SIZE 592
+/** Slot index of the system block (RC0). */
 #define GPUPM_SYSTEM_BLOCK_SLOT 0
+/** Slot index of VM `v`'s block is `v` (VM ids are 1..MAX_VMS). */
 #define GPUPM_VM_BLOCK_SLOT_BASE 0
+/** First slot of the context-block pool. */
 #define GPUPM_CTX_BLOCK_SLOT_BASE 64
+/** Number of slots in the context-block pool. */
 #define GPUPM_CTX_BLOCK_SLOTS 4096
+/** Largest ring capacity in records. */
 #define GPUPM_STREAM_RING_MAX 8192
+/** Size of one stream-ring slot. */
 #define GPUPM_STREAM_SLOT_SIZE 608
+/** Bytes of the envelope bound as AES-GCM associated data: all of it. */
 #define GPUPM_ENVELOPE_AAD_LEN 32
+/** Values per CCU record. */
 #define GPUPM_RECORD_VALUES 8
-#define GPUPM_SESSION_KEY_INFO "gpupm-cc-v1" /* HKDF-SHA256 info prefix of a session key */
+/** `info` prefix of the session-key derivation (HKDF-SHA256). */
+#define GPUPM_SESSION_KEY_INFO "gpupm-cc-v1"
 #define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)
 #define GPUPM_STREAM_SLOT_OFFSET(p, i) (GPUPM_STREAM_REGION + (uint64_t)(p) * GPUPM_STREAM_RING_SPAN + (uint64_t)(i) * GPUPM_STREAM_SLOT_SIZE)
+/** The system block (RC0): everything counted on the device. */
 #define GPUPM_BLOCK_KIND_SYSTEM 1
+/** A VM block: everything its contexts were counted for. */
 #define GPUPM_BLOCK_KIND_VM 2
+/** A context block. */
 #define GPUPM_BLOCK_KIND_CONTEXT 3
+/** The slot holds data. */
 #define GPUPM_ENVELOPE_FLAGS_VALID 0x1
+/** The payload is ciphertext followed by a tag. */
 #define GPUPM_ENVELOPE_FLAGS_ENCRYPTED 0x2
+/** The commit was step 6 of a context/VM switch. */
 #define GPUPM_RECORD_FLAGS_SWITCH 0x1
+/** The commit followed a fallback-completed switch. */
 #define GPUPM_RECORD_FLAGS_FALLBACK 0x2
+/** The clock ran at secondary (throttled) capability at commit time. */
 #define GPUPM_RECORD_FLAGS_SECONDARY_CLOCK 0x4
+/** Caused by a threshold trigger. */
 #define GPUPM_RECORD_FLAGS_THRESHOLD 0x8
+/** The empty record that acknowledges a flush request. */
 #define GPUPM_CCU_RECORD_FLAGS_FLUSH_ACK 0x1
 
 /* Device node ioctls (uapi/src/ioctl.rs) */
 
+/*
+ * Device-node ioctls (docs/abi.md sections 2.1, 16): version must be
+ * GPUPM_IOCTL_STRUCT_VERSION, flags and reserved fields 0, else EINVAL;
+ * unknown number -> ENOTTY. GPUPM_IOC_REG_BATCH runs 1..64 ops atomically
+ * (no device time passes, nothing interleaves, all or nothing); on failure
+ * the call fails with EINVAL and the struct comes back with failed_index =
+ * the failing op. GPUPM_IOC_ADVANCE (step clock only, else EINVAL) runs
+ * every event in its span and does NOT stop at a switch request: advance by
+ * less than PART_SWITCH_TIMEOUT and answer requests between advances, or
+ * the fallback completes them. GPUPM_IOC_LEDGER is the emulator's debug
+ * oracle, answered only when gpupm-driver runs with --debug-ledger (ENOTTY
+ * otherwise) and sealed (GPUPM_LEDGER_FLAGS_SEALED) for a confidential VM:
+ * after a flush at a quiescent point a scope's block holds
+ * (generated - remainder) / scale - masked per event.
+ */
+
+/** ioctl "type" byte of the device node. */
 #define GPUPM_IOC_MAGIC 0x47 /* 'G' */
+/** Version every ioctl argument struct must carry. */
 #define GPUPM_IOCTL_STRUCT_VERSION 1
+/** Largest argument struct the ABI allows. */
 #define GPUPM_MAX_IOCTL_SIZE 16384
+/** Most ops in one batch. */
 #define GPUPM_MAX_BATCH_OPS 64
+/** `_IOC_NR` of `GPUPM_IOC_WINDOW_READ(len)`. */
+#define GPUPM_WINDOW_READ_NR 7
+/** Most bytes one window read returns. */
+#define GPUPM_WINDOW_READ_MAX 12288
+/** Largest gpupm_advance.cycles. */
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
+/** Read the register into `value`. */
 #define GPUPM_REG_OP_READ 1
+/** Write `value` to the register. */
 #define GPUPM_REG_OP_WRITE 2
+/** One context (`id` = context id). */
 #define GPUPM_LEDGER_SCOPE_CONTEXT 1
+/** One VM: sum over its contexts (`id` = VM id). */
 #define GPUPM_LEDGER_SCOPE_VM 2
+/** Everything, including device-level units (`id` = 0). */
 #define GPUPM_LEDGER_SCOPE_SYSTEM 3
+/** The answer is sealed under the VM's session key. */
 #define GPUPM_LEDGER_FLAGS_SEALED 0x1
+/**
+ * Bytes of a struct gpupm_ledger_query that a sealed answer encrypts: `generated`,
+ * `masked` and `remainder`.
+ */
 #define GPUPM_LEDGER_SEALED_LEN 1536
+/** Read struct gpupm_identity. */
 #define GPUPM_IOC_IDENTITY 0xc0304700U
+/** Run a struct gpupm_reg_batch. */
 #define GPUPM_IOC_REG_BATCH 0xc6104701U
+/** Advance the step clock. */
 #define GPUPM_IOC_ADVANCE 0xc0184702U
+/** Read the ledger (debug only: `gpupm-driver --debug-ledger`). */
 #define GPUPM_IOC_LEDGER 0xc6404703U
+/** Reset the device. */
 #define GPUPM_IOC_RESET 0x40084704
+/** Read one register (struct gpupm_reg_access). */
+#define GPUPM_IOC_REG_READ 0xc0204705U
+/** Write one register (struct gpupm_reg_access). */
+#define GPUPM_IOC_REG_WRITE 0x40204706
+/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
+ * struct gpupm_window_read followed by len bytes; the number carries the size. */
+#define GPUPM_IOC_WINDOW_READ(len) \
+    (0xc0004707U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)
 
 /* Tenant node ioctls (uapi/src/tenant.rs) */
 
+/*
+ * Tenant node (docs/abi.md section 18): root and the daemon's admin group see
+ * everything including the system scope; a tenant (named by a [[tenant]]
+ * entry of gpupmd.toml) sees its VMs and their contexts; anyone else gets
+ * EACCES at open() and on every request. The admin may learn existence, a
+ * tenant never: for a tenant, what is not theirs and what does not exist
+ * both fail with EACCES; the admin gets ENOENT for what does not exist.
+ * Checks in order: ioctl number (ENOTTY), argument shape (EINVAL), access
+ * (EACCES), existence.
+ */
+
+/** ioctl "type" byte of the tenant node. */
 #define GPUPM_TENANT_IOC_MAGIC 0x54 /* 'T' */
+/** Version every tenant ioctl struct must carry. */
 #define GPUPM_TENANT_STRUCT_VERSION 1
+/** Most VMs one caller can be mapped to. */
 #define GPUPM_TENANT_MAX_CALLER_VMS 64
+/** Most contexts per struct gpupm_tenant_list_contexts page. */
 #define GPUPM_TENANT_LIST_PAGE 256
+/** Most samples per struct gpupm_tenant_read_rates. */
 #define GPUPM_TENANT_RATE_SAMPLES 16
+/** One context (`id` = context id). */
 #define GPUPM_TENANT_SCOPE_CONTEXT 1
+/** One VM (`id` = VM id). */
 #define GPUPM_TENANT_SCOPE_VM 2
+/** The whole device (`id` = 0); admin only. */
 #define GPUPM_TENANT_SCOPE_SYSTEM 3
+/** Exists and may run. */
 #define GPUPM_TENANT_CTX_STATE_ACTIVE 1
+/** Destroyed; totals final. */
 #define GPUPM_TENANT_CTX_STATE_DESTROYED 2
+/** Destroyed, persisted by the daemon, block released. */
 #define GPUPM_TENANT_CTX_STATE_RETIRED 3
+/**
+ * The scope belongs to a confidential VM: `values` are 0 and `sealed`
+ * holds the block slot as the device published it (AES-256-GCM under
+ * the VM's key; see `layout::Envelope`).
+ */
 #define GPUPM_TENANT_COUNTER_FLAGS_SEALED 0x1
+/**
+ * Read the newest instance of the id: `created_cycle` is ignored on
+ * input and answers the instance that was read.
+ */
 #define GPUPM_TENANT_INSTANCE_FLAGS_LATEST 0x1
+/** Every defined bit. */
 #define GPUPM_TENANT_INSTANCE_FLAGS_ALL 0x1
+/** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
+/** struct gpupm_tenant_list_contexts. */
 #define TENANT_IOC_LIST_CONTEXTS 0xd0185401U
+/** struct gpupm_tenant_read_counters. */
 #define TENANT_IOC_READ_COUNTERS 0xc4f85402U
+/** struct gpupm_tenant_read_rates. */
 #define TENANT_IOC_READ_RATES 0xe1a05403U
+/** struct gpupm_tenant_open_stream. */
 #define TENANT_IOC_OPEN_STREAM 0x40105404
+/** struct gpupm_tenant_event_info. */
 #define TENANT_IOC_EVENT_INFO 0xc0a05405U
+/** struct gpupm_tenant_read_instance (ABI 1.2). */
 #define TENANT_IOC_READ_INSTANCE 0xc5105406U
+/** struct gpupm_tenant_read_instance_rates (ABI 1.2). */
 #define TENANT_IOC_READ_INSTANCE_RATES 0xe1b05407U
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
+/** Name of the perf PMU (`/sys/bus/event_source/devices/gpupm`). */
 #define GPUPM_PMU_NAME "gpupm"
+/** Name of the publication misc device (`/dev/gpupm_pmu`). */
 #define GPUPM_PMU_PUBLISH_DEVICE "gpupm_pmu"
+/** Every format field, in `format/` order. */
+/** Catalogue id. */
 #define GPUPM_PMU_FIELD_EVENT(attr) (((attr)->config >> 0) & 0xffffULL) /* config:0-15 */
+/** GPUPM_PMU_SCOPE_* value. */
 #define GPUPM_PMU_FIELD_SCOPE(attr) (((attr)->config >> 16) & 0xfULL) /* config:16-19 */
+/** VM id. */
 #define GPUPM_PMU_FIELD_VM(attr) (((attr)->config1 >> 0) & 0xffffULL) /* config1:0-15 */
+/** Context id. */
 #define GPUPM_PMU_FIELD_CTX(attr) (((attr)->config1 >> 16) & 0xffffULL) /* config1:16-31 */
+/** Bits of `config` that some field uses; the rest must be zero. */
 #define GPUPM_PMU_CONFIG_USED 0xfffff
+/** Bits of `config1` that some field uses; the rest must be zero. */
 #define GPUPM_PMU_CONFIG1_USED 0xffffffffU
+/** Implied: system, or the VM or context whose id is set. */
 #define GPUPM_PMU_SCOPE_IMPLIED 0
+/** One context (`ctx`). */
 #define GPUPM_PMU_SCOPE_CONTEXT 1
+/** One VM (`vm`). */
 #define GPUPM_PMU_SCOPE_VM 2
+/** The whole device. */
 #define GPUPM_PMU_SCOPE_SYSTEM 3
+/** ioctl "type" byte of the publication device. */
 #define GPUPM_PMU_IOC_MAGIC 0x50 /* 'P' */
+/** Version every publication argument struct must carry. */
 #define GPUPM_PMU_STRUCT_VERSION 1
+/** Most scopes one struct gpupm_pmu_publish carries (keeps it under 16 KiB). */
 #define GPUPM_PMU_PUBLISH_BATCH 16
+/** Words of the context bitmap of struct gpupm_pmu_wanted. */
 #define GPUPM_PMU_WANTED_WORDS 64
+/** Publish the totals of up to GPUPM_PMU_PUBLISH_BATCH scopes. */
 #define GPUPM_PMU_IOC_PUBLISH 0x61085000
+/** Read which context scopes are wanted. */
 #define GPUPM_PMU_IOC_WANTED 0xc2105001U
+
+/* Tenant counter pages (uapi/src/page.rs, docs/pages.md) */
+
+/** Bytes of one page, and of the file that holds it. */
+#define GPUPM_PAGE_SIZE 4096
+/** gpupm_page_header.version: the page layout's version. */
+#define GPUPM_PAGE_VERSION 1
+/** Version every struct gpupm_page_request and struct gpupm_page_reply carries. */
+#define GPUPM_PAGE_STRUCT_VERSION 1
+/** Byte offset of gpupm_page.seq. */
+#define GPUPM_PAGE_SEQ_OFFSET 64
+/** Byte offset of gpupm_page.data, the words the sequence lock protects. */
+#define GPUPM_PAGE_DATA_OFFSET 72
+/**
+ * Most attempts the reference readers make before they report the page
+ * busy (a writer that died mid-update leaves `seq` odd for good).
+ */
+#define GPUPM_PAGE_READ_ATTEMPTS 65536
+/** Bytes after gpupm_page.data up to GPUPM_PAGE_SIZE. */
+#define GPUPM_PAGE_TAIL 1736
+/** gpupm_page_header.magic: "gPAG". */
+#define GPUPM_PAGE_MAGIC 0x47415067 /* "gPAG" */
+/**
+ * Where `gpupmd` listens for page requests unless configured otherwise
+ * (`pages_dir` in `gpupmd.toml`, plus PAGES_SOCKET_NAME).
+ */
+#define GPUPM_DEFAULT_PAGES_SOCKET "/run/gpupm/pages/socket"
+/** File name of the page socket in the daemon's pages directory. */
+#define GPUPM_PAGES_SOCKET_NAME "socket"
+/** Published and kept up to date. */
+#define GPUPM_PAGE_STATE_ACTIVE 1
+/** The context was destroyed: the totals are final. */
+#define GPUPM_PAGE_STATE_DESTROYED 2
+/**
+ * The context was retired (its final totals persisted, its device
+ * block released): the totals are final, the daemon has removed the
+ * page and will not write it again. Further reads of that instance go
+ * through `TENANT_IOC_READ_INSTANCE`.
+ */
+#define GPUPM_PAGE_STATE_RETIRED 3
+/**
+ * The daemon no longer keeps this page (the scope vanished with a
+ * device reset, or who may see it changed across a daemon restart):
+ * the values are the last it wrote; ask for the page again.
+ */
+#define GPUPM_PAGE_STATE_WITHDRAWN 4
+/**
+ * A confidential VM's (or its context's) page: `totals`, `commit_seq`
+ * and `cycle` are 0 and gpupm_page_data.sealed holds the block slot as
+ * the device published it: AES-256-GCM under the VM's session key,
+ * which the tenant derives from its key and the envelope's session
+ * and key epoch (docs/confidential.md).
+ */
+#define GPUPM_PAGE_FLAGS_SEALED 0x1
+/** gpupm_page_data.rate holds a sample (plaintext scopes). */
+#define GPUPM_PAGE_FLAGS_RATE 0x2
+/**
+ * gpupm_page_data.sealed_rate holds the VM's latest stream slot as the
+ * device published it (confidential VM pages).
+ */
+#define GPUPM_PAGE_FLAGS_SEALED_RATE 0x4
+/**
+ * A context request for the id's newest live instance (`created_cycle`
+ * must be 0; the reply names the instance). Without it, a context
+ * request names the instance (`id`, `created_cycle`).
+ */
+#define GPUPM_PAGE_REQUEST_FLAGS_LATEST 0x1
+/** Every defined bit. */
+#define GPUPM_PAGE_REQUEST_FLAGS_ALL 0x1
 
 /* ABI structs (bodies generated by cbindgen from the Rust source) */
 
@@ -445,15 +1166,15 @@ static const char *const gpupm_intr_source_names[10] = {
  */
 struct gpupm_block {
   /**
-   * [`BLOCK_MAGIC`] once the slot is in use, 0 when free.
+   * GPUPM_BLOCK_MAGIC once the slot is in use, 0 when free.
    */
   uint32_t magic;
   /**
-   * One of [`block_kind`].
+   * One of GPUPM_BLOCK_KIND_*.
    */
   uint16_t kind;
   /**
-   * Layout version, [`crate::ABI_MAJOR`].
+   * Layout version, GPUPM_ABI_MAJOR.
    */
   uint16_t version;
   /**
@@ -499,7 +1220,7 @@ struct gpupm_envelope {
    */
   uint32_t vm;
   /**
-   * Bits in [`envelope_flags`].
+   * Bits in GPUPM_ENVELOPE_FLAGS_*.
    */
   uint32_t flags;
   /**
@@ -530,7 +1251,7 @@ struct gpupm_envelope {
  */
 struct gpupm_stream_record {
   /**
-   * [`RECORD_MAGIC`].
+   * GPUPM_RECORD_MAGIC.
    */
   uint32_t magic;
   /**
@@ -538,7 +1259,7 @@ struct gpupm_stream_record {
    */
   uint16_t partition;
   /**
-   * Bits in [`record_flags`].
+   * Bits in GPUPM_RECORD_FLAGS_*.
    */
   uint16_t flags;
   /**
@@ -581,7 +1302,7 @@ struct gpupm_ccu_record {
    */
   uint16_t ccu;
   /**
-   * Bits in [`ccu_record_flags`].
+   * Bits in GPUPM_CCU_RECORD_FLAGS_*.
    */
   uint16_t flags;
   /**
@@ -599,10 +1320,13 @@ struct gpupm_ccu_record {
 };
 
 /**
- * One interrupt occurrence, as `read()` on the device node returns it.
+ * One interrupt occurrence, as `read()` on the device node returns it
+ * (whole records only, at the handle's own cursor).
  *
  * `seq` increases by one per record raised by the device (masked sources
- * raise none), so a reader can detect records it missed.
+ * raise none), so a reader can detect records it missed: the device keeps
+ * the last 16,384 for slow readers, and a reader further behind sees a
+ * gap and must resynchronise from registers.
  */
 struct gpupm_interrupt_record {
   /**
@@ -614,7 +1338,7 @@ struct gpupm_interrupt_record {
    */
   uint64_t cycle;
   /**
-   * Exactly one bit of [`source`].
+   * Exactly one bit of GPUPM_INTR_*.
    */
   uint32_t source;
   /**
@@ -637,15 +1361,15 @@ struct gpupm_interrupt_record {
  */
 struct gpupm_identity {
   /**
-   * Must be [`IOCTL_STRUCT_VERSION`] on input.
+   * Must be GPUPM_IOCTL_STRUCT_VERSION on input.
    */
   uint32_t version;
   /**
-   * [`crate::regs::DEVICE_MAGIC`].
+   * GPUPM_DEVICE_MAGIC.
    */
   uint32_t magic;
   /**
-   * [`crate::ABI_VERSION`].
+   * GPUPM_ABI_VERSION.
    */
   uint32_t abi_version;
   /**
@@ -683,7 +1407,7 @@ struct gpupm_identity {
 };
 
 /**
- * One operation of a [`RegBatch`].
+ * One operation of a struct gpupm_reg_batch.
  */
 struct gpupm_reg_op {
   /**
@@ -695,7 +1419,7 @@ struct gpupm_reg_op {
    */
   uint64_t value;
   /**
-   * [`reg_op::READ`] or [`reg_op::WRITE`].
+   * GPUPM_REG_OP_READ or GPUPM_REG_OP_WRITE.
    */
   uint32_t op;
   /**
@@ -711,7 +1435,7 @@ struct gpupm_reg_op {
  */
 struct gpupm_reg_batch {
   /**
-   * [`IOCTL_STRUCT_VERSION`].
+   * GPUPM_IOCTL_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -737,7 +1461,7 @@ struct gpupm_reg_batch {
  */
 struct gpupm_advance {
   /**
-   * [`IOCTL_STRUCT_VERSION`].
+   * GPUPM_IOCTL_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -769,18 +1493,18 @@ struct gpupm_advance {
  * the device-level units and every VM that is not confidential.
  *
  * The answer for a confidential VM or one of its contexts is sealed like
- * its blocks: `flags` has [`ledger_flags::SEALED`], the bytes of
+ * its blocks: `flags` has GPUPM_LEDGER_FLAGS_SEALED, the bytes of
  * `generated`, `masked` and `remainder` (in that order, 1536 bytes) are
  * AES-256-GCM ciphertext under the VM's session key with `envelope` and
  * `tag`, exactly as in a block slot. Otherwise `envelope` and `tag` are 0.
  */
 struct gpupm_ledger_query {
   /**
-   * [`IOCTL_STRUCT_VERSION`].
+   * GPUPM_IOCTL_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * One of [`ledger_scope`].
+   * One of GPUPM_LEDGER_SCOPE_*.
    */
   uint32_t scope;
   /**
@@ -788,7 +1512,7 @@ struct gpupm_ledger_query {
    */
   uint32_t id;
   /**
-   * Must be 0 on input; bits of [`ledger_flags`] on output.
+   * Must be 0 on input; bits of GPUPM_LEDGER_FLAGS_* on output.
    */
   uint32_t flags;
   /**
@@ -818,13 +1542,80 @@ struct gpupm_ledger_query {
  */
 struct gpupm_reset {
   /**
-   * [`IOCTL_STRUCT_VERSION`].
+   * GPUPM_IOCTL_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * Must be [`crate::regs::RESET_MAGIC`].
+   * Must be GPUPM_RESET_MAGIC.
    */
   uint32_t magic;
+};
+
+/**
+ * `GPUPM_IOC_REG_READ` and `GPUPM_IOC_REG_WRITE`: one register access,
+ * with the rules of a `pread`/`pwrite` on `card0`: `width` is 4 or 8,
+ * `offset` is aligned to it and the access lies inside `BAR0_SIZE`; a
+ * 64-bit register is read atomically with one 8-byte access. A read
+ * fills `value` (a 4-byte read zero-extends); a 4-byte write's `value`
+ * must fit in 32 bits.
+ *
+ * One struct of 32 bytes rather than a one-op `GPUPM_IOC_REG_BATCH`
+ * (1,552 bytes, copied in and out of the kernel on every call): register
+ * reads are the node's most frequent request.
+ */
+struct gpupm_reg_access {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Access width in bytes: 4 or 8.
+   */
+  uint32_t width;
+  /**
+   * BAR0 offset.
+   */
+  uint64_t offset;
+  /**
+   * Value read back, or value to write.
+   */
+  uint64_t value;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+};
+
+/**
+ * The head of a `GPUPM_IOC_WINDOW_READ(len)` argument (window_read_cmd):
+ * `len` bytes of the memory window at `offset` (relative to the window's
+ * start, i.e. a `card0` file offset minus `MEM_WINDOW_OFFSET`) come back
+ * in the `len` bytes that follow this head in the argument. The whole
+ * range must lie inside the window, or the call fails with EINVAL.
+ *
+ * The request number carries `len` in its size field, as evdev's
+ * `EVIOCGNAME(len)` does, so that a restricted ioctl copies exactly the
+ * head and the bytes asked for: a 592-byte block slot costs 608 bytes
+ * each way, and a ring drain reads up to GPUPM_WINDOW_READ_MAX bytes per
+ * call.
+ */
+struct gpupm_window_read {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Window offset of the first byte.
+   */
+  uint64_t offset;
 };
 
 /**
@@ -854,7 +1645,7 @@ GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_stream_slot *)0)->payload) == sizeof(s
  */
 struct gpupm_tenant_whoami {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -870,13 +1661,14 @@ struct gpupm_tenant_whoami {
    */
   uint32_t n_vms;
   /**
-   * Output: VMs the caller may see (all VMs for the admin).
+   * Output: the caller's VMs that exist on the device, ascending (every
+   * VM for the admin).
    */
   uint32_t vms[GPUPM_TENANT_MAX_CALLER_VMS];
 };
 
 /**
- * One context in a [`ListContexts`] answer.
+ * One context in a struct gpupm_tenant_list_contexts answer.
  */
 struct gpupm_tenant_ctx_entry {
   /**
@@ -884,7 +1676,7 @@ struct gpupm_tenant_ctx_entry {
    */
   uint32_t ctx;
   /**
-   * One of [`ctx_state`].
+   * One of ctx_state.
    */
   uint32_t state;
   /**
@@ -898,7 +1690,7 @@ struct gpupm_tenant_ctx_entry {
  */
 struct gpupm_tenant_list_contexts {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -932,11 +1724,11 @@ struct gpupm_tenant_list_contexts {
  */
 struct gpupm_tenant_read_counters {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * One of [`scope`].
+   * One of scope.
    */
   uint32_t scope;
   /**
@@ -953,7 +1745,7 @@ struct gpupm_tenant_read_counters {
    */
   uint16_t events[GPUPM_MAX_EVENTS];
   /**
-   * Output: bits in [`counter_flags`].
+   * Output: bits in GPUPM_TENANT_COUNTER_FLAGS_*.
    */
   uint32_t flags;
   /**
@@ -979,7 +1771,7 @@ struct gpupm_tenant_read_counters {
 };
 
 /**
- * One interval of a [`ReadRates`] answer.
+ * One interval of a struct gpupm_tenant_read_rates answer.
  */
 struct gpupm_tenant_rate_sample {
   /**
@@ -1011,11 +1803,11 @@ struct gpupm_tenant_rate_sample {
  */
 struct gpupm_tenant_read_rates {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * One of [`scope`] (not SYSTEM).
+   * One of scope (not SYSTEM).
    */
   uint32_t scope;
   /**
@@ -1031,7 +1823,7 @@ struct gpupm_tenant_read_rates {
    */
   uint32_t count;
   /**
-   * Output: bits in [`counter_flags`].
+   * Output: bits in GPUPM_TENANT_COUNTER_FLAGS_*.
    */
   uint32_t flags;
   /**
@@ -1054,11 +1846,11 @@ struct gpupm_tenant_read_rates {
  */
 struct gpupm_tenant_open_stream {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * One of [`scope`] (not SYSTEM).
+   * One of scope (not SYSTEM).
    */
   uint32_t scope;
   /**
@@ -1100,7 +1892,7 @@ struct gpupm_tenant_delta {
  */
 struct gpupm_tenant_event_info {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -1116,7 +1908,8 @@ struct gpupm_tenant_event_info {
    */
   uint8_t multibit;
   /**
-   * Output: 0 partition-scoped, 1 context-filtered shared, 2 device-level.
+   * Output: `events::scope_code` (0 partition, 1 context-filtered
+   * shared, 2 device-level).
    */
   uint8_t scope;
   /**
@@ -1144,20 +1937,20 @@ struct gpupm_tenant_event_info {
 /**
  * `TENANT_IOC_READ_INSTANCE`: cumulative totals of one context instance.
  *
- * Input: `version`, `scope` = [`scope::CONTEXT`], `id`, `flags`,
- * `created_cycle` (unless [`instance_flags::LATEST`]), `n_events`,
+ * Input: `version`, `scope` = CONTEXT, `id`, `flags`,
+ * `created_cycle` (unless GPUPM_TENANT_INSTANCE_FLAGS_LATEST), `n_events`,
  * `events`; `reserved` and `reserved2` must be 0. The output fields are
  * overwritten, so an answer can be sent again as the next request.
- * Values as in [`ReadCounters`]; a retired instance answers the final
+ * Values as in struct gpupm_tenant_read_counters; a retired instance answers the final
  * totals the daemon persisted before the device released its block.
  */
 struct gpupm_tenant_read_instance {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * [`scope::CONTEXT`] (the only scope with instances).
+   * CONTEXT (the only scope with instances).
    */
   uint32_t scope;
   /**
@@ -1165,11 +1958,11 @@ struct gpupm_tenant_read_instance {
    */
   uint32_t id;
   /**
-   * Bits in [`instance_flags`].
+   * Bits in GPUPM_TENANT_INSTANCE_FLAGS_*.
    */
   uint32_t flags;
   /**
-   * Created cycle of the instance ([`CtxEntry::created_cycle`]).
+   * Created cycle of the instance (gpupm_tenant_ctx_entry.created_cycle).
    */
   uint64_t created_cycle;
   /**
@@ -1186,11 +1979,11 @@ struct gpupm_tenant_read_instance {
    */
   uint16_t events[GPUPM_MAX_EVENTS];
   /**
-   * Output: one of [`ctx_state`].
+   * Output: one of ctx_state.
    */
   uint32_t state;
   /**
-   * Output: bits in [`counter_flags`].
+   * Output: bits in GPUPM_TENANT_COUNTER_FLAGS_*.
    */
   uint32_t out_flags;
   /**
@@ -1221,17 +2014,17 @@ struct gpupm_tenant_read_instance {
 
 /**
  * `TENANT_IOC_READ_INSTANCE_RATES`: the most recent per-interval deltas
- * of one context instance (oldest first), as [`ReadRates`] answers them
+ * of one context instance (oldest first), as struct gpupm_tenant_read_rates answers them
  * for a scope. The daemon keeps a bounded history per VM and per context
  * id, so an old instance may answer fewer samples, or none.
  */
 struct gpupm_tenant_read_instance_rates {
   /**
-   * [`TENANT_STRUCT_VERSION`].
+   * GPUPM_TENANT_STRUCT_VERSION.
    */
   uint32_t version;
   /**
-   * [`scope::CONTEXT`].
+   * CONTEXT.
    */
   uint32_t scope;
   /**
@@ -1239,11 +2032,11 @@ struct gpupm_tenant_read_instance_rates {
    */
   uint32_t id;
   /**
-   * Bits in [`instance_flags`].
+   * Bits in GPUPM_TENANT_INSTANCE_FLAGS_*.
    */
   uint32_t flags;
   /**
-   * Created cycle of the instance (output with [`instance_flags::LATEST`]).
+   * Created cycle of the instance (output with GPUPM_TENANT_INSTANCE_FLAGS_LATEST).
    */
   uint64_t created_cycle;
   /**
@@ -1259,7 +2052,7 @@ struct gpupm_tenant_read_instance_rates {
    */
   uint32_t count;
   /**
-   * Output: bits in [`counter_flags`].
+   * Output: bits in GPUPM_TENANT_COUNTER_FLAGS_*.
    */
   uint32_t out_flags;
   /**
@@ -1281,7 +2074,7 @@ struct gpupm_tenant_read_instance_rates {
  */
 struct gpupm_pmu_scope_totals {
   /**
-   * [`scope::CONTEXT`], [`scope::VM`] or [`scope::SYSTEM`].
+   * CONTEXT, VM or SYSTEM.
    */
   uint32_t scope;
   /**
@@ -1304,7 +2097,7 @@ struct gpupm_pmu_scope_totals {
  */
 struct gpupm_pmu_publish {
   /**
-   * Must be [`PMU_STRUCT_VERSION`].
+   * Must be GPUPM_PMU_STRUCT_VERSION.
    */
   uint32_t version;
   /**
@@ -1323,7 +2116,7 @@ struct gpupm_pmu_publish {
  */
 struct gpupm_pmu_wanted {
   /**
-   * Must be [`PMU_STRUCT_VERSION`] on input.
+   * Must be GPUPM_PMU_STRUCT_VERSION on input.
    */
   uint32_t version;
   /**
@@ -1342,6 +2135,247 @@ struct gpupm_pmu_wanted {
    */
   uint64_t contexts[GPUPM_PMU_WANTED_WORDS];
 };
+
+/**
+ * The immutable start of a page: written before the page is first offered
+ * and never changed afterwards, so it needs no sequence lock.
+ */
+struct gpupm_page_header {
+  /**
+   * GPUPM_PAGE_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * GPUPM_PAGE_VERSION.
+   */
+  uint32_t version;
+  /**
+   * GPUPM_PAGE_SIZE.
+   */
+  uint32_t size;
+  /**
+   * GPUPM_TENANT_SCOPE_VM or GPUPM_TENANT_SCOPE_CONTEXT.
+   */
+  uint32_t scope;
+  /**
+   * VM id or context id.
+   */
+  uint32_t id;
+  /**
+   * The VM (itself for a VM page, the owner for a context page).
+   */
+  uint32_t vm;
+  /**
+   * A context page's instance: its created cycle (0 for a VM page).
+   */
+  uint64_t created_cycle;
+  /**
+   * Fingerprint of who may see the page when it was created; a daemon
+   * restarted with another mapping for the VM withdraws the page
+   * instead of writing it again.
+   */
+  uint64_t audience;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved[3];
+};
+
+/**
+ * The counters of a page, first in struct gpupm_page_data, so that a reader that
+ * wants only totals copies these 552 bytes.
+ */
+struct gpupm_page_counters {
+  /**
+   * Changes (grows) whenever values might go backwards: each daemon
+   * start and each device reset. Within one generation no total,
+   * `commit_seq` or `cycle` ever decreases.
+   */
+  uint64_t generation;
+  /**
+   * One of GPUPM_PAGE_STATE_*.
+   */
+  uint32_t state;
+  /**
+   * Bits in GPUPM_PAGE_FLAGS_*.
+   */
+  uint32_t flags;
+  /**
+   * Commits folded into the totals (the block header's count).
+   */
+  uint64_t commit_seq;
+  /**
+   * Device cycle of the last commit folded in.
+   */
+  uint64_t cycle;
+  /**
+   * Nominal device clock in kHz, to turn cycles into time.
+   */
+  uint32_t clock_khz;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Cumulative totals indexed by event id: what
+   * `TENANT_IOC_READ_COUNTERS` answers for the scope.
+   */
+  uint64_t totals[GPUPM_MAX_EVENTS];
+};
+
+/**
+ * Everything the sequence lock protects.
+ */
+struct gpupm_page_data {
+  /**
+   * Totals and state.
+   */
+  struct gpupm_page_counters counters;
+  /**
+   * The latest per-interval delta of the scope the daemon drained (with
+   * GPUPM_PAGE_FLAGS_RATE), as `TENANT_IOC_READ_RATES` answers it.
+   */
+  struct gpupm_tenant_rate_sample rate;
+  /**
+   * With GPUPM_PAGE_FLAGS_SEALED: the scope's block slot as published.
+   */
+  struct gpupm_block_slot sealed;
+  /**
+   * With GPUPM_PAGE_FLAGS_SEALED_RATE: the VM's latest stream slot as
+   * published.
+   */
+  struct gpupm_stream_slot sealed_rate;
+};
+
+/**
+ * One page as mapped.
+ */
+struct gpupm_page {
+  /**
+   * What the page is about.
+   */
+  struct gpupm_page_header header;
+  /**
+   * The sequence lock: odd while the daemon writes `data`.
+   */
+  uint64_t seq;
+  /**
+   * The protected words.
+   */
+  struct gpupm_page_data data;
+  /**
+   * Reserved, 0.
+   */
+  uint8_t tail[GPUPM_PAGE_TAIL];
+};
+
+/**
+ * One request on the page socket.
+ */
+struct gpupm_page_request {
+  /**
+   * GPUPM_PAGE_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * GPUPM_TENANT_SCOPE_VM or GPUPM_TENANT_SCOPE_CONTEXT.
+   */
+  uint32_t scope;
+  /**
+   * VM id or context id.
+   */
+  uint32_t id;
+  /**
+   * Bits in GPUPM_PAGE_REQUEST_FLAGS_*.
+   */
+  uint32_t flags;
+  /**
+   * A context instance's created cycle (0 for a VM or with `LATEST`).
+   */
+  uint64_t created_cycle;
+};
+
+/**
+ * The answer to one struct gpupm_page_request; with `status` 0 it carries the page's
+ * descriptor.
+ */
+struct gpupm_page_reply {
+  /**
+   * GPUPM_PAGE_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * 0, or the errno of the refusal.
+   */
+  uint32_t status;
+  /**
+   * The request's scope kind.
+   */
+  uint32_t scope;
+  /**
+   * The request's id.
+   */
+  uint32_t id;
+  /**
+   * The page's VM (0 on refusal).
+   */
+  uint32_t vm;
+  /**
+   * Bytes to map (GPUPM_PAGE_SIZE; 0 on refusal).
+   */
+  uint32_t size;
+  /**
+   * The instance's created cycle (context pages).
+   */
+  uint64_t created_cycle;
+  /**
+   * The daemon's generation when it answered.
+   */
+  uint64_t generation;
+};
+
+/*
+ * Reading a page: a consistent copy of its protected words under the
+ * page's sequence lock (docs/pages.md). `seq` is odd while the daemon
+ * writes; a copy is consistent when `seq` was even before it and the same
+ * after it. Every access to the page is a 64-bit atomic load (relaxed);
+ * the ordering comes from the two acquire fences, which pair with the
+ * writer's release fence and release store. GCC and Clang builtins.
+ *
+ * Returns 0, or -1 when the page stayed busy for GPUPM_PAGE_READ_ATTEMPTS
+ * attempts (a daemon that died while writing: its successor republishes).
+ */
+static inline int gpupm_page_copy(const struct gpupm_page *page, void *out, size_t words)
+{
+	const uint64_t *src = (const uint64_t *)(const void *)&page->data;
+	for (uint32_t attempt = 0; attempt < GPUPM_PAGE_READ_ATTEMPTS; attempt++) {
+		uint64_t s1 = __atomic_load_n(&page->seq, __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (s1 & 1)
+			continue;
+		for (size_t i = 0; i < words; i++) {
+			uint64_t v = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+			memcpy((char *)out + 8 * i, &v, sizeof(v));
+		}
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == s1)
+			return 0;
+	}
+	return -1;
+}
+
+/* The counters only (totals, state, generation): 552 bytes. */
+static inline int gpupm_page_read_counters(const struct gpupm_page *page,
+					   struct gpupm_page_counters *out)
+{
+	return gpupm_page_copy(page, out, sizeof(*out) / 8);
+}
+
+/* Everything the lock protects (counters, rate sample, sealed slots). */
+static inline int gpupm_page_read(const struct gpupm_page *page, struct gpupm_page_data *out)
+{
+	return gpupm_page_copy(page, out, sizeof(*out) / 8);
+}
 
 /* Layout checks: sizes and alignments as Rust computes them */
 
@@ -1367,6 +2401,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ledger_query) == 1600);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ledger_query) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reset) == 8);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reset) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_reg_access) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_reg_access) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_window_read) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
@@ -1399,12 +2437,26 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_publish) == 8456);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_publish) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_wanted) == 528);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_wanted) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_header) == 64);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_header) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_counters) == 552);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_counters) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_data) == 2288);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_data) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page) == 4096);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_request) == 24);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_request) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_reply) == 40);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_reply) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_ADVANCE >> 16) & 0x3fff) == sizeof(struct gpupm_advance));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER >> 16) & 0x3fff) == sizeof(struct gpupm_ledger_query));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_reset));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -1415,6 +2467,9 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(592) == 0xc2604707U);
+GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(12288) == 0xf0104707U);
 /* Offset macros agree with the Rust helpers. */
 GPUPM_STATIC_ASSERT(GPUPM_PART(3, GPUPM_REG_PART_STATUS) == 4868ULL);
 GPUPM_STATIC_ASSERT(GPUPM_CCU(5, GPUPM_REG_CCU_RECORDS) == 12632ULL);
@@ -1422,6 +2477,11 @@ GPUPM_STATIC_ASSERT(GPUPM_VM(7, GPUPM_REG_VM_BLOCK) == 16840ULL);
 GPUPM_STATIC_ASSERT(GPUPM_CTX(4095, GPUPM_REG_CTX_CREATED_CYCLE) == 163832ULL);
 GPUPM_STATIC_ASSERT(GPUPM_BLOCK_SLOT_OFFSET(70) == 41440ULL);
 GPUPM_STATIC_ASSERT(GPUPM_STREAM_SLOT_OFFSET(2, 9) == 12429664ULL);
+GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, seq) == 64);
+GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, data) == 72);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page) == GPUPM_PAGE_SIZE);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_data) % 8 == 0);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_counters) % 8 == 0);
 GPUPM_STATIC_ASSERT(GPUPM_EV_NVLINK_CYCLES_ACTIVE + 1 == GPUPM_EVENT_COUNT);
 
 #endif /* GPUPM_UAPI_H */

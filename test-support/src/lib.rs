@@ -15,10 +15,13 @@
 pub mod bins;
 pub mod cli;
 pub mod device;
+pub mod load;
 pub mod model;
 pub mod perf;
 pub mod process;
+pub mod procfs;
 pub mod rawnode;
+pub mod rng;
 pub mod scenario;
 pub mod scrape;
 pub mod scratch;

@@ -202,12 +202,17 @@ impl Driver {
     }
 }
 
-/// A daemon configuration for tests: node, tenant and state dirs in
-/// `scratch`, `extra` top-level keys and tables, the metrics endpoint on an
-/// ephemeral loopback port.
+/// A daemon configuration for tests: node, tenant, state and pages dirs
+/// in `scratch` (unless `extra` has its own `[pages]`), `extra` top-level
+/// keys and tables, the metrics endpoint on an ephemeral loopback port.
 pub fn daemon_config(scratch: &Scratch, extra: &str) -> String {
+    let pages = if extra.contains("[pages]") {
+        String::new()
+    } else {
+        format!("[pages]\ndir = {:?}\n", scratch.join("pages"))
+    };
     format!(
-        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{extra}\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{extra}\n{pages}[metrics]\nlisten = \"127.0.0.1:0\"\n",
         scratch.join("dev"),
         scratch.join("tenant"),
         scratch.join("state"),

@@ -1,11 +1,14 @@
 //! Access to the tenant node for every subcommand: opening it with the
 //! documented one-line errors, the scope options, event-name parsing with
-//! "did you mean", and reading totals.
+//! "did you mean", and reading totals — through the scope's tenant page
+//! when the daemon offers one (docs/pages.md), through the node otherwise.
 
+use std::cell::{Ref, RefCell};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use gpupm_client::page::{self, CounterReader};
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
@@ -13,7 +16,7 @@ use nix::errno::Errno;
 
 use crate::error::{one_line, CliError, CliResult};
 
-pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_TENANT_NODE};
+pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
@@ -24,6 +27,25 @@ pub struct Global {
     /// Directory of the device nodes (card0, card0-oob).
     #[arg(long, global = true, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
     pub node_dir: PathBuf,
+    /// gpupmd's page socket: totals are read from a scope's shared page
+    /// when the daemon offers one, from the tenant node otherwise.
+    #[arg(long, global = true, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
+    pub pages_socket: PathBuf,
+    /// Read totals through the tenant node only (no pages).
+    #[arg(long, global = true)]
+    pub no_pages: bool,
+}
+
+impl Global {
+    /// The page socket to use, if pages are wanted.
+    pub fn pages(&self) -> Option<PathBuf> {
+        (!self.no_pages).then(|| self.pages_socket.clone())
+    }
+
+    /// Opens the tenant node, reading totals through pages if wanted.
+    pub fn node(&self) -> CliResult<Node> {
+        Node::open_with_pages(&self.tenant_node, self.pages())
+    }
 }
 
 /// `--ctx ID` (the id's newest context) or `--ctx ID@CYCLE` (the context
@@ -79,15 +101,19 @@ impl fmt::Display for Target {
     }
 }
 
-/// A reading of a [`Target`]'s cumulative totals.
-#[derive(Clone, Debug)]
-pub struct Reading {
-    /// Totals by event id (zero when sealed).
-    pub values: [u64; MAX_EVENTS],
-    /// Device cycle of the last commit.
-    pub cycle: u64,
-    /// Confidential VM: the daemon holds only ciphertext.
-    pub sealed: bool,
+/// A reading of a [`Target`]'s cumulative totals (from its page or the node).
+pub use gpupm_client::page::Reading;
+
+impl Target {
+    /// The client's name of the same target.
+    fn page_target(self) -> page::Target {
+        match self {
+            Target::Scope(s) => page::Target::Scope(s),
+            Target::Instance { ctx, created_cycle } => {
+                page::Target::Instance { ctx, created_cycle }
+            }
+        }
+    }
 }
 
 /// `--vm N | --ctx ID[@CYCLE] | --system`.
@@ -172,25 +198,36 @@ pub fn not_visible(s: Scope) -> CliError {
     }
 }
 
-/// An open tenant node.
+/// An open tenant node, and the pages read through it.
 #[derive(Debug)]
 pub struct Node {
-    /// The client.
-    pub client: TenantClient,
+    reader: RefCell<CounterReader>,
     /// Its path.
     pub path: PathBuf,
 }
 
 impl Node {
-    /// Opens the node, mapping failures to the documented messages.
+    /// Opens the node (totals through the node only), mapping failures to
+    /// the documented messages.
     pub fn open(path: &Path) -> CliResult<Node> {
+        Node::open_with_pages(path, None)
+    }
+
+    /// Opens the node; totals are read through pages from `pages` (a page
+    /// socket) when the daemon offers them.
+    pub fn open_with_pages(path: &Path, pages: Option<PathBuf>) -> CliResult<Node> {
         match TenantClient::open(path) {
             Ok(client) => Ok(Node {
-                client,
+                reader: RefCell::new(CounterReader::new(client, pages)),
                 path: path.to_owned(),
             }),
             Err(e) => Err(open_error(path, e)),
         }
+    }
+
+    /// The tenant node client.
+    pub fn client(&self) -> Ref<'_, TenantClient> {
+        Ref::map(self.reader.borrow(), CounterReader::node)
     }
 
     /// A client error as one line.
@@ -213,7 +250,7 @@ impl Node {
     /// What the caller may see; a caller mapped to nothing gets the
     /// permission message.
     pub fn whoami(&self) -> CliResult<Whoami> {
-        let w = self.client.whoami().map_err(|e| self.fail(e, None))?;
+        let w = self.client().whoami().map_err(|e| self.fail(e, None))?;
         if w.admin == 0 && w.n_vms == 0 {
             return Err(denied(&self.path));
         }
@@ -222,29 +259,21 @@ impl Node {
 
     /// Every event's total of `s`.
     pub fn totals(&self, s: Scope) -> CliResult<Box<ReadCounters>> {
-        self.client
+        self.client()
             .read_counters(s, &[])
             .map_err(|e| self.fail(e, Some(s)))
     }
 
-    /// Every event's total of a scope or a context instance.
+    /// Every event's total of a scope or a context instance: from its
+    /// page when the daemon offers one, else from the node.
     pub fn read(&self, t: Target) -> CliResult<Reading> {
-        match t {
-            Target::Scope(s) => self.totals(s).map(|rc| Reading {
-                values: rc.values,
-                cycle: rc.cycle,
-                sealed: sealed(&rc),
-            }),
-            Target::Instance { ctx, created_cycle } => self
-                .client
-                .read_instance(ctx, created_cycle, &[])
-                .map(|ri| Reading {
-                    values: ri.values,
-                    cycle: ri.cycle,
-                    sealed: ri.out_flags & counter_flags::SEALED != 0,
-                })
-                .map_err(|e| self.fail_instance(e, t)),
-        }
+        self.reader
+            .borrow_mut()
+            .read(t.page_target())
+            .map_err(|e| match t {
+                Target::Scope(s) => self.fail(e, Some(s)),
+                Target::Instance { .. } => self.fail_instance(e, t),
+            })
     }
 
     /// A failed instance read as one line; the same message for someone
@@ -271,7 +300,7 @@ impl Node {
             .copied()
             .ok_or_else(|| denied(&self.path))?;
         let r = self
-            .client
+            .client()
             .read_rates(Scope::Vm(vm), 1)
             .map_err(|e| self.fail(e, Some(Scope::Vm(vm))))?;
         Ok(r.clock_khz.max(1))

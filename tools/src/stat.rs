@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
-use crate::node::{self, Global, Node, Reading, ScopeArgs, Target};
+use crate::node::{self, Global, Reading, ScopeArgs, Target};
 use crate::output::emit;
 
 const DEFAULT_EVENTS: &str = "sm_cycles_elapsed,sm_cycles_active,sm_inst_executed,l2_hit,l2_miss,fb_bytes,pcie_rx_bytes,pcie_tx_bytes";
@@ -63,7 +63,7 @@ struct Sample<'a> {
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let shown = node::parse_events(&args.events)?;
-    let node = Node::open(&g.tenant_node)?;
+    let node = g.node()?;
     let who = node.whoami()?;
     let target = args.scope.resolve_target(&node)?;
     let first = node.read(target)?;

@@ -45,6 +45,32 @@ pub enum Scope {
     Device,
 }
 
+/// The ABI numbers of [`Scope`] (`EventInfo::scope` of the tenant node,
+/// `gpupm_event_scope[]` of the C header).
+pub mod scope_code {
+    /// Units a partition owns (SM, L2 slice, FB partition, copy engine):
+    /// counted into the running context's block, its VM's block and the
+    /// system block.
+    pub const PARTITION: u8 = 0;
+    /// Shared units filtered by each partition's running context (PCIe, one
+    /// lane per partition): counted like `PARTITION`.
+    pub const CONTEXT_FILTERED: u8 = 1;
+    /// Device-level shared units (NVLink): counted into the system block
+    /// only; VM and context blocks hold 0 for them.
+    pub const DEVICE: u8 = 2;
+}
+
+impl Scope {
+    /// The scope's number in the ABI ([`scope_code`]).
+    pub const fn code(self) -> u8 {
+        match self {
+            Scope::Partition => scope_code::PARTITION,
+            Scope::ContextFiltered => scope_code::CONTEXT_FILTERED,
+            Scope::Device => scope_code::DEVICE,
+        }
+    }
+}
+
 impl UnitType {
     /// Every unit type, in id order.
     pub const ALL: [UnitType; 6] = [

@@ -1,28 +1,53 @@
 //! Interrupt sources and the fixed-size interrupt record read from the node.
+//!
+//! Every open handle of `card0` has its own cursor into the device's
+//! records, starting at the next record raised after `open()`: a handle
+//! never sees a record raised before it was opened, and every open handle
+//! sees every record raised after. A host that (re)starts therefore opens
+//! its interrupt handle first and then looks at the registers for what
+//! earlier records announced: `PART_STATUS` of every configured slot for a
+//! switch still `REQUESTED`, the context table, the stream rings.
+//! `INTR_ACK` only clears the latch (`INTR_STATUS`, `INTR_PENDING`,
+//! `POLLPRI`); records are delivered whether or not anyone acknowledges.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Interrupt source bits (in `INTR_STATUS`, `INTR_MASK`, `INTR_ACK` and
 /// [`InterruptRecord::source`]).
 pub mod source {
-    /// The device asks host software to run a context/VM switch handshake.
+    /// The device asks host software to run a context/VM switch handshake
+    /// (`partition`; `arg` = incoming context, 0 = the slice goes idle;
+    /// `arg2` = incoming VM).
     pub const SWITCH_REQUESTED: u32 = 1 << 0;
-    /// A register-write or external trigger finished (records routed, RC committed).
+    /// A register-write or external trigger finished (records routed, RC
+    /// committed; `arg` = target mask, `arg2` = command bits, 0 for
+    /// `TRIG_EXTERNAL`).
     pub const TRIGGER_DONE: u32 = 1 << 1;
-    /// A stream ring is at or above its watermark (raised once, then again
-    /// only after the host moved the tail).
+    /// A commit brought a stream ring to its watermark (`partition`, `arg` =
+    /// fill). Edge-triggered: raised once, at the first such commit since
+    /// the host last wrote `PART_STREAM_TAIL`; a tail write re-arms it. A
+    /// drain must write the tail and re-read the head in one batch until
+    /// they are equal, or a record committed during the drain waits for the
+    /// next commit.
     pub const STREAM_WATERMARK: u32 = 1 << 2;
-    /// A stream ring was full and a record was lost.
+    /// A stream ring was full and a record was lost (`partition`, `arg` =
+    /// records lost so far, saturating); raised at the first loss since the
+    /// ring last stored a record.
     pub const STREAM_OVERFLOW: u32 = 1 << 3;
-    /// A context was created (its block is allocated and bound).
+    /// A context was created: its block is allocated and bound
+    /// (`partition`, `arg` = context, `arg2` = VM).
     pub const CTX_CREATED: u32 = 1 << 4;
-    /// A context was destroyed (its block stays until released).
+    /// A context was destroyed: its block holds its final totals until the
+    /// host releases it with `CTX_CMD` (`partition`, `arg` = context,
+    /// `arg2` = VM).
     pub const CTX_DESTROYED: u32 = 1 << 5;
-    /// The device completed a switch itself after the host timed out.
+    /// The device completed a switch itself after the host timed out
+    /// (`partition`, `arg` = incoming context, `arg2` = incoming VM).
     pub const SWITCH_FALLBACK: u32 = 1 << 6;
-    /// An OOB mailbox command completed.
+    /// An OOB mailbox command completed (`arg` = opcode, `arg2` = status).
     pub const MAILBOX_DONE: u32 = 1 << 7;
-    /// The device was reset.
+    /// The device was reset: settings the host programmed are gone
+    /// (`TRIG_TARGET` is 0 again); re-apply them.
     pub const DEVICE_RESET: u32 = 1 << 8;
     /// Every CCU assigned to a partition acknowledged the flush request of
     /// a switch in progress (`hs_state::ACKED`): the host may commit
@@ -50,10 +75,13 @@ pub const SOURCE_NAMES: [&str; 10] = [
     "flush_acked",
 ];
 
-/// One interrupt occurrence, as `read()` on the device node returns it.
+/// One interrupt occurrence, as `read()` on the device node returns it
+/// (whole records only, at the handle's own cursor).
 ///
 /// `seq` increases by one per record raised by the device (masked sources
-/// raise none), so a reader can detect records it missed.
+/// raise none), so a reader can detect records it missed: the device keeps
+/// the last 16,384 for slow readers, and a reader further behind sees a
+/// gap and must resynchronise from registers.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,

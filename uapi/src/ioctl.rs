@@ -189,6 +189,77 @@ pub struct Reset {
     pub magic: u32,
 }
 
+/// `GPUPM_IOC_REG_READ` and `GPUPM_IOC_REG_WRITE`: one register access,
+/// with the rules of a `pread`/`pwrite` on `card0`: `width` is 4 or 8,
+/// `offset` is aligned to it and the access lies inside `BAR0_SIZE`; a
+/// 64-bit register is read atomically with one 8-byte access. A read
+/// fills `value` (a 4-byte read zero-extends); a 4-byte write's `value`
+/// must fit in 32 bits.
+///
+/// One struct of 32 bytes rather than a one-op `GPUPM_IOC_REG_BATCH`
+/// (1,552 bytes, copied in and out of the kernel on every call): register
+/// reads are the node's most frequent request.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RegAccess {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Access width in bytes: 4 or 8.
+    pub width: u32,
+    /// BAR0 offset.
+    pub offset: u64,
+    /// Value read back, or value to write.
+    pub value: u64,
+    /// Must be 0.
+    pub flags: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<RegAccess>() == 32);
+
+/// `_IOC_NR` of `GPUPM_IOC_WINDOW_READ(len)`.
+pub const WINDOW_READ_NR: u8 = 0x07;
+/// Most bytes one window read returns.
+pub const WINDOW_READ_MAX: usize = 12 * 1024;
+
+/// The head of a `GPUPM_IOC_WINDOW_READ(len)` argument ([`window_read_cmd`]):
+/// `len` bytes of the memory window at `offset` (relative to the window's
+/// start, i.e. a `card0` file offset minus `MEM_WINDOW_OFFSET`) come back
+/// in the `len` bytes that follow this head in the argument. The whole
+/// range must lie inside the window, or the call fails with EINVAL.
+///
+/// The request number carries `len` in its size field, as evdev's
+/// `EVIOCGNAME(len)` does, so that a restricted ioctl copies exactly the
+/// head and the bytes asked for: a 592-byte block slot costs 608 bytes
+/// each way, and a ring drain reads up to [`WINDOW_READ_MAX`] bytes per
+/// call.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct WindowRead {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Window offset of the first byte.
+    pub offset: u64,
+}
+const _: () = assert!(core::mem::size_of::<WindowRead>() == 16);
+
+/// `GPUPM_IOC_WINDOW_READ(len)`: the request number of a window read of
+/// `len` bytes (1..=[`WINDOW_READ_MAX`]; another length fails with EINVAL).
+pub const fn window_read_cmd(len: usize) -> u32 {
+    crate::ioc::read_write(
+        IOC_MAGIC,
+        WINDOW_READ_NR,
+        core::mem::size_of::<WindowRead>() + len,
+    )
+}
+const _: () = assert!(core::mem::size_of::<WindowRead>() + WINDOW_READ_MAX <= MAX_IOCTL_SIZE);
+
 macro_rules! ioctl_numbers {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
         $( $(#[$m])* pub const $name: u32 = crate::ioc::$dir(IOC_MAGIC, $nr, core::mem::size_of::<$ty>());
@@ -209,4 +280,8 @@ ioctl_numbers! {
     GPUPM_IOC_LEDGER = read_write(0x03, LedgerQuery);
     /// Reset the device.
     GPUPM_IOC_RESET = write(0x04, Reset);
+    /// Read one register ([`RegAccess`]).
+    GPUPM_IOC_REG_READ = read_write(0x05, RegAccess);
+    /// Write one register ([`RegAccess`]).
+    GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
 }

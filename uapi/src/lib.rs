@@ -10,6 +10,7 @@ pub mod intr;
 pub mod ioc;
 pub mod ioctl;
 pub mod layout;
+pub mod page;
 pub mod pmu;
 pub mod regs;
 pub mod tenant;
@@ -20,8 +21,9 @@ pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version: bumped on compatible additions (2: the tenant
 /// node's context-instance reads; 3: confidential sessions and rekeying,
 /// the OOB mailbox's own registers, flush-ack latency, the debug-only
-/// sealed ledger — see `docs/confidential.md`).
-pub const ABI_MINOR: u16 = 3;
+/// sealed ledger — see `docs/confidential.md`; 4: register and window
+/// ioctls for the CUSE character device — see `docs/kernel.md`).
+pub const ABI_MINOR: u16 = 4;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

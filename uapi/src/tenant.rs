@@ -2,7 +2,13 @@
 //!
 //! Every request is authorised from the kernel-supplied uid/gid of the
 //! caller: a tenant sees only its VM(s) and their contexts; the admin (root
-//! or the admin group) sees everything including the system scope.
+//! or the admin group) sees everything including the system scope. A caller
+//! that is neither (no `[[tenant]]` entry names its user or groups) is no
+//! tenant: its `open()` fails with EACCES, and so does every request it
+//! makes on a descriptor it got from someone else.
+//!
+//! One rule for what does not exist: the admin may learn existence, a
+//! tenant never.
 //!
 //! Errors: unknown ioctl → ENOTTY (including the legacy terminal ioctls
 //! that share the type byte, `0x54xx` without a direction); a tenant ioctl
@@ -65,7 +71,8 @@ pub struct Whoami {
     pub uid: u32,
     /// Output: number of valid entries in `vms`.
     pub n_vms: u32,
-    /// Output: VMs the caller may see (all VMs for the admin).
+    /// Output: the caller's VMs that exist on the device, ascending (every
+    /// VM for the admin).
     pub vms: [u32; MAX_CALLER_VMS],
 }
 const _: () = assert!(core::mem::size_of::<Whoami>() == 16 + 4 * MAX_CALLER_VMS);
@@ -342,7 +349,8 @@ pub struct EventInfo {
     pub unit_type: u8,
     /// Output: 1 for multi-bit events.
     pub multibit: u8,
-    /// Output: 0 partition-scoped, 1 context-filtered shared, 2 device-level.
+    /// Output: `events::scope_code` (0 partition, 1 context-filtered
+    /// shared, 2 device-level).
     pub scope: u8,
     /// Reserved, 0.
     pub reserved: u8,

@@ -11,8 +11,11 @@ use std::process::Command;
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
+use gpupm_uapi::ioctl::{
+    Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead, DEVICE_IOCTLS,
+};
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
@@ -35,6 +38,51 @@ fn committed_c_header_matches_uapi() {
         "{} is stale: run `{REGEN}`",
         path.display()
     );
+}
+
+/// Every documented constant of the crate (the ioctl numbers included)
+/// carries its doc comment in the header, and no rustdoc link is left for
+/// a C reader to decode.
+#[test]
+fn c_header_carries_every_constants_documentation() {
+    let (header, unused) = gen_c::render_checked();
+    // Tables the header writes as arrays or macros under their own comment.
+    let tables = ["pmu::FIELDS"];
+    let unused: Vec<&String> = unused
+        .iter()
+        .filter(|k| !tables.contains(&k.as_str()))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "documented but uncommented in the header: {unused:?}"
+    );
+    let links: Vec<&str> = header.lines().filter(|l| l.contains("[`")).collect();
+    assert!(
+        links.is_empty(),
+        "rustdoc links left in the header: {links:?}"
+    );
+    for (define, comment) in [
+        (
+            "#define GPUPM_REG_TRIG_TARGET ",
+            "RW: target mask for GPUPM_REG_TRIG_CMD",
+        ),
+        (
+            "#define TENANT_IOC_WHOAMI ",
+            "Read struct gpupm_tenant_whoami.",
+        ),
+        ("#define GPUPM_INTR_STREAM_WATERMARK ", "Edge-triggered"),
+    ] {
+        let at = header
+            .find(define)
+            .unwrap_or_else(|| panic!("{define} missing"));
+        let before = &header[..at];
+        let comment_start = before.rfind("/**").expect("a comment above");
+        assert!(
+            before[comment_start..].contains(comment),
+            "{define}: comment {:?}",
+            &before[comment_start..]
+        );
+    }
 }
 
 /// Every `pub const` of the crate's source appears as a `#define` whose
@@ -101,6 +149,8 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         LedgerQuery => "gpupm_ledger_query": version, scope, id, flags, generated, masked, remainder,
             envelope, tag;
         Reset => "gpupm_reset": version, magic;
+        RegAccess => "gpupm_reg_access": version, width, offset, value, flags, reserved;
+        WindowRead => "gpupm_window_read": version, flags, offset;
         Whoami => "gpupm_tenant_whoami": version, admin, uid, n_vms, vms;
         CtxEntry => "gpupm_tenant_ctx_entry": ctx, state, created_cycle;
         ListContexts => "gpupm_tenant_list_contexts": version, vm, offset, count, total, reserved, ctxs;
@@ -121,6 +171,15 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
         Publish => "gpupm_pmu_publish": version, count, entries;
         Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;
+        PageHeader => "gpupm_page_header": magic, version, size, scope, id, vm, created_cycle,
+            audience, reserved;
+        PageCounters => "gpupm_page_counters": generation, state, flags, commit_seq, cycle,
+            clock_khz, reserved, totals;
+        PageData => "gpupm_page_data": counters, rate, sealed, sealed_rate;
+        Page => "gpupm_page": header, seq, data, tail;
+        PageRequest => "gpupm_page_request": version, scope, id, flags, created_cycle;
+        PageReply => "gpupm_page_reply": version, status, scope, id, vm, size, created_cycle,
+            generation;
     }
 }
 
@@ -213,6 +272,40 @@ fn c_program_sees_the_rust_layouts_constants_and_event_names() {
         diff.is_empty() && want.lines().count() == got.lines().count(),
         "C differs (rust, C): {diff:?}"
     );
+}
+
+/// The header's page readers copy a consistent page and report a page
+/// whose writer never finished (odd sequence) as busy.
+#[test]
+fn c_page_reader_copies_an_even_page_and_reports_an_odd_one_busy() {
+    let out = compile_and_run(
+        "page_reader",
+        r#"#include <stdio.h>
+#include <gpupm/gpupm_uapi.h>
+
+static struct gpupm_page page;
+
+int main(void) {
+    struct gpupm_page_counters c;
+    struct gpupm_page_data d;
+    memset(&page, 0, sizeof(page));
+    page.seq = 6;
+    page.data.counters.generation = 3;
+    page.data.counters.totals[5] = 42;
+    page.data.rate.deltas[7] = 9;
+    page.data.sealed_rate.tag[15] = 0x5a;
+    int r1 = gpupm_page_read_counters(&page, &c);
+    int r2 = gpupm_page_read(&page, &d);
+    printf("%d %d %llu %llu %llu %d\n", r1, r2, (unsigned long long)c.generation,
+           (unsigned long long)c.totals[5], (unsigned long long)d.rate.deltas[7],
+           d.sealed_rate.tag[15]);
+    page.seq = 7;
+    printf("%d\n", gpupm_page_read_counters(&page, &c));
+    return 0;
+}
+"#,
+    );
+    assert_eq!(out, "0 0 3 42 9 90\n-1\n");
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! checked result), `resolve` (checking and resolving names).
 
 mod kernel_pmu;
+mod pages;
 mod resolve;
 mod settings;
 
@@ -26,11 +27,15 @@ pub use self::kernel_pmu::{
     KernelPmuSection, DEFAULT_DEVICE as DEFAULT_KERNEL_PMU_DEVICE,
     MAX_INTERVAL_MS as MAX_KERNEL_PMU_INTERVAL_MS,
 };
+pub use self::pages::{
+    PagesConfig, PagesSection, DEFAULT_REFRESH_US as DEFAULT_PAGE_REFRESH_US,
+    MAX_REFRESH_US as MAX_PAGE_REFRESH_US, MIN_REFRESH_US as MIN_PAGE_REFRESH_US,
+};
 use self::resolve::resolve;
 pub use self::settings::{
     HealthConfig, KernelPmuConfig, MetricsConfig, Programming, Retention, Settings, TenantMap,
-    TenantPolicy, DEFAULT_MAX_CONTEXTS, DEFAULT_TENANT_THREADS, MAX_MAX_CONTEXTS,
-    MAX_TENANT_THREADS,
+    TenantPolicy, DEFAULT_DRAIN_INTERVAL_MS, DEFAULT_MAX_CONTEXTS, DEFAULT_TENANT_THREADS,
+    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
 };
 pub use crate::paths::DEFAULT_CONFIG as DEFAULT_PATH;
 use crate::paths::{DEFAULT_JOURNAL_SOCKET, DEFAULT_NODE_DIR, DEFAULT_TENANT_DIR};
@@ -39,7 +44,8 @@ use crate::paths::{DEFAULT_JOURNAL_SOCKET, DEFAULT_NODE_DIR, DEFAULT_TENANT_DIR}
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Directory of the device node (`card0`).
+    /// Directory of the device node (`card0`), or the CUSE character
+    /// device itself (`/dev/gpupm0`).
     pub node_dir: PathBuf,
     /// Mount point of the tenant node.
     pub tenant_dir: PathBuf,
@@ -69,6 +75,8 @@ pub struct Config {
     pub retired: RetiredSection,
     /// Publication to the perf PMU module.
     pub kernel_pmu: KernelPmuSection,
+    /// Tenant counter pages.
+    pub pages: PagesSection,
 }
 
 impl Default for Config {
@@ -89,6 +97,7 @@ impl Default for Config {
             health: HealthSection::default(),
             retired: RetiredSection::default(),
             kernel_pmu: KernelPmuSection::default(),
+            pages: PagesSection::default(),
         }
     }
 }
@@ -125,11 +134,23 @@ pub struct TriggerConfig {
 }
 
 /// `[stream]`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamConfig {
     /// Ring fill that raises the watermark interrupt (every ring).
     pub watermark: Option<Spanned<u32>>,
+    /// Milliseconds between drains of every non-empty ring (0: only on
+    /// interrupts).
+    pub drain_interval_ms: Spanned<u64>,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            watermark: None,
+            drain_interval_ms: Spanned::new(0..0, DEFAULT_DRAIN_INTERVAL_MS),
+        }
+    }
 }
 
 /// `[[mask]]`: one CCU mask word.
@@ -144,20 +165,21 @@ pub struct MaskConfig {
     pub bits: u32,
 }
 
-/// `[[tenant]]`.
+/// `[[tenant]]`. Every key keeps its place in the file, so that a refused
+/// value is reported where it is written, not at the table's header.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// VM id.
-    pub vm: u32,
+    pub vm: Spanned<u32>,
     /// Tenant user id.
-    pub uid: Option<u32>,
+    pub uid: Option<Spanned<u32>>,
     /// Tenant user name.
-    pub user: Option<String>,
+    pub user: Option<Spanned<String>>,
     /// Tenant group id.
-    pub gid: Option<u32>,
+    pub gid: Option<Spanned<u32>>,
     /// Tenant group name.
-    pub group: Option<String>,
+    pub group: Option<Spanned<String>>,
 }
 
 /// `[metrics]`.
@@ -363,7 +385,58 @@ mod tests {
             }]
         );
         assert!(parse_str("[[tenant]]\nvm = 2\n").is_err());
-        assert!(parse_str("[[tenant]]\nvm = 2\nuser = \"no-such-user-gpupm\"\n").is_err());
         assert!(parse_str("[[tenant]]\nvm = 99\nuid = 5\n").is_err());
+    }
+
+    #[test]
+    fn a_refused_tenant_key_is_reported_where_it_is_written() {
+        let at = |text: &str| {
+            let (line, col, reason) = position(parse_str(text).unwrap_err());
+            (line, col, reason)
+        };
+        let two = "[[tenant]]\nvm = 1\nuid = 5\n\n[[tenant]]\nvm = 2\n";
+        let (line, col, reason) = at(&format!("{two}user = \"no-such-user-gpupm\"\n"));
+        assert_eq!((line, col), (7, 8), "{reason}");
+        assert!(reason.contains("no user named"), "{reason}");
+        let (line, col, reason) = at(&format!("{two}  group = \"no-such-group-gpupm\"\n"));
+        assert_eq!((line, col), (7, 11), "{reason}");
+        assert!(reason.contains("no group named"), "{reason}");
+        let (line, col, reason) = at(&format!("{two}uid = 7\nuser = \"root\"\n"));
+        assert_eq!((line, col), (8, 8), "{reason}");
+        assert!(reason.contains("not both"), "{reason}");
+        let (line, col, reason) = at(&format!("{two}gid = 7\ngroup = \"root\"\n"));
+        assert_eq!((line, col), (8, 9), "{reason}");
+        assert!(reason.contains("not both"), "{reason}");
+        let (line, col, reason) = at("[[tenant]]\nuid = 5\nvm = 64\n");
+        assert_eq!((line, col), (3, 6), "{reason}");
+        assert!(reason.contains("vm must lie"), "{reason}");
+        // Nothing to point at but the table when no identity is given.
+        let (line, _, reason) = at(two);
+        assert_eq!(line, 5, "{reason}");
+        assert!(reason.contains("needs uid, user, gid or group"), "{reason}");
+    }
+
+    #[test]
+    fn the_periodic_drain_interval_is_checked_and_zero_turns_it_off() {
+        assert_eq!(
+            parse_str("").unwrap().drain_interval,
+            Some(Duration::from_millis(DEFAULT_DRAIN_INTERVAL_MS))
+        );
+        assert_eq!(
+            parse_str("[stream]\ndrain_interval_ms = 250\n")
+                .unwrap()
+                .drain_interval,
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_str("[stream]\ndrain_interval_ms = 0\n")
+                .unwrap()
+                .drain_interval,
+            None
+        );
+        let (line, col, reason) =
+            position(parse_str("[stream]\ndrain_interval_ms = 60001\n").unwrap_err());
+        assert_eq!((line, col), (2, 21));
+        assert!(reason.contains("drain_interval_ms"), "{reason}");
     }
 }

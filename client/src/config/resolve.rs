@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use gpupm_uapi::layout::STREAM_RING_MAX;
 use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN};
+use toml::Spanned;
 
 use super::settings::{
     HealthConfig, MetricsConfig, Programming, Retention, Settings, TenantMap, TenantPolicy,
-    MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
+    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
 };
 use super::{invalid, Config, ConfigError, DEFAULT_PATH};
 use crate::paths::DEFAULT_ADMIN_GROUP;
@@ -62,6 +63,7 @@ pub(super) fn resolve(
         .kernel_pmu
         .resolve()
         .map_err(|(span, why)| err(span, why))?;
+    let pages = cfg.pages.resolve().map_err(|(span, why)| err(span, why))?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -69,6 +71,15 @@ pub(super) fn resolve(
             "summary_interval_s must be at least 1".into(),
         ));
     }
+
+    let drain_ms = *cfg.stream.drain_interval_ms.get_ref();
+    if drain_ms > MAX_DRAIN_INTERVAL_MS {
+        return Err(err(
+            cfg.stream.drain_interval_ms.span(),
+            format!("drain_interval_ms must lie in 0..={MAX_DRAIN_INTERVAL_MS}"),
+        ));
+    }
+    let drain_interval = (drain_ms > 0).then(|| Duration::from_millis(drain_ms));
 
     let policy = policy(&cfg, &err)?;
 
@@ -80,6 +91,7 @@ pub(super) fn resolve(
         state_dir: cfg.state_dir,
         program,
         history_samples: history as usize,
+        drain_interval,
         policy,
         metrics_listen: cfg.metrics.listen,
         metrics: MetricsConfig {
@@ -94,6 +106,7 @@ pub(super) fn resolve(
             max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
         },
         kernel_pmu,
+        pages,
     })
 }
 
@@ -162,36 +175,44 @@ fn policy(cfg: &Config, err: &Refuse<'_>) -> Result<TenantPolicy, ConfigError> {
     };
     let mut tenants = Vec::new();
     for t in &cfg.tenant {
-        let span = t.span();
+        let table = t.span();
         let t = t.get_ref();
-        if !(1..MAX_VMS).contains(&t.vm) {
-            return Err(err(span, format!("vm must lie in 1..{MAX_VMS}")));
+        let vm = *t.vm.get_ref();
+        if !(1..MAX_VMS).contains(&vm) {
+            return Err(err(t.vm.span(), format!("vm must lie in 1..{MAX_VMS}")));
         }
-        let uid = match (t.uid, &t.user) {
-            (Some(_), Some(_)) => return Err(err(span, "give uid or user, not both".into())),
-            (Some(u), None) => Some(u),
-            (None, Some(name)) => Some(
-                user_id(name)
-                    .ok_or_else(|| err(span.clone(), format!("no user named {name:?}")))?,
-            ),
-            (None, None) => None,
-        };
-        let gid = match (t.gid, &t.group) {
-            (Some(_), Some(_)) => return Err(err(span, "give gid or group, not both".into())),
-            (Some(g), None) => Some(g),
-            (None, Some(name)) => Some(
-                group_id(name)
-                    .ok_or_else(|| err(span.clone(), format!("no group named {name:?}")))?,
-            ),
-            (None, None) => None,
-        };
+        let uid = identity(&t.uid, &t.user, "uid", "user", user_id, err)?;
+        let gid = identity(&t.gid, &t.group, "gid", "group", group_id, err)?;
         if uid.is_none() && gid.is_none() {
-            return Err(err(span, "a tenant needs uid, user, gid or group".into()));
+            return Err(err(table, "a tenant needs uid, user, gid or group".into()));
         }
-        tenants.push(TenantMap { vm: t.vm, uid, gid });
+        tenants.push(TenantMap { vm, uid, gid });
     }
 
     Ok(TenantPolicy { admin_gid, tenants })
+}
+
+/// A tenant's user (or group): by id or by name, not both; a name that
+/// does not resolve is refused where it is written.
+fn identity(
+    id: &Option<Spanned<u32>>,
+    name: &Option<Spanned<String>>,
+    id_key: &str,
+    name_key: &str,
+    lookup: fn(&str) -> Option<u32>,
+    err: &Refuse<'_>,
+) -> Result<Option<u32>, ConfigError> {
+    match (id, name) {
+        (Some(_), Some(n)) => Err(err(
+            n.span(),
+            format!("give {id_key} or {name_key}, not both"),
+        )),
+        (Some(id), None) => Ok(Some(*id.get_ref())),
+        (None, Some(n)) => lookup(n.get_ref())
+            .map(Some)
+            .ok_or_else(|| err(n.span(), format!("no {name_key} named {:?}", n.get_ref()))),
+        (None, None) => Ok(None),
+    }
 }
 
 fn group_id(name: &str) -> Option<u32> {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use super::kernel_pmu::KernelPmuConfig;
+pub use super::pages::PagesConfig;
 use crate::paths::DEFAULT_JOURNAL_SOCKET;
 use crate::tenant::VmId;
 
@@ -22,6 +23,12 @@ pub const DEFAULT_MAX_CONTEXTS: usize = 10_000;
 /// Largest `[retired] max_contexts` (about 6 GiB of files and 600 MiB of
 /// tables: beyond any fleet's use, below any overflow).
 pub const MAX_MAX_CONTEXTS: usize = 10_000_000;
+
+/// Default of `[stream] drain_interval_ms`: how long a stream record below
+/// the watermark (which raises no interrupt) waits at most to be drained.
+pub const DEFAULT_DRAIN_INTERVAL_MS: u64 = 100;
+/// Largest `[stream] drain_interval_ms`.
+pub const MAX_DRAIN_INTERVAL_MS: u64 = 60_000;
 
 /// The configuration, checked and resolved.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,6 +47,9 @@ pub struct Settings {
     pub program: Programming,
     /// Delta samples kept per scope.
     pub history_samples: usize,
+    /// Interval of the periodic drain of every non-empty stream ring
+    /// (`None`: drained on interrupts only).
+    pub drain_interval: Option<Duration>,
     /// Who may see what.
     pub policy: TenantPolicy,
     /// Metrics listen address.
@@ -52,6 +62,8 @@ pub struct Settings {
     pub retention: Retention,
     /// Publication to the perf PMU module.
     pub kernel_pmu: KernelPmuConfig,
+    /// Tenant counter pages.
+    pub pages: PagesConfig,
 }
 
 /// What the daemon writes to the device at start and after a reset.

@@ -1,7 +1,11 @@
-//! Client of the device node (`card0`, served by `gpupm-driver`): register
-//! reads and writes by `pread`/`pwrite` at BAR0 offsets, memory-window reads
-//! at `MEM_WINDOW_OFFSET + offset`, the `GPUPM_IOC_*` ioctls, and interrupt
-//! records by `poll` + `read` ([`IntrReader`]).
+//! Client of the device node served by `gpupm-driver`, of either kind
+//! ([`NodeKind`]): the FUSE file `card0`, where registers are read and
+//! written by `pread`/`pwrite` at BAR0 offsets and the memory window by
+//! `pread` at `MEM_WINDOW_OFFSET + offset`, or the CUSE character device
+//! `/dev/gpupm0`, which has no file offset, where both go through
+//! `GPUPM_IOC_REG_READ`/`REG_WRITE`/`WINDOW_READ`. On both: the other
+//! `GPUPM_IOC_*` ioctls, and interrupt records by `poll` + `read`
+//! ([`IntrReader`]).
 //!
 //! Shared by the daemon, the `gpupm` command line and the tests. A
 //! [`DevNode`] is `Sync`: `pread`/`pwrite`/`ioctl` on one descriptor may run
@@ -10,15 +14,17 @@
 
 pub mod intr;
 
-use std::fs::{File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use gpupm_uapi::ioctl::{
-    Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
-    GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
+    window_read_cmd, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, WindowRead,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
+    WINDOW_READ_MAX,
 };
 use gpupm_uapi::layout::{BlockSlot, MEM_WINDOW_OFFSET};
 use gpupm_uapi::regs;
@@ -71,31 +77,59 @@ pub enum DevError {
     Interrupts(#[source] io::Error),
 }
 
-/// An open `card0`.
+/// Which kind of device node a [`DevNode`] has open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKind {
+    /// The FUSE file `card0`: registers and window by `pread`/`pwrite`.
+    File,
+    /// The CUSE character device: registers and window by ioctl.
+    CharDevice,
+}
+
+/// An open device node.
 #[derive(Debug)]
 pub struct DevNode {
     card: File,
     path: PathBuf,
+    kind: NodeKind,
 }
 
 impl DevNode {
-    /// Opens `node_dir/card0` read-write.
-    pub fn open(node_dir: &Path) -> Result<DevNode, DevError> {
-        let path = node_dir.join(CARD_NAME);
+    /// Opens the device node read-write: `node` is either the node
+    /// directory of the FUSE transport (`card0` in it is opened) or the
+    /// CUSE character device itself (`/dev/gpupm0`).
+    pub fn open(node: &Path) -> Result<DevNode, DevError> {
+        let open_error = |path: &Path, source| DevError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Anything but a character device is the node directory, also one
+        // that does not exist: the error then names the `card0` expected.
+        let path = match fs::metadata(node) {
+            Ok(m) if m.file_type().is_char_device() => node.to_path_buf(),
+            _ => node.join(CARD_NAME),
+        };
         let card = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|source| DevError::Open {
-                path: path.clone(),
-                source,
-            })?;
-        Ok(DevNode { card, path })
+            .map_err(|e| open_error(&path, e))?;
+        let kind = match card.metadata() {
+            Ok(m) if m.file_type().is_char_device() => NodeKind::CharDevice,
+            Ok(_) => NodeKind::File,
+            Err(e) => return Err(open_error(&path, e)),
+        };
+        Ok(DevNode { card, path, kind })
     }
 
-    /// Path of `card0`.
+    /// Path of the open node (`card0` or the character device).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Which kind of node this is.
+    pub fn kind(&self) -> NodeKind {
+        self.kind
     }
 
     /// A new interrupt reader on its own handle (its cursor starts now).
@@ -109,6 +143,12 @@ impl DevNode {
             offset,
             source,
         };
+        if self.kind == NodeKind::CharDevice {
+            let value = self.reg_ioctl(GPUPM_IOC_REG_READ, offset, buf.len(), 0)?;
+            let bytes = value.to_le_bytes();
+            buf.copy_from_slice(&bytes[..buf.len()]);
+            return Ok(());
+        }
         let n = self.card.read_at(buf, offset).map_err(access)?;
         if n != buf.len() {
             return Err(access(io::Error::new(
@@ -125,6 +165,14 @@ impl DevNode {
             offset,
             source,
         };
+        if self.kind == NodeKind::CharDevice {
+            let mut le = [0u8; 8];
+            le[..buf.len()].copy_from_slice(buf);
+            let value = u64::from_le_bytes(le);
+            return self
+                .reg_ioctl(GPUPM_IOC_REG_WRITE, offset, buf.len(), value)
+                .map(drop);
+        }
         let n = self.card.write_at(buf, offset).map_err(access)?;
         if n != buf.len() {
             return Err(access(io::Error::new(
@@ -133,6 +181,23 @@ impl DevNode {
             )));
         }
         Ok(())
+    }
+
+    /// `GPUPM_IOC_REG_READ` or `REG_WRITE` of `width` bytes; the value read.
+    fn reg_ioctl(&self, cmd: u32, offset: u64, width: usize, value: u64) -> Result<u64, DevError> {
+        let what = if cmd == GPUPM_IOC_REG_READ {
+            "register read"
+        } else {
+            "register write"
+        };
+        // 4 or 8: the callers pass fixed-size buffers.
+        let mut arg = ops::access(offset, u32::try_from(width).unwrap_or(u32::MAX), value);
+        sys::call(self.card.as_fd(), cmd, &mut arg).map_err(|e| DevError::Access {
+            what,
+            offset,
+            source: e.into(),
+        })?;
+        Ok(arg.value)
     }
 
     /// Reads a 32-bit register.
@@ -194,27 +259,43 @@ impl DevNode {
         let mut done = 0;
         while done < buf.len() {
             let at = offset + done as u64;
-            let n = self
-                .card
-                .read_at(&mut buf[done..], MEM_WINDOW_OFFSET + at)
-                .map_err(|source| DevError::Access {
-                    what: "window read",
-                    offset: at,
-                    source,
-                })?;
+            let failed = |source| DevError::Access {
+                what: "window read",
+                offset: at,
+                source,
+            };
+            let n = match self.kind {
+                NodeKind::File => self
+                    .card
+                    .read_at(&mut buf[done..], MEM_WINDOW_OFFSET + at)
+                    .map_err(failed)?,
+                NodeKind::CharDevice => self.window_ioctl(at, &mut buf[done..]).map_err(failed)?,
+            };
             if n == 0 {
-                return Err(DevError::Access {
-                    what: "window read",
-                    offset: at,
-                    source: io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "end of the memory window",
-                    ),
-                });
+                return Err(failed(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "end of the memory window",
+                )));
             }
             done += n;
         }
         Ok(())
+    }
+
+    /// One `GPUPM_IOC_WINDOW_READ(len)` of up to [`WINDOW_READ_MAX`] bytes.
+    fn window_ioctl(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(WINDOW_READ_MAX);
+        let head = WindowRead {
+            version: IOCTL_STRUCT_VERSION,
+            flags: 0,
+            offset,
+        };
+        let head_size = core::mem::size_of::<WindowRead>();
+        let mut arg = vec![0u8; head_size + n];
+        arg[..head_size].copy_from_slice(zerocopy::IntoBytes::as_bytes(&head));
+        sys::call_bytes(self.card.as_fd(), window_read_cmd(n), &mut arg)?;
+        buf[..n].copy_from_slice(&arg[head_size..]);
+        Ok(n)
     }
 
     /// Reads the block slot at window offset `offset`.
@@ -284,7 +365,8 @@ impl RegisterBatch for &DevNode {
         DevNode::batch(self, ops)
     }
 
-    /// One `pread` at the register's natural width (no ioctl round trip).
+    /// One access at the register's natural width (a `pread`, or a
+    /// `GPUPM_IOC_REG_READ` on the character device) instead of a batch.
     fn read(&mut self, offset: u64) -> Result<u64, DevError> {
         if regs::is_64bit(offset) {
             self.read64(offset)

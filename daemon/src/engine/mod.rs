@@ -11,6 +11,13 @@
 //! table from the device: a destroyed context already persisted is only
 //! released, one not yet persisted is read, persisted and released. Only
 //! then does the worker start and `start` return.
+//!
+//! # Stream drains
+//! A watermark or overflow interrupt makes the worker drain that ring
+//! until it is empty ([`drain`] says why it loops); every
+//! `drain_interval` the worker also drains every ring that holds records,
+//! so a record below the watermark (which raises nothing) waits at most
+//! that long.
 
 pub mod drain;
 pub mod irq;
@@ -22,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use self::drain::Rings;
 use self::worker::{Work, Worker};
@@ -80,11 +87,13 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Programs the device, reconciles with it and starts the threads.
+    /// Programs the device, reconciles with it and starts the threads;
+    /// the worker drains every non-empty ring each `drain_interval`.
     pub fn start(
         dev: Arc<DevNode>,
         store: Arc<Store>,
         program: Programming,
+        drain_interval: Option<Duration>,
     ) -> Result<Engine, EngineError> {
         let reader = dev.interrupts()?;
         let partitions = program::configured_partitions(&dev)?;
@@ -138,7 +147,7 @@ impl Engine {
                         program: &program,
                         rings,
                     };
-                    work_loop(&mut worker, &rx, &stop);
+                    work_loop(&mut worker, &rx, &stop, drain_interval);
                     stop.store(true, Ordering::Release);
                 })
                 .map_err(EngineError::Thread)?
@@ -169,16 +178,38 @@ impl Drop for Engine {
     }
 }
 
-fn work_loop(worker: &mut Worker<'_>, rx: &Receiver<Work>, stop: &AtomicBool) {
+/// Longest the worker waits for work before looking at `stop` again.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+fn work_loop(
+    worker: &mut Worker<'_>,
+    rx: &Receiver<Work>,
+    stop: &AtomicBool,
+    drain_interval: Option<Duration>,
+) {
     let mut items = Vec::new();
     let mut failures = 0u32;
+    let mut next_sweep = drain_interval.map(|d| Instant::now() + d);
     while !stop.load(Ordering::Acquire) {
-        match rx.recv_timeout(Duration::from_millis(100)) {
+        let wait = next_sweep.map_or(IDLE_WAIT, |at| {
+            at.saturating_duration_since(Instant::now()).min(IDLE_WAIT)
+        });
+        match rx.recv_timeout(wait) {
             Ok(w) => items.push(w),
-            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
         items.extend(rx.try_iter());
+        if let (Some(at), Some(every)) = (next_sweep, drain_interval) {
+            let now = Instant::now();
+            if now >= at {
+                items.push(Work::DrainNonEmpty);
+                next_sweep = Some(now + every);
+            }
+        }
+        if items.is_empty() {
+            continue;
+        }
         match worker.run(&items) {
             Ok(()) => failures = 0,
             Err(e) => {

@@ -8,6 +8,7 @@
 //! or after a restart does no harm.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use gpupm_client::ops::{read32, read64, reg32};
 use gpupm_client::DevNode;
@@ -28,6 +29,9 @@ use crate::view::CtxId;
 pub enum Work {
     /// Drain partition slot `p`'s ring.
     Drain(u32),
+    /// Drain every ring that holds records (the periodic backstop for
+    /// records below the watermark, which raise no interrupt).
+    DrainNonEmpty,
     /// A context was created.
     Created(CtxId),
     /// A context was destroyed.
@@ -36,6 +40,24 @@ pub enum Work {
     Reset,
     /// Interrupt records were missed: resynchronise.
     Resync,
+}
+
+/// Longest pending drains wait behind retirements in one batch.
+const DRAIN_LATENCY: Duration = Duration::from_millis(10);
+
+/// Drains a batch asked for and has not run yet.
+#[derive(Debug, Default)]
+struct PendingDrains {
+    /// Rings with a watermark or overflow interrupt.
+    rings: BTreeSet<u32>,
+    /// Every ring that holds records (the periodic drain).
+    sweep: bool,
+}
+
+impl PendingDrains {
+    fn is_empty(&self) -> bool {
+        self.rings.is_empty() && !self.sweep
+    }
 }
 
 /// State of the worker.
@@ -52,16 +74,28 @@ pub struct Worker<'a> {
 }
 
 impl Worker<'_> {
-    /// Runs a batch of work items, coalescing drains.
+    /// Runs a batch of work items, coalescing drains. Drains run at the
+    /// end of the batch, and also between retirements once the pending
+    /// ones have waited [`DRAIN_LATENCY`]: a retirement persists a file
+    /// (fsyncs), and a burst of them under heavy churn must not hold the
+    /// rings back until they overflow.
     pub fn run(&mut self, items: &[Work]) -> Result<(), EngineError> {
-        let mut drains = BTreeSet::new();
+        let mut pending = PendingDrains::default();
+        let mut since = Instant::now();
         for &w in items {
             match w {
                 Work::Drain(p) => {
-                    drains.insert(p);
+                    pending.rings.insert(p);
                 }
+                Work::DrainNonEmpty => pending.sweep = true,
                 Work::Created(ctx) => self.created(ctx)?,
-                Work::Destroyed(ctx) => self.retire(ctx)?,
+                Work::Destroyed(ctx) => {
+                    if !pending.is_empty() && since.elapsed() >= DRAIN_LATENCY {
+                        self.drain(&mut pending)?;
+                        since = Instant::now();
+                    }
+                    self.retire(ctx)?;
+                }
                 Work::Reset => {
                     let id = self.store.identity();
                     program::program(
@@ -77,9 +111,25 @@ impl Worker<'_> {
                 Work::Resync => self.resync()?,
             }
         }
-        for p in drains {
+        self.drain(&mut pending)
+    }
+
+    /// Runs and clears the pending drains: the rings asked for, then (for a
+    /// sweep) every other ring that holds records.
+    fn drain(&mut self, pending: &mut PendingDrains) -> Result<(), EngineError> {
+        for &p in &pending.rings {
             drain::drain(self.dev, self.store, &mut self.rings, p)?;
         }
+        if pending.sweep {
+            let rest: Vec<u32> = self
+                .store
+                .partitions()
+                .into_iter()
+                .filter(|p| !pending.rings.contains(p))
+                .collect();
+            drain::drain_nonempty(self.dev, self.store, &mut self.rings, &rest)?;
+        }
+        *pending = PendingDrains::default();
         Ok(())
     }
 

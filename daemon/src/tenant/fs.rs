@@ -66,6 +66,16 @@ impl TenantFs {
         };
         (caller, self.policy.identify(caller))
     }
+
+    /// The caller of `req`, unless it is mapped to nothing: then every
+    /// request fails with EACCES before anything else is looked at.
+    fn admit(&self, req: &Request) -> Result<(Caller, Identity), RequestError> {
+        let (caller, identity) = self.identify(req);
+        if identity.is_unmapped() {
+            return Err(RequestError::Denied);
+        }
+        Ok((caller, identity))
+    }
 }
 
 fn errno(e: &RequestError) -> Errno {
@@ -91,8 +101,12 @@ impl Filesystem for TenantFs {
         self.dir.reply_attr(ino, NODE_ACCESS, reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match ino {
+            NODE_INO if self.admit(req).is_err() => {
+                count(&self.stats, Err(&RequestError::Denied));
+                reply.error(errno(&RequestError::Denied));
+            }
             NODE_INO => reply.opened(
                 FileHandle(self.sessions.open()),
                 FopenFlags::FOPEN_DIRECT_IO,
@@ -113,7 +127,13 @@ impl Filesystem for TenantFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let (caller, identity) = self.identify(req);
+        let (caller, identity) = match self.admit(req) {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                count(&self.stats, Err(&e));
+                return reply.error(errno(&e));
+            }
+        };
         let stats = Arc::clone(&self.stats);
         self.sessions.read(
             fh.0,
@@ -198,7 +218,9 @@ impl Filesystem for TenantFs {
         reply: ReplyIoctl,
     ) {
         let (caller, identity) = self.identify(req);
-        let res = if ino == NODE_INO {
+        let res = if identity.is_unmapped() {
+            Err(RequestError::Denied)
+        } else if ino == NODE_INO {
             requests::dispatch(
                 self.view.as_ref(),
                 &identity,
@@ -237,7 +259,10 @@ impl Filesystem for TenantFs {
         flags: PollFlags,
         reply: ReplyPoll,
     ) {
-        let (_, identity) = self.identify(req);
+        let identity = match self.admit(req) {
+            Ok((_, identity)) => identity,
+            Err(e) => return reply.error(errno(&e)),
+        };
         let wake = (flags.contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)).then(|| {
             Box::new(move || {
                 if let Err(e) = ph.notify() {

@@ -7,14 +7,19 @@
 //! kernel supplied with that request (plus the supplementary groups of the
 //! calling process, from `/proc/<pid>/status`): root and members of the
 //! admin group see everything, including the system scope; a tenant sees
-//! the VMs its [`TenantMap`] entries name and those VMs' contexts; anyone
-//! else sees nothing but the event catalogue.
+//! the VMs its [`TenantMap`] entries name and those VMs' contexts. A
+//! caller no entry names (and not the admin) is no tenant: its `open()`
+//! fails with EACCES, and so does every request it makes on a handle
+//! someone else opened — `WHOAMI` and the event catalogue included — as
+//! on the device node.
 //!
-//! For a tenant, a scope that is not theirs and a scope that does not
-//! exist fail identically with EACCES on the same code path: the check runs
-//! against the caller's own VMs before anything else is looked up, and a
-//! context is found by searching the caller's own VMs only. The admin gets
-//! ENOENT for scopes that do not exist.
+//! One rule for what does not exist: the admin may learn existence, a
+//! tenant never. For a tenant, a scope that is not theirs and a scope that
+//! does not exist fail identically with EACCES on the same code path: the
+//! check runs against the caller's own VMs before anything else is looked
+//! up, and a context is found by searching the caller's own VMs only. The
+//! admin, who may see everything, gets ENOENT for a scope that does not
+//! exist.
 //!
 //! # Stream sessions
 //! `TENANT_IOC_OPEN_STREAM` turns a file handle into a session fed by

@@ -16,7 +16,8 @@ use crate::view::{Caller, VmId};
 pub enum Identity {
     /// Root or a member of the admin group: everything.
     Admin,
-    /// A tenant (possibly of no VM at all): these VMs, sorted, no duplicates.
+    /// A tenant: these VMs, sorted, no duplicates (none: an unmapped
+    /// caller, see [`Identity::is_unmapped`]).
     Tenant(Vec<VmId>),
 }
 
@@ -32,6 +33,14 @@ impl Identity {
     /// Whether this is the admin.
     pub fn is_admin(&self) -> bool {
         matches!(self, Identity::Admin)
+    }
+
+    /// Whether the caller is mapped to nothing: neither the admin nor
+    /// named by any `[[tenant]]` entry. Such a caller is no tenant at all:
+    /// the node refuses its open and every request it makes with EACCES,
+    /// as the device node does with a caller it does not admit.
+    pub fn is_unmapped(&self) -> bool {
+        matches!(self, Identity::Tenant(vms) if vms.is_empty())
     }
 }
 
@@ -64,7 +73,16 @@ impl Policy {
         } else {
             Vec::new()
         };
-        let in_group = |gid: u32| caller.gid == gid || groups.contains(&gid);
+        self.identify_groups(caller.uid, caller.gid, &groups)
+    }
+
+    /// The identity of a caller whose supplementary groups are known (the
+    /// page socket has them from the kernel, `SO_PEERGROUPS`).
+    pub fn identify_groups(&self, uid: u32, gid: u32, groups: &[u32]) -> Identity {
+        if uid == 0 {
+            return Identity::Admin;
+        }
+        let in_group = |g: u32| gid == g || groups.contains(&g);
         if self.config.admin_gid.is_some_and(in_group) {
             return Identity::Admin;
         }
@@ -72,7 +90,7 @@ impl Policy {
             .config
             .tenants
             .iter()
-            .filter(|t| t.uid == Some(caller.uid) || t.gid.is_some_and(in_group))
+            .filter(|t| t.uid == Some(uid) || t.gid.is_some_and(in_group))
             .map(|t| t.vm)
             .collect();
         vms.sort_unstable();
@@ -133,5 +151,8 @@ mod tests {
         );
         assert!(!Identity::Tenant(vec![1, 3]).may_see_vm(2));
         assert!(Identity::Admin.may_see_vm(77));
+        assert!(policy.identify(caller(1003, 1003)).is_unmapped());
+        assert!(!policy.identify(caller(1002, 2000)).is_unmapped());
+        assert!(!Identity::Admin.is_unmapped());
     }
 }

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use gpupm_uapi::events::{self, Scope as EventScope};
+use gpupm_uapi::events;
 use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::{
     counter_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates,
@@ -259,11 +259,7 @@ fn event_info(arg: Box<EventInfo>) -> Result<Box<EventInfo>, RequestError> {
     let mut ans = arg;
     ans.unit_type = info.unit as u8;
     ans.multibit = u8::from(info.multibit);
-    ans.scope = match info.unit.scope() {
-        EventScope::Partition => 0,
-        EventScope::ContextFiltered => 1,
-        EventScope::Device => 2,
-    };
+    ans.scope = info.unit.scope().code();
     ans.name = padded(info.name);
     ans.measure = padded(info.measure);
     ans.description = padded(info.description);

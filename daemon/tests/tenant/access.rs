@@ -106,15 +106,76 @@ fn tenant_sees_only_its_vm_and_foreign_ids_fail_like_missing_ones() {
     assert!(errnos_of(&b, "vm1").iter().all(|&e| e == eacces));
     assert_eq!(errnos_of(&b, "ctx11"), errnos_of(&b, "ctx99"));
     assert!(errnos_of(&b, "ctx21").iter().all(|&e| e == 0));
+}
 
-    let nobody = run_as(&Cred::nobody(), || survey(&m.path));
-    assert_eq!(nobody["vms"], json!([]));
-    for key in ["vm1", "vm2", "vm3", "ctx11", "ctx21", "ctx99"] {
-        assert!(
-            errnos_of(&nobody, key).iter().all(|&e| e == eacces),
-            "{key}: {nobody}"
-        );
+#[test]
+fn an_unmapped_caller_is_refused_at_open_and_on_every_request_of_a_handle_it_holds() {
+    let m = Mounted::new();
+    // Handles the admin opened, one of them a stream session, inherited by
+    // a process that runs as a user no [[tenant]] entry names.
+    let plain = TenantClient::open_nonblocking(&m.path).expect("open as root");
+    let stream = TenantClient::open_nonblocking(&m.path).expect("open as root");
+    stream
+        .open_stream(Scope::Vm(1))
+        .expect("root opens a session");
+    let got = run_as(&Cred::nobody(), || {
+        let poll = |c: &TenantClient| {
+            let mut fds = [nix::poll::PollFd::new(
+                c.as_fd(),
+                nix::poll::PollFlags::POLLIN,
+            )];
+            match nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO) {
+                Ok(_) => fds[0]
+                    .revents()
+                    .map_or(-1, |r| i32::from(r.contains(nix::poll::PollFlags::POLLERR))),
+                Err(e) => e as i32,
+            }
+        };
+        json!({
+            "open": errno_of(&TenantClient::open(&m.path)),
+            "open_nonblocking": errno_of(&TenantClient::open_nonblocking(&m.path)),
+            "whoami": errno_of(&plain.whoami()),
+            "event_info": errno_of(&plain.event_info(0)),
+            "vm1": errnos(&plain, Scope::Vm(1)),
+            "ctx11": errnos(&plain, Scope::Ctx(11)),
+            "system": errno_of(&plain.read_counters(Scope::System, &[])),
+            "instance": errno_of(&plain.read_latest_instance(11, &[])),
+            "unknown_ioctl": plain
+                .raw_ioctl(0x5401, &mut [0; gpupm_client::sys::RAW_MIN_BUF])
+                .err()
+                .map_or(0, |e| e as i32),
+            "read_plain": errno_of(&plain.read_deltas(1)),
+            "read_stream": errno_of(&stream.read_deltas(1)),
+            "poll_stream": poll(&stream),
+        })
+    });
+    let eacces = json!(libc::EACCES);
+    for key in [
+        "open",
+        "open_nonblocking",
+        "whoami",
+        "event_info",
+        "system",
+        "instance",
+        "unknown_ioctl",
+        "read_plain",
+        "read_stream",
+    ] {
+        assert_eq!(got[key], eacces, "{key}: {got}");
     }
+    assert_eq!(got["vm1"], json!(vec![libc::EACCES; 5]), "{got}");
+    assert_eq!(got["ctx11"], json!(vec![libc::EACCES; 4]), "{got}");
+    // poll cannot return an errno through poll(2): the refused request
+    // shows as POLLERR.
+    assert_eq!(got["poll_stream"], json!(1), "{got}");
+    // The handles still work for the admin who opened them: nothing the
+    // unmapped caller did changed them.
+    assert_eq!(plain.whoami().expect("whoami as root").admin, 1);
+    let root_read = errno_of(&stream.read_deltas(1));
+    assert!(
+        root_read == 0 || root_read == libc::EAGAIN,
+        "the session broke: {root_read}"
+    );
 }
 
 #[test]

@@ -1,11 +1,15 @@
 //! `gpupm-driver`: serves the emulated device as a device node, the
 //! stand-in for a kernel driver.
 //!
-//! When the service manager passes a `/dev/fuse` descriptor named
-//! [`NODE_FDNAME`] (`LISTEN_FDS`/`LISTEN_FDNAMES`, mounted at `--node-dir`
-//! by `gpupm-mount`), the driver serves it and leaves the mount in place
-//! on exit; otherwise it mounts the node itself (as root) and unmounts it
-//! on exit.
+//! `--transport fuse` (the default): when the service manager passes a
+//! `/dev/fuse` descriptor named [`NODE_FDNAME`] (`LISTEN_FDS`/
+//! `LISTEN_FDNAMES`, mounted at `--node-dir` by `gpupm-mount`), the driver
+//! serves it and leaves the mount in place on exit; otherwise it mounts the
+//! node itself (as root) and unmounts it on exit.
+//!
+//! `--transport cuse`: the driver creates the character device
+//! `/dev/gpupm0` through `/dev/cuse` (as root) and removes it on exit;
+//! `--node-dir` is not used.
 
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -15,10 +19,11 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use gpupm_client::paths::NODE_FDNAME;
+use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
+use gpupm_driver::node::cuse::CuseTransport;
 use gpupm_driver::node::device::NodeCore;
 use gpupm_driver::node::fuse::FuseTransport;
 use gpupm_driver::node::model_backend::ModelBackend;
@@ -37,6 +42,15 @@ enum Clock {
     Step,
 }
 
+/// How the node is made visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum TransportKind {
+    /// A FUSE directory (`--node-dir`) holding `card0` and `card0-oob`.
+    Fuse,
+    /// The character device `/dev/gpupm0`, through CUSE (needs `/dev/cuse`).
+    Cuse,
+}
+
 /// Serve the emulated gpupm device as a device node.
 #[derive(Debug, Parser)]
 #[command(version)]
@@ -47,16 +61,19 @@ struct Args {
     /// Device clock.
     #[arg(long, value_enum, default_value_t = Clock::Realtime)]
     clock: Clock,
-    /// Directory where the node files are mounted.
+    /// How the node is made visible.
+    #[arg(long, value_enum, default_value_t = TransportKind::Fuse)]
+    transport: TransportKind,
+    /// Directory where the node files are mounted (FUSE transport).
     #[arg(long, value_name = "DIR", default_value = DEFAULT_NODE_DIR)]
     node_dir: PathBuf,
     /// Group allowed besides root (default: `gpupm-admin` if it exists).
     #[arg(long, value_name = "GID")]
     admin_gid: Option<u32>,
     /// Threads serving node requests, each on its own clone of the
-    /// /dev/fuse descriptor: with 2 or more a register access or handshake
-    /// batch does not wait behind a bulk memory-window read. 1 serves every
-    /// request in turn.
+    /// /dev/fuse (or /dev/cuse) descriptor: with 2 or more a register
+    /// access or handshake batch does not wait behind a bulk memory-window
+    /// read. 1 serves every request in turn.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_THREADS, value_parser = parse_threads)]
     threads: NonZeroUsize,
     /// Serve the debug ledger (`GPUPM_IOC_LEDGER`), the emulator's exact
@@ -82,6 +99,8 @@ fn parse_threads(arg: &str) -> Result<NonZeroUsize, String> {
 enum DriverError {
     #[error("bad scenario: {0}")]
     Scenario(String),
+    #[error("the service manager passed a FUSE descriptor, but --transport is cuse")]
+    InheritedFuse,
     #[error("device node transport failed")]
     Transport(#[from] gpupm_driver::node::TransportError),
     #[error("could not start a driver thread")]
@@ -143,14 +162,22 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .admin_gid
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
-    let transport = match inherited {
-        Some(fd) => {
+    let mut transport: Box<dyn Transport> = match (args.transport, inherited) {
+        (TransportKind::Fuse, Some(fd)) => {
             tracing::info!(node_dir = %args.node_dir.display(), "serving the node descriptor the service manager passed");
-            FuseTransport::inherited(&args.node_dir, core.clone(), fd)
+            Box::new(
+                FuseTransport::inherited(&args.node_dir, core.clone(), fd)
+                    .with_threads(args.threads),
+            )
         }
-        None => FuseTransport::new(&args.node_dir, core.clone()),
+        (TransportKind::Fuse, None) => {
+            Box::new(FuseTransport::new(&args.node_dir, core.clone()).with_threads(args.threads))
+        }
+        (TransportKind::Cuse, Some(_)) => return Err(DriverError::InheritedFuse),
+        (TransportKind::Cuse, None) => {
+            Box::new(CuseTransport::new(CUSE_DEVNAME, core.clone()).with_threads(args.threads))
+        }
     };
-    let mut transport = transport.with_threads(args.threads);
     transport.mount()?;
     if let Err(e) = transport.serve() {
         if let Err(u) = transport.unmount() {
@@ -177,12 +204,16 @@ fn run(args: &Args) -> Result<(), DriverError> {
             tracing::warn!(error = %e, "sd_notify failed");
         }
     };
-    let dir = args.node_dir.display();
+    let node = match args.transport {
+        TransportKind::Fuse => args.node_dir.clone(),
+        TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
+    };
+    let node = node.display();
     notify(&[
         NotifyState::Ready,
-        NotifyState::Status(&format!("serving {dir}")),
+        NotifyState::Status(&format!("serving {node}")),
     ]);
-    tracing::info!(node_dir = %dir, clock = ?args.clock, admin_gid, threads = args.threads.get(), "gpupm-driver ready");
+    tracing::info!(%node, transport = ?args.transport, clock = ?args.clock, admin_gid, threads = args.threads.get(), "gpupm-driver ready");
 
     // Pings at half the timeout the service manager set for this process.
     let watchdog = sd_notify::watchdog_enabled()
@@ -201,7 +232,7 @@ fn run(args: &Args) -> Result<(), DriverError> {
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
         if !transport.is_serving() {
-            break Err(DriverError::Died("FUSE session"));
+            break Err(DriverError::Died("node session"));
         }
         if !ticker.is_running() {
             break Err(DriverError::Died("clock thread"));

@@ -2,7 +2,7 @@
 //! with their interrupt cursors, parked blocking readers, poll wake-ups, and
 //! dispatch of reads, writes and ioctls to the backend.
 //!
-//! A transport (FUSE today) decodes its wire requests, calls these methods
+//! A transport (FUSE or CUSE) decodes its wire requests, calls these methods
 //! and turns [`NodeError`]s into errnos with [`NodeError::errno`]. Every
 //! completion of a parked reader and every poll wake-up runs after the
 //! device lock is released.
@@ -327,6 +327,27 @@ impl NodeCore {
         run(actions);
     }
 
+    /// Fails the reads that thread `pid` has parked on handle `fh` with
+    /// EINTR: the transport learnt that the reader took a signal (CUSE's
+    /// `FUSE_INTERRUPT`). Returns whether one was parked.
+    pub fn interrupt_reads(&self, fh: u64, pid: u32) -> bool {
+        let interrupted: Vec<ParkedRead> = {
+            let mut inner = self.lock();
+            let Some(handle) = inner.handles.get_mut(&fh) else {
+                return false;
+            };
+            let (hit, kept): (VecDeque<_>, VecDeque<_>) =
+                handle.readers.drain(..).partition(|r| r.pid == pid);
+            handle.readers = kept;
+            hit.into_iter().collect()
+        };
+        let any = !interrupted.is_empty();
+        for r in interrupted {
+            (r.complete)(Err(NodeError::Interrupted));
+        }
+        any
+    }
+
     /// Fails parked reads whose process has a fatal signal pending: the
     /// kernel keeps such a process in the read until the request is answered.
     pub fn reap_killed_readers(&self) {
@@ -382,7 +403,7 @@ fn take_records(
 
 /// Validates a register access of `size` bytes at `offset` on node `kind`
 /// and returns its width.
-fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError> {
+pub(super) fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32, NodeError> {
     let width: u32 = match size {
         4 => 4,
         8 => 8,

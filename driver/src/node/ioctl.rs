@@ -9,14 +9,16 @@
 
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
-    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
-    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegAccess, RegBatch, Reset, WindowRead,
+    DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
+    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
+use super::device::{reg_access, NodeKind};
 use super::error::{malformed, NodeError};
 
 /// What to send back for an ioctl: the syscall's return value (0, or a
@@ -55,6 +57,10 @@ pub fn dispatch(
             Ok(IoctlReply::ok(&id))
         }
         GPUPM_IOC_REG_BATCH => reg_batch(backend, decode(input)?),
+        GPUPM_IOC_REG_READ | GPUPM_IOC_REG_WRITE => single_access(backend, cmd, decode(input)?),
+        _ if ioc::ty(cmd) == IOC_MAGIC && ioc::nr(cmd) == WINDOW_READ_NR => {
+            window_read(backend, cmd, input)
+        }
         GPUPM_IOC_ADVANCE => {
             let mut arg: Advance = decode(input)?;
             check_version(arg.version)?;
@@ -161,6 +167,72 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
             })
         }
     }
+}
+
+/// `GPUPM_IOC_REG_READ` (the value comes back) or `GPUPM_IOC_REG_WRITE`.
+fn single_access(
+    backend: &mut dyn DeviceBackend,
+    cmd: u32,
+    mut arg: RegAccess,
+) -> Result<IoctlReply, NodeError> {
+    let width = check_reg_access(&arg)?;
+    if cmd == GPUPM_IOC_REG_READ {
+        arg.value = backend.read_reg(arg.offset, width)?;
+        return Ok(IoctlReply::ok(&arg));
+    }
+    if width == 4 && arg.value > u64::from(u32::MAX) {
+        return Err(malformed(format!(
+            "4-byte write of {:#x} does not fit",
+            arg.value
+        )));
+    }
+    backend.write_reg(arg.offset, width, arg.value)?;
+    Ok(IoctlReply {
+        result: 0,
+        data: Vec::new(),
+    })
+}
+
+/// Checks a [`RegAccess`] like a `pread`/`pwrite` of `width` bytes at
+/// `offset` on `card0`; returns the width.
+fn check_reg_access(arg: &RegAccess) -> Result<u32, NodeError> {
+    check_version(arg.version)?;
+    check_flags(arg.flags)?;
+    if arg.reserved != 0 {
+        return Err(malformed("reserved field set"));
+    }
+    let size = usize::try_from(arg.width).unwrap_or(usize::MAX);
+    reg_access(NodeKind::Card, arg.offset, size)
+}
+
+/// `GPUPM_IOC_WINDOW_READ(len)`: the length is the number's size minus
+/// the head's; the reply is the head followed by the bytes read.
+fn window_read(
+    backend: &mut dyn DeviceBackend,
+    cmd: u32,
+    input: &[u8],
+) -> Result<IoctlReply, NodeError> {
+    let head_size = core::mem::size_of::<WindowRead>();
+    let len = ioc::size(cmd).saturating_sub(head_size);
+    if ioc::dir(cmd) != ioc::Dir::ReadWrite || len == 0 || len > WINDOW_READ_MAX {
+        return Err(malformed(format!(
+            "ioctl {cmd:#010x}: not a window read of 1..={WINDOW_READ_MAX} bytes"
+        )));
+    }
+    if input.len() != head_size + len {
+        return Err(malformed(format!(
+            "window read argument of {} bytes, expected {}",
+            input.len(),
+            head_size + len
+        )));
+    }
+    let head: WindowRead = decode(&input[..head_size])?;
+    check_version(head.version)?;
+    check_flags(head.flags)?;
+    let mut data = vec![0u8; head_size + len];
+    data[..head_size].copy_from_slice(&input[..head_size]);
+    backend.read_mem(head.offset, &mut data[head_size..])?;
+    Ok(IoctlReply { result: 0, data })
 }
 
 /// Decodes an argument that must be exactly `size_of::<T>()` bytes.

@@ -34,6 +34,7 @@
 
 pub mod access;
 pub mod backend;
+pub mod cuse;
 pub mod device;
 pub mod error;
 pub mod fuse;
@@ -51,8 +52,9 @@ pub use gpupm_client::paths::{CARD_NAME, DEFAULT_NODE_DIR, OOB_NAME};
 /// that a handshake batch need not wait for a bulk memory-window read.
 pub const DEFAULT_THREADS: NonZeroUsize = NonZeroUsize::MIN.saturating_add(1);
 
-/// How the node is made visible to other processes: FUSE today; a CUSE
-/// transport (a real `/dev` node) can implement the same trait later.
+/// How the node is made visible to other processes: a FUSE directory
+/// ([`fuse::FuseTransport`], `card0` and `card0-oob`) or a character
+/// device ([`cuse::CuseTransport`], `/dev/gpupm0`).
 pub trait Transport {
     /// Makes the node visible at its location (recovering a stale instance).
     fn mount(&mut self) -> Result<(), TransportError>;
@@ -85,6 +87,23 @@ pub enum TransportError {
     /// `serve` was called before `mount`.
     #[error("the node is not mounted")]
     NotMounted,
+    /// The kernel has no CUSE (no `/dev/cuse`).
+    #[error("{0} does not exist: this kernel has no CUSE (load the cuse module, or use --transport fuse)")]
+    CuseAbsent(PathBuf),
+    /// Another CUSE server already has the device name.
+    #[error("{0} is already served (another gpupm-driver?)")]
+    DeviceExists(PathBuf),
+    /// Creating or serving the character device failed.
+    #[error("could not {op} {path}")]
+    Cuse {
+        /// What was attempted.
+        op: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The system error.
+        #[source]
+        source: io::Error,
+    },
     /// The freshly mounted node did not answer a register read.
     #[error("the node at {dir} does not answer")]
     Probe {

@@ -8,7 +8,7 @@
 //! about a second, whatever the previous run installed, and nothing of the
 //! tree changes. Nothing of the workspace is bound in: files reach the
 //! container only through `copy_in`. Booting and running commands is
-//! `gpupm-test-nspawn`'s, shared with `daemon/tests/systemd_boot.rs`.
+//! `gpupm-test-nspawn`'s, shared with `tests/system/tests/systemd_boot.rs`.
 
 use std::ops::Deref;
 use std::path::PathBuf;

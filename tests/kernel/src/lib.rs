@@ -113,12 +113,14 @@ impl Lane {
         &self.checks
     }
 
-    /// Copies the scripts and their list into the image.
+    /// Copies the scripts, their helpers (`/checks/lib.sh`) and their list
+    /// into the image.
     pub fn install(&self, fs: &mut initramfs::Initramfs) -> Result<(), String> {
         for name in &self.checks {
             let src = guest_dir().join("checks").join(format!("{name}.sh"));
             fs.file(&src, &format!("/checks/{name}.sh"), 0o755)?;
         }
+        fs.file(&guest_dir().join("lib.sh"), "/checks/lib.sh", 0o644)?;
         fs.text("/checks/list", &(self.checks.join("\n") + "\n"), 0o644)?;
         fs.file(&guest_dir().join("init.sh"), "/init", 0o755)
     }

@@ -1,8 +1,10 @@
 //! The kernel lane: `gpupm_pmu.ko`, built against Debian's headers with
 //! `W=1`, and the real `gpupm-driver`, `gpupmd`, `gpupm` and `perf`,
 //! checked inside Debian's kernel booted under QEMU (this host's kernel
-//! cannot load modules). Fails with the guest's whole console log when a
-//! check fails, the guest hangs, or it never reports.
+//! cannot load modules and has no CUSE); then the driver's CUSE transport,
+//! `/dev/gpupm0`, with `gpupmd` running against it. Fails with the guest's
+//! whole console log when a check fails, the guest hangs, or it never
+//! reports.
 //!
 //! Timings and the figures the checks measure are printed (run with
 //! `--nocapture`) and written to `target/kernel-lane/report.txt`.
@@ -19,6 +21,8 @@ use gpupm_uapi::events::EVENT_COUNT;
 
 /// Milliseconds between the daemon's publications in the guest.
 const INTERVAL_MS: u32 = 20;
+/// The guest's `gpupm-admin` group: the device nodes' group.
+const ADMIN_GID: u32 = 990;
 
 fn gpupmd_toml() -> String {
     format!(
@@ -28,8 +32,18 @@ fn gpupmd_toml() -> String {
     )
 }
 
-/// The PMU lane's checks, in order. A CUSE lane appends its own.
-fn pmu_lane() -> Lane {
+/// The daemon's configuration against the CUSE character device.
+fn gpupmd_cuse_toml() -> String {
+    format!(
+        "node_dir = \"/dev/gpupm0\"\ntenant_dir = \"/run/gpupm/tenant-cuse\"\nstate_dir = \"/var/lib/gpupm-cuse\"\n\
+         [health]\njournal_socket = \"/run/no-journal\"\n\
+         [kernel_pmu]\nenabled = true\ndevice = \"/dev/gpupm_pmu\"\ninterval_ms = {INTERVAL_MS}\n"
+    )
+}
+
+/// The PMU lane's checks, then the CUSE checks (after `unload` has stopped
+/// the FUSE services, before `dmesg` looks at everything), in order.
+fn pmu_and_cuse_lane() -> Lane {
     [
         "module",
         "perf_list",
@@ -41,6 +55,9 @@ fn pmu_lane() -> Lane {
         "restart",
         "read_bench",
         "unload",
+        "cuse_node",
+        "cuse_daemon",
+        "cuse_bench",
         "dmesg",
     ]
     .iter()
@@ -69,7 +86,7 @@ fn probe_image(work: &Path) -> std::path::PathBuf {
 }
 
 #[test]
-fn gpupm_pmu_in_a_booted_debian_guest() {
+fn gpupm_pmu_and_the_cuse_node_in_a_booted_debian_guest() {
     let lane_start = Instant::now();
     assert!(nix::unistd::geteuid().is_root(), "the kernel lane must run as root (it reads the unpacked kernel and builds with its headers)");
     let kernel = GuestKernel::locate().unwrap_or_else(|e| panic!("{e}"));
@@ -87,7 +104,7 @@ fn gpupm_pmu_in_a_booted_debian_guest() {
     .unwrap_or_else(|e| panic!("{e}"));
     let prepared = lane_start.elapsed();
 
-    let lane = pmu_lane();
+    let lane = pmu_and_cuse_lane();
     let mut fs = base_image(&work.join("root"));
     for bin in &bins {
         let name = bin
@@ -107,22 +124,34 @@ fn gpupm_pmu_in_a_booted_debian_guest() {
     fs.file(&built.ko, "/lib/modules/gpupm_pmu.ko", 0o644)
         .expect("module");
     let modules = fs
-        .modules(&kernel.modules, &["fuse"])
-        .expect("fuse.ko from the image");
+        .modules(&kernel.modules, &["fuse", "cuse"])
+        .expect("fuse.ko and cuse.ko from the image");
     fs.text(
         "/etc/passwd",
         "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
         0o644,
     )
     .expect("passwd");
-    fs.text("/etc/group", "root:x:0:\nnogroup:x:65534:\n", 0o644)
-        .expect("group");
+    fs.text(
+        "/etc/group",
+        &format!("root:x:0:\nnogroup:x:65534:\ngpupm-admin:x:{ADMIN_GID}:\n"),
+        0o644,
+    )
+    .expect("group");
     fs.text("/etc/gpupm/gpupmd.toml", &gpupmd_toml(), 0o644)
         .expect("gpupmd.toml");
+    fs.text("/etc/gpupm/gpupmd-cuse.toml", &gpupmd_cuse_toml(), 0o644)
+        .expect("gpupmd-cuse.toml");
+    fs.file(
+        &gpupm_kernel_tests::guest_dir().join("scenarios/cuse-switching.toml"),
+        "/etc/gpupm/cuse-switching.toml",
+        0o644,
+    )
+    .expect("the CUSE checks' scenario");
     fs.text(
         "/etc/gpupm-lane.env",
         &format!(
-            "GPUPM_MODULES=\"{}\"\nGPUPM_EVENT_COUNT={EVENT_COUNT}\nGPUPM_INTERVAL_MS={INTERVAL_MS}\n",
+            "GPUPM_MODULES=\"{}\"\nGPUPM_EVENT_COUNT={EVENT_COUNT}\nGPUPM_INTERVAL_MS={INTERVAL_MS}\nGPUPM_ADMIN_GID={ADMIN_GID}\n",
             modules.join(" ")
         ),
         0o644,

@@ -12,6 +12,7 @@ use gpupm_system_tests::check_exact;
 use gpupm_test_support::device::{
     self, flush, hs_states, step, wait_idle, wait_none_destroyed, Instances,
 };
+use gpupm_test_support::rng::Rng;
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, start_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -21,23 +22,6 @@ use nix::unistd::Pid;
 
 const KILLS: u32 = 24;
 const SEED: u64 = 0x6770_756d_6b69_6c6c;
-
-/// splitmix64: a small seeded generator, so a failing run can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Brings the device to rest with a live daemon: every requested switch
 /// handled, every switch abandoned by a killed daemon finished by the

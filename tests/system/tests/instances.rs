@@ -80,6 +80,36 @@ fn shadowed(c: &TenantClient, all: &[(u32, CtxEntry)]) -> Option<(u32, u64, u64)
         })
 }
 
+/// Waits until the daemon's context table has caught up with the device:
+/// every context on the device is listed with its created cycle. The
+/// daemon learns of contexts from interrupt records on its worker thread,
+/// after the handshakes the test waits for, so a listing taken right after
+/// a clock step can lag behind the device (an id reused on the device may
+/// still show its previous instance as the newest).
+fn wait_table_caught_up(dev: &gpupm_client::DevNode, c: &TenantClient) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let listed: BTreeSet<(u32, u64)> = all_instances(c)
+            .iter()
+            .filter(|(_, e)| e.state != ctx_state::RETIRED)
+            .map(|(_, e)| (e.ctx, e.created_cycle))
+            .collect();
+        let on_device: BTreeSet<(u32, u64)> = gpupm_test_support::device::contexts(dev)
+            .iter()
+            .map(|&(ctx, _, _, created)| (ctx, created))
+            .collect();
+        if on_device.is_subset(&listed) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon's table lags the device: {:?}",
+            on_device.difference(&listed).collect::<Vec<_>>()
+        );
+        std::thread::yield_now();
+    }
+}
+
 fn add(a: &mut [u64; MAX_EVENTS], b: &[u64; MAX_EVENTS]) {
     for (x, y) in a.iter_mut().zip(b) {
         *x += y;
@@ -201,6 +231,7 @@ fn every_listed_instance_reads_exactly_and_only_for_its_owner() {
             seen.update();
             steps += 1;
         }
+        wait_table_caught_up(&dev, &admin);
         if let Some(found) = shadowed(&admin, &all_instances(&admin)) {
             break found;
         }

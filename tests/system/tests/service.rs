@@ -82,7 +82,7 @@ fn malformed_config_exits_2_with_file_line_and_column() {
         ("[stream]\nwatermark = 0\n", 2, "watermark"),
         (
             "[[tenant]]\nvm = 3\nuser = \"no-such-user-gpupm\"\n",
-            1,
+            3,
             "no user named",
         ),
         (

@@ -19,97 +19,23 @@
 //! Every struct gets `sizeof`/`alignof` asserts with the numbers Rust
 //! computes, every ioctl number an assert that its size field equals its
 //! struct's size, and every offset macro an assert against the Rust helper.
+//!
+//! **Comments.** Every `#define` of a Rust constant carries the constant's
+//! doc comment, read from the source with `syn` (`gen_c/docs.rs`); rustdoc
+//! links become the header's names. Each section opens with the part of
+//! the programming model it needs (`gen_c/prose.rs`, the short form of
+//! `docs/abi.md`). The header is rendered twice: the first pass learns the
+//! header name of every item, so that a comment can name an item defined
+//! further down.
 
-use std::collections::HashMap;
-use std::mem::{align_of, size_of};
+mod docs;
+mod prose;
+mod structs;
 
-use cbindgen::{Builder, Config, ItemType, Language, Style};
-use gpupm_uapi::events::{UnitType, CATALOGUE};
-use gpupm_uapi::intr::{self, InterruptRecord};
-use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset};
-use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
-use gpupm_uapi::pmu::{self, Publish, ScopeTotals, Wanted};
-use gpupm_uapi::regs;
-use gpupm_uapi::tenant::{
-    self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
-};
-
-/// Rust struct name, C struct tag, size, alignment.
-type StructInfo = (&'static str, &'static str, usize, usize);
-
-macro_rules! structs {
-    ($($ty:ident => $c:literal),* $(,)?) => {
-        [$((stringify!($ty), $c, size_of::<$ty>(), align_of::<$ty>())),*]
-    };
-}
-
-/// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 27] {
-    structs![
-        Block => "gpupm_block",
-        Envelope => "gpupm_envelope",
-        StreamRecord => "gpupm_stream_record",
-        CcuRecord => "gpupm_ccu_record",
-        InterruptRecord => "gpupm_interrupt_record",
-        Identity => "gpupm_identity",
-        RegOp => "gpupm_reg_op",
-        RegBatch => "gpupm_reg_batch",
-        Advance => "gpupm_advance",
-        LedgerQuery => "gpupm_ledger_query",
-        Reset => "gpupm_reset",
-        BlockSlot => "gpupm_block_slot",
-        StreamSlot => "gpupm_stream_slot",
-        Whoami => "gpupm_tenant_whoami",
-        CtxEntry => "gpupm_tenant_ctx_entry",
-        ListContexts => "gpupm_tenant_list_contexts",
-        ReadCounters => "gpupm_tenant_read_counters",
-        RateSample => "gpupm_tenant_rate_sample",
-        ReadRates => "gpupm_tenant_read_rates",
-        OpenStream => "gpupm_tenant_open_stream",
-        TenantDelta => "gpupm_tenant_delta",
-        EventInfo => "gpupm_tenant_event_info",
-        ReadInstance => "gpupm_tenant_read_instance",
-        ReadInstanceRates => "gpupm_tenant_read_instance_rates",
-        ScopeTotals => "gpupm_pmu_scope_totals",
-        Publish => "gpupm_pmu_publish",
-        Wanted => "gpupm_pmu_wanted",
-    ]
-}
-
-/// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 15] = [
-    ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
-    ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
-    ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
-    ("GPUPM_IOC_LEDGER", "gpupm_ledger_query"),
-    ("GPUPM_IOC_RESET", "gpupm_reset"),
-    ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
-    ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
-    ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
-    ("TENANT_IOC_READ_RATES", "gpupm_tenant_read_rates"),
-    ("TENANT_IOC_OPEN_STREAM", "gpupm_tenant_open_stream"),
-    ("TENANT_IOC_EVENT_INFO", "gpupm_tenant_event_info"),
-    ("TENANT_IOC_READ_INSTANCE", "gpupm_tenant_read_instance"),
-    (
-        "TENANT_IOC_READ_INSTANCE_RATES",
-        "gpupm_tenant_read_instance_rates",
-    ),
-    ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
-    ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
-];
-
-/// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 8] = [
-    ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
-    ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
-    ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
-    ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
-    ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
-    ("RATE_SAMPLES", "GPUPM_TENANT_RATE_SAMPLES"),
-    ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
-    ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
-];
+use docs::{c_comment, Docs, Names};
+use gpupm_uapi::events::{EventInfo, UnitType, CATALOGUE};
+use gpupm_uapi::{intr, ioctl, pmu, regs, tenant};
+use structs::{all_structs, emit_asserts, emit_structs};
 
 /// An integer constant of any width.
 trait Num: Copy {
@@ -120,17 +46,49 @@ macro_rules! num {
 }
 num!(u8, u16, u32, u64, usize);
 
-/// The header being written.
-struct Header(String);
+/// The header being written, with the doc comments still to place and
+/// the header names of the items (complete from the second pass on).
+struct Header {
+    out: String,
+    docs: Docs,
+    names: Names,
+}
 
 impl Header {
-    fn line(&mut self, text: &str) {
-        self.0.push_str(text);
-        self.0.push('\n');
+    fn new(names: Names) -> Header {
+        let mut h = Header {
+            out: String::new(),
+            docs: Docs::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")),
+            names,
+        };
+        for (rust, c, _, _) in all_structs() {
+            h.names.add(rust, &format!("struct {c}"));
+        }
+        h
     }
 
-    fn section(&mut self, title: &str) {
+    fn line(&mut self, text: &str) {
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    /// A section: its title, then what the programming model says about it.
+    fn section(&mut self, title: &str, model: &str) {
         self.line(&format!("\n/* {title} */\n"));
+        if !model.is_empty() {
+            self.line(&c_comment(model).replacen("/**", "/*", 1));
+            self.line("");
+        }
+    }
+
+    /// The doc comment of the constant at `key` (rustdoc links resolved
+    /// from its module), placed above what follows.
+    fn doc(&mut self, key: &str) {
+        if let Some(doc) = self.docs.take(key) {
+            let module = key.rsplit_once("::").map_or("", |(m, _)| m);
+            let text = self.names.rewrite_in(module, &doc);
+            self.line(&c_comment(&text));
+        }
     }
 
     /// `#define name value`, hex or decimal, suffixed when it does not fit an `int`.
@@ -154,8 +112,42 @@ impl Header {
         self.line(&format!("#define {name} {body}{note}"));
     }
 
+    /// [`Header::define`] of the Rust constant at `key`, with its doc comment.
+    fn item(&mut self, key: &str, name: &str, v: impl Num, hex: bool, note: &str) {
+        self.names.add(key, name);
+        self.doc(key);
+        self.define(name, v, hex, note);
+    }
+
+    /// Names the members of module `module` (`regs::trig_cmd`) by the
+    /// prefix they share in the header.
+    fn module(&mut self, module: &str, prefix: &str) {
+        if module.contains("::") {
+            self.names.add(module, &format!("{prefix}*"));
+        }
+    }
+
     fn assert(&mut self, cond: &str) {
         self.line(&format!("GPUPM_STATIC_ASSERT({cond});"));
+    }
+}
+
+/// `gpupm_uapi :: regs :: trig_cmd` (as `stringify!` writes a path) as a
+/// doc key: `regs::trig_cmd`.
+fn module_key(path: &str) -> String {
+    let path: String = path.split_whitespace().collect();
+    path.strip_prefix("gpupm_uapi")
+        .map(|p| p.trim_start_matches("::"))
+        .unwrap_or(&path)
+        .to_string()
+}
+
+/// The key of constant `name` of module `module`.
+fn item_key(module: &str, name: &str) -> String {
+    if module.is_empty() {
+        name.to_string()
+    } else {
+        format!("{module}::{name}")
     }
 }
 
@@ -163,11 +155,22 @@ impl Header {
 macro_rules! group {
     ($h:expr, $fmt:ident $prefix:literal, $($m:ident)::+ : $($name:ident),+ $(,)?) => {{
         use $($m)::+ as m;
-        $( $h.define(concat!($prefix, stringify!($name)), m::$name, group!(@hex $fmt), ""); )+
+        let module = module_key(stringify!($($m)::+));
+        $h.module(&module, $prefix);
+        $( $h.item(
+            &item_key(&module, stringify!($name)),
+            concat!($prefix, stringify!($name)),
+            m::$name,
+            group!(@hex $fmt),
+            "",
+        ); )+
     }};
     (@hex hex) => { true };
     (@hex dec) => { false };
 }
+
+// After `group!`, which it uses.
+mod page_c;
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
 /// per-instance offset inside the array for [`regs::is_64bit`].
@@ -178,7 +181,13 @@ fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
         } else {
             ""
         };
-        h.define(&format!("GPUPM_REG_{name}"), off, true, wide);
+        h.item(
+            &format!("regs::{name}"),
+            &format!("GPUPM_REG_{name}"),
+            off,
+            true,
+            wide,
+        );
     }
 }
 
@@ -188,10 +197,25 @@ macro_rules! offsets {
 
 fn emit_regs(h: &mut Header) {
     use gpupm_uapi::regs as r;
-    h.section("BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks");
-    h.define("GPUPM_BAR0_SIZE", r::BAR0_SIZE, true, "");
-    h.define("GPUPM_DEVICE_MAGIC", r::DEVICE_MAGIC, true, "\"gPMU\"");
-    h.define("GPUPM_RESET_MAGIC", r::RESET_MAGIC, true, "");
+    h.section(
+        "BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks",
+        prose::REGISTERS,
+    );
+    h.item("regs::BAR0_SIZE", "GPUPM_BAR0_SIZE", r::BAR0_SIZE, true, "");
+    h.item(
+        "regs::DEVICE_MAGIC",
+        "GPUPM_DEVICE_MAGIC",
+        r::DEVICE_MAGIC,
+        true,
+        "\"gPMU\"",
+    );
+    h.item(
+        "regs::RESET_MAGIC",
+        "GPUPM_RESET_MAGIC",
+        r::RESET_MAGIC,
+        true,
+        "",
+    );
     group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX,
         DITHER_BITS, DITHER_MAX, ULC_COUNTER_BITS, ULC_COUNTER_MAX, CCU_COUNTER_BITS, MULTIBIT_ACC_BITS,
         FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS);
@@ -223,8 +247,9 @@ fn emit_regs(h: &mut Header) {
         GET_CAPS, READ_SYSTEM_COUNTER, READ_IDLE_CYCLES, READ_CYCLE, READ_FALLBACKS);
     group!(h, dec "GPUPM_MBOX_STATUS_", gpupm_uapi::regs::mbox_status: IDLE, OK, ERR_OPCODE, ERR_ARG);
 
-    h.line(
-        "\n/* Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system). */",
+    h.section(
+        "Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system)",
+        prose::INSTANCES,
     );
     for (unit, base, stride, max, max_name) in [
         (
@@ -244,9 +269,27 @@ fn emit_regs(h: &mut Header) {
             "MAX_CONTEXTS",
         ),
     ] {
-        h.define(&format!("GPUPM_{unit}_BASE"), base, true, "");
-        h.define(&format!("GPUPM_{unit}_STRIDE"), stride, true, "");
-        h.define(&format!("GPUPM_{max_name}"), max, false, "");
+        h.item(
+            &format!("regs::{unit}_BASE"),
+            &format!("GPUPM_{unit}_BASE"),
+            base,
+            true,
+            "",
+        );
+        h.item(
+            &format!("regs::{unit}_STRIDE"),
+            &format!("GPUPM_{unit}_STRIDE"),
+            stride,
+            true,
+            "",
+        );
+        h.item(
+            &format!("regs::{max_name}"),
+            &format!("GPUPM_{max_name}"),
+            max,
+            false,
+            "",
+        );
         h.line(&format!(
             "#define GPUPM_{unit}(i, reg) (GPUPM_{unit}_BASE + (uint64_t)(i) * GPUPM_{unit}_STRIDE + (reg))"
         ));
@@ -298,7 +341,10 @@ fn emit_regs(h: &mut Header) {
 }
 
 fn emit_events_and_intr(h: &mut Header) {
-    h.section("Event catalogue (uapi/src/events.rs): ids index every counter array");
+    h.section(
+        "Event catalogue (uapi/src/events.rs): ids index every counter array",
+        prose::EVENTS,
+    );
     group!(h, dec "GPUPM_", gpupm_uapi::events: MAX_EVENTS, MAX_ULC_COUNTERS, MAX_CCU_ULCS, EVENT_COUNT, MULTIBIT_SCALE);
     for t in UnitType::ALL {
         h.define(
@@ -321,24 +367,62 @@ fn emit_events_and_intr(h: &mut Header) {
             &note,
         );
     }
-    h.line("\n/* Event names indexed by id (the names `gpupm stat -e` takes). */");
+    group!(h, dec "GPUPM_EVENT_SCOPE_", gpupm_uapi::events::scope_code:
+        PARTITION, CONTEXT_FILTERED, DEVICE);
+    h.line("");
+    h.doc("events::CATALOGUE");
+    h.line("/* Event names indexed by id (the names `gpupm stat -e` takes). */");
     h.line("static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {");
     for e in CATALOGUE {
         h.line(&format!("    \"{}\",", e.name));
     }
     h.line("};");
+    for (what, name, of) in [
+        (
+            "Unit type (GPUPM_UNIT_*) of each event, indexed by id.",
+            "gpupm_event_unit",
+            (|e| e.unit as u8) as fn(&EventInfo) -> u8,
+        ),
+        (
+            "Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go.",
+            "gpupm_event_scope",
+            |e| e.unit.scope().code(),
+        ),
+        (
+            "1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id.",
+            "gpupm_event_multibit",
+            |e| u8::from(e.multibit),
+        ),
+    ] {
+        let values: Vec<String> = CATALOGUE.iter().map(|e| of(e).to_string()).collect();
+        h.line(&format!("\n/* {what} */"));
+        h.line(&format!(
+            "static const uint8_t {name}[GPUPM_EVENT_COUNT] = {{ {} }};",
+            values.join(", ")
+        ));
+    }
 
-    h.section("Interrupt sources (uapi/src/intr.rs)");
+    h.section("Interrupt sources (uapi/src/intr.rs)", prose::INTERRUPTS);
+    h.module("intr::source", "GPUPM_INTR_");
     for (bit, name) in intr::SOURCE_NAMES.iter().enumerate() {
-        h.define(
-            &format!("GPUPM_INTR_{}", name.to_uppercase()),
+        let name = name.to_uppercase();
+        h.item(
+            &format!("intr::source::{name}"),
+            &format!("GPUPM_INTR_{name}"),
             1u32 << bit,
             true,
             "",
         );
     }
-    h.define("GPUPM_INTR_ALL", intr::source::ALL, true, "");
-    h.line("\n/* Source names indexed by bit number. */");
+    h.item(
+        "intr::source::ALL",
+        "GPUPM_INTR_ALL",
+        intr::source::ALL,
+        true,
+        "",
+    );
+    h.line("");
+    h.doc("intr::SOURCE_NAMES");
     h.line(&format!(
         "static const char *const gpupm_intr_source_names[{}] = {{",
         intr::SOURCE_NAMES.len()
@@ -350,14 +434,17 @@ fn emit_events_and_intr(h: &mut Header) {
 }
 
 fn emit_layout(h: &mut Header) {
-    h.section("Memory window layouts (uapi/src/layout.rs)");
+    h.section("Memory window layouts (uapi/src/layout.rs)", prose::LAYOUT);
     group!(h, hex "GPUPM_", gpupm_uapi::layout: MEM_WINDOW_OFFSET, STREAM_REGION, STREAM_RING_SPAN, BLOCK_MAGIC, RECORD_MAGIC);
     group!(h, dec "GPUPM_", gpupm_uapi::layout:
         BLOCK_SLOT_SIZE, SYSTEM_BLOCK_SLOT, VM_BLOCK_SLOT_BASE, CTX_BLOCK_SLOT_BASE, CTX_BLOCK_SLOTS,
         STREAM_RING_MAX, STREAM_SLOT_SIZE, ENVELOPE_AAD_LEN, RECORD_VALUES);
+    h.names
+        .add("layout::SESSION_KEY_INFO", "GPUPM_SESSION_KEY_INFO");
+    h.doc("layout::SESSION_KEY_INFO");
     h.line(&format!(
-        "#define GPUPM_SESSION_KEY_INFO \"{}\" /* HKDF-SHA256 info prefix of a session key */",
-        String::from_utf8_lossy(layout::SESSION_KEY_INFO)
+        "#define GPUPM_SESSION_KEY_INFO \"{}\"",
+        String::from_utf8_lossy(gpupm_uapi::layout::SESSION_KEY_INFO)
     ));
     h.line("#define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)");
     h.line(
@@ -371,26 +458,48 @@ fn emit_layout(h: &mut Header) {
 }
 
 fn emit_ioctls(h: &mut Header) {
-    h.section("Device node ioctls (uapi/src/ioctl.rs)");
-    h.define("GPUPM_IOC_MAGIC", ioctl::IOC_MAGIC, true, "'G'");
-    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS);
+    h.section(
+        "Device node ioctls (uapi/src/ioctl.rs)",
+        prose::DEVICE_IOCTLS,
+    );
+    h.item(
+        "ioctl::IOC_MAGIC",
+        "GPUPM_IOC_MAGIC",
+        ioctl::IOC_MAGIC,
+        true,
+        "'G'",
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_NR, WINDOW_READ_MAX);
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
     group!(h, hex "GPUPM_LEDGER_FLAGS_", gpupm_uapi::ioctl::ledger_flags: SEALED);
     group!(h, dec "GPUPM_", gpupm_uapi::ioctl: LEDGER_SEALED_LEN);
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
-        h.define(name, cmd, true, "");
+        h.item(&format!("ioctl::{name}"), name, cmd, true, "");
     }
+    h.line(
+        "/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a\n \
+         * struct gpupm_window_read followed by len bytes; the number carries the size. */",
+    );
+    h.line(&format!(
+        "#define GPUPM_IOC_WINDOW_READ(len) \\\n    ({:#x}U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)",
+        ioctl::window_read_cmd(0) & !(0x3fff << 16)
+    ));
 
-    h.section("Tenant node ioctls (uapi/src/tenant.rs)");
-    h.define(
+    h.section(
+        "Tenant node ioctls (uapi/src/tenant.rs)",
+        prose::TENANT_IOCTLS,
+    );
+    h.item(
+        "tenant::TENANT_IOC_MAGIC",
         "GPUPM_TENANT_IOC_MAGIC",
         tenant::TENANT_IOC_MAGIC,
         true,
         "'T'",
     );
-    h.define(
+    h.item(
+        "tenant::TENANT_STRUCT_VERSION",
         "GPUPM_TENANT_STRUCT_VERSION",
         tenant::TENANT_STRUCT_VERSION,
         false,
@@ -402,19 +511,27 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
     group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
-        h.define(name, cmd, true, "");
+        h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }
     emit_pmu(h);
+    page_c::emit_defines(h);
 }
 
 fn emit_pmu(h: &mut Header) {
-    h.section("Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs)");
+    h.section(
+        "Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs)",
+        "",
+    );
+    h.doc("pmu::PMU_NAME");
     h.line(&format!("#define GPUPM_PMU_NAME \"{}\"", pmu::PMU_NAME));
+    h.doc("pmu::PUBLISH_DEVICE");
     h.line(&format!(
         "#define GPUPM_PMU_PUBLISH_DEVICE \"{}\"",
         pmu::PUBLISH_DEVICE
     ));
+    h.doc("pmu::FIELDS");
     for f in pmu::FIELDS {
+        h.doc(&format!("pmu::FIELD_{}", f.name.to_uppercase()));
         let word = if f.word == 0 { "config" } else { "config1" };
         h.line(&format!(
             "#define GPUPM_PMU_FIELD_{}(attr) (((attr)->{word} >> {}) & {:#x}ULL) /* {} */",
@@ -426,184 +543,31 @@ fn emit_pmu(h: &mut Header) {
     }
     group!(h, hex "GPUPM_PMU_", gpupm_uapi::pmu: CONFIG_USED, CONFIG1_USED);
     group!(h, dec "GPUPM_PMU_SCOPE_", gpupm_uapi::pmu::scope: IMPLIED, CONTEXT, VM, SYSTEM);
-    h.define("GPUPM_PMU_IOC_MAGIC", pmu::PMU_IOC_MAGIC, true, "'P'");
+    h.item(
+        "pmu::PMU_IOC_MAGIC",
+        "GPUPM_PMU_IOC_MAGIC",
+        pmu::PMU_IOC_MAGIC,
+        true,
+        "'P'",
+    );
     group!(h, dec "GPUPM_", gpupm_uapi::pmu: PMU_STRUCT_VERSION);
     group!(h, dec "GPUPM_PMU_", gpupm_uapi::pmu: PUBLISH_BATCH, WANTED_WORDS);
     for &(name, cmd) in pmu::PMU_IOCTLS {
-        h.define(name, cmd, true, "");
+        h.item(&format!("pmu::{name}"), name, cmd, true, "");
     }
 }
 
-/// Struct bodies of `include` from cbindgen, named by [`all_structs`].
-fn cbindgen_structs(include: &[&str]) -> String {
-    let mut cfg = Config {
-        language: Language::C,
-        style: Style::Tag,
-        no_includes: true,
-        documentation: true,
-        ..Config::default()
-    };
-    cfg.export.item_types = vec![ItemType::Structs];
-    cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
-    cfg.export.exclude = ["BlockSlot", "StreamSlot"].map(String::from).to_vec();
-    cfg.export.renaming_overrides_prefixing = true;
-    let mut rename: HashMap<String, String> = all_structs()
-        .iter()
-        .map(|(rust, c, _, _)| ((*rust).to_string(), (*c).to_string()))
-        .collect();
-    rename.extend(
-        ARRAY_LENGTHS
-            .iter()
-            .map(|(r, c)| ((*r).to_string(), (*c).to_string())),
-    );
-    // The excluded slot structs are unknown to cbindgen, so it would not
-    // write the `struct` keyword where a field uses them; their C names
-    // carry it.
-    for slot in ["BlockSlot", "StreamSlot"] {
-        let tag = rename
-            .get(slot)
-            .map(|c| format!("struct {c}"))
-            .expect("slot struct named");
-        rename.insert(slot.to_string(), tag);
-    }
-    cfg.export.rename = rename;
-    let bindings = Builder::new()
-        .with_config(cfg)
-        .with_src(concat!(env!("CARGO_MANIFEST_DIR"), "/../src/lib.rs"))
-        .generate()
-        .expect("cbindgen parses gpupm-uapi");
-    let mut out = Vec::new();
-    bindings.write(&mut out);
-    String::from_utf8(out)
-        .expect("cbindgen writes UTF-8")
-        .trim()
-        .to_string()
-}
-
-/// The two slot structs cbindgen cannot size.
-fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
-    let tag = total - size_of::<Envelope>() - payload.1;
-    h.line(&format!(
-        "\n/**\n * A {what} slot in the memory window: envelope, {} bytes (ciphertext when\n \
-         * encrypted), GCM tag (0 when not encrypted).\n */\nstruct {c} {{\n  struct gpupm_envelope envelope;\n  \
-         uint8_t payload[{}]; /* sizeof(struct {}) */\n  uint8_t tag[{tag}];\n}};",
-        payload.0, payload.1, payload.0
-    ));
-    h.assert(&format!(
-        "sizeof(((struct {c} *)0)->payload) == sizeof(struct {})",
-        payload.0
-    ));
-}
-
-fn emit_structs(h: &mut Header) {
-    h.section("ABI structs (bodies generated by cbindgen from the Rust source)");
-    h.line(&cbindgen_structs(&[
-        "Block",
-        "Envelope",
-        "StreamRecord",
-        "CcuRecord",
-        "InterruptRecord",
-        "Identity",
-        "RegOp",
-        "RegBatch",
-        "Advance",
-        "LedgerQuery",
-        "Reset",
-    ]));
-    slot_struct(
-        h,
-        "gpupm_block_slot",
-        "block",
-        ("gpupm_block", size_of::<Block>()),
-        size_of::<BlockSlot>(),
-    );
-    slot_struct(
-        h,
-        "gpupm_stream_slot",
-        "stream-ring",
-        ("gpupm_stream_record", size_of::<StreamRecord>()),
-        size_of::<StreamSlot>(),
-    );
-    h.line("");
-    h.line(&cbindgen_structs(&[
-        "Whoami",
-        "CtxEntry",
-        "ListContexts",
-        "ReadCounters",
-        "RateSample",
-        "ReadRates",
-        "OpenStream",
-        "TenantDelta",
-        "EventInfo",
-        "ReadInstance",
-        "ReadInstanceRates",
-    ]));
-    h.line("");
-    h.line(&cbindgen_structs(&["ScopeTotals", "Publish", "Wanted"]));
-}
-
-fn emit_asserts(h: &mut Header) {
-    h.section("Layout checks: sizes and alignments as Rust computes them");
-    for (_, c, size, align) in all_structs() {
-        h.assert(&format!("sizeof(struct {c}) == {size}"));
-        h.assert(&format!("GPUPM_ALIGNOF(struct {c}) == {align}"));
-    }
-    h.line("/* Each ioctl number's size field names its argument struct. */");
-    for (name, c) in IOCTL_STRUCTS {
-        h.assert(&format!("(({name} >> 16) & 0x3fff) == sizeof(struct {c})"));
-    }
-    h.line("/* Offset macros agree with the Rust helpers. */");
-    for (expr, rust) in [
-        (
-            "GPUPM_PART(3, GPUPM_REG_PART_STATUS)",
-            regs::part(3, regs::PART_STATUS),
-        ),
-        (
-            "GPUPM_CCU(5, GPUPM_REG_CCU_RECORDS)",
-            regs::ccu(5, regs::CCU_RECORDS),
-        ),
-        (
-            "GPUPM_VM(7, GPUPM_REG_VM_BLOCK)",
-            regs::vm(7, regs::VM_BLOCK),
-        ),
-        (
-            "GPUPM_CTX(4095, GPUPM_REG_CTX_CREATED_CYCLE)",
-            regs::ctx(4095, regs::CTX_CREATED_CYCLE),
-        ),
-        ("GPUPM_BLOCK_SLOT_OFFSET(70)", layout::block_slot_offset(70)),
-        (
-            "GPUPM_STREAM_SLOT_OFFSET(2, 9)",
-            layout::stream_slot_offset(2, 9),
-        ),
-    ] {
-        h.assert(&format!("{expr} == {rust}ULL"));
-    }
-    let last = CATALOGUE.last().expect("a non-empty catalogue");
-    h.assert(&format!(
-        "GPUPM_EV_{} + 1 == GPUPM_EVENT_COUNT",
-        last.name.to_uppercase()
-    ));
-}
-
-/// The header's text.
-pub fn render() -> String {
-    let mut h = Header(String::new());
+/// One pass over the whole header, resolving links with `names`.
+fn render_pass(names: Names) -> Header {
+    let mut h = Header::new(names);
+    h.line("/* SPDX-License-Identifier: Apache-2.0 */");
+    h.line(&c_comment(prose::INTRO).replacen("/**", "/*", 1));
     h.line(
-        "/* SPDX-License-Identifier: Apache-2.0 */\n\
-         /*\n \
-         * gpupm ABI: BAR0 registers, event catalogue, memory-window layouts, and\n \
-         * the ioctls of the device node and of the tenant node.\n \
-         *\n \
-         * Generated from the gpupm-uapi crate by\n \
-         * `cargo run -p gpupm-uapi --example gen_c > include/gpupm/gpupm_uapi.h`;\n \
-         * do not edit. The Rust source (uapi/src) documents every item.\n \
-         *\n \
-         * All structs are little-endian, naturally aligned and explicitly padded;\n \
-         * every ioctl struct starts with a version field that must be set.\n \
-         */\n\
-         #ifndef GPUPM_UAPI_H\n\
+        "#ifndef GPUPM_UAPI_H\n\
          #define GPUPM_UAPI_H\n\n\
-         #include <stdint.h>\n\n\
+         #include <stddef.h>\n\
+         #include <stdint.h>\n\
+         #include <string.h>\n\n\
          #if defined(__cplusplus)\n\
          #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)\n\
          #define GPUPM_ALIGNOF(t) alignof(t)\n\
@@ -614,9 +578,11 @@ pub fn render() -> String {
     );
     h.section(
         "ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it",
+        prose::VERSION,
     );
     group!(h, dec "GPUPM_", gpupm_uapi: ABI_MAJOR, ABI_MINOR);
-    h.define(
+    h.item(
+        "ABI_VERSION",
         "GPUPM_ABI_VERSION",
         gpupm_uapi::ABI_VERSION,
         true,
@@ -629,5 +595,18 @@ pub fn render() -> String {
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");
-    h.0
+    h
+}
+
+/// The header's text, and the documented constants it has no comment for.
+pub fn render_checked() -> (String, Vec<String>) {
+    let first = render_pass(Names::default());
+    let second = render_pass(first.names);
+    let unused = second.docs.unused();
+    (second.out, unused)
+}
+
+/// The header's text.
+pub fn render() -> String {
+    render_checked().0
 }

@@ -6,7 +6,9 @@ use std::fmt::Write;
 use std::mem::size_of;
 
 use gpupm_uapi::intr::{self, InterruptRecord};
-use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset};
+use gpupm_uapi::ioctl::{
+    self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+};
 use gpupm_uapi::{layout, regs};
 
 /// The generated module's text.
@@ -22,6 +24,12 @@ pub fn render() -> String {
         u64::from(ioctl::IOCTL_STRUCT_VERSION),
     );
     c("MAX_BATCH_OPS", ioctl::MAX_BATCH_OPS as u64);
+    c("WINDOW_READ_MAX", ioctl::WINDOW_READ_MAX as u64);
+    // GPUPM_IOC_WINDOW_READ(len) = this | (SIZEOF_WINDOW_READ + len) << 16
+    c(
+        "GPUPM_IOC_WINDOW_READ_BASE",
+        u64::from(ioctl::window_read_cmd(0) & !(0x3fff << 16)),
+    );
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         c(name, u64::from(cmd));
     }
@@ -86,6 +94,8 @@ pub fn render() -> String {
         ("SIZEOF_ADVANCE", size_of::<Advance>()),
         ("SIZEOF_LEDGER_QUERY", size_of::<LedgerQuery>()),
         ("SIZEOF_RESET", size_of::<Reset>()),
+        ("SIZEOF_REG_ACCESS", size_of::<RegAccess>()),
+        ("SIZEOF_WINDOW_READ", size_of::<WindowRead>()),
         ("SIZEOF_INTERRUPT_RECORD", size_of::<InterruptRecord>()),
     ] {
         writeln!(s, "{name} = {size}").expect("write to String");
@@ -97,6 +107,8 @@ pub fn render() -> String {
          FMT_REG_BATCH_HEAD = '<4I'\n\
          FMT_ADVANCE = '<IIQQ'\n\
          FMT_RESET = '<II'\n\
+         FMT_REG_ACCESS = '<IIQQII'\n\
+         FMT_WINDOW_READ = '<IIQ'\n\
          FMT_INTERRUPT_RECORD = '<QQIIII'\n",
     );
     s

@@ -16,7 +16,8 @@ use crate::sys;
 
 const BATCH: u32 = 2_000;
 
-fn software(config: u32, pid: i32, cpu: i32) -> Result<OwnedFd, String> {
+/// A software counter (`PERF_COUNT_SW_*` `config`) on `pid`/`cpu`.
+pub fn software(config: u32, pid: i32, cpu: i32) -> Result<OwnedFd, String> {
     let attr = perf_event_attr {
         type_: PERF_TYPE_SOFTWARE,
         size: sys::attr_size(),

@@ -82,6 +82,7 @@ pub fn perf_stat(
     secs: f64,
     node: &Path,
     interval: Duration,
+    name: &str,
 ) -> Result<(), String> {
     let window_out = "/tmp/gpupm-kpmu-window";
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -124,10 +125,10 @@ pub fn perf_stat(
     ) else {
         return Err(format!("bad window file: {window:?}"));
     };
-    println!("@@gpupm metric perf_stat_outer_secs={outer_secs:.3}");
-    println!("@@gpupm metric perf_stat_inner_secs={tenant_secs:.3}");
+    println!("@@gpupm metric {name}_outer_secs={outer_secs:.3}");
+    println!("@@gpupm metric {name}_inner_secs={tenant_secs:.3}");
     println!(
-        "@@gpupm metric perf_stat_enabled_secs={:.3}",
+        "@@gpupm metric {name}_enabled_secs={:.3}",
         enabled_secs.unwrap_or(f64::NAN)
     );
     Seen {
@@ -136,7 +137,7 @@ pub fn perf_stat(
         outer: (after - before, outer_secs),
         enabled_secs,
     }
-    .check("perf_stat", interval)
+    .check(name, interval)
 }
 
 /// The tenant window run under perf: delta and duration to `out`.

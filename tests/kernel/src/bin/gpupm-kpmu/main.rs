@@ -8,16 +8,27 @@
 //! gpupm-kpmu fuzz N SEED [unprivileged]
 //! gpupm-kpmu as-user UID -- SUBCOMMAND…     run a subcommand as UID:UID (std drops the groups)
 //! gpupm-kpmu open-denied PATH               opening PATH must fail with EACCES
-//! gpupm-kpmu perf-stat EVENT VM SECS NODE INTERVAL_MS
+//! gpupm-kpmu perf-stat EVENT VM SECS NODE INTERVAL_MS [NAME]
 //! gpupm-kpmu window EVENT VM SECS NODE OUT  (run by perf-stat under perf)
 //! gpupm-kpmu restart EVENT VM NODE PIDFILE INTERVAL_MS -- DAEMON…
 //! gpupm-kpmu bench ROUNDS
 //! gpupm-kpmu unload KO
+//! gpupm-kpmu cuse-node NODE                 identity, registers, refusals on /dev/gpupm0
+//! gpupm-kpmu cuse-handshake NODE N          N switches through the node, then conservation
+//! gpupm-kpmu cuse-access NODE NOBODY GID    owner, mode, EACCES (drops privileges)
+//! gpupm-kpmu cuse-open-ok NODE              the caller may open NODE and read ID
+//! gpupm-kpmu cuse-digest NODE               prints a digest of registers and window
+//! gpupm-kpmu cuse-monotonic NODE SECS       CYCLE by 8-byte ioctl never goes back
+//! gpupm-kpmu cuse-bench NODE FUSE_DIR ROUNDS
 //! ```
 
 mod abi;
 mod bench;
 mod compare;
+mod cuse;
+mod cuse_access;
+mod cuse_bench;
+mod cuse_handshake;
 mod fuzz;
 mod pmu;
 mod sys;
@@ -33,6 +44,12 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T,
         .ok_or_else(|| format!("missing {what}"))?
         .parse()
         .map_err(|_| format!("bad {what}: {:?}", args[i]))
+}
+
+fn node(args: &[String]) -> Result<&Path, String> {
+    args.first()
+        .map(Path::new)
+        .ok_or_else(|| "missing node".into())
 }
 
 fn ms(args: &[String], i: usize) -> Result<Duration, String> {
@@ -90,6 +107,7 @@ fn dispatch(args: &[String]) -> Result<(), String> {
             arg(a, 2, "secs")?,
             Path::new(a.get(3).ok_or("node")?),
             ms(a, 4)?,
+            a.get(5).map_or("perf_stat", String::as_str),
         ),
         "window" => compare::window(
             a.first().ok_or("event")?,
@@ -114,6 +132,17 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         }
         "bench" => bench::run(arg(a, 0, "rounds")?),
         "unload" => unload::run(Path::new(a.first().ok_or("ko")?)),
+        "cuse-node" => cuse::run(node(a)?),
+        "cuse-digest" => cuse::print_digest(node(a)?),
+        "cuse-monotonic" => cuse::monotonic(node(a)?, arg(a, 1, "secs")?),
+        "cuse-open-ok" => cuse_access::open_ok(node(a)?),
+        "cuse-access" => cuse_access::run(node(a)?, arg(a, 1, "uid")?, arg(a, 2, "gid")?),
+        "cuse-handshake" => cuse_handshake::run(node(a)?, arg(a, 1, "handshakes")?),
+        "cuse-bench" => cuse_bench::run(
+            node(a)?,
+            Path::new(a.get(1).ok_or("fuse node dir")?),
+            arg(a, 2, "rounds")?,
+        ),
         other => Err(format!("unknown subcommand {other:?}")),
     }
 }
