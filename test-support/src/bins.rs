@@ -7,10 +7,11 @@
 //! `CARGO_PKG_NAME` names at run time). Any other test gets them from one
 //! `cargo build --locked` of the binary packages per test process, with
 //! the profile the test was built with (a no-op when they are up to date,
-//! and it never leaves a stale binary behind), into `bins-for-tests/` of
-//! the target directory the test executable sits in: a test build unifies
-//! features over dev-dependencies, a build of the binaries alone does not,
-//! so sharing one directory would make each rebuild the other's artifacts.
+//! and it never leaves a stale binary behind), into the target directory
+//! the test executable sits in. (A build of the binaries alone unifies
+//! fewer features than a test build, so it relinks them; a second target
+//! directory would avoid that at the price of a second full build and its
+//! disk space.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use gpupm_test_support::device::{self, expected, flush, wait_idle, wait_none_destroyed};
+use gpupm_test_support::device::{self, expected, flush, step, wait_none_destroyed};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, start_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -187,12 +187,7 @@ fn an_outside_tenant_client_reads_exactly_its_vm_and_is_refused_another() {
     let config = daemon_config(&tmp, &format!("[[tenant]]\nvm = 1\nuid = {TENANT_UID}\n"));
     let mut daemon = start_daemon(&tmp, &config);
     for _ in 0..200 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
     flush(&dev);
     wait_none_destroyed(&dev);

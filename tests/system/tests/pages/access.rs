@@ -19,7 +19,7 @@ use crate::raw;
 use gpupm_client::page::{request, MappedPage, PageClient};
 use gpupm_client::DevNode;
 use gpupm_driver::model::cc;
-use gpupm_test_support::device::{self, flush, wait_idle, wait_none_destroyed};
+use gpupm_test_support::device::{self, flush, step, wait_none_destroyed};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::spawn_daemon;
 use gpupm_test_support::users::{run_as, Cred};
@@ -51,12 +51,7 @@ impl Running {
         let mut daemon = spawn_daemon(&tmp, &config(&tmp, 1000, ""), &[], &[]);
         daemon.wait_for("READY=1");
         for _ in 0..60 {
-            dev.advance(STEP).expect("advance");
-            assert!(
-                wait_idle(&dev, || !daemon.alive()),
-                "gpupmd died:\n{}",
-                daemon.log()
-            );
+            step(&dev, STEP, &mut daemon);
         }
         flush(&dev);
         wait_none_destroyed(&dev);

@@ -13,9 +13,7 @@ use crate::fixture::{
 };
 use gpupm_client::page::MappedPage;
 use gpupm_client::{Scope, TenantClient};
-use gpupm_test_support::device::{
-    self, expected, flush, wait_idle, wait_none_destroyed, Instances,
-};
+use gpupm_test_support::device::{self, expected, flush, step, wait_none_destroyed, Instances};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::spawn_daemon;
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -67,15 +65,10 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         last.insert(what, now);
     };
 
-    for step in 0..400u32 {
-        dev.advance(STEP).expect("advance");
+    for round in 0..400u32 {
+        step(&dev, STEP, &mut daemon);
         seen.update();
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
-        if step % 8 == 0 {
+        if round % 8 == 0 {
             for (ctx, state, _, created) in device::contexts(&dev) {
                 if state == gpupm_uapi::regs::ctx_state::ACTIVE
                     && !ctx_pages.contains_key(&(ctx, created))

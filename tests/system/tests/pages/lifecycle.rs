@@ -16,7 +16,7 @@ use crate::fixture::{config, connect, socket, wait_current, UID_A, UID_B, VMS, V
 use gpupm_client::page::MappedPage;
 use gpupm_client::page::{Source as ReadSource, Target};
 use gpupm_client::{CounterReader, TenantClient};
-use gpupm_test_support::device::{self, expected, flush, wait_idle, wait_none_destroyed};
+use gpupm_test_support::device::{self, expected, flush, step, wait_none_destroyed};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::spawn_daemon;
 use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
@@ -28,12 +28,7 @@ use nix::sys::signal::Signal;
 
 fn run_steps(dev: &gpupm_client::DevNode, daemon: &mut Proc, n: u32) {
     for _ in 0..n {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(dev, STEP, daemon);
     }
 }
 
@@ -99,12 +94,7 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     state.remount("ro");
     let mut destroyed = None;
     for _ in 0..40 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
         destroyed = device::contexts(&dev)
             .into_iter()
             .find(|&(ctx, st, _, created)| {
