@@ -12,6 +12,7 @@ pub mod ioctl;
 pub mod layout;
 pub mod pmu;
 pub mod regs;
+pub mod sampling;
 pub mod tenant;
 
 /// ABI major version: bumped on any incompatible change to registers,
@@ -20,8 +21,10 @@ pub const ABI_MAJOR: u16 = 1;
 /// ABI minor version: bumped on compatible additions (2: the tenant
 /// node's context-instance reads; 3: confidential sessions and rekeying,
 /// the OOB mailbox's own registers, flush-ack latency, the debug-only
-/// sealed ledger — see `docs/confidential.md`).
-pub const ABI_MINOR: u16 = 3;
+/// sealed ledger — see `docs/confidential.md`; 4: the sampling units, their
+/// buffers and interrupts, the per-block debug ledger — see
+/// `docs/sampling.md`).
+pub const ABI_MINOR: u16 = 4;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 
