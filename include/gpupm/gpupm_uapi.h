@@ -208,6 +208,7 @@
 #define GPUPM_REG_CTX_STATE 0x4
 #define GPUPM_REG_CTX_BLOCK 0x8 /* 64-bit */
 #define GPUPM_REG_CTX_CMD 0x10
+#define GPUPM_REG_CTX_PROGRAM 0x14
 #define GPUPM_REG_CTX_CREATED_CYCLE 0x18 /* 64-bit */
 #define GPUPM_CTX_STATE_FREE 0
 #define GPUPM_CTX_STATE_ACTIVE 1
@@ -455,6 +456,7 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_REG_SAMP_BRANCHES 0x20 /* 64-bit */
 #define GPUPM_REG_SAMP_CYCLE_SAMPLES 0x28 /* 64-bit */
 #define GPUPM_REG_SAMP_SPAN 0x30
+#define GPUPM_REG_SAMP_MIN_BRANCH_GAP 0x34
 #define GPUPM_REG_SAMP_BUF_BRANCH 0x40
 #define GPUPM_REG_SAMP_BUF_PC 0x80
 #define GPUPM_REG_SAMP_BUF_STRIDE 0x40

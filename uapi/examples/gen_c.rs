@@ -308,7 +308,7 @@ fn emit_regs(h: &mut Header) {
         h,
         r::ctx(0, 0),
         &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
         },
     );
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);

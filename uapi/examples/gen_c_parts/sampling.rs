@@ -31,6 +31,7 @@ pub(super) fn emit_sampling(h: &mut Header) {
             ("SAMP_BRANCHES", s::SAMP_BRANCHES),
             ("SAMP_CYCLE_SAMPLES", s::SAMP_CYCLE_SAMPLES),
             ("SAMP_SPAN", s::SAMP_SPAN),
+            ("SAMP_MIN_BRANCH_GAP", s::SAMP_MIN_BRANCH_GAP),
             ("SAMP_BUF_BRANCH", s::SAMP_BUF_BRANCH),
             ("SAMP_BUF_PC", s::SAMP_BUF_PC),
             ("SAMP_BUF_STRIDE", s::SAMP_BUF_STRIDE),
