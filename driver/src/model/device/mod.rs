@@ -253,22 +253,13 @@ fn ring_size(scenario: &Scenario, p: u32) -> (u32, u32) {
     (cap0, u32::try_from(scaled).unwrap_or(cap0).clamp(1, cap0))
 }
 
-/// One sampling unit per partition slot; a configured GPU slice's knows the
-/// shortest taken-branch gap of the programs its VMs' contexts can run.
+/// One sampling unit per partition slot, knowing the shortest taken-branch
+/// gap of the programs its contexts can run.
 fn samplers(scenario: &Scenario) -> Vec<Sampler> {
-    let table = scenario.program_table();
-    let fixed = scenario.profiles.iter().filter_map(|p| p.program);
-    let generated = (scenario.programs.len()..table.len()).filter(|_| !scenario.churn.is_empty());
-    let gap = fixed
-        .chain(generated)
-        .filter_map(|i| table.get(i))
-        .map(crate::scenario::ProgramSpec::min_branch_gap)
-        .min()
-        .unwrap_or(0);
     (0..MAX_PARTITION_SLOTS)
         .map(|p| {
             let configured = p != 0 && scenario.partitions.iter().any(|s| s.slot == p);
-            Sampler::new(p, configured, gap, scenario.seed)
+            Sampler::new(p, configured, scenario.min_branch_gap(p), scenario.seed)
         })
         .collect()
 }
