@@ -107,6 +107,21 @@ impl Program {
         &self.kernels[usize::from(k)][usize::from(b)]
     }
 
+    /// The body `to..=b` of the loop whose latch is block `b` of kernel
+    /// `k`, if every block of it but the latch falls through (one taken
+    /// branch per iteration, no random draws, no calls).
+    pub fn straight_loop(&self, k: u16, b: u16) -> Option<std::ops::Range<usize>> {
+        let CompiledExit::Loop { to, .. } = self.block(k, b).exit else {
+            return None;
+        };
+        let body = usize::from(to)..usize::from(b) + 1;
+        let blocks = &self.kernels[usize::from(k)];
+        blocks[usize::from(to)..usize::from(b)]
+            .iter()
+            .all(|x| matches!(x.exit, CompiledExit::Fall))
+            .then_some(body)
+    }
+
     /// (kernel, block) of ledger row `row`.
     pub fn row_id(&self, row: usize) -> (u16, u16) {
         let mut left = row;

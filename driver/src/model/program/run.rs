@@ -38,6 +38,19 @@ impl Env<'_> {
         self.dev_base + (c - self.ctx_base)
     }
 
+    /// The first context cycle after `c` at which the clock capability can
+    /// change (a throttle window starts or ends), or `u64::MAX`.
+    pub fn next_throttle_edge(&self, c: u64) -> u64 {
+        let t = self.device_cycle(c);
+        let edge = self
+            .throttle
+            .iter()
+            .flat_map(|w| [w.start, w.end])
+            .filter(|&e| e > t)
+            .min();
+        edge.map_or(u64::MAX, |e| c + (e - t))
+    }
+
     /// Whether the clock is secondary at context cycle `c`.
     pub fn secondary(&self, c: u64) -> bool {
         let t = self.device_cycle(c);
@@ -51,6 +64,11 @@ pub trait Watch {
     fn ran(&mut self, from: u64, to: u64, k: u16, b: u16);
     /// A taken branch; `entry.cycle` is the context cycle its target starts.
     fn taken(&mut self, entry: BranchEntry, branches: u64);
+    /// Whether the watcher ignores everything (the walk may then skip
+    /// whole loop iterations in closed form).
+    fn passive(&self) -> bool {
+        false
+    }
 }
 
 /// Watches nothing.
@@ -62,6 +80,9 @@ impl Watch for Unwatched {
     fn ran(&mut self, _: u64, _: u64, _: u16, _: u16) {}
     #[inline]
     fn taken(&mut self, _: BranchEntry, _: u64) {}
+    fn passive(&self) -> bool {
+        true
+    }
 }
 
 /// A call frame.
@@ -154,6 +175,12 @@ impl ProgramRun {
                 });
                 self.enter(prog, env, 0);
             } else if self.now == self.block_start + self.block_cycles {
+                if watch.passive() {
+                    self.skip_iterations(prog, env, end);
+                }
+                if self.now == end {
+                    break;
+                }
                 self.finish_block(prog, env, watch);
             }
             let stop = end.min(self.block_start + self.block_cycles);
@@ -182,6 +209,65 @@ impl ProgramRun {
         self.block_cycles = table[env.phase % table.len()];
         self.block_insts = block.instructions;
         self.rows[block.row][0] += 1;
+    }
+
+    /// At the end of a loop latch whose body is straight-line code, runs
+    /// as many whole iterations as fit before `end`, the next throttle
+    /// boundary and the loop's exit, in O(body) instead of O(iterations):
+    /// the state reached is the one the block-by-block walk reaches (the
+    /// latch finished, its successor not chosen yet). Only when nothing
+    /// watches the walk: samples and branch records need every step.
+    fn skip_iterations(&mut self, prog: &Program, env: &Env<'_>, end: u64) {
+        let (k, b) = (self.kernel(), self.block);
+        let Some(body) = prog.straight_loop(k, b) else {
+            return;
+        };
+        let CompiledExit::Loop { trips, .. } = prog.block(k, b).exit else {
+            return;
+        };
+        let frame = self.frames.last().expect("a running program has a frame");
+        let left = frame
+            .loops
+            .iter()
+            .find(|&&(l, _)| l == b)
+            .map_or(trips - 1, |&(_, left)| left);
+        let secondary = env.secondary(self.now);
+        let phase = env.phase;
+        let cycles_of = |blk: &super::Block| {
+            let t = if secondary { &blk.throttled } else { &blk.cycles };
+            t[phase % t.len()]
+        };
+        let blocks = &prog.kernels[usize::from(k)][body.clone()];
+        let iter_cycles: u64 = blocks.iter().map(cycles_of).sum();
+        let iter_insts: u64 = blocks.iter().map(|x| u64::from(x.instructions)).sum();
+        let until = env.next_throttle_edge(self.now).min(end);
+        let n = u64::from(left).min((until - self.now) / iter_cycles.max(1));
+        if n < 2 {
+            return;
+        }
+        let (skip_i, skip_c) = std::mem::take(&mut self.skip);
+        for blk in blocks {
+            let row = &mut self.rows[blk.row];
+            row[0] += n;
+            row[1] += n * u64::from(blk.instructions);
+            row[2] += n * cycles_of(blk);
+        }
+        let latch = prog.block(k, b);
+        let latch_new = cycles_of(latch);
+        let row = &mut self.rows[latch.row];
+        row[1] -= skip_i;
+        row[2] = row[2] + self.block_cycles - latch_new - skip_c;
+        self.retired_done += n * iter_insts;
+        self.branches += n;
+        self.now += n * iter_cycles;
+        self.block_start = self.now - latch_new;
+        self.block_cycles = latch_new;
+        let frame = self.frames.last_mut().expect("a running program has a frame");
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        match frame.loops.iter_mut().find(|(l, _)| *l == b) {
+            Some((_, l)) => *l -= n32,
+            None => frame.loops.push((b, trips - 1 - n32)),
+        }
     }
 
     /// Books the finished block and moves to its successor.
@@ -353,5 +439,41 @@ mod tests {
         let t = one.truth(&prog);
         assert_eq!(t.iter().map(|r| r.instructions).sum::<u64>(), a);
         assert_eq!(t.iter().map(|r| r.cycles).sum::<u64>(), 100_000);
+    }
+
+    /// Watches, so the walk never skips.
+    struct Stepper(u64);
+
+    impl Watch for Stepper {
+        fn ran(&mut self, _: u64, _: u64, _: u16, _: u16) {}
+        fn taken(&mut self, _: BranchEntry, _: u64) {
+            self.0 += 1;
+        }
+    }
+
+    #[test]
+    fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
+        let windows = [ThrottleWindow { start: 50_000, end: 90_001 }];
+        for spec in &crate::scenario::builtin().programs {
+            let prog = Program::compile(spec);
+            let mut fast = ProgramRun::new(0, &prog, 4);
+            let mut slow = fast.clone();
+            let mut stepper = Stepper(0);
+            for (i, step) in [3, 40_000, 1, 77_777, 5_000_000].into_iter().enumerate() {
+                let env = |run: &ProgramRun| Env {
+                    ctx_base: run.ctx_cycles(),
+                    dev_base: run.ctx_cycles(),
+                    phase: i % 2,
+                    throttle: &windows,
+                    seed: 5,
+                };
+                let a = fast.advance(step, &prog, &env(&fast), &mut Unwatched);
+                let b = slow.advance(step, &prog, &env(&slow), &mut stepper);
+                assert_eq!(a, b, "{}", spec.name);
+                assert_eq!(fast.truth(&prog), slow.truth(&prog), "{}", spec.name);
+            }
+            assert_eq!(fast.branches, stepper.0, "{}", spec.name);
+            assert_eq!(fast.branches, slow.branches);
+        }
     }
 }
