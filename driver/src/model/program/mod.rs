@@ -107,19 +107,32 @@ impl Program {
         &self.kernels[usize::from(k)][usize::from(b)]
     }
 
-    /// The body `to..=b` of the loop whose latch is block `b` of kernel
-    /// `k`, if every block of it but the latch falls through (one taken
-    /// branch per iteration, no random draws, no calls).
-    pub fn straight_loop(&self, k: u16, b: u16) -> Option<std::ops::Range<usize>> {
+    /// Whether every iteration of the loop whose latch is block `b` of
+    /// kernel `k` runs the same blocks: its body stays inside `to..=b` and
+    /// draws nothing at random (nested loops and calls of kernels that
+    /// draw nothing are fine).
+    pub fn deterministic_loop(&self, k: u16, b: u16) -> bool {
         let CompiledExit::Loop { to, .. } = self.block(k, b).exit else {
-            return None;
+            return false;
         };
-        let body = usize::from(to)..usize::from(b) + 1;
-        let blocks = &self.kernels[usize::from(k)];
-        blocks[usize::from(to)..usize::from(b)]
+        let inside = |t: u16| (to..=b).contains(&t);
+        self.kernels[usize::from(k)][usize::from(to)..usize::from(b)]
             .iter()
-            .all(|x| matches!(x.exit, CompiledExit::Fall))
-            .then_some(body)
+            .all(|x| match x.exit {
+                CompiledExit::Fall => true,
+                CompiledExit::Jump(t) | CompiledExit::Loop { to: t, .. } => inside(t),
+                CompiledExit::Call(c) => self.deterministic_kernel(c),
+                CompiledExit::Branch(_) | CompiledExit::Ret => false,
+            })
+    }
+
+    /// Whether kernel `k` (and what it calls) draws nothing at random.
+    fn deterministic_kernel(&self, k: u16) -> bool {
+        self.kernels[usize::from(k)].iter().all(|x| match x.exit {
+            CompiledExit::Branch(_) => false,
+            CompiledExit::Call(c) => self.deterministic_kernel(c),
+            _ => true,
+        })
     }
 
     /// (kernel, block) of ledger row `row`.

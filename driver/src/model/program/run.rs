@@ -211,63 +211,79 @@ impl ProgramRun {
         self.rows[block.row][0] += 1;
     }
 
-    /// At the end of a loop latch whose body is straight-line code, runs
-    /// as many whole iterations as fit before `end`, the next throttle
-    /// boundary and the loop's exit, in O(body) instead of O(iterations):
-    /// the state reached is the one the block-by-block walk reaches (the
-    /// latch finished, its successor not chosen yet). Only when nothing
-    /// watches the walk: samples and branch records need every step.
+    /// At the end of a loop latch whose iterations all run the same
+    /// blocks, walks one iteration and repeats its effect as many times as
+    /// fit before `end`, the next throttle edge and the loop's exit: O(one
+    /// iteration) instead of O(iterations), reaching the state the
+    /// block-by-block walk reaches (the latch finished, its successor not
+    /// chosen yet). Only when nothing watches the walk: samples and branch
+    /// records need every step.
     fn skip_iterations(&mut self, prog: &Program, env: &Env<'_>, end: u64) {
         let (k, b) = (self.kernel(), self.block);
-        let Some(body) = prog.straight_loop(k, b) else {
+        if !prog.deterministic_loop(k, b) {
             return;
-        };
+        }
         let CompiledExit::Loop { trips, .. } = prog.block(k, b).exit else {
             return;
         };
-        let frame = self.frames.last().expect("a running program has a frame");
-        let left = frame
-            .loops
-            .iter()
-            .find(|&&(l, _)| l == b)
-            .map_or(trips - 1, |&(_, left)| left);
-        let secondary = env.secondary(self.now);
-        let phase = env.phase;
-        let cycles_of = |blk: &super::Block| {
-            let t = if secondary { &blk.throttled } else { &blk.cycles };
-            t[phase % t.len()]
-        };
-        let blocks = &prog.kernels[usize::from(k)][body.clone()];
-        let iter_cycles: u64 = blocks.iter().map(cycles_of).sum();
-        let iter_insts: u64 = blocks.iter().map(|x| u64::from(x.instructions)).sum();
+        let left = self.loop_left(b).unwrap_or(trips - 1);
         let until = env.next_throttle_edge(self.now).min(end);
-        let n = u64::from(left).min((until - self.now) / iter_cycles.max(1));
-        if n < 2 {
+        if left < 3 {
             return;
         }
-        let (skip_i, skip_c) = std::mem::take(&mut self.skip);
-        for blk in blocks {
-            let row = &mut self.rows[blk.row];
-            row[0] += n;
-            row[1] += n * u64::from(blk.instructions);
-            row[2] += n * cycles_of(blk);
+        // The first iteration books the latch instance that ran before
+        // (perhaps in another phase): measure the second one.
+        let before = self.clone();
+        if !self.walk_iteration(prog, env, until) {
+            *self = before;
+            return;
         }
-        let latch = prog.block(k, b);
-        let latch_new = cycles_of(latch);
-        let row = &mut self.rows[latch.row];
-        row[1] -= skip_i;
-        row[2] = row[2] + self.block_cycles - latch_new - skip_c;
-        self.retired_done += n * iter_insts;
-        self.branches += n;
-        self.now += n * iter_cycles;
-        self.block_start = self.now - latch_new;
-        self.block_cycles = latch_new;
-        let frame = self.frames.last_mut().expect("a running program has a frame");
-        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
-        match frame.loops.iter_mut().find(|(l, _)| *l == b) {
-            Some((_, l)) => *l -= n32,
-            None => frame.loops.push((b, trips - 1 - n32)),
+        let mid = self.clone();
+        if !self.walk_iteration(prog, env, until) {
+            *self = mid;
+            return;
         }
+        let iter = self.now - mid.now;
+        let more = u64::from(left - 2).min((until - self.now) / iter);
+        for (row, old) in self.rows.iter_mut().zip(&mid.rows) {
+            for (x, o) in row.iter_mut().zip(old) {
+                *x += more * (*x - o);
+            }
+        }
+        self.retired_done += more * (self.retired_done - mid.retired_done);
+        self.branches += more * (self.branches - mid.branches);
+        self.now += more * iter;
+        self.block_start += more * iter;
+        let more32 = u32::try_from(more).unwrap_or(u32::MAX);
+        if let Some((_, l)) = self
+            .frames
+            .last_mut()
+            .and_then(|f| f.loops.iter_mut().find(|(l, _)| *l == b))
+        {
+            *l -= more32;
+        }
+    }
+
+    /// Walks from the end of the current loop latch to its end in the next
+    /// iteration; false if that would run past `until`.
+    fn walk_iteration(&mut self, prog: &Program, env: &Env<'_>, until: u64) -> bool {
+        let (k, b, depth) = (self.kernel(), self.block, self.frames.len());
+        loop {
+            self.finish_block(prog, env, &mut Unwatched);
+            self.now = self.block_start + self.block_cycles;
+            if self.now > until {
+                return false;
+            }
+            if self.block == b && self.frames.len() == depth && self.kernel() == k {
+                return true;
+            }
+        }
+    }
+
+    /// Back edges left of the loop whose latch is `b` in the current frame.
+    fn loop_left(&self, b: u16) -> Option<u32> {
+        let frame = self.frames.last()?;
+        frame.loops.iter().find(|&&(l, _)| l == b).map(|&(_, left)| left)
     }
 
     /// Books the finished block and moves to its successor.
