@@ -30,6 +30,7 @@ use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::sampling::buffer::BufWrite;
 use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
 use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
@@ -327,8 +328,15 @@ impl Device {
             Write::Partition(p, w) => self.execute_partition(p, w),
             Write::Ring(p, w) => self.mem.rings[p as usize].apply(w),
             Write::Sampling(p, w) => {
-                // What ran so far was watched under the old settings.
-                self.sync(p);
+                // What ran so far was watched under the old settings; a
+                // drain (tail, watermark) changes no setting, and a watched
+                // partition is counted up to now whenever time stops.
+                if !matches!(
+                    w,
+                    SampWrite::Buf(_, BufWrite::Tail(_) | BufWrite::Watermark(_))
+                ) {
+                    self.sync(p);
+                }
                 self.samplers[p as usize].apply(w);
             }
             Write::Ccu(c, w) => {
