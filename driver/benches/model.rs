@@ -83,8 +83,10 @@ fn drain_samples(dev: &mut Device) -> u64 {
         for kind in [buf_kind::BRANCH, buf_kind::PC] {
             let head = dev.read_reg(samp(p, s::buf(kind, s::BUF_HEAD)), 4).unwrap();
             let tail = dev.read_reg(samp(p, s::buf(kind, s::BUF_TAIL)), 4).unwrap();
-            n += (head as u32).wrapping_sub(tail as u32) as u64;
-            dev.write_reg(samp(p, s::buf(kind, s::BUF_TAIL)), 4, head).unwrap();
+            // Head and tail are 32-bit registers.
+            n += head.wrapping_sub(tail) & u64::from(u32::MAX);
+            dev.write_reg(samp(p, s::buf(kind, s::BUF_TAIL)), 4, head)
+                .unwrap();
         }
     }
     n
@@ -92,13 +94,14 @@ fn drain_samples(dev: &mut Device) -> u64 {
 
 /// Simulated seconds per CPU second over `sim_s` seconds of `scenario`,
 /// samplers armed or not; and the records taken.
-fn program_rate(scenario: &Scenario, armed: bool, khz: u64, sim_s: f64) -> (f64, u64) {
+fn program_rate(scenario: &Scenario, armed: bool, khz: u64, sim_ms: u64) -> (f64, u64) {
     let mut dev = Device::new(scenario, EngineKind::Batched, true).expect("builds");
     let mut host = Host::new();
     if armed {
         arm_all(&mut dev);
     }
-    let cycles = (sim_s * khz as f64 * 1000.0) as u64;
+    let cycles = khz * sim_ms;
+    let sim_s = sim_ms as f64 / 1000.0;
     let step = khz / 10;
     let mut records = 0;
     let cpu0 = thread_cpu_s();
@@ -180,8 +183,8 @@ fn main() {
     // Programs: the same load with every context running a program,
     // walked in closed form where no sampler watches; then watched.
     let programs = with_programs(&scenario);
-    let (prog_rate, _) = program_rate(&programs, false, khz, 0.25);
-    let (armed_rate, samples) = program_rate(&programs, true, khz, 0.25);
+    let (prog_rate, _) = program_rate(&programs, false, khz, 250);
+    let (armed_rate, samples) = program_rate(&programs, true, khz, 250);
     let samples_per_sim_s = samples as f64 / 0.25;
 
     println!("model bench: {} counters, 8 partitions, 8 VMs, 512 contexts, 1 kHz periodic trigger, 40 ms timeslices (200 switches/s)", counters);

@@ -32,7 +32,10 @@ fn run(dev: &mut Device, host: &mut Host, total: u64, step: u64) {
 }
 
 fn key_of(s: &Scenario, vm: u32) -> Option<[u8; 32]> {
-    s.vms.iter().find(|v| v.id == vm).and_then(|v| v.confidential_key)
+    s.vms
+        .iter()
+        .find(|v| v.id == vm)
+        .and_then(|v| v.confidential_key)
 }
 
 /// For every live context running a program: its `sm_cycles_elapsed` is
@@ -47,14 +50,22 @@ fn assert_programs_match_ledger(dev: &mut Device, s: &Scenario) -> usize {
         }
         let (rows, ctx_cycles) = truth(dev, id, key_of(s, vm).as_ref());
         let l = dev.ledger_totals(ledger_scope::CONTEXT, id).unwrap();
-        assert_eq!(rows.iter().map(|r| r.cycles).sum::<u64>(), ctx_cycles, "ctx {id}");
+        assert_eq!(
+            rows.iter().map(|r| r.cycles).sum::<u64>(),
+            ctx_cycles,
+            "ctx {id}"
+        );
         if ctx_cycles == 0 {
             continue;
         }
         assert_eq!(l.generated[CYCLES] % ctx_cycles, 0, "ctx {id}");
         let sms = l.generated[CYCLES] / ctx_cycles;
         let insts: u64 = rows.iter().map(|r| r.instructions).sum();
-        assert_eq!(l.generated[INST], sms * insts, "ctx {id}: sm_inst_executed != SMs × program");
+        assert_eq!(
+            l.generated[INST],
+            sms * insts,
+            "ctx {id}: sm_inst_executed != SMs × program"
+        );
         checked += 1;
     }
     checked
@@ -66,7 +77,17 @@ fn programs_drive_sm_inst_executed_exactly_and_blocks_stay_exact() {
     let mut dev = device(&s, EngineKind::Batched);
     let mut host = Host::new();
     host.release_destroyed = false;
-    arm(&mut dev, 2, Arm { pc_cap: 1 << 12, branch_cap: 256, period: 4096, dither: 255, n: 64 });
+    arm(
+        &mut dev,
+        2,
+        Arm {
+            pc_cap: 1 << 12,
+            branch_cap: 256,
+            period: 4096,
+            dither: 255,
+            n: 64,
+        },
+    );
     run(&mut dev, &mut host, 30_000_000, 1_000_000);
     let checked = assert_programs_match_ledger(&mut dev, &s);
     assert!(checked >= 5, "only {checked} program contexts");
@@ -78,14 +99,17 @@ fn sample_digest(dev: &mut Device, s: &Scenario) -> Vec<u8> {
     let mut out = digest(dev);
     for p in [1, 2] {
         for kind in [buf_kind::BRANCH, buf_kind::PC] {
-            slots(dev, p, kind).iter().for_each(|b| out.extend_from_slice(b));
+            slots(dev, p, kind)
+                .iter()
+                .for_each(|b| out.extend_from_slice(b));
         }
     }
     let ctxs: Vec<_> = dev.contexts().collect();
     for (id, vm, _) in ctxs {
         let (rows, c) = truth(dev, id, key_of(s, vm).as_ref());
         out.extend_from_slice(&c.to_le_bytes());
-        rows.iter().for_each(|r| out.extend_from_slice(zerocopy::IntoBytes::as_bytes(r)));
+        rows.iter()
+            .for_each(|r| out.extend_from_slice(zerocopy::IntoBytes::as_bytes(r)));
     }
     out
 }
@@ -93,9 +117,18 @@ fn sample_digest(dev: &mut Device, s: &Scenario) -> Vec<u8> {
 #[test]
 fn engines_agree_bit_for_bit_with_programs_and_samplers_armed() {
     let s = small_with_programs();
-    let mut devs = [device(&s, EngineKind::Batched), device(&s, EngineKind::CycleLevel)];
+    let mut devs = [
+        device(&s, EngineKind::Batched),
+        device(&s, EngineKind::CycleLevel),
+    ];
     let mut hosts = [Host::new(), Host::new()];
-    let a = Arm { pc_cap: 64, branch_cap: 8, period: 300, dither: 255, n: 3 };
+    let a = Arm {
+        pc_cap: 64,
+        branch_cap: 8,
+        period: 300,
+        dither: 255,
+        n: 3,
+    };
     for (dev, host) in devs.iter_mut().zip(&mut hosts) {
         host.release_destroyed = false;
         // Partition 2 stays unwatched: its walk skips loop iterations.
@@ -123,7 +156,17 @@ fn samp_regs(dev: &Device, p: u32) -> Vec<u64> {
 fn every_bad_sampling_write_fails_and_changes_nothing() {
     let sc = small_with_programs();
     let mut dev = device(&sc, EngineKind::Batched);
-    arm(&mut dev, 1, Arm { pc_cap: 64, branch_cap: 8, period: 1024, dither: 255, n: 4 });
+    arm(
+        &mut dev,
+        1,
+        Arm {
+            pc_cap: 64,
+            branch_cap: 8,
+            period: 1024,
+            dither: 255,
+            n: 4,
+        },
+    );
     dev.advance(10_000).unwrap();
     let pc = |reg| samp(1, s::buf(buf_kind::PC, reg));
     let br = |reg| samp(1, s::buf(buf_kind::BRANCH, reg));
@@ -145,8 +188,15 @@ fn every_bad_sampling_write_fails_and_changes_nothing() {
     ];
     for (off, v) in bad {
         let before = (samp_regs(&dev, 1), digest(&dev));
-        assert!(dev.write_reg(off, 4, u64::from(v)).is_err(), "{off:#x} <- {v} accepted");
-        assert_eq!((samp_regs(&dev, 1), digest(&dev)), before, "{off:#x} <- {v} changed state");
+        assert!(
+            dev.write_reg(off, 4, u64::from(v)).is_err(),
+            "{off:#x} <- {v} accepted"
+        );
+        assert_eq!(
+            (samp_regs(&dev, 1), digest(&dev)),
+            before,
+            "{off:#x} <- {v} changed state"
+        );
     }
     // With the samplers off, placement is checked: misaligned, not a power
     // of two, outside the span, overlapping; enabling with no buffer.
@@ -161,12 +211,25 @@ fn every_bad_sampling_write_fails_and_changes_nothing() {
         (br(s::BUF_CAP), 1 << 12),
     ] {
         let before = (samp_regs(&dev, 1), digest(&dev));
-        assert!(dev.write_reg(off, 4, u64::from(v)).is_err(), "{off:#x} <- {v} accepted");
-        assert_eq!((samp_regs(&dev, 1), digest(&dev)), before, "{off:#x} <- {v} changed state");
+        assert!(
+            dev.write_reg(off, 4, u64::from(v)).is_err(),
+            "{off:#x} <- {v} accepted"
+        );
+        assert_eq!(
+            (samp_regs(&dev, 1), digest(&dev)),
+            before,
+            "{off:#x} <- {v} changed state"
+        );
     }
     dev.write_reg(pc(s::BUF_CAP), 4, 0).unwrap();
     let before = samp_regs(&dev, 1);
-    assert!(dev.write_reg(samp(1, s::SAMP_CTRL), 4, u64::from(s::samp_ctrl::CYCLE_ENABLE)).is_err());
+    assert!(dev
+        .write_reg(
+            samp(1, s::SAMP_CTRL),
+            4,
+            u64::from(s::samp_ctrl::CYCLE_ENABLE)
+        )
+        .is_err());
     assert_eq!(samp_regs(&dev, 1), before);
 }
 
@@ -245,7 +308,17 @@ fn a_paused_context_is_never_sampled() {
     let mut sc = small_with_programs();
     sc.switch_timeout_cycles = 1 << 30;
     let mut dev = device(&sc, EngineKind::Batched);
-    arm(&mut dev, 1, Arm { pc_cap: 1 << 12, branch_cap: 64, period: 256, dither: 31, n: 2 });
+    arm(
+        &mut dev,
+        1,
+        Arm {
+            pc_cap: 1 << 12,
+            branch_cap: 64,
+            period: 256,
+            dither: 31,
+            n: 2,
+        },
+    );
     let samples = |d: &Device| d.read_reg(samp(1, s::SAMP_CYCLE_SAMPLES), 8).unwrap();
     let branches = |d: &Device| d.read_reg(samp(1, s::SAMP_BRANCHES), 8).unwrap();
     // Switch a context in, then run until partition 1 asks to switch it
@@ -266,11 +339,19 @@ fn a_paused_context_is_never_sampled() {
     }
     let before = samples(&dev);
     dev.advance(5_000).unwrap();
-    assert!(samples(&dev) > before, "the outgoing context runs until paused");
-    dev.write_reg(r::part(1, r::PART_CTRL), 4, u64::from(part_ctrl::CTX_PAUSE)).unwrap();
+    assert!(
+        samples(&dev) > before,
+        "the outgoing context runs until paused"
+    );
+    dev.write_reg(r::part(1, r::PART_CTRL), 4, u64::from(part_ctrl::CTX_PAUSE))
+        .unwrap();
     let (s0, b0) = (samples(&dev), branches(&dev));
     dev.advance(200_000).unwrap();
-    assert_eq!((samples(&dev), branches(&dev)), (s0, b0), "a paused context was sampled");
+    assert_eq!(
+        (samples(&dev), branches(&dev)),
+        (s0, b0),
+        "a paused context was sampled"
+    );
 }
 
 /// Relative error per block of the CPI estimated from PC samples (cycles =
@@ -279,10 +360,24 @@ fn a_paused_context_is_never_sampled() {
 fn cpi_errors(dither: u32) -> (Vec<(u16, f64, f64)>, usize) {
     let sc = resonant_alone();
     let mut dev = device(&sc, EngineKind::Batched);
-    arm(&mut dev, 1, Arm { pc_cap: 1 << 16, branch_cap: 16, period: 4096, dither, n: 1 << 20 });
+    arm(
+        &mut dev,
+        1,
+        Arm {
+            pc_cap: 1 << 16,
+            branch_cap: 16,
+            period: 4096,
+            dither,
+            n: 1 << 20,
+        },
+    );
     dev.advance(200_000_000).unwrap();
     let pcs = pc_records(&dev, 1, None);
-    assert_eq!(dev.read_reg(samp(1, s::buf(buf_kind::PC, s::BUF_LOST)), 8).unwrap(), 0);
+    assert_eq!(
+        dev.read_reg(samp(1, s::buf(buf_kind::PC, s::BUF_LOST)), 8)
+            .unwrap(),
+        0
+    );
     let (rows, _) = truth(&mut dev, 1, None);
     let mut est = vec![0u64; rows.len()];
     for rec in &pcs {
@@ -307,14 +402,22 @@ fn dithered_pc_samples_estimate_cpi_and_a_fixed_period_aliases_on_the_resonant_l
     let (fixed, n_f) = cpi_errors(0);
     for (name, rows, n) in [("dithered", &dithered, n_d), ("fixed", &fixed, n_f)] {
         for (block, exact, err) in rows.iter() {
-            println!("{name}: block {block} exact CPI {exact:.3} relative error {:.2} % ({n} samples)", err * 100.0);
+            println!(
+                "{name}: block {block} exact CPI {exact:.3} relative error {:.2} % ({n} samples)",
+                err * 100.0
+            );
         }
     }
     assert_eq!(dithered.len(), 2, "both blocks sampled with dithering");
-    assert!(dithered.iter().all(|(_, _, e)| *e < 0.03), "dithered error above 3 %: {dithered:?}");
+    assert!(
+        dithered.iter().all(|(_, _, e)| *e < 0.03),
+        "dithered error above 3 %: {dithered:?}"
+    );
     // The fixed period lands on one phase of the loop: one block gets every
     // sample (its estimate is off by the other block's share), the other none.
     let worst = fixed.iter().map(|(_, _, e)| *e).fold(0.0, f64::max);
-    assert!(fixed.len() < 2 || worst > 0.5, "the fixed period is not visibly biased: {fixed:?}");
+    assert!(
+        fixed.len() < 2 || worst > 0.5,
+        "the fixed period is not visibly biased: {fixed:?}"
+    );
 }
-

@@ -20,7 +20,9 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 /// One slice running the built-in resonant program alone.
 fn scenario() -> String {
     let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin.find("# The resonant loop").expect("resonant program")..];
+    let program = &builtin[builtin
+        .find("# The resonant loop")
+        .expect("resonant program")..];
     let program = &program[..program.find("[[churn]]").expect("churn follows")];
     format!(
         "seed = 3\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
@@ -49,9 +51,12 @@ fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
     // A bad write through the node is EINVAL and changes nothing.
     let e = wr32(&card, samp(1, s::SAMP_CYCLE_PERIOD), 1).unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
-    assert_eq!(rd32(&card, samp(1, s::SAMP_CYCLE_PERIOD)).unwrap(), s::DEFAULT_CYCLE_PERIOD);
+    assert_eq!(
+        rd32(&card, samp(1, s::SAMP_CYCLE_PERIOD)).unwrap(),
+        s::DEFAULT_CYCLE_PERIOD
+    );
     let mut tally = Tally::default();
-    service_pending(&mut card);
+    service_pending(&card);
     for _ in 0..80 {
         advance(&card, 5_000).unwrap();
         service(&mut card, &mut tally);
@@ -59,11 +64,17 @@ fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
     let head = rd32(&card, pc(s::BUF_HEAD)).unwrap();
     assert!(head >= 50, "only {head} samples");
     let addr = rd64(&card, pc(s::BUF_ADDR)).unwrap();
-    let mut buf = vec![0u8; s::slot_size(buf_kind::PC) as usize];
-    card.read_exact_at(&mut buf, MEM_WINDOW_OFFSET + addr + s::slot_size(buf_kind::PC))
-        .unwrap();
+    let mut buf = vec![0u8; usize::try_from(s::slot_size(buf_kind::PC)).unwrap()];
+    card.read_exact_at(
+        &mut buf,
+        MEM_WINDOW_OFFSET + addr + s::slot_size(buf_kind::PC),
+    )
+    .unwrap();
     let rec = PcRecord::read_from_bytes(&PcSlot::read_from_bytes(&buf).unwrap().payload).unwrap();
-    assert_eq!((rec.magic, rec.ctx, rec.seq, rec.kernel), (PC_RECORD_MAGIC, 1, 2, 0));
+    assert_eq!(
+        (rec.magic, rec.ctx, rec.seq, rec.kernel),
+        (PC_RECORD_MAGIC, 1, 2, 0)
+    );
     assert_eq!(rd32(&card, r::ctx(1, r::CTX_PROGRAM)).unwrap(), 1);
     let q = blocks_query(&card, 1).unwrap();
     assert_eq!((q.total, q.count), (2, 2));
@@ -72,7 +83,10 @@ fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
     // Output fields set on input, or no context, are malformed.
     let mut bad = BlockLedgerQuery::new_zeroed();
     (bad.version, bad.ctx, bad.count) = (IOCTL_STRUCT_VERSION, 1, 1);
-    assert_eq!(errno(&ioctl(&card, GPUPM_IOC_LEDGER_BLOCKS, bad.as_mut_bytes()).unwrap_err()), libc::EINVAL);
+    assert_eq!(
+        errno(&ioctl(&card, GPUPM_IOC_LEDGER_BLOCKS, bad.as_mut_bytes()).unwrap_err()),
+        libc::EINVAL
+    );
     assert_eq!(errno(&blocks_query(&card, 0).unwrap_err()), libc::EINVAL);
     assert_eq!(errno(&blocks_query(&card, 7).unwrap_err()), libc::EINVAL);
     d.stop();

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp, BlockLedgerQuery};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
 
 /// Why the device refused a request. Mapped to an errno only at the node
 /// boundary ([`super::error`]).

@@ -11,8 +11,8 @@ use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegBatch, Reset,
     DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER,
-    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
-    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
+    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};

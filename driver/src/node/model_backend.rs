@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp, BlockLedgerQuery};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
 
 use super::backend::{BackendError, DeviceBackend};
 use crate::model::{Device, DeviceError, RegError};

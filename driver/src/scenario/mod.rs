@@ -30,6 +30,7 @@ mod parse;
 mod profiles;
 pub mod program;
 mod program_parse;
+mod program_table;
 mod raw;
 mod slices;
 mod spec;

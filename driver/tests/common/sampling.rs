@@ -27,7 +27,9 @@ pub fn small_with_programs() -> Scenario {
 /// nothing else (no switches to re-phase a sampler).
 pub fn resonant_alone() -> Scenario {
     let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin.find("# The resonant loop").expect("resonant program")..];
+    let program = &builtin[builtin
+        .find("# The resonant loop")
+        .expect("resonant program")..];
     let program = &program[..program.find("[[churn]]").expect("churn follows")];
     let text = format!(
         "seed = 3\n[trigger]\nperiod_cycles = 0\n\
@@ -82,10 +84,18 @@ pub fn arm(dev: &mut Device, p: u32, a: Arm) {
 pub fn slots(dev: &Device, p: u32, kind: u32) -> Vec<Vec<u8>> {
     let reg = |r| {
         let off = samp(p, s::buf(kind, r));
-        let width = if gpupm_uapi::regs::is_64bit(off) { 8 } else { 4 };
+        let width = if gpupm_uapi::regs::is_64bit(off) {
+            8
+        } else {
+            4
+        };
         dev.read_reg(off, width).unwrap()
     };
-    let (head, tail, cap) = (reg(s::BUF_HEAD) as u32, reg(s::BUF_TAIL) as u32, reg(s::BUF_CAP) as u32);
+    let (head, tail, cap) = (
+        reg(s::BUF_HEAD) as u32,
+        reg(s::BUF_TAIL) as u32,
+        reg(s::BUF_CAP) as u32,
+    );
     let addr = reg(s::BUF_ADDR);
     let size = s::slot_size(kind);
     (tail..head)
@@ -122,12 +132,22 @@ pub fn branch_records(dev: &Device, p: u32, key: Option<&[u8; 32]>) -> Vec<Branc
         .collect()
 }
 
-fn open(key: Option<&[u8; 32]>, env: &gpupm_uapi::layout::Envelope, payload: &mut [u8], tag: &[u8; 16]) {
+fn open(
+    key: Option<&[u8; 32]>,
+    env: &gpupm_uapi::layout::Envelope,
+    payload: &mut [u8],
+    tag: &[u8; 16],
+) {
     let encrypted = env.flags & envelope_flags::ENCRYPTED != 0;
     assert!(env.flags & envelope_flags::VALID != 0, "slot not valid");
-    assert_eq!(encrypted, key.is_some(), "sealed exactly for confidential VMs");
+    assert_eq!(
+        encrypted,
+        key.is_some(),
+        "sealed exactly for confidential VMs"
+    );
     if let Some(k) = key {
-        gpupm_driver::model::cc::open(k, env, payload, tag).expect("record opens with the VM's key");
+        gpupm_driver::model::cc::open(k, env, payload, tag)
+            .expect("record opens with the VM's key");
     }
 }
 

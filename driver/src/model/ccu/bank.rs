@@ -51,7 +51,10 @@ pub const INST_EVENT: u8 = 3;
 /// a program's context.
 pub const CYCLES_EVENT: u8 = 0;
 const _: () = assert!(
-    gpupm_uapi::events::CATALOGUE[INST_EVENT as usize].name.len() == "sm_inst_executed".len()
+    gpupm_uapi::events::CATALOGUE[INST_EVENT as usize]
+        .name
+        .len()
+        == "sm_inst_executed".len()
 );
 
 /// The instruction stream of the program a partition runs: how many

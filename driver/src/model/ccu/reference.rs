@@ -21,6 +21,7 @@ struct UlcFrame<'a> {
 const FRAME_START: u16 = 0x1FE;
 const FRAME_END: u16 = 0x1FD;
 
+#[allow(clippy::too_many_arguments)] // the sync span, the threshold check and the program
 pub(super) fn sync(
     st: &mut Counting,
     topo: &Topology,

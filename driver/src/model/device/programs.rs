@@ -63,7 +63,8 @@ impl Device {
         let c = self.ctxs.get(ctx);
         let run = self.runs.get_mut(ctx as usize).and_then(Option::as_mut);
         let (Some(run), true) = (run, p != 0 && ctx != 0) else {
-            self.ccu.sync(&self.topo, &mut self.ledger, p, now, thr, None);
+            self.ccu
+                .sync(&self.topo, &mut self.ledger, p, now, thr, None);
             self.deliver_sample_events(p);
             return;
         };
@@ -178,7 +179,10 @@ impl Device {
         q.ctx = ctx;
         q.first = first;
         if let Some(run) = self.runs[ctx as usize].as_ref() {
-            let prog = self.programs.get(run.program).ok_or(DeviceError::BadLedgerScope { scope: 0, id: ctx })?;
+            let prog = self
+                .programs
+                .get(run.program)
+                .ok_or(DeviceError::BadLedgerScope { scope: 0, id: ctx })?;
             let rows = run.truth(prog);
             q.total = u32::try_from(rows.len()).unwrap_or(u32::MAX);
             q.ctx_cycles = run.ctx_cycles();
@@ -206,12 +210,17 @@ impl Device {
     }
 
     /// Copies sample-region bytes at window `offset` into `buf`.
-    pub(super) fn read_sample_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
+    pub(super) fn read_sample_window(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), WindowError> {
         let len = buf.len();
         let err = WindowError::OutOfRange { offset, len };
         let rel = offset.checked_sub(SAMPLE_REGION).ok_or(err.clone())?;
         let p = u32::try_from(rel / SAMPLE_SPAN).map_err(|_| err.clone())?;
         let unit = self.samplers.get(p as usize).ok_or(err.clone())?;
-        unit.read_buffer(offset - sample_span_offset(p), buf).ok_or(err)
+        unit.read_buffer(offset - sample_span_offset(p), buf)
+            .ok_or(err)
     }
 }

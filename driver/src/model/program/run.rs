@@ -163,7 +163,13 @@ impl ProgramRun {
     }
 
     /// Runs `n` context cycles; returns the instructions retired in them.
-    pub fn advance(&mut self, n: u64, prog: &Program, env: &Env<'_>, watch: &mut impl Watch) -> u64 {
+    pub fn advance(
+        &mut self,
+        n: u64,
+        prog: &Program,
+        env: &Env<'_>,
+        watch: &mut impl Watch,
+    ) -> u64 {
         let before = self.retired();
         let end = self.now + n;
         while self.now < end {
@@ -283,7 +289,11 @@ impl ProgramRun {
     /// Back edges left of the loop whose latch is `b` in the current frame.
     fn loop_left(&self, b: u16) -> Option<u32> {
         let frame = self.frames.last()?;
-        frame.loops.iter().find(|&&(l, _)| l == b).map(|&(_, left)| left)
+        frame
+            .loops
+            .iter()
+            .find(|&&(l, _)| l == b)
+            .map(|&(_, left)| left)
     }
 
     /// Books the finished block and moves to its successor.
@@ -325,7 +335,8 @@ impl ProgramRun {
         match &prog.block(k, b).exit {
             CompiledExit::Fall => fall(self),
             CompiledExit::Branch(edges) => {
-                let draw = rng::hash(env.seed, &[BRANCH_DOMAIN, self.serial, self.draws]) & 0xFFFF_FFFF;
+                let draw =
+                    rng::hash(env.seed, &[BRANCH_DOMAIN, self.serial, self.draws]) & 0xFFFF_FFFF;
                 self.draws += 1;
                 match edges.iter().find(|&&(_, thr)| draw < thr) {
                     Some(&(to, _)) => (k, to, to != next),
@@ -334,7 +345,10 @@ impl ProgramRun {
             }
             CompiledExit::Jump(to) => (k, *to, *to != next),
             CompiledExit::Loop { to, trips } => {
-                let frame = self.frames.last_mut().expect("a running program has a frame");
+                let frame = self
+                    .frames
+                    .last_mut()
+                    .expect("a running program has a frame");
                 let left = match frame.loops.iter().position(|&(l, _)| l == b) {
                     Some(i) => &mut frame.loops[i].1,
                     None => {
@@ -388,7 +402,10 @@ impl ProgramRun {
     /// cycles and instructions so far are left out of it.
     pub fn clear_truth(&mut self) {
         self.rows.iter_mut().for_each(|r| *r = [0; 3]);
-        self.skip = (self.partial_insts(), self.now - self.block_start.min(self.now));
+        self.skip = (
+            self.partial_insts(),
+            self.now - self.block_start.min(self.now),
+        );
     }
 
     /// The ledger rows of the program, with the running block's partial
@@ -469,7 +486,10 @@ mod tests {
 
     #[test]
     fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
-        let windows = [ThrottleWindow { start: 50_000, end: 90_001 }];
+        let windows = [ThrottleWindow {
+            start: 50_000,
+            end: 90_001,
+        }];
         for spec in &crate::scenario::builtin().programs {
             let prog = Program::compile(spec);
             let mut fast = ProgramRun::new(0, &prog, 4);

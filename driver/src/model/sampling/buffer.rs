@@ -99,7 +99,12 @@ impl SampleBuffer {
 
     /// Stores `record` sealed for `vm` (through `cipher` for a confidential
     /// VM), or counts it lost; returns the interrupt it raises.
-    pub fn push(&mut self, record: &[u8], vm: u32, cipher: Option<&mut VmCipher>) -> Option<BufEvent> {
+    pub fn push(
+        &mut self,
+        record: &[u8],
+        vm: u32,
+        cipher: Option<&mut VmCipher>,
+    ) -> Option<BufEvent> {
         self.produced += 1;
         if self.cap == 0 || self.head.wrapping_sub(self.tail) >= self.cap {
             self.lost += 1;
@@ -181,14 +186,24 @@ impl SampleBuffer {
                         "a buffer is placed and sized only while its sampler is disabled",
                     ));
                 }
-                let (base, cap) = if reg == s::BUF_BASE { (v, mine.cap) } else { (mine.base, v) };
+                let (base, cap) = if reg == s::BUF_BASE {
+                    (v, mine.cap)
+                } else {
+                    (mine.base, v)
+                };
                 self.check_placement(base, cap, other)?;
                 (mine.base, mine.cap, mine.tail) = (base, cap, 0);
-                Ok(if reg == s::BUF_BASE { BufWrite::Base(v) } else { BufWrite::Cap(v) })
+                Ok(if reg == s::BUF_BASE {
+                    BufWrite::Base(v)
+                } else {
+                    BufWrite::Cap(v)
+                })
             }
             s::BUF_TAIL => {
                 if v.wrapping_sub(mine.tail) > head.wrapping_sub(mine.tail) {
-                    return Err(Reject::BadValue("tail must lie between the old tail and head"));
+                    return Err(Reject::BadValue(
+                        "tail must lie between the old tail and head",
+                    ));
                 }
                 mine.tail = v;
                 Ok(BufWrite::Tail(v))
@@ -206,17 +221,26 @@ impl SampleBuffer {
             return Err(Reject::BadValue("buffer base must be a multiple of 4096"));
         }
         if cap != 0 && !cap.is_power_of_two() {
-            return Err(Reject::BadValue("buffer capacity must be 0 or a power of two"));
+            return Err(Reject::BadValue(
+                "buffer capacity must be 0 or a power of two",
+            ));
         }
         let end = u64::from(base) + u64::from(cap) * self.slot_size();
         if end > SAMPLE_SPAN {
-            return Err(Reject::BadValue("buffer must lie inside the partition's sample span"));
+            return Err(Reject::BadValue(
+                "buffer must lie inside the partition's sample span",
+            ));
         }
         let other_kind = s::buf_kind::COUNT - 1 - self.kind;
         let other_end = u64::from(other.base) + u64::from(other.cap) * s::slot_size(other_kind);
-        let overlap = cap != 0 && other.cap != 0 && u64::from(base) < other_end && u64::from(other.base) < end;
+        let overlap = cap != 0
+            && other.cap != 0
+            && u64::from(base) < other_end
+            && u64::from(other.base) < end;
         if overlap {
-            return Err(Reject::BadValue("the branch and PC buffers must not overlap"));
+            return Err(Reject::BadValue(
+                "the branch and PC buffers must not overlap",
+            ));
         }
         Ok(())
     }

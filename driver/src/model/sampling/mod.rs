@@ -94,7 +94,10 @@ impl Sampler {
             remaining: 0,
             interval: 0,
             seed,
-            bufs: [SampleBuffer::new(buf_kind::BRANCH), SampleBuffer::new(buf_kind::PC)],
+            bufs: [
+                SampleBuffer::new(buf_kind::BRANCH),
+                SampleBuffer::new(buf_kind::PC),
+            ],
             events: Vec::new(),
         }
     }
@@ -107,7 +110,12 @@ impl Sampler {
 
     /// Empties the buffers and disables both samplers (device reset).
     pub fn reset(&mut self) {
-        let (p, configured, gap, seed) = (self.partition, self.configured, self.min_branch_gap, self.seed);
+        let (p, configured, gap, seed) = (
+            self.partition,
+            self.configured,
+            self.min_branch_gap,
+            self.seed,
+        );
         let bufs = self.bufs.clone();
         *self = Sampler::new(p, configured, u64::from(gap), seed);
         self.bufs = bufs;
@@ -156,7 +164,8 @@ impl Sampler {
             let enable = [samp_ctrl::BRANCH_ENABLE, samp_ctrl::CYCLE_ENABLE][kind as usize];
             let k = kind as usize;
             let other = sh.bufs[1 - k];
-            let w = self.bufs[k].check_write(r, v, &mut sh.bufs[k], other, sh.ctrl & enable != 0)?;
+            let w =
+                self.bufs[k].check_write(r, v, &mut sh.bufs[k], other, sh.ctrl & enable != 0)?;
             return Ok(SampWrite::Buf(kind, w));
         }
         let bad = |m| Err(Reject::BadValue(m));
@@ -208,9 +217,12 @@ impl Sampler {
 
     /// Draws the next interval P + R + S − A (R from the seeded generator).
     fn draw_interval(&mut self) {
-        let r = rng::hash(self.seed, &[SAMPLE_DOMAIN, u64::from(self.partition), self.samples])
-            % (u64::from(self.r_max) + 1);
-        let interval = u64::from(self.p) + r + u64::from(s::SKID_CYCLES) - u64::from(s::REFILL_CYCLES);
+        let r = rng::hash(
+            self.seed,
+            &[SAMPLE_DOMAIN, u64::from(self.partition), self.samples],
+        ) % (u64::from(self.r_max) + 1);
+        let interval =
+            u64::from(self.p) + r + u64::from(s::SKID_CYCLES) - u64::from(s::REFILL_CYCLES);
         self.interval = u32::try_from(interval).unwrap_or(u32::MAX);
         self.remaining = interval;
     }
