@@ -175,10 +175,18 @@ macro_rules! group {
 // After `group!`, which it uses.
 #[path = "gen_c/page_c.rs"]
 mod page_c;
+#[path = "gen_c/sampling.rs"]
+mod sampling;
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
 /// per-instance offset inside the array for [`regs::is_64bit`].
 fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
+    registers_in(h, "regs", base, regs);
+}
+
+/// [`registers`] of another uapi module, whose doc comments the header
+/// carries (`module` as in `sampling`).
+fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
     for &(name, off) in regs {
         let wide = if regs::is_64bit(base + off) {
             "64-bit"
@@ -186,7 +194,7 @@ fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
             ""
         };
         h.item(
-            &format!("regs::{name}"),
+            &format!("{module}::{name}"),
             &format!("GPUPM_REG_{name}"),
             off,
             true,
@@ -337,7 +345,7 @@ fn emit_regs(h: &mut Header) {
         h,
         r::ctx(0, 0),
         &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
         },
     );
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
@@ -596,6 +604,7 @@ fn render_pass(names: Names) -> Header {
     emit_events_and_intr(&mut h);
     emit_layout(&mut h);
     emit_ioctls(&mut h);
+    sampling::emit_sampling(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

@@ -13,11 +13,13 @@ use std::process::Command;
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
-    Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead, DEVICE_IOCTLS,
+    Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
+    Reset, WindowRead, DEVICE_IOCTLS,
 };
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
     ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,
@@ -181,6 +183,16 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         PageRequest => "gpupm_page_request": version, scope, id, flags, created_cycle;
         PageReply => "gpupm_page_reply": version, status, scope, id, vm, size, created_cycle,
             generation;
+        BranchEntry => "gpupm_branch_entry": from_kernel, from_block, to_kernel, to_block, cycle;
+        BranchStackRecord => "gpupm_branch_stack_record": magic, partition, flags, vm, ctx, seq,
+            cycle, branches, count, reserved, entries;
+        PcRecord => "gpupm_pc_record": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle,
+            kernel, block, interval;
+        BranchSlot => "gpupm_branch_slot": envelope, payload, tag;
+        PcSlot => "gpupm_pc_slot": envelope, payload, tag;
+        BlockTruth => "gpupm_block_truth": kernel, block, reserved, visits, instructions, cycles;
+        BlockLedgerQuery => "gpupm_block_ledger_query": version, ctx, first, flags, count, total,
+            ctx_cycles, rows, envelope, tag;
     }
 }
 

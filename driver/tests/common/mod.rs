@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
 pub mod gen;
+pub mod sampling;
 
 use gpupm_driver::model::cc::BootIds;
 use gpupm_driver::model::{Device, EngineKind};
@@ -38,6 +39,7 @@ pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
         })
         .collect();
     ProfileSpec {
+        program: None,
         name: name.into(),
         phases: vec![PhaseSpec {
             duration_cycles: 3_000_000,
@@ -58,6 +60,7 @@ pub const CONTEXT_TYPES: [UnitType; 5] = [
 /// partition 2 runs VM 3 (confidential).
 pub fn small_scenario() -> Scenario {
     Scenario {
+        programs: Vec::new(),
         name: "small".into(),
         seed: 11,
         clock: ClockSpec {

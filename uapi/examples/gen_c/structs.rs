@@ -10,12 +10,14 @@ use cbindgen::{Builder, Config, ItemType, Language, Style};
 use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
-    self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+    self, Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
+    Reset, WindowRead,
 };
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
     ReadInstanceRates, ReadRates, TenantDelta, Whoami,
@@ -33,7 +35,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 35] {
+pub fn all_structs() -> [StructInfo; 42] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -70,11 +72,18 @@ pub fn all_structs() -> [StructInfo; 35] {
         Page => "gpupm_page",
         PageRequest => "gpupm_page_request",
         PageReply => "gpupm_page_reply",
+        BranchEntry => "gpupm_branch_entry",
+        BranchStackRecord => "gpupm_branch_stack_record",
+        PcRecord => "gpupm_pc_record",
+        BranchSlot => "gpupm_branch_slot",
+        PcSlot => "gpupm_pc_slot",
+        BlockTruth => "gpupm_block_truth",
+        BlockLedgerQuery => "gpupm_block_ledger_query",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 17] = [
+const IOCTL_STRUCTS: [(&str, &str); 18] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -82,6 +91,7 @@ const IOCTL_STRUCTS: [(&str, &str); 17] = [
     ("GPUPM_IOC_RESET", "gpupm_reset"),
     ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
     ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
+    ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -98,7 +108,7 @@ const IOCTL_STRUCTS: [(&str, &str); 17] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 9] = [
+const ARRAY_LENGTHS: [(&str, &str); 11] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -108,6 +118,8 @@ const ARRAY_LENGTHS: [(&str, &str); 9] = [
     ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
     ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
     ("PAGE_TAIL", "GPUPM_PAGE_TAIL"),
+    ("BRANCH_STACK_ENTRIES", "GPUPM_BRANCH_STACK_ENTRIES"),
+    ("BLOCK_LEDGER_ROWS", "GPUPM_BLOCK_LEDGER_ROWS"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -122,7 +134,9 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
     };
     cfg.export.item_types = vec![ItemType::Structs];
     cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
-    let mut excluded = vec!["BlockSlot", "StreamSlot"];
+    // The slot structs cbindgen cannot size (their payload length is a
+    // `size_of`), written by `slot_struct`.
+    let mut excluded = vec!["BlockSlot", "StreamSlot", "BranchSlot", "PcSlot"];
     excluded.extend_from_slice(elsewhere);
     cfg.export.exclude = excluded.iter().map(|s| (*s).to_string()).collect();
     cfg.export.renaming_overrides_prefixing = true;
@@ -159,7 +173,7 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
 }
 
 /// The two slot structs cbindgen cannot size.
-fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
+pub fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
     let tag = total - size_of::<Envelope>() - payload.1;
     h.line(&format!(
         "\n/**\n * A {what} slot in the memory window: envelope, {} bytes (ciphertext when\n \
@@ -224,6 +238,7 @@ pub fn emit_structs(h: &mut Header) {
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
+    super::sampling::emit_sampling_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {
@@ -268,7 +283,10 @@ pub fn emit_asserts(h: &mut Header) {
             "GPUPM_STREAM_SLOT_OFFSET(2, 9)",
             layout::stream_slot_offset(2, 9),
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(super::sampling::sampling_offset_checks())
+    {
         h.assert(&format!("{expr} == {rust}ULL"));
     }
     super::page_c::emit_asserts(h);
