@@ -35,6 +35,7 @@ pub mod devnode;
 pub mod handshake;
 pub mod ops;
 pub mod paths;
+pub mod sampling;
 pub mod sys;
 pub mod tenant;
 

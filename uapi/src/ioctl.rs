@@ -235,9 +235,8 @@ pub struct BlockLedgerQuery {
     /// GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
     pub tag: [u8; 16],
 }
-const _: () = assert!(
-    core::mem::size_of::<BlockLedgerQuery>() == 32 + 32 * BLOCK_LEDGER_ROWS + 32 + 16
-);
+const _: () =
+    assert!(core::mem::size_of::<BlockLedgerQuery>() == 32 + 32 * BLOCK_LEDGER_ROWS + 32 + 16);
 
 /// Bytes of a [`BlockLedgerQuery`] that a sealed answer encrypts: `rows`.
 pub const BLOCK_LEDGER_SEALED_LEN: usize = 32 * BLOCK_LEDGER_ROWS;

@@ -572,7 +572,8 @@ pub mod ctx_cmd {
 const _: () = assert!(CTX_BASE + MAX_CONTEXTS as u64 * CTX_STRIDE <= BAR0_SIZE);
 const _: () = assert!(VM_BASE + MAX_VMS as u64 * VM_STRIDE <= CTX_BASE);
 const _: () = assert!(CCU_BASE + MAX_CCUS as u64 * CCU_STRIDE <= VM_BASE);
-const _: () = assert!(PART_BASE + MAX_PARTITION_SLOTS as u64 * PART_STRIDE <= crate::sampling::SAMP_BASE);
+const _: () =
+    assert!(PART_BASE + MAX_PARTITION_SLOTS as u64 * PART_STRIDE <= crate::sampling::SAMP_BASE);
 
 /// Whether `offset` names a 64-bit register (readable with one 8-byte access).
 pub fn is_64bit(offset: u64) -> bool {

@@ -334,7 +334,11 @@ pub const fn pc_records_per_drain(drain_cycles: u64, p: u32) -> u64 {
 /// branch at most every `min_branch_gap` cycles (one record per N taken
 /// branches, plus one for a count that straddles the start).
 pub const fn branch_records_per_drain(drain_cycles: u64, n: u32, min_branch_gap: u64) -> u64 {
-    let gap = if min_branch_gap == 0 { 1 } else { min_branch_gap };
+    let gap = if min_branch_gap == 0 {
+        1
+    } else {
+        min_branch_gap
+    };
     let n = if n == 0 { 1 } else { n as u64 };
     (drain_cycles / gap + 1) / n + 1
 }
@@ -350,7 +354,8 @@ pub const fn planned_capacity(records: u64, margin_pct: u64) -> u64 {
     }
 }
 
-const _: () = assert!(SAMP_BASE + MAX_PARTITION_SLOTS as u64 * SAMP_STRIDE <= crate::regs::CCU_BASE);
+const _: () =
+    assert!(SAMP_BASE + MAX_PARTITION_SLOTS as u64 * SAMP_STRIDE <= crate::regs::CCU_BASE);
 const _: () = assert!(SAMP_BUF_PC == buf(buf_kind::PC, 0));
 const _: () = assert!(CYCLE_PERIOD_MIN + SKID_CYCLES > REFILL_CYCLES + 1);
 const _: () = assert!(SAMPLE_SPAN.is_multiple_of(BUF_ALIGN));

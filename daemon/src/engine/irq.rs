@@ -34,14 +34,24 @@ const MAX_FAILURES: u32 = 50;
 /// handshake and when its request was read.
 type Awaiting = BTreeMap<u32, (Pending, Instant)>;
 
+/// Where the interrupt thread hands work off.
+#[derive(Debug, Clone, Copy)]
+pub struct Handoff<'a> {
+    /// The worker (rings, contexts, resets).
+    pub work: &'a Sender<Work>,
+    /// The sample-drain thread (partitions whose sample buffers need it).
+    pub samples: &'a Sender<u32>,
+}
+
 /// Runs until `stop` is set or the node keeps failing.
 pub fn run(
     dev: &DevNode,
     store: &Store,
     mut reader: IntrReader,
-    work: &Sender<Work>,
+    to: Handoff<'_>,
     stop: &AtomicBool,
 ) {
+    let work = to.work;
     let mut recs: Vec<InterruptRecord> = Vec::new();
     let mut failures = 0;
     let mut awaiting = Awaiting::new();
@@ -93,6 +103,12 @@ pub fn run(
             match rec.source {
                 source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
                     send(work, stop, Work::Drain(rec.partition))
+                }
+                source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
+                    // The drain thread only stops with the engine.
+                    if to.samples.send(rec.partition).is_err() && !stop.load(Ordering::Acquire) {
+                        tracing::error!("the sample-drain thread is gone");
+                    }
                 }
                 source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
                 source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),

@@ -32,6 +32,8 @@ use self::history::History;
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
+use crate::sampling::drain::DevSampler;
+use crate::sampling::Plane;
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
     HealthSource, Scope, TenantStats, Totals, VmId,
@@ -112,6 +114,8 @@ pub struct Store {
     stats: Stats,
     latencies: Mutex<Vec<u64>>,
     tenant_stats: OnceLock<Arc<TenantStats>>,
+    sampler: Arc<DevSampler>,
+    sampling: Arc<Plane>,
 }
 
 impl Store {
@@ -124,7 +128,11 @@ impl Store {
         retention: Retention,
         history: usize,
     ) -> Store {
+        let sampler = Arc::new(DevSampler::new(Arc::clone(&dev), identity.clock_khz));
+        let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
+            sampler,
+            sampling,
             dev,
             identity,
             started: Instant::now(),
@@ -153,6 +161,16 @@ impl Store {
 
     fn hist(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's samplers (drained by the engine).
+    pub fn sampler(&self) -> &Arc<DevSampler> {
+        &self.sampler
+    }
+
+    /// The sampling plane (sessions and routing).
+    pub fn sampling_plane(&self) -> &Arc<Plane> {
+        &self.sampling
     }
 
     /// The persisted retired set.
@@ -369,6 +387,10 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn sampling(&self) -> Option<Arc<Plane>> {
+        Some(Arc::clone(&self.sampling))
+    }
+
     fn vms(&self) -> Vec<VmId> {
         self.read().vms.keys().copied().collect()
     }

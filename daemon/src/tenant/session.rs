@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use gpupm_fusemount::procfs::fatal_signal_pending;
 use gpupm_uapi::layout::{envelope_flags, Envelope, StreamRecord, StreamSlot, RECORD_MAGIC};
@@ -20,7 +20,9 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::error::RequestError;
 use super::policy::Identity;
 use super::requests::StreamGrant;
+use super::sampling::{SampleQueue, SamplingGrant, MAX_RECORD_BYTES};
 use super::{TenantStats, SESSION_QUEUE};
+use crate::sampling::{Outgoing, Plane, SampleSink, Ticket};
 use crate::view::DeltaSample;
 
 /// Size of one record as `read()` returns it.
@@ -33,7 +35,7 @@ pub type PollWake = Box<dyn FnOnce() + Send>;
 
 struct ParkedRead {
     pid: u32,
-    max_records: usize,
+    max_bytes: usize,
     complete: ReadCompletion,
 }
 
@@ -124,11 +126,80 @@ fn slot_of(s: &DeltaSample, partition: u16) -> Option<StreamSlot> {
     })
 }
 
+/// One sampling session: its queue and its hold on the samplers.
+struct SampleSession {
+    id: u64,
+    vm: u32,
+    queue: SampleQueue,
+    ticket: Option<Ticket>,
+}
+
 #[derive(Default)]
 struct Handle {
     session: Option<Session>,
+    sampling: Option<SampleSession>,
     readers: VecDeque<ParkedRead>,
     poll_wake: Option<PollWake>,
+}
+
+impl Handle {
+    /// The VM of the handle's session, whichever kind it is.
+    fn session_vm(&self) -> Option<u32> {
+        self.session
+            .as_ref()
+            .map(|s| s.vm)
+            .or(self.sampling.as_ref().map(|s| s.vm))
+    }
+
+    /// Whether a `read()` would return now (records, or end of file).
+    fn readable(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| !s.queue.is_empty() || s.ended)
+            || self.sampling.as_ref().is_some_and(|s| !s.queue.is_empty())
+    }
+
+    /// What a read of `max_bytes` returns now.
+    fn take(&mut self, max_bytes: usize) -> Vec<u8> {
+        match (&mut self.session, &mut self.sampling) {
+            (Some(s), _) => s.take(max_bytes / RECORD_SIZE),
+            (None, Some(s)) => s.queue.take(max_bytes),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The smallest read the handle's session accepts.
+    fn min_read(&self) -> usize {
+        if self.sampling.is_some() {
+            MAX_RECORD_BYTES
+        } else {
+            RECORD_SIZE
+        }
+    }
+}
+
+/// A sampling session's sink: queues into its handle of the node.
+struct HandleSink {
+    sessions: Weak<Sessions>,
+    fh: u64,
+    id: u64,
+}
+
+impl std::fmt::Debug for HandleSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleSink")
+            .field("fh", &self.fh)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl SampleSink for HandleSink {
+    fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool {
+        self.sessions
+            .upgrade()
+            .is_some_and(|s| s.deliver_samples(self.fh, self.id, kind, lost, records))
+    }
 }
 
 #[derive(Default)]
@@ -156,19 +227,14 @@ fn run(actions: Vec<Action>) {
 
 /// Hands queued records to parked readers (and EOF once the feed ended).
 fn serve_readers(handle: &mut Handle, actions: &mut Vec<Action>) {
-    let Some(session) = handle.session.as_mut() else {
-        return;
-    };
-    while !session.queue.is_empty() || session.ended {
+    while handle.readable() {
         let Some(r) = handle.readers.pop_front() else {
             break;
         };
-        actions.push(Action::Complete(
-            r.complete,
-            Ok(session.take(r.max_records)),
-        ));
+        let bytes = handle.take(r.max_bytes);
+        actions.push(Action::Complete(r.complete, Ok(bytes)));
     }
-    if !session.queue.is_empty() || session.ended {
+    if handle.readable() {
         if let Some(w) = handle.poll_wake.take() {
             actions.push(Action::Wake(w));
         }
@@ -246,6 +312,9 @@ impl Sessions {
         }
         let id = t.next_session;
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
+        if handle.sampling.is_some() {
+            return Err(RequestError::Busy);
+        }
         t.next_session += 1;
         self.stats.open_sessions.fetch_add(1, Ordering::Relaxed);
         let mut session = Session {
@@ -265,6 +334,110 @@ impl Sessions {
         session.task = Some(rt.spawn(feed(Arc::clone(self), fh, id, grant.feed)));
         handle.session = Some(session);
         Ok(())
+    }
+
+    /// Makes `fh` a sampling session of `grant` on `plane`: the queue is
+    /// in place before the samplers are programmed, and the table lock is
+    /// not held while they are. Answers the filled-in request.
+    pub fn open_sampling(
+        self: &Arc<Self>,
+        fh: u64,
+        grant: SamplingGrant,
+        plane: &Arc<Plane>,
+    ) -> Result<Vec<u8>, RequestError> {
+        let id = {
+            let mut t = self.lock();
+            if t.shut {
+                return Err(RequestError::ShuttingDown);
+            }
+            let id = t.next_session;
+            let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
+            if handle.session.is_some() || handle.sampling.is_some() {
+                return Err(RequestError::Busy);
+            }
+            handle.sampling = Some(SampleSession {
+                id,
+                vm: grant.target.vm,
+                queue: SampleQueue::new(grant.queue_records),
+                ticket: None,
+            });
+            t.next_session += 1;
+            id
+        };
+        let sink = Arc::new(HandleSink {
+            sessions: Arc::downgrade(self),
+            fh,
+            id,
+        });
+        let opened = plane.open(grant.target, grant.demand, sink);
+        let mut t = self.lock();
+        let slot = t
+            .handles
+            .get_mut(&fh)
+            .and_then(|h| h.sampling.as_mut())
+            .filter(|s| s.id == id);
+        match (opened, slot) {
+            (Ok(ticket), Some(s)) => {
+                let mut answer = grant.answer;
+                let settings = ticket.settings();
+                answer.session = ticket.id();
+                (answer.device_period, answer.device_dither) = settings.cycle.unwrap_or((0, 0));
+                answer.device_branch_every = settings.branch_every.unwrap_or(0);
+                answer.clock_khz = plane.clock_khz();
+                s.ticket = Some(ticket);
+                Ok(zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec())
+            }
+            // Closed meanwhile: the ticket withdraws the demand (after
+            // the lock is released).
+            (Ok(ticket), None) => {
+                drop(t);
+                drop(ticket);
+                Err(RequestError::BadHandle)
+            }
+            (Err(e), slot) => {
+                if slot.is_some() {
+                    if let Some(h) = t.handles.get_mut(&fh) {
+                        h.sampling = None;
+                    }
+                }
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "programming the samplers failed"
+                );
+                Err(RequestError::Device)
+            }
+        }
+    }
+
+    /// Queues records for sampling session `id` of `fh`; false once that
+    /// session is gone.
+    fn deliver_samples(
+        &self,
+        fh: u64,
+        id: u64,
+        kind: u16,
+        lost: u64,
+        records: &[Outgoing<'_>],
+    ) -> bool {
+        let mut actions = Vec::new();
+        {
+            let mut t = self.lock();
+            let Some(handle) = t.handles.get_mut(&fh) else {
+                return false;
+            };
+            let Some(s) = handle.sampling.as_mut().filter(|s| s.id == id) else {
+                return false;
+            };
+            let dropped = s.queue.push(kind, lost, records);
+            if dropped > 0 {
+                self.stats
+                    .session_drops
+                    .fetch_add(dropped, Ordering::Relaxed);
+            }
+            serve_readers(handle, &mut actions);
+        }
+        run(actions);
+        true
     }
 
     /// Queues one sample for session `id` of `fh` (or counts `lagged`
@@ -325,20 +498,20 @@ impl Sessions {
             match t.handles.get_mut(&fh) {
                 _ if shut => Err(RequestError::ShuttingDown),
                 None => Err(RequestError::BadHandle),
-                Some(handle) => match handle.session.as_mut() {
-                    None => Err(RequestError::Invalid("no stream session on this handle")),
-                    Some(s) if !identity.may_see_vm(s.vm) => Err(RequestError::Denied),
-                    Some(_) if (size as usize) < RECORD_SIZE => {
+                Some(handle) => match handle.session_vm() {
+                    None => Err(RequestError::Invalid("no session on this handle")),
+                    Some(vm) if !identity.may_see_vm(vm) => Err(RequestError::Denied),
+                    Some(_) if (size as usize) < handle.min_read() => {
                         Err(RequestError::Invalid("read smaller than a record"))
                     }
-                    Some(s) if handle.readers.is_empty() && (!s.queue.is_empty() || s.ended) => {
-                        Ok(s.take(size as usize / RECORD_SIZE))
+                    Some(_) if handle.readers.is_empty() && handle.readable() => {
+                        Ok(handle.take(size as usize))
                     }
                     Some(_) if nonblock => Err(RequestError::WouldBlock),
                     Some(_) => {
                         handle.readers.push_back(ParkedRead {
                             pid,
-                            max_records: size as usize / RECORD_SIZE,
+                            max_bytes: size as usize,
                             complete,
                         });
                         return;
@@ -362,19 +535,18 @@ impl Sessions {
             return Err(RequestError::ShuttingDown);
         }
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-        let session = handle
-            .session
-            .as_ref()
-            .ok_or(RequestError::Invalid("no stream session on this handle"))?;
-        if !identity.may_see_vm(session.vm) {
+        let vm = handle
+            .session_vm()
+            .ok_or(RequestError::Invalid("no session on this handle"))?;
+        if !identity.may_see_vm(vm) {
             return Err(RequestError::Denied);
         }
         let readable = (libc::POLLIN | libc::POLLRDNORM) as u32;
-        if !session.queue.is_empty() {
-            return Ok(readable);
-        }
-        if session.ended {
+        if handle.session.as_ref().is_some_and(|s| s.ended) {
             return Ok(readable | libc::POLLHUP as u32);
+        }
+        if handle.readable() {
+            return Ok(readable);
         }
         if let Some(w) = wake {
             handle.poll_wake = Some(w);
@@ -385,11 +557,13 @@ impl Sessions {
     /// Ends every session, fails parked reads and refuses what follows.
     pub fn shutdown(&self) {
         let mut actions = Vec::new();
+        let mut tickets = Vec::new();
         {
             let mut t = self.lock();
             t.shut = true;
             for h in t.handles.values_mut() {
                 h.session = None;
+                tickets.extend(h.sampling.take().and_then(|mut s| s.ticket.take()));
                 actions.extend(
                     h.readers
                         .drain(..)
@@ -398,6 +572,8 @@ impl Sessions {
                 actions.extend(h.poll_wake.take().map(Action::Wake));
             }
         }
+        // Withdrawing demands programs the device: not under the lock.
+        drop(tickets);
         run(actions);
     }
 
