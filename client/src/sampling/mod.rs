@@ -4,8 +4,10 @@
 //!   the daemon and `gpupm plan`.
 //! - [`reconstruct`]: per-block instructions, cycles and CPI from branch
 //!   stacks and cycle samples (seed 004).
+//! - [`session`]: sampling sessions on the tenant node.
 
 pub mod plan;
 pub mod reconstruct;
+pub mod session;
 #[cfg(test)]
 mod reconstruct_tests;
