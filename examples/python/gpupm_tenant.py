@@ -3,7 +3,7 @@
 # do not edit. The tenant-node ABI (uapi/src/tenant.rs): ioctl numbers,
 # struct sizes and field offsets (all fields little-endian).
 
-ABI_VERSION = 0x10003
+ABI_VERSION = 0x10004
 TENANT_STRUCT_VERSION = 0x1
 TENANT_IOC_WHOAMI = 0xc1105400
 TENANT_IOC_LIST_CONTEXTS = 0xd0185401

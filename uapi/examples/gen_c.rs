@@ -26,10 +26,13 @@ use std::mem::{align_of, size_of};
 use cbindgen::{Builder, Config, ItemType, Language, Style};
 use gpupm_uapi::events::{UnitType, CATALOGUE};
 use gpupm_uapi::intr::{self, InterruptRecord};
-use gpupm_uapi::ioctl::{self, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset};
+use gpupm_uapi::ioctl::{
+    self, Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegBatch, RegOp, Reset,
+};
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::pmu::{self, Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
     self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
     ReadInstanceRates, ReadRates, TenantDelta, Whoami,
@@ -45,7 +48,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 27] {
+fn all_structs() -> [StructInfo; 34] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -74,11 +77,19 @@ fn all_structs() -> [StructInfo; 27] {
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
+        BranchEntry => "gpupm_branch_entry",
+        BranchStackRecord => "gpupm_branch_stack_record",
+        PcRecord => "gpupm_pc_record",
+        BranchSlot => "gpupm_branch_slot",
+        PcSlot => "gpupm_pc_slot",
+        BlockTruth => "gpupm_block_truth",
+        BlockLedgerQuery => "gpupm_block_ledger_query",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 15] = [
+const IOCTL_STRUCTS: [(&str, &str); 16] = [
+    ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -100,7 +111,9 @@ const IOCTL_STRUCTS: [(&str, &str); 15] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 8] = [
+const ARRAY_LENGTHS: [(&str, &str); 10] = [
+    ("BRANCH_STACK_ENTRIES", "GPUPM_BRANCH_STACK_ENTRIES"),
+    ("BLOCK_LEDGER_ROWS", "GPUPM_BLOCK_LEDGER_ROWS"),
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -171,7 +184,7 @@ macro_rules! group {
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
 /// per-instance offset inside the array for [`regs::is_64bit`].
-fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
+fn registers_named(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
     for &(name, off) in regs {
         let wide = if regs::is_64bit(base + off) {
             "64-bit"
@@ -181,6 +194,11 @@ fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
         h.define(&format!("GPUPM_REG_{name}"), off, true, wide);
     }
 }
+
+use registers_named as registers;
+
+#[path = "gen_c_parts/sampling.rs"]
+mod sampling;
 
 macro_rules! offsets {
     ($($name:ident),+ $(,)?) => { [$((stringify!($name), regs::$name)),+] };
@@ -290,7 +308,7 @@ fn emit_regs(h: &mut Header) {
         h,
         r::ctx(0, 0),
         &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
         },
     );
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
@@ -434,8 +452,17 @@ fn emit_pmu(h: &mut Header) {
     }
 }
 
+/// The slot structs cbindgen cannot size (their payload length is a `size_of`).
+const SLOT_STRUCTS: [&str; 4] = ["BlockSlot", "StreamSlot", "BranchSlot", "PcSlot"];
+
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`].
 fn cbindgen_structs(include: &[&str]) -> String {
+    cbindgen_structs_after(include, &[])
+}
+
+/// Like [`cbindgen_structs`], for structs that use `emitted`, which an
+/// earlier pass already wrote.
+fn cbindgen_structs_after(include: &[&str], emitted: &[&str]) -> String {
     let mut cfg = Config {
         language: Language::C,
         style: Style::Tag,
@@ -445,7 +472,11 @@ fn cbindgen_structs(include: &[&str]) -> String {
     };
     cfg.export.item_types = vec![ItemType::Structs];
     cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
-    cfg.export.exclude = ["BlockSlot", "StreamSlot"].map(String::from).to_vec();
+    cfg.export.exclude = SLOT_STRUCTS
+        .iter()
+        .chain(emitted)
+        .map(|s| (*s).to_string())
+        .collect();
     cfg.export.renaming_overrides_prefixing = true;
     let mut rename: HashMap<String, String> = all_structs()
         .iter()
@@ -459,12 +490,12 @@ fn cbindgen_structs(include: &[&str]) -> String {
     // The excluded slot structs are unknown to cbindgen, so it would not
     // write the `struct` keyword where a field uses them; their C names
     // carry it.
-    for slot in ["BlockSlot", "StreamSlot"] {
+    for slot in SLOT_STRUCTS.iter().chain(emitted) {
         let tag = rename
-            .get(slot)
+            .get(*slot)
             .map(|c| format!("struct {c}"))
             .expect("slot struct named");
-        rename.insert(slot.to_string(), tag);
+        rename.insert((*slot).to_string(), tag);
     }
     cfg.export.rename = rename;
     let bindings = Builder::new()
@@ -540,6 +571,7 @@ fn emit_structs(h: &mut Header) {
     ]));
     h.line("");
     h.line(&cbindgen_structs(&["ScopeTotals", "Publish", "Wanted"]));
+    sampling::emit_sampling_structs(h);
 }
 
 fn emit_asserts(h: &mut Header) {
@@ -575,7 +607,10 @@ fn emit_asserts(h: &mut Header) {
             "GPUPM_STREAM_SLOT_OFFSET(2, 9)",
             layout::stream_slot_offset(2, 9),
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(sampling::sampling_offset_checks())
+    {
         h.assert(&format!("{expr} == {rust}ULL"));
     }
     let last = CATALOGUE.last().expect("a non-empty catalogue");
@@ -626,6 +661,7 @@ pub fn render() -> String {
     emit_events_and_intr(&mut h);
     emit_layout(&mut h);
     emit_ioctls(&mut h);
+    sampling::emit_sampling(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

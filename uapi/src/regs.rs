@@ -549,6 +549,11 @@ pub const CTX_STATE: u64 = 0x04;
 pub const CTX_BLOCK: u64 = 0x08;
 /// WO: context command, see [`ctx_cmd`].
 pub const CTX_CMD: u64 = 0x10;
+/// RO: program the context runs: 0 = none (it counts by its profile's
+/// rates alone), else 1 + its index in the scenario's program table
+/// (`Scenario::programs`: the `[[program]]` entries in file order, then the
+/// programs generated for churn contexts), see `docs/sampling.md`.
+pub const CTX_PROGRAM: u64 = 0x14;
 /// RO 64-bit: cycle at which the context was created. Context ids are
 /// reused after release; (id, created cycle) names one context instance.
 pub const CTX_CREATED_CYCLE: u64 = 0x18;

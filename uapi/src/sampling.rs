@@ -57,6 +57,10 @@ pub const SAMP_BRANCHES: u64 = 0x20;
 pub const SAMP_CYCLE_SAMPLES: u64 = 0x28;
 /// RO: bytes in this partition's sample span ([`SAMPLE_SPAN`]).
 pub const SAMP_SPAN: u64 = 0x30;
+/// RO: fewest context cycles between two taken branches of any program a
+/// context of this partition can run (the `min_branch_gap` argument of
+/// [`branch_records_per_drain`]); 0 when none runs a program.
+pub const SAMP_MIN_BRANCH_GAP: u64 = 0x34;
 
 /// Offset of the branch-stack buffer's registers in the sampling block.
 pub const SAMP_BUF_BRANCH: u64 = 0x40;

@@ -12,8 +12,12 @@ use std::process::Command;
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, DEVICE_IOCTLS};
+use gpupm_uapi::ioctl::{
+    Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegBatch, RegOp, Reset,
+    DEVICE_IOCTLS,
+};
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
@@ -122,6 +126,16 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
         Publish => "gpupm_pmu_publish": version, count, entries;
         Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;
+        BranchEntry => "gpupm_branch_entry": from_kernel, from_block, to_kernel, to_block, cycle;
+        BranchStackRecord => "gpupm_branch_stack_record": magic, partition, flags, vm, ctx, seq,
+            cycle, branches, count, reserved, entries;
+        PcRecord => "gpupm_pc_record": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle,
+            kernel, block, interval;
+        BranchSlot => "gpupm_branch_slot": envelope, payload, tag;
+        PcSlot => "gpupm_pc_slot": envelope, payload, tag;
+        BlockTruth => "gpupm_block_truth": kernel, block, reserved, visits, instructions, cycles;
+        BlockLedgerQuery => "gpupm_block_ledger_query": version, ctx, first, flags, count, total,
+            ctx_cycles, rows, envelope, tag;
     }
 }
 
