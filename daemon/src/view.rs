@@ -106,6 +106,12 @@ pub trait CounterView: Send + Sync + 'static {
         None
     }
 
+    /// The program a context runs, as its `CTX_PROGRAM` register reads
+    /// (0 none, else 1 + its index in the scenario's program table).
+    fn ctx_program(&self, _ctx: CtxId) -> Option<u32> {
+        None
+    }
+
     /// One context instance, named by (id, created cycle), whatever its
     /// state. The default searches [`CounterView::contexts`] of every VM.
     fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {

@@ -34,8 +34,8 @@ use gpupm_uapi::pmu::{self, Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    self, CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
+    self, CtxEntry, EventInfo, ListContexts, OpenSampling, OpenStream, RateSample, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, SampleHeader, TenantDelta, Whoami,
 };
 
 /// Rust struct name, C struct tag, size, alignment.
@@ -48,7 +48,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-fn all_structs() -> [StructInfo; 34] {
+fn all_structs() -> [StructInfo; 36] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -74,6 +74,8 @@ fn all_structs() -> [StructInfo; 34] {
         EventInfo => "gpupm_tenant_event_info",
         ReadInstance => "gpupm_tenant_read_instance",
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
+        OpenSampling => "gpupm_tenant_open_sampling",
+        SampleHeader => "gpupm_tenant_sample_header",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -88,7 +90,7 @@ fn all_structs() -> [StructInfo; 34] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 16] = [
+const IOCTL_STRUCTS: [(&str, &str); 17] = [
     ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
@@ -106,6 +108,7 @@ const IOCTL_STRUCTS: [(&str, &str); 16] = [
         "TENANT_IOC_READ_INSTANCE_RATES",
         "gpupm_tenant_read_instance_rates",
     ),
+    ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
@@ -419,6 +422,9 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, dec "GPUPM_TENANT_CTX_STATE_", gpupm_uapi::tenant::ctx_state: ACTIVE, DESTROYED, RETIRED);
     group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
     group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_KIND_", gpupm_uapi::tenant::sampling::sample_kind: BRANCH_STACK, CYCLE, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.define(name, cmd, true, "");
     }
@@ -568,6 +574,8 @@ fn emit_structs(h: &mut Header) {
         "EventInfo",
         "ReadInstance",
         "ReadInstanceRates",
+        "OpenSampling",
+        "SampleHeader",
     ]));
     h.line("");
     h.line(&cbindgen_structs(&["ScopeTotals", "Publish", "Wanted"]));

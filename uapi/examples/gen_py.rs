@@ -87,9 +87,18 @@ pub fn render() -> String {
         ("REG_BUF_LOST", sampling::BUF_LOST),
         ("SAMPLE_REGION", sampling::SAMPLE_REGION),
         ("SAMPLE_SPAN", sampling::SAMPLE_SPAN),
-        ("SAMP_CTRL_BRANCH_ENABLE", u64::from(sampling::samp_ctrl::BRANCH_ENABLE)),
-        ("SAMP_CTRL_CYCLE_ENABLE", u64::from(sampling::samp_ctrl::CYCLE_ENABLE)),
-        ("SIZEOF_BRANCH_SLOT", size_of::<sampling::BranchSlot>() as u64),
+        (
+            "SAMP_CTRL_BRANCH_ENABLE",
+            u64::from(sampling::samp_ctrl::BRANCH_ENABLE),
+        ),
+        (
+            "SAMP_CTRL_CYCLE_ENABLE",
+            u64::from(sampling::samp_ctrl::CYCLE_ENABLE),
+        ),
+        (
+            "SIZEOF_BRANCH_SLOT",
+            size_of::<sampling::BranchSlot>() as u64,
+        ),
         ("SIZEOF_PC_SLOT", size_of::<sampling::PcSlot>() as u64),
     ] {
         c(name, off);

@@ -10,6 +10,10 @@ use std::fmt::Write;
 use std::mem::{offset_of, size_of};
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::sampling::{
+    self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
+};
 use gpupm_uapi::tenant::{
     self, counter_flags, ctx_state, instance_flags, scope, CtxEntry, EventInfo, ListContexts,
     OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, TenantDelta,
@@ -51,6 +55,13 @@ pub fn render() -> String {
         ("CTX_STATE_RETIRED", ctx_state::RETIRED),
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
+        (
+            "SAMPLE_KIND_BRANCH_STACK",
+            u32::from(sample_kind::BRANCH_STACK),
+        ),
+        ("SAMPLE_KIND_CYCLE", u32::from(sample_kind::CYCLE)),
+        ("SAMPLE_FLAGS_SEALED", u32::from(sample_flags::SEALED)),
+        ("PC_RECORD_MAGIC", gpupm_uapi::sampling::PC_RECORD_MAGIC),
     ] {
         c(name, u64::from(v));
     }
@@ -60,6 +71,8 @@ pub fn render() -> String {
         ("MAX_CALLER_VMS", tenant::MAX_CALLER_VMS),
         ("LIST_PAGE", tenant::LIST_PAGE),
         ("RATE_SAMPLES", tenant::RATE_SAMPLES),
+        ("MIN_SAMPLE_PERIOD", ts::MIN_SAMPLE_PERIOD as usize),
+        ("MAX_SAMPLE_DITHER", ts::MAX_SAMPLE_DITHER as usize),
     ] {
         writeln!(s, "{name} = {v}").expect("write to String");
     }
@@ -87,6 +100,12 @@ pub fn render() -> String {
             reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
         ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
             reserved, count, out_flags, clock_khz, reserved2, samples;
+        OpenSampling => "OPEN_SAMPLING": version, scope, id, kinds, period, dither, branch_every,
+            queue_records, flags, reserved, session, device_period, device_dither,
+            device_branch_every, clock_khz, partition, confidential, program, reserved2;
+        SampleHeader => "SAMPLE_HEADER": kind, flags, size, seq, lost_before;
+        PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
+            block, interval;
     }
     s
 }

@@ -17,8 +17,8 @@ use gpupm_uapi::ioctl::{
     DEVICE_IOCTLS,
 };
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
-use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
     ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,

@@ -8,6 +8,6 @@
 
 pub mod plan;
 pub mod reconstruct;
-pub mod session;
 #[cfg(test)]
 mod reconstruct_tests;
+pub mod session;

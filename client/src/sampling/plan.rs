@@ -25,10 +25,6 @@ use gpupm_uapi::sampling::{
 pub const DEFAULT_DRAIN_MS: u64 = 10;
 /// Default margin over the computed bound, in percent.
 pub const DEFAULT_MARGIN_PCT: u32 = 25;
-/// Fewest cycles between two taken branches the daemon assumes when it
-/// does not know the programs (the shortest block of the built-in and
-/// generated programs, see `docs/sampling.md`).
-pub const DEFAULT_MIN_BRANCH_GAP: u64 = 16;
 
 /// Which buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

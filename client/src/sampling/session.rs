@@ -103,7 +103,11 @@ impl TenantClient {
             queue_records: req.queue_records,
             ..OpenSampling::default()
         };
-        self.call("TENANT_IOC_OPEN_SAMPLING", TENANT_IOC_OPEN_SAMPLING, &mut arg)?;
+        self.call(
+            "TENANT_IOC_OPEN_SAMPLING",
+            TENANT_IOC_OPEN_SAMPLING,
+            &mut arg,
+        )?;
         Ok(arg)
     }
 

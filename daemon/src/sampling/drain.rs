@@ -155,14 +155,16 @@ impl DevSampler {
     }
 
     /// Capacities (records) of the branch and PC buffers for `settings`.
-    fn capacities(&self, p: u32, settings: &Settings) -> (u32, u32) {
+    fn capacities(&self, p: u32, settings: &Settings) -> Result<(u32, u32), DevError> {
+        // 0: no program runs on the partition, so no branch is taken.
+        let gap = self.dev.read32(samp(p, s::SAMP_MIN_BRANCH_GAP))?.max(1);
         let planned = plan::plan(
             &SamplerSettings {
                 partition: p,
                 clock_khz: self.clock_khz,
                 cycle_period: settings.cycle.map(|(period, _)| period),
                 branch_every: settings.branch_every,
-                min_branch_gap: plan::DEFAULT_MIN_BRANCH_GAP,
+                min_branch_gap: u64::from(gap),
             },
             plan::DEFAULT_DRAIN_MS * 1000,
             plan::DEFAULT_MARGIN_PCT,
@@ -173,17 +175,17 @@ impl DevSampler {
                 .find(|b| b.record_type == t)
                 .map_or(0, |b| u32::try_from(b.records).unwrap_or(u32::MAX))
         };
-        (
+        Ok((
             cap_of(plan::RecordType::BranchStack),
             cap_of(plan::RecordType::Cycle),
-        )
+        ))
     }
 }
 
 impl SamplerDevice for DevSampler {
     fn program(&self, p: u32, settings: &Settings) -> Result<(), DevError> {
         let mut st = self.lock();
-        let (branch_cap, pc_cap) = self.capacities(p, settings);
+        let (branch_cap, pc_cap) = self.capacities(p, settings)?;
         // Stop both samplers and keep what the buffers hold.
         self.dev.write32(samp(p, s::SAMP_CTRL), 0)?;
         for k in [buf_kind::BRANCH, buf_kind::PC] {

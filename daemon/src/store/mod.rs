@@ -391,6 +391,13 @@ impl CounterView for Store {
         Some(Arc::clone(&self.sampling))
     }
 
+    fn ctx_program(&self, ctx: CtxId) -> Option<u32> {
+        self.dev
+            .read32(regs::ctx(ctx, regs::CTX_PROGRAM))
+            .map_err(|e| tracing::warn!(ctx, error = %e, "reading CTX_PROGRAM failed"))
+            .ok()
+    }
+
     fn vms(&self) -> Vec<VmId> {
         self.read().vms.keys().copied().collect()
     }

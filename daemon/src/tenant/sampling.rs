@@ -69,6 +69,8 @@ pub(super) fn open_sampling(
         _ => None,
     };
     let mut answer = arg;
+    answer.program = ctx.and_then(|c| view.ctx_program(c)).unwrap_or(0);
+    answer.reserved2 = 0;
     answer.partition = partition;
     answer.confidential = u32::from(confidential);
     Ok(SamplingGrant {

@@ -64,7 +64,12 @@ pub(super) fn emit_sampling(h: &mut Header) {
     group!(h, dec "GPUPM_", gpupm_uapi::sampling: BRANCH_PERIOD_MAX, CYCLE_PERIOD_MIN,
         CYCLE_PERIOD_MAX, DEFAULT_DITHER, DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, SKID_CYCLES,
         REFILL_CYCLES, BRANCH_STACK_ENTRIES);
-    h.define("GPUPM_SAMP_DITHER_MAX", s::DITHER_MAX, false, "largest R_MAX");
+    h.define(
+        "GPUPM_SAMP_DITHER_MAX",
+        s::DITHER_MAX,
+        false,
+        "largest R_MAX",
+    );
     group!(h, hex "GPUPM_", gpupm_uapi::sampling: BUF_ALIGN, SAMPLE_SPAN, SAMPLE_REGION,
         BRANCH_RECORD_MAGIC, PC_RECORD_MAGIC);
     h.line(

@@ -103,8 +103,14 @@ pub struct OpenSampling {
     /// Output: 1 when the scope belongs to a confidential VM (records
     /// arrive [`sample_flags::SEALED`]).
     pub confidential: u32,
+    /// Output: for a context session, the program the context runs, as
+    /// `regs::CTX_PROGRAM` reads (0 none, else 1 + its index in the
+    /// scenario's program table); 0 for a VM session.
+    pub program: u32,
+    /// Reserved, output 0.
+    pub reserved2: u32,
 }
-const _: () = assert!(core::mem::size_of::<OpenSampling>() == 72);
+const _: () = assert!(core::mem::size_of::<OpenSampling>() == 80);
 
 /// Header of every record `read()` returns on a sampling session; the
 /// device's record bytes follow (`size` − 24 of them).
