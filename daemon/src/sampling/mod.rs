@@ -309,3 +309,6 @@ fn accepts(e: &mut Entry, r: &Parsed, kind: u16, device: &Settings) -> bool {
         e.thinning.take_branch(device.branch_every.unwrap_or(1))
     }
 }
+
+#[cfg(test)]
+mod tests;
