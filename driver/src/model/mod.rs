@@ -27,6 +27,7 @@ pub mod ledger;
 pub mod mailbox;
 pub mod memory;
 pub mod partition;
+pub mod program;
 pub mod rates;
 pub mod rc;
 mod rng;

@@ -122,6 +122,7 @@ mod example_tests {
         let parsed = parse("example.toml", text);
         let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap_or(u8::MAX));
         let expected = Scenario {
+            programs: Vec::new(),
             name: "example".into(),
             seed: 42,
             clock: ClockSpec {
@@ -177,6 +178,7 @@ mod example_tests {
             ],
             profiles: vec![
                 ProfileSpec {
+                    program: None,
                     name: "gemm".into(),
                     phases: vec![
                         PhaseSpec {
@@ -190,6 +192,7 @@ mod example_tests {
                     ],
                 },
                 ProfileSpec {
+                    program: None,
                     name: "links".into(),
                     phases: vec![PhaseSpec {
                         duration_cycles: 100_000,

@@ -25,6 +25,7 @@ pub fn ev(name: &str) -> u16 {
 /// A profile giving every event of the listed unit types rate `scale` times
 /// a per-event factor, so all counters are active.
 pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
+    program: None,
     let rates = events::CATALOGUE
         .iter()
         .filter(|e| types.contains(&e.unit))
@@ -38,6 +39,7 @@ pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
         })
         .collect();
     ProfileSpec {
+        program: None,
         name: name.into(),
         phases: vec![PhaseSpec {
             duration_cycles: 3_000_000,
@@ -58,6 +60,7 @@ pub const CONTEXT_TYPES: [UnitType; 5] = [
 /// partition 2 runs VM 3 (confidential).
 pub fn small_scenario() -> Scenario {
     Scenario {
+        programs: Vec::new(),
         name: "small".into(),
         seed: 11,
         clock: ClockSpec {
