@@ -26,6 +26,7 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("health", long_help::<crate::health::HealthJson>(one)),
         ("bmc", long_help::<crate::bmc::BmcJson>(one)),
         ("simulate", long_help::<crate::simulate::SimulateJson>(one)),
+        ("plan", long_help::<crate::plan::PlanJson>(one)),
         (
             "events",
             long_help::<Vec<crate::events::EventJson>>("one array"),

@@ -22,7 +22,7 @@ use gpupm_uapi::sampling::{
 };
 
 /// Default drain interval of the daemon's sample buffers, in ms.
-pub const DEFAULT_DRAIN_MS: u64 = 10;
+pub const DEFAULT_DRAIN_MS: u64 = 5;
 /// Default margin over the computed bound, in percent.
 pub const DEFAULT_MARGIN_PCT: u32 = 25;
 

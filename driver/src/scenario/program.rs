@@ -154,10 +154,7 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
             },
             KernelSpec {
                 name: "helper".into(),
-                blocks: vec![
-                    block("body", 7, Exit::Fall),
-                    block("tail", 8, Exit::Ret),
-                ],
+                blocks: vec![block("body", 7, Exit::Fall), block("tail", 8, Exit::Ret)],
             },
         ],
     }

@@ -45,10 +45,17 @@ fn program(raw: &Spanned<RawProgram>) -> Result<ProgramSpec, SpanError> {
     if p.kernel.is_empty() {
         return Err(SpanError::new(
             p.name.span(),
-            format!("program \"{}\" has no kernel; add a [[program.kernel]]", p.name.get_ref()),
+            format!(
+                "program \"{}\" has no kernel; add a [[program.kernel]]",
+                p.name.get_ref()
+            ),
         ));
     }
-    let kernel_names: Vec<&String> = p.kernel.iter().map(|k| k.get_ref().name.get_ref()).collect();
+    let kernel_names: Vec<&String> = p
+        .kernel
+        .iter()
+        .map(|k| k.get_ref().name.get_ref())
+        .collect();
     for (i, k) in p.kernel.iter().enumerate() {
         if kernel_names[..i].contains(&k.get_ref().name.get_ref()) {
             return Err(SpanError::new(
@@ -80,14 +87,22 @@ fn kernel(raw: &Spanned<RawKernel>, kernels: &[&String]) -> Result<KernelSpec, S
     if k.block.is_empty() {
         return Err(SpanError::new(
             k.name.span(),
-            format!("kernel \"{}\" has no block; add a [[program.kernel.block]]", k.name.get_ref()),
+            format!(
+                "kernel \"{}\" has no block; add a [[program.kernel.block]]",
+                k.name.get_ref()
+            ),
         ));
     }
     let names: Vec<String> = k
         .block
         .iter()
         .enumerate()
-        .map(|(i, b)| b.get_ref().name.as_ref().map_or_else(|| format!("b{i}"), |n| n.get_ref().clone()))
+        .map(|(i, b)| {
+            b.get_ref()
+                .name
+                .as_ref()
+                .map_or_else(|| format!("b{i}"), |n| n.get_ref().clone())
+        })
         .collect();
     for (i, b) in k.block.iter().enumerate() {
         if names[..i].contains(&names[i]) {
@@ -127,9 +142,17 @@ fn block(
     }
     let cpi = match (&b.cpi, &b.phase_cpi) {
         (Some(_), Some(pc)) => {
-            return Err(SpanError::new(pc.span(), "give `cpi` or `phase_cpi`, not both"))
+            return Err(SpanError::new(
+                pc.span(),
+                "give `cpi` or `phase_cpi`, not both",
+            ))
         }
-        (None, None) => return Err(SpanError::new(raw.span(), "`cpi` or `phase_cpi` is required")),
+        (None, None) => {
+            return Err(SpanError::new(
+                raw.span(),
+                "`cpi` or `phase_cpi` is required",
+            ))
+        }
         (Some(c), None) => vec![ranged(c, "cpi", 1.0, 64.0)?],
         (None, Some(pc)) if pc.get_ref().is_empty() => {
             return Err(SpanError::new(pc.span(), "`phase_cpi` must not be empty"))
@@ -183,7 +206,10 @@ fn exit(
             out.push((index_of(blocks, &e.get_ref().to, "block")?, p));
         }
         if total > 1.0 + 1e-9 {
-            return Err(SpanError::new(edges.span(), "branch probabilities sum to more than 1"));
+            return Err(SpanError::new(
+                edges.span(),
+                "branch probabilities sum to more than 1",
+            ));
         }
         return Ok(Exit::Branch(out));
     }
@@ -234,7 +260,12 @@ fn index_of(names: &[&String], name: &Spanned<String>, what: &str) -> Result<u16
         .iter()
         .position(|n| *n == name.get_ref())
         .and_then(|i| u16::try_from(i).ok())
-        .ok_or_else(|| SpanError::new(name.span(), format!("unknown {what} \"{}\"", name.get_ref())))
+        .ok_or_else(|| {
+            SpanError::new(
+                name.span(),
+                format!("unknown {what} \"{}\"", name.get_ref()),
+            )
+        })
 }
 
 /// Calls must not recurse nor nest deeper than [`CALL_DEPTH`].
@@ -255,10 +286,16 @@ fn check_call_depth(spec: &ProgramSpec, raw: &RawProgram) -> Result<(), SpanErro
     }
     let span: Range<usize> = raw.name.span();
     match depth(spec, spec.entry, &mut Vec::new()) {
-        None => Err(SpanError::new(span, format!("program \"{}\" calls recursively", spec.name))),
+        None => Err(SpanError::new(
+            span,
+            format!("program \"{}\" calls recursively", spec.name),
+        )),
         Some(d) if d > CALL_DEPTH => Err(SpanError::new(
             span,
-            format!("program \"{}\" nests calls {d} deep; at most {CALL_DEPTH}", spec.name),
+            format!(
+                "program \"{}\" nests calls {d} deep; at most {CALL_DEPTH}",
+                spec.name
+            ),
         )),
         Some(_) => Ok(()),
     }
@@ -296,12 +333,16 @@ mod tests {
             "cpi 0.5 is out of range",
         );
         assert_at(
-            &err(&format!("{HEAD}{block}instructions = 3\ncpi = 1.0\njump = \"nowhere\"\n")),
+            &err(&format!(
+                "{HEAD}{block}instructions = 3\ncpi = 1.0\njump = \"nowhere\"\n"
+            )),
             8,
             "unknown block \"nowhere\"",
         );
         assert_at(
-            &err(&format!("{HEAD}{block}instructions = 3\ncpi = 1.0\ncall = \"main\"\n")),
+            &err(&format!(
+                "{HEAD}{block}instructions = 3\ncpi = 1.0\ncall = \"main\"\n"
+            )),
             2,
             "calls recursively",
         );

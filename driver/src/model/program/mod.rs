@@ -80,7 +80,11 @@ impl Program {
                         row += 1;
                         Block {
                             instructions: b.instructions,
-                            cycles: b.cpi.iter().map(|&c| block_cycles(b.instructions, c)).collect(),
+                            cycles: b
+                                .cpi
+                                .iter()
+                                .map(|&c| block_cycles(b.instructions, c))
+                                .collect(),
                             throttled: b
                                 .cpi
                                 .iter()

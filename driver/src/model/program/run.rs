@@ -138,7 +138,13 @@ impl ProgramRun {
     }
 
     /// Runs `n` context cycles; returns the instructions retired in them.
-    pub fn advance(&mut self, n: u64, prog: &Program, env: &Env<'_>, watch: &mut impl Watch) -> u64 {
+    pub fn advance(
+        &mut self,
+        n: u64,
+        prog: &Program,
+        env: &Env<'_>,
+        watch: &mut impl Watch,
+    ) -> u64 {
         let before = self.retired();
         let end = self.now + n;
         while self.now < end {
@@ -218,7 +224,8 @@ impl ProgramRun {
         match &prog.block(k, b).exit {
             CompiledExit::Fall => fall(self),
             CompiledExit::Branch(edges) => {
-                let draw = rng::hash(env.seed, &[BRANCH_DOMAIN, self.serial, self.draws]) & 0xFFFF_FFFF;
+                let draw =
+                    rng::hash(env.seed, &[BRANCH_DOMAIN, self.serial, self.draws]) & 0xFFFF_FFFF;
                 self.draws += 1;
                 match edges.iter().find(|&&(_, thr)| draw < thr) {
                     Some(&(to, _)) => (k, to, to != next),
@@ -227,7 +234,10 @@ impl ProgramRun {
             }
             CompiledExit::Jump(to) => (k, *to, *to != next),
             CompiledExit::Loop { to, trips } => {
-                let frame = self.frames.last_mut().expect("a running program has a frame");
+                let frame = self
+                    .frames
+                    .last_mut()
+                    .expect("a running program has a frame");
                 let left = match frame.loops.iter().position(|&(l, _)| l == b) {
                     Some(i) => &mut frame.loops[i].1,
                     None => {
