@@ -81,14 +81,14 @@ pub enum Scale {
     },
     /// The samplers' own rates: a branch stack was captured every
     /// `branch_every` taken branches (`branch_records` captured, lost ones
-    /// included) and a cycle sample every `mean_period` cycles on average.
+    /// included), and each cycle sample stands for the cycles it was
+    /// added with ([`Estimator::add_sample`]'s `cycles`: the record's
+    /// interval, P + R + S − A).
     Rates {
         /// Branch-stack records the device produced (delivered + lost).
         branch_records: f64,
         /// N: taken branches per capture.
         branch_every: f64,
-        /// Mean cycles between cycle samples (P + R_MAX/2 + S − A).
-        mean_period: f64,
     },
 }
 
@@ -103,8 +103,9 @@ pub struct Estimator {
     stacks: u64,
     intervals: u64,
     branch_every: u32,
-    samples: BTreeMap<BlockRef, u64>,
+    samples: BTreeMap<BlockRef, (u64, u64)>,
     samples_total: u64,
+    sampled_cycles: u64,
     unknown_samples: u64,
 }
 
@@ -181,6 +182,7 @@ impl Estimator {
             branch_every: 1,
             samples: BTreeMap::new(),
             samples_total: 0,
+            sampled_cycles: 0,
             unknown_samples: 0,
         }
     }
@@ -213,14 +215,46 @@ impl Estimator {
         }
     }
 
-    /// Adds one cycle sample that found the context in `block`.
-    pub fn add_sample(&mut self, block: BlockRef) {
+    /// Adds one cycle sample that found the context in `block` and
+    /// stands for `cycles` cycles (the interval since the previous one).
+    pub fn add_sample(&mut self, block: BlockRef, cycles: u64) {
         if self.shape.instructions(block).is_none() {
             self.unknown_samples += 1;
             return;
         }
-        *self.samples.entry(block).or_default() += 1;
+        let e = self.samples.entry(block).or_default();
+        e.0 += 1;
+        e.1 += cycles;
         self.samples_total += 1;
+        self.sampled_cycles += cycles;
+    }
+
+    /// Adds a device branch-stack record (its valid entries).
+    pub fn add_stack_record(&mut self, r: &gpupm_uapi::sampling::BranchStackRecord) {
+        let n = (r.count as usize).min(r.entries.len());
+        let stack: Vec<TakenBranch> = r.entries[..n]
+            .iter()
+            .map(|e| TakenBranch {
+                from: BlockRef {
+                    kernel: u32::from(e.from_kernel),
+                    block: u32::from(e.from_block),
+                },
+                to: BlockRef {
+                    kernel: u32::from(e.to_kernel),
+                    block: u32::from(e.to_block),
+                },
+            })
+            .collect();
+        self.add_branch_stack(&stack);
+    }
+
+    /// Adds a device PC record (its block, standing for its interval).
+    pub fn add_pc_record(&mut self, r: &gpupm_uapi::sampling::PcRecord) {
+        let block = BlockRef {
+            kernel: u32::from(r.kernel),
+            block: u32::from(r.block),
+        };
+        self.add_sample(block, u64::from(r.interval));
     }
 
     /// Cycle samples added (known blocks only).
@@ -238,19 +272,19 @@ impl Estimator {
         let walks_counted: u64 = self.walks_total;
         let intervals = self.stacks_intervals();
         // Instructions per walk-count of an instruction, and cycles per sample.
-        let (inst_per_walk, cycles_per_sample) = match scale {
+        // Instructions per walked instruction, and cycles per sampled cycle.
+        let (inst_per_walk, cycle_scale) = match scale {
             Scale::Totals {
                 instructions,
                 cycles,
             } => (
                 ratio(instructions, walked_instructions),
-                ratio(cycles, self.samples_total as f64),
+                ratio(cycles, self.sampled_cycles as f64),
             ),
             Scale::Rates {
                 branch_records,
                 branch_every,
-                mean_period,
-            } => (ratio(branch_records * branch_every, intervals), mean_period),
+            } => (ratio(branch_records * branch_every, intervals), 1.0),
         };
         let overlap = self.overlap();
         let mut kernels: BTreeMap<u32, KernelEstimate> = BTreeMap::new();
@@ -262,10 +296,10 @@ impl Estimator {
             .collect();
         for b in keys {
             let walks = self.walks.get(&b).copied().unwrap_or(0);
-            let samples = self.samples.get(&b).copied().unwrap_or(0);
+            let (samples, weight) = self.samples.get(&b).copied().unwrap_or((0, 0));
             let inst =
                 walks as f64 * self.shape.instructions(b).unwrap_or(0) as f64 * inst_per_walk;
-            let cycles = samples as f64 * cycles_per_sample;
+            let cycles = weight as f64 * cycle_scale;
             let cpi = ratio(cycles, inst);
             let rse = self.relative_error(walks, samples, overlap);
             let k = kernels.entry(b.kernel).or_insert_with(|| KernelEstimate {

@@ -45,9 +45,9 @@ fn walks_count_every_block_between_consecutive_taken_branches() {
         br(b(0, 0), b(0, 1)),
     ]);
     for block in [0, 1, 2, 4] {
-        e.add_sample(b(0, block));
+        e.add_sample(b(0, block), 100);
     }
-    e.add_sample(b(7, 0));
+    e.add_sample(b(7, 0), 100);
     let est = e.estimate(Scale::Totals {
         instructions: 1.0,
         cycles: 1.0,
@@ -113,14 +113,16 @@ fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
     };
     let mut stack: Vec<TakenBranch> = Vec::new();
     let (mut cycle, mut block, mut since_capture) = (0u64, 0usize, 0u32);
-    let mut next_sample = period + rng.next() % (r_max + 1);
+    let mut interval = period + rng.next() % (r_max + 1);
+    let mut next_sample = interval;
     while cycle < total {
         let spent = inst[block] * CPI[block];
         run.executions[block] += 1;
         run.cycles[block] += spent;
         while next_sample < cycle + spent {
-            run.estimator.add_sample(b(0, block as u32));
-            next_sample += period + rng.next() % (r_max + 1);
+            run.estimator.add_sample(b(0, block as u32), interval);
+            interval = period + rng.next() % (r_max + 1);
+            next_sample += interval;
         }
         cycle += spent;
         let taken = match block {
@@ -193,7 +195,6 @@ fn rates_scale_needs_no_counters() {
     let est = r.estimator.estimate(Scale::Rates {
         branch_records: r.captures as f64,
         branch_every: f64::from(n),
-        mean_period: period as f64 + r_max as f64 / 2.0,
     });
     let total_inst: u64 = r.executions.iter().zip(&inst).map(|(e, i)| e * i).sum();
     let est_inst: f64 = est.kernels.iter().map(|k| k.instructions).sum();
