@@ -30,6 +30,7 @@ pub mod partition;
 pub mod program;
 pub mod rates;
 pub mod rc;
+pub mod sampling;
 mod rng;
 pub mod topology;
 pub mod trigger;

@@ -9,8 +9,9 @@
 
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegBatch, Reset, DEVICE_IOCTLS,
-    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
+    ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegBatch, Reset,
+    DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER,
+    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_RESET,
     IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
 };
 use gpupm_uapi::regs;
@@ -66,7 +67,8 @@ pub fn dispatch(
             Ok(IoctlReply::ok(&arg))
         }
         _ if ioc::ty(cmd) == IOC_MAGIC
-            && ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
+            && (ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS))
             && !backend.debug_ledger() =>
         {
             // The ledger is the emulator's oracle, not part of the device:
@@ -96,6 +98,24 @@ pub fn dispatch(
             out.scope = arg.scope;
             out.id = arg.id;
             Ok(IoctlReply::ok(&out))
+        }
+        GPUPM_IOC_LEDGER_BLOCKS => {
+            let arg: BlockLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let outputs_zero = arg.count == 0
+                && arg.total == 0
+                && arg.ctx_cycles == 0
+                && arg.rows.iter().all(|r| *r == Default::default())
+                && arg.envelope == Default::default()
+                && arg.tag == [0; 16];
+            if !outputs_zero || arg.ctx == 0 {
+                return Err(malformed(format!(
+                    "block ledger query for ctx {} with non-zero output fields",
+                    arg.ctx
+                )));
+            }
+            Ok(IoctlReply::ok(&backend.ledger_blocks(arg.ctx, arg.first)?))
         }
         GPUPM_IOC_RESET => {
             let arg: Reset = decode(input)?;

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
 pub mod gen;
+pub mod sampling;
 
 use gpupm_driver::model::cc::BootIds;
 use gpupm_driver::model::{Device, EngineKind};
@@ -25,7 +26,6 @@ pub fn ev(name: &str) -> u16 {
 /// A profile giving every event of the listed unit types rate `scale` times
 /// a per-event factor, so all counters are active.
 pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
-    program: None,
     let rates = events::CATALOGUE
         .iter()
         .filter(|e| types.contains(&e.unit))

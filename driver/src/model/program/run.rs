@@ -94,6 +94,9 @@ pub struct ProgramRun {
     draws: u64,
     branches: u64,
     rows: Vec<Row>,
+    /// (instructions, cycles) of the running block that a reset left out
+    /// of its row.
+    skip: (u64, u64),
 }
 
 /// Random-draw domain of branch decisions.
@@ -116,6 +119,7 @@ impl ProgramRun {
             draws: 0,
             branches: 0,
             rows: vec![[0; 3]; prog.rows],
+            skip: (0, 0),
         }
     }
 
@@ -191,8 +195,9 @@ impl ProgramRun {
         let (k, b) = (self.kernel(), self.block);
         let block = prog.block(k, b);
         let row = &mut self.rows[block.row];
-        row[1] += u64::from(block.instructions);
-        row[2] += self.block_cycles;
+        let (skip_i, skip_c) = std::mem::take(&mut self.skip);
+        row[1] += u64::from(block.instructions) - skip_i;
+        row[2] += self.block_cycles - skip_c;
         self.retired_done += u64::from(block.instructions);
         let (to_k, to_b, taken) = self.successor(prog, env, k, b);
         if taken {
@@ -287,6 +292,13 @@ impl ProgramRun {
         }
     }
 
+    /// Zeroes the per-block ledger (device reset): the running block's
+    /// cycles and instructions so far are left out of it.
+    pub fn clear_truth(&mut self) {
+        self.rows.iter_mut().for_each(|r| *r = [0; 3]);
+        self.skip = (self.partial_insts(), self.now - self.block_start.min(self.now));
+    }
+
     /// The ledger rows of the program, with the running block's partial
     /// execution included.
     pub fn truth(&self, prog: &Program) -> Vec<BlockTruth> {
@@ -300,8 +312,8 @@ impl ProgramRun {
                 let (kernel, block) = prog.row_id(row);
                 let (mut insts, mut cycles) = (r[1], r[2]);
                 if current == Some(row) {
-                    insts += self.partial_insts();
-                    cycles += self.now - self.block_start;
+                    insts += self.partial_insts() - self.skip.0;
+                    cycles += self.now - self.block_start - self.skip.1;
                 }
                 BlockTruth {
                     kernel,
