@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use gpupm_client::sampling::plan::{self, BufferPlan, SamplerSettings};
-use gpupm_driver::model::program::Program;
 use gpupm_driver::scenario::{self, Scenario};
 use gpupm_uapi::sampling::{DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD};
 
@@ -42,35 +41,25 @@ pub fn scenario_plan(
     branch_every: u32,
     margin_pct: u32,
 ) -> Vec<BufferPlan> {
-    let gap = min_branch_gap(scenario);
     scenario
         .partitions
         .iter()
         .flat_map(|p| {
+            // The device's SAMP_MIN_BRANCH_GAP of the slot, which gpupmd sizes with.
+            let gap = scenario.min_branch_gap(p.slot);
             plan::plan(
                 &SamplerSettings {
                     partition: p.slot,
                     clock_khz: scenario.clock.khz,
                     cycle_period: Some(period),
                     branch_every: (gap > 0).then_some(branch_every),
-                    min_branch_gap: gap,
+                    min_branch_gap: gap.max(1),
                 },
                 drain_ms.saturating_mul(1000),
                 margin_pct,
             )
         })
         .collect()
-}
-
-/// Fewest cycles between two taken branches of any program the scenario
-/// can run (0 when it runs none): a bound for every partition.
-fn min_branch_gap(scenario: &Scenario) -> u64 {
-    scenario
-        .program_table()
-        .iter()
-        .map(|spec| Program::compile(spec).min_branch_gap)
-        .min()
-        .unwrap_or(0)
 }
 
 /// `gpupm plan --json`.
