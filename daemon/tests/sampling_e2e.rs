@@ -287,3 +287,136 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
     }
     driver.stop();
 }
+
+/// Runs `argv` as `uid` through `setpriv` while the device advances;
+/// returns its stdout.
+fn run_while_advancing(
+    argv: &[&std::path::Path],
+    args: &[String],
+    uid: u32,
+    cwd: &std::path::Path,
+    dev: &DevNode,
+    daemon: &mut harness::Proc,
+) -> String {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .args(argv)
+        .args(args)
+        .current_dir(cwd)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("setpriv (util-linux) runs the example");
+    let mut steps = 0;
+    while child.try_wait().expect("wait").is_none() {
+        dev.advance(STEP).expect("advance");
+        assert!(
+            wait_idle(dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
+        steps += 1;
+        assert!(steps < 1_000_000, "{argv:?} never finished");
+    }
+    let out = child.wait_with_output().expect("output");
+    assert!(
+        out.status.success(),
+        "{argv:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// (samples, cycles, lost) of an example's output; every line checked.
+fn parse_example(out: &str) -> (u64, u64, u64) {
+    let (mut n, mut cycles, mut lost) = (0, 0, None);
+    for line in out.lines() {
+        let f: Vec<u64> = line
+            .split(' ')
+            .skip(1)
+            .map(|x| x.parse().expect("number"))
+            .collect();
+        match line.split(' ').next() {
+            Some("block") => {
+                n += f[2];
+                cycles += f[3];
+            }
+            Some("lost") => lost = Some(f[0]),
+            _ => panic!("unexpected line {line:?}"),
+        }
+    }
+    (n, cycles, lost.expect("a lost line"))
+}
+
+#[test]
+fn the_c_and_python_session_examples_read_their_contexts_samples() {
+    let tmp = TempDir::new("sampling-examples");
+    let driver = Driver::start(&tmp, BUILTIN_TOML);
+    let dev = driver.card();
+    let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
+    daemon.wait_for("READY=1");
+    for _ in 0..64 {
+        dev.advance(STEP).expect("advance");
+        assert!(
+            wait_idle(&dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
+    }
+    let (gemm, _) = ctx_running(&dev, 1, "gemm");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let exe = tmp.join("tenant_sample");
+    let built = std::process::Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
+        .arg(root.join("include"))
+        .arg(root.join("examples/c/tenant_sample.c"))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("this test needs a C compiler as `cc`");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    for f in ["tenant_sample.py", "gpupm_tenant.py"] {
+        std::fs::copy(root.join("examples/python").join(f), tmp.join(f)).expect("stage python");
+    }
+    let node = tmp.join("tenant").join("node");
+    let args = [gemm.to_string(), "2000".into(), node.display().to_string()];
+    let python = std::path::PathBuf::from("/usr/bin/python3");
+    let script = tmp.join("tenant_sample.py");
+    for argv in [
+        vec![exe.as_path()],
+        vec![python.as_path(), script.as_path()],
+    ] {
+        let out = run_while_advancing(&argv, &args, UID_A, &tmp.0, &dev, &mut daemon);
+        let (n, cycles, lost) = parse_example(&out);
+        assert_eq!((n, lost), (2000, 0), "{argv:?}:\n{out}");
+        // Each sample stands for P + R + S − A cycles, R in 0..=255.
+        let (lo, hi) = (n * (4096 + 12 - 8), n * (4096 + 255 + 12 - 8));
+        assert!(
+            (lo..=hi).contains(&cycles),
+            "{argv:?}: {cycles} cycles for {n} samples"
+        );
+    }
+    // Another tenant's context: the example fails with EACCES.
+    let out = std::process::Command::new("setpriv")
+        .arg(format!("--reuid={UID_B}"))
+        .arg(format!("--regid={UID_B}"))
+        .arg("--clear-groups")
+        .arg(&exe)
+        .args(&args)
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "{out:?}"
+    );
+    driver.stop();
+}
