@@ -152,8 +152,8 @@ fn score(
     let mut checked = 0;
     for b in got["blocks"].as_array().unwrap() {
         let (k, blk, cpi, n) = (
-            b[0].as_u64().unwrap() as u32,
-            b[1].as_u64().unwrap() as u32,
+            u32::try_from(b[0].as_u64().unwrap()).unwrap(),
+            u32::try_from(b[1].as_u64().unwrap()).unwrap(),
             b[2].as_f64(),
             b[3].as_u64().unwrap(),
         );

@@ -19,6 +19,9 @@ use tenant_fixture::sampler::pc_batch;
 use tenant_fixture::*;
 use zerocopy::IntoBytes;
 
+/// Makes a valid request malformed in one way.
+type Spoil = fn(&mut OpenSampling);
+
 fn valid() -> OpenSampling {
     OpenSampling {
         version: TENANT_STRUCT_VERSION,
@@ -60,7 +63,7 @@ fn malformed_requests_are_einval_and_change_nothing() {
     let before = digest(&m);
     let got = run_as(&Cred::tenant_a(), || {
         let c = TenantClient::open(&m.path).expect("open");
-        let bad: Vec<(&str, fn(&mut OpenSampling))> = vec![
+        let bad: Vec<(&str, Spoil)> = vec![
             ("version", |a| a.version = 2),
             ("flags", |a| a.flags = 1),
             ("reserved", |a| a.reserved = 1),

@@ -71,7 +71,8 @@ fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> Tally {
             for k in [buf_kind::BRANCH, buf_kind::PC] {
                 let head = r(&mut dev, samp(p, s::buf(k, s::BUF_HEAD)), 4);
                 let tail = r(&mut dev, samp(p, s::buf(k, s::BUF_TAIL)), 4);
-                read[i * 2 + k as usize] += (head as u32).wrapping_sub(tail as u32) as u64;
+                // Indices are 32-bit registers, modulo 2^32.
+                read[i * 2 + k as usize] += head.wrapping_sub(tail) & u64::from(u32::MAX);
                 w(&mut dev, samp(p, s::buf(k, s::BUF_TAIL)), head);
             }
         }

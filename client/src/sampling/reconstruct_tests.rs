@@ -9,6 +9,10 @@ fn b(kernel: u32, block: u32) -> BlockRef {
     BlockRef { kernel, block }
 }
 
+fn idx(i: usize) -> u32 {
+    u32::try_from(i).expect("block index")
+}
+
 fn br(from: BlockRef, to: BlockRef) -> TakenBranch {
     TakenBranch { from, to }
 }
@@ -120,7 +124,7 @@ fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
         run.executions[block] += 1;
         run.cycles[block] += spent;
         while next_sample < cycle + spent {
-            run.estimator.add_sample(b(0, block as u32), interval);
+            run.estimator.add_sample(b(0, idx(block)), interval);
             interval = period + rng.next() % (r_max + 1);
             next_sample += interval;
         }
@@ -133,7 +137,7 @@ fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
         };
         let next = taken.unwrap_or(block + 1);
         if taken.is_some() {
-            stack.push(br(b(0, block as u32), b(0, next as u32)));
+            stack.push(br(b(0, idx(block)), b(0, idx(next))));
             if stack.len() > 32 {
                 stack.remove(0);
             }

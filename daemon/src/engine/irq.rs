@@ -105,10 +105,7 @@ pub fn run(
                     send(work, stop, Work::Drain(rec.partition))
                 }
                 source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
-                    // The drain thread only stops with the engine.
-                    if to.samples.send(rec.partition).is_err() && !stop.load(Ordering::Acquire) {
-                        tracing::error!("the sample-drain thread is gone");
-                    }
+                    send_drain(to.samples, stop, rec.partition)
                 }
                 source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
                 source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
@@ -138,6 +135,14 @@ pub fn run(
 fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
     if work.send(w).is_err() && !stop.load(Ordering::Acquire) {
         tracing::error!(work = ?w, "the worker thread is gone");
+    }
+}
+
+/// Hands partition `p`'s sample buffers to the drain thread (which, like
+/// the worker, only stops with the engine).
+fn send_drain(samples: &Sender<u32>, stop: &AtomicBool, p: u32) {
+    if samples.send(p).is_err() && !stop.load(Ordering::Acquire) {
+        tracing::error!("the sample-drain thread is gone");
     }
 }
 

@@ -121,7 +121,7 @@ impl DevSampler {
         let (head, tail) = (reg32(regs[0].value), reg32(regs[1].value));
         let (lost, addr) = (regs[2].value, regs[3].value);
         let fill = head.wrapping_sub(tail).min(b.cap);
-        let slot = s::slot_size(k) as usize;
+        let slot = usize::try_from(s::slot_size(k)).unwrap_or(usize::MAX);
         let mut batch = Batch {
             partition: p,
             kind: kind_bit(k),
@@ -130,7 +130,7 @@ impl DevSampler {
             lost: lost.saturating_sub(b.last_lost),
         };
         let mut scratch = std::mem::take(&mut st.scratch);
-        let per_chunk = (CHUNK_BYTES / slot).max(1) as u32;
+        let per_chunk = u32::try_from((CHUNK_BYTES / slot).max(1)).unwrap_or(u32::MAX);
         let mut done = 0u32;
         while done < fill {
             let idx = tail.wrapping_add(done) % b.cap;

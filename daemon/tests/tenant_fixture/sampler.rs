@@ -36,7 +36,7 @@ pub fn pc_batch(partition: u32, slots: &[(u32, u32, u64, u16)]) -> Batch {
         };
         let rec = PcRecord {
             magic: PC_RECORD_MAGIC,
-            partition: partition as u16,
+            partition: u16::try_from(partition).expect("partition slot"),
             vm,
             ctx,
             seq: i as u64 + 1,
