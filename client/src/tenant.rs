@@ -356,6 +356,13 @@ impl TenantClient {
     }
 }
 
+impl TenantClient {
+    /// The node's open file (reads of session records).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+}
+
 impl AsFd for TenantClient {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()

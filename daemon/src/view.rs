@@ -100,6 +100,18 @@ pub trait CounterView: Send + Sync + 'static {
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
 
+    /// The sampling plane, when the daemon samples (the default: none;
+    /// the node then answers `TENANT_IOC_OPEN_SAMPLING` with ENOTTY).
+    fn sampling(&self) -> Option<Arc<crate::sampling::Plane>> {
+        None
+    }
+
+    /// The program a context runs, as its `CTX_PROGRAM` register reads
+    /// (0 none, else 1 + its index in the scenario's program table).
+    fn ctx_program(&self, _ctx: CtxId) -> Option<u32> {
+        None
+    }
+
     /// One context instance, named by (id, created cycle), whatever its
     /// state. The default searches [`CounterView::contexts`] of every VM.
     fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {

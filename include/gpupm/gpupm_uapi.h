@@ -1055,6 +1055,16 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_TENANT_INSTANCE_FLAGS_LATEST 0x1
 /** Every defined bit. */
 #define GPUPM_TENANT_INSTANCE_FLAGS_ALL 0x1
+#define GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK 0x1
+#define GPUPM_TENANT_SAMPLE_KIND_CYCLE 0x2
+#define GPUPM_TENANT_SAMPLE_KIND_ALL 0x3
+#define GPUPM_TENANT_SAMPLE_FLAGS_SEALED 0x1
+#define GPUPM_TENANT_MIN_SAMPLE_PERIOD 256
+#define GPUPM_TENANT_MAX_SAMPLE_PERIOD 1073741824
+#define GPUPM_TENANT_MAX_SAMPLE_DITHER 4095
+#define GPUPM_TENANT_MAX_BRANCH_EVERY 1048576
+#define GPUPM_TENANT_DEFAULT_SESSION_RECORDS 65536
+#define GPUPM_TENANT_MAX_SESSION_RECORDS 1048576
 /** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
 /** struct gpupm_tenant_list_contexts. */
@@ -1071,6 +1081,8 @@ static const char *const gpupm_intr_source_names[12] = {
 #define TENANT_IOC_READ_INSTANCE 0xc5105406U
 /** struct gpupm_tenant_read_instance_rates (ABI 1.2). */
 #define TENANT_IOC_READ_INSTANCE_RATES 0xe1b05407U
+/** struct gpupm_tenant_open_sampling (ABI 1.4): make the handle a sampling session. */
+#define TENANT_IOC_OPEN_SAMPLING 0xc0505408U
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
@@ -2249,6 +2261,131 @@ struct gpupm_tenant_read_instance_rates {
 };
 
 /**
+ * `TENANT_IOC_OPEN_SAMPLING`: make this handle a sampling session.
+ *
+ * Input: `version`, `scope` (CONTEXT or
+ * VM), `id`, `kinds` (non-empty subset of
+ * GPUPM_TENANT_SAMPLE_KIND_ALL), `period` (P, with GPUPM_TENANT_SAMPLE_KIND_CYCLE:
+ * `MIN_SAMPLE_PERIOD..=MAX_SAMPLE_PERIOD`, else 0), `dither` (R_MAX,
+ * `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, seed 004 uses 255; 0
+ * without CYCLE),
+ * `branch_every` (N, with GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK:
+ * `1..=MAX_BRANCH_EVERY`, else 0), `queue_records` (0 = default, else
+ * `1..=MAX_SESSION_RECORDS`); `flags` and the reserved fields 0. Output:
+ * the rest.
+ */
+struct gpupm_tenant_open_sampling {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * CONTEXT or VM.
+   */
+  uint32_t scope;
+  /**
+   * Context or VM id.
+   */
+  uint32_t id;
+  /**
+   * Bits of GPUPM_TENANT_SAMPLE_KIND_* (u32 on the wire).
+   */
+  uint32_t kinds;
+  /**
+   * P: cycles between cycle samples before dither.
+   */
+  uint32_t period;
+  /**
+   * R_MAX: the dither is uniform in 0..=R_MAX.
+   */
+  uint32_t dither;
+  /**
+   * N: taken branches per branch-stack capture.
+   */
+  uint32_t branch_every;
+  /**
+   * Records the session queues before it drops (and counts) new ones.
+   */
+  uint32_t queue_records;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Output: session id (unique while the daemon runs).
+   */
+  uint64_t session;
+  /**
+   * Output: the period the device runs for the partition now.
+   */
+  uint32_t device_period;
+  /**
+   * Output: the dither the device runs now.
+   */
+  uint32_t device_dither;
+  /**
+   * Output: the N the device runs now.
+   */
+  uint32_t device_branch_every;
+  /**
+   * Output: nominal device clock in kHz.
+   */
+  uint32_t clock_khz;
+  /**
+   * Output: partition slot the session samples.
+   */
+  uint32_t partition;
+  /**
+   * Output: 1 when the scope belongs to a confidential VM (records
+   * arrive GPUPM_TENANT_SAMPLE_FLAGS_SEALED).
+   */
+  uint32_t confidential;
+  /**
+   * Output: for a context session, the program the context runs, as
+   * `regs::CTX_PROGRAM` reads (0 none, else 1 + its index in the
+   * scenario's program table); 0 for a VM session.
+   */
+  uint32_t program;
+  /**
+   * Reserved, output 0.
+   */
+  uint32_t reserved2;
+};
+
+/**
+ * Header of every record `read()` returns on a sampling session; the
+ * device's record bytes follow (`size` − 24 of them).
+ */
+struct gpupm_tenant_sample_header {
+  /**
+   * One GPUPM_TENANT_SAMPLE_KIND_* bit.
+   */
+  uint16_t kind;
+  /**
+   * Bits of sample_flags.
+   */
+  uint16_t flags;
+  /**
+   * Bytes of the whole record, header included (a multiple of 8).
+   */
+  uint32_t size;
+  /**
+   * Session sequence number (1, 2, …) over all kinds.
+   */
+  uint64_t seq;
+  /**
+   * Records of this kind the session should have received but did not
+   * (device buffer overflow, or the session's queue full) since the
+   * previous record of this kind.
+   */
+  uint64_t lost_before;
+};
+
+/**
  * The cumulative totals of one scope.
  */
 struct gpupm_pmu_scope_totals {
@@ -2602,7 +2739,7 @@ struct gpupm_branch_stack_record {
    */
   uint16_t partition;
   /**
-   * Bits in GPUPM_SAMPLE_FLAGS_*.
+   * Bits in sample_flags.
    */
   uint16_t flags;
   /**
@@ -2657,7 +2794,7 @@ struct gpupm_pc_record {
    */
   uint16_t partition;
   /**
-   * Bits in GPUPM_SAMPLE_FLAGS_* (the clock capability).
+   * Bits in sample_flags (the clock capability).
    */
   uint16_t flags;
   /**
@@ -2856,6 +2993,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_instance) == 1296);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_instance) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_instance_rates) == 8624);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_instance_rates) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_open_sampling) == 80);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_open_sampling) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_sample_header) == 24);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_sample_header) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_scope_totals) == 528);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_scope_totals) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_publish) == 8456);
@@ -2905,6 +3046,7 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_STREAM >> 16) & 0x3fff) == sizeof(struct g
 GPUPM_STATIC_ASSERT(((TENANT_IOC_EVENT_INFO >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_event_info));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_SAMPLING >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_sampling));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);

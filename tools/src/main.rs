@@ -6,6 +6,8 @@
 //! the caller's). Errors are one line on stderr: `gpupm: CAUSE`.
 
 mod bmc;
+mod cpi;
+mod cpi_output;
 mod demo;
 mod derived;
 mod dmon;
@@ -17,6 +19,7 @@ mod health;
 mod list;
 mod node;
 mod output;
+mod plan;
 mod progress;
 mod record;
 mod report;
@@ -62,6 +65,11 @@ enum Command {
     Record(record::Args),
     /// Summarise a recording.
     Report(report::Args),
+    /// Sample-buffer sizes of a scenario, per partition and record type.
+    Plan(plan::Args),
+    /// Sample one of your contexts: kernels and hot blocks with
+    /// instructions, cycles and CPI.
+    Cpi(cpi::Args),
     /// Daemon and device health (admin).
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
@@ -100,6 +108,8 @@ fn main() -> ExitCode {
         Command::Dmon(a) => dmon::run(g, a),
         Command::Record(a) => record::run(g, a),
         Command::Report(a) => report::run(a),
+        Command::Plan(a) => plan::run(a).map_err(CliError::from),
+        Command::Cpi(a) => cpi::run(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
         Command::Simulate(a) => simulate::run(a).map_err(CliError::from),

@@ -164,6 +164,9 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     check("simulate", &sim.out);
     let events = common::run_as(None, &["events".into(), "--json".into()]);
     check("events", &events.out);
+    let plan = common::run_as(None, &["plan".into(), "--json".into()]);
+    assert_eq!(plan.code, 0, "{}", plan.err);
+    check("plan", &plan.out);
 
     let mut f = Fixture::start("json-schemas");
     f.advance_ms(20);
@@ -187,6 +190,46 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     let cfg = f.config.display().to_string();
     check("health", &ok(&f, &["health", "--config", &cfg, "--json"]));
     check("bmc", &ok(&f, &["bmc", "--json"]));
+    // `gpupm cpi` as tenant A on its own context that runs a program.
+    let ctx = (1..gpupm_uapi::regs::MAX_CONTEXTS)
+        .find(|&c| {
+            let reg = |r| f.dev.read32(gpupm_uapi::regs::ctx(c, r)).unwrap_or(0);
+            reg(gpupm_uapi::regs::CTX_VM) == common::VM_A
+                && reg(gpupm_uapi::regs::CTX_STATE) == gpupm_uapi::regs::ctx_state::ACTIVE
+                && reg(gpupm_uapi::regs::CTX_PROGRAM) != 0
+        })
+        .expect("a context of VM A runs a program");
+    let args: Vec<String> = [
+        "cpi",
+        "--ctx",
+        &ctx.to_string(),
+        "--samples",
+        "3000",
+        "--json",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain(["--tenant-node".into(), f.node()])
+    .collect();
+    let mut child = spawn_as(Some(common::UID_A), &args);
+    while child.try_wait().expect("try_wait").is_none() {
+        f.advance_ms(1);
+    }
+    let cpi = finish(child);
+    assert_eq!(cpi.code, 0, "cpi: {}", cpi.err);
+    let doc: Value = serde_json::from_str(&cpi.out).expect("cpi JSON");
+    assert!(
+        doc["samples"].as_u64().is_some_and(|n| n >= 3000),
+        "{}",
+        cpi.out
+    );
+    assert_eq!(doc["lost"], serde_json::json!(0), "{}", cpi.out);
+    assert!(
+        doc["kernels"][0]["cpi"].as_f64().is_some_and(|c| c >= 1.0),
+        "{}",
+        cpi.out
+    );
+    check("cpi", &cpi.out);
     let rec = f.tmp.join("json-schemas.gpupm").display().to_string();
     let args: Vec<String> = ["record", "--vm", "1", "-o", &rec, "--duration", "500ms"]
         .iter()
@@ -206,5 +249,6 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
         "the recording has commits to report: {report}"
     );
     check("report", &report);
+
     f.stop();
 }

@@ -24,6 +24,11 @@
 //! session, or of fewer bytes than one record, fails with EINVAL; once the
 //! daemon ends a session's feed, `read()` returns 0 after the queued records.
 //!
+//! # Sampling sessions (ABI 1.4)
+//! [`TENANT_IOC_OPEN_SAMPLING`] makes a handle a session of branch-stack
+//! and cycle sample records of the caller's own context or VM; see
+//! [`sampling`]. A daemon older than ABI 1.4 answers it with ENOTTY.
+//!
 //! # Context instances
 //! The device reuses a context id once the old context is released, so a
 //! context *instance* is named by (id, created cycle), as
@@ -39,7 +44,10 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::events::MAX_EVENTS;
+
+pub mod sampling;
 use crate::layout::{BlockSlot, StreamSlot};
+pub use sampling::{OpenSampling, SampleHeader};
 
 /// ioctl "type" byte of the tenant node.
 pub const TENANT_IOC_MAGIC: u8 = b'T';
@@ -392,4 +400,6 @@ tenant_ioctls! {
     TENANT_IOC_READ_INSTANCE = read_write(0x06, ReadInstance);
     /// [`ReadInstanceRates`] (ABI 1.2).
     TENANT_IOC_READ_INSTANCE_RATES = read_write(0x07, ReadInstanceRates);
+    /// [`OpenSampling`] (ABI 1.4): make the handle a sampling session.
+    TENANT_IOC_OPEN_SAMPLING = read_write(0x08, OpenSampling);
 }

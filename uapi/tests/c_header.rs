@@ -21,8 +21,8 @@ use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, Page
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,
+    CtxEntry, EventInfo, ListContexts, OpenSampling, OpenStream, RateSample, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, SampleHeader, TenantDelta, Whoami, TENANT_IOCTLS,
 };
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -108,8 +108,7 @@ fn c_header_defines_every_uapi_constant() {
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut missing = Vec::new();
-    for entry in std::fs::read_dir(&src).expect("uapi/src") {
-        let path = entry.expect("dir entry").path();
+    for path in sources(&src) {
         let text = std::fs::read_to_string(&path).expect("read source");
         for name in text
             .lines()
@@ -125,6 +124,20 @@ fn c_header_defines_every_uapi_constant() {
         }
     }
     assert!(missing.is_empty(), "not in the C header: {missing:?}");
+}
+
+/// Every `.rs` file under `dir`, submodules' directories included.
+fn sources(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("uapi source directory") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// `(C struct, [(field, Rust offset)])` for every field of every struct.
@@ -171,6 +184,10 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
             sealed;
         ReadInstanceRates => "gpupm_tenant_read_instance_rates": version, scope, id, flags,
             created_cycle, max, reserved, count, out_flags, clock_khz, reserved2, samples;
+        OpenSampling => "gpupm_tenant_open_sampling": version, scope, id, kinds, period, dither,
+            branch_every, queue_records, flags, reserved, session, device_period, device_dither,
+            device_branch_every, clock_khz, partition, confidential, program, reserved2;
+        SampleHeader => "gpupm_tenant_sample_header": kind, flags, size, seq, lost_before;
         ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
         Publish => "gpupm_pmu_publish": version, count, entries;
         Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;

@@ -73,6 +73,7 @@ mod mount;
 pub mod policy;
 mod pump;
 pub mod requests;
+pub mod sampling;
 pub mod session;
 
 use std::num::NonZeroUsize;

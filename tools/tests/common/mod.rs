@@ -217,6 +217,11 @@ impl Proc {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether it still runs.
     pub fn alive(&mut self) -> bool {
         self.child
@@ -282,13 +287,20 @@ pub struct Fixture {
 impl Fixture {
     /// Starts both processes.
     pub fn start(tag: &str) -> Fixture {
+        Fixture::start_with(tag, &[])
+    }
+
+    /// Like [`Fixture::start`], with further `gpupm-driver` arguments
+    /// (e.g. `--debug-ledger`).
+    pub fn start_with(tag: &str, driver_args: &[&str]) -> Fixture {
         require_root_and_fuse();
         build_helpers();
         let tmp = TempDir::new(tag);
         let bin = |n: &str| Path::new(GPUPM).with_file_name(n);
         let mut cmd = Command::new(bin("gpupm-driver"));
         cmd.args(["--clock", "step", "--node-dir"])
-            .arg(tmp.join("dev"));
+            .arg(tmp.join("dev"))
+            .args(driver_args);
         let driver = Proc::start("driver", cmd, &tmp);
         let metrics_port = free_port();
         let config = tmp.join("gpupmd.toml");

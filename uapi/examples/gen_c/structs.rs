@@ -19,8 +19,8 @@ use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
+    CtxEntry, EventInfo, ListContexts, OpenSampling, OpenStream, RateSample, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, SampleHeader, TenantDelta, Whoami,
 };
 
 use super::Header;
@@ -35,7 +35,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 42] {
+pub fn all_structs() -> [StructInfo; 44] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -63,6 +63,8 @@ pub fn all_structs() -> [StructInfo; 42] {
         EventInfo => "gpupm_tenant_event_info",
         ReadInstance => "gpupm_tenant_read_instance",
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
+        OpenSampling => "gpupm_tenant_open_sampling",
+        SampleHeader => "gpupm_tenant_sample_header",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -83,7 +85,7 @@ pub fn all_structs() -> [StructInfo; 42] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 18] = [
+const IOCTL_STRUCTS: [(&str, &str); 19] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -103,6 +105,7 @@ const IOCTL_STRUCTS: [(&str, &str); 18] = [
         "TENANT_IOC_READ_INSTANCE_RATES",
         "gpupm_tenant_read_instance_rates",
     ),
+    ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
@@ -234,6 +237,8 @@ pub fn emit_structs(h: &mut Header) {
         "EventInfo",
         "ReadInstance",
         "ReadInstanceRates",
+        "OpenSampling",
+        "SampleHeader",
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
