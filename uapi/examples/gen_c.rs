@@ -510,6 +510,7 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, dec "GPUPM_TENANT_CTX_STATE_", gpupm_uapi::tenant::ctx_state: ACTIVE, DESTROYED, RETIRED);
     group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
     group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
+    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }

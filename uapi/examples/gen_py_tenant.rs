@@ -11,9 +11,9 @@ use std::mem::{offset_of, size_of};
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::tenant::{
-    self, counter_flags, ctx_state, instance_flags, scope, CtxEntry, EventInfo, ListContexts,
-    OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, TenantDelta,
-    Whoami,
+    self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
+    KeyState, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates,
+    ReadRates, Rekey, TenantDelta, Whoami,
 };
 
 /// `SIZEOF_<STRUCT>` and `OFF_<STRUCT>_<FIELD>` lines.
@@ -51,6 +51,7 @@ pub fn render() -> String {
         ("CTX_STATE_RETIRED", ctx_state::RETIRED),
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
+        ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
     ] {
         c(name, u64::from(v));
     }
@@ -87,6 +88,8 @@ pub fn render() -> String {
             reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
         ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
             reserved, count, out_flags, clock_khz, reserved2, samples;
+        KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
+        Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
     }
     s
 }

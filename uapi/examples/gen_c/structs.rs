@@ -16,8 +16,8 @@ use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamReco
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
+    CtxEntry, EventInfo, KeyState, ListContexts, OpenStream, RateSample, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, Rekey, TenantDelta, Whoami,
 };
 
 use super::Header;
@@ -32,7 +32,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 29] {
+pub fn all_structs() -> [StructInfo; 31] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -60,6 +60,8 @@ pub fn all_structs() -> [StructInfo; 29] {
         EventInfo => "gpupm_tenant_event_info",
         ReadInstance => "gpupm_tenant_read_instance",
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
+        KeyState => "gpupm_tenant_key_state",
+        Rekey => "gpupm_tenant_rekey",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -67,7 +69,7 @@ pub fn all_structs() -> [StructInfo; 29] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 17] = [
+const IOCTL_STRUCTS: [(&str, &str); 19] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -86,18 +88,23 @@ const IOCTL_STRUCTS: [(&str, &str); 17] = [
         "TENANT_IOC_READ_INSTANCE_RATES",
         "gpupm_tenant_read_instance_rates",
     ),
+    ("TENANT_IOC_KEY_STATE", "gpupm_tenant_key_state"),
+    ("TENANT_IOC_REKEY", "gpupm_tenant_rekey"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 8] = [
+const ARRAY_LENGTHS: [(&str, &str); 11] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
     ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
     ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
     ("RATE_SAMPLES", "GPUPM_TENANT_RATE_SAMPLES"),
+    ("REKEY_NONCE_WORDS", "GPUPM_REKEY_NONCE_WORDS"),
+    ("REKEY_KEY_WORDS", "GPUPM_REKEY_KEY_WORDS"),
+    ("REKEY_TAG_WORDS", "GPUPM_REKEY_TAG_WORDS"),
     ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
     ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
 ];
@@ -210,6 +217,8 @@ pub fn emit_structs(h: &mut Header) {
         "EventInfo",
         "ReadInstance",
         "ReadInstanceRates",
+        "KeyState",
+        "Rekey",
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
