@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
+use gpupm_driver::model::cc::Key;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
+use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
@@ -88,6 +90,25 @@ pub struct Reading {
     pub cycle: u64,
     /// Confidential VM: the daemon holds only ciphertext.
     pub sealed: bool,
+    /// The sealed block slot, for the VM's key to open (when `sealed`).
+    pub slot: Option<Box<BlockSlot>>,
+}
+
+impl Reading {
+    /// Opens a sealed reading with the VM's `key` (a plain one is returned
+    /// as it is).
+    pub fn opened(self, key: Option<&Key>) -> CliResult<Reading> {
+        let (Some(key), Some(slot)) = (key, self.slot.as_deref().filter(|_| self.sealed)) else {
+            return Ok(self);
+        };
+        let block = crate::cc::open_slot(slot, key)?;
+        Ok(Reading {
+            values: block.counters,
+            cycle: block.last_commit_cycle,
+            sealed: false,
+            slot: None,
+        })
+    }
 }
 
 /// `--vm N | --ctx ID[@CYCLE] | --system`.
@@ -234,14 +255,19 @@ impl Node {
                 values: rc.values,
                 cycle: rc.cycle,
                 sealed: sealed(&rc),
+                slot: sealed(&rc).then(|| Box::new(rc.sealed)),
             }),
             Target::Instance { ctx, created_cycle } => self
                 .client
                 .read_instance(ctx, created_cycle, &[])
-                .map(|ri| Reading {
-                    values: ri.values,
-                    cycle: ri.cycle,
-                    sealed: ri.out_flags & counter_flags::SEALED != 0,
+                .map(|ri| {
+                    let sealed = ri.out_flags & counter_flags::SEALED != 0;
+                    Reading {
+                        values: ri.values,
+                        cycle: ri.cycle,
+                        sealed,
+                        slot: sealed.then(|| Box::new(ri.sealed)),
+                    }
                 })
                 .map_err(|e| self.fail_instance(e, t)),
         }

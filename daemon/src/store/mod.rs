@@ -13,6 +13,7 @@
 //! the [`retention`] policy prunes it.
 
 pub mod history;
+pub mod keys;
 pub mod retention;
 pub mod retired;
 
@@ -369,6 +370,10 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn vm_keys(&self) -> Option<&dyn crate::view::VmKeys> {
+        Some(self)
+    }
+
     fn vms(&self) -> Vec<VmId> {
         self.read().vms.keys().copied().collect()
     }
