@@ -12,8 +12,11 @@ use gpupm_client::ops::{read32, reg32, write32};
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::ioctl::MAX_BATCH_OPS;
-use gpupm_uapi::layout::{self, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE};
+use gpupm_uapi::layout::{
+    self, envelope_flags, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE,
+};
 use gpupm_uapi::regs::{self as r, hs_state, part_status, trig_cmd};
+use gpupm_uapi::tenant::counter_flags;
 use zerocopy::IntoBytes;
 
 /// The confidential VM (partition 2).
@@ -242,6 +245,12 @@ impl RegisterMap {
         out
     }
 
+    /// The map without the registers at `skip`.
+    pub fn without(mut self, skip: &[u64]) -> RegisterMap {
+        self.0.retain(|o| !skip.contains(o));
+        self
+    }
+
     /// Number of readable registers.
     pub fn len(&self) -> usize {
         self.0.len()
@@ -283,7 +292,12 @@ pub fn admin_view(admin: &TenantClient) -> Vec<u8> {
     let who = admin.whoami().expect("whoami");
     out.extend_from_slice(who.as_bytes());
     let mut read = |s: Scope| match admin.read_counters(s, &[]) {
-        Ok(rc) => out.extend_from_slice(rc.as_bytes()),
+        Ok(mut rc) => {
+            if rc.flags & counter_flags::SEALED != 0 {
+                mask_sealed(rc.sealed.as_mut_bytes());
+            }
+            out.extend_from_slice(rc.as_bytes());
+        }
         Err(e) => out.extend_from_slice(format!("{s:?}: {e}").as_bytes()),
     };
     read(Scope::System);
@@ -294,6 +308,37 @@ pub fn admin_view(admin: &TenantClient) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Blanks what of a sealed slot (envelope, payload, tag) may differ between
+/// two runs without saying anything about the workload: the ciphertext and
+/// tag (their lengths stay), and the session id, which the device draws
+/// from the OS at every start (public by design). A plain slot is left as
+/// it is.
+pub fn mask_sealed(slot: &mut [u8]) {
+    let flags = u32::from_le_bytes(slot[4..8].try_into().expect("envelope flags"));
+    if flags & envelope_flags::ENCRYPTED == 0 {
+        return;
+    }
+    slot[12..16].fill(0); // session_lo
+    slot[28..32].fill(0); // session_hi
+    slot[32..].fill(0); // payload and tag
+}
+
+/// [`window`] with every sealed slot masked ([`mask_sealed`]).
+pub fn masked_window(dev: &DevNode) -> Vec<u8> {
+    let mut w = window(dev);
+    let blocks =
+        usize::try_from(u64::from(CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) * BLOCK_SLOT_SIZE)
+            .expect("fits");
+    let (block_bytes, rings) = w.split_at_mut(blocks);
+    for slot in block_bytes.chunks_exact_mut(BLOCK_SLOT_SIZE as usize) {
+        mask_sealed(slot);
+    }
+    for slot in rings.chunks_exact_mut(layout::STREAM_SLOT_SIZE as usize) {
+        mask_sealed(slot);
+    }
+    w
 }
 
 /// Sum of all events.
