@@ -7,14 +7,18 @@
 //! - [`TenantClient`] ([`tenant`]): the tenant node served by `gpupmd` —
 //!   the `TENANT_IOC_*` ioctls and stream records, for any user the
 //!   daemon maps to a VM.
+//! - [`page`]: tenant counter pages — the page socket, read-only mappings
+//!   and the sequence-lock reader, and [`CounterReader`], which reads
+//!   through a page when the daemon offers one and through the tenant
+//!   node otherwise.
 //! - [`ops`]: register-op builders for batches.
 //! - [`handshake`]: the context-switch handshake as one sequence over any
 //!   [`RegisterBatch`] executor (the device node, or an in-process model).
 //! - [`paths`]: the well-known paths and names.
 //! - [`config`]: the daemon's configuration file (`gpupmd.toml`), as the
 //!   daemon and the admin tools read it.
-//! - [`sys`]: the ioctl system call, typed and raw (the crate's only
-//!   `unsafe`).
+//! - [`sys`]: the ioctl system call, typed and raw; with `page::sys`
+//!   (mapping pages, received descriptors) the crate's only `unsafe`.
 //!
 //! The ABI itself (numbers, layouts) is [`gpupm_uapi`]; this crate only
 //! carries it to the nodes. It links no async runtime and no FUSE library.
@@ -34,10 +38,12 @@ pub mod config;
 pub mod devnode;
 pub mod handshake;
 pub mod ops;
+pub mod page;
 pub mod paths;
 pub mod sys;
 pub mod tenant;
 
 pub use devnode::{DevError, DevNode, IntrReader};
 pub use handshake::RegisterBatch;
+pub use page::{CounterReader, PageClient};
 pub use tenant::{ClientError, CtxId, Scope, TenantClient, VmId, WhoamiExt};

@@ -19,6 +19,13 @@ pub const DEFAULT_TENANT_DIR: &str = "/run/gpupm/tenant";
 pub const TENANT_NODE_NAME: &str = "node";
 /// The tenant node's full default path.
 pub const DEFAULT_TENANT_NODE: &str = "/run/gpupm/tenant/node";
+/// Directory of the daemon's tenant pages: the page socket and, in a
+/// private subdirectory, the page files (docs/pages.md).
+pub const DEFAULT_PAGES_DIR: &str = "/run/gpupm/pages";
+/// The page socket's full default path.
+pub use gpupm_uapi::page::DEFAULT_PAGES_SOCKET;
+/// The page socket's file name in the pages directory.
+pub use gpupm_uapi::page::PAGES_SOCKET_NAME;
 /// The daemon's configuration file when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/gpupm/gpupmd.toml";
 /// The journal's native-protocol socket: the services log to journald
@@ -40,6 +47,14 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    #[test]
+    fn the_default_page_socket_is_the_socket_in_the_default_pages_directory() {
+        assert_eq!(
+            Path::new(DEFAULT_PAGES_DIR).join(PAGES_SOCKET_NAME),
+            Path::new(DEFAULT_PAGES_SOCKET)
+        );
+    }
 
     #[test]
     fn the_character_device_lives_in_dev_under_its_name() {

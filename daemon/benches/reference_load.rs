@@ -5,13 +5,22 @@
 //! GPU, every counter active, 1 kHz periodic trigger, 8 partitions, 8 VMs,
 //! 512 contexts, context timeslices giving 8 × 25 = 200 switches/s — the
 //! scenario of `gpupm_driver::scenario::synthetic::reference_load`) and the
-//! real `gpupmd`, lets them run for `GPUPM_BENCH_SECS` (default 20) under
-//! the reference load, then `GPUPM_BENCH_PROBE_SECS` (default 5) more with
-//! the visibility probe added, and prints:
+//! real `gpupmd`, and runs four phases:
+//!
+//! 1. the reference load with the 100 tenant clients reading their VMs'
+//!    pages (`GPUPM_BENCH_SECS`, default 20);
+//! 2. the same with a page visibility probe added (`GPUPM_BENCH_PROBE_SECS`,
+//!    default 5): it polls VM 1's page every 100 µs (no daemon work);
+//! 3. the reference load with the 100 clients reading through the tenant
+//!    node's ioctl instead (`GPUPM_BENCH_SECS`), for comparison;
+//! 4. the same with the ioctl visibility probe (`GPUPM_BENCH_PROBE_SECS`),
+//!    which polls every millisecond — as many requests as the hundred
+//!    clients together, so it runs in its own phase;
+//!
+//! and prints:
 //!
 //! - daemon CPU % of one core: utime + stime from `/proc/<pid>/stat` over
-//!   the reference phase (after READY), and separately over the probe
-//!   phase (the probe alone issues as many requests as the 100 clients);
+//!   each phase (after READY);
 //! - daemon RSS (VmRSS at the end, VmHWM beside it);
 //! - handshake latency p50/p99 as the daemon measures it: from the
 //!   interrupt `read()` returning to the unpause register write completing
@@ -23,84 +32,46 @@
 //! - the read() of a perf software counter (PERF_COUNT_SW_TASK_CLOCK) as
 //!   the baseline for tenant reads.
 //!
-//! - tenant counter reads: 100 clients, each reading one VM's totals
-//!   (TENANT_IOC_READ_COUNTERS through the tenant node) at 10 Hz; p50/p99
-//!   of the ioctl, beside the perf baseline;
-//! - trigger-to-tenant-visible: tenants read totals from the device's
-//!   memory blocks through the daemon, so a commit is visible as soon as a
-//!   tenant read returns it. In the probe phase one more client polls VM 1
-//!   every millisecond; when a read shows a new commit it reads the device
-//!   cycle, and (cycle now − commit cycle) / clock is the commit's
-//!   visibility latency (it includes up to one polling interval).
+//! - tenant counter reads: 100 clients, each reading one VM's totals at
+//!   10 Hz, through its page (phase 1) or `TENANT_IOC_READ_COUNTERS`
+//!   (phase 3); p50/p99 of a read, beside the perf baseline;
+//! - commit-to-tenant-visible: when a probe read shows a new commit it
+//!   reads the device cycle, and (cycle now − commit cycle) / clock is the
+//!   commit's visibility latency (up to one polling interval included). A
+//!   page shows a commit once the daemon's next refresh has read the
+//!   block (`[pages] refresh_us`, `GPUPM_BENCH_PAGE_REFRESH_US` here); an
+//!   ioctl reads the block itself.
 //!
 //! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
 //! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
-//!
-//! The last line is JSON.
+//! The load average is printed before and after. The last line is JSON.
 
 #[path = "../tests/harness/mod.rs"]
 mod harness;
+// The reference load's scenario, shared with the pages bench.
+#[path = "load/scenario.rs"]
+mod load;
 // The perf software-counter baseline shared with the driver's node bench.
 #[path = "../../driver/benches/node/perf.rs"]
 mod perf;
+// Page and ioctl readers, visibility probes.
+#[path = "load/clients.rs"]
+mod clients;
+// Daemon CPU time and load average.
+#[path = "load/procfs.rs"]
+mod procfs;
 
 use std::fs;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpupm_uapi::events::{UnitType, CATALOGUE};
+use clients::{Paths, Via};
 use gpupm_uapi::regs as r;
 use harness::{daemon_config, spawn_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;
-
-/// The reference load as a scenario file.
-fn scenario() -> String {
-    let mut s = String::from(
-        "name = \"reference-load\"\nseed = 7\nswitch_timeout_cycles = 3960000\ndevice_profile = \"nvlink\"\n\
-         [trigger]\nperiod_us = 1000\n[stream]\nring_records = 1024\nwatermark = 512\n",
-    );
-    for (name, link) in [("all-active", false), ("nvlink", true)] {
-        s += &format!("[[profile]]\nname = \"{name}\"\n[[profile.phase]]\nduration_cycles = 16777216\n[profile.phase.rates]\n");
-        for e in CATALOGUE
-            .iter()
-            .filter(|e| (e.unit == UnitType::Nvlink) == link)
-        {
-            let full = if e.multibit { 24.0 } else { 0.75 };
-            s += &format!(
-                "{} = {:.4}\n",
-                e.name,
-                full * (0.3 + 0.7 * (f64::from(e.id) * 0.37).fract())
-            );
-        }
-    }
-    for p in 1..=8 {
-        s += &format!(
-            "[[partition]]\nslot = {p}\ngpcs = [{}]\nmemory_slices = [{}]\nctx_timeslice_cycles = 79200000\nvm_timeslice_cycles = 316800000\n",
-            p - 1,
-            p - 1
-        );
-    }
-    for vm in 1..=8 {
-        s += &format!("[[vm]]\nid = {vm}\npartition = {vm}\n");
-    }
-    for i in 0..512 {
-        s += &format!(
-            "[[context]]\nvm = {}\nprofile = \"all-active\"\n",
-            i % 8 + 1
-        );
-    }
-    s
-}
-
-/// utime + stime of `pid` in clock ticks.
-fn cpu_ticks(pid: i32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/pid/stat");
-    // Fields after the parenthesised command name; utime and stime are the
-    // 14th and 15th fields of the whole line.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).expect("stat format");
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
-}
+use procfs::{cpu_during, load_average};
 
 fn status_kib(pid: i32, key: &str) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/pid/status");
@@ -136,15 +107,76 @@ fn perf_read_baseline() -> (u64, u64) {
     (pct(&v, 0.5), pct(&v, 0.99))
 }
 
+fn env_u64(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// One client phase: `clients` readers via `via` for `secs`, then the
+/// probe added for `probe_secs`.
+struct Phase {
+    cpu_pct: f64,
+    cpu_probe_pct: f64,
+    wall: f64,
+    reads: Vec<u64>,
+    visible: Vec<u64>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    via: Via,
+    paths: &Paths,
+    pid: i32,
+    tck: f64,
+    khz: f64,
+    clients: u32,
+    secs: u64,
+    probe_secs: u64,
+) -> Phase {
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers = clients::spawn_readers(clients, via, paths, &stop);
+    let (cpu_pct, wall) = cpu_during(pid, tck, || std::thread::sleep(Duration::from_secs(secs)));
+    let probe_stop = Arc::new(AtomicBool::new(false));
+    let poll = match via {
+        Via::Page => Duration::from_micros(100),
+        Via::Ioctl => Duration::from_millis(1),
+    };
+    let probe = clients::spawn_probe(via, paths, khz, poll, &probe_stop);
+    let (cpu_probe_pct, _) = cpu_during(pid, tck, || {
+        std::thread::sleep(Duration::from_secs(probe_secs));
+    });
+    probe_stop.store(true, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    Phase {
+        cpu_pct,
+        cpu_probe_pct,
+        wall,
+        reads: clients::collect(readers),
+        visible: clients::collect(vec![probe]),
+    }
+}
+
+/// p50 and p99 of sorted samples (0 when empty).
+fn p50_p99(v: &[u64]) -> (u64, u64) {
+    if v.is_empty() {
+        (0, 0)
+    } else {
+        (pct(v, 0.50), pct(v, 0.99))
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
 fn main() {
-    let secs: u64 = std::env::var("GPUPM_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    let probe_secs: u64 = std::env::var("GPUPM_BENCH_PROBE_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let load_before = load_average();
+    let secs = env_u64("GPUPM_BENCH_SECS", 20);
+    let probe_secs = env_u64("GPUPM_BENCH_PROBE_SECS", 5);
+    let clients = u32::try_from(env_u64("GPUPM_BENCH_CLIENTS", 100)).unwrap_or(100);
     let threads = |var| {
         std::env::var(var)
             .ok()
@@ -154,213 +186,129 @@ fn main() {
         threads("GPUPM_NODE_THREADS"),
         threads("GPUPM_TENANT_THREADS"),
     );
+    let refresh = std::env::var("GPUPM_BENCH_PAGE_REFRESH_US").ok();
     let tmp = TempDir::new("bench");
     let driver_args: Vec<String> =
         node_threads.map_or_else(Vec::new, |n| vec!["--threads".into(), n.to_string()]);
-    let driver = Driver::start_with_args(&tmp, &scenario(), "realtime", &driver_args);
+    let driver = Driver::start_with_args(&tmp, &load::scenario(), "realtime", &driver_args);
     let dev = driver.card();
     let tenant_key = tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
+    let pages_key = refresh.as_ref().map_or_else(String::new, |us| {
+        format!(
+            "[pages]\ndir = {:?}\nrefresh_us = {us}\n",
+            tmp.join("pages")
+        )
+    });
     let config = daemon_config(
         &tmp,
-        &format!("{tenant_key}[health]\nsummary_interval_s = 86400\n"),
+        &format!("{tenant_key}{pages_key}[health]\nsummary_interval_s = 86400\n"),
     );
     let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");
     let pid = daemon.pid().as_raw();
     let parts: Vec<u64> = (1..=8).map(|p| r::part(p, r::PART_SWITCHES)).collect();
-    let switches0: u64 = dev.read_many(&parts).expect("switches").iter().sum();
     let fb_regs: Vec<u64> = (1..=8).map(|p| r::part(p, r::PART_FALLBACKS)).collect();
-    let fallbacks0: u64 = dev.read_many(&fb_regs).expect("fallbacks").iter().sum();
-
-    let tck = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    let node = tmp.join("tenant").join("node");
+    let sum = |regs: &[u64]| -> u64 { dev.read_many(regs).expect("registers").iter().sum() };
+    let (switches0, fallbacks0) = (sum(&parts), sum(&fb_regs));
+    let tck = procfs::ticks_per_s();
     let khz = f64::from(dev.read32(r::CLOCK_KHZ).expect("clock"));
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    // GPUPM_BENCH_CLIENTS (default 100, the reference load) tenant clients.
-    let clients: u32 = std::env::var("GPUPM_BENCH_CLIENTS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(100);
-    let readers: Vec<_> = (0..clients)
-        .map(|i| {
-            let (node, stop) = (node.clone(), std::sync::Arc::clone(&stop));
-            // Spread the clients' phases over the 100 ms period, as
-            // independent tenants would be.
-            let phase = Duration::from_micros(u64::from(i) * 997);
-            std::thread::spawn(move || tenant_reader(&node, i % 8 + 1, phase, &stop))
-        })
-        .collect();
-    // The reference load alone: what the CPU and RSS goals are about.
-    let (t0, c0) = (Instant::now(), cpu_ticks(pid));
-    std::thread::sleep(Duration::from_secs(secs));
-    let (wall, c1) = (t0.elapsed().as_secs_f64(), cpu_ticks(pid));
-    let cpu_pct = (c1 - c0) as f64 / tck / wall * 100.0;
+    let paths = Paths {
+        node: tmp.join("tenant").join("node"),
+        pages: tmp.join("pages").join("socket"),
+        dev: tmp.join("dev"),
+    };
+
+    let paged = phase(Via::Page, &paths, pid, tck, khz, clients, secs, probe_secs);
+    let switches_paged = sum(&parts) - switches0;
     let rss_mib = status_kib(pid, "VmRSS:") as f64 / 1024.0;
-    let switches: u64 = dev.read_many(&parts).expect("switches").iter().sum::<u64>() - switches0;
-    // Then the visibility probe on top: it polls at 1 kHz, as many requests
-    // as the hundred clients together, so it runs in its own phase rather
-    // than inflating the reference load's CPU figure.
-    let probe_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watcher = {
-        let (node, stop, node_dir) = (
-            node.clone(),
-            std::sync::Arc::clone(&probe_stop),
-            tmp.join("dev"),
-        );
-        std::thread::spawn(move || visibility_watcher(&node, &node_dir, khz, &stop))
-    };
-    let (t1, c2) = (Instant::now(), cpu_ticks(pid));
-    std::thread::sleep(Duration::from_secs(probe_secs));
-    let (probe_wall, c3) = (t1.elapsed().as_secs_f64(), cpu_ticks(pid));
-    probe_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let cpu_probe_pct = (c3 - c2) as f64 / tck / probe_wall * 100.0;
-    let mut reads: Vec<u64> = readers
-        .into_iter()
-        .flat_map(|h| h.join().expect("reader"))
-        .collect();
-    reads.sort_unstable();
-    let mut visible = watcher.join().expect("watcher");
-    visible.sort_unstable();
-    let (read_p50, read_p99) = if reads.is_empty() {
-        (0, 0)
-    } else {
-        (pct(&reads, 0.50), pct(&reads, 0.99))
-    };
-    let visible_p99_ms = pct(&visible, 0.99) as f64 / 1e6;
-    let visible_p50_ms = pct(&visible, 0.50) as f64 / 1e6;
+    let ioctl = phase(Via::Ioctl, &paths, pid, tck, khz, clients, secs, probe_secs);
     let hwm_mib = status_kib(pid, "VmHWM:") as f64 / 1024.0;
-    let all_switches: u64 =
-        dev.read_many(&parts).expect("switches").iter().sum::<u64>() - switches0;
-    let fallbacks: u64 = dev
-        .read_many(&fb_regs)
-        .expect("fallbacks")
-        .iter()
-        .sum::<u64>()
-        - fallbacks0;
+    let (all_switches, fallbacks) = (sum(&parts) - switches0, sum(&fb_regs) - fallbacks0);
     let (perf_p50, perf_p99) = perf_read_baseline();
+    let load_after = load_average();
 
     let exit = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(exit.success(), "gpupmd exit {exit}:\n{}", daemon.log());
     let log = daemon.log();
-    let hs_p50 =
-        log_field(&log, "handshake_p50_us").expect("handshake_p50_us in the final summary");
-    let hs_p99 =
-        log_field(&log, "handshake_p99_us").expect("handshake_p99_us in the final summary");
-    let handshakes = log_field(&log, "handshakes").unwrap_or(0.0);
-    let response_max = log_field(&log, "handshake_response_max_us").unwrap_or(0.0);
-    let failed = log
-        .lines()
-        .filter(|l| l.contains("handshake failed"))
-        .count();
-    let abandoned = log
-        .lines()
-        .filter(|l| l.contains("handshake abandoned"))
-        .count();
-    for line in log
-        .lines()
-        .filter(|l| l.contains("handshake failed"))
-        .take(3)
-    {
-        eprintln!("gpupmd: {line}");
-    }
-    let lost = log_field(&log, "lost_records").unwrap_or(0.0);
+    let field = |key| log_field(&log, key).unwrap_or(0.0);
+    let (hs_p50, hs_p99) = (field("handshake_p50_us"), field("handshake_p99_us"));
+    let (handshakes, response_max, lost) = (
+        field("handshakes"),
+        field("handshake_response_max_us"),
+        field("lost_records"),
+    );
+    let count = |what: &str| log.lines().filter(|l| l.contains(what)).count();
+    let (failed, abandoned) = (count("handshake failed"), count("handshake abandoned"));
     driver.stop();
 
+    let (page_p50, page_p99) = p50_p99(&paged.reads);
+    let (read_p50, read_p99) = p50_p99(&ioctl.reads);
+    let (pvis_p50, pvis_p99) = p50_p99(&paged.visible);
+    let (vis_p50, vis_p99) = p50_p99(&ioctl.visible);
     let shown = |n: Option<usize>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
+    println!("load average              {load_before} before, {load_after} after");
     println!(
-        "serving threads           driver {}, tenant node {}",
+        "serving threads           driver {}, tenant node {}; page refresh {} µs",
         shown(node_threads),
-        shown(tenant_threads)
+        shown(tenant_threads),
+        refresh.as_deref().unwrap_or("default")
     );
-    println!("run                       {wall:.1} s reference load + {probe_wall:.1} s with the visibility probe");
-    println!("switches                  {switches} in the reference phase ({:.0}/s); {all_switches} in all, {fallbacks} by fallback; daemon lifetime: {handshakes} host handshakes, {lost} lost records", switches as f64 / wall);
-    println!("daemon CPU                {cpu_pct:.2} % of one core (goal < 5 %); {cpu_probe_pct:.2} % with the 1 kHz visibility probe added");
+    println!(
+        "run                       2 x ({:.1} s reference load + {probe_secs} s with a visibility probe)",
+        paged.wall
+    );
+    println!("switches                  {switches_paged} in the page phase ({:.0}/s); {all_switches} in all, {fallbacks} by fallback; daemon lifetime: {handshakes} host handshakes, {lost} lost records", switches_paged as f64 / paged.wall);
+    println!(
+        "daemon CPU, page clients  {:.2} % of one core (goal < 2 %); {:.2} % with the page probe",
+        paged.cpu_pct, paged.cpu_probe_pct
+    );
+    println!(
+        "daemon CPU, ioctl clients {:.2} % of one core; {:.2} % with the 1 kHz ioctl probe",
+        ioctl.cpu_pct, ioctl.cpu_probe_pct
+    );
     println!("daemon RSS                {rss_mib:.1} MiB (peak {hwm_mib:.1} MiB; goal < 64 MiB)");
     println!(
         "handshake latency         p50 {hs_p50:.1} µs   p99 {hs_p99:.1} µs (goal p99 < 500 µs)"
     );
     println!("handshake errors          {failed} failed, {abandoned} abandoned to the fallback");
-    println!(
-        "switch request → pause    max {response_max:.0} µs of device time (the fallback timeout is 2,000 µs)"
-    );
+    println!("switch request → pause    max {response_max:.0} µs of device time (the fallback timeout is 2,000 µs)");
     println!("perf counter read()       p50 {perf_p50} ns   p99 {perf_p99} ns");
     println!(
-        "tenant counter read       p50 {read_p50} ns   p99 {read_p99} ns ({} reads by {clients} clients at 10 Hz; {:.1}x the perf read at p50)",
-        reads.len(),
+        "tenant page read          p50 {page_p50} ns   p99 {page_p99} ns ({} reads by {clients} clients at 10 Hz; {:.3}x the perf read at p50)",
+        paged.reads.len(),
+        page_p50 as f64 / perf_p50 as f64
+    );
+    println!(
+        "tenant ioctl read         p50 {read_p50} ns   p99 {read_p99} ns ({} reads; {:.1}x the perf read at p50)",
+        ioctl.reads.len(),
         read_p50 as f64 / perf_p50 as f64
     );
     println!(
-        "trigger-to-tenant-visible p50 {visible_p50_ms:.2} ms   p99 {visible_p99_ms:.2} ms over {} commits (goal p99 < 5 ms)",
-        visible.len()
+        "commit → page-visible     p50 {:.2} ms   p99 {:.2} ms over {} commits (goal p99 < 1 ms)",
+        ms(pvis_p50),
+        ms(pvis_p99),
+        paged.visible.len()
     );
     println!(
-        "{{\"cpu_pct\":{cpu_pct:.3},\"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\
-         \"visible_p99_ms\":{visible_p99_ms:.3},\"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
-         \"cpu_with_probe_pct\":{cpu_probe_pct:.3},\"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost}}}",
-        switches as f64 / wall
+        "commit → ioctl-visible    p50 {:.2} ms   p99 {:.2} ms over {} commits (goal p99 < 5 ms)",
+        ms(vis_p50),
+        ms(vis_p99),
+        ioctl.visible.len()
     );
-}
-
-/// One tenant client: reads `vm`'s totals at 10 Hz until `stop`; returns
-/// the ioctl latencies in ns.
-fn tenant_reader(
-    node: &std::path::Path,
-    vm: u32,
-    phase: Duration,
-    stop: &std::sync::atomic::AtomicBool,
-) -> Vec<u64> {
-    use gpupm_client::Scope;
-    use gpupm_client::TenantClient;
-
-    let client = TenantClient::open(node).expect("open the tenant node");
-    let mut lat = Vec::new();
-    let mut next = Instant::now() + phase;
-    std::thread::sleep(phase);
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let t = Instant::now();
-        client
-            .read_counters(Scope::Vm(vm), &[])
-            .expect("read counters");
-        lat.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        next += Duration::from_millis(100);
-        std::thread::sleep(next.saturating_duration_since(Instant::now()));
-    }
-    lat
-}
-
-/// Polls VM 1's totals every millisecond; for each new commit, the device time
-/// from the commit to the tenant read that first showed it, in ns.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // ns from a non-negative ms figure
-fn visibility_watcher(
-    node: &std::path::Path,
-    node_dir: &std::path::Path,
-    khz: f64,
-    stop: &std::sync::atomic::AtomicBool,
-) -> Vec<u64> {
-    use gpupm_client::DevNode;
-    use gpupm_client::Scope;
-    use gpupm_client::TenantClient;
-
-    let client = TenantClient::open(node).expect("open the tenant node");
-    let dev = DevNode::open(node_dir).expect("open the device node");
-    let mut last = u64::MAX;
-    let mut out = Vec::new();
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        let rc = client
-            .read_counters(Scope::Vm(1), &[])
-            .expect("read counters");
-        if rc.commit_seq != last {
-            let now = dev.read64(r::CYCLE).expect("cycle");
-            if last != u64::MAX {
-                out.push(((now.saturating_sub(rc.cycle)) as f64 / khz * 1e6) as u64);
-            }
-            last = rc.commit_seq;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    out
+    println!(
+        "{{\"page_clients_cpu_pct\":{:.3},\"page_probe_cpu_pct\":{:.3},\"page_visible_p50_ms\":{:.3},\"page_visible_p99_ms\":{:.3},\
+         \"page_read_p50_ns\":{page_p50},\"page_read_p99_ns\":{page_p99},\"cpu_pct\":{:.3},\"cpu_with_probe_pct\":{:.3},\
+         \"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\"visible_p99_ms\":{:.3},\
+         \"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
+         \"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\
+         \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\"}}",
+        paged.cpu_pct,
+        paged.cpu_probe_pct,
+        ms(pvis_p50),
+        ms(pvis_p99),
+        ioctl.cpu_pct,
+        ioctl.cpu_probe_pct,
+        ms(vis_p99),
+        switches_paged as f64 / paged.wall
+    );
 }

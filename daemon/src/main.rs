@@ -15,6 +15,7 @@ use clap::Parser;
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
 use gpupmd::engine::{program, Engine, EngineError};
+use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
@@ -129,9 +130,9 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         node_dir = %settings.node_dir.display(),
         "gpupmd starting"
     );
-    let (dev, identity, store, mut engine) = start_device(&settings).await?;
+    let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
-    let services = start_services(&settings, &store, inherited_tenant).await?;
+    let services = start_services(&settings, &store, inherited_tenant, pages).await?;
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
@@ -158,6 +159,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     services.reporter.abort();
     retention_task.abort();
     drop(services.kernel_pmu);
+    drop(services.pages);
     drop(services.tenant_node);
     tokio::task::block_in_place(|| engine.stop());
     log_final_summary(services.final_health.as_ref());
@@ -172,11 +174,25 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     result
 }
 
+/// The tenant pages, taken over from a previous daemon and refreshed once,
+/// with the refresher's state.
+type StartedPages = Option<(Arc<Pages>, pages::State)>;
+
 /// Opens and identifies the device, loads the state directory, starts the
-/// engine (programming and reconciling) and applies the retention policy.
+/// engine (programming and reconciling), applies the retention policy and
+/// takes over the tenant pages.
 async fn start_device(
     settings: &Settings,
-) -> Result<(Arc<DevNode>, DeviceIdentity, Arc<Store>, Engine), MainError> {
+) -> Result<
+    (
+        Arc<DevNode>,
+        DeviceIdentity,
+        Arc<Store>,
+        Engine,
+        StartedPages,
+    ),
+    MainError,
+> {
     notify(&[NotifyState::Status("opening the device node")]);
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;
@@ -201,6 +217,30 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
+    // Pages are an optimisation over the tenant node: a pages directory
+    // that cannot be used costs them, not the service.
+    let pages = if settings.pages.enabled {
+        match Pages::open(
+            settings.pages.dir.clone(),
+            Arc::clone(&dev),
+            settings.policy.clone(),
+            identity.clock_khz,
+        ) {
+            Ok(p) => {
+                store.attach_pages(Arc::clone(&p));
+                Some(p)
+            }
+            Err(e) => {
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "tenant pages are not offered; tenants read through the node"
+                );
+                None
+            }
+        }
+    } else {
+        None
+    };
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
     )]);
@@ -233,8 +273,22 @@ async fn start_device(
     if let Some(source) = &settings.source {
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }
+    // Pages of the previous daemon are rewritten before READY.
+    let pages = pages.map(|p| {
+        tokio::task::block_in_place(|| {
+            p.adopt(&*store);
+            let mut state = pages::State::default();
+            if let Err(e) = p.refresh(&mut state) {
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "the first refresh of the tenant pages failed"
+                );
+            }
+            (p, state)
+        })
+    });
 
-    Ok((dev, identity, store, engine))
+    Ok((dev, identity, store, engine, pages))
 }
 
 /// The daemon's services, running.
@@ -245,13 +299,16 @@ struct Services {
     reporter: tokio::task::JoinHandle<()>,
     final_health: Arc<dyn HealthSource>,
     kernel_pmu: Option<kernel_pmu::Publisher>,
+    pages: Option<(PageServer, Refresher)>,
 }
 
-/// Serves the tenant node, the metrics endpoint and the health reporter.
+/// Serves the tenant node, the page socket, the metrics endpoint and the
+/// health reporter.
 async fn start_services(
     settings: &Settings,
     store: &Arc<Store>,
     inherited_tenant: Option<OwnedFd>,
+    pages: StartedPages,
 ) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
@@ -274,6 +331,29 @@ async fn start_services(
         )?,
     };
     store.set_tenant_stats(tenant_node.stats());
+    let pages = match pages {
+        Some((p, state)) => {
+            match PageServer::start(
+                Arc::clone(&p),
+                store.clone(),
+                gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
+            ) {
+                Ok(server) => {
+                    let refresher = Refresher::start(p, settings.pages.refresh, state)
+                        .map_err(MainError::Runtime)?;
+                    Some((server, refresher))
+                }
+                Err(e) => {
+                    tracing::error!(
+                        error = format!("{:#}", anyhow::Error::new(e)),
+                        "tenant pages are not offered; tenants read through the node"
+                    );
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
         .await
         .map_err(|source| MainError::Metrics {
@@ -298,6 +378,7 @@ async fn start_services(
         reporter,
         final_health,
         kernel_pmu,
+        pages,
     })
 }
 

@@ -241,6 +241,25 @@ pub struct HealthSnapshot {
     pub tenant_requests: u64,
     /// Tenant requests answered with an error.
     pub tenant_errors: u64,
+    /// Tenant counter pages.
+    pub pages: PageStats,
+}
+
+/// Counts of the tenant counter pages (`crate::pages`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PageStats {
+    /// VM pages published.
+    pub vm_pages: u64,
+    /// Context pages published.
+    pub ctx_pages: u64,
+    /// Page publications (each a sequence-lock write of a changed page).
+    pub updates: u64,
+    /// Refreshes that read the device.
+    pub refreshes: u64,
+    /// Page requests answered.
+    pub requests: u64,
+    /// Page requests refused.
+    pub request_errors: u64,
 }
 
 /// Source of [`HealthSnapshot`]s.

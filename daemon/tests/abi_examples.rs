@@ -2,8 +2,9 @@
 //! `examples/python/tenant_stat.py`) against a live daemon: `gpupm-driver`
 //! on a step clock with context churn, `gpupmd` driving every switch, then
 //! both examples run as the admin (root: every VM) and as a real
-//! unprivileged tenant uid (only its VM), and print exactly the same bytes,
-//! equal to the ledger and to what `TenantClient` reads.
+//! unprivileged tenant uid (only its VM), through the tenant pages and
+//! through the node (`--no-pages`), and print exactly the same bytes, equal
+//! to the ledger and to what `TenantClient` reads.
 
 mod harness;
 
@@ -73,6 +74,11 @@ fn python() -> PathBuf {
 
 /// Runs `argv`, as `uid` through `setpriv` when given; returns stdout.
 fn run(argv: &[&Path], extra: &[&str], uid: Option<u32>, cwd: &Path) -> String {
+    run_both(argv, extra, uid, cwd).0
+}
+
+/// Runs `argv` like [`run`]; returns stdout and stderr.
+fn run_both(argv: &[&Path], extra: &[&str], uid: Option<u32>, cwd: &Path) -> (String, String) {
     let mut cmd = match uid {
         Some(uid) => {
             let mut c = Command::new("setpriv");
@@ -100,7 +106,10 @@ fn run(argv: &[&Path], extra: &[&str], uid: Option<u32>, cwd: &Path) -> String {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    (
+        String::from_utf8(out.stdout).expect("UTF-8 output"),
+        String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    )
 }
 
 /// Parses the text format: `vm <id> <event_name> <value>` lines.
@@ -243,13 +252,53 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
         .map(|(k, v)| (*k, *v))
         .collect();
 
+    // The pages have taken in the flush too.
+    let pages_socket = tmp.join("pages").join("socket");
+    let pages = gpupm_client::page::PageClient::connect(&pages_socket).expect("page socket");
+    for &vm in &all_vms {
+        let page = pages.map_vm(vm).expect("map a VM page");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while page.read_counters().expect("read a page").totals != expected[&vm] {
+            assert!(
+                Instant::now() < deadline,
+                "VM {vm}: the page never showed the ledger totals"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let socket_arg = pages_socket.to_str().expect("UTF-8 path");
+
     for (who, uid, want) in [
         ("admin", None, &expected),
         ("tenant", Some(TENANT_UID), &tenant_expected),
     ] {
-        let c_text = run(&c_argv, &[], uid, &work.0);
-        let py_text = run(&py_argv, &[], uid, &work.0);
+        let paged = ["--pages", socket_arg, "-v"];
+        let (c_text, c_how) = run_both(&c_argv, &paged, uid, &work.0);
+        let (py_text, py_how) = run_both(&py_argv, &paged, uid, &work.0);
+        let all_paged: String = want.keys().map(|vm| format!("vm {vm} page\n")).collect();
+        assert_eq!(
+            c_how, all_paged,
+            "{who}: the C example read through the pages"
+        );
+        assert_eq!(
+            py_how, all_paged,
+            "{who}: the Python example read through the pages"
+        );
         assert_eq!(c_text, py_text, "{who}: C and Python text differ");
+        let unpaged = ["--no-pages", "-v"];
+        let (c_node, c_how) = run_both(&c_argv, &unpaged, uid, &work.0);
+        let (py_node, py_how) = run_both(&py_argv, &unpaged, uid, &work.0);
+        let all_ioctl: String = want.keys().map(|vm| format!("vm {vm} ioctl\n")).collect();
+        assert_eq!(
+            (c_how, py_how),
+            (all_ioctl.clone(), all_ioctl),
+            "{who}: --no-pages"
+        );
+        assert_eq!(
+            (&c_node, &py_node),
+            (&c_text, &c_text),
+            "{who}: pages and the node differ"
+        );
         assert_eq!(
             c_text,
             expected_text(want),
@@ -260,8 +309,8 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
             want.keys().copied().collect::<Vec<_>>(),
             "{who}: VMs shown"
         );
-        let c_json = run(&c_argv, &["--json"], uid, &work.0);
-        let py_json = run(&py_argv, &["--json"], uid, &work.0);
+        let c_json = run(&c_argv, &["--json", "--pages", socket_arg], uid, &work.0);
+        let py_json = run(&py_argv, &["--json", "--pages", socket_arg], uid, &work.0);
         assert_eq!(c_json, py_json, "{who}: C and Python JSON differ");
         check_json(&c_json, want, &cycles);
         // `gpupm stat --json` reads the same totals as the examples.
@@ -274,6 +323,8 @@ fn c_and_python_examples_print_the_ledger_totals_for_admin_and_tenant() {
                 &[
                     "--tenant-node",
                     node.to_str().unwrap(),
+                    "--pages-socket",
+                    socket_arg,
                     "stat",
                     "--json",
                     "--vm",

@@ -112,7 +112,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
 }
 
 fn key_state(node: &Node, vm: u32) -> CliResult<KeyState> {
-    node.client.key_state(vm).map_err(|e| match e.errno() {
+    node.client().key_state(vm).map_err(|e| match e.errno() {
         Some(Errno::ENOTTY) => CliError::usage(format!(
             "the gpupmd serving {} has no key requests (it predates ABI 1.5)",
             node.path.display()
@@ -165,7 +165,7 @@ fn rekey(node: &Node, a: &RekeyArgs) -> CliResult<ExitCode> {
     getrandom::getrandom(&mut nonce_tail)
         .map_err(|e| CliError::runtime(format!("no random nonce from the OS: {e}")))?;
     let blob = RekeyBlob::seal(&old, a.vm, st.key_epoch, st.session, &new, nonce_tail);
-    node.client
+    node.client()
         .rekey(a.vm, &blob.to_words())
         .map_err(|e| match e.errno() {
             Some(Errno::EACCES | Errno::ENOENT) => not_confidential(),

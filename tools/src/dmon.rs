@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::derived::get;
 use crate::error::CliResult;
-use crate::node::{Global, Node};
+use crate::node::Global;
 use crate::output::emit;
 use crate::top::sample::{Row, Sampler};
 
@@ -95,7 +95,7 @@ fn col(v: Option<f64>, scale: f64, prec: usize) -> String {
 
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    let mut s = Sampler::new(Node::open(&g.tenant_node)?)?;
+    let mut s = Sampler::new(g.node()?)?;
     s.sample(false)?;
     if !args.json {
         emit(&format!(

@@ -178,7 +178,7 @@ fn collect(g: &Global, args: &Args) -> CliResult<ListJson> {
         let s = Scope::Vm(vm);
         let rc = node.totals(s)?;
         let ctxs = node
-            .client
+            .client()
             .list_contexts(vm)
             .map_err(|e| node.fail(e, Some(s)))?;
         let contexts = ctxs

@@ -1,21 +1,23 @@
 //! Access to the tenant node for every subcommand: opening it with the
 //! documented one-line errors, the scope options, event-name parsing with
-//! "did you mean", and reading totals.
+//! "did you mean", and reading totals — through the scope's tenant page
+//! when the daemon offers one (docs/pages.md), through the node otherwise.
 
+use std::cell::{Ref, RefCell};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use gpupm_client::page::{self, CounterReader};
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
 use gpupm_driver::model::cc::Key;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
-use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
 use crate::error::{one_line, CliError, CliResult};
 
-pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_TENANT_NODE};
+pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
@@ -26,6 +28,25 @@ pub struct Global {
     /// Directory of the device nodes (card0, card0-oob).
     #[arg(long, global = true, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
     pub node_dir: PathBuf,
+    /// gpupmd's page socket: totals are read from a scope's shared page
+    /// when the daemon offers one, from the tenant node otherwise.
+    #[arg(long, global = true, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
+    pub pages_socket: PathBuf,
+    /// Read totals through the tenant node only (no pages).
+    #[arg(long, global = true)]
+    pub no_pages: bool,
+}
+
+impl Global {
+    /// The page socket to use, if pages are wanted.
+    pub fn pages(&self) -> Option<PathBuf> {
+        (!self.no_pages).then(|| self.pages_socket.clone())
+    }
+
+    /// Opens the tenant node, reading totals through pages if wanted.
+    pub fn node(&self) -> CliResult<Node> {
+        Node::open_with_pages(&self.tenant_node, self.pages())
+    }
 }
 
 /// `--ctx ID` (the id's newest context) or `--ctx ID@CYCLE` (the context
@@ -81,33 +102,18 @@ impl fmt::Display for Target {
     }
 }
 
-/// A reading of a [`Target`]'s cumulative totals.
-#[derive(Clone, Debug)]
-pub struct Reading {
-    /// Totals by event id (zero when sealed).
-    pub values: [u64; MAX_EVENTS],
-    /// Device cycle of the last commit.
-    pub cycle: u64,
-    /// Confidential VM: the daemon holds only ciphertext.
-    pub sealed: bool,
-    /// The sealed block slot, for the VM's key to open (when `sealed`).
-    pub slot: Option<Box<BlockSlot>>,
-}
+/// A reading of a [`Target`]'s cumulative totals (from its page or the node).
+pub use gpupm_client::page::Reading;
 
-impl Reading {
-    /// Opens a sealed reading with the VM's `key` (a plain one is returned
-    /// as it is).
-    pub fn opened(self, key: Option<&Key>) -> CliResult<Reading> {
-        let (Some(key), Some(slot)) = (key, self.slot.as_deref().filter(|_| self.sealed)) else {
-            return Ok(self);
-        };
-        let block = crate::cc::open_slot(slot, key)?;
-        Ok(Reading {
-            values: block.counters,
-            cycle: block.last_commit_cycle,
-            sealed: false,
-            slot: None,
-        })
+impl Target {
+    /// The client's name of the same target.
+    fn page_target(self) -> page::Target {
+        match self {
+            Target::Scope(s) => page::Target::Scope(s),
+            Target::Instance { ctx, created_cycle } => {
+                page::Target::Instance { ctx, created_cycle }
+            }
+        }
     }
 }
 
@@ -193,25 +199,36 @@ pub fn not_visible(s: Scope) -> CliError {
     }
 }
 
-/// An open tenant node.
+/// An open tenant node, and the pages read through it.
 #[derive(Debug)]
 pub struct Node {
-    /// The client.
-    pub client: TenantClient,
+    reader: RefCell<CounterReader>,
     /// Its path.
     pub path: PathBuf,
 }
 
 impl Node {
-    /// Opens the node, mapping failures to the documented messages.
+    /// Opens the node (totals through the node only), mapping failures to
+    /// the documented messages.
     pub fn open(path: &Path) -> CliResult<Node> {
+        Node::open_with_pages(path, None)
+    }
+
+    /// Opens the node; totals are read through pages from `pages` (a page
+    /// socket) when the daemon offers them.
+    pub fn open_with_pages(path: &Path, pages: Option<PathBuf>) -> CliResult<Node> {
         match TenantClient::open(path) {
             Ok(client) => Ok(Node {
-                client,
+                reader: RefCell::new(CounterReader::new(client, pages)),
                 path: path.to_owned(),
             }),
             Err(e) => Err(open_error(path, e)),
         }
+    }
+
+    /// The tenant node client.
+    pub fn client(&self) -> Ref<'_, TenantClient> {
+        Ref::map(self.reader.borrow(), CounterReader::node)
     }
 
     /// A client error as one line.
@@ -234,7 +251,7 @@ impl Node {
     /// What the caller may see; a caller mapped to nothing gets the
     /// permission message.
     pub fn whoami(&self) -> CliResult<Whoami> {
-        let w = self.client.whoami().map_err(|e| self.fail(e, None))?;
+        let w = self.client().whoami().map_err(|e| self.fail(e, None))?;
         if w.admin == 0 && w.n_vms == 0 {
             return Err(denied(&self.path));
         }
@@ -243,34 +260,49 @@ impl Node {
 
     /// Every event's total of `s`.
     pub fn totals(&self, s: Scope) -> CliResult<Box<ReadCounters>> {
-        self.client
+        self.client()
             .read_counters(s, &[])
             .map_err(|e| self.fail(e, Some(s)))
     }
 
-    /// Every event's total of a scope or a context instance.
+    /// Every event's total of a scope or a context instance: from its
+    /// page when the daemon offers one, else from the node.
     pub fn read(&self, t: Target) -> CliResult<Reading> {
-        match t {
-            Target::Scope(s) => self.totals(s).map(|rc| Reading {
-                values: rc.values,
-                cycle: rc.cycle,
-                sealed: sealed(&rc),
-                slot: sealed(&rc).then(|| Box::new(rc.sealed)),
-            }),
-            Target::Instance { ctx, created_cycle } => self
-                .client
-                .read_instance(ctx, created_cycle, &[])
-                .map(|ri| {
-                    let sealed = ri.out_flags & counter_flags::SEALED != 0;
-                    Reading {
-                        values: ri.values,
-                        cycle: ri.cycle,
-                        sealed,
-                        slot: sealed.then(|| Box::new(ri.sealed)),
-                    }
-                })
-                .map_err(|e| self.fail_instance(e, t)),
-        }
+        self.reader
+            .borrow_mut()
+            .read(t.page_target())
+            .map_err(|e| match t {
+                Target::Scope(s) => self.fail(e, Some(s)),
+                Target::Instance { .. } => self.fail_instance(e, t),
+            })
+    }
+
+    /// [`Node::read`], with a sealed reading opened by the VM's `key`
+    /// (`--key-file`): the sealed block slot comes from the node (a page
+    /// carries the same ciphertext) and the key opens it here.
+    pub fn read_opened(&self, t: Target, key: Option<&Key>) -> CliResult<Reading> {
+        let reading = self.read(t)?;
+        let Some(key) = key.filter(|_| reading.sealed) else {
+            return Ok(reading);
+        };
+        let slot = match t {
+            Target::Scope(s) => self.totals(s)?.sealed,
+            Target::Instance { ctx, created_cycle } => {
+                self.client()
+                    .read_instance(ctx, created_cycle, &[])
+                    .map_err(|e| self.fail_instance(e, t))?
+                    .sealed
+            }
+        };
+        let block = crate::cc::open_slot(&slot, key)?;
+        Ok(Reading {
+            values: block.counters,
+            commit_seq: block.commit_seq,
+            cycle: block.last_commit_cycle,
+            sealed: false,
+            generation: None,
+            source: page::Source::Ioctl,
+        })
     }
 
     /// A failed instance read as one line; the same message for someone
@@ -297,7 +329,7 @@ impl Node {
             .copied()
             .ok_or_else(|| denied(&self.path))?;
         let r = self
-            .client
+            .client()
             .read_rates(Scope::Vm(vm), 1)
             .map_err(|e| self.fail(e, Some(Scope::Vm(vm))))?;
         Ok(r.clock_khz.max(1))

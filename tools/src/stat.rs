@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
-use crate::node::{self, Global, Node, Reading, ScopeArgs, Target};
+use crate::node::{self, Global, Reading, ScopeArgs, Target};
 use crate::output::emit;
 
 const DEFAULT_EVENTS: &str = "sm_cycles_elapsed,sm_cycles_active,sm_inst_executed,l2_hit,l2_miss,fb_bytes,pcie_rx_bytes,pcie_tx_bytes";
@@ -68,7 +68,7 @@ struct Sample<'a> {
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let shown = node::parse_events(&args.events)?;
-    let node = Node::open(&g.tenant_node)?;
+    let node = g.node()?;
     let who = node.whoami()?;
     let target = args.scope.resolve_target(&node)?;
     let key = args
@@ -76,7 +76,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         .as_deref()
         .map(crate::keyfile::load)
         .transpose()?;
-    let first = node.read(target)?.opened(key.as_ref())?;
+    let first = node.read_opened(target, key.as_ref())?;
     let clock_khz = node.clock_khz(&who)?;
     if args.csv {
         emit("scope,id,cycle,interval_ms,kind,name,value\n")?;
@@ -104,7 +104,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     while args.count.is_none_or(|k| n < k) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += period;
-        let cur = node.read(target)?.opened(key.as_ref())?;
+        let cur = node.read_opened(target, key.as_ref())?;
         let d = node::delta(&cur.values, &prev.values);
         let metrics = derived::compute(&d, cur.cycle.saturating_sub(prev.cycle), clock_khz);
         print(

@@ -172,6 +172,10 @@ macro_rules! group {
     (@hex dec) => { false };
 }
 
+// After `group!`, which it uses.
+#[path = "gen_c/page_c.rs"]
+mod page_c;
+
 /// Register offsets, with a note on the 64-bit ones; `base` places a
 /// per-instance offset inside the array for [`regs::is_64bit`].
 fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
@@ -515,6 +519,7 @@ fn emit_ioctls(h: &mut Header) {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }
     emit_pmu(h);
+    page_c::emit_defines(h);
 }
 
 fn emit_pmu(h: &mut Header) {
@@ -565,7 +570,9 @@ fn render_pass(names: Names) -> Header {
     h.line(
         "#ifndef GPUPM_UAPI_H\n\
          #define GPUPM_UAPI_H\n\n\
-         #include <stdint.h>\n\n\
+         #include <stddef.h>\n\
+         #include <stdint.h>\n\
+         #include <string.h>\n\n\
          #if defined(__cplusplus)\n\
          #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)\n\
          #define GPUPM_ALIGNOF(t) alignof(t)\n\

@@ -10,6 +10,10 @@ use std::fmt::Write;
 use std::mem::{offset_of, size_of};
 
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::page::{
+    self, page_flags, page_request_flags, page_state, Page, PageCounters, PageData, PageHeader,
+    PageReply, PageRequest,
+};
 use gpupm_uapi::tenant::{
     self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
     KeyState, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates,
@@ -31,7 +35,8 @@ pub fn render() -> String {
         "# Generated from the gpupm-uapi crate by\n\
          # `cargo run -p gpupm-uapi --example gen_py_tenant > examples/python/gpupm_tenant.py`;\n\
          # do not edit. The tenant-node ABI (uapi/src/tenant.rs): ioctl numbers,\n\
-         # struct sizes and field offsets (all fields little-endian).\n\n",
+         # struct sizes and field offsets (all fields little-endian); and the\n\
+         # tenant pages (uapi/src/page.rs): page layout, socket messages.\n\n",
     );
     let mut c = |name: &str, v: u64| writeln!(s, "{name} = {v:#x}").expect("write to String");
     c("ABI_VERSION", u64::from(gpupm_uapi::ABI_VERSION));
@@ -52,6 +57,18 @@ pub fn render() -> String {
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
         ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
+        ("PAGE_MAGIC", page::PAGE_MAGIC),
+        ("PAGE_VERSION", page::PAGE_VERSION),
+        ("PAGE_STRUCT_VERSION", page::PAGE_STRUCT_VERSION),
+        ("PAGE_READ_ATTEMPTS", page::PAGE_READ_ATTEMPTS),
+        ("PAGE_STATE_ACTIVE", page_state::ACTIVE),
+        ("PAGE_STATE_DESTROYED", page_state::DESTROYED),
+        ("PAGE_STATE_RETIRED", page_state::RETIRED),
+        ("PAGE_STATE_WITHDRAWN", page_state::WITHDRAWN),
+        ("PAGE_FLAGS_SEALED", page_flags::SEALED),
+        ("PAGE_FLAGS_RATE", page_flags::RATE),
+        ("PAGE_FLAGS_SEALED_RATE", page_flags::SEALED_RATE),
+        ("PAGE_REQUEST_FLAGS_LATEST", page_request_flags::LATEST),
     ] {
         c(name, u64::from(v));
     }
@@ -61,9 +78,12 @@ pub fn render() -> String {
         ("MAX_CALLER_VMS", tenant::MAX_CALLER_VMS),
         ("LIST_PAGE", tenant::LIST_PAGE),
         ("RATE_SAMPLES", tenant::RATE_SAMPLES),
+        ("PAGE_SIZE", page::PAGE_SIZE),
     ] {
         writeln!(s, "{name} = {v}").expect("write to String");
     }
+    writeln!(s, "DEFAULT_PAGES_SOCKET = {:?}", page::DEFAULT_PAGES_SOCKET)
+        .expect("write to String");
     s.push_str(
         "\n# Event names indexed by id (the names `gpupm stat -e` takes).\nEVENT_NAMES = (\n",
     );
@@ -90,6 +110,13 @@ pub fn render() -> String {
             reserved, count, out_flags, clock_khz, reserved2, samples;
         KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
         Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
+        PageHeader => "PAGE_HEADER": magic, version, size, scope, id, vm, created_cycle, audience;
+        PageCounters => "PAGE_COUNTERS": generation, state, flags, commit_seq, cycle, clock_khz,
+            totals;
+        PageData => "PAGE_DATA": counters, rate, sealed, sealed_rate;
+        Page => "PAGE": header, seq, data;
+        PageRequest => "PAGE_REQUEST": version, scope, id, flags, created_cycle;
+        PageReply => "PAGE_REPLY": version, status, scope, id, vm, size, created_cycle, generation;
     }
     s
 }

@@ -10,6 +10,7 @@ pub mod intr;
 pub mod ioc;
 pub mod ioctl;
 pub mod layout;
+pub mod page;
 pub mod pmu;
 pub mod regs;
 pub mod tenant;

@@ -16,6 +16,7 @@ use gpupm_uapi::ioctl::{
     Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead, DEVICE_IOCTLS,
 };
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
@@ -171,6 +172,15 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
         Publish => "gpupm_pmu_publish": version, count, entries;
         Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;
+        PageHeader => "gpupm_page_header": magic, version, size, scope, id, vm, created_cycle,
+            audience, reserved;
+        PageCounters => "gpupm_page_counters": generation, state, flags, commit_seq, cycle,
+            clock_khz, reserved, totals;
+        PageData => "gpupm_page_data": counters, rate, sealed, sealed_rate;
+        Page => "gpupm_page": header, seq, data, tail;
+        PageRequest => "gpupm_page_request": version, scope, id, flags, created_cycle;
+        PageReply => "gpupm_page_reply": version, status, scope, id, vm, size, created_cycle,
+            generation;
     }
 }
 
@@ -263,6 +273,40 @@ fn c_program_sees_the_rust_layouts_constants_and_event_names() {
         diff.is_empty() && want.lines().count() == got.lines().count(),
         "C differs (rust, C): {diff:?}"
     );
+}
+
+/// The header's page readers copy a consistent page and report a page
+/// whose writer never finished (odd sequence) as busy.
+#[test]
+fn c_page_reader_copies_an_even_page_and_reports_an_odd_one_busy() {
+    let out = compile_and_run(
+        "page_reader",
+        r#"#include <stdio.h>
+#include <gpupm/gpupm_uapi.h>
+
+static struct gpupm_page page;
+
+int main(void) {
+    struct gpupm_page_counters c;
+    struct gpupm_page_data d;
+    memset(&page, 0, sizeof(page));
+    page.seq = 6;
+    page.data.counters.generation = 3;
+    page.data.counters.totals[5] = 42;
+    page.data.rate.deltas[7] = 9;
+    page.data.sealed_rate.tag[15] = 0x5a;
+    int r1 = gpupm_page_read_counters(&page, &c);
+    int r2 = gpupm_page_read(&page, &d);
+    printf("%d %d %llu %llu %llu %d\n", r1, r2, (unsigned long long)c.generation,
+           (unsigned long long)c.totals[5], (unsigned long long)d.rate.deltas[7],
+           d.sealed_rate.tag[15]);
+    page.seq = 7;
+    printf("%d\n", gpupm_page_read_counters(&page, &c));
+    return 0;
+}
+"#,
+    );
+    assert_eq!(out, "0 0 3 42 9 90\n-1\n");
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! checked result), `resolve` (checking and resolving names).
 
 mod kernel_pmu;
+mod pages;
 mod resolve;
 mod settings;
 
@@ -25,6 +26,10 @@ use toml::Spanned;
 pub use self::kernel_pmu::{
     KernelPmuSection, DEFAULT_DEVICE as DEFAULT_KERNEL_PMU_DEVICE,
     MAX_INTERVAL_MS as MAX_KERNEL_PMU_INTERVAL_MS,
+};
+pub use self::pages::{
+    PagesConfig, PagesSection, DEFAULT_REFRESH_US as DEFAULT_PAGE_REFRESH_US,
+    MAX_REFRESH_US as MAX_PAGE_REFRESH_US, MIN_REFRESH_US as MIN_PAGE_REFRESH_US,
 };
 use self::resolve::resolve;
 pub use self::settings::{
@@ -70,6 +75,8 @@ pub struct Config {
     pub retired: RetiredSection,
     /// Publication to the perf PMU module.
     pub kernel_pmu: KernelPmuSection,
+    /// Tenant counter pages.
+    pub pages: PagesSection,
 }
 
 impl Default for Config {
@@ -90,6 +97,7 @@ impl Default for Config {
             health: HealthSection::default(),
             retired: RetiredSection::default(),
             kernel_pmu: KernelPmuSection::default(),
+            pages: PagesSection::default(),
         }
     }
 }

@@ -63,6 +63,7 @@ pub(super) fn resolve(
         .kernel_pmu
         .resolve()
         .map_err(|(span, why)| err(span, why))?;
+    let pages = cfg.pages.resolve().map_err(|(span, why)| err(span, why))?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -105,6 +106,7 @@ pub(super) fn resolve(
             max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
         },
         kernel_pmu,
+        pages,
     })
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use super::kernel_pmu::KernelPmuConfig;
+pub use super::pages::PagesConfig;
 use crate::paths::DEFAULT_JOURNAL_SOCKET;
 use crate::tenant::VmId;
 
@@ -61,6 +62,8 @@ pub struct Settings {
     pub retention: Retention,
     /// Publication to the perf PMU module.
     pub kernel_pmu: KernelPmuConfig,
+    /// Tenant counter pages.
+    pub pages: PagesConfig,
 }
 
 /// What the daemon writes to the device at start and after a reset.

@@ -19,6 +19,9 @@
 //! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | |
 //! | `gpupm_contexts_retained` | gauge | |
 //! | `gpupm_uptime_seconds` | gauge | |
+//! | `gpupm_pages` | gauge | `kind` (`vm`, `context`): tenant pages published |
+//! | `gpupm_page_updates_total`, `gpupm_page_refreshes_total` | counter | |
+//! | `gpupm_page_requests_total`, `gpupm_page_request_errors_total` | counter | |
 //!
 //! # Context cardinality
 //! Per VM, the `max_contexts_per_vm` most recently created contexts (by
@@ -284,6 +287,15 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&h.contexts_retained)?;
+        let mut m = encoder.encode_descriptor(
+            "gpupm_pages",
+            "Tenant counter pages published (at most one per VM and per live context).",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (kind, n) in [("vm", h.pages.vm_pages), ("context", h.pages.ctx_pages)] {
+            m.encode_family(&[("kind", kind)])?.encode_gauge(&n)?;
+        }
         encoder
             .encode_descriptor(
                 "gpupm_uptime",
@@ -297,7 +309,7 @@ impl ScrapeData {
 }
 
 /// The daemon's work counters as (name, help, value).
-fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 8] {
+fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 12] {
     [
         (
             "gpupm_handshakes",
@@ -338,6 +350,26 @@ fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 8]
             "gpupm_contexts_pruned",
             "Retired contexts removed by the retention policy.",
             h.contexts_pruned,
+        ),
+        (
+            "gpupm_page_updates",
+            "Tenant page publications (sequence-lock writes of a page that changed).",
+            h.pages.updates,
+        ),
+        (
+            "gpupm_page_refreshes",
+            "Refreshes of the tenant pages that read the device.",
+            h.pages.refreshes,
+        ),
+        (
+            "gpupm_page_requests",
+            "Page socket requests answered.",
+            h.pages.requests,
+        ),
+        (
+            "gpupm_page_request_errors",
+            "Page socket requests refused.",
+            h.pages.request_errors,
         ),
     ]
 }

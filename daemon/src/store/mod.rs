@@ -33,6 +33,7 @@ use self::history::History;
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
+use crate::pages::{PageSource, Pages, Source};
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
     HealthSource, Scope, TenantStats, Totals, VmId,
@@ -51,6 +52,18 @@ pub struct VmInfo {
     pub confidential: bool,
     /// Window offset of its block slot.
     pub block_offset: u64,
+}
+
+impl VmInfo {
+    /// Where VM `vm`'s page gets its numbers.
+    pub fn page_source(&self, vm: VmId) -> Source {
+        Source {
+            vm,
+            partition: self.partition,
+            block_offset: self.block_offset,
+            confidential: self.confidential,
+        }
+    }
 }
 
 /// A context the device still holds.
@@ -113,6 +126,7 @@ pub struct Store {
     stats: Stats,
     latencies: Mutex<Vec<u64>>,
     tenant_stats: OnceLock<Arc<TenantStats>>,
+    pages: OnceLock<Arc<Pages>>,
 }
 
 impl Store {
@@ -139,6 +153,7 @@ impl Store {
             stats: Stats::default(),
             latencies: Mutex::new(Vec::new()),
             tenant_stats: OnceLock::new(),
+            pages: OnceLock::new(),
         }
     }
 
@@ -173,11 +188,27 @@ impl Store {
         }
     }
 
+    /// The tenant pages, told from now on about VMs, contexts and
+    /// drained commits (before the engine starts, so that they see the
+    /// tables it builds).
+    pub fn attach_pages(&self, pages: Arc<Pages>) {
+        if self.pages.set(pages).is_err() {
+            tracing::debug!("tenant pages were already attached");
+        }
+    }
+
     /// Replaces the VM table and the configured partition slots.
     pub fn set_topology(&self, vms: BTreeMap<VmId, VmInfo>, partitions: Vec<u32>) {
-        let mut t = self.write();
-        t.vms = vms;
-        t.partitions = partitions;
+        let sources: BTreeMap<VmId, Source> =
+            vms.iter().map(|(&vm, i)| (vm, i.page_source(vm))).collect();
+        {
+            let mut t = self.write();
+            t.vms = vms;
+            t.partitions = partitions;
+        }
+        if let Some(p) = self.pages.get() {
+            p.vms_changed(&sources);
+        }
     }
 
     /// Configured partition slots (including the system slot 0).
@@ -202,7 +233,16 @@ impl Store {
                 hist.forget_ctx(*id);
             }
         }
+        let instances: BTreeMap<CtxId, (u64, bool)> = live
+            .iter()
+            .map(|(&id, c)| (id, (c.created_cycle, c.destroyed)))
+            .collect();
         t.live = live;
+        drop(t);
+        drop(hist);
+        if let Some(p) = self.pages.get() {
+            p.live_changed(&instances);
+        }
     }
 
     /// A live context.
@@ -234,40 +274,61 @@ impl Store {
         {
             c.destroyed = true;
         }
+        if let Some(p) = self.pages.get() {
+            p.ctx_destroyed(ctx, created_cycle);
+        }
     }
 
     /// Records that an instance is persisted (and about to be, or already,
     /// released): it leaves the live table and enters the retired set,
     /// ordered for retention by `retired_cycle`, the cycle its file records.
     pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId, retired_cycle: u64) {
-        let mut t = self.write();
-        if t.live
-            .get(&ctx)
-            .is_some_and(|c| c.created_cycle == created_cycle)
-        {
-            t.live.remove(&ctx);
+        let entered = {
+            let mut t = self.write();
+            if t.live
+                .get(&ctx)
+                .is_some_and(|c| c.created_cycle == created_cycle)
+            {
+                t.live.remove(&ctx);
+            }
+            let entry = RetiredEntry { vm, retired_cycle };
+            match t.retired.insert((ctx, created_cycle), entry) {
+                None => {
+                    t.retired_order.insert((retired_cycle, created_cycle, ctx));
+                    true
+                }
+                Some(old) => {
+                    if old.retired_cycle != retired_cycle {
+                        t.retired_order
+                            .remove(&(old.retired_cycle, created_cycle, ctx));
+                        t.retired_order.insert((retired_cycle, created_cycle, ctx));
+                    }
+                    false
+                }
+            }
+        };
+        if entered {
+            self.stats.retired.fetch_add(1, Ordering::Relaxed);
+            // Stores a permit if the retention task is busy, so the next
+            // pass sees this instance.
+            self.retired_signal.notify_one();
         }
-        let entry = RetiredEntry { vm, retired_cycle };
-        match t.retired.insert((ctx, created_cycle), entry) {
-            None => {
-                t.retired_order.insert((retired_cycle, created_cycle, ctx));
-                self.stats.retired.fetch_add(1, Ordering::Relaxed);
-                drop(t);
-                // Stores a permit if the retention task is busy, so the
-                // next pass sees this instance.
-                self.retired_signal.notify_one();
-            }
-            Some(old) if old.retired_cycle != retired_cycle => {
-                t.retired_order
-                    .remove(&(old.retired_cycle, created_cycle, ctx));
-                t.retired_order.insert((retired_cycle, created_cycle, ctx));
-            }
-            Some(_) => {}
+        if let Some(p) = self.pages.get() {
+            // Its page shows the persisted final totals and goes, before
+            // the block is released (and its slot or id reused); after the
+            // tables say retired, so that no request makes a page anew.
+            p.ctx_retired(ctx, created_cycle, || {
+                self.retired_files.load(ctx, created_cycle).map(|r| r.slot)
+            });
         }
     }
 
-    /// Adds stream deltas to the history and feeds.
+    /// Adds stream deltas to the history and feeds (and the pages'
+    /// latest rate samples).
     pub fn record_samples(&self, samples: Vec<DeltaSample>) {
+        if let Some(p) = self.pages.get() {
+            p.samples(&samples);
+        }
         let mut h = self.hist();
         for s in samples {
             h.push(s);
@@ -555,6 +616,30 @@ impl Store {
     }
 }
 
+impl PageSource for Store {
+    fn vm_source(&self, vm: VmId) -> Option<Source> {
+        self.vm_info(vm).map(|i| i.page_source(vm))
+    }
+
+    fn live_ctx(&self, ctx: CtxId) -> Option<(u64, Source, bool)> {
+        let t = self.read();
+        let c = t.live.get(&ctx)?;
+        let vm = t.vms.get(&c.vm)?;
+        let source = Source {
+            block_offset: c.block_offset,
+            ..vm.page_source(c.vm)
+        };
+        Some((c.created_cycle, source, c.destroyed))
+    }
+
+    fn retired_slot(&self, ctx: CtxId, created_cycle: u64) -> Option<BlockSlot> {
+        self.retired_files
+            .load(ctx, created_cycle)
+            .filter(|r| r.ctx == ctx && r.created_cycle == created_cycle)
+            .map(|r| r.slot)
+    }
+}
+
 impl HealthSource for Store {
     fn snapshot(&self) -> HealthSnapshot {
         let latencies =
@@ -591,6 +676,7 @@ impl HealthSource for Store {
             contexts_retained: retained,
             tenant_requests: requests,
             tenant_errors: errors,
+            pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
         }
     }
 }

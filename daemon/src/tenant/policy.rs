@@ -73,7 +73,16 @@ impl Policy {
         } else {
             Vec::new()
         };
-        let in_group = |gid: u32| caller.gid == gid || groups.contains(&gid);
+        self.identify_groups(caller.uid, caller.gid, &groups)
+    }
+
+    /// The identity of a caller whose supplementary groups are known (the
+    /// page socket has them from the kernel, `SO_PEERGROUPS`).
+    pub fn identify_groups(&self, uid: u32, gid: u32, groups: &[u32]) -> Identity {
+        if uid == 0 {
+            return Identity::Admin;
+        }
+        let in_group = |g: u32| gid == g || groups.contains(&g);
         if self.config.admin_gid.is_some_and(in_group) {
             return Identity::Admin;
         }
@@ -81,7 +90,7 @@ impl Policy {
             .config
             .tenants
             .iter()
-            .filter(|t| t.uid == Some(caller.uid) || t.gid.is_some_and(in_group))
+            .filter(|t| t.uid == Some(uid) || t.gid.is_some_and(in_group))
             .map(|t| t.vm)
             .collect();
         vms.sort_unstable();

@@ -277,7 +277,7 @@ pub fn window(dev: &DevNode) -> Vec<u8> {
         let cap = dev
             .read32(r::part(p, r::PART_STREAM_CAP))
             .expect("PART_STREAM_CAP");
-        let mut ring = vec![0u8; cap as usize * layout::STREAM_SLOT_SIZE as usize];
+        let mut ring = vec![0u8; size(u64::from(cap) * layout::STREAM_SLOT_SIZE)];
         dev.window(layout::stream_slot_offset(p, 0), &mut ring)
             .expect("ring read");
         out.extend_from_slice(&ring);
@@ -332,13 +332,18 @@ pub fn masked_window(dev: &DevNode) -> Vec<u8> {
         usize::try_from(u64::from(CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) * BLOCK_SLOT_SIZE)
             .expect("fits");
     let (block_bytes, rings) = w.split_at_mut(blocks);
-    for slot in block_bytes.chunks_exact_mut(BLOCK_SLOT_SIZE as usize) {
+    for slot in block_bytes.chunks_exact_mut(size(BLOCK_SLOT_SIZE)) {
         mask_sealed(slot);
     }
-    for slot in rings.chunks_exact_mut(layout::STREAM_SLOT_SIZE as usize) {
+    for slot in rings.chunks_exact_mut(size(layout::STREAM_SLOT_SIZE)) {
         mask_sealed(slot);
     }
     w
+}
+
+/// A byte size of the ABI as a `usize`.
+fn size(n: u64) -> usize {
+    usize::try_from(n).expect("sizes fit in usize")
 }
 
 /// Sum of all events.

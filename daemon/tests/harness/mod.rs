@@ -343,11 +343,17 @@ impl Driver {
     }
 }
 
-/// A daemon configuration for tests: node and state dirs in `tmp`, the
-/// metrics endpoint on an ephemeral loopback port.
+/// A daemon configuration for tests: node, state and pages dirs in `tmp`
+/// (unless `extra` has its own `[pages]`), the metrics endpoint on an
+/// ephemeral loopback port.
 pub fn daemon_config(tmp: &TempDir, extra: &str) -> String {
+    let pages = if extra.contains("[pages]") {
+        String::new()
+    } else {
+        format!("[pages]\ndir = {:?}\n", tmp.join("pages"))
+    };
     format!(
-        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{extra}\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{extra}\n{pages}[metrics]\nlisten = \"127.0.0.1:0\"\n",
         tmp.join("dev"),
         tmp.join("tenant"),
         tmp.join("state"),

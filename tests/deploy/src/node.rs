@@ -91,9 +91,15 @@ impl Node {
             &dir.join("driver.log"),
         );
         driver.wait_for("READY=1");
+        // Several nodes share one host: each keeps its tenant pages apart.
+        let pages = if daemon_toml.contains("[pages]") {
+            String::new()
+        } else {
+            format!("[pages]\ndir = {:?}\n", dir.join("pages"))
+        };
         let config = |listen: &str| {
             format!(
-                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{daemon_toml}\n[metrics]\nlisten = \"{listen}\"\n",
+                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{daemon_toml}\n{pages}[metrics]\nlisten = \"{listen}\"\n",
                 dir.join("dev"),
                 dir.join("tenant"),
                 dir.join("state"),

@@ -60,7 +60,10 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let interactive = !args.headless && std::io::stdout().is_terminal();
     stepper.restart();
     if interactive {
-        let sampler = Sampler::new(Node::open(&node_path)?)?;
+        let pages = tmp
+            .join("pages")
+            .join(gpupm_client::paths::PAGES_SOCKET_NAME);
+        let sampler = Sampler::new(Node::open_with_pages(&node_path, Some(pages))?)?;
         let opts = LiveOpts {
             interval: Duration::from_millis(1000),
             sort: SortKey::Id,
@@ -136,11 +139,12 @@ fn start(
     )?;
     driver.wait_ready()?;
     let config = format!(
-        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n",
+        "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n[metrics]\nlisten = \"127.0.0.1:0\"\n[health]\njournal_socket = {:?}\n[pages]\ndir = {:?}\n",
         tmp.join("dev"),
         tmp.join("tenant"),
         tmp.join("state"),
         tmp.join("no-journal"),
+        tmp.join("pages"),
     );
     let cfg_path = tmp.join("gpupmd.toml");
     std::fs::write(&cfg_path, config)

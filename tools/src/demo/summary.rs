@@ -109,7 +109,7 @@ fn instance_totals(
 ) -> CliResult<Totals> {
     let t = Target::Instance { ctx, created_cycle };
     let ri = node
-        .client
+        .client()
         .read_instance(ctx, created_cycle, &[])
         .map_err(|e| CliError::runtime(format!("{t}: {}", node.fail(e, None))))?;
     Ok(if ri.out_flags & counter_flags::SEALED != 0 {
@@ -146,7 +146,7 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
     let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
     for vm in who.visible_vms() {
         let list = node
-            .client
+            .client()
             .list_contexts(vm)
             .map_err(|e| node.fail(e, Some(Scope::Vm(vm))))?;
         for c in &list {

@@ -17,7 +17,7 @@ use ratatui::Terminal;
 pub use self::render::SortKey;
 use self::sample::Sampler;
 use crate::error::{CliError, CliResult};
-use crate::node::{Global, Node};
+use crate::node::Global;
 
 /// Arguments of `gpupm top`.
 #[derive(clap::Args, Debug)]
@@ -60,7 +60,7 @@ pub struct LiveOpts {
 
 /// Runs the command.
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
-    let sampler = Sampler::new(Node::open(&g.tenant_node)?)?;
+    let sampler = Sampler::new(g.node()?)?;
     let opts = LiveOpts {
         interval: Duration::from_millis(args.interval_ms.max(50)),
         sort: args.sort,

@@ -10,7 +10,7 @@ use gpupm_uapi::tenant::ctx_state;
 
 use crate::derived::{self, Metric};
 use crate::error::CliResult;
-use crate::node::{self, Node};
+use crate::node::{self, Node, Target};
 
 /// Frames between refreshes of the context lists.
 const LIST_EVERY: u32 = 5;
@@ -67,7 +67,7 @@ impl Sampler {
             for &vm in &self.vms {
                 let list = self
                     .node
-                    .client
+                    .client()
                     .list_contexts(vm)
                     .map_err(|e| self.node.fail(e, Some(Scope::Vm(vm))))?;
                 self.ctxs.insert(
@@ -82,11 +82,11 @@ impl Sampler {
         self.frames += 1;
         let mut read = Vec::new();
         for &vm in &self.vms {
-            read.push((vm, None, self.node.totals(Scope::Vm(vm))?));
+            read.push((vm, None, self.node.read(Target::Scope(Scope::Vm(vm)))?));
             if contexts {
                 for &c in self.ctxs.get(&vm).map(Vec::as_slice).unwrap_or_default() {
                     // A context may end between the list and the read.
-                    if let Ok(t) = self.node.client.read_counters(Scope::Ctx(c), &[]) {
+                    if let Ok(t) = self.node.read(Target::Scope(Scope::Ctx(c))) {
                         read.push((vm, Some(c), t));
                     }
                 }
@@ -113,7 +113,7 @@ impl Sampler {
             rows.push(Row {
                 vm,
                 ctx,
-                sealed: node::sealed(&t),
+                sealed: t.sealed,
                 metrics,
                 inst_per_s: if secs > 0.0 { inst / secs } else { 0.0 },
                 inst_total: t.values[3],

@@ -297,11 +297,13 @@ impl Fixture {
             format!(
                 "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n\
                  [[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n\
-                 [stream]\nwatermark = 16\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n",
+                 [stream]\nwatermark = 16\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n\
+                 [pages]\ndir = {:?}\n",
                 tmp.join("dev"),
                 tmp.join("tenant"),
                 tmp.join("state"),
-                tmp.join("no-journal")
+                tmp.join("no-journal"),
+                tmp.join("pages")
             ),
         )
         .expect("config");
@@ -340,6 +342,11 @@ impl Fixture {
     /// Node directory.
     pub fn node_dir(&self) -> String {
         self.tmp.join("dev").display().to_string()
+    }
+
+    /// The daemon's page socket.
+    pub fn pages_socket(&self) -> String {
+        self.tmp.join("pages/socket").display().to_string()
     }
 
     /// Advances device time by `ms` in 1 ms chunks, letting the daemon
@@ -399,6 +406,8 @@ impl Fixture {
             self.node(),
             "--node-dir".into(),
             self.node_dir(),
+            "--pages-socket".into(),
+            self.pages_socket(),
         ]);
         v
     }

@@ -13,6 +13,7 @@ use gpupm_uapi::ioctl::{
     self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
 };
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::tenant::{
@@ -32,7 +33,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 31] {
+pub fn all_structs() -> [StructInfo; 37] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -65,6 +66,12 @@ pub fn all_structs() -> [StructInfo; 31] {
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
+        PageHeader => "gpupm_page_header",
+        PageCounters => "gpupm_page_counters",
+        PageData => "gpupm_page_data",
+        Page => "gpupm_page",
+        PageRequest => "gpupm_page_request",
+        PageReply => "gpupm_page_reply",
     ]
 }
 
@@ -95,7 +102,7 @@ const IOCTL_STRUCTS: [(&str, &str); 19] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 11] = [
+const ARRAY_LENGTHS: [(&str, &str); 12] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -107,10 +114,12 @@ const ARRAY_LENGTHS: [(&str, &str); 11] = [
     ("REKEY_TAG_WORDS", "GPUPM_REKEY_TAG_WORDS"),
     ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
     ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
+    ("PAGE_TAIL", "GPUPM_PAGE_TAIL"),
 ];
 
-/// Struct bodies of `include` from cbindgen, named by [`all_structs`].
-fn cbindgen_structs(include: &[&str]) -> String {
+/// Struct bodies of `include` from cbindgen, named by [`all_structs`];
+/// `elsewhere` are structs of an earlier pass that these refer to.
+fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
     let mut cfg = Config {
         language: Language::C,
         style: Style::Tag,
@@ -120,7 +129,9 @@ fn cbindgen_structs(include: &[&str]) -> String {
     };
     cfg.export.item_types = vec![ItemType::Structs];
     cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
-    cfg.export.exclude = ["BlockSlot", "StreamSlot"].map(String::from).to_vec();
+    let mut excluded = vec!["BlockSlot", "StreamSlot"];
+    excluded.extend_from_slice(elsewhere);
+    cfg.export.exclude = excluded.iter().map(|s| (*s).to_string()).collect();
     cfg.export.renaming_overrides_prefixing = true;
     let mut rename: HashMap<String, String> = all_structs()
         .iter()
@@ -131,10 +142,9 @@ fn cbindgen_structs(include: &[&str]) -> String {
             .iter()
             .map(|(r, c)| ((*r).to_string(), (*c).to_string())),
     );
-    // The excluded slot structs are unknown to cbindgen, so it would not
-    // write the `struct` keyword where a field uses them; their C names
-    // carry it.
-    for slot in ["BlockSlot", "StreamSlot"] {
+    // Excluded structs are unknown to cbindgen, so it would not write the
+    // `struct` keyword where a field uses them; their C names carry it.
+    for slot in excluded {
         let tag = rename
             .get(slot)
             .map(|c| format!("struct {c}"))
@@ -222,6 +232,7 @@ pub fn emit_structs(h: &mut Header) {
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
+    super::page_c::emit_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {
@@ -269,6 +280,7 @@ pub fn emit_asserts(h: &mut Header) {
     ] {
         h.assert(&format!("{expr} == {rust}ULL"));
     }
+    super::page_c::emit_asserts(h);
     let last = CATALOGUE.last().expect("a non-empty catalogue");
     h.assert(&format!(
         "GPUPM_EV_{} + 1 == GPUPM_EVENT_COUNT",
@@ -279,7 +291,15 @@ pub fn emit_asserts(h: &mut Header) {
 impl Header {
     /// Struct bodies of `include` from cbindgen, their doc links resolved.
     fn structs(&mut self, include: &[&str]) {
-        let text = self.names.rewrite_in("", &cbindgen_structs(include));
+        self.structs_referring(include, &[]);
+    }
+
+    /// As [`Header::structs`], for structs whose fields use `elsewhere`,
+    /// structs an earlier call already wrote.
+    pub fn structs_referring(&mut self, include: &[&str], elsewhere: &[&str]) {
+        let text = self
+            .names
+            .rewrite_in("", &cbindgen_structs(include, elsewhere));
         self.line(&text);
     }
 }
