@@ -102,7 +102,8 @@ pub trait CounterView: Send + Sync + 'static {
 
     /// The device's key registers of confidential VMs, for the tenant
     /// node's key-state and rekey requests; `None` for a view without a
-    /// device behind it (those requests then fail with EIO).
+    /// device behind it (those requests then fail with ENOTTY, as on a
+    /// daemon without them).
     fn vm_keys(&self) -> Option<&dyn VmKeys> {
         None
     }

@@ -23,9 +23,11 @@ use super::error::RequestError;
 use super::policy::Identity;
 use crate::view::{CounterView, KeyError, RekeyWords, VmKeys};
 
+/// The device's key registers; a view without a device behind it (the
+/// in-process test views) has no key requests: ENOTTY, as a daemon older
+/// than ABI 1.5 answers.
 fn device(view: &dyn CounterView) -> Result<&dyn VmKeys, RequestError> {
-    view.vm_keys()
-        .ok_or(RequestError::Internal("no device behind the tenant node"))
+    view.vm_keys().ok_or(RequestError::UnknownIoctl)
 }
 
 fn device_error(e: &KeyError) -> RequestError {
