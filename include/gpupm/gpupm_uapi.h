@@ -65,7 +65,8 @@
  * sealed ledger — see `docs/confidential.md`; 4: register and window
  * ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
  * sampling units, their buffers and interrupts, the per-block debug
- * ledger, tenant sampling sessions — see `docs/sampling.md`).
+ * ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
+ * node's key-state and rekey ioctls — see `docs/confidential.md`).
  */
 #define GPUPM_ABI_MINOR 5
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -1065,6 +1066,8 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_TENANT_MAX_BRANCH_EVERY 1048576
 #define GPUPM_TENANT_DEFAULT_SESSION_RECORDS 65536
 #define GPUPM_TENANT_MAX_SESSION_RECORDS 1048576
+/** The VM is confidential (`key_epoch` and `session` are meaningful). */
+#define GPUPM_TENANT_KEY_FLAGS_CONFIDENTIAL 0x1
 /** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
 /** struct gpupm_tenant_list_contexts. */
@@ -1081,8 +1084,12 @@ static const char *const gpupm_intr_source_names[12] = {
 #define TENANT_IOC_READ_INSTANCE 0xc5105406U
 /** struct gpupm_tenant_read_instance_rates (ABI 1.2). */
 #define TENANT_IOC_READ_INSTANCE_RATES 0xe1b05407U
-/** struct gpupm_tenant_open_sampling (ABI 1.4): make the handle a sampling session. */
+/** struct gpupm_tenant_open_sampling (ABI 1.5): make the handle a sampling session. */
 #define TENANT_IOC_OPEN_SAMPLING 0xc0505408U
+/** struct gpupm_tenant_key_state (ABI 1.5). */
+#define TENANT_IOC_KEY_STATE 0xc0205409U
+/** struct gpupm_tenant_rekey (ABI 1.5). */
+#define TENANT_IOC_REKEY 0x4048540a
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
@@ -2386,6 +2393,82 @@ struct gpupm_tenant_sample_header {
 };
 
 /**
+ * `TENANT_IOC_KEY_STATE` (ABI 1.5): a VM's current key epoch and device
+ * session, as the VM entry's `VM_KEY_EPOCH` and `VM_KEY_SESSION` read —
+ * what a rekey blob is sealed for. Not secret.
+ *
+ * Input: `version`, `vm`; `flags` and `reserved` must be 0. A VM that is
+ * not confidential answers `flags` 0, `key_epoch` 0 and `session` 0.
+ */
+struct gpupm_tenant_key_state {
+  /**
+   * GPUPM_TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * VM id.
+   */
+  uint32_t vm;
+  /**
+   * Output: bits in GPUPM_TENANT_KEY_FLAGS_* (0 on input).
+   */
+  uint32_t flags;
+  /**
+   * Output: key epoch (1 = the provisioned key, +1 per rekey).
+   */
+  uint32_t key_epoch;
+  /**
+   * Output: the device's current session id.
+   */
+  uint64_t session;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+};
+
+/**
+ * `TENANT_IOC_REKEY` (ABI 1.5): replace a confidential VM's key with one
+ * sealed under its current session key (`docs/confidential.md`, "Rekeying
+ * with proof of the current key").
+ *
+ * The three arrays are the 14 words of the device's staging registers in
+ * register order — `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG`, each word the
+ * little-endian bytes `4i..4i+4` of the field. `flags` and `reserved` must
+ * be 0. Nothing is answered: on success the VM's key epoch has moved on.
+ */
+struct gpupm_tenant_rekey {
+  /**
+   * GPUPM_TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * VM id.
+   */
+  uint32_t vm;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * The tenant's random nonce bytes (`REKEY_NONCE`).
+   */
+  uint32_t nonce[GPUPM_REKEY_NONCE_WORDS];
+  /**
+   * The new key, encrypted (`REKEY_KEY`).
+   */
+  uint32_t sealed_key[GPUPM_REKEY_KEY_WORDS];
+  /**
+   * The AES-GCM tag (`REKEY_TAG`).
+   */
+  uint32_t tag[GPUPM_REKEY_TAG_WORDS];
+};
+
+/**
  * The cumulative totals of one scope.
  */
 struct gpupm_pmu_scope_totals {
@@ -2997,6 +3080,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_open_sampling) == 80);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_open_sampling) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_sample_header) == 24);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_sample_header) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_key_state) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_key_state) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_rekey) == 72);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_rekey) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_scope_totals) == 528);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_scope_totals) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_publish) == 8456);
@@ -3047,6 +3134,8 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_EVENT_INFO >> 16) & 0x3fff) == sizeof(struct gp
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_SAMPLING >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_sampling));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_KEY_STATE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_key_state));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_REKEY >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_rekey));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);

@@ -6,6 +6,7 @@
 //! the caller's). Errors are one line on stderr: `gpupm: CAUSE`.
 
 mod bmc;
+mod cc;
 mod cpi;
 mod cpi_output;
 mod demo;
@@ -16,6 +17,7 @@ mod error;
 mod events;
 mod gen;
 mod health;
+mod keyfile;
 mod list;
 mod node;
 mod output;
@@ -74,6 +76,8 @@ enum Command {
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
     Bmc(bmc::Args),
+    /// A confidential VM's keys: status, rekey (the VM's tenant).
+    Cc(cc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.
     Simulate(simulate::Args),
@@ -112,6 +116,7 @@ fn main() -> ExitCode {
         Command::Cpi(a) => cpi::run(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
+        Command::Cc(a) => cc::run(g, a),
         Command::Simulate(a) => simulate::run(a).map_err(CliError::from),
         Command::Events(a) => events::run(a).map_err(CliError::from),
         Command::Completions(a) => gen::completions::<Cli>(a),

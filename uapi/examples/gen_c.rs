@@ -525,6 +525,7 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_SAMPLE_KIND_", gpupm_uapi::tenant::sampling::sample_kind: BRANCH_STACK, CYCLE, ALL);
     group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
     group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
+    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }

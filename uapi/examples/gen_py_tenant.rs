@@ -19,9 +19,9 @@ use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
 };
 use gpupm_uapi::tenant::{
-    self, counter_flags, ctx_state, instance_flags, scope, CtxEntry, EventInfo, ListContexts,
-    OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, TenantDelta,
-    Whoami,
+    self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
+    KeyState, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates,
+    ReadRates, Rekey, TenantDelta, Whoami,
 };
 
 /// `SIZEOF_<STRUCT>` and `OFF_<STRUCT>_<FIELD>` lines.
@@ -60,6 +60,7 @@ pub fn render() -> String {
         ("CTX_STATE_RETIRED", ctx_state::RETIRED),
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
+        ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
         ("PAGE_MAGIC", page::PAGE_MAGIC),
         ("PAGE_VERSION", page::PAGE_VERSION),
         ("PAGE_STRUCT_VERSION", page::PAGE_STRUCT_VERSION),
@@ -120,6 +121,8 @@ pub fn render() -> String {
             reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
         ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
             reserved, count, out_flags, clock_khz, reserved2, samples;
+        KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
+        Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
         PageHeader => "PAGE_HEADER": magic, version, size, scope, id, vm, created_cycle, audience;
         PageCounters => "PAGE_COUNTERS": generation, state, flags, commit_seq, cycle, clock_khz,
             totals;

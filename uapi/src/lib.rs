@@ -25,7 +25,8 @@ pub const ABI_MAJOR: u16 = 1;
 /// sealed ledger — see `docs/confidential.md`; 4: register and window
 /// ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
 /// sampling units, their buffers and interrupts, the per-block debug
-/// ledger, tenant sampling sessions — see `docs/sampling.md`).
+/// ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
+/// node's key-state and rekey ioctls — see `docs/confidential.md`).
 pub const ABI_MINOR: u16 = 5;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;

@@ -13,6 +13,7 @@
 //! the [`retention`] policy prunes it.
 
 pub mod history;
+pub mod keys;
 pub mod retention;
 pub mod retired;
 
@@ -457,6 +458,10 @@ impl CounterView for Store {
             .read32(regs::ctx(ctx, regs::CTX_PROGRAM))
             .map_err(|e| tracing::warn!(ctx, error = %e, "reading CTX_PROGRAM failed"))
             .ok()
+    }
+
+    fn vm_keys(&self) -> Option<&dyn crate::view::VmKeys> {
+        Some(self)
     }
 
     fn vms(&self) -> Vec<VmId> {

@@ -20,6 +20,7 @@
 
 #![allow(dead_code)]
 
+pub mod cc;
 pub mod device;
 
 use std::fs::{self, File};

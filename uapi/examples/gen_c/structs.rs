@@ -19,8 +19,9 @@ use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenSampling, OpenStream, RateSample, ReadCounters,
-    ReadInstance, ReadInstanceRates, ReadRates, SampleHeader, TenantDelta, Whoami,
+    CtxEntry, EventInfo, KeyState, ListContexts, OpenSampling, OpenStream, RateSample,
+    ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
+    Whoami,
 };
 
 use super::Header;
@@ -35,7 +36,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 44] {
+pub fn all_structs() -> [StructInfo; 46] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -65,6 +66,8 @@ pub fn all_structs() -> [StructInfo; 44] {
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
         OpenSampling => "gpupm_tenant_open_sampling",
         SampleHeader => "gpupm_tenant_sample_header",
+        KeyState => "gpupm_tenant_key_state",
+        Rekey => "gpupm_tenant_rekey",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -85,7 +88,7 @@ pub fn all_structs() -> [StructInfo; 44] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 19] = [
+const IOCTL_STRUCTS: [(&str, &str); 21] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -106,18 +109,23 @@ const IOCTL_STRUCTS: [(&str, &str); 19] = [
         "gpupm_tenant_read_instance_rates",
     ),
     ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
+    ("TENANT_IOC_KEY_STATE", "gpupm_tenant_key_state"),
+    ("TENANT_IOC_REKEY", "gpupm_tenant_rekey"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 11] = [
+const ARRAY_LENGTHS: [(&str, &str); 14] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
     ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
     ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
     ("RATE_SAMPLES", "GPUPM_TENANT_RATE_SAMPLES"),
+    ("REKEY_NONCE_WORDS", "GPUPM_REKEY_NONCE_WORDS"),
+    ("REKEY_KEY_WORDS", "GPUPM_REKEY_KEY_WORDS"),
+    ("REKEY_TAG_WORDS", "GPUPM_REKEY_TAG_WORDS"),
     ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
     ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
     ("PAGE_TAIL", "GPUPM_PAGE_TAIL"),
@@ -239,6 +247,8 @@ pub fn emit_structs(h: &mut Header) {
         "ReadInstanceRates",
         "OpenSampling",
         "SampleHeader",
+        "KeyState",
+        "Rekey",
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
