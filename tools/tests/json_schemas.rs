@@ -223,7 +223,11 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
         "{}",
         cpi.out
     );
-    assert_eq!(doc["lost"], serde_json::json!(0), "{}", cpi.out);
+    // Not `lost == 0`: this test owns the step clock and advances it 1 ms
+    // at a time whatever the load, so the session's queue may overflow
+    // (counted, not hidden); loss accounting is proven by plan_sizing and
+    // the sampling end-to-end test. Here the count only has to be a number.
+    assert!(doc["lost"].is_u64(), "{}", cpi.out);
     assert!(
         doc["kernels"][0]["cpi"].as_f64().is_some_and(|c| c >= 1.0),
         "{}",

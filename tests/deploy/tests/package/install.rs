@@ -244,10 +244,10 @@ fn stat(c: &Container, tenant: bool, scope: &[&str]) -> Counts {
 }
 
 /// Switches the driver to the step clock with the debug ledger (a
-/// drop-in, as an operator
-/// would), drives the device from the host through the container's node
-/// to two quiescent points, and checks that the daemon's totals (root's
-/// system scope, the tenant's VM) equal the ledger at each, across a
+/// drop-in, as an operator would), drives the device from the host
+/// through the container's node to two quiescent points, and checks that
+/// the daemon's totals (root's system scope, the tenant's VM) equal the
+/// ledger at each, across a
 /// `systemctl restart gpupmd` in between. Returns the system
 /// `sm_inst_executed` at both points.
 fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
