@@ -10,21 +10,16 @@
 //!
 //! # JSON (stable)
 //! [`KeyStateJson`] for `status`, [`RekeyJson`] for `rekey`: one object.
-//!
-//! [`open_slot`] is how the other commands (`gpupm stat --key-file`) read
-//! a sealed block slot with the VM's key.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use gpupm_client::Scope;
-use gpupm_driver::model::cc::{open, Key, RekeyBlob};
-use gpupm_uapi::layout::{Block, BlockSlot, BLOCK_MAGIC};
+use gpupm_driver::model::cc::RekeyBlob;
 use gpupm_uapi::tenant::{key_flags, KeyState};
 use nix::errno::Errno;
 use schemars::JsonSchema;
 use serde::Serialize;
-use zerocopy::FromBytes;
 
 use crate::error::{CliError, CliResult};
 use crate::keyfile;
@@ -201,20 +196,4 @@ fn rekey(node: &Node, a: &RekeyArgs) -> CliResult<ExitCode> {
     };
     emit(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The block a sealed slot holds, opened with the VM's `key` (the key of
-/// the slot's epoch).
-pub fn open_slot(slot: &BlockSlot, key: &Key) -> CliResult<Block> {
-    let mut payload = slot.payload;
-    open(key, &slot.envelope, &mut payload, &slot.tag).map_err(|_| {
-        CliError::usage(format!(
-            "the key does not open VM {}'s counters (sealed under its key epoch {})",
-            slot.envelope.vm, slot.envelope.key_epoch
-        ))
-    })?;
-    Block::read_from_bytes(&payload)
-        .ok()
-        .filter(|b| b.magic == BLOCK_MAGIC)
-        .ok_or_else(|| CliError::runtime("an opened block has no block magic"))
 }

@@ -1,14 +1,17 @@
 //! Key files of confidential VMs: 32 raw bytes, or 64 hexadecimal digits
 //! (one optional trailing newline). Like ssh with a private key, a key
 //! file that anyone but its owner may read, write or search is refused:
-//! the key is the VM's whole confidentiality.
+//! the key is the VM's whole confidentiality. [`open_slot`] is how the
+//! commands (`gpupm stat --key-file`) read a sealed block slot with it.
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use gpupm_driver::model::cc::Key;
+use gpupm_driver::model::cc::{open, Key};
+use gpupm_uapi::layout::{Block, BlockSlot, BLOCK_MAGIC};
+use zerocopy::FromBytes;
 
 use crate::error::{CliError, CliResult};
 
@@ -66,6 +69,22 @@ fn parse(bytes: &[u8]) -> Option<Key> {
         *k = u8::from_str_radix(digits, 16).ok()?;
     }
     Some(key)
+}
+
+/// The block a sealed slot holds, opened with the VM's `key` (the key of
+/// the slot's epoch).
+pub fn open_slot(slot: &BlockSlot, key: &Key) -> CliResult<Block> {
+    let mut payload = slot.payload;
+    open(key, &slot.envelope, &mut payload, &slot.tag).map_err(|_| {
+        CliError::usage(format!(
+            "the key does not open VM {}'s counters (sealed under its key epoch {})",
+            slot.envelope.vm, slot.envelope.key_epoch
+        ))
+    })?;
+    Block::read_from_bytes(&payload)
+        .ok()
+        .filter(|b| b.magic == BLOCK_MAGIC)
+        .ok_or_else(|| CliError::runtime("an opened block has no block magic"))
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 mod bmc;
 mod cc;
 mod cpi;
-mod cpi_output;
 mod demo;
 mod derived;
 mod dmon;

@@ -294,7 +294,7 @@ impl Node {
                     .sealed
             }
         };
-        let block = crate::cc::open_slot(&slot, key)?;
+        let block = crate::keyfile::open_slot(&slot, key)?;
         Ok(Reading {
             values: block.counters,
             commit_seq: block.commit_seq,

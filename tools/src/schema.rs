@@ -27,7 +27,7 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("bmc", long_help::<crate::bmc::BmcJson>(one)),
         ("simulate", long_help::<crate::simulate::SimulateJson>(one)),
         ("plan", long_help::<crate::plan::PlanJson>(one)),
-        ("cpi", long_help::<crate::cpi_output::CpiOutput>(one)),
+        ("cpi", long_help::<crate::cpi::CpiOutput>(one)),
         (
             "events",
             long_help::<Vec<crate::events::EventJson>>("one array"),

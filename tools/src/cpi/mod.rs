@@ -9,6 +9,10 @@
 //! context's program id (`CTX_PROGRAM`), an index into the scenario's
 //! program table (`--scenario FILE`, or the built-in scenario).
 
+mod output;
+
+pub use output::CpiOutput;
+
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -170,7 +174,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         branch_records: (got.stacks + got.stacks_lost) as f64,
         branch_every: f64::from(args.branch_every),
     });
-    let out = crate::cpi_output::CpiOutput::new(args.ctx, spec, args, &got, &estimate);
+    let out = output::CpiOutput::new(args.ctx, spec, args, &got, &estimate);
     let text = if args.json {
         crate::output::json_line(&out)?
     } else {

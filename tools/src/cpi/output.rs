@@ -3,7 +3,7 @@
 use gpupm_client::sampling::reconstruct::{BlockEstimate, Estimate, KernelEstimate};
 use gpupm_driver::scenario::program::ProgramSpec;
 
-use crate::cpi::{Args, Collected};
+use super::{Args, Collected};
 
 /// `gpupm cpi --json`.
 #[derive(Debug, serde::Serialize, schemars::JsonSchema)]
