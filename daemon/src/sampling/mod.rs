@@ -32,7 +32,7 @@ use gpupm_client::DevError;
 use self::demand::Thinning;
 pub use self::demand::{Demand, Settings};
 use self::records::{Batch, Parsed};
-use crate::view::{CtxId, VmId};
+use gpupm_client::tenant::{CtxId, VmId};
 
 /// Programs a partition's samplers (the device, or a test double).
 pub trait SamplerDevice: Send + Sync + std::fmt::Debug {
