@@ -19,8 +19,8 @@ use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
-use super::device::{reg_access, NodeKind};
 use super::error::{malformed, NodeError};
+use super::reg_access::{reg_access, NodeKind};
 
 /// What to send back for an ioctl: the syscall's return value (0, or a
 /// negative errno when the call fails but still returns data, as a failed
