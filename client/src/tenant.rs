@@ -34,11 +34,11 @@ use std::path::{Path, PathBuf};
 
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::tenant::{
-    instance_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters,
-    ReadInstance, ReadInstanceRates, ReadRates, TenantDelta, Whoami, RATE_SAMPLES,
-    TENANT_IOC_EVENT_INFO, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM,
+    instance_flags, scope, CtxEntry, EventInfo, KeyState, ListContexts, OpenStream, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, Rekey, TenantDelta, Whoami, RATE_SAMPLES,
+    TENANT_IOC_EVENT_INFO, TENANT_IOC_KEY_STATE, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_OPEN_STREAM,
     TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES,
-    TENANT_IOC_READ_RATES, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+    TENANT_IOC_READ_RATES, TENANT_IOC_REKEY, TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
 };
 use nix::errno::Errno;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
@@ -330,6 +330,39 @@ impl TenantClient {
         self.call("TENANT_IOC_OPEN_STREAM", TENANT_IOC_OPEN_STREAM, &mut arg)
     }
 
+    /// A VM's current key epoch and session (ABI 1.5): what a rekey blob
+    /// is sealed for.
+    pub fn key_state(&self, vm: VmId) -> Result<KeyState, ClientError> {
+        let mut arg = KeyState {
+            version: TENANT_STRUCT_VERSION,
+            vm,
+            ..KeyState::default()
+        };
+        self.call("TENANT_IOC_KEY_STATE", TENANT_IOC_KEY_STATE, &mut arg)?;
+        Ok(arg)
+    }
+
+    /// Replaces confidential VM `vm`'s key (ABI 1.5) with the one `words`
+    /// carry sealed under the current session key (the 14 staging words in
+    /// register order; `docs/confidential.md`).
+    pub fn rekey(
+        &self,
+        vm: VmId,
+        words: &[u32; crate::ops::REKEY_WORDS],
+    ) -> Result<(), ClientError> {
+        let mut arg = Rekey {
+            version: TENANT_STRUCT_VERSION,
+            vm,
+            ..Rekey::default()
+        };
+        let (nonce, rest) = words.split_at(arg.nonce.len());
+        let (sealed_key, tag) = rest.split_at(arg.sealed_key.len());
+        arg.nonce.copy_from_slice(nonce);
+        arg.sealed_key.copy_from_slice(sealed_key);
+        arg.tag.copy_from_slice(tag);
+        self.call("TENANT_IOC_REKEY", TENANT_IOC_REKEY, &mut arg)
+    }
+
     /// The catalogue entry of event `id`.
     pub fn event_info(&self, id: u32) -> Result<EventInfo, ClientError> {
         let mut arg = EventInfo::new_zeroed();
@@ -353,6 +386,13 @@ impl TenantClient {
     /// One stream record; `None` at the end of the stream.
     pub fn read_delta(&self) -> Result<Option<TenantDelta>, ClientError> {
         Ok(self.read_deltas(1)?.into_iter().next())
+    }
+}
+
+impl TenantClient {
+    /// The node's open file (reads of session records).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
     }
 }
 

@@ -100,6 +100,26 @@ pub trait CounterView: Send + Sync + 'static {
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
 
+    /// The sampling plane, when the daemon samples (the default: none;
+    /// the node then answers `TENANT_IOC_OPEN_SAMPLING` with ENOTTY).
+    fn sampling(&self) -> Option<Arc<crate::sampling::Plane>> {
+        None
+    }
+
+    /// The program a context runs, as its `CTX_PROGRAM` register reads
+    /// (0 none, else 1 + its index in the scenario's program table).
+    fn ctx_program(&self, _ctx: CtxId) -> Option<u32> {
+        None
+    }
+
+    /// The device's key registers of confidential VMs, for the tenant
+    /// node's key-state and rekey requests; `None` for a view without a
+    /// device behind it (those requests then fail with ENOTTY, as on a
+    /// daemon without them).
+    fn vm_keys(&self) -> Option<&dyn VmKeys> {
+        None
+    }
+
     /// One context instance, named by (id, created cycle), whatever its
     /// state. The default searches [`CounterView::contexts`] of every VM.
     fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {
@@ -143,6 +163,43 @@ pub trait CounterView: Send + Sync + 'static {
             .then(|| self.recent(Scope::Ctx(ctx), max))
             .flatten()
     }
+}
+
+/// A VM's key registers (`VM_FLAGS`, `VM_KEY_EPOCH`, `VM_KEY_SESSION`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyStatus {
+    /// The VM is confidential.
+    pub confidential: bool,
+    /// Key epoch (0 for a plain VM).
+    pub epoch: u32,
+    /// Device session id (0 for a plain VM).
+    pub session: u64,
+}
+
+/// Words of a rekey blob in staging-register order (`REKEY_NONCE`,
+/// `REKEY_KEY`, `REKEY_TAG`).
+pub type RekeyWords = [u32; gpupm_client::ops::REKEY_WORDS];
+
+/// Why a key request to the device failed.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The device refused the commit: the blob does not open under the
+    /// VM's current session key (or the VM is not confidential).
+    #[error("the device refused the rekey blob")]
+    Refused,
+    /// The device node failed otherwise.
+    #[error(transparent)]
+    Device(#[from] gpupm_client::DevError),
+}
+
+/// Access to confidential VMs' key registers on the device. The daemon
+/// only moves sealed blobs: it never holds a key.
+pub trait VmKeys: Send + Sync {
+    /// The key registers of `vm`.
+    fn key_status(&self, vm: VmId) -> Result<KeyStatus, KeyError>;
+    /// Stages `blob` in the `REKEY_*` registers and commits it with the
+    /// VM entry's `VM_KEY_COMMIT`, as one register batch (all or nothing).
+    fn commit_rekey(&self, vm: VmId, blob: &RekeyWords) -> Result<(), KeyError>;
 }
 
 /// Identity of the device the daemon serves.

@@ -121,6 +121,7 @@ fn on_off_scenario() -> Scenario {
         .rates
         .clone();
     s.profiles = vec![ProfileSpec {
+        program: None,
         name: "on-off".into(),
         phases: vec![
             PhaseSpec {

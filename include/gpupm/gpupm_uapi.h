@@ -63,11 +63,14 @@
  * node's context-instance reads; 3: confidential sessions and rekeying,
  * the OOB mailbox's own registers, flush-ack latency, the debug-only
  * sealed ledger — see `docs/confidential.md`; 4: register and window
- * ioctls for the CUSE character device — see `docs/kernel.md`).
+ * ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
+ * sampling units, their buffers and interrupts, the per-block debug
+ * ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
+ * node's key-state and rekey ioctls — see `docs/confidential.md`).
  */
-#define GPUPM_ABI_MINOR 4
+#define GPUPM_ABI_MINOR 5
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10004 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10005 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -589,6 +592,13 @@
 /** WO: context command, see GPUPM_CTX_CMD_*. */
 #define GPUPM_REG_CTX_CMD 0x10
 /**
+ * RO: program the context runs: 0 = none (it counts by its profile's
+ * rates alone), else 1 + its index in the scenario's program table
+ * (`Scenario::programs`: the `[[program]]` entries in file order, then the
+ * programs generated for churn contexts), see `docs/sampling.md`.
+ */
+#define GPUPM_REG_CTX_PROGRAM 0x14
+/**
  * RO 64-bit: cycle at which the context was created. Context ids are
  * reused after release; (id, created cycle) names one context instance.
  */
@@ -826,11 +836,24 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * handshake on this record.
  */
 #define GPUPM_INTR_FLUSH_ACKED 0x200
+/**
+ * A sample buffer reached its watermark (raised once, then again only
+ * after the host moved its tail): `arg` = fill, `arg2` = buffer kind
+ * (`sampling::buf_kind`).
+ */
+#define GPUPM_INTR_SAMPLE_WATERMARK 0x400
+/**
+ * A sample buffer was full and a record was lost (raised at the first
+ * loss since the buffer last stored a record or the host moved its
+ * tail): `arg` = records lost so far (low 32 bits of `BUF_LOST`),
+ * `arg2` = buffer kind.
+ */
+#define GPUPM_INTR_SAMPLE_OVERFLOW 0x800
 /** All defined sources. */
-#define GPUPM_INTR_ALL 0x3ff
+#define GPUPM_INTR_ALL 0xfff
 
 /** Names of the sources, indexed by bit number. */
-static const char *const gpupm_intr_source_names[10] = {
+static const char *const gpupm_intr_source_names[12] = {
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -841,6 +864,8 @@ static const char *const gpupm_intr_source_names[10] = {
     "mailbox_done",
     "device_reset",
     "flush_acked",
+    "sample_watermark",
+    "sample_overflow",
 };
 
 /* Memory window layouts (uapi/src/layout.rs) */
@@ -976,6 +1001,8 @@ static const char *const gpupm_intr_source_names[10] = {
 #define GPUPM_IOC_REG_READ 0xc0204705U
 /** Write one register (struct gpupm_reg_access). */
 #define GPUPM_IOC_REG_WRITE 0x40204706
+/** Read the per-block ground truth of a context's program (debug only). */
+#define GPUPM_IOC_LEDGER_BLOCKS 0xc8504708U
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -1029,6 +1056,18 @@ static const char *const gpupm_intr_source_names[10] = {
 #define GPUPM_TENANT_INSTANCE_FLAGS_LATEST 0x1
 /** Every defined bit. */
 #define GPUPM_TENANT_INSTANCE_FLAGS_ALL 0x1
+#define GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK 0x1
+#define GPUPM_TENANT_SAMPLE_KIND_CYCLE 0x2
+#define GPUPM_TENANT_SAMPLE_KIND_ALL 0x3
+#define GPUPM_TENANT_SAMPLE_FLAGS_SEALED 0x1
+#define GPUPM_TENANT_MIN_SAMPLE_PERIOD 256
+#define GPUPM_TENANT_MAX_SAMPLE_PERIOD 1073741824
+#define GPUPM_TENANT_MAX_SAMPLE_DITHER 4095
+#define GPUPM_TENANT_MAX_BRANCH_EVERY 1048576
+#define GPUPM_TENANT_DEFAULT_SESSION_RECORDS 65536
+#define GPUPM_TENANT_MAX_SESSION_RECORDS 1048576
+/** The VM is confidential (`key_epoch` and `session` are meaningful). */
+#define GPUPM_TENANT_KEY_FLAGS_CONFIDENTIAL 0x1
 /** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
 /** struct gpupm_tenant_list_contexts. */
@@ -1045,6 +1084,12 @@ static const char *const gpupm_intr_source_names[10] = {
 #define TENANT_IOC_READ_INSTANCE 0xc5105406U
 /** struct gpupm_tenant_read_instance_rates (ABI 1.2). */
 #define TENANT_IOC_READ_INSTANCE_RATES 0xe1b05407U
+/** struct gpupm_tenant_open_sampling (ABI 1.5): make the handle a sampling session. */
+#define TENANT_IOC_OPEN_SAMPLING 0xc0505408U
+/** struct gpupm_tenant_key_state (ABI 1.5). */
+#define TENANT_IOC_KEY_STATE 0xc0205409U
+/** struct gpupm_tenant_rekey (ABI 1.5). */
+#define TENANT_IOC_REKEY 0x4048540a
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
@@ -1154,6 +1199,159 @@ static const char *const gpupm_intr_source_names[10] = {
 #define GPUPM_PAGE_REQUEST_FLAGS_LATEST 0x1
 /** Every defined bit. */
 #define GPUPM_PAGE_REQUEST_FLAGS_ALL 0x1
+
+/* Sampling units and sample buffers (uapi/src/sampling.rs, docs/sampling.md) */
+
+/** Base of the sampling block array. */
+#define GPUPM_SAMP_BASE 0x2000
+/** Stride between sampling blocks. */
+#define GPUPM_SAMP_STRIDE 0x100
+#define GPUPM_SAMP(p, reg) (GPUPM_SAMP_BASE + (uint64_t)(p) * GPUPM_SAMP_STRIDE + (reg))
+/**
+ * RW: sampler enables, see GPUPM_SAMP_CTRL_*. Enabling a sampler whose
+ * buffer has no capacity fails.
+ */
+#define GPUPM_REG_SAMP_CTRL 0x0
+/** RO: status bits, see GPUPM_SAMP_STATUS_*. */
+#define GPUPM_REG_SAMP_STATUS 0x4
+/**
+ * RW: N — the branch-record sampler captures its stack into a record
+ * every N taken branches (`1..=BRANCH_PERIOD_MAX`; 0 fails).
+ */
+#define GPUPM_REG_SAMP_BRANCH_PERIOD 0x8
+/**
+ * RW: P — the cycle sampler's base period in context cycles
+ * (`CYCLE_PERIOD_MIN..=CYCLE_PERIOD_MAX`).
+ */
+#define GPUPM_REG_SAMP_CYCLE_PERIOD 0xc
+/**
+ * RW: R_MAX — each cycle-sampler interval adds R uniform in `0..=R_MAX`
+ * from the device's seeded generator (`0..=DITHER_MAX`; 0 = the fixed
+ * period, for comparison). Default GPUPM_DEFAULT_DITHER.
+ */
+#define GPUPM_REG_SAMP_CYCLE_DITHER 0x10
+/** RO: S, the interrupt skid in cycles (a device parameter). */
+#define GPUPM_REG_SAMP_SKID 0x14
+/** RO: A, the pipeline-refill cycles (a device parameter). */
+#define GPUPM_REG_SAMP_REFILL 0x18
+/** RO: entries in the branch stack (GPUPM_BRANCH_STACK_ENTRIES). */
+#define GPUPM_REG_SAMP_STACK_DEPTH 0x1c
+/** RO 64-bit: taken branches the branch-record sampler saw while enabled. */
+#define GPUPM_REG_SAMP_BRANCHES 0x20 /* 64-bit */
+/** RO 64-bit: cycle samples taken while enabled. */
+#define GPUPM_REG_SAMP_CYCLE_SAMPLES 0x28 /* 64-bit */
+/** RO: bytes in this partition's sample span (GPUPM_SAMPLE_SPAN). */
+#define GPUPM_REG_SAMP_SPAN 0x30
+/**
+ * RO: fewest context cycles between two taken branches of any program a
+ * context of this partition can run (the `min_branch_gap` argument of
+ * branch_records_per_drain); 0 when none runs a program.
+ */
+#define GPUPM_REG_SAMP_MIN_BRANCH_GAP 0x34
+/** Offset of the branch-stack buffer's registers in the sampling block. */
+#define GPUPM_REG_SAMP_BUF_BRANCH 0x40
+/** Offset of the PC buffer's registers in the sampling block. */
+#define GPUPM_REG_SAMP_BUF_PC 0x80
+/** Stride between the buffers' register sets. */
+#define GPUPM_REG_SAMP_BUF_STRIDE 0x40
+/* Buffer register `reg` of buffer `kind` inside a sampling block:
+   GPUPM_SAMP(p, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL)). */
+#define GPUPM_SAMP_BUF(kind, reg) (GPUPM_REG_SAMP_BUF_BRANCH + (uint64_t)(kind) * GPUPM_REG_SAMP_BUF_STRIDE + (reg))
+/**
+ * RW: byte offset of the buffer's first slot inside the partition's
+ * sample span; a multiple of GPUPM_BUF_ALIGN. Writable only while the
+ * buffer's sampler is disabled; a write empties the buffer.
+ */
+#define GPUPM_REG_BUF_BASE 0x0
+/**
+ * RW: capacity in records: 0 (no buffer) or a power of two, with the
+ * buffer inside the span and not overlapping the other buffer. Writable
+ * only while the buffer's sampler is disabled; a write empties the buffer
+ * (head, tail, lost and sequence return to 0).
+ */
+#define GPUPM_REG_BUF_CAP 0x4
+/** RO: next record index the device writes, modulo 2^32. */
+#define GPUPM_REG_BUF_HEAD 0x8
+/**
+ * RW: next record index the host reads, modulo 2^32; writes must lie in
+ * `[old tail, head]`.
+ */
+#define GPUPM_REG_BUF_TAIL 0xc
+/**
+ * RW: raise `SAMPLE_WATERMARK` when `head - tail` reaches this (1..=cap);
+ * raised once per drain (re-armed by a tail write). A `BUF_CAP` write sets
+ * it to half the capacity (at least 1).
+ */
+#define GPUPM_REG_BUF_WATERMARK 0x10
+/** RO 64-bit: records lost because the buffer was full. */
+#define GPUPM_REG_BUF_LOST 0x18 /* 64-bit */
+/** RO 64-bit: memory-window offset of the buffer's first slot. */
+#define GPUPM_REG_BUF_ADDR 0x20 /* 64-bit */
+/**
+ * RO 64-bit: records produced (stored or lost) since the last `BUF_CAP`
+ * write; a record's `seq` is this count after it.
+ */
+#define GPUPM_REG_BUF_PRODUCED 0x28 /* 64-bit */
+/** Branch-stack records (BranchStackRecord). */
+#define GPUPM_BUF_KIND_BRANCH 0
+/** PC records (PcRecord). */
+#define GPUPM_BUF_KIND_PC 1
+/** Number of kinds. */
+#define GPUPM_BUF_KIND_COUNT 2
+/** The branch-record sampler is enabled. */
+#define GPUPM_SAMP_CTRL_BRANCH_ENABLE 0x1
+/** The cycle sampler is enabled. */
+#define GPUPM_SAMP_CTRL_CYCLE_ENABLE 0x2
+/** All defined bits. */
+#define GPUPM_SAMP_CTRL_ALL 0x3
+/** The partition slot is configured (it has SMs and runs programs). */
+#define GPUPM_SAMP_STATUS_CONFIGURED 0x100
+/**
+ * The clock ran at secondary (throttled) capability when the record
+ * was taken (the record's clock capability).
+ */
+#define GPUPM_SAMPLE_FLAGS_SECONDARY_CLOCK 0x1
+/** Largest N. */
+#define GPUPM_BRANCH_PERIOD_MAX 1048576
+/** Smallest P. */
+#define GPUPM_CYCLE_PERIOD_MIN 256
+/** Largest P. */
+#define GPUPM_CYCLE_PERIOD_MAX 1073741824
+/** R_MAX after reset: R uniform in 0..=255 (seed 004). */
+#define GPUPM_DEFAULT_DITHER 255
+/** N after reset. */
+#define GPUPM_DEFAULT_BRANCH_PERIOD 64
+/** P after reset. */
+#define GPUPM_DEFAULT_CYCLE_PERIOD 4096
+/**
+ * S: cycles from the sampler's counter expiring to the interrupt taking
+ * the sample.
+ */
+#define GPUPM_SKID_CYCLES 12
+/** A: cycles the pipeline refills after the sample, not counted. */
+#define GPUPM_REFILL_CYCLES 8
+/** Entries in the branch stack. */
+#define GPUPM_BRANCH_STACK_ENTRIES 32
+/** Largest R_MAX. */
+#define GPUPM_SAMP_DITHER_MAX 4095 /* largest R_MAX */
+/** Alignment of a buffer's base inside the span. */
+#define GPUPM_BUF_ALIGN 0x1000
+/**
+ * Bytes of the memory window reserved per partition slot for sample
+ * buffers.
+ */
+#define GPUPM_SAMPLE_SPAN 0x1000000
+/** Window offset of the sample region: after the stream rings, page aligned. */
+#define GPUPM_SAMPLE_REGION 0x4e5a000
+/** Magic of a branch-stack record: "gBRS". */
+#define GPUPM_BRANCH_RECORD_MAGIC 0x53524267
+/** Magic of a PC record: "gPCS". */
+#define GPUPM_PC_RECORD_MAGIC 0x53435067
+#define GPUPM_SAMPLE_SPAN_OFFSET(p) (GPUPM_SAMPLE_REGION + (uint64_t)(p) * GPUPM_SAMPLE_SPAN)
+/** Rows in one struct gpupm_block_ledger_query answer. */
+#define GPUPM_BLOCK_LEDGER_ROWS 64
+/** Bytes of a struct gpupm_block_ledger_query that a sealed answer encrypts: `rows`. */
+#define GPUPM_BLOCK_LEDGER_SEALED_LEN 2048
 
 /* ABI structs (bodies generated by cbindgen from the Rust source) */
 
@@ -2070,6 +2268,207 @@ struct gpupm_tenant_read_instance_rates {
 };
 
 /**
+ * `TENANT_IOC_OPEN_SAMPLING`: make this handle a sampling session.
+ *
+ * Input: `version`, `scope` (CONTEXT or
+ * VM), `id`, `kinds` (non-empty subset of
+ * GPUPM_TENANT_SAMPLE_KIND_ALL), `period` (P, with GPUPM_TENANT_SAMPLE_KIND_CYCLE:
+ * `MIN_SAMPLE_PERIOD..=MAX_SAMPLE_PERIOD`, else 0), `dither` (R_MAX,
+ * `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, seed 004 uses 255; 0
+ * without CYCLE),
+ * `branch_every` (N, with GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK:
+ * `1..=MAX_BRANCH_EVERY`, else 0), `queue_records` (0 = default, else
+ * `1..=MAX_SESSION_RECORDS`); `flags` and the reserved fields 0. Output:
+ * the rest.
+ */
+struct gpupm_tenant_open_sampling {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * CONTEXT or VM.
+   */
+  uint32_t scope;
+  /**
+   * Context or VM id.
+   */
+  uint32_t id;
+  /**
+   * Bits of GPUPM_TENANT_SAMPLE_KIND_* (u32 on the wire).
+   */
+  uint32_t kinds;
+  /**
+   * P: cycles between cycle samples before dither.
+   */
+  uint32_t period;
+  /**
+   * R_MAX: the dither is uniform in 0..=R_MAX.
+   */
+  uint32_t dither;
+  /**
+   * N: taken branches per branch-stack capture.
+   */
+  uint32_t branch_every;
+  /**
+   * Records the session queues before it drops (and counts) new ones.
+   */
+  uint32_t queue_records;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Output: session id (unique while the daemon runs).
+   */
+  uint64_t session;
+  /**
+   * Output: the period the device runs for the partition now.
+   */
+  uint32_t device_period;
+  /**
+   * Output: the dither the device runs now.
+   */
+  uint32_t device_dither;
+  /**
+   * Output: the N the device runs now.
+   */
+  uint32_t device_branch_every;
+  /**
+   * Output: nominal device clock in kHz.
+   */
+  uint32_t clock_khz;
+  /**
+   * Output: partition slot the session samples.
+   */
+  uint32_t partition;
+  /**
+   * Output: 1 when the scope belongs to a confidential VM (records
+   * arrive GPUPM_TENANT_SAMPLE_FLAGS_SEALED).
+   */
+  uint32_t confidential;
+  /**
+   * Output: for a context session, the program the context runs, as
+   * `regs::CTX_PROGRAM` reads (0 none, else 1 + its index in the
+   * scenario's program table); 0 for a VM session.
+   */
+  uint32_t program;
+  /**
+   * Reserved, output 0.
+   */
+  uint32_t reserved2;
+};
+
+/**
+ * Header of every record `read()` returns on a sampling session; the
+ * device's record bytes follow (`size` − 24 of them).
+ */
+struct gpupm_tenant_sample_header {
+  /**
+   * One GPUPM_TENANT_SAMPLE_KIND_* bit.
+   */
+  uint16_t kind;
+  /**
+   * Bits of sample_flags.
+   */
+  uint16_t flags;
+  /**
+   * Bytes of the whole record, header included (a multiple of 8).
+   */
+  uint32_t size;
+  /**
+   * Session sequence number (1, 2, …) over all kinds.
+   */
+  uint64_t seq;
+  /**
+   * Records of this kind the session should have received but did not
+   * (device buffer overflow, or the session's queue full) since the
+   * previous record of this kind.
+   */
+  uint64_t lost_before;
+};
+
+/**
+ * `TENANT_IOC_KEY_STATE` (ABI 1.5): a VM's current key epoch and device
+ * session, as the VM entry's `VM_KEY_EPOCH` and `VM_KEY_SESSION` read —
+ * what a rekey blob is sealed for. Not secret.
+ *
+ * Input: `version`, `vm`; `flags` and `reserved` must be 0. A VM that is
+ * not confidential answers `flags` 0, `key_epoch` 0 and `session` 0.
+ */
+struct gpupm_tenant_key_state {
+  /**
+   * GPUPM_TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * VM id.
+   */
+  uint32_t vm;
+  /**
+   * Output: bits in GPUPM_TENANT_KEY_FLAGS_* (0 on input).
+   */
+  uint32_t flags;
+  /**
+   * Output: key epoch (1 = the provisioned key, +1 per rekey).
+   */
+  uint32_t key_epoch;
+  /**
+   * Output: the device's current session id.
+   */
+  uint64_t session;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+};
+
+/**
+ * `TENANT_IOC_REKEY` (ABI 1.5): replace a confidential VM's key with one
+ * sealed under its current session key (`docs/confidential.md`, "Rekeying
+ * with proof of the current key").
+ *
+ * The three arrays are the 14 words of the device's staging registers in
+ * register order — `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG`, each word the
+ * little-endian bytes `4i..4i+4` of the field. `flags` and `reserved` must
+ * be 0. Nothing is answered: on success the VM's key epoch has moved on.
+ */
+struct gpupm_tenant_rekey {
+  /**
+   * GPUPM_TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * VM id.
+   */
+  uint32_t vm;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * The tenant's random nonce bytes (`REKEY_NONCE`).
+   */
+  uint32_t nonce[GPUPM_REKEY_NONCE_WORDS];
+  /**
+   * The new key, encrypted (`REKEY_KEY`).
+   */
+  uint32_t sealed_key[GPUPM_REKEY_KEY_WORDS];
+  /**
+   * The AES-GCM tag (`REKEY_TAG`).
+   */
+  uint32_t tag[GPUPM_REKEY_TAG_WORDS];
+};
+
+/**
  * The cumulative totals of one scope.
  */
 struct gpupm_pmu_scope_totals {
@@ -2377,6 +2776,252 @@ static inline int gpupm_page_read(const struct gpupm_page *page, struct gpupm_pa
 	return gpupm_page_copy(page, out, sizeof(*out) / 8);
 }
 
+/**
+ * One taken branch: from the block that ended with it to its target.
+ * A call, a return and a kernel relaunch are taken branches too.
+ */
+struct gpupm_branch_entry {
+  /**
+   * Kernel of the branching block.
+   */
+  uint16_t from_kernel;
+  /**
+   * Branching block (index within its kernel).
+   */
+  uint16_t from_block;
+  /**
+   * Kernel of the target block.
+   */
+  uint16_t to_kernel;
+  /**
+   * Target block.
+   */
+  uint16_t to_block;
+  /**
+   * Context cycle (cycles the context has run) at which the target
+   * block started.
+   */
+  uint64_t cycle;
+};
+
+/**
+ * A branch-stack record: the last (up to) 32 taken branches of the
+ * context, oldest first, captured at every N-th taken branch.
+ *
+ * Invariants: per buffer `seq` increases by one per record produced,
+ * including lost ones; `entries[count - 1]` is the capturing branch and
+ * `branches` the context's taken-branch count including it.
+ */
+struct gpupm_branch_stack_record {
+  /**
+   * GPUPM_BRANCH_RECORD_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * Partition slot.
+   */
+  uint16_t partition;
+  /**
+   * Bits in sample_flags.
+   */
+  uint16_t flags;
+  /**
+   * VM of the context.
+   */
+  uint32_t vm;
+  /**
+   * Context.
+   */
+  uint32_t ctx;
+  /**
+   * Buffer sequence number (1-based).
+   */
+  uint64_t seq;
+  /**
+   * Device cycle of the capture.
+   */
+  uint64_t cycle;
+  /**
+   * Taken branches the context executed so far (this one included).
+   */
+  uint64_t branches;
+  /**
+   * Valid entries (1..=32).
+   */
+  uint32_t count;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * The branches, oldest first.
+   */
+  struct gpupm_branch_entry entries[GPUPM_BRANCH_STACK_ENTRIES];
+};
+
+/**
+ * A PC record: where the context was when the cycle sampler fired.
+ *
+ * Invariants: per buffer `seq` increases by one per record produced,
+ * including lost ones; `ctx_cycle` increases within one context by the
+ * record's `interval` plus the cycles the context ran while the sampler
+ * was disabled.
+ */
+struct gpupm_pc_record {
+  /**
+   * GPUPM_PC_RECORD_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * Partition slot.
+   */
+  uint16_t partition;
+  /**
+   * Bits in sample_flags (the clock capability).
+   */
+  uint16_t flags;
+  /**
+   * VM of the context.
+   */
+  uint32_t vm;
+  /**
+   * Context.
+   */
+  uint32_t ctx;
+  /**
+   * Buffer sequence number (1-based).
+   */
+  uint64_t seq;
+  /**
+   * Device cycle of the sample.
+   */
+  uint64_t cycle;
+  /**
+   * Context cycle (cycles the context has run) of the sample.
+   */
+  uint64_t ctx_cycle;
+  /**
+   * Kernel executing.
+   */
+  uint16_t kernel;
+  /**
+   * Block executing (index within the kernel).
+   */
+  uint16_t block;
+  /**
+   * Context cycles since the previous sample point: P + R + S − A for
+   * the interval that ended here (each sample stands for this many cycles).
+   */
+  uint32_t interval;
+};
+
+/**
+ * Exact execution counts of one basic block of a context's program.
+ */
+struct gpupm_block_truth {
+  /**
+   * Kernel index in the program.
+   */
+  uint16_t kernel;
+  /**
+   * Block index in the kernel.
+   */
+  uint16_t block;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Times the block was entered (a partly executed visit counts).
+   */
+  uint64_t visits;
+  /**
+   * Warp instructions the block retired on one SM (the context's
+   * `sm_inst_executed` is this summed over blocks, times the SMs of its
+   * partition that count it).
+   */
+  uint64_t instructions;
+  /**
+   * Context cycles spent in the block.
+   */
+  uint64_t cycles;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_BLOCKS` (debug only, like struct gpupm_ledger_query): the
+ * ground truth per (kernel, block) of one context's program, counted up
+ * to now. Rows come in (kernel, block) order starting at row `first`;
+ * page with `first += count` until `first == total`.
+ *
+ * A confidential VM's context's answer is sealed like its blocks: `flags`
+ * has GPUPM_LEDGER_FLAGS_SEALED and `rows` (2048 bytes) is ciphertext
+ * under the VM's session key with `envelope` and `tag`.
+ */
+struct gpupm_block_ledger_query {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id (an active or destroyed, not yet released context).
+   */
+  uint32_t ctx;
+  /**
+   * Input: first row to return (must be `<= total`).
+   */
+  uint32_t first;
+  /**
+   * Must be 0 on input; bits of GPUPM_LEDGER_FLAGS_* on output.
+   */
+  uint32_t flags;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: rows the context's program has (blocks over all kernels).
+   */
+  uint32_t total;
+  /**
+   * Output: the context's context cycles (cycles it ran) so far.
+   */
+  uint64_t ctx_cycles;
+  /**
+   * Output: the rows.
+   */
+  struct gpupm_block_truth rows[GPUPM_BLOCK_LEDGER_ROWS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
+};
+
+/**
+ * A branch-stack buffer slot in the memory window: envelope, gpupm_branch_stack_record bytes (ciphertext when
+ * encrypted), GCM tag (0 when not encrypted).
+ */
+struct gpupm_branch_slot {
+  struct gpupm_envelope envelope;
+  uint8_t payload[560]; /* sizeof(struct gpupm_branch_stack_record) */
+  uint8_t tag[16];
+};
+GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_branch_slot *)0)->payload) == sizeof(struct gpupm_branch_stack_record));
+
+/**
+ * A PC buffer slot in the memory window: envelope, gpupm_pc_record bytes (ciphertext when
+ * encrypted), GCM tag (0 when not encrypted).
+ */
+struct gpupm_pc_slot {
+  struct gpupm_envelope envelope;
+  uint8_t payload[48]; /* sizeof(struct gpupm_pc_record) */
+  uint8_t tag[16];
+};
+GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_pc_slot *)0)->payload) == sizeof(struct gpupm_pc_record));
+
 /* Layout checks: sizes and alignments as Rust computes them */
 
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block) == 544);
@@ -2431,6 +3076,14 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_instance) == 1296);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_instance) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_instance_rates) == 8624);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_instance_rates) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_open_sampling) == 80);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_open_sampling) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_sample_header) == 24);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_sample_header) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_key_state) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_key_state) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_rekey) == 72);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_rekey) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_scope_totals) == 528);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_scope_totals) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_publish) == 8456);
@@ -2449,6 +3102,20 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_request) == 24);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_request) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page_reply) == 40);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_page_reply) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_branch_entry) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_branch_entry) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_branch_stack_record) == 560);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_branch_stack_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pc_record) == 48);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pc_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_branch_slot) == 608);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_branch_slot) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pc_slot) == 96);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pc_slot) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_truth) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_truth) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_ledger_query) == 2128);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_ledger_query) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
@@ -2457,6 +3124,7 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER >> 16) & 0x3fff) == sizeof(struct gpupm_l
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_reset));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_BLOCKS >> 16) & 0x3fff) == sizeof(struct gpupm_block_ledger_query));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -2465,6 +3133,9 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_STREAM >> 16) & 0x3fff) == sizeof(struct g
 GPUPM_STATIC_ASSERT(((TENANT_IOC_EVENT_INFO >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_event_info));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_instance_rates));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_SAMPLING >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_sampling));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_KEY_STATE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_key_state));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_REKEY >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_rekey));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);
@@ -2477,6 +3148,8 @@ GPUPM_STATIC_ASSERT(GPUPM_VM(7, GPUPM_REG_VM_BLOCK) == 16840ULL);
 GPUPM_STATIC_ASSERT(GPUPM_CTX(4095, GPUPM_REG_CTX_CREATED_CYCLE) == 163832ULL);
 GPUPM_STATIC_ASSERT(GPUPM_BLOCK_SLOT_OFFSET(70) == 41440ULL);
 GPUPM_STATIC_ASSERT(GPUPM_STREAM_SLOT_OFFSET(2, 9) == 12429664ULL);
+GPUPM_STATIC_ASSERT(GPUPM_SAMP(3, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL)) == 9100ULL);
+GPUPM_STATIC_ASSERT(GPUPM_SAMPLE_SPAN_OFFSET(2) == 115712000ULL);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, seq) == 64);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, data) == 72);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page) == GPUPM_PAGE_SIZE);

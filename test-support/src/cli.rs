@@ -58,11 +58,18 @@ pub struct Fixture {
 impl Fixture {
     /// Starts both processes.
     pub fn start(tag: &str) -> Fixture {
+        Fixture::start_with(tag, &[])
+    }
+
+    /// Like [`Fixture::start`], with further `gpupm-driver` arguments
+    /// (e.g. `--debug-ledger`).
+    pub fn start_with(tag: &str, driver_args: &[&str]) -> Fixture {
         crate::require_root_and_fuse("the gpupm CLI tests");
         let tmp = Scratch::world_writable(&format!("cli-{tag}"));
         let mut cmd = Command::new(bin!(Driver));
         cmd.args(["--clock", "step", "--node-dir"])
-            .arg(tmp.join("dev"));
+            .arg(tmp.join("dev"))
+            .args(driver_args);
         let driver = Proc::start("driver", cmd, tmp.path());
         let metrics_port = free_port();
         let config = tmp.join("gpupmd.toml");

@@ -13,6 +13,7 @@
 //! `/dev/fuse` or a tool fails saying so; it never skips.
 
 pub mod bins;
+pub mod cc;
 pub mod cli;
 pub mod device;
 pub mod load;

@@ -3,6 +3,8 @@
 //! devices with pinned session ids, a digest of everything host-visible,
 //! and ledger checks.
 
+pub mod sampling;
+
 use gpupm_driver::model::cc::BootIds;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::{parse, PhaseSpec, ProfileSpec, Scenario};
@@ -36,6 +38,7 @@ pub fn busy_profile(name: &str, scale: f64, types: &[UnitType]) -> ProfileSpec {
         })
         .collect();
     ProfileSpec {
+        program: None,
         name: name.into(),
         phases: vec![PhaseSpec {
             duration_cycles: 3_000_000,

@@ -146,6 +146,12 @@ impl Child {
     pub fn go(&mut self) {
         self.go.write_all(b"g").expect("signal child");
     }
+    /// Whether the child wrote its answer (or died): [`Child::finish`]
+    /// will not wait.
+    pub fn done(&self) -> bool {
+        let mut fds = [PollFd::new(self.result.as_fd(), PollFlags::POLLIN)];
+        nix::poll::poll(&mut fds, PollTimeout::ZERO).expect("poll the child pipe") > 0
+    }
     /// The child's answer; panics if it panicked, hung or died.
     pub fn finish(mut self) -> Value {
         wait_readable(&self.result, "finish");

@@ -6,6 +6,8 @@
 //! the caller's). Errors are one line on stderr: `gpupm: CAUSE`.
 
 mod bmc;
+mod cc;
+mod cpi;
 mod demo;
 mod derived;
 mod dmon;
@@ -14,9 +16,11 @@ mod error;
 mod events;
 mod gen;
 mod health;
+mod keyfile;
 mod list;
 mod node;
 mod output;
+mod plan;
 mod progress;
 mod record;
 mod report;
@@ -62,10 +66,17 @@ enum Command {
     Record(record::Args),
     /// Summarise a recording.
     Report(report::Args),
+    /// Sample-buffer sizes of a scenario, per partition and record type.
+    Plan(plan::Args),
+    /// Sample one of your contexts: kernels and hot blocks with
+    /// instructions, cycles and CPI.
+    Cpi(cpi::Args),
     /// Daemon and device health (admin).
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
     Bmc(bmc::Args),
+    /// A confidential VM's keys: status, rekey (the VM's tenant).
+    Cc(cc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.
     Simulate(simulate::Args),
@@ -100,8 +111,11 @@ fn main() -> ExitCode {
         Command::Dmon(a) => dmon::run(g, a),
         Command::Record(a) => record::run(g, a),
         Command::Report(a) => report::run(a),
+        Command::Plan(a) => plan::run(a).map_err(CliError::from),
+        Command::Cpi(a) => cpi::run(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
+        Command::Cc(a) => cc::run(g, a),
         Command::Simulate(a) => simulate::run(a).map_err(CliError::from),
         Command::Events(a) => events::run(a).map_err(CliError::from),
         Command::Completions(a) => gen::completions::<Cli>(a),

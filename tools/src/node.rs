@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 use gpupm_client::page::{self, CounterReader};
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
+use gpupm_driver::model::cc::Key;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
@@ -274,6 +275,34 @@ impl Node {
                 Target::Scope(s) => self.fail(e, Some(s)),
                 Target::Instance { .. } => self.fail_instance(e, t),
             })
+    }
+
+    /// [`Node::read`], with a sealed reading opened by the VM's `key`
+    /// (`--key-file`): the sealed block slot comes from the node (a page
+    /// carries the same ciphertext) and the key opens it here.
+    pub fn read_opened(&self, t: Target, key: Option<&Key>) -> CliResult<Reading> {
+        let reading = self.read(t)?;
+        let Some(key) = key.filter(|_| reading.sealed) else {
+            return Ok(reading);
+        };
+        let slot = match t {
+            Target::Scope(s) => self.totals(s)?.sealed,
+            Target::Instance { ctx, created_cycle } => {
+                self.client()
+                    .read_instance(ctx, created_cycle, &[])
+                    .map_err(|e| self.fail_instance(e, t))?
+                    .sealed
+            }
+        };
+        let block = crate::keyfile::open_slot(&slot, key)?;
+        Ok(Reading {
+            values: block.counters,
+            commit_seq: block.commit_seq,
+            cycle: block.last_commit_cycle,
+            sealed: false,
+            generation: None,
+            source: page::Source::Ioctl,
+        })
     }
 
     /// A failed instance read as one line; the same message for someone

@@ -26,13 +26,23 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("health", long_help::<crate::health::HealthJson>(one)),
         ("bmc", long_help::<crate::bmc::BmcJson>(one)),
         ("simulate", long_help::<crate::simulate::SimulateJson>(one)),
+        ("plan", long_help::<crate::plan::PlanJson>(one)),
+        ("cpi", long_help::<crate::cpi::CpiOutput>(one)),
         (
             "events",
             long_help::<Vec<crate::events::EventJson>>("one array"),
         ),
     ];
-    sections.into_iter().fold(cmd, |cmd, (name, help)| {
+    let cmd = sections.into_iter().fold(cmd, |cmd, (name, help)| {
         cmd.mut_subcommand(name, |sub| sub.after_long_help(help))
+    });
+    cmd.mut_subcommand("cc", |cc| {
+        cc.mut_subcommand("status", |sub| {
+            sub.after_long_help(long_help::<crate::cc::KeyStateJson>(one))
+        })
+        .mut_subcommand("rekey", |sub| {
+            sub.after_long_help(long_help::<crate::cc::RekeyJson>(one))
+        })
     })
 }
 

@@ -13,6 +13,7 @@
 //! context instance.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,10 @@ pub struct Args {
     /// CSV.
     #[arg(long)]
     csv: bool,
+    /// A confidential VM's key (32 raw bytes or 64 hex digits, readable by
+    /// its owner only): open the sealed totals with it.
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
 }
 
 struct Sample<'a> {
@@ -66,7 +71,12 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let node = g.node()?;
     let who = node.whoami()?;
     let target = args.scope.resolve_target(&node)?;
-    let first = node.read(target)?;
+    let key = args
+        .key_file
+        .as_deref()
+        .map(crate::keyfile::load)
+        .transpose()?;
+    let first = node.read_opened(target, key.as_ref())?;
     let clock_khz = node.clock_khz(&who)?;
     if args.csv {
         emit("scope,id,cycle,interval_ms,kind,name,value\n")?;
@@ -94,7 +104,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     while args.count.is_none_or(|k| n < k) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += period;
-        let cur = node.read(target)?;
+        let cur = node.read_opened(target, key.as_ref())?;
         let d = node::delta(&cur.values, &prev.values);
         let metrics = derived::compute(&d, cur.cycle.saturating_sub(prev.cycle), clock_khz);
         print(
@@ -246,7 +256,7 @@ fn print(args: &Args, s: &Sample<'_>) -> CliResult {
         };
         let mut t = head;
         if s.sealed {
-            t += "  (confidential VM: counters are sealed; only the VM can decrypt them)\n";
+            t += "  (confidential VM: counters are sealed; only the VM can decrypt them: --key-file)\n";
         }
         for &e in s.shown.iter().filter(|_| !s.sealed) {
             let info = events::by_id(e);

@@ -57,12 +57,21 @@ pub mod source {
     /// a step clock moves only when host software advances it) resumes the
     /// handshake on this record.
     pub const FLUSH_ACKED: u32 = 1 << 9;
+    /// A sample buffer reached its watermark (raised once, then again only
+    /// after the host moved its tail): `arg` = fill, `arg2` = buffer kind
+    /// (`sampling::buf_kind`).
+    pub const SAMPLE_WATERMARK: u32 = 1 << 10;
+    /// A sample buffer was full and a record was lost (raised at the first
+    /// loss since the buffer last stored a record or the host moved its
+    /// tail): `arg` = records lost so far (low 32 bits of `BUF_LOST`),
+    /// `arg2` = buffer kind.
+    pub const SAMPLE_OVERFLOW: u32 = 1 << 11;
     /// All defined sources.
-    pub const ALL: u32 = (1 << 10) - 1;
+    pub const ALL: u32 = (1 << 12) - 1;
 }
 
 /// Names of the sources, indexed by bit number.
-pub const SOURCE_NAMES: [&str; 10] = [
+pub const SOURCE_NAMES: [&str; 12] = [
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -73,6 +82,8 @@ pub const SOURCE_NAMES: [&str; 10] = [
     "mailbox_done",
     "device_reset",
     "flush_acked",
+    "sample_watermark",
+    "sample_overflow",
 ];
 
 /// One interrupt occurrence, as `read()` on the device node returns it

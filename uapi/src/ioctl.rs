@@ -177,6 +177,70 @@ pub mod ledger_flags {
     pub const SEALED: u32 = 1 << 0;
 }
 
+/// Rows in one [`BlockLedgerQuery`] answer.
+pub const BLOCK_LEDGER_ROWS: usize = 64;
+
+/// Exact execution counts of one basic block of a context's program.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct BlockTruth {
+    /// Kernel index in the program.
+    pub kernel: u16,
+    /// Block index in the kernel.
+    pub block: u16,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Times the block was entered (a partly executed visit counts).
+    pub visits: u64,
+    /// Warp instructions the block retired on one SM (the context's
+    /// `sm_inst_executed` is this summed over blocks, times the SMs of its
+    /// partition that count it).
+    pub instructions: u64,
+    /// Context cycles spent in the block.
+    pub cycles: u64,
+}
+const _: () = assert!(core::mem::size_of::<BlockTruth>() == 32);
+
+/// `GPUPM_IOC_LEDGER_BLOCKS` (debug only, like [`LedgerQuery`]): the
+/// ground truth per (kernel, block) of one context's program, counted up
+/// to now. Rows come in (kernel, block) order starting at row `first`;
+/// page with `first += count` until `first == total`.
+///
+/// A confidential VM's context's answer is sealed like its blocks: `flags`
+/// has [`ledger_flags::SEALED`] and `rows` (2048 bytes) is ciphertext
+/// under the VM's session key with `envelope` and `tag`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct BlockLedgerQuery {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Context id (an active or destroyed, not yet released context).
+    pub ctx: u32,
+    /// Input: first row to return (must be `<= total`).
+    pub first: u32,
+    /// Must be 0 on input; bits of [`ledger_flags`] on output.
+    pub flags: u32,
+    /// Output: rows filled.
+    pub count: u32,
+    /// Output: rows the context's program has (blocks over all kernels).
+    pub total: u32,
+    /// Output: the context's context cycles (cycles it ran) so far.
+    pub ctx_cycles: u64,
+    /// Output: the rows.
+    pub rows: [BlockTruth; BLOCK_LEDGER_ROWS],
+    /// Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+    pub envelope: crate::layout::Envelope,
+    /// GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+    pub tag: [u8; 16],
+}
+const _: () =
+    assert!(core::mem::size_of::<BlockLedgerQuery>() == 32 + 32 * BLOCK_LEDGER_ROWS + 32 + 16);
+
+/// Bytes of a [`BlockLedgerQuery`] that a sealed answer encrypts: `rows`.
+pub const BLOCK_LEDGER_SEALED_LEN: usize = 32 * BLOCK_LEDGER_ROWS;
+
 /// `GPUPM_IOC_RESET`: reset the device (same as writing `RESET`).
 #[repr(C)]
 #[derive(
@@ -284,4 +348,6 @@ ioctl_numbers! {
     GPUPM_IOC_REG_READ = read_write(0x05, RegAccess);
     /// Write one register ([`RegAccess`]).
     GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
+    /// Read the per-block ground truth of a context's program (debug only).
+    GPUPM_IOC_LEDGER_BLOCKS = read_write(0x08, BlockLedgerQuery);
 }

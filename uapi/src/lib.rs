@@ -13,6 +13,7 @@ pub mod layout;
 pub mod page;
 pub mod pmu;
 pub mod regs;
+pub mod sampling;
 pub mod tenant;
 
 /// ABI major version: bumped on any incompatible change to registers,
@@ -22,8 +23,11 @@ pub const ABI_MAJOR: u16 = 1;
 /// node's context-instance reads; 3: confidential sessions and rekeying,
 /// the OOB mailbox's own registers, flush-ack latency, the debug-only
 /// sealed ledger — see `docs/confidential.md`; 4: register and window
-/// ioctls for the CUSE character device — see `docs/kernel.md`).
-pub const ABI_MINOR: u16 = 4;
+/// ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
+/// sampling units, their buffers and interrupts, the per-block debug
+/// ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
+/// node's key-state and rekey ioctls — see `docs/confidential.md`).
+pub const ABI_MINOR: u16 = 5;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

@@ -549,6 +549,11 @@ pub const CTX_STATE: u64 = 0x04;
 pub const CTX_BLOCK: u64 = 0x08;
 /// WO: context command, see [`ctx_cmd`].
 pub const CTX_CMD: u64 = 0x10;
+/// RO: program the context runs: 0 = none (it counts by its profile's
+/// rates alone), else 1 + its index in the scenario's program table
+/// (`Scenario::programs`: the `[[program]]` entries in file order, then the
+/// programs generated for churn contexts), see `docs/sampling.md`.
+pub const CTX_PROGRAM: u64 = 0x14;
 /// RO 64-bit: cycle at which the context was created. Context ids are
 /// reused after release; (id, created cycle) names one context instance.
 pub const CTX_CREATED_CYCLE: u64 = 0x18;
@@ -572,7 +577,8 @@ pub mod ctx_cmd {
 const _: () = assert!(CTX_BASE + MAX_CONTEXTS as u64 * CTX_STRIDE <= BAR0_SIZE);
 const _: () = assert!(VM_BASE + MAX_VMS as u64 * VM_STRIDE <= CTX_BASE);
 const _: () = assert!(CCU_BASE + MAX_CCUS as u64 * CCU_STRIDE <= VM_BASE);
-const _: () = assert!(PART_BASE + MAX_PARTITION_SLOTS as u64 * PART_STRIDE <= CCU_BASE);
+const _: () =
+    assert!(PART_BASE + MAX_PARTITION_SLOTS as u64 * PART_STRIDE <= crate::sampling::SAMP_BASE);
 
 /// Whether `offset` names a 64-bit register (readable with one 8-byte access).
 pub fn is_64bit(offset: u64) -> bool {
@@ -605,6 +611,13 @@ pub fn is_64bit(offset: u64) -> bool {
     };
     if let Some(r) = in_array(PART_BASE, PART_STRIDE, MAX_PARTITION_SLOTS) {
         return PART.contains(&r);
+    }
+    if let Some(r) = in_array(
+        crate::sampling::SAMP_BASE,
+        crate::sampling::SAMP_STRIDE,
+        MAX_PARTITION_SLOTS,
+    ) {
+        return crate::sampling::is_64bit_in_block(r);
     }
     if let Some(r) = in_array(CCU_BASE, CCU_STRIDE, MAX_CCUS) {
         return r == CCU_RECORDS;

@@ -24,6 +24,11 @@
 //! session, or of fewer bytes than one record, fails with EINVAL; once the
 //! daemon ends a session's feed, `read()` returns 0 after the queued records.
 //!
+//! # Sampling sessions (ABI 1.4)
+//! [`TENANT_IOC_OPEN_SAMPLING`] makes a handle a session of branch-stack
+//! and cycle sample records of the caller's own context or VM; see
+//! [`sampling`]. A daemon older than ABI 1.4 answers it with ENOTTY.
+//!
 //! # Context instances
 //! The device reuses a context id once the old context is released, so a
 //! context *instance* is named by (id, created cycle), as
@@ -35,11 +40,30 @@
 //! prunes it. Another tenant's instance fails exactly like one that does
 //! not exist (EACCES; ENOENT for the admin). A daemon older than ABI 1.2
 //! answers these two with ENOTTY.
+//!
+//! # Confidential VMs: key state and rekeying (ABI 1.5)
+//! [`TENANT_IOC_KEY_STATE`] answers a VM's current key epoch and session
+//! id (public: the tenant needs them to seal a rekey blob).
+//! [`TENANT_IOC_REKEY`] carries a rekey blob — the VM's next key sealed
+//! under its current session key by the tenant's tool — which the daemon
+//! writes to the device's `REKEY_*` staging registers and commits with the
+//! VM entry's `VM_KEY_COMMIT`, as one register batch. Only the VM's own
+//! tenant may rekey: another tenant's VM, a VM that is not confidential and
+//! one that does not exist fail alike with EACCES, and so does every
+//! request of the admin (the admin is part of the host, which the
+//! threat model does not trust with a confidential VM's key; see
+//! `docs/confidential.md`). A blob that does not open under the VM's
+//! current key fails with EINVAL, as the device refuses it, and changes
+//! nothing. The daemon never holds a key: the blob is ciphertext to it.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::events::MAX_EVENTS;
+
+pub mod sampling;
 use crate::layout::{BlockSlot, StreamSlot};
+use crate::regs::{REKEY_KEY_WORDS, REKEY_NONCE_WORDS, REKEY_TAG_WORDS};
+pub use sampling::{OpenSampling, SampleHeader};
 
 /// ioctl "type" byte of the tenant node.
 pub const TENANT_IOC_MAGIC: u8 = b'T';
@@ -365,6 +389,68 @@ pub struct EventInfo {
 }
 const _: () = assert!(core::mem::size_of::<EventInfo>() == 16 + 32 + 16 + 96);
 
+/// Output bits of [`KeyState::flags`].
+pub mod key_flags {
+    /// The VM is confidential (`key_epoch` and `session` are meaningful).
+    pub const CONFIDENTIAL: u32 = 1 << 0;
+}
+
+/// `TENANT_IOC_KEY_STATE` (ABI 1.5): a VM's current key epoch and device
+/// session, as the VM entry's `VM_KEY_EPOCH` and `VM_KEY_SESSION` read —
+/// what a rekey blob is sealed for. Not secret.
+///
+/// Input: `version`, `vm`; `flags` and `reserved` must be 0. A VM that is
+/// not confidential answers `flags` 0, `key_epoch` 0 and `session` 0.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct KeyState {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// VM id.
+    pub vm: u32,
+    /// Output: bits in [`key_flags`] (0 on input).
+    pub flags: u32,
+    /// Output: key epoch (1 = the provisioned key, +1 per rekey).
+    pub key_epoch: u32,
+    /// Output: the device's current session id.
+    pub session: u64,
+    /// Reserved, 0.
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<KeyState>() == 32);
+
+/// `TENANT_IOC_REKEY` (ABI 1.5): replace a confidential VM's key with one
+/// sealed under its current session key (`docs/confidential.md`, "Rekeying
+/// with proof of the current key").
+///
+/// The three arrays are the 14 words of the device's staging registers in
+/// register order — `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG`, each word the
+/// little-endian bytes `4i..4i+4` of the field. `flags` and `reserved` must
+/// be 0. Nothing is answered: on success the VM's key epoch has moved on.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct Rekey {
+    /// [`TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// VM id.
+    pub vm: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// The tenant's random nonce bytes (`REKEY_NONCE`).
+    pub nonce: [u32; REKEY_NONCE_WORDS],
+    /// The new key, encrypted (`REKEY_KEY`).
+    pub sealed_key: [u32; REKEY_KEY_WORDS],
+    /// The AES-GCM tag (`REKEY_TAG`).
+    pub tag: [u32; REKEY_TAG_WORDS],
+}
+const _: () = assert!(core::mem::size_of::<Rekey>() == 16 + 4 * 14);
+
 macro_rules! tenant_ioctls {
     ($( $(#[$m:meta])* $name:ident = $dir:ident($nr:literal, $ty:ty); )*) => {
         $( $(#[$m])*
@@ -392,4 +478,10 @@ tenant_ioctls! {
     TENANT_IOC_READ_INSTANCE = read_write(0x06, ReadInstance);
     /// [`ReadInstanceRates`] (ABI 1.2).
     TENANT_IOC_READ_INSTANCE_RATES = read_write(0x07, ReadInstanceRates);
+    /// [`OpenSampling`] (ABI 1.5): make the handle a sampling session.
+    TENANT_IOC_OPEN_SAMPLING = read_write(0x08, OpenSampling);
+    /// [`KeyState`] (ABI 1.5).
+    TENANT_IOC_KEY_STATE = read_write(0x09, KeyState);
+    /// [`Rekey`] (ABI 1.5).
+    TENANT_IOC_REKEY = write(0x0A, Rekey);
 }

@@ -12,14 +12,16 @@ use std::process::Command;
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
-    Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead, DEVICE_IOCTLS,
+    Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
+    Reset, WindowRead, DEVICE_IOCTLS,
 };
 use gpupm_uapi::layout::{Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted, PMU_IOCTLS};
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami, TENANT_IOCTLS,
+    CtxEntry, EventInfo, ListContexts, OpenSampling, OpenStream, RateSample, ReadCounters,
+    ReadInstance, ReadInstanceRates, ReadRates, SampleHeader, TenantDelta, Whoami, TENANT_IOCTLS,
 };
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
@@ -105,8 +107,7 @@ fn c_header_defines_every_uapi_constant() {
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut missing = Vec::new();
-    for entry in std::fs::read_dir(&src).expect("uapi/src") {
-        let path = entry.expect("dir entry").path();
+    for path in sources(&src) {
         let text = std::fs::read_to_string(&path).expect("read source");
         for name in text
             .lines()
@@ -122,6 +123,20 @@ fn c_header_defines_every_uapi_constant() {
         }
     }
     assert!(missing.is_empty(), "not in the C header: {missing:?}");
+}
+
+/// Every `.rs` file under `dir`, submodules' directories included.
+fn sources(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("uapi source directory") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
 }
 
 /// `(C struct, [(field, Rust offset)])` for every field of every struct.
@@ -168,6 +183,10 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
             sealed;
         ReadInstanceRates => "gpupm_tenant_read_instance_rates": version, scope, id, flags,
             created_cycle, max, reserved, count, out_flags, clock_khz, reserved2, samples;
+        OpenSampling => "gpupm_tenant_open_sampling": version, scope, id, kinds, period, dither,
+            branch_every, queue_records, flags, reserved, session, device_period, device_dither,
+            device_branch_every, clock_khz, partition, confidential, program, reserved2;
+        SampleHeader => "gpupm_tenant_sample_header": kind, flags, size, seq, lost_before;
         ScopeTotals => "gpupm_pmu_scope_totals": scope, id, generation, counters;
         Publish => "gpupm_pmu_publish": version, count, entries;
         Wanted => "gpupm_pmu_wanted": version, reserved, opened, contexts;
@@ -180,6 +199,16 @@ fn all_fields() -> Vec<(&'static str, Vec<(&'static str, usize)>)> {
         PageRequest => "gpupm_page_request": version, scope, id, flags, created_cycle;
         PageReply => "gpupm_page_reply": version, status, scope, id, vm, size, created_cycle,
             generation;
+        BranchEntry => "gpupm_branch_entry": from_kernel, from_block, to_kernel, to_block, cycle;
+        BranchStackRecord => "gpupm_branch_stack_record": magic, partition, flags, vm, ctx, seq,
+            cycle, branches, count, reserved, entries;
+        PcRecord => "gpupm_pc_record": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle,
+            kernel, block, interval;
+        BranchSlot => "gpupm_branch_slot": envelope, payload, tag;
+        PcSlot => "gpupm_pc_slot": envelope, payload, tag;
+        BlockTruth => "gpupm_block_truth": kernel, block, reserved, visits, instructions, cycles;
+        BlockLedgerQuery => "gpupm_block_ledger_query": version, ctx, first, flags, count, total,
+            ctx_cycles, rows, envelope, tag;
     }
 }
 

@@ -21,10 +21,10 @@ use std::os::unix::fs::{FileExt, FileTypeExt};
 use std::path::{Path, PathBuf};
 
 use gpupm_uapi::ioctl::{
-    window_read_cmd, Advance, Identity, LedgerQuery, RegBatch, RegOp, Reset, WindowRead,
-    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, MAX_BATCH_OPS,
-    WINDOW_READ_MAX,
+    window_read_cmd, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegBatch, RegOp, Reset,
+    WindowRead, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS,
+    GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET,
+    IOCTL_STRUCT_VERSION, MAX_BATCH_OPS, WINDOW_READ_MAX,
 };
 use gpupm_uapi::layout::{BlockSlot, MEM_WINDOW_OFFSET};
 use gpupm_uapi::regs;
@@ -335,6 +335,28 @@ impl DevNode {
         arg.id = id;
         self.ioctl("GPUPM_IOC_LEDGER", GPUPM_IOC_LEDGER, &mut arg)?;
         Ok(arg)
+    }
+
+    /// `GPUPM_IOC_LEDGER_BLOCKS` (privileged debug, `--debug-ledger`): the
+    /// exact per-(kernel, block) counts of context `ctx`'s program, every
+    /// page, and its context cycles. A sealed answer (confidential VM)
+    /// returns its pages as they came.
+    pub fn ledger_blocks(&self, ctx: u32) -> Result<(Vec<BlockLedgerQuery>, u64), DevError> {
+        let mut pages = Vec::new();
+        let mut first = 0;
+        loop {
+            let mut arg = BlockLedgerQuery::new_zeroed();
+            arg.version = IOCTL_STRUCT_VERSION;
+            arg.ctx = ctx;
+            arg.first = first;
+            self.ioctl("GPUPM_IOC_LEDGER_BLOCKS", GPUPM_IOC_LEDGER_BLOCKS, &mut arg)?;
+            first += arg.count;
+            let (done, cycles) = (first >= arg.total || arg.count == 0, arg.ctx_cycles);
+            pages.push(arg);
+            if done {
+                return Ok((pages, cycles));
+            }
+        }
     }
 
     /// `GPUPM_IOC_RESET`.

@@ -34,14 +34,24 @@ const MAX_FAILURES: u32 = 50;
 /// handshake and when its request was read.
 type Awaiting = BTreeMap<u32, (Pending, Instant)>;
 
+/// Where the interrupt thread hands work off.
+#[derive(Debug, Clone, Copy)]
+pub struct Handoff<'a> {
+    /// The worker (rings, contexts, resets).
+    pub work: &'a Sender<Work>,
+    /// The sample-drain thread (partitions whose sample buffers need it).
+    pub samples: &'a Sender<u32>,
+}
+
 /// Runs until `stop` is set or the node keeps failing.
 pub fn run(
     dev: &DevNode,
     store: &Store,
     mut reader: IntrReader,
-    work: &Sender<Work>,
+    to: Handoff<'_>,
     stop: &AtomicBool,
 ) {
+    let work = to.work;
     let mut recs: Vec<InterruptRecord> = Vec::new();
     let mut failures = 0;
     let mut awaiting = Awaiting::new();
@@ -94,6 +104,9 @@ pub fn run(
                 source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
                     send(work, stop, Work::Drain(rec.partition))
                 }
+                source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
+                    send_drain(to.samples, stop, rec.partition)
+                }
                 source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
                 source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
                 source::DEVICE_RESET => send(work, stop, Work::Reset),
@@ -122,6 +135,14 @@ pub fn run(
 fn send(work: &Sender<Work>, stop: &AtomicBool, w: Work) {
     if work.send(w).is_err() && !stop.load(Ordering::Acquire) {
         tracing::error!(work = ?w, "the worker thread is gone");
+    }
+}
+
+/// Hands partition `p`'s sample buffers to the drain thread (which, like
+/// the worker, only stops with the engine).
+fn send_drain(samples: &Sender<u32>, stop: &AtomicBool, p: u32) {
+    if samples.send(p).is_err() && !stop.load(Ordering::Acquire) {
+        tracing::error!("the sample-drain thread is gone");
     }
 }
 

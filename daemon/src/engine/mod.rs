@@ -22,6 +22,7 @@
 pub mod drain;
 pub mod irq;
 pub mod program;
+pub mod samples;
 pub mod worker;
 
 use gpupm_client::{DevError, DevNode};
@@ -103,12 +104,17 @@ impl Engine {
 
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
+        let (sample_tx, sample_rx) = mpsc::channel();
         let irq = {
             let (dev, store, stop) = (Arc::clone(&dev), Arc::clone(&store), Arc::clone(&stop));
             thread::Builder::new()
                 .name("gpupmd-irq".into())
                 .spawn(move || {
-                    irq::run(&dev, &store, reader, &tx, &stop);
+                    let to = irq::Handoff {
+                        work: &tx,
+                        samples: &sample_tx,
+                    };
+                    irq::run(&dev, &store, reader, to, &stop);
                     stop.store(true, Ordering::Release);
                 })
                 .map_err(EngineError::Thread)?
@@ -117,6 +123,20 @@ impl Engine {
             stop: Arc::clone(&stop),
             threads: vec![irq],
         };
+        let sampler = {
+            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            thread::Builder::new()
+                .name("gpupmd-samples".into())
+                .spawn(move || samples::run(&store, &sample_rx, &stop))
+                .map_err(EngineError::Thread)
+        };
+        match sampler {
+            Ok(t) => engine.threads.push(t),
+            Err(e) => {
+                engine.stop();
+                return Err(e);
+            }
+        }
 
         let (persisted, bad) = store.retired_files().load_all()?;
         for path in bad {

@@ -105,6 +105,7 @@ impl Worker<'_> {
                         &self.store.partitions(),
                     )?;
                     self.rings.reset();
+                    self.store.sampling_plane().reprogram()?;
                     tracing::info!("device reset: programming re-applied");
                     self.resync()?;
                 }

@@ -13,6 +13,7 @@
 //! the [`retention`] policy prunes it.
 
 pub mod history;
+pub mod keys;
 pub mod retention;
 pub mod retired;
 
@@ -33,6 +34,8 @@ pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::{plain_block, RetiredStore};
 use crate::pages::{PageSource, Pages, Source};
+use crate::sampling::drain::DevSampler;
+use crate::sampling::Plane;
 use crate::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, DeviceIdentity, HealthSnapshot,
     HealthSource, Scope, TenantStats, Totals, VmId,
@@ -126,6 +129,8 @@ pub struct Store {
     latencies: Mutex<Vec<u64>>,
     tenant_stats: OnceLock<Arc<TenantStats>>,
     pages: OnceLock<Arc<Pages>>,
+    sampler: Arc<DevSampler>,
+    sampling: Arc<Plane>,
 }
 
 impl Store {
@@ -138,7 +143,11 @@ impl Store {
         retention: Retention,
         history: usize,
     ) -> Store {
+        let sampler = Arc::new(DevSampler::new(Arc::clone(&dev), identity.clock_khz));
+        let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
+            sampler,
+            sampling,
             dev,
             identity,
             started: Instant::now(),
@@ -168,6 +177,16 @@ impl Store {
 
     fn hist(&self) -> MutexGuard<'_, History> {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The device's samplers (drained by the engine).
+    pub fn sampler(&self) -> &Arc<DevSampler> {
+        &self.sampler
+    }
+
+    /// The sampling plane (sessions and routing).
+    pub fn sampling_plane(&self) -> &Arc<Plane> {
+        &self.sampling
     }
 
     /// The persisted retired set.
@@ -430,6 +449,21 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn sampling(&self) -> Option<Arc<Plane>> {
+        Some(Arc::clone(&self.sampling))
+    }
+
+    fn ctx_program(&self, ctx: CtxId) -> Option<u32> {
+        self.dev
+            .read32(regs::ctx(ctx, regs::CTX_PROGRAM))
+            .map_err(|e| tracing::warn!(ctx, error = %e, "reading CTX_PROGRAM failed"))
+            .ok()
+    }
+
+    fn vm_keys(&self) -> Option<&dyn crate::view::VmKeys> {
+        Some(self)
+    }
+
     fn vms(&self) -> Vec<VmId> {
         self.read().vms.keys().copied().collect()
     }

@@ -28,6 +28,12 @@ pub enum RequestError {
     /// The node is shutting down.
     #[error("the tenant node is shutting down")]
     ShuttingDown,
+    /// The handle already holds a session of another kind.
+    #[error("the handle already holds a session")]
+    Busy,
+    /// The device refused or failed a request the daemon made for the caller.
+    #[error("the device failed")]
+    Device,
     /// The daemon's own data is inconsistent.
     #[error("internal error: {0}")]
     Internal(&'static str),
@@ -45,7 +51,8 @@ impl RequestError {
             RequestError::Interrupted => libc::EINTR,
             RequestError::BadHandle => libc::EBADF,
             RequestError::ShuttingDown => libc::ENODEV,
-            RequestError::Internal(_) => libc::EIO,
+            RequestError::Busy => libc::EBUSY,
+            RequestError::Device | RequestError::Internal(_) => libc::EIO,
         }
     }
 }

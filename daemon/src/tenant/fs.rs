@@ -235,6 +235,12 @@ impl Filesystem for TenantFs {
                     .sessions
                     .open_stream(fh.0, grant, &self.rt)
                     .map(|()| Vec::new()),
+                // A daemon without a sampling plane answers as one older
+                // than ABI 1.4.
+                Answer::Sampling(grant) => match self.view.sampling() {
+                    Some(plane) => self.sessions.open_sampling(fh.0, grant, &plane),
+                    None => Err(RequestError::UnknownIoctl),
+                },
             })
         } else {
             Err(RequestError::UnknownIoctl)

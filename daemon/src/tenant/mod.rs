@@ -59,7 +59,8 @@
 //!
 //! Files: [`policy`] (caller → identity), `authz` (scope authorisation),
 //! [`requests`] (ioctl decoding and answers), `instance` (reads of one
-//! context instance by (id, created cycle)), `error` (errnos),
+//! context instance by (id, created cycle)), `keys` (key state and
+//! rekeying of confidential VMs), `error` (errnos),
 //! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
 //! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
 //! descriptor). The typed client is `gpupm_client::TenantClient`.
@@ -69,10 +70,12 @@ mod authz;
 mod error;
 mod fs;
 mod instance;
+mod keys;
 mod mount;
 pub mod policy;
 mod pump;
 pub mod requests;
+pub mod sampling;
 pub mod session;
 
 use std::num::NonZeroUsize;

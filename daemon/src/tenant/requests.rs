@@ -13,12 +13,14 @@ use std::sync::Arc;
 
 use gpupm_uapi::events;
 use gpupm_uapi::ioc;
+use gpupm_uapi::tenant::OpenSampling;
 use gpupm_uapi::tenant::{
     counter_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates,
     Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS, TENANT_IOC_EVENT_INFO,
-    TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_STREAM, TENANT_IOC_READ_COUNTERS,
-    TENANT_IOC_READ_INSTANCE, TENANT_IOC_READ_INSTANCE_RATES, TENANT_IOC_READ_RATES,
-    TENANT_IOC_WHOAMI, TENANT_STRUCT_VERSION,
+    TENANT_IOC_KEY_STATE, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_SAMPLING,
+    TENANT_IOC_OPEN_STREAM, TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE,
+    TENANT_IOC_READ_INSTANCE_RATES, TENANT_IOC_READ_RATES, TENANT_IOC_REKEY, TENANT_IOC_WHOAMI,
+    TENANT_STRUCT_VERSION,
 };
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
@@ -29,7 +31,10 @@ use super::answer::{
 use super::authz::{missing, recheck, resolve};
 pub use super::error::RequestError;
 use super::instance::{read_instance, read_instance_rates};
+use super::keys;
 use super::policy::Identity;
+use super::sampling::open_sampling;
+pub use super::sampling::SamplingGrant;
 use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
 
 /// A stream session the caller was granted.
@@ -52,6 +57,8 @@ pub enum Answer {
     Data(Vec<u8>),
     /// Turn the handle into a stream session.
     Stream(StreamGrant),
+    /// Turn the handle into a sampling session.
+    Sampling(SamplingGrant),
 }
 
 /// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
@@ -81,6 +88,16 @@ pub fn dispatch(
         TENANT_IOC_READ_INSTANCE => out(read_instance(view, identity, decode(input)?)?.as_bytes()),
         TENANT_IOC_READ_INSTANCE_RATES => {
             out(read_instance_rates(view, identity, decode(input)?)?.as_bytes())
+        }
+        TENANT_IOC_OPEN_SAMPLING => {
+            if usize::try_from(out_size).map_or(true, |n| n < size_of::<OpenSampling>()) {
+                return Err(RequestError::Invalid("output buffer too small"));
+            }
+            open_sampling(view, identity, decode(input)?).map(Answer::Sampling)
+        }
+        TENANT_IOC_KEY_STATE => out(keys::key_state(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_REKEY => {
+            keys::rekey(view, identity, &*decode(input)?).map(|()| Answer::Data(Vec::new()))
         }
         // The type byte 'T' is shared with the legacy terminal ioctls
         // (0x54xx, no direction), which must stay ENOTTY.

@@ -20,7 +20,9 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::error::RequestError;
 use super::policy::Identity;
 use super::requests::StreamGrant;
+use super::sampling::{SampleQueue, MAX_RECORD_BYTES};
 use super::{TenantStats, SESSION_QUEUE};
+use crate::sampling::Ticket;
 use crate::view::DeltaSample;
 
 /// Size of one record as `read()` returns it.
@@ -33,7 +35,7 @@ pub type PollWake = Box<dyn FnOnce() + Send>;
 
 struct ParkedRead {
     pid: u32,
-    max_records: usize,
+    max_bytes: usize,
     complete: ReadCompletion,
 }
 
@@ -124,11 +126,58 @@ fn slot_of(s: &DeltaSample, partition: u16) -> Option<StreamSlot> {
     })
 }
 
+mod sampling;
+
+/// One sampling session: its queue and its hold on the samplers.
+struct SampleSession {
+    id: u64,
+    vm: u32,
+    queue: SampleQueue,
+    ticket: Option<Ticket>,
+}
+
 #[derive(Default)]
 struct Handle {
     session: Option<Session>,
+    sampling: Option<SampleSession>,
     readers: VecDeque<ParkedRead>,
     poll_wake: Option<PollWake>,
+}
+
+impl Handle {
+    /// The VM of the handle's session, whichever kind it is.
+    fn session_vm(&self) -> Option<u32> {
+        self.session
+            .as_ref()
+            .map(|s| s.vm)
+            .or(self.sampling.as_ref().map(|s| s.vm))
+    }
+
+    /// Whether a `read()` would return now (records, or end of file).
+    fn readable(&self) -> bool {
+        self.session
+            .as_ref()
+            .is_some_and(|s| !s.queue.is_empty() || s.ended)
+            || self.sampling.as_ref().is_some_and(|s| !s.queue.is_empty())
+    }
+
+    /// What a read of `max_bytes` returns now.
+    fn take(&mut self, max_bytes: usize) -> Vec<u8> {
+        match (&mut self.session, &mut self.sampling) {
+            (Some(s), _) => s.take(max_bytes / RECORD_SIZE),
+            (None, Some(s)) => s.queue.take(max_bytes),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The smallest read the handle's session accepts.
+    fn min_read(&self) -> usize {
+        if self.sampling.is_some() {
+            MAX_RECORD_BYTES
+        } else {
+            RECORD_SIZE
+        }
+    }
 }
 
 #[derive(Default)]
@@ -156,19 +205,14 @@ fn run(actions: Vec<Action>) {
 
 /// Hands queued records to parked readers (and EOF once the feed ended).
 fn serve_readers(handle: &mut Handle, actions: &mut Vec<Action>) {
-    let Some(session) = handle.session.as_mut() else {
-        return;
-    };
-    while !session.queue.is_empty() || session.ended {
+    while handle.readable() {
         let Some(r) = handle.readers.pop_front() else {
             break;
         };
-        actions.push(Action::Complete(
-            r.complete,
-            Ok(session.take(r.max_records)),
-        ));
+        let bytes = handle.take(r.max_bytes);
+        actions.push(Action::Complete(r.complete, Ok(bytes)));
     }
-    if !session.queue.is_empty() || session.ended {
+    if handle.readable() {
         if let Some(w) = handle.poll_wake.take() {
             actions.push(Action::Wake(w));
         }
@@ -246,6 +290,9 @@ impl Sessions {
         }
         let id = t.next_session;
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
+        if handle.sampling.is_some() {
+            return Err(RequestError::Busy);
+        }
         t.next_session += 1;
         self.stats.open_sessions.fetch_add(1, Ordering::Relaxed);
         let mut session = Session {
@@ -325,20 +372,20 @@ impl Sessions {
             match t.handles.get_mut(&fh) {
                 _ if shut => Err(RequestError::ShuttingDown),
                 None => Err(RequestError::BadHandle),
-                Some(handle) => match handle.session.as_mut() {
-                    None => Err(RequestError::Invalid("no stream session on this handle")),
-                    Some(s) if !identity.may_see_vm(s.vm) => Err(RequestError::Denied),
-                    Some(_) if (size as usize) < RECORD_SIZE => {
+                Some(handle) => match handle.session_vm() {
+                    None => Err(RequestError::Invalid("no session on this handle")),
+                    Some(vm) if !identity.may_see_vm(vm) => Err(RequestError::Denied),
+                    Some(_) if (size as usize) < handle.min_read() => {
                         Err(RequestError::Invalid("read smaller than a record"))
                     }
-                    Some(s) if handle.readers.is_empty() && (!s.queue.is_empty() || s.ended) => {
-                        Ok(s.take(size as usize / RECORD_SIZE))
+                    Some(_) if handle.readers.is_empty() && handle.readable() => {
+                        Ok(handle.take(size as usize))
                     }
                     Some(_) if nonblock => Err(RequestError::WouldBlock),
                     Some(_) => {
                         handle.readers.push_back(ParkedRead {
                             pid,
-                            max_records: size as usize / RECORD_SIZE,
+                            max_bytes: size as usize,
                             complete,
                         });
                         return;
@@ -362,19 +409,18 @@ impl Sessions {
             return Err(RequestError::ShuttingDown);
         }
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-        let session = handle
-            .session
-            .as_ref()
-            .ok_or(RequestError::Invalid("no stream session on this handle"))?;
-        if !identity.may_see_vm(session.vm) {
+        let vm = handle
+            .session_vm()
+            .ok_or(RequestError::Invalid("no session on this handle"))?;
+        if !identity.may_see_vm(vm) {
             return Err(RequestError::Denied);
         }
         let readable = (libc::POLLIN | libc::POLLRDNORM) as u32;
-        if !session.queue.is_empty() {
-            return Ok(readable);
-        }
-        if session.ended {
+        if handle.session.as_ref().is_some_and(|s| s.ended) {
             return Ok(readable | libc::POLLHUP as u32);
+        }
+        if handle.readable() {
+            return Ok(readable);
         }
         if let Some(w) = wake {
             handle.poll_wake = Some(w);
@@ -385,11 +431,13 @@ impl Sessions {
     /// Ends every session, fails parked reads and refuses what follows.
     pub fn shutdown(&self) {
         let mut actions = Vec::new();
+        let mut tickets = Vec::new();
         {
             let mut t = self.lock();
             t.shut = true;
             for h in t.handles.values_mut() {
                 h.session = None;
+                tickets.extend(h.sampling.take().and_then(|mut s| s.ticket.take()));
                 actions.extend(
                     h.readers
                         .drain(..)
@@ -398,6 +446,8 @@ impl Sessions {
                 actions.extend(h.poll_wake.take().map(Action::Wake));
             }
         }
+        // Withdrawing demands programs the device: not under the lock.
+        drop(tickets);
         run(actions);
     }
 

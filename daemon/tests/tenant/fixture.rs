@@ -100,9 +100,16 @@ fn values(base: u64) -> [u64; MAX_EVENTS] {
     std::array::from_fn(|i| base + i as u64)
 }
 
+pub mod sampler;
+
 /// Three VMs: 1 (contexts 11, 12), 2 (contexts 21, 22), 3 confidential
-/// (context 31); feeds you push [`DeltaSample`]s into.
+/// (context 31); feeds you push [`DeltaSample`]s into; a sampling plane
+/// over a recording sampler (VM `n` on partition `n`).
 pub struct Fixture {
+    /// What sessions programmed.
+    pub sampler: Arc<sampler::RecordingSampler>,
+    /// The plane the node's sessions use.
+    pub plane: Arc<gpupmd::sampling::Plane>,
     ctxs: Vec<CtxInfo>,
     totals: HashMap<Scope, Totals>,
     recent: HashMap<Scope, Vec<DeltaSample>>,
@@ -189,7 +196,10 @@ impl Fixture {
             (1..=3).map(|i| sealed_sample(&mut cipher, 31, i)).collect();
         recent.insert(Scope::Vm(3), sealed_recent.clone());
         recent.insert(Scope::Ctx(31), sealed_recent);
+        let sampler = Arc::new(sampler::RecordingSampler::default());
         Arc::new(Fixture {
+            plane: gpupmd::sampling::Plane::new(sampler.clone(), 1_500_000),
+            sampler,
             ctxs,
             totals,
             recent,
@@ -334,6 +344,12 @@ impl CounterView for Fixture {
     }
     fn clock_khz(&self) -> u32 {
         1_500_000
+    }
+    fn sampling(&self) -> Option<Arc<gpupmd::sampling::Plane>> {
+        Some(Arc::clone(&self.plane))
+    }
+    fn ctx_program(&self, ctx: CtxId) -> Option<u32> {
+        self.ctxs.iter().any(|c| c.ctx == ctx).then_some(1)
     }
 }
 

@@ -29,6 +29,8 @@ pub struct CtxEntry {
     pub exiting: bool,
     /// Creation serial (names one context instance across id reuse).
     pub serial: u64,
+    /// `CTX_PROGRAM`: 1 + index in the program table, 0 for none.
+    pub program: u32,
 }
 
 /// The context table (index = context id).
@@ -91,6 +93,7 @@ impl ContextTable {
             created_at: now,
             exiting: false,
             serial: self.serials,
+            program: 0,
         };
         self.serials
     }
@@ -135,6 +138,7 @@ impl ContextTable {
         match offset {
             r::CTX_VM => r32(c.vm),
             r::CTX_STATE => r32(c.state),
+            r::CTX_PROGRAM => r32(if free { 0 } else { c.program }),
             r::CTX_BLOCK => r64(if free {
                 0
             } else {

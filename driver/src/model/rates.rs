@@ -49,6 +49,18 @@ impl CompiledProfile {
         CompiledProfile { phases, cycle_len }
     }
 
+    /// Index of the phase at `age` cycles after the context was created.
+    pub fn phase_at(&self, age: u64) -> usize {
+        let mut pos = age % self.cycle_len;
+        for (i, (len, _)) in self.phases.iter().enumerate() {
+            if pos < *len {
+                return i;
+            }
+            pos -= len;
+        }
+        0
+    }
+
     /// Q16 base rates at `age` cycles after the context was created, and
     /// the cycles until the phase changes (`None` for a single phase).
     pub fn rates_at(&self, age: u64) -> (&[u32; MAX_EVENTS], Option<u64>) {
@@ -203,6 +215,12 @@ impl Rates {
         now: u64,
     ) -> ([u32; MAX_EVENTS], u64) {
         self.profile_base(profile, created_at, now)
+    }
+
+    /// Index of the phase profile `profile` (started at `created_at`) is
+    /// in at `now`.
+    pub fn context_phase(&self, profile: usize, created_at: u64, now: u64) -> usize {
+        self.profiles[profile].phase_at(now - created_at)
     }
 
     fn profile_base(&self, profile: usize, start: u64, now: u64) -> ([u32; MAX_EVENTS], u64) {

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
 
 /// Why the device refused a request. Mapped to an errno only at the node
 /// boundary ([`super::error`]).
@@ -48,6 +48,9 @@ pub trait DeviceBackend: Send + 'static {
     fn debug_ledger(&self) -> bool;
     /// Debug ledger read (sealed for a confidential VM's scopes).
     fn ledger(&mut self, scope: u32, id: u32) -> Result<LedgerQuery, BackendError>;
+    /// Debug per-block ledger of context `ctx`'s program from row `first`
+    /// (sealed for a confidential VM's context).
+    fn ledger_blocks(&mut self, ctx: u32, first: u32) -> Result<BlockLedgerQuery, BackendError>;
     /// Device reset.
     fn reset(&mut self) -> Result<(), BackendError>;
     /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).

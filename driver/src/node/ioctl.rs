@@ -9,17 +9,18 @@
 
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, Identity, LedgerQuery, RegAccess, RegBatch, Reset, WindowRead,
-    DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
-    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
+    ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegAccess, RegBatch,
+    Reset, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER,
+    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
+    GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
+    WINDOW_READ_MAX, WINDOW_READ_NR,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
-use super::device::{reg_access, NodeKind};
 use super::error::{malformed, NodeError};
+use super::reg_access::{reg_access, NodeKind};
 
 /// What to send back for an ioctl: the syscall's return value (0, or a
 /// negative errno when the call fails but still returns data, as a failed
@@ -72,7 +73,8 @@ pub fn dispatch(
             Ok(IoctlReply::ok(&arg))
         }
         _ if ioc::ty(cmd) == IOC_MAGIC
-            && ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
+            && (ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS))
             && !backend.debug_ledger() =>
         {
             // The ledger is the emulator's oracle, not part of the device:
@@ -102,6 +104,24 @@ pub fn dispatch(
             out.scope = arg.scope;
             out.id = arg.id;
             Ok(IoctlReply::ok(&out))
+        }
+        GPUPM_IOC_LEDGER_BLOCKS => {
+            let arg: BlockLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let outputs_zero = arg.count == 0
+                && arg.total == 0
+                && arg.ctx_cycles == 0
+                && arg.rows.iter().all(|r| *r == Default::default())
+                && arg.envelope == Default::default()
+                && arg.tag == [0; 16];
+            if !outputs_zero || arg.ctx == 0 {
+                return Err(malformed(format!(
+                    "block ledger query for ctx {} with non-zero output fields",
+                    arg.ctx
+                )));
+            }
+            Ok(IoctlReply::ok(&backend.ledger_blocks(arg.ctx, arg.first)?))
         }
         GPUPM_IOC_RESET => {
             let arg: Reset = decode(input)?;

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{Identity, LedgerQuery, RegOp};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
 
 use super::backend::{BackendError, DeviceBackend};
 use crate::model::{Device, DeviceError, RegError};
@@ -84,6 +84,15 @@ impl DeviceBackend for ModelBackend {
             ));
         }
         self.dev.ledger_query(scope, id).map_err(from_device)
+    }
+
+    fn ledger_blocks(&mut self, ctx: u32, first: u32) -> Result<BlockLedgerQuery, BackendError> {
+        if !self.debug_ledger {
+            return Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ));
+        }
+        self.dev.ledger_blocks(ctx, first).map_err(from_device)
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

@@ -77,6 +77,7 @@ partition = 4
 # global loads mostly bypass L1 and hit in L2.
 [[profile]]
 name = "gemm"
+program = "gemm"
 [[profile.phase]]
 duration_us = 1000
 [profile.phase.rates]
@@ -117,6 +118,7 @@ pcie_cycles_active = 0.02
 # STREAM-like bandwidth test: few instructions, most warps waiting on DRAM.
 [[profile]]
 name = "stream"
+program = "memcpy"
 [[profile.phase]]
 duration_us = 1000
 [profile.phase.rates]
@@ -154,6 +156,7 @@ pcie_cycles_active = 0.005
 # Batched inference: copy the batch in, compute, then wait for the next one.
 [[profile]]
 name = "inference"
+program = "reduce"
 [[profile.phase]]
 duration_us = 300
 [profile.phase.rates]
@@ -269,6 +272,22 @@ pcie_rx_bytes = 0.01
 pcie_tx_bytes = 0.01
 pcie_cycles_active = 0.001
 
+# A kernel whose loop iteration (A + B = 205 + 820 = 1025 cycles) divides
+# the default cycle-sampling interval P + S - A = 4096 + 12 - 8 = 4100: a
+# sampler with a fixed period lands on the same instruction every time.
+[[profile]]
+name = "resonant"
+program = "resonant"
+[[profile.phase]]
+duration_us = 1000
+[profile.phase.rates]
+sm_cycles_elapsed = 1.0
+sm_cycles_active = 0.9
+sm_issue_active = 0.3
+sm_inst_executed = 0.24
+sm_threads_active = 7.0
+sm_warps_active = 16.0
+
 # NVLink all-reduce: a burst every millisecond, a trickle in between.
 [[profile]]
 name = "nvlink-allreduce"
@@ -330,6 +349,135 @@ profile = "stream"
 vm = 5
 profile = "gemm"
 create_at_us = 20000
+
+[[context]]
+vm = 2
+profile = "resonant"
+
+# Tiled GEMM: a hot MMA inner loop nested in the K loop, then a store call.
+[[program]]
+name = "gemm"
+[[program.kernel]]
+name = "main"
+[[program.kernel.block]]
+name = "setup"
+instructions = 48
+cpi = 1.6
+[[program.kernel.block]]
+name = "k_head"
+instructions = 32
+cpi = 1.2
+[[program.kernel.block]]
+name = "mma"
+instructions = 256
+phase_cpi = [1.1, 1.4]
+throttle = 1.8
+loop = { to = "mma", trips = 8 }
+[[program.kernel.block]]
+name = "k_latch"
+instructions = 16
+cpi = 2.0
+loop = { to = "k_head", trips = 64 }
+[[program.kernel.block]]
+name = "epilogue"
+instructions = 64
+cpi = 3.0
+call = "store"
+[[program.kernel]]
+name = "store"
+[[program.kernel.block]]
+name = "store"
+instructions = 128
+cpi = 4.5
+
+# Strided reduction: a data-dependent branch in the loop, a tree step call.
+[[program]]
+name = "reduce"
+[[program.kernel]]
+name = "main"
+[[program.kernel.block]]
+name = "load"
+instructions = 48
+cpi = 6.0
+[[program.kernel.block]]
+name = "accumulate"
+instructions = 32
+cpi = 2.5
+[[program.kernel.block]]
+name = "check"
+instructions = 8
+cpi = 1.5
+branch = [{ to = "odd", p = 0.3 }]
+[[program.kernel.block]]
+name = "even"
+instructions = 24
+cpi = 2.0
+jump = "latch"
+[[program.kernel.block]]
+name = "odd"
+instructions = 40
+cpi = 3.0
+[[program.kernel.block]]
+name = "latch"
+instructions = 8
+cpi = 1.0
+loop = { to = "accumulate", trips = 128 }
+[[program.kernel.block]]
+name = "tree"
+instructions = 12
+cpi = 2.0
+call = "tree_step"
+[[program.kernel.block]]
+name = "done"
+instructions = 16
+cpi = 2.0
+ret = true
+[[program.kernel]]
+name = "tree_step"
+[[program.kernel.block]]
+name = "shuffle"
+instructions = 20
+cpi = 4.0
+loop = { to = "shuffle", trips = 5 }
+[[program.kernel.block]]
+name = "sync"
+instructions = 12
+cpi = 8.0
+
+# memcpy-like: a long copy loop waiting on memory.
+[[program]]
+name = "memcpy"
+[[program.kernel]]
+name = "main"
+[[program.kernel.block]]
+name = "setup"
+instructions = 24
+cpi = 2.0
+[[program.kernel.block]]
+name = "copy"
+instructions = 64
+cpi = 12.0
+throttle = 1.2
+loop = { to = "copy", trips = 1024 }
+[[program.kernel.block]]
+name = "tail"
+instructions = 16
+cpi = 6.0
+
+# The resonant loop (see the "resonant" profile).
+[[program]]
+name = "resonant"
+[[program.kernel]]
+name = "main"
+[[program.kernel.block]]
+name = "a"
+instructions = 41
+cpi = 5.0
+[[program.kernel.block]]
+name = "b"
+instructions = 205
+cpi = 4.0
+loop = { to = "a", trips = 16777216 }
 
 [[churn]]
 vm = 3

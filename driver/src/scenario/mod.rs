@@ -28,6 +28,9 @@ mod builtin;
 mod error;
 mod parse;
 mod profiles;
+pub mod program;
+mod program_parse;
+mod program_table;
 mod raw;
 mod slices;
 mod spec;
@@ -41,6 +44,7 @@ mod validate;
 pub use builtin::{builtin, BUILTIN_TOML};
 pub use error::ScenarioError;
 pub use parse::{parse, parse_file};
+pub use program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
 pub use spec::{
     h100_class, ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
     StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,

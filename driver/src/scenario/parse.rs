@@ -110,6 +110,7 @@ mod tests {
 #[cfg(test)]
 mod example_tests {
     use super::parse;
+    use crate::scenario::program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
     use crate::scenario::test_support::ok;
     use crate::scenario::{
         ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
@@ -121,7 +122,44 @@ mod example_tests {
         let text = include_str!("example.toml");
         let parsed = parse("example.toml", text);
         let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap_or(u8::MAX));
+        let block = |name: &str, instructions, cpi: Vec<f64>, throttle, exit| BlockSpec {
+            name: name.into(),
+            instructions,
+            cpi,
+            throttle,
+            exit,
+        };
         let expected = Scenario {
+            programs: vec![ProgramSpec {
+                name: "tiles".into(),
+                entry: 0,
+                kernels: vec![
+                    KernelSpec {
+                        name: "main".into(),
+                        blocks: vec![
+                            block("head", 32, vec![1.5], 1.5, Exit::Fall),
+                            block(
+                                "b1",
+                                128,
+                                vec![1.1, 2.0],
+                                1.0,
+                                Exit::Loop { to: 0, trips: 64 },
+                            ),
+                            block("b2", 16, vec![3.0], 1.0, Exit::Call(1)),
+                        ],
+                    },
+                    KernelSpec {
+                        name: "store".into(),
+                        blocks: vec![block(
+                            "b0",
+                            64,
+                            vec![4.0],
+                            1.0,
+                            Exit::Branch(vec![(0, 0.25)]),
+                        )],
+                    },
+                ],
+            }],
             name: "example".into(),
             seed: 42,
             clock: ClockSpec {
@@ -177,6 +215,7 @@ mod example_tests {
             ],
             profiles: vec![
                 ProfileSpec {
+                    program: Some(0),
                     name: "gemm".into(),
                     phases: vec![
                         PhaseSpec {
@@ -190,6 +229,7 @@ mod example_tests {
                     ],
                 },
                 ProfileSpec {
+                    program: None,
                     name: "links".into(),
                     phases: vec![PhaseSpec {
                         duration_cycles: 100_000,

@@ -6,6 +6,7 @@ use gpupm_uapi::events::{self, UnitType, CATALOGUE};
 use toml::Spanned;
 
 use super::error::SpanError;
+use super::program::ProgramSpec;
 use super::raw::{RawPhase, RawProfile};
 use super::spec::{PhaseSpec, ProfileSpec};
 use super::time::{positive, required, Clock};
@@ -20,10 +21,19 @@ pub(super) struct Profile {
 }
 
 /// Resolves the `[[profile]]` tables, in file order.
-pub(super) fn profiles(raw: &[RawProfile], time: Clock) -> Result<Vec<Profile>, SpanError> {
+pub(super) fn profiles(
+    raw: &[RawProfile],
+    programs: &[ProgramSpec],
+    time: Clock,
+) -> Result<Vec<Profile>, SpanError> {
     let mut out: Vec<Profile> = Vec::with_capacity(raw.len());
     for p in raw {
-        let profile = profile(p, &out, time)?;
+        let mut profile = profile(p, &out, time)?;
+        profile.spec.program = p
+            .program
+            .as_ref()
+            .map(|name| super::program_parse::lookup(programs, name))
+            .transpose()?;
         out.push(profile);
     }
     Ok(out)
@@ -67,6 +77,7 @@ fn profile(raw: &RawProfile, earlier: &[Profile], time: Clock) -> Result<Profile
         spec: ProfileSpec {
             name: name.clone(),
             phases: Vec::with_capacity(raw.phase.len()),
+            program: None,
         },
         first_nvlink: None,
         first_other: None,

@@ -40,6 +40,60 @@ pub(super) struct RawScenario {
     pub churn: Vec<Spanned<RawChurn>>,
     #[serde(default)]
     pub throttle: Vec<Spanned<RawThrottle>>,
+    #[serde(default)]
+    pub program: Vec<Spanned<RawProgram>>,
+}
+
+/// One `[[program]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawProgram {
+    pub name: Spanned<String>,
+    pub entry: Option<Spanned<String>>,
+    #[serde(default)]
+    pub kernel: Vec<Spanned<RawKernel>>,
+}
+
+/// One `[[program.kernel]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKernel {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub block: Vec<Spanned<RawBlock>>,
+}
+
+/// One `[[program.kernel.block]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawBlock {
+    pub name: Option<Spanned<String>>,
+    pub instructions: Spanned<u32>,
+    pub cpi: Option<Spanned<f64>>,
+    pub phase_cpi: Option<Spanned<Vec<Spanned<f64>>>>,
+    pub throttle: Option<Spanned<f64>>,
+    pub branch: Option<Spanned<Vec<Spanned<RawEdge>>>>,
+    pub jump: Option<Spanned<String>>,
+    #[serde(rename = "loop")]
+    pub loop_: Option<Spanned<RawLoop>>,
+    pub call: Option<Spanned<String>>,
+    pub ret: Option<Spanned<bool>>,
+}
+
+/// A conditional branch edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEdge {
+    pub to: Spanned<String>,
+    pub p: Spanned<f64>,
+}
+
+/// A loop back edge.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLoop {
+    pub to: Spanned<String>,
+    pub trips: Spanned<u32>,
 }
 
 /// `[clock]`.
@@ -110,6 +164,7 @@ pub(super) struct RawVm {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProfile {
     pub name: Spanned<String>,
+    pub program: Option<Spanned<String>>,
     #[serde(default)]
     pub phase: Vec<Spanned<RawPhase>>,
 }

@@ -25,6 +25,9 @@ pub struct Scenario {
     pub vms: Vec<VmSpec>,
     /// Activity profiles, referenced by index.
     pub profiles: Vec<ProfileSpec>,
+    /// Declared programs (`[[program]]`), referenced by index; see
+    /// [`Scenario::program_table`] for the table with generated ones.
+    pub programs: Vec<super::program::ProgramSpec>,
     /// Profile driving the device-level units (NVLink), if any.
     pub device_profile: Option<usize>,
     /// Contexts created at fixed times.
@@ -117,6 +120,8 @@ pub struct ProfileSpec {
     pub name: String,
     /// Phases, at least one.
     pub phases: Vec<PhaseSpec>,
+    /// Program its contexts run (index into `Scenario::programs`).
+    pub program: Option<usize>,
 }
 
 /// One phase of a profile.

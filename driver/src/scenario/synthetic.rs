@@ -40,6 +40,7 @@ pub fn all_active_profile(name: &str, types: &[UnitType]) -> ProfileSpec {
             duration_cycles: 1 << 24,
             rates,
         }],
+        program: None,
     }
 }
 
@@ -82,6 +83,7 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
             khz,
             secondary_khz: khz / 2,
         },
+        programs: Vec::new(),
         topology: h100_class(),
         trigger: TriggerSpec {
             period_cycles: spec.trigger_period,

@@ -17,7 +17,7 @@ use super::error::SpanError;
 use super::raw::{RawClock, RawScenario, RawStream, RawTopology, RawTrigger};
 use super::spec::{h100_class, ClockSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec};
 use super::time::{fit_u32, Clock};
-use super::{profiles, slices, timeline};
+use super::{profiles, program_parse, slices, timeline};
 
 /// Nominal clock when the file gives none (1.98 GHz).
 const DEFAULT_KHZ: u32 = 1_980_000;
@@ -64,7 +64,8 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
     )?;
     let partitions = slices::partitions(&raw.partition, &topology, time)?;
     let vms = slices::vms(&raw.vm, &partitions)?;
-    let profiles = profiles::profiles(&raw.profile, time)?;
+    let programs = program_parse::programs(&raw.program)?;
+    let profiles = profiles::profiles(&raw.profile, &programs, time)?;
     let device_profile = profiles::device_profile(raw.device_profile.as_ref(), &profiles)?;
     let contexts = timeline::contexts(&raw.context, &vms, &profiles, time)?;
     let churn = timeline::churns(&raw.churn, &vms, &profiles, time)?;
@@ -80,6 +81,7 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
         partitions,
         vms,
         profiles: profiles.into_iter().map(|p| p.spec).collect(),
+        programs,
         device_profile,
         contexts,
         churn,

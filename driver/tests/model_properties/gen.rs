@@ -41,6 +41,7 @@ fn profile(idx: usize) -> impl Strategy<Value = ProfileSpec> {
                 .collect(),
         });
     prop::collection::vec(phase, 1..3).prop_map(move |phases| ProfileSpec {
+        program: None,
         name: format!("p{idx}"),
         phases,
     })
@@ -48,6 +49,7 @@ fn profile(idx: usize) -> impl Strategy<Value = ProfileSpec> {
 
 fn device_profile() -> impl Strategy<Value = ProfileSpec> {
     prop::collection::vec(0.0f64..=1.0, 3).prop_map(|fs| ProfileSpec {
+        program: None,
         name: "device".into(),
         phases: vec![PhaseSpec {
             duration_cycles: 100_000,
@@ -155,6 +157,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                     profiles.len() - 1
                 });
                 Scenario {
+                    programs: Vec::new(),
                     name: "generated".into(),
                     seed,
                     clock: ClockSpec {

@@ -8,7 +8,7 @@
 //! nothing; `gpupm stat --ctx ID@CYCLE` shows the same numbers.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use gpupm_client::Scope;
@@ -136,47 +136,13 @@ fn snapshot(c: &TenantClient, state: &Path) -> Vec<u8> {
     out
 }
 
-/// The `gpupm` binary of this workspace, built (a no-op when current) with
-/// the profile of this test.
-fn gpupm_binary() -> PathBuf {
-    let dir = gpupm_test_support::bin!(Driver)
-        .parent()
-        .expect("target/<profile>")
-        .to_path_buf();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("release") => "release",
-        _ => "test",
-    };
-    let ok = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "gpupm",
-            "--bin",
-            "gpupm",
-            "--profile",
-            profile,
-        ])
-        .env("CARGO_TARGET_DIR", dir.parent().expect("target dir"))
-        .status()
-        .is_ok_and(|s| s.success());
-    let bin = dir.join("gpupm");
-    assert!(
-        ok && bin.exists(),
-        "building gpupm failed: `cargo build -p gpupm`"
-    );
-    bin
-}
-
 /// `gpupm ARGS --tenant-node NODE` as `uid`: (exit code, stdout, stderr).
 fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("setpriv")
         .arg(format!("--reuid={uid}"))
         .arg(format!("--regid={uid}"))
         .arg("--clear-groups")
-        .arg(gpupm_binary())
+        .arg(gpupm_test_support::bin!(Cli))
         .args(args)
         .arg("--tenant-node")
         .arg(node)

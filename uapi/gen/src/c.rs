@@ -171,10 +171,17 @@ macro_rules! group {
 
 // After `group!`, which it uses.
 mod page_c;
+mod sampling;
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
 /// per-instance offset inside the array for [`regs::is_64bit`].
 fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
+    registers_in(h, "regs", base, regs);
+}
+
+/// [`registers`] of another uapi module, whose doc comments the header
+/// carries (`module` as in `sampling`).
+fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
     for &(name, off) in regs {
         let wide = if regs::is_64bit(base + off) {
             "64-bit"
@@ -182,7 +189,7 @@ fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
             ""
         };
         h.item(
-            &format!("regs::{name}"),
+            &format!("{module}::{name}"),
             &format!("GPUPM_REG_{name}"),
             off,
             true,
@@ -333,7 +340,7 @@ fn emit_regs(h: &mut Header) {
         h,
         r::ctx(0, 0),
         &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_CREATED_CYCLE
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
         },
     );
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
@@ -510,6 +517,10 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, dec "GPUPM_TENANT_CTX_STATE_", gpupm_uapi::tenant::ctx_state: ACTIVE, DESTROYED, RETIRED);
     group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
     group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_KIND_", gpupm_uapi::tenant::sampling::sample_kind: BRANCH_STACK, CYCLE, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
+    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }
@@ -592,6 +603,7 @@ fn render_pass(names: Names) -> Header {
     emit_events_and_intr(&mut h);
     emit_layout(&mut h);
     emit_ioctls(&mut h);
+    sampling::emit_sampling(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

@@ -9,7 +9,7 @@ use gpupm_uapi::intr::{self, InterruptRecord};
 use gpupm_uapi::ioctl::{
     self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
 };
-use gpupm_uapi::{layout, regs};
+use gpupm_uapi::{layout, regs, sampling};
 
 /// The generated module's text.
 pub fn render() -> String {
@@ -79,6 +79,35 @@ pub fn render() -> String {
         ("MAX_EVENTS", gpupm_uapi::events::MAX_EVENTS as u64),
         ("SIZEOF_ENVELOPE", size_of::<layout::Envelope>() as u64),
         ("SIZEOF_BLOCK_SLOT", size_of::<layout::BlockSlot>() as u64),
+        ("SAMP_BASE", sampling::SAMP_BASE),
+        ("SAMP_STRIDE", sampling::SAMP_STRIDE),
+        ("REG_SAMP_CTRL", sampling::SAMP_CTRL),
+        ("REG_SAMP_CYCLE_PERIOD", sampling::SAMP_CYCLE_PERIOD),
+        ("REG_SAMP_CYCLE_DITHER", sampling::SAMP_CYCLE_DITHER),
+        ("REG_SAMP_BRANCH_PERIOD", sampling::SAMP_BRANCH_PERIOD),
+        ("REG_SAMP_BUF_BRANCH", sampling::SAMP_BUF_BRANCH),
+        ("REG_SAMP_BUF_PC", sampling::SAMP_BUF_PC),
+        ("REG_BUF_BASE", sampling::BUF_BASE),
+        ("REG_BUF_CAP", sampling::BUF_CAP),
+        ("REG_BUF_HEAD", sampling::BUF_HEAD),
+        ("REG_BUF_TAIL", sampling::BUF_TAIL),
+        ("REG_BUF_ADDR", sampling::BUF_ADDR),
+        ("REG_BUF_LOST", sampling::BUF_LOST),
+        ("SAMPLE_REGION", sampling::SAMPLE_REGION),
+        ("SAMPLE_SPAN", sampling::SAMPLE_SPAN),
+        (
+            "SAMP_CTRL_BRANCH_ENABLE",
+            u64::from(sampling::samp_ctrl::BRANCH_ENABLE),
+        ),
+        (
+            "SAMP_CTRL_CYCLE_ENABLE",
+            u64::from(sampling::samp_ctrl::CYCLE_ENABLE),
+        ),
+        (
+            "SIZEOF_BRANCH_SLOT",
+            size_of::<sampling::BranchSlot>() as u64,
+        ),
+        ("SIZEOF_PC_SLOT", size_of::<sampling::PcSlot>() as u64),
     ] {
         c(name, off);
     }

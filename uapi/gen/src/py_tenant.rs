@@ -14,10 +14,14 @@ use gpupm_uapi::page::{
     self, page_flags, page_request_flags, page_state, Page, PageCounters, PageData, PageHeader,
     PageReply, PageRequest,
 };
+use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::sampling::{
+    self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
+};
 use gpupm_uapi::tenant::{
-    self, counter_flags, ctx_state, instance_flags, scope, CtxEntry, EventInfo, ListContexts,
-    OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, TenantDelta,
-    Whoami,
+    self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
+    KeyState, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates,
+    ReadRates, Rekey, TenantDelta, Whoami,
 };
 
 /// `SIZEOF_<STRUCT>` and `OFF_<STRUCT>_<FIELD>` lines.
@@ -56,6 +60,7 @@ pub fn render() -> String {
         ("CTX_STATE_RETIRED", ctx_state::RETIRED),
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
+        ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
         ("PAGE_MAGIC", page::PAGE_MAGIC),
         ("PAGE_VERSION", page::PAGE_VERSION),
         ("PAGE_STRUCT_VERSION", page::PAGE_STRUCT_VERSION),
@@ -68,6 +73,13 @@ pub fn render() -> String {
         ("PAGE_FLAGS_RATE", page_flags::RATE),
         ("PAGE_FLAGS_SEALED_RATE", page_flags::SEALED_RATE),
         ("PAGE_REQUEST_FLAGS_LATEST", page_request_flags::LATEST),
+        (
+            "SAMPLE_KIND_BRANCH_STACK",
+            u32::from(sample_kind::BRANCH_STACK),
+        ),
+        ("SAMPLE_KIND_CYCLE", u32::from(sample_kind::CYCLE)),
+        ("SAMPLE_FLAGS_SEALED", u32::from(sample_flags::SEALED)),
+        ("PC_RECORD_MAGIC", gpupm_uapi::sampling::PC_RECORD_MAGIC),
     ] {
         c(name, u64::from(v));
     }
@@ -78,6 +90,8 @@ pub fn render() -> String {
         ("LIST_PAGE", tenant::LIST_PAGE),
         ("RATE_SAMPLES", tenant::RATE_SAMPLES),
         ("PAGE_SIZE", page::PAGE_SIZE),
+        ("MIN_SAMPLE_PERIOD", ts::MIN_SAMPLE_PERIOD as usize),
+        ("MAX_SAMPLE_DITHER", ts::MAX_SAMPLE_DITHER as usize),
     ] {
         writeln!(s, "{name} = {v}").expect("write to String");
     }
@@ -107,6 +121,8 @@ pub fn render() -> String {
             reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
         ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
             reserved, count, out_flags, clock_khz, reserved2, samples;
+        KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
+        Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
         PageHeader => "PAGE_HEADER": magic, version, size, scope, id, vm, created_cycle, audience;
         PageCounters => "PAGE_COUNTERS": generation, state, flags, commit_seq, cycle, clock_khz,
             totals;
@@ -114,6 +130,12 @@ pub fn render() -> String {
         Page => "PAGE": header, seq, data;
         PageRequest => "PAGE_REQUEST": version, scope, id, flags, created_cycle;
         PageReply => "PAGE_REPLY": version, status, scope, id, vm, size, created_cycle, generation;
+        OpenSampling => "OPEN_SAMPLING": version, scope, id, kinds, period, dither, branch_every,
+            queue_records, flags, reserved, session, device_period, device_dither,
+            device_branch_every, clock_khz, partition, confidential, program, reserved2;
+        SampleHeader => "SAMPLE_HEADER": kind, flags, size, seq, lost_before;
+        PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
+            block, interval;
     }
     s
 }

@@ -11,9 +11,7 @@
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
-use gpupm_uapi::regs::{
-    self as r, REKEY_KEY_WORDS, REKEY_NONCE_DOMAIN, REKEY_NONCE_WORDS, REKEY_TAG_WORDS,
-};
+use gpupm_uapi::regs::{self as r, REKEY_NONCE_DOMAIN};
 
 use super::session::{session_key, Key, OpenError, VmCipher};
 use crate::model::access::{r32, RegValue, Reject};
@@ -21,7 +19,7 @@ use crate::model::access::{r32, RegValue, Reject};
 /// Label at the end of a rekey blob's associated data.
 const REKEY_LABEL: &[u8; 5] = b"rekey";
 /// Words of staging: nonce, sealed key, tag.
-const STAGING_WORDS: usize = REKEY_NONCE_WORDS + REKEY_KEY_WORDS + REKEY_TAG_WORDS;
+const STAGING_WORDS: usize = gpupm_client::ops::REKEY_WORDS;
 
 /// A new key sealed under a VM's current session key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,15 +101,18 @@ impl RekeyBlob {
     }
 
     /// The register writes (offset, value) that stage the blob and commit
-    /// it for VM `vm`, in order; run them as one register batch.
+    /// it for VM `vm`, in order ([`gpupm_client::ops::rekey_writes`]); run
+    /// them as one register batch.
     pub fn register_writes(&self, vm: u32) -> Vec<(u64, u32)> {
-        let words = self.to_words();
-        let mut out: Vec<(u64, u32)> = (r::REKEY_NONCE..).step_by(4).zip(words).collect();
-        out.push((r::vm(vm, r::VM_KEY_COMMIT), 1));
-        out
+        gpupm_client::ops::rekey_writes(vm, &self.to_words())
+            .into_iter()
+            .map(|op| (op.offset, gpupm_client::ops::reg32(op.value)))
+            .collect()
     }
 
-    fn to_words(self) -> [u32; STAGING_WORDS] {
+    /// The blob as the 14 staging words, in register order (what
+    /// `TENANT_IOC_REKEY` carries).
+    pub fn to_words(self) -> [u32; STAGING_WORDS] {
         let mut bytes = [0u8; STAGING_WORDS * 4];
         bytes[..8].copy_from_slice(&self.nonce_tail);
         bytes[8..40].copy_from_slice(&self.sealed_key);
@@ -123,7 +124,8 @@ impl RekeyBlob {
         words
     }
 
-    fn from_words(words: &[u32; STAGING_WORDS]) -> Self {
+    /// The blob from its 14 staging words.
+    pub fn from_words(words: &[u32; STAGING_WORDS]) -> Self {
         let mut bytes = [0u8; STAGING_WORDS * 4];
         for (chunk, w) in bytes.chunks_exact_mut(4).zip(words) {
             chunk.copy_from_slice(&w.to_le_bytes());

@@ -45,6 +45,25 @@ const _: () = assert!(ACC_MSB == gpupm_uapi::events::MULTIBIT_SCALE);
 /// Q16 rate of a signal asserted every cycle.
 pub const RATE_ONE_Q16: u32 = 1 << 16;
 
+/// Event id of `sm_inst_executed`, the event a running program drives.
+pub const INST_EVENT: u8 = 3;
+/// Event id of `sm_cycles_elapsed`, counted at exactly one per cycle for
+/// a program's context.
+pub const CYCLES_EVENT: u8 = 0;
+const _: () = assert!(
+    gpupm_uapi::events::CATALOGUE[INST_EVENT as usize]
+        .name
+        .len()
+        == "sm_inst_executed".len()
+);
+
+/// The instruction stream of the program a partition runs: how many
+/// instructions retire (per SM) in the next `n` generating cycles.
+pub trait Lane {
+    /// Runs `n` cycles and returns the instructions retired in them.
+    fn run(&mut self, n: u64) -> u64;
+}
+
 /// Which algorithm advances the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EngineKind {
@@ -301,6 +320,12 @@ impl Counting {
             part.generating = false;
             part.gen_end = t;
         }
+    }
+
+    /// Cycle partition `p` is counted up to.
+    #[inline]
+    pub fn synced_to(&self, p: u32) -> u64 {
+        self.parts[p as usize].synced_to
     }
 
     /// Whether partition `p`'s bound context is generating.

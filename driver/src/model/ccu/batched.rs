@@ -7,10 +7,31 @@
 //! device schedules a threshold check at the earliest boundary a crossing is
 //! possible ([`super::Counting::threshold_horizon`]).
 
-use super::bank::{ulc9, ulc_counts, wrap28, Counting, Tally, CCU_MASK, ULC_MAX};
+use super::bank::{ulc9, ulc_counts, wrap28, Counting, Lane, Tally, CCU_MASK, INST_EVENT, ULC_MAX};
 use crate::model::rc::Drain;
 use crate::model::topology::Topology;
 
+/// A program's instructions over a span `[s, t)`: retired in `[s, b)` and
+/// in `[s, t)` (per SM), `b` the span's last transfer boundary.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ProgSpan {
+    at_boundary: u64,
+    at_end: u64,
+}
+
+impl ProgSpan {
+    /// Runs `lane` over `[s, t)`.
+    pub(super) fn run(lane: &mut dyn Lane, s: u64, t: u64, boundary: Option<u64>) -> Self {
+        let b = boundary.unwrap_or(s);
+        let at_boundary = lane.run(b - s);
+        ProgSpan {
+            at_boundary,
+            at_end: at_boundary + lane.run(t - b),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the sync span plus the program's part of it
 pub(super) fn sync(
     st: &mut Counting,
     topo: &Topology,
@@ -18,9 +39,10 @@ pub(super) fn sync(
     s: u64,
     t: u64,
     boundary: Option<u64>,
+    prog: Option<ProgSpan>,
     tally: &mut Tally,
 ) {
-    run(st, topo, p, s, t, boundary, tally, None);
+    run(st, topo, p, s, t, boundary, prog, tally, None);
 }
 
 /// Counts up to `t` and, in the same pass, performs a trigger on every CCU
@@ -38,7 +60,7 @@ pub(super) fn sync_and_trigger(
     tally: &mut Tally,
     drain: Drain<'_>,
 ) {
-    run(st, topo, p, s, t, boundary, tally, Some(drain));
+    run(st, topo, p, s, t, boundary, None, tally, Some(drain));
     for &c in &topo.partition_ccus[p as usize] {
         st.active_bank[c as usize] ^= 1;
     }
@@ -54,6 +76,7 @@ fn run(
     s: u64,
     t: u64,
     boundary: Option<u64>,
+    prog: Option<ProgSpan>,
     tally: &mut Tally,
     mut drain: Option<Drain<'_>>,
 ) {
@@ -82,7 +105,8 @@ fn run(
             .zip(&topo.counter_multibit[a..z]);
         for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
             let r = if generating { r } else { 0 };
-            if r == 0 && *pending == 0 {
+            let lane = prog.filter(|_| event == INST_EVENT);
+            if r == 0 && *pending == 0 && lane.is_none() {
                 if let Some(d) = drain.as_mut() {
                     let v = std::mem::take(&mut cell[bank]);
                     d.add(event, v);
@@ -90,12 +114,15 @@ fn run(
                 continue;
             }
             let (r, ph) = (u64::from(r), u64::from(ph));
-            let g_s = (ph + ds * r) >> 16;
-            let g_t = (ph + dt * r) >> 16;
+            let g = |d: u64| (ph + d * r) >> 16;
+            let (g_s, g_t) = match lane {
+                Some(l) => (0, l.at_end),
+                None => (g(ds), g(dt)),
+            };
             tally.generated[usize::from(event)] += g_t - g_s;
             match db {
                 Some(db) => {
-                    let g_b = (ph + db * r) >> 16;
+                    let g_b = lane.map_or_else(|| g(db), |l| l.at_boundary);
                     let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
                     *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
                     if sent != 0 {

@@ -27,7 +27,7 @@ pub mod record;
 mod reference;
 pub mod regs;
 
-pub use bank::{Counting, CountingSnapshot, EngineKind};
+pub use bank::{Counting, CountingSnapshot, EngineKind, Lane, CYCLES_EVENT, INST_EVENT};
 
 use bank::{last_boundary, Tally};
 
@@ -44,6 +44,7 @@ impl Counting {
         p: u32,
         t: u64,
         threshold: Option<u32>,
+        lane: Option<&mut dyn Lane>,
     ) {
         let part = &self.parts[p as usize];
         let s = part.synced_to;
@@ -57,8 +58,16 @@ impl Counting {
         };
         let mut tally = Tally::new();
         match self.kind {
-            EngineKind::Batched => batched::sync(self, topo, p, s, t, boundary, &mut tally),
-            EngineKind::CycleLevel => reference::sync(self, topo, p, s, t, threshold, &mut tally),
+            EngineKind::Batched => {
+                let prog = lane
+                    .filter(|_| part.generating)
+                    .map(|l| batched::ProgSpan::run(l, s, t, boundary));
+                batched::sync(self, topo, p, s, t, boundary, prog, &mut tally);
+            }
+            EngineKind::CycleLevel => {
+                let lane = lane.filter(|_| part.generating);
+                reference::sync(self, topo, p, s, t, threshold, lane, &mut tally);
+            }
         }
         let part = &mut self.parts[p as usize];
         part.synced_to = t;

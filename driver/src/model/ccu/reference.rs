@@ -4,7 +4,9 @@
 //! that its CCU deframes and adds. Slow by design; tests compare it with the
 //! batched engine bit for bit.
 
-use super::bank::{generated, residue5, ulc9, Counting, Tally, ACC_MSB, ULC_MAX, ULC_PERIOD};
+use super::bank::{
+    generated, residue5, ulc9, Counting, Lane, Tally, ACC_MSB, INST_EVENT, ULC_MAX, ULC_PERIOD,
+};
 use crate::model::topology::Topology;
 
 /// A ULC serialisation frame as the cycle-level engine sends it.
@@ -19,6 +21,7 @@ struct UlcFrame<'a> {
 const FRAME_START: u16 = 0x1FE;
 const FRAME_END: u16 = 0x1FD;
 
+#[allow(clippy::too_many_arguments)] // the sync span, the threshold check and the program
 pub(super) fn sync(
     st: &mut Counting,
     topo: &Topology,
@@ -26,6 +29,7 @@ pub(super) fn sync(
     s: u64,
     t: u64,
     threshold: Option<u32>,
+    mut lane: Option<&mut dyn Lane>,
     tally: &mut Tally,
 ) {
     let seg = st.parts[p as usize].seg_start;
@@ -35,10 +39,16 @@ pub(super) fn sync(
     let mut frame_buf: Vec<u16> = Vec::with_capacity(64);
     let generating = st.parts[p as usize].generating;
     for c in s..t {
+        let retired = lane.as_mut().map(|l| l.run(1));
         for range in topo.partition_counter_ranges(p).filter(|_| generating) {
             for j in range {
-                let v = generated(st.phase_q[j], st.rate_q[j], seg, c + 1)
-                    - generated(st.phase_q[j], st.rate_q[j], seg, c);
+                let v = match retired.filter(|_| topo.counter_event[j] == INST_EVENT) {
+                    Some(v) => v,
+                    None => {
+                        generated(st.phase_q[j], st.rate_q[j], seg, c + 1)
+                            - generated(st.phase_q[j], st.rate_q[j], seg, c)
+                    }
+                };
                 tally.generated[usize::from(topo.counter_event[j])] += v;
                 if topo.counter_multibit[j] {
                     debug_assert!(v <= ACC_MSB);

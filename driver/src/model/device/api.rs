@@ -116,6 +116,9 @@ impl Device {
 
     /// Reads host-visible device memory at window offset `offset`.
     pub fn read_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
+        if offset >= gpupm_uapi::sampling::SAMPLE_REGION {
+            return self.read_sample_window(offset, buf);
+        }
         self.mem.read_window(offset, buf)
     }
 
@@ -263,6 +266,7 @@ impl Device {
         self.ccu.zero_values();
         self.ccu.reset_masks();
         self.ledger.clear();
+        self.clear_program_truth();
         self.rc.reset();
         self.resets += 1;
         self.vms.start_session(session);

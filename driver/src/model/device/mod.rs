@@ -8,13 +8,14 @@
 //! units' operations in order. The host-facing surface is in [`api`].
 
 pub(crate) mod api;
+mod programs;
 mod route;
 mod switch;
 mod time;
 mod wiring;
 
 use gpupm_uapi::layout::{block_kind, STREAM_RING_MAX, SYSTEM_BLOCK_SLOT};
-use gpupm_uapi::regs::MAX_VMS;
+use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 
 use super::cc::{BootIds, EntropyError, RekeyStaging};
 use super::ccu::{Counting, EngineKind};
@@ -25,8 +26,11 @@ use super::ledger::{Attribution, Ledger};
 use super::mailbox::Mailbox;
 use super::memory::Memory;
 use super::partition::Partitions;
+use super::program::run::ProgramRun;
+use super::program::Programs;
 use super::rates::Rates;
 use super::rc::ReductionChannels;
+use super::sampling::Sampler;
 use super::topology::{Topology, TopologyError};
 use super::trigger::TriggerBlock;
 use super::vm::VmTable;
@@ -74,6 +78,13 @@ pub struct Device {
     oob_mbox: Mailbox,
     workload: Workload,
     rates: Rates,
+    programs: Programs,
+    /// Per context id: the execution of its program, if it runs one.
+    runs: Vec<Option<ProgramRun>>,
+    /// Per partition slot: the sampling unit.
+    samplers: Vec<Sampler>,
+    /// Per partition slot: the profile phase of what it runs.
+    phases: [usize; MAX_PARTITION_SLOTS as usize],
 }
 
 impl Device {
@@ -137,6 +148,10 @@ impl Device {
             oob_mbox: Mailbox::default(),
             workload: Workload::new(scenario),
             rates: Rates::new(scenario, &topo),
+            programs: Programs::new(scenario),
+            runs: vec![None; MAX_CONTEXTS as usize],
+            samplers: samplers(scenario),
+            phases: [0; MAX_PARTITION_SLOTS as usize],
             scenario: scenario.clone(),
             topo,
         };
@@ -203,13 +218,6 @@ impl Device {
         &self.scenario
     }
 
-    /// Counts partition `p` up to now.
-    fn sync(&mut self, p: u32) {
-        let thr = Some(self.trig.threshold());
-        self.ccu
-            .sync(&self.topo, &mut self.ledger, p, self.clock.now(), thr);
-    }
-
     /// Whether partition `p`'s counts belong to a confidential VM now.
     fn owner_confidential(&self, p: u32) -> bool {
         self.vms.confidential(self.ccu.owner(p).vm)
@@ -243,4 +251,15 @@ fn ring_size(scenario: &Scenario, p: u32) -> (u32, u32) {
         .min(STREAM_RING_MAX);
     let scaled = u64::from(watermark) * u64::from(cap0) / u64::from(cap.max(1));
     (cap0, u32::try_from(scaled).unwrap_or(cap0).clamp(1, cap0))
+}
+
+/// One sampling unit per partition slot, knowing the shortest taken-branch
+/// gap of the programs its contexts can run.
+fn samplers(scenario: &Scenario) -> Vec<Sampler> {
+    (0..MAX_PARTITION_SLOTS)
+        .map(|p| {
+            let configured = p != 0 && scenario.partitions.iter().any(|s| s.slot == p);
+            Sampler::new(p, configured, scenario.min_branch_gap(p), scenario.seed)
+        })
+        .collect()
 }

@@ -30,7 +30,10 @@ use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::sampling::buffer::BufWrite;
+use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
+use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
 
 /// Identity, topology and clock registers.
 const IDENTITY: Range<u64> = r::ID..r::TRIG_PERIOD;
@@ -61,6 +64,8 @@ enum Unit {
     Rekey,
     /// A partition block: the partition's, its ring's or its RC's register.
     Partition(u32, u64),
+    /// A partition's sampling block.
+    Sampling(u32, u64),
     Ccu(u32, u64),
     Vm(u32, u64),
     Ctx(u32, u64),
@@ -70,6 +75,8 @@ enum Unit {
 fn unit_of(offset: u64) -> Unit {
     if let Some((p, o)) = instance(offset, r::PART_BASE, r::PART_STRIDE, r::MAX_PARTITION_SLOTS) {
         Unit::Partition(p, o)
+    } else if let Some((p, o)) = instance(offset, SAMP_BASE, SAMP_STRIDE, r::MAX_PARTITION_SLOTS) {
+        Unit::Sampling(p, o)
     } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
         Unit::Ccu(c, o)
     } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
@@ -104,6 +111,7 @@ pub(super) struct Shadow {
     tail: [u32; r::MAX_PARTITION_SLOTS as usize],
     released: Vec<u32>,
     staging: RekeyStaging,
+    samp: [SampShadow; r::MAX_PARTITION_SLOTS as usize],
 }
 
 /// A checked write, ready to execute.
@@ -123,6 +131,7 @@ pub(super) enum Write {
     Staging(StagingWrite),
     Partition(u32, PartWrite),
     Ring(u32, RingWrite),
+    Sampling(u32, SampWrite),
     Ccu(u32, CcuWrite),
     Vm(u32, KeyWrite),
     CtxRelease(u32),
@@ -152,6 +161,7 @@ impl Device {
             Unit::Partition(p, o) if Ring::owns(o) => self.mem.rings.get(p as usize)?.read(p, o),
             Unit::Partition(p, o) if o == r::PART_COMMIT_SEQ => self.rc.read_channel(p, o),
             Unit::Partition(p, o) => self.parts.read(p, o),
+            Unit::Sampling(p, o) => self.samplers[p as usize].read(o),
             Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
             Unit::Vm(vm, o) => self.vms.read(vm, o),
             Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
@@ -212,6 +222,7 @@ impl Device {
             tail,
             released: Vec::new(),
             staging: self.staging,
+            samp: std::array::from_fn(|p| self.samplers[p].shadow()),
         }
     }
 
@@ -280,6 +291,10 @@ impl Device {
                 let tables = (&self.vms, &self.ctxs);
                 Write::Partition(p, self.parts.check_write(p, o, v, ps, tables)?)
             }
+            Unit::Sampling(p, o) => {
+                let sh = &mut sh.samp[p as usize];
+                Write::Sampling(p, self.samplers[p as usize].check_write(o, v, sh)?)
+            }
             Unit::Ccu(c, o) => {
                 let index = &mut sh.mask_index[c as usize];
                 Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
@@ -312,6 +327,18 @@ impl Device {
             Write::Staging(w) => self.staging.apply(w),
             Write::Partition(p, w) => self.execute_partition(p, w),
             Write::Ring(p, w) => self.mem.rings[p as usize].apply(w),
+            Write::Sampling(p, w) => {
+                // What ran so far was watched under the old settings; a
+                // drain (tail, watermark) changes no setting, and a watched
+                // partition is counted up to now whenever time stops.
+                if !matches!(
+                    w,
+                    SampWrite::Buf(_, BufWrite::Tail(_) | BufWrite::Watermark(_))
+                ) {
+                    self.sync(p);
+                }
+                self.samplers[p as usize].apply(w);
+            }
             Write::Ccu(c, w) => {
                 if let (CcuWrite::MaskData(_), Some(owner)) = (w, self.topo.ccus[c as usize].owner)
                 {

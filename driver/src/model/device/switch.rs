@@ -107,7 +107,12 @@ impl Device {
     }
 
     /// Creates a context of `vm`; the driver layer allocates and binds its block.
-    pub(super) fn create_context(&mut self, vm: u32, profile: usize) -> Option<u32> {
+    pub(super) fn create_context(
+        &mut self,
+        vm: u32,
+        profile: usize,
+        program: Option<usize>,
+    ) -> Option<u32> {
         let p = self.vms.partition(vm);
         let (Some(id), true) = (self.ctxs.first_free(), p != 0) else {
             self.ctxs.creation_failed();
@@ -119,6 +124,7 @@ impl Device {
         };
         let now = self.clock.now();
         self.ctxs.insert(id, vm, slot, profile, now);
+        self.assign_program(id, program);
         self.mem
             .init_block(slot, block_kind::CONTEXT, id, vm, self.vms.cipher(vm));
         self.ledger.reset_context(id);

@@ -31,6 +31,7 @@ impl Device {
             self.clock.move_to(t, idle);
             self.process_events_at(t);
         }
+        self.sync_sampled();
     }
 
     fn next_event_time(&self) -> u64 {
@@ -116,8 +117,22 @@ impl Device {
         let now = self.clock.now();
         let (base, change) = self.base_rates(p);
         self.rates.set_phase_change(p, change);
-        let rate_of = self.rates.counter_rates(&self.topo, who, now, &base);
-        self.ccu.set_generation(&self.topo, p, now, who, rate_of);
+        let program = p != 0 && self.runs_program(who.ctx);
+        if program {
+            let c = self.ctxs.get(who.ctx);
+            self.phases[p as usize] = self.rates.context_phase(c.profile, c.created_at, now);
+        }
+        let topo = &self.topo;
+        let mut rate_of = self.rates.counter_rates(topo, who, now, &base);
+        let rate_of = move |j| {
+            let r = rate_of(j);
+            if program {
+                Self::program_rate(topo, j, r)
+            } else {
+                r
+            }
+        };
+        self.ccu.set_generation(topo, p, now, who, rate_of);
     }
 
     /// Base rates of whatever partition `p` runs now, and the cycle its
@@ -150,7 +165,8 @@ impl Device {
         match item {
             WorkItem::CreateFixed { spec } => {
                 let c = self.scenario.contexts[spec];
-                if let Some(id) = self.create_context(c.vm, c.profile) {
+                let program = self.scenario.profiles[c.profile].program;
+                if let Some(id) = self.create_context(c.vm, c.profile, program) {
                     if let Some(at) = c.destroy_at {
                         let serial = self.ctxs.get(id).serial;
                         self.workload.push(at, WorkItem::Destroy { serial });
@@ -162,7 +178,8 @@ impl Device {
                 let len = u64::try_from(c.profiles.len()).unwrap_or(u64::MAX);
                 // The remainder is below the list's length, a usize.
                 let pick = usize::try_from(n % len).unwrap_or(0);
-                if let Some(id) = self.create_context(c.vm, c.profiles[pick]) {
+                let program = self.scenario.churn_program(c.profiles[pick], n);
+                if let Some(id) = self.create_context(c.vm, c.profiles[pick], program) {
                     let serial = self.ctxs.get(id).serial;
                     self.workload
                         .push(now + c.lifetime_cycles, WorkItem::Destroy { serial });

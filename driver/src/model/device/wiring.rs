@@ -58,6 +58,11 @@ impl Device {
     /// result as sync + record emission and routing); false if the engine
     /// has none.
     fn trigger_fused(&mut self, p: u32) -> bool {
+        // A running program is walked by the full sync; the fused pass then
+        // has nothing left to count.
+        if self.runs_program(self.ccu.owner(p).ctx) {
+            self.sync(p);
+        }
         let now = self.clock.now();
         let to_system = !self.owner_confidential(p);
         let drain = self.rc.drain(p, to_system);

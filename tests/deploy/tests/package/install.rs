@@ -243,10 +243,11 @@ fn stat(c: &Container, tenant: bool, scope: &[&str]) -> Counts {
     out
 }
 
-/// Switches the driver to the step clock (a drop-in, as an operator
-/// would), drives the device from the host through the container's node
-/// to two quiescent points, and checks that the daemon's totals (root's
-/// system scope, the tenant's VM) equal the ledger at each, across a
+/// Switches the driver to the step clock with the debug ledger (a
+/// drop-in, as an operator would), drives the device from the host
+/// through the container's node to two quiescent points, and checks that
+/// the daemon's totals (root's system scope, the tenant's VM) equal the
+/// ledger at each, across a
 /// `systemctl restart gpupmd` in between. Returns the system
 /// `sm_inst_executed` at both points.
 fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
@@ -254,7 +255,7 @@ fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
     fs::create_dir_all(&dropin).expect("create the drop-in directory");
     fs::write(
         dropin.join("step-clock.conf"),
-        "[Service]\nExecStart=\nExecStart=/usr/bin/gpupm-driver --node-dir /run/gpupm/dev --clock step\n",
+        "[Service]\nExecStart=\nExecStart=/usr/bin/gpupm-driver --node-dir /run/gpupm/dev --clock step --debug-ledger\n",
     )
     .expect("write the drop-in");
     let old_driver = c.unit(UNITS[0]).main_pid;

@@ -10,15 +10,18 @@ use cbindgen::{Builder, Config, ItemType, Language, Style};
 use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
-    self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
+    self, Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
+    Reset, WindowRead,
 };
 use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
+use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
-    CtxEntry, EventInfo, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance,
-    ReadInstanceRates, ReadRates, TenantDelta, Whoami,
+    CtxEntry, EventInfo, KeyState, ListContexts, OpenSampling, OpenStream, RateSample,
+    ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
+    Whoami,
 };
 
 use super::Header;
@@ -33,7 +36,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 35] {
+pub fn all_structs() -> [StructInfo; 46] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -61,6 +64,10 @@ pub fn all_structs() -> [StructInfo; 35] {
         EventInfo => "gpupm_tenant_event_info",
         ReadInstance => "gpupm_tenant_read_instance",
         ReadInstanceRates => "gpupm_tenant_read_instance_rates",
+        OpenSampling => "gpupm_tenant_open_sampling",
+        SampleHeader => "gpupm_tenant_sample_header",
+        KeyState => "gpupm_tenant_key_state",
+        Rekey => "gpupm_tenant_rekey",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -70,11 +77,18 @@ pub fn all_structs() -> [StructInfo; 35] {
         Page => "gpupm_page",
         PageRequest => "gpupm_page_request",
         PageReply => "gpupm_page_reply",
+        BranchEntry => "gpupm_branch_entry",
+        BranchStackRecord => "gpupm_branch_stack_record",
+        PcRecord => "gpupm_pc_record",
+        BranchSlot => "gpupm_branch_slot",
+        PcSlot => "gpupm_pc_slot",
+        BlockTruth => "gpupm_block_truth",
+        BlockLedgerQuery => "gpupm_block_ledger_query",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 17] = [
+const IOCTL_STRUCTS: [(&str, &str); 21] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -82,6 +96,7 @@ const IOCTL_STRUCTS: [(&str, &str); 17] = [
     ("GPUPM_IOC_RESET", "gpupm_reset"),
     ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
     ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
+    ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -93,21 +108,29 @@ const IOCTL_STRUCTS: [(&str, &str); 17] = [
         "TENANT_IOC_READ_INSTANCE_RATES",
         "gpupm_tenant_read_instance_rates",
     ),
+    ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
+    ("TENANT_IOC_KEY_STATE", "gpupm_tenant_key_state"),
+    ("TENANT_IOC_REKEY", "gpupm_tenant_rekey"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 9] = [
+const ARRAY_LENGTHS: [(&str, &str); 14] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
     ("MAX_CALLER_VMS", "GPUPM_TENANT_MAX_CALLER_VMS"),
     ("LIST_PAGE", "GPUPM_TENANT_LIST_PAGE"),
     ("RATE_SAMPLES", "GPUPM_TENANT_RATE_SAMPLES"),
+    ("REKEY_NONCE_WORDS", "GPUPM_REKEY_NONCE_WORDS"),
+    ("REKEY_KEY_WORDS", "GPUPM_REKEY_KEY_WORDS"),
+    ("REKEY_TAG_WORDS", "GPUPM_REKEY_TAG_WORDS"),
     ("PUBLISH_BATCH", "GPUPM_PMU_PUBLISH_BATCH"),
     ("WANTED_WORDS", "GPUPM_PMU_WANTED_WORDS"),
     ("PAGE_TAIL", "GPUPM_PAGE_TAIL"),
+    ("BRANCH_STACK_ENTRIES", "GPUPM_BRANCH_STACK_ENTRIES"),
+    ("BLOCK_LEDGER_ROWS", "GPUPM_BLOCK_LEDGER_ROWS"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -122,7 +145,9 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
     };
     cfg.export.item_types = vec![ItemType::Structs];
     cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
-    let mut excluded = vec!["BlockSlot", "StreamSlot"];
+    // The slot structs cbindgen cannot size (their payload length is a
+    // `size_of`), written by `slot_struct`.
+    let mut excluded = vec!["BlockSlot", "StreamSlot", "BranchSlot", "PcSlot"];
     excluded.extend_from_slice(elsewhere);
     cfg.export.exclude = excluded.iter().map(|s| (*s).to_string()).collect();
     cfg.export.renaming_overrides_prefixing = true;
@@ -159,7 +184,7 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
 }
 
 /// The two slot structs cbindgen cannot size.
-fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
+pub fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
     let tag = total - size_of::<Envelope>() - payload.1;
     h.line(&format!(
         "\n/**\n * A {what} slot in the memory window: envelope, {} bytes (ciphertext when\n \
@@ -220,10 +245,15 @@ pub fn emit_structs(h: &mut Header) {
         "EventInfo",
         "ReadInstance",
         "ReadInstanceRates",
+        "OpenSampling",
+        "SampleHeader",
+        "KeyState",
+        "Rekey",
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
+    super::sampling::emit_sampling_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {
@@ -268,7 +298,10 @@ pub fn emit_asserts(h: &mut Header) {
             "GPUPM_STREAM_SLOT_OFFSET(2, 9)",
             layout::stream_slot_offset(2, 9),
         ),
-    ] {
+    ]
+    .into_iter()
+    .chain(super::sampling::sampling_offset_checks())
+    {
         h.assert(&format!("{expr} == {rust}ULL"));
     }
     super::page_c::emit_asserts(h);

@@ -1,0 +1,13 @@
+//! Tenant-side sampling (issue 12): what the daemon and the tools share.
+//!
+//! - [`plan`]: sizing the per-type device buffers ahead (seed 001), for
+//!   the daemon and `gpupm plan`.
+//! - [`reconstruct`]: per-block instructions, cycles and CPI from branch
+//!   stacks and cycle samples (seed 004).
+//! - [`session`]: sampling sessions on the tenant node.
+
+pub mod plan;
+pub mod reconstruct;
+#[cfg(test)]
+mod reconstruct_tests;
+pub mod session;

@@ -1,0 +1,60 @@
+//! The sample-drain thread: drains every partition's sample buffers when
+//! the interrupt thread reports a watermark or an overflow, and at least
+//! every [`DRAIN_INTERVAL`] (the interval the buffers are sized for), and
+//! routes the records to the tenants' sessions. It has its own thread so
+//! that a burst of samples never delays ring drains or retiring.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Instant;
+
+use crate::sampling::drain::DRAIN_INTERVAL;
+use crate::store::Store;
+
+/// Consecutive failures after which the thread gives up.
+const MAX_FAILURES: u32 = 50;
+
+/// Runs until `stop` is set or the node keeps failing; `rx` carries the
+/// partitions whose buffers raised an interrupt.
+pub fn run(store: &Store, rx: &Receiver<u32>, stop: &AtomicBool) {
+    let mut failures = 0;
+    let mut due = Instant::now() + DRAIN_INTERVAL;
+    while !stop.load(Ordering::Acquire) {
+        let mut parts = BTreeSet::new();
+        match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+            Ok(p) => {
+                parts.insert(p);
+                parts.extend(rx.try_iter());
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if Instant::now() >= due {
+            parts.extend(store.sampler().partitions());
+            due = Instant::now() + DRAIN_INTERVAL;
+        }
+        match drain(store, &parts) {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                tracing::error!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "draining sample buffers failed"
+                );
+                if failures >= MAX_FAILURES {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn drain(store: &Store, parts: &BTreeSet<u32>) -> Result<(), gpupm_client::DevError> {
+    for &p in parts {
+        for batch in store.sampler().drain(p)? {
+            store.sampling_plane().route(&batch);
+        }
+    }
+    Ok(())
+}

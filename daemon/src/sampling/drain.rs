@@ -1,0 +1,226 @@
+//! The device side of the sampling plane: programming a partition's
+//! samplers and sizing its buffers from the plan ([`SamplerDevice`] for
+//! the device node), and draining the buffers.
+//!
+//! Buffers are sized with `gpupm_client::sampling::plan` for the drain
+//! interval [`DRAIN_INTERVAL`]: the sampling thread drains every buffer at
+//! least that often (and at once on a watermark or overflow interrupt),
+//! so at the planned rates a buffer cannot fill. Resizing a buffer empties
+//! it, so reprogramming first drains what the buffers hold; those records
+//! are kept and routed by the next drain.
+//!
+//! One lock ([`DevSampler`]'s) serialises programming and draining of the
+//! buffers; routing runs after it is released.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use gpupm_client::ops::{read32, read64, reg32, write32};
+use gpupm_client::sampling::plan::{self, SamplerSettings};
+use gpupm_client::{DevError, DevNode};
+use gpupm_uapi::sampling::{self as s, buf_kind, samp, samp_ctrl};
+use gpupm_uapi::tenant::sampling::sample_kind;
+
+use super::records::Batch;
+use super::{SamplerDevice, Settings};
+
+/// Longest time between two drains of a sample buffer; buffers are sized
+/// for it.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(plan::DEFAULT_DRAIN_MS);
+
+/// Slots read per window access.
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// What the daemon knows of one buffer.
+#[derive(Clone, Copy, Debug, Default)]
+struct BufState {
+    /// Capacity the daemon programmed (0 = none).
+    cap: u32,
+    /// `BUF_LOST` at the previous drain.
+    last_lost: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Per partition slot and kind.
+    bufs: std::collections::BTreeMap<(u32, u32), BufState>,
+    /// Records drained while reprogramming, routed by the next drain.
+    pending: Vec<Batch>,
+    /// Read buffer, kept across drains.
+    scratch: Vec<u8>,
+}
+
+/// The samplers of the device node.
+#[derive(Debug)]
+pub struct DevSampler {
+    dev: Arc<DevNode>,
+    clock_khz: u32,
+    state: Mutex<State>,
+}
+
+/// `sample_kind` of buffer kind `k`.
+fn kind_bit(k: u32) -> u16 {
+    if k == buf_kind::BRANCH {
+        sample_kind::BRANCH_STACK
+    } else {
+        sample_kind::CYCLE
+    }
+}
+
+impl DevSampler {
+    /// Samplers of `dev`, whose nominal clock is `clock_khz`.
+    pub fn new(dev: Arc<DevNode>, clock_khz: u32) -> Self {
+        DevSampler {
+            dev,
+            clock_khz,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Drains every buffer of partition `p` (and what reprogramming kept).
+    pub fn drain(&self, p: u32) -> Result<Vec<Batch>, DevError> {
+        let mut st = self.lock();
+        let mut out = std::mem::take(&mut st.pending);
+        for k in [buf_kind::BRANCH, buf_kind::PC] {
+            if let Some(b) = self.drain_one(&mut st, p, k)? {
+                out.push(b);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Partitions with a buffer.
+    pub fn partitions(&self) -> Vec<u32> {
+        let st = self.lock();
+        let mut ps: Vec<u32> = st
+            .bufs
+            .iter()
+            .filter(|(_, b)| b.cap > 0)
+            .map(|(&(p, _), _)| p)
+            .collect();
+        ps.dedup();
+        ps
+    }
+
+    fn drain_one(&self, st: &mut State, p: u32, k: u32) -> Result<Option<Batch>, DevError> {
+        let b = st.bufs.get(&(p, k)).copied().unwrap_or_default();
+        if b.cap == 0 {
+            return Ok(None);
+        }
+        let mut regs = [
+            read32(samp(p, s::buf(k, s::BUF_HEAD))),
+            read32(samp(p, s::buf(k, s::BUF_TAIL))),
+            read64(samp(p, s::buf(k, s::BUF_LOST))),
+            read64(samp(p, s::buf(k, s::BUF_ADDR))),
+        ];
+        self.dev.batch(&mut regs)?;
+        let (head, tail) = (reg32(regs[0].value), reg32(regs[1].value));
+        let (lost, addr) = (regs[2].value, regs[3].value);
+        let fill = head.wrapping_sub(tail).min(b.cap);
+        let slot = usize::try_from(s::slot_size(k)).unwrap_or(usize::MAX);
+        let mut batch = Batch {
+            partition: p,
+            kind: kind_bit(k),
+            slot_size: slot,
+            bytes: Vec::with_capacity(fill as usize * slot),
+            lost: lost.saturating_sub(b.last_lost),
+        };
+        let mut scratch = std::mem::take(&mut st.scratch);
+        let per_chunk = u32::try_from((CHUNK_BYTES / slot).max(1)).unwrap_or(u32::MAX);
+        let mut done = 0u32;
+        while done < fill {
+            let idx = tail.wrapping_add(done) % b.cap;
+            let n = (fill - done).min(b.cap - idx).min(per_chunk);
+            scratch.resize(n as usize * slot, 0);
+            self.dev
+                .window(addr + u64::from(idx) * slot as u64, &mut scratch)?;
+            batch.bytes.extend_from_slice(&scratch);
+            done += n;
+        }
+        st.scratch = scratch;
+        if fill > 0 {
+            self.dev.batch(&mut [write32(
+                samp(p, s::buf(k, s::BUF_TAIL)),
+                tail.wrapping_add(fill),
+            )])?;
+        }
+        if let Some(b) = st.bufs.get_mut(&(p, k)) {
+            b.last_lost = lost;
+        }
+        Ok((fill > 0 || batch.lost > 0).then_some(batch))
+    }
+
+    /// Capacities (records) of the branch and PC buffers for `settings`.
+    fn capacities(&self, p: u32, settings: &Settings) -> Result<(u32, u32), DevError> {
+        // 0: no program runs on the partition, so no branch is taken.
+        let gap = self.dev.read32(samp(p, s::SAMP_MIN_BRANCH_GAP))?.max(1);
+        let planned = plan::plan(
+            &SamplerSettings {
+                partition: p,
+                clock_khz: self.clock_khz,
+                cycle_period: settings.cycle.map(|(period, _)| period),
+                branch_every: settings.branch_every,
+                min_branch_gap: u64::from(gap),
+            },
+            plan::DEFAULT_DRAIN_MS * 1000,
+            plan::DEFAULT_MARGIN_PCT,
+        );
+        let cap_of = |t| {
+            planned
+                .iter()
+                .find(|b| b.record_type == t)
+                .map_or(0, |b| u32::try_from(b.records).unwrap_or(u32::MAX))
+        };
+        Ok((
+            cap_of(plan::RecordType::BranchStack),
+            cap_of(plan::RecordType::Cycle),
+        ))
+    }
+}
+
+impl SamplerDevice for DevSampler {
+    fn program(&self, p: u32, settings: &Settings) -> Result<(), DevError> {
+        let mut st = self.lock();
+        let (branch_cap, pc_cap) = self.capacities(p, settings)?;
+        // Stop both samplers and keep what the buffers hold.
+        self.dev.write32(samp(p, s::SAMP_CTRL), 0)?;
+        for k in [buf_kind::BRANCH, buf_kind::PC] {
+            if let Some(b) = self.drain_one(&mut st, p, k)? {
+                st.pending.push(b);
+            }
+        }
+        // Empty both first: a new base must not overlap the other
+        // buffer's old place.
+        let mut ops = vec![
+            write32(samp(p, s::buf(buf_kind::BRANCH, s::BUF_CAP)), 0),
+            write32(samp(p, s::buf(buf_kind::PC, s::BUF_CAP)), 0),
+        ];
+        let mut at = 0u64;
+        for (k, cap) in [(buf_kind::BRANCH, branch_cap), (buf_kind::PC, pc_cap)] {
+            ops.push(write32(samp(p, s::buf(k, s::BUF_BASE)), reg_u32(at)));
+            ops.push(write32(samp(p, s::buf(k, s::BUF_CAP)), cap));
+            at += (u64::from(cap) * s::slot_size(k)).next_multiple_of(s::BUF_ALIGN);
+            st.bufs.insert((p, k), BufState { cap, last_lost: 0 });
+        }
+        let mut ctrl = 0;
+        if let Some(n) = settings.branch_every {
+            ops.push(write32(samp(p, s::SAMP_BRANCH_PERIOD), n));
+            ctrl |= samp_ctrl::BRANCH_ENABLE;
+        }
+        if let Some((period, dither)) = settings.cycle {
+            ops.push(write32(samp(p, s::SAMP_CYCLE_PERIOD), period));
+            ops.push(write32(samp(p, s::SAMP_CYCLE_DITHER), dither));
+            ctrl |= samp_ctrl::CYCLE_ENABLE;
+        }
+        ops.push(write32(samp(p, s::SAMP_CTRL), ctrl));
+        self.dev.batch(&mut ops)
+    }
+}
+
+fn reg_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}

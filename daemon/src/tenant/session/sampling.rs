@@ -1,0 +1,140 @@
+//! Sampling sessions of the handle table: opening one on a handle and
+//! queueing the records the plane routes to it.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use super::{run, serve_readers, SampleQueue, SampleSession, Sessions};
+use crate::sampling::{Outgoing, Plane, SampleSink};
+use crate::tenant::error::RequestError;
+use crate::tenant::sampling::SamplingGrant;
+
+/// A sampling session's sink: queues into its handle of the node.
+struct HandleSink {
+    sessions: Weak<Sessions>,
+    fh: u64,
+    id: u64,
+}
+
+impl std::fmt::Debug for HandleSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandleSink")
+            .field("fh", &self.fh)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl SampleSink for HandleSink {
+    fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool {
+        self.sessions
+            .upgrade()
+            .is_some_and(|s| s.deliver_samples(self.fh, self.id, kind, lost, records))
+    }
+}
+
+impl Sessions {
+    /// Makes `fh` a sampling session of `grant` on `plane`: the queue is
+    /// in place before the samplers are programmed, and the table lock is
+    /// not held while they are. Answers the filled-in request.
+    pub fn open_sampling(
+        self: &Arc<Self>,
+        fh: u64,
+        grant: SamplingGrant,
+        plane: &Arc<Plane>,
+    ) -> Result<Vec<u8>, RequestError> {
+        let id = {
+            let mut t = self.lock();
+            if t.shut {
+                return Err(RequestError::ShuttingDown);
+            }
+            let id = t.next_session;
+            let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
+            if handle.session.is_some() || handle.sampling.is_some() {
+                return Err(RequestError::Busy);
+            }
+            handle.sampling = Some(SampleSession {
+                id,
+                vm: grant.target.vm,
+                queue: SampleQueue::new(grant.queue_records),
+                ticket: None,
+            });
+            t.next_session += 1;
+            id
+        };
+        let sink = Arc::new(HandleSink {
+            sessions: Arc::downgrade(self),
+            fh,
+            id,
+        });
+        let opened = plane.open(grant.target, grant.demand, sink);
+        let mut t = self.lock();
+        let slot = t
+            .handles
+            .get_mut(&fh)
+            .and_then(|h| h.sampling.as_mut())
+            .filter(|s| s.id == id);
+        match (opened, slot) {
+            (Ok(ticket), Some(s)) => {
+                let mut answer = grant.answer;
+                let settings = ticket.settings();
+                answer.session = ticket.id();
+                (answer.device_period, answer.device_dither) = settings.cycle.unwrap_or((0, 0));
+                answer.device_branch_every = settings.branch_every.unwrap_or(0);
+                answer.clock_khz = plane.clock_khz();
+                s.ticket = Some(ticket);
+                Ok(zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec())
+            }
+            // Closed meanwhile: the ticket withdraws the demand (after
+            // the lock is released).
+            (Ok(ticket), None) => {
+                drop(t);
+                drop(ticket);
+                Err(RequestError::BadHandle)
+            }
+            (Err(e), slot) => {
+                if slot.is_some() {
+                    if let Some(h) = t.handles.get_mut(&fh) {
+                        h.sampling = None;
+                    }
+                }
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "programming the samplers failed"
+                );
+                Err(RequestError::Device)
+            }
+        }
+    }
+
+    /// Queues records for sampling session `id` of `fh`; false once that
+    /// session is gone.
+    fn deliver_samples(
+        &self,
+        fh: u64,
+        id: u64,
+        kind: u16,
+        lost: u64,
+        records: &[Outgoing<'_>],
+    ) -> bool {
+        let mut actions = Vec::new();
+        {
+            let mut t = self.lock();
+            let Some(handle) = t.handles.get_mut(&fh) else {
+                return false;
+            };
+            let Some(s) = handle.sampling.as_mut().filter(|s| s.id == id) else {
+                return false;
+            };
+            let dropped = s.queue.push(kind, lost, records);
+            if dropped > 0 {
+                self.stats
+                    .session_drops
+                    .fetch_add(dropped, Ordering::Relaxed);
+            }
+            serve_readers(handle, &mut actions);
+        }
+        run(actions);
+        true
+    }
+}

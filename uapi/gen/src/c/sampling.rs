@@ -1,0 +1,140 @@
+//! The sampling section of the C header (`uapi/src/sampling.rs` and the
+//! per-block debug ledger), kept apart from `gen_c.rs` to keep files small.
+
+use std::mem::size_of;
+
+use gpupm_uapi::regs;
+use gpupm_uapi::sampling::{self as s, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
+
+use super::structs::slot_struct;
+use super::{item_key, module_key, registers_in, Header};
+
+/// Registers, bits, limits and window layout of the sampling units.
+pub(super) fn emit_sampling(h: &mut Header) {
+    h.section(
+        "Sampling units and sample buffers (uapi/src/sampling.rs, docs/sampling.md)",
+        "",
+    );
+    h.item(
+        "sampling::SAMP_BASE",
+        "GPUPM_SAMP_BASE",
+        s::SAMP_BASE,
+        true,
+        "",
+    );
+    h.item(
+        "sampling::SAMP_STRIDE",
+        "GPUPM_SAMP_STRIDE",
+        s::SAMP_STRIDE,
+        true,
+        "",
+    );
+    h.line(
+        "#define GPUPM_SAMP(p, reg) (GPUPM_SAMP_BASE + (uint64_t)(p) * GPUPM_SAMP_STRIDE + (reg))",
+    );
+    registers_in(
+        h,
+        "sampling",
+        s::samp(0, 0),
+        &[
+            ("SAMP_CTRL", s::SAMP_CTRL),
+            ("SAMP_STATUS", s::SAMP_STATUS),
+            ("SAMP_BRANCH_PERIOD", s::SAMP_BRANCH_PERIOD),
+            ("SAMP_CYCLE_PERIOD", s::SAMP_CYCLE_PERIOD),
+            ("SAMP_CYCLE_DITHER", s::SAMP_CYCLE_DITHER),
+            ("SAMP_SKID", s::SAMP_SKID),
+            ("SAMP_REFILL", s::SAMP_REFILL),
+            ("SAMP_STACK_DEPTH", s::SAMP_STACK_DEPTH),
+            ("SAMP_BRANCHES", s::SAMP_BRANCHES),
+            ("SAMP_CYCLE_SAMPLES", s::SAMP_CYCLE_SAMPLES),
+            ("SAMP_SPAN", s::SAMP_SPAN),
+            ("SAMP_MIN_BRANCH_GAP", s::SAMP_MIN_BRANCH_GAP),
+            ("SAMP_BUF_BRANCH", s::SAMP_BUF_BRANCH),
+            ("SAMP_BUF_PC", s::SAMP_BUF_PC),
+            ("SAMP_BUF_STRIDE", s::SAMP_BUF_STRIDE),
+        ],
+    );
+    h.line(
+        "/* Buffer register `reg` of buffer `kind` inside a sampling block:\n   \
+         GPUPM_SAMP(p, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL)). */\n\
+         #define GPUPM_SAMP_BUF(kind, reg) \
+         (GPUPM_REG_SAMP_BUF_BRANCH + (uint64_t)(kind) * GPUPM_REG_SAMP_BUF_STRIDE + (reg))",
+    );
+    registers_in(
+        h,
+        "sampling",
+        s::samp(0, s::SAMP_BUF_BRANCH),
+        &[
+            ("BUF_BASE", s::BUF_BASE),
+            ("BUF_CAP", s::BUF_CAP),
+            ("BUF_HEAD", s::BUF_HEAD),
+            ("BUF_TAIL", s::BUF_TAIL),
+            ("BUF_WATERMARK", s::BUF_WATERMARK),
+            ("BUF_LOST", s::BUF_LOST),
+            ("BUF_ADDR", s::BUF_ADDR),
+            ("BUF_PRODUCED", s::BUF_PRODUCED),
+        ],
+    );
+    group!(h, dec "GPUPM_BUF_KIND_", gpupm_uapi::sampling::buf_kind: BRANCH, PC, COUNT);
+    group!(h, hex "GPUPM_SAMP_CTRL_", gpupm_uapi::sampling::samp_ctrl: BRANCH_ENABLE, CYCLE_ENABLE, ALL);
+    group!(h, hex "GPUPM_SAMP_STATUS_", gpupm_uapi::sampling::samp_status: CONFIGURED);
+    group!(h, hex "GPUPM_SAMPLE_FLAGS_", gpupm_uapi::sampling::sample_flags: SECONDARY_CLOCK);
+    group!(h, dec "GPUPM_", gpupm_uapi::sampling: BRANCH_PERIOD_MAX, CYCLE_PERIOD_MIN,
+        CYCLE_PERIOD_MAX, DEFAULT_DITHER, DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, SKID_CYCLES,
+        REFILL_CYCLES, BRANCH_STACK_ENTRIES);
+    h.item(
+        "sampling::DITHER_MAX",
+        "GPUPM_SAMP_DITHER_MAX",
+        s::DITHER_MAX,
+        false,
+        "largest R_MAX",
+    );
+    group!(h, hex "GPUPM_", gpupm_uapi::sampling: BUF_ALIGN, SAMPLE_SPAN, SAMPLE_REGION,
+        BRANCH_RECORD_MAGIC, PC_RECORD_MAGIC);
+    h.line(
+        "#define GPUPM_SAMPLE_SPAN_OFFSET(p) (GPUPM_SAMPLE_REGION + (uint64_t)(p) * GPUPM_SAMPLE_SPAN)",
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: BLOCK_LEDGER_ROWS, BLOCK_LEDGER_SEALED_LEN);
+}
+
+/// The record structs, their slots and the per-block ledger query.
+pub(super) fn emit_sampling_structs(h: &mut Header) {
+    h.line("");
+    h.structs_referring(
+        &[
+            "BranchEntry",
+            "BranchStackRecord",
+            "PcRecord",
+            "BlockTruth",
+            "BlockLedgerQuery",
+        ],
+        &["Envelope"],
+    );
+    slot_struct(
+        h,
+        "gpupm_branch_slot",
+        "branch-stack buffer",
+        ("gpupm_branch_stack_record", size_of::<BranchStackRecord>()),
+        size_of::<BranchSlot>(),
+    );
+    slot_struct(
+        h,
+        "gpupm_pc_slot",
+        "PC buffer",
+        ("gpupm_pc_record", size_of::<PcRecord>()),
+        size_of::<PcSlot>(),
+    );
+}
+
+/// Offset-macro checks of the sampling helpers.
+pub(super) fn sampling_offset_checks() -> [(&'static str, u64); 2] {
+    [
+        (
+            "GPUPM_SAMP(3, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL))",
+            s::samp(3, s::buf(s::buf_kind::PC, s::BUF_TAIL)),
+        ),
+        ("GPUPM_SAMPLE_SPAN_OFFSET(2)", s::sample_span_offset(2)),
+    ]
+}
+
+const _: () = assert!(regs::MAX_PARTITION_SLOTS as u64 * s::SAMP_STRIDE <= 0x1000);
