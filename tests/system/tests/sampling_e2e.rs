@@ -372,7 +372,7 @@ fn the_c_and_python_session_examples_read_their_contexts_samples() {
         );
     }
     let (gemm, _) = ctx_running(&dev, 1, "gemm");
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = gpupm_test_support::workspace_root();
     let exe = tmp.join("tenant_sample");
     let built = std::process::Command::new("cc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O2", "-I"])
