@@ -3,14 +3,12 @@
 //! `journalctl -o json` must show the structured fields. Without a journal
 //! socket the same events go to stderr.
 
-use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpupm_test_support::process::KillOnDrop;
 use gpupm_test_support::require_tool;
 use gpupmd::health::{
     self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
@@ -20,39 +18,6 @@ use serde_json::Value;
 
 const SOCKET: &str = health::DEFAULT_JOURNAL_SOCKET;
 const PROBE_SOCKET_ENV: &str = "GPUPM_HEALTH_PROBE_SOCKET";
-
-fn journald_answers() -> bool {
-    UnixDatagram::unbound()
-        .and_then(|s| s.send_to(b"", SOCKET))
-        .is_ok()
-}
-
-/// A journald to log to: the running one, or one this test starts (and
-/// stops again, by its pid).
-fn ensure_journald() -> Option<KillOnDrop> {
-    if journald_answers() {
-        return None;
-    }
-    let bin = require_tool("/lib/systemd/systemd-journald", "systemd");
-    let child = Command::new(bin)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start systemd-journald (the test must run as root)");
-    let mut guard = KillOnDrop(child, "systemd-journald");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !journald_answers() {
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            panic!("systemd-journald exited at start ({status}); the test must run as root");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "systemd-journald did not open {SOCKET} within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(guard)
-}
 
 /// Runs this binary's `probe` test as a child process.
 fn run_probe(socket: &str) -> (u32, Output) {
@@ -192,7 +157,7 @@ fn with_id<'a>(entries: &'a [Value], id: &str) -> Vec<&'a Value> {
 
 #[test]
 fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
-    let _journald = ensure_journald();
+    let _journald = gpupm_test_support::journald::ensure();
     let (pid, out) = run_probe(SOCKET);
     assert!(String::from_utf8_lossy(&out.stdout).contains("LOG_SINK=journald"));
 

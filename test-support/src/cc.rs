@@ -5,7 +5,6 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpupm_client::ops::{read32, reg32, write32};
@@ -354,24 +353,4 @@ fn size(n: u64) -> usize {
 /// Sum of all events.
 pub fn total(values: &[u64; MAX_EVENTS]) -> u64 {
     values.iter().sum()
-}
-
-/// `gpupm ARGS --tenant-node NODE` as `uid` (through `setpriv`): (exit
-/// code, stdout, stderr).
-pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .arg(crate::bin!(Cli))
-        .args(args)
-        .arg("--tenant-node")
-        .arg(node)
-        .output()
-        .expect("setpriv (util-linux) runs gpupm");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }

@@ -6,7 +6,7 @@
 
 use std::fs;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use gpupm_client::DevNode;
@@ -196,4 +196,24 @@ pub fn spawn_as(uid: Option<u32>, args: &[String]) -> Child {
 /// Waits for a spawned run.
 pub fn finish(c: Child) -> Run {
     Run::from(c.wait_with_output().expect("wait gpupm"))
+}
+
+/// `gpupm ARGS --tenant-node NODE` as `uid` (through `setpriv`): (exit
+/// code, stdout, stderr).
+pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(bin!(Cli))
+        .args(args)
+        .arg("--tenant-node")
+        .arg(node)
+        .output()
+        .expect("setpriv (util-linux) runs gpupm");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -30,8 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpupm_client::{DevNode, TenantClient};
@@ -41,8 +40,6 @@ use gpupm_test_support::cc::{
     RegisterMap, CC_KEY, CC_VM,
 };
 use gpupm_test_support::device::expected;
-use gpupm_test_support::process::KillOnDrop;
-use gpupm_test_support::require_tool;
 use gpupm_test_support::scrape::http_get;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
@@ -55,38 +52,8 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 use zerocopy::{FromBytes, IntoBytes};
 
-const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 /// Clock steps per run.
 const STEPS: u32 = 40;
-
-fn journald_answers() -> bool {
-    UnixDatagram::unbound()
-        .and_then(|s| s.send_to(b"", JOURNAL_SOCKET))
-        .is_ok()
-}
-
-/// The running journald, or one this test starts (and stops by its pid).
-fn ensure_journald() -> Option<KillOnDrop> {
-    if journald_answers() {
-        return None;
-    }
-    let bin = require_tool("/lib/systemd/systemd-journald", "systemd");
-    let child = Command::new(bin)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start systemd-journald (the test must run as root)");
-    let mut guard = KillOnDrop(child, "systemd-journald");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !journald_answers() {
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            panic!("systemd-journald exited at start ({status})");
-        }
-        assert!(Instant::now() < deadline, "no journald socket within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(guard)
-}
 
 /// What one run's host could read, and what the tenant saw.
 struct Observed {
@@ -250,7 +217,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 
 #[test]
 fn nothing_the_host_side_shows_depends_on_a_confidential_vms_workload() {
-    let _journald = ensure_journald();
+    let _journald = gpupm_test_support::journald::ensure();
     let busy = observe(1.0);
     let light = observe(0.1);
 

@@ -16,9 +16,10 @@ use std::path::Path;
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_driver::model::cc::{open_ledger, Key, RekeyBlob};
 use gpupm_test_support::cc::{
-    admin_view, drive, flush_and_settle, gpupm_as, key_file, scenario, tenants, total, window,
-    RegisterMap, CC_KEY, CC_VM, OTHER_VM, PLAIN_VM, UID_CC, UID_OTHER, UID_PLAIN,
+    admin_view, drive, flush_and_settle, key_file, scenario, tenants, total, window, RegisterMap,
+    CC_KEY, CC_VM, OTHER_VM, PLAIN_VM, UID_CC, UID_OTHER, UID_PLAIN,
 };
+use gpupm_test_support::cli::gpupm_as;
 use gpupm_test_support::device::expected;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, Cred};

@@ -9,10 +9,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 use gpupm_client::Scope;
 use gpupm_client::TenantClient;
+use gpupm_test_support::cli::gpupm_as;
 use gpupm_test_support::device::{expected, flush, step, wait_none_destroyed, Instances};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
@@ -134,25 +134,6 @@ fn snapshot(c: &TenantClient, state: &Path) -> Vec<u8> {
     names.sort();
     out.extend_from_slice(names.join("\n").as_bytes());
     out
-}
-
-/// `gpupm ARGS --tenant-node NODE` as `uid`: (exit code, stdout, stderr).
-fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("setpriv")
-        .arg(format!("--reuid={uid}"))
-        .arg(format!("--regid={uid}"))
-        .arg("--clear-groups")
-        .arg(gpupm_test_support::bin!(Cli))
-        .args(args)
-        .arg("--tenant-node")
-        .arg(node)
-        .output()
-        .expect("setpriv (util-linux) runs gpupm");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// A well-formed instance request.

@@ -194,7 +194,12 @@ fn vm_totals(
         } else {
             instance_totals(node, c.ctx, c.created_cycle, key)?
         };
-        if live && differs(totals, ledger_totals(dev, ledger_scope::CONTEXT, c.ctx, key)) {
+        if live
+            && differs(
+                totals,
+                ledger_totals(dev, ledger_scope::CONTEXT, c.ctx, key),
+            )
+        {
             mismatches.push(format!("context {}", c.ctx));
         }
         contexts.push(CtxTotals {
