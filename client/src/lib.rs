@@ -15,6 +15,8 @@
 //! - [`handshake`]: the context-switch handshake as one sequence over any
 //!   [`RegisterBatch`] executor (the device node, or an in-process model).
 //! - [`paths`]: the well-known paths and names.
+//! - [`stepclock`]: what the owner of a step clock must do (partitions,
+//!   handshake states, letting flush acks arrive, flushing).
 //! - [`config`]: the daemon's configuration file (`gpupmd.toml`), as the
 //!   daemon and the admin tools read it.
 //! - [`sys`]: the ioctl system call, typed and raw; with `page::sys`
@@ -41,6 +43,7 @@ pub mod ops;
 pub mod page;
 pub mod paths;
 pub mod sampling;
+pub mod stepclock;
 pub mod sys;
 pub mod tenant;
 

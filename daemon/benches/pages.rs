@@ -27,23 +27,15 @@
 //! nothing to it: a page read is a memory read. The load average is
 //! printed before and after. The last line is JSON.
 
-#[path = "../tests/harness/mod.rs"]
-mod harness;
-#[path = "load/scenario.rs"]
-mod load;
-#[path = "../../driver/benches/node/perf.rs"]
-mod perf;
-#[path = "load/procfs.rs"]
-mod procfs;
-
 use std::io::Read;
 use std::time::{Duration, Instant};
 
 use gpupm_client::page::PageClient;
 use gpupm_client::{Scope, TenantClient};
-use harness::{daemon_config, spawn_daemon, Driver, TempDir};
+use gpupm_test_support::procfs::{self, cpu_during, load_average};
+use gpupm_test_support::services::{daemon_config, spawn_daemon};
+use gpupm_test_support::{load, perf, Driver, DriverOptions, Scratch};
 use nix::sys::signal::Signal;
-use procfs::{cpu_during, load_average};
 
 const WARMUP: usize = 10_000;
 
@@ -93,8 +85,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
     let tck = procfs::ticks_per_s();
-    let tmp = TempDir::new("bench-pages");
-    let driver = Driver::start_with_args(&tmp, &load::scenario(), "realtime", &[]);
+    let tmp = Scratch::new("bench-pages");
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions {
+            clock: "realtime",
+            ..DriverOptions::system(load::scenario())
+        },
+    );
     let config = |enabled: bool| {
         daemon_config(
             &tmp,

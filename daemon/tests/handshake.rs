@@ -3,14 +3,13 @@
 //! the host paused the partition, and the interrupt acknowledgement it is
 //! given rides in its last batch only when the switch completes.
 
-mod harness;
-
 use gpupm_client::handshake::{self, Outcome};
 use gpupm_client::DevNode;
+use gpupm_test_support::device::{hs_states, partitions};
+use gpupm_test_support::scenario::churn;
+use gpupm_test_support::{Driver, DriverOptions, Scratch};
 use gpupm_uapi::intr::source;
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
-use harness::device::{churn_scenario, hs_states, PARTS};
-use harness::{Driver, TempDir};
 
 /// Cycles advanced per step while waiting for a request.
 const STEP: u64 = 1000;
@@ -23,7 +22,7 @@ fn first_request(dev: &DevNode) -> u32 {
     for _ in 0..1_000_000 {
         let states = hs_states(dev);
         if let Some(i) = states.iter().position(|&s| s == hs_state::REQUESTED) {
-            return PARTS.start() + u32::try_from(i).expect("partition index");
+            return partitions(dev)[i];
         }
         dev.advance(STEP).expect("advance");
     }
@@ -32,9 +31,9 @@ fn first_request(dev: &DevNode) -> u32 {
 
 #[test]
 fn a_completed_handshake_reports_its_response_time_and_carries_the_ack() {
-    let tmp = TempDir::new("handshake");
-    let driver = Driver::start(&tmp, &churn_scenario());
-    let dev = driver.card();
+    let tmp = Scratch::new("handshake");
+    let driver = Driver::start_in(&tmp, DriverOptions::system(churn()));
+    let dev = driver.node();
     let p = first_request(&dev);
     dev.advance(LATE).expect("advance");
     let status = dev.read32(r::part(p, r::PART_STATUS)).unwrap();

@@ -3,56 +3,21 @@
 //! `journalctl -o json` must show the structured fields. Without a journal
 //! socket the same events go to stderr.
 
-mod common;
-
-use std::os::unix::net::UnixDatagram;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{require_tool, KillOnDrop, ScriptedHealth};
+use gpupm_test_support::require_tool;
 use gpupmd::health::{
     self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
 };
-use gpupmd::view::{DeviceIdentity, HealthSnapshot};
+use gpupmd::view::{DeviceIdentity, HealthSnapshot, HealthSource};
 use serde_json::Value;
 
 const SOCKET: &str = health::DEFAULT_JOURNAL_SOCKET;
 const PROBE_SOCKET_ENV: &str = "GPUPM_HEALTH_PROBE_SOCKET";
-
-fn journald_answers() -> bool {
-    UnixDatagram::unbound()
-        .and_then(|s| s.send_to(b"", SOCKET))
-        .is_ok()
-}
-
-/// A journald to log to: the running one, or one this test starts (and
-/// stops again, by its pid).
-fn ensure_journald() -> Option<KillOnDrop> {
-    if journald_answers() {
-        return None;
-    }
-    let bin = require_tool("/lib/systemd/systemd-journald", "systemd");
-    let child = Command::new(bin)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start systemd-journald (the test must run as root)");
-    let mut guard = KillOnDrop(child, "systemd-journald");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !journald_answers() {
-        if let Ok(Some(status)) = guard.0.try_wait() {
-            panic!("systemd-journald exited at start ({status}); the test must run as root");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "systemd-journald did not open {SOCKET} within 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(guard)
-}
 
 /// Runs this binary's `probe` test as a child process.
 fn run_probe(socket: &str) -> (u32, Output) {
@@ -192,7 +157,7 @@ fn with_id<'a>(entries: &'a [Value], id: &str) -> Vec<&'a Value> {
 
 #[test]
 fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
-    let _journald = ensure_journald();
+    let _journald = gpupm_test_support::journald::ensure();
     let (pid, out) = run_probe(SOCKET);
     assert!(String::from_utf8_lossy(&out.stdout).contains("LOG_SINK=journald"));
 
@@ -290,4 +255,36 @@ fn without_a_journal_socket_events_go_to_stderr() {
         "{err}"
     );
     assert!(err.contains("no journal socket"), "{err}");
+}
+
+/// Returns `script[k]` on the k-th call (the last one thereafter) and
+/// publishes the number of calls.
+#[derive(Debug)]
+pub struct ScriptedHealth {
+    script: Vec<HealthSnapshot>,
+    calls: AtomicUsize,
+    seen: tokio::sync::watch::Sender<usize>,
+}
+
+impl ScriptedHealth {
+    pub fn new(script: Vec<HealthSnapshot>) -> Self {
+        assert!(!script.is_empty());
+        Self {
+            script,
+            calls: AtomicUsize::new(0),
+            seen: tokio::sync::watch::Sender::new(0),
+        }
+    }
+    pub fn calls(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.seen.subscribe()
+    }
+}
+
+impl HealthSource for ScriptedHealth {
+    fn snapshot(&self) -> HealthSnapshot {
+        let k = self.calls.fetch_add(1, Ordering::SeqCst);
+        let snap = self.script[k.min(self.script.len() - 1)].clone();
+        self.seen.send_replace(k + 1);
+        snap
+    }
 }

@@ -3,12 +3,10 @@
 //! most 2.0. Needs `systemd-analyze` (Debian package `systemd`), no running
 //! systemd.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::require_tool;
+use gpupm_test_support::require_tool;
 
 const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
 const MAX_EXPOSURE: f64 = 2.0;

@@ -5,11 +5,9 @@
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
-mod common;
-
-use common::*;
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::{Device, DeviceError, EngineKind, RegError};
+use gpupm_test_support::model::*;
 use gpupm_uapi::ioctl::{ledger_scope, reg_op, RegOp};
 use gpupm_uapi::layout;
 use gpupm_uapi::regs::{self as r, part_ctrl, rc_cmd, trig_cmd};

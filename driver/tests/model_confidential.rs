@@ -5,15 +5,13 @@
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
-mod common;
-
 use std::collections::HashMap;
 
-use common::*;
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::cc::RekeyBlob;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::Scenario;
+use gpupm_test_support::model::*;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::layout::{
     self, envelope_flags, BlockSlot, StreamSlot, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE,

@@ -4,11 +4,9 @@
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
-mod common;
-
-use common::*;
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::EngineKind;
+use gpupm_test_support::model::*;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::layout::{self, StreamRecord, StreamSlot, SYSTEM_BLOCK_SLOT};

@@ -6,12 +6,10 @@
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
-mod common;
-
-use common::*;
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::{Device, EngineKind, RegError};
 use gpupm_driver::scenario::{ContextSpec, PhaseSpec, ProfileSpec, Scenario};
+use gpupm_test_support::model::*;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::regs::{self as r, hs_state, mbox_op, part_ctrl, rc_cmd, trig_cmd, trig_ctrl};
@@ -60,7 +58,7 @@ fn threshold_triggers_cannot_be_switched_off_so_no_counter_wraps() {
     host.service(&mut dev).unwrap();
     assert_eq!(dev.read_reg(r::CCU_WRAPS, 8).unwrap(), 0);
     assert!(dev.read_reg(r::TRIG_COUNT_THRESHOLD, 8).unwrap() > 0);
-    gen::settle_and_flush(&mut dev);
+    settle_and_flush(&mut dev);
     assert_blocks_match_ledger(&mut dev, &s);
 }
 

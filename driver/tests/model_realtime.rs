@@ -4,14 +4,12 @@
 //! is caught up once no switch waits — never while one does, which would
 //! eat into the host's time before the fallback deadline.
 
-mod common;
-
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use common::small_scenario;
 use gpupm_driver::host;
 use gpupm_driver::model::{Device, EngineKind};
+use gpupm_test_support::model::small_scenario;
 use gpupm_uapi::regs::{self as r, hs_state, part_status};
 
 const KHZ: u64 = 1_980_000;

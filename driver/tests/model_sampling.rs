@@ -7,13 +7,11 @@
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
-mod common;
-
-use common::sampling::*;
-use common::*;
 use gpupm_driver::host::Host;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::Scenario;
+use gpupm_test_support::model::sampling::*;
+use gpupm_test_support::model::*;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::regs::{self as r, hs_state, part_ctrl};

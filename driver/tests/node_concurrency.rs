@@ -8,8 +8,6 @@
 //!
 //! Needs root and `/dev/fuse`.
 
-mod harness;
-
 use std::fs::{self, File};
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd};
@@ -17,11 +15,12 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gpupm_test_support::rawnode::{batch, read_op, write_op};
+use gpupm_test_support::rawnode::{rd32, records, wr32};
+use gpupm_test_support::{Driver, DriverOptions};
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::RegOp;
 use gpupm_uapi::regs::{self, trig_cmd};
-use harness::node::{batch, read_op, write_op};
-use harness::{rd32, records, wr32, Driver, Options};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 const THREADS: usize = 2;
@@ -30,16 +29,16 @@ const THREADS: usize = 2;
 const STUCK: Duration = Duration::from_secs(20);
 
 fn driver() -> Driver {
-    Driver::start_with(Options {
+    Driver::start_with(DriverOptions {
         threads: Some(THREADS),
-        ..Options::default()
+        ..DriverOptions::default()
     })
 }
 
 /// Names of the driver's threads, from `/proc/<pid>/task/*/comm`.
 fn thread_names(d: &Driver) -> Vec<String> {
     let pid = u32::try_from(d.pid().as_raw()).expect("a pid");
-    harness::thread_names_once_loops_run(pid, THREADS, STUCK)
+    gpupm_test_support::rawnode::thread_names_once_loops_run(pid, THREADS, STUCK)
 }
 
 /// How many of the driver's descriptors are `/dev/fuse`.

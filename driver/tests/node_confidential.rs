@@ -3,13 +3,19 @@
 //! a confidential VM only sealed (issue #9, defect 4), and no (key, nonce)
 //! pair is ever reused across resets, rekeys and driver restarts.
 
-mod harness;
-
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use gpupm_driver::model::cc::{self, RekeyBlob};
+use gpupm_test_support::rawnode::ioctl;
+use gpupm_test_support::rawnode::{
+    advance, batch, expected, flush_all, ledger, read_block, service, service_pending, write_op,
+    Tally,
+};
+use gpupm_test_support::rawnode::{errno, rd32, rd64};
+use gpupm_test_support::scenario::VM3_KEY;
+use gpupm_test_support::{Driver, DriverOptions};
 use gpupm_uapi::ioctl::{
     ledger_flags, ledger_scope, LedgerQuery, Reset, GPUPM_IOC_LEDGER, GPUPM_IOC_RESET,
     IOCTL_STRUCT_VERSION, IOC_MAGIC,
@@ -19,13 +25,6 @@ use gpupm_uapi::layout::{
     CTX_BLOCK_SLOT_BASE, MEM_WINDOW_OFFSET, STREAM_SLOT_SIZE,
 };
 use gpupm_uapi::regs as r;
-use harness::node::{
-    advance, batch, expected, flush_all, ledger, read_block, service, service_pending, write_op,
-    Tally,
-};
-use harness::scenario::VM3_KEY;
-use harness::sys::ioctl;
-use harness::{errno, rd32, rd64, Driver, Options};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 const VM: u32 = 3;
@@ -42,9 +41,9 @@ fn run(card: &mut File, cycles: u64) {
 
 #[test]
 fn without_debug_ledger_the_ledger_ioctl_does_not_exist() {
-    let d = Driver::start_with(Options {
+    let d = Driver::start_with(DriverOptions {
         debug_ledger: false,
-        ..Options::default()
+        ..DriverOptions::default()
     });
     let card = d.card();
     advance(&card, 50_000).unwrap();

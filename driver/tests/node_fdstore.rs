@@ -12,8 +12,6 @@
 //! `gpupm-driver` (built by `cargo test --workspace`, or with
 //! `-p gpupm-fusemount`). Needs root and `/dev/fuse`.
 
-mod harness;
-
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -23,22 +21,18 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use gpupm_fusemount::testing::NotifyListener;
+use gpupm_fusemount::notify::NotifyListener;
+use gpupm_test_support::rawnode::rd32;
+use gpupm_test_support::scratch::is_mounted;
+use gpupm_test_support::{bin, Scratch};
 use gpupm_uapi::regs;
-use harness::{is_mounted, rd32, TempDir, DRIVER};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 const WAIT: Duration = Duration::from_secs(30);
 
 fn mount_helper() -> PathBuf {
-    let path = Path::new(DRIVER).with_file_name("gpupm-mount");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with the driver (cargo test --workspace, or add -p gpupm-fusemount)",
-        path.display()
-    );
-    path
+    bin!(Mount)
 }
 
 fn mount_type(dir: &Path) -> Option<String> {
@@ -52,8 +46,8 @@ fn mount_type(dir: &Path) -> Option<String> {
 
 /// Runs `gpupm-mount --dir DIR --fdname node` with `NOTIFY_SOCKET` on our
 /// socket and returns the descriptor it stored.
-fn mount_and_store(tmp: &TempDir, dir: &Path) -> OwnedFd {
-    let manager = NotifyListener::bind(tmp.0.join("store.sock")).unwrap();
+fn mount_and_store(tmp: &Scratch, dir: &Path) -> OwnedFd {
+    let manager = NotifyListener::bind(tmp.join("store.sock")).unwrap();
     let mut helper = Command::new(mount_helper())
         .args(["--fdname", "node", "--dir"])
         .arg(dir)
@@ -77,15 +71,15 @@ fn mount_and_store(tmp: &TempDir, dir: &Path) -> OwnedFd {
 /// is an empty tmpfs, as under the unit's `PrivateDevices=yes`: it cannot
 /// open `/dev/fuse` there.
 fn start_driver(
-    tmp: &TempDir,
+    tmp: &Scratch,
     dir: &Path,
     fd: &OwnedFd,
     ready: &NotifyListener,
     private_dev: bool,
 ) -> Child {
-    let scenario = tmp.0.join("scenario.toml");
-    fs::write(&scenario, harness::scenario::small()).unwrap();
-    let log = File::create(tmp.0.join("driver.log")).unwrap();
+    let scenario = tmp.join("scenario.toml");
+    fs::write(&scenario, gpupm_test_support::scenario::small()).unwrap();
+    let log = File::create(tmp.join("driver.log")).unwrap();
     let raw = fd.as_raw_fd();
     let mut cmd = if private_dev {
         let mut c = Command::new("unshare");
@@ -97,7 +91,7 @@ fn start_driver(
         c.args(["-c", r#"LISTEN_PID=$$ exec "$0" "$@""#]);
         c
     };
-    cmd.arg(DRIVER)
+    cmd.arg(bin!(Driver))
         .args(["--clock", "step", "--scenario"])
         .arg(&scenario)
         .arg("--node-dir")
@@ -134,14 +128,14 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
         nix::unistd::geteuid().is_root(),
         "the node tests must run as root (they mount FUSE)"
     );
-    let tmp = TempDir::new("fdstore");
-    let dir = tmp.0.join("dev");
+    let tmp = Scratch::new("fdstore");
+    let dir = tmp.join("dev");
     let fd = mount_and_store(&tmp, &dir);
     assert_eq!(mount_type(&dir).as_deref(), Some("fuse.gpupm-node"));
 
-    let ready = NotifyListener::bind(tmp.0.join("ready.sock")).unwrap();
+    let ready = NotifyListener::bind(tmp.join("ready.sock")).unwrap();
     let mut driver = start_driver(&tmp, &dir, &fd, &ready, false);
-    let log = || fs::read_to_string(tmp.0.join("driver.log")).unwrap_or_default();
+    let log = || fs::read_to_string(tmp.join("driver.log")).unwrap_or_default();
     ready
         .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
         .unwrap_or_else(|e| panic!("{e}\n{}", log()));
@@ -192,7 +186,7 @@ fn stop_then_unmount(mut driver: Child, dir: &Path, log: &dyn Fn() -> String) {
 /// Names of `pid`'s threads (once both default event loops run) and how
 /// many of its descriptors are `/dev/fuse`.
 fn threads_and_fuse_fds(pid: u32) -> (Vec<String>, usize) {
-    let names = harness::thread_names_once_loops_run(pid, 2, WAIT);
+    let names = gpupm_test_support::rawnode::thread_names_once_loops_run(pid, 2, WAIT);
     let fuse = fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
@@ -207,12 +201,12 @@ fn without_dev_fuse_the_serving_threads_share_the_stored_descriptor() {
         nix::unistd::geteuid().is_root(),
         "the node tests must run as root (they mount FUSE)"
     );
-    let tmp = TempDir::new("fdstore-privdev");
-    let dir = tmp.0.join("dev");
+    let tmp = Scratch::new("fdstore-privdev");
+    let dir = tmp.join("dev");
     let fd = mount_and_store(&tmp, &dir);
-    let ready = NotifyListener::bind(tmp.0.join("ready.sock")).unwrap();
+    let ready = NotifyListener::bind(tmp.join("ready.sock")).unwrap();
     let mut driver = start_driver(&tmp, &dir, &fd, &ready, true);
-    let log = || fs::read_to_string(tmp.0.join("driver.log")).unwrap_or_default();
+    let log = || fs::read_to_string(tmp.join("driver.log")).unwrap_or_default();
     ready
         .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
         .unwrap_or_else(|e| panic!("{e}\n{}", log()));

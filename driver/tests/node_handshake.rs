@@ -5,15 +5,14 @@
 //! the ledger read with `GPUPM_IOC_LEDGER`. And the device's own fallback
 //! when nobody services the switches.
 
-mod harness;
-
-use gpupm_uapi::regs::{self, device_status, mbox_op, part_status};
-use harness::node::{
+use gpupm_test_support::rawnode::{
     advance, assert_conserved, digest, drain_records, flush_all, handshake, partitions, service,
     service_pending, Tally,
 };
-use harness::scenario::{self, SWITCHING_TIMEOUT};
-use harness::{errno, rd32, rd64, wr32, Driver, Options};
+use gpupm_test_support::rawnode::{errno, rd32, rd64, wr32};
+use gpupm_test_support::scenario::{self, SWITCHING_TIMEOUT};
+use gpupm_test_support::{Driver, DriverOptions};
+use gpupm_uapi::regs::{self, device_status, mbox_op, part_status};
 
 const VMS: [u32; 5] = [1, 2, 3, 4, 5];
 /// Context ids scanned for the conservation check (the scenario creates
@@ -29,7 +28,7 @@ fn sum_part(card: &std::fs::File, reg: u64) -> u64 {
 
 #[test]
 fn every_block_equals_the_ledger_after_1000_switches_handshaked_through_the_node() {
-    let d = Driver::start_with(Options::toml(scenario::switching()));
+    let d = Driver::start_with(DriverOptions::toml(scenario::switching()));
     let mut card = d.card_nonblock();
     assert_eq!(partitions(&card), [1, 2, 3]);
     let mut tally = Tally::default();
@@ -96,7 +95,7 @@ fn every_block_equals_the_ledger_after_1000_switches_handshaked_through_the_node
 
 #[test]
 fn unserviced_switches_complete_by_fallback_and_counts_stay_exact() {
-    let d = Driver::start_with(Options::toml(scenario::switching()));
+    let d = Driver::start_with(DriverOptions::toml(scenario::switching()));
     let mut card = d.card_nonblock();
     let mut tally = Tally::default();
     for _ in 0..10 {

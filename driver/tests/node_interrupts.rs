@@ -2,16 +2,15 @@
 //! polled reads, several openers, masking, level status until acked, and
 //! the real-time clock thread.
 
-mod harness;
-
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::thread;
 
+use gpupm_test_support::rawnode::{advance, drain_records, identity};
+use gpupm_test_support::rawnode::{errno, rd32, rd64, records, wr32};
+use gpupm_test_support::{scenario, Driver, DriverOptions};
 use gpupm_uapi::intr::source;
 use gpupm_uapi::regs::{self, mbox_op, trig_cmd};
-use harness::node::{advance, drain_records, identity};
-use harness::{errno, rd32, rd64, records, scenario, wr32, Driver, Options};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// A register-write trigger of the system channel: raises TRIGGER_DONE.
@@ -193,9 +192,9 @@ fn masked_sources_latch_but_raise_no_record() {
 
 #[test]
 fn realtime_clock_thread_delivers_records_to_a_blocked_reader() {
-    let d = Driver::start_with(Options {
+    let d = Driver::start_with(DriverOptions {
         clock: "realtime",
-        ..Options::toml(scenario::slow_realtime())
+        ..DriverOptions::toml(scenario::slow_realtime())
     });
     let probe = d.card();
     assert_eq!(identity(&probe).step_clock, 0);

@@ -2,8 +2,13 @@
 //! batches, advance, ledger, reset, and bad input (SPEC §5: ENOTTY for an
 //! unknown number, EINVAL with no state change for everything malformed).
 
-mod harness;
-
+use gpupm_test_support::rawnode::ioctl;
+use gpupm_test_support::rawnode::{
+    advance, batch, batch_of, digest, drain_records, flush_all, identity, ledger, read_block,
+    read_op, total, write_op,
+};
+use gpupm_test_support::rawnode::{errno, rd32, rd64};
+use gpupm_test_support::Driver;
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::{
@@ -12,12 +17,6 @@ use gpupm_uapi::ioctl::{
     IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
 };
 use gpupm_uapi::regs;
-use harness::node::{
-    advance, batch, batch_of, digest, drain_records, flush_all, identity, ledger, read_block,
-    read_op, total, write_op,
-};
-use harness::sys::ioctl;
-use harness::{errno, rd32, rd64, Driver};
 use zerocopy::{FromZeros, IntoBytes};
 
 #[test]

@@ -1,13 +1,12 @@
 //! Lifecycle and access control: SIGTERM, stale-mount recovery after a
 //! crash, non-admin callers, and the Python client.
 
-mod harness;
-
 use std::path::PathBuf;
 use std::process::Command;
 
+use gpupm_test_support::rawnode::{errno, rd32, rd64};
+use gpupm_test_support::{scratch::is_mounted, Driver, DriverOptions, Scratch};
 use gpupm_uapi::regs;
-use harness::{errno, is_mounted, rd32, rd64, Driver, Options, TempDir};
 use nix::sys::signal::Signal;
 
 fn client() -> PathBuf {
@@ -67,9 +66,9 @@ fn restart_after_kill_9_recovers_the_stale_mount() {
     let stat = std::fs::metadata(&d.dir).unwrap_err();
     assert_eq!(errno(&stat), libc::ENOTCONN);
 
-    let tmp = std::mem::replace(&mut d.tmp, TempDir::new("unused"));
+    let scratch = d.take_scratch();
     drop(d);
-    let d = Driver::start_in(tmp, Options::default());
+    let d = Driver::start_in(&scratch, DriverOptions::default());
     assert_eq!(rd32(&d.card(), regs::ID).unwrap(), regs::DEVICE_MAGIC);
     assert!(d.log().contains("stale mount"), "{}", d.log());
     d.stop();
@@ -78,7 +77,7 @@ fn restart_after_kill_9_recovers_the_stale_mount() {
 #[test]
 fn a_second_driver_refuses_a_live_node_dir() {
     let d = Driver::start();
-    let out = Command::new(harness::DRIVER)
+    let out = Command::new(gpupm_test_support::bin!(Driver))
         .args(["--clock", "step", "--node-dir"])
         .arg(&d.dir)
         .output()
@@ -91,9 +90,9 @@ fn a_second_driver_refuses_a_live_node_dir() {
 
 #[test]
 fn bad_command_lines_exit_2_with_a_reason_and_mount_nothing() {
-    let tmp = TempDir::new("badargs");
-    let dir = tmp.0.join("dev");
-    let missing = tmp.0.join("no-such-scenario.toml");
+    let tmp = Scratch::new("badargs");
+    let dir = tmp.join("dev");
+    let missing = tmp.join("no-such-scenario.toml");
     let cases: [(&[&str], &str); 5] = [
         (&["--threads", "0"], "--threads"),
         (&["--threads", "65"], "--threads"),
@@ -105,7 +104,7 @@ fn bad_command_lines_exit_2_with_a_reason_and_mount_nothing() {
         ),
     ];
     for (args, mentions) in cases {
-        let out = Command::new(harness::DRIVER)
+        let out = Command::new(gpupm_test_support::bin!(Driver))
             .args(args)
             .arg("--node-dir")
             .arg(&dir)
@@ -134,9 +133,9 @@ fn non_admin_uid_gets_eacces_on_open_and_on_every_request() {
 
 #[test]
 fn admin_group_member_is_allowed() {
-    let d = Driver::start_with(Options {
+    let d = Driver::start_with(DriverOptions {
         admin_gid: Some(65534),
-        ..Options::default()
+        ..DriverOptions::default()
     });
     let out = Command::new("setpriv")
         .args([
@@ -173,9 +172,9 @@ fn python_client_speaks_the_node_abi() {
 
 #[test]
 fn python_client_reads_what_the_rust_test_reads() {
+    use gpupm_test_support::rawnode::{drain_records, expected, identity, ledger, read_block};
     use gpupm_uapi::intr::source;
     use gpupm_uapi::ioctl::ledger_scope;
-    use harness::node::{drain_records, expected, identity, ledger, read_block};
 
     let d = Driver::start();
     let mut card = d.card_nonblock();

@@ -5,12 +5,12 @@
 //! EINVAL and changes nothing. `gpupm-client`'s `DevNode` is checked over
 //! the file here and over the character device in the kernel lane.
 
-mod harness;
-
 use std::os::unix::fs::FileExt;
 
 use gpupm_client::ops::access;
 use gpupm_client::DevNode;
+use gpupm_test_support::rawnode::{advance, digest, errno, flush_all, ioctl, rd32, rd64};
+use gpupm_test_support::Driver;
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     window_read_cmd, RegAccess, WindowRead, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
@@ -18,9 +18,6 @@ use gpupm_uapi::ioctl::{
 };
 use gpupm_uapi::layout::{block_slot_offset, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET, STREAM_REGION};
 use gpupm_uapi::regs;
-use harness::node::{advance, digest, flush_all};
-use harness::sys::ioctl;
-use harness::{errno, rd32, rd64, Driver};
 use zerocopy::IntoBytes;
 
 fn reg_read(card: &std::fs::File, offset: u64, width: u32) -> std::io::Result<u64> {

@@ -1,27 +1,22 @@
 //! Register file and memory window of the real device model through
 //! `pread`/`pwrite` on the node (small scenario, step clock).
 
-#[path = "common/mod.rs"]
-mod common;
-mod harness;
-
 use std::os::unix::fs::FileExt;
 
+use gpupm_test_support::rawnode::{advance, flush_all, identity, read_block};
+use gpupm_test_support::rawnode::{errno, rd32, rd64, wr32};
+use gpupm_test_support::Driver;
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::layout::{self, block_kind, Block, BlockSlot, BLOCK_SLOT_SIZE, MEM_WINDOW_OFFSET};
 use gpupm_uapi::regs::{self, device_status, mbox_op, mbox_status};
-use harness::node::{advance, flush_all, identity, read_block};
-use harness::{errno, rd32, rd64, wr32, Driver};
 use zerocopy::FromBytes;
 
 #[test]
-fn small_scenario_file_is_the_model_tests_small_scenario() {
-    let parsed = gpupm_driver::scenario::parse("small.toml", &harness::scenario::small())
-        .expect("the harness's scenario file parses");
-    assert_eq!(parsed, common::small_scenario());
+fn the_node_tests_scenario_files_parse() {
     for text in [
-        harness::scenario::switching(),
-        harness::scenario::slow_realtime(),
+        gpupm_test_support::scenario::small(),
+        gpupm_test_support::scenario::switching(),
+        gpupm_test_support::scenario::slow_realtime(),
     ] {
         gpupm_driver::scenario::parse("test.toml", &text).expect("scenario file parses");
     }
@@ -130,7 +125,7 @@ fn unaligned_odd_width_and_out_of_range_accesses_are_einval_and_change_nothing()
     let card = d.card();
     let reg = regs::part(1, regs::PART_SWITCH_TIMEOUT);
     wr32(&card, reg, 7_777).unwrap();
-    let before = harness::node::digest(&card);
+    let before = gpupm_test_support::rawnode::digest(&card);
     let mut b4 = [0u8; 4];
     let mut b2 = [0u8; 2];
     let mut b16 = [0u8; 16];
@@ -169,7 +164,7 @@ fn unaligned_odd_width_and_out_of_range_accesses_are_einval_and_change_nothing()
     }
     assert_eq!(rd32(&card, reg).unwrap(), 7_777);
     assert!(
-        harness::node::digest(&card) == before,
+        gpupm_test_support::rawnode::digest(&card) == before,
         "a refused access changed the device"
     );
     d.stop();
@@ -212,7 +207,7 @@ fn memory_window_reads_blocks_in_bulk() {
     let vm3 = read_block(
         &card,
         layout::block_slot_offset(3),
-        Some(&harness::scenario::VM3_KEY),
+        Some(&gpupm_test_support::scenario::VM3_KEY),
     );
     assert_eq!((vm3.kind, vm3.id), (block_kind::VM, 3));
     assert!(vm3.counters.iter().sum::<u64>() > 0);
@@ -260,8 +255,12 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
         assert_eq!(errno(&wr32(&card, off, 1).unwrap_err()), libc::EINVAL);
     }
     assert_eq!(rd32(&card, regs::MBOX_SEQ).unwrap(), 0);
-    let e = harness::sys::ioctl(&oob, gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY, &mut [0u8; 48])
-        .unwrap_err();
+    let e = gpupm_test_support::rawnode::ioctl(
+        &oob,
+        gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY,
+        &mut [0u8; 48],
+    )
+    .unwrap_err();
     assert_eq!(errno(&e), libc::ENOTTY);
     let mut b = [0u8; 4];
     assert_eq!(

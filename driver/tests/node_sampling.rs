@@ -3,18 +3,18 @@
 //! read from the memory window, the per-block debug ledger
 //! (`GPUPM_IOC_LEDGER_BLOCKS`, only with `--debug-ledger`).
 
-mod harness;
-
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use gpupm_test_support::rawnode::sys::ioctl;
+use gpupm_test_support::rawnode::{
+    advance, errno, rd32, rd64, service, service_pending, wr32, Tally,
+};
+use gpupm_test_support::{Driver, DriverOptions};
 use gpupm_uapi::ioctl::{BlockLedgerQuery, GPUPM_IOC_LEDGER_BLOCKS, IOCTL_STRUCT_VERSION};
 use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
 use gpupm_uapi::regs as r;
 use gpupm_uapi::sampling::{self as s, buf_kind, samp, PcRecord, PcSlot, PC_RECORD_MAGIC};
-use harness::node::{advance, service, service_pending, Tally};
-use harness::sys::ioctl;
-use harness::{errno, rd32, rd64, wr32, Driver, Options};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// One slice running the built-in resonant program alone.
@@ -43,7 +43,7 @@ fn blocks_query(card: &File, ctx: u32) -> std::io::Result<BlockLedgerQuery> {
 
 #[test]
 fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
-    let d = Driver::start_with(Options::toml(scenario()));
+    let d = Driver::start_with(DriverOptions::toml(scenario()));
     let mut card = d.card_nonblock();
     let pc = |reg| samp(1, s::buf(buf_kind::PC, reg));
     wr32(&card, pc(s::BUF_CAP), 256).unwrap();
@@ -91,9 +91,9 @@ fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
     assert_eq!(errno(&blocks_query(&card, 7).unwrap_err()), libc::EINVAL);
     d.stop();
 
-    let d = Driver::start_with(Options {
+    let d = Driver::start_with(DriverOptions {
         debug_ledger: false,
-        ..Options::toml(scenario())
+        ..DriverOptions::toml(scenario())
     });
     let card = d.card();
     advance(&card, 10_000).unwrap();

@@ -6,12 +6,15 @@
 //!   by a crashed server, refusing a live one, lazily detaching a mount
 //!   (then aborting its connection through fusectl), and cloning a mounted
 //!   descriptor ([`clone_device`]) so that several threads serve it.
+//! - [`flat`]: the one root directory of a few files both nodes serve.
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
 //!   says about it (supplementary groups, a pending SIGKILL).
 //! - [`logging`]: the services' log setup (journald when its socket
 //!   exists, else stderr), one for `gpupm-driver` and `gpupmd`.
+//! - [`notify`]: the service manager's end of `$NOTIFY_SOCKET`, for
+//!   programs that start the services themselves (`gpupm demo`, tests).
 //! - [`systemd`]: handing a descriptor to the service manager's file
 //!   descriptor store ([`store_fd`]) and taking one it passed
 //!   ([`inherited_fd`]).
@@ -29,17 +32,18 @@
 //! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
 //! manager close the stored descriptor.
 
+pub mod flat;
 pub mod logging;
 pub mod mount;
 pub mod namespace;
+pub mod notify;
 pub mod procfs;
 mod sys;
 pub mod systemd;
-#[cfg(feature = "test-utils")]
-pub mod testing;
 
 pub use mount::{
-    clone_device, detach, mount, recover_stale_mount, unmount, Connection, MountError, MountOptions,
+    clone_device, detach, is_mounted, mount, recover_stale_mount, unmount, Connection, MountError,
+    MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
 pub use procfs::Caller;

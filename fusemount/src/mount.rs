@@ -242,6 +242,12 @@ pub fn unmount(dir: &Path) -> Result<bool, MountError> {
     Ok(true)
 }
 
+/// Whether anything is mounted at `dir`, per `/proc/self/mountinfo` (no
+/// request reaches a FUSE mount there, so a dead server cannot block it).
+pub fn is_mounted(dir: &Path) -> Result<bool, MountError> {
+    Ok(mount_at(dir)?.is_some())
+}
+
 /// One line of `/proc/self/mountinfo`, the parts used here.
 #[derive(Debug, PartialEq, Eq)]
 struct MountEntry {

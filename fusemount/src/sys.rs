@@ -38,7 +38,6 @@ pub(crate) fn adopt_inherited(raw: RawFd) -> io::Result<OwnedFd> {
 
 /// Takes ownership of descriptor `raw` that `recvmsg` has just installed
 /// from an `SCM_RIGHTS` control message, marking it close-on-exec.
-#[cfg(feature = "test-utils")]
 pub(crate) fn adopt_received(raw: RawFd) -> io::Result<OwnedFd> {
     set_cloexec(raw)?;
     // SAFETY: the kernel allocated `raw` in this process while delivering

@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use gpupm_fusemount::testing::NotifyListener;
+use gpupm_fusemount::notify::NotifyListener;
 
 const HELPER: &str = env!("CARGO_BIN_EXE_gpupm-mount");
 const WAIT: Duration = Duration::from_secs(20);

@@ -9,9 +9,6 @@
 //!
 //! The last line is JSON: `{"stat_wall_p50_ms": …, "top_cpu_pct": …}`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrusage, UsageWho};
@@ -28,7 +25,7 @@ fn cpu_children() -> Duration {
 }
 
 fn main() {
-    let mut f = common::Fixture::start("bench");
+    let mut f = gpupm_test_support::cli::Fixture::start("bench");
     f.advance_ms(50);
 
     let mut walls = Vec::new();
@@ -61,14 +58,14 @@ fn main() {
     args.extend(["--tenant-node".into(), f.node()]);
     let cpu0 = cpu_children();
     let t0 = Instant::now();
-    let mut child = common::spawn_as(None, &args);
+    let mut child = gpupm_test_support::cli::spawn_as(None, &args);
     // Keep the device running at a modest pace while top samples.
     while child.try_wait().expect("try_wait").is_none() {
         f.advance_ms(1);
         std::thread::sleep(Duration::from_millis(20));
     }
     let wall = t0.elapsed();
-    let r = common::finish(child);
+    let r = gpupm_test_support::cli::finish(child);
     assert_eq!(r.code, 0, "{}", r.err);
     let cpu = cpu_children() - cpu0;
     let pct = cpu.as_secs_f64() / wall.as_secs_f64() * 100.0;

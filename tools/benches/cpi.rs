@@ -15,9 +15,6 @@
 //!
 //! The last line is JSON.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,6 +24,8 @@ use gpupm_client::sampling::reconstruct::{Estimator, KernelShape, ProgramShape, 
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_driver::scenario;
+use gpupm_test_support::cli::Fixture;
+use gpupm_test_support::procfs;
 use gpupm_uapi::regs as r;
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 use gpupm_uapi::tenant::sampling::{sample_kind, SampleHeader};
@@ -82,7 +81,7 @@ fn shape(program: u32) -> ProgramShape {
 
 /// (mean, max) relative CPI error in percent over the blocks with ≥ 1 %
 /// of the window's exact cycles, and the samples used.
-fn accuracy(f: &mut common::Fixture, ctx: u32, program: u32, dither: u32) -> (f64, f64, u64) {
+fn accuracy(f: &mut Fixture, ctx: u32, program: u32, dither: u32) -> (f64, f64, u64) {
     let node = TenantClient::open_nonblocking(f.node()).expect("open the tenant node");
     let req = SamplingRequest::cycles(Scope::Ctx(ctx), 4096, dither).with_branches(64);
     node.open_sampling(&req).expect("open a session");
@@ -153,14 +152,8 @@ fn accuracy(f: &mut common::Fixture, ctx: u32, program: u32, dither: u32) -> (f6
 }
 
 /// CPU seconds (user + system) of process `pid`.
-fn cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime");
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    ticks as f64 / hz.max(1) as f64
+fn cpu_s(pid: i32) -> f64 {
+    procfs::cpu_ticks(pid) as f64 / procfs::ticks_per_s()
 }
 
 struct Throughput {
@@ -170,7 +163,7 @@ struct Throughput {
     daemon_cpu_pct_per_100k: f64,
 }
 
-fn throughput(f: &mut common::Fixture) -> Throughput {
+fn throughput(f: &mut Fixture) -> Throughput {
     // Every VM of the built-in scenario: each record has one session.
     let vms = 1u32..=6;
     let total = Arc::new(AtomicU64::new(0));
@@ -233,7 +226,7 @@ fn throughput(f: &mut common::Fixture) -> Throughput {
             reg(s::BUF_HEAD) == reg(s::BUF_TAIL)
         })
     };
-    let pid = f.daemon.pid().expect("gpupmd runs");
+    let pid = f.daemon.pid().as_raw();
     let (cpu0, produced0, lost0) = (cpu_s(pid), produced(&f.dev), device_lost(&f.dev));
     let t0 = Instant::now();
     for _ in 0..THROUGHPUT_MS {
@@ -281,7 +274,7 @@ fn throughput(f: &mut common::Fixture) -> Throughput {
 }
 
 fn main() {
-    let mut f = common::Fixture::start_with("cpi-bench", &["--debug-ledger"]);
+    let mut f = Fixture::start_with("cpi-bench", &["--debug-ledger"]);
     f.advance_ms(3);
     let (ctx, program) = resonant_ctx(&f.dev);
     eprintln!("resonant loop: context {ctx}");

@@ -3,18 +3,16 @@
 //! device's ledger, and (checked here independently) every VM's totals are
 //! the sum of its contexts' and the directories are gone afterwards.
 
-mod common;
-
 use std::process::Command;
 
 use gpupm_uapi::events::CATALOGUE;
 
 #[test]
 fn demo_totals_equal_the_ledger_and_every_vm_is_the_sum_of_its_contexts() {
-    common::require_root_and_fuse();
-    common::build_helpers();
+    gpupm_test_support::require_root_and_fuse("the gpupm CLI tests");
+    gpupm_test_support::bins::build_once();
     let before: Vec<String> = tmp_demo_dirs();
-    let out = Command::new(common::GPUPM)
+    let out = Command::new(gpupm_test_support::bin!(Cli))
         .args(["demo", "--headless", "--duration", "2s", "--json"])
         .output()
         .expect("run demo");
@@ -88,9 +86,9 @@ fn tmp_demo_dirs() -> Vec<String> {
 /// `a_planted_directory_or_link_at_the_name_is_never_used`.)
 #[test]
 fn demo_ignores_directories_and_links_planted_in_the_temp_dir() {
-    common::require_root_and_fuse();
-    common::build_helpers();
-    let scratch = common::TempDir::new("demo-planted");
+    gpupm_test_support::require_root_and_fuse("the gpupm CLI tests");
+    gpupm_test_support::bins::build_once();
+    let scratch = gpupm_test_support::Scratch::world_writable("cli-demo-planted");
     let tmp = scratch.join("tmp");
     let victim = scratch.join("victim");
     std::fs::create_dir_all(&tmp).unwrap();
@@ -100,7 +98,7 @@ fn demo_ignores_directories_and_links_planted_in_the_temp_dir() {
     std::os::unix::fs::symlink(&victim, &planted_link).unwrap();
     std::fs::create_dir(&planted_dir).unwrap();
     std::fs::write(planted_dir.join("dev"), "not a directory").unwrap();
-    let out = Command::new(common::GPUPM)
+    let out = Command::new(gpupm_test_support::bin!(Cli))
         .args(["demo", "--headless", "--duration", "1s", "--json"])
         .env("TMPDIR", &tmp)
         .output()

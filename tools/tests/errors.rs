@@ -1,12 +1,10 @@
 //! Every CLI error path prints one line `gpupm: CAUSE` and exits with the
 //! documented code (2 = usage or environment, 1 = runtime problem).
 
-mod common;
-
 use std::process::Command;
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(common::GPUPM)
+    let o = Command::new(gpupm_test_support::bin!(Cli))
         .args(args)
         .output()
         .expect("run gpupm");
@@ -72,7 +70,7 @@ fn bad_event_name_names_the_closest_valid_one() {
 
 #[test]
 fn bad_recordings_are_refused_with_the_reason() {
-    let dir = common::TempDir::new("errors");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors");
     let f = dir.join("garbage");
     std::fs::write(
         &f,
@@ -100,9 +98,9 @@ fn bad_recordings_are_refused_with_the_reason() {
 fn device_nodes_that_do_not_exist_are_named() {
     let (code, _, err) = run(&["bmc", "--node-dir", "/nonexistent/dev"]);
     assert_eq!((code, err.as_str()), (2, "gpupm: no device node: /nonexistent/dev/card0-oob does not exist (is gpupm-driver running?)\n"));
-    let dir = common::TempDir::new("errors-health");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors-health");
     let cfg = dir.join("gpupmd.toml");
-    let port = common::free_port();
+    let port = gpupm_test_support::cli::free_port();
     std::fs::write(
         &cfg,
         format!("node_dir = \"/nonexistent/dev\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"),
@@ -126,9 +124,9 @@ fn device_nodes_that_do_not_exist_are_named() {
 
 #[test]
 fn demo_without_its_binaries_says_where_it_looked() {
-    let dir = common::TempDir::new("errors-demo");
+    let dir = gpupm_test_support::Scratch::world_writable("cli-errors-demo");
     let copy = dir.join("gpupm");
-    std::fs::copy(common::GPUPM, &copy).unwrap();
+    std::fs::copy(gpupm_test_support::bin!(Cli), &copy).unwrap();
     let o = Command::new(&copy)
         .args(["demo", "--headless"])
         .env("PATH", "")
@@ -138,7 +136,7 @@ fn demo_without_its_binaries_says_where_it_looked() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         err,
-        format!("gpupm: cannot find gpupm-driver next to {} or on PATH (build it: cargo build -p gpupm-driver -p gpupmd)\n", dir.0.display())
+        format!("gpupm: cannot find gpupm-driver next to {} or on PATH (build it: cargo build -p gpupm-driver -p gpupmd)\n", dir.path().display())
     );
 }
 
@@ -154,8 +152,8 @@ fn usage_errors_exit_2_and_generators_work() {
     let (code, out, _) = run(&["man"]);
     assert_eq!(code, 0);
     assert!(out.contains(".TH gpupm"));
-    let dir = common::TempDir::new("man");
-    let (code, _, _) = run(&["man", "--out-dir", dir.0.to_str().unwrap()]);
+    let dir = gpupm_test_support::Scratch::world_writable("cli-man");
+    let (code, _, _) = run(&["man", "--out-dir", dir.path().to_str().unwrap()]);
     assert_eq!(code, 0);
     assert!(dir.join("gpupm-stat.1").exists());
 }

@@ -4,11 +4,10 @@
 //! what the help shows: every key it writes is documented at that place,
 //! with the documented type, and every field not marked optional is there.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{finish, spawn_as, Fixture, GPUPM};
+use gpupm_test_support::bin;
+use gpupm_test_support::cli::{finish, spawn_as, Fixture};
 use serde_json::Value;
 
 /// One documented field: its type as the help names it, and whether it may
@@ -22,7 +21,7 @@ struct Field {
 /// The schema section of `gpupm CMD --help`, as dotted paths (`vms.vm`;
 /// arrays and name-keyed maps add no segment) to fields.
 fn documented(cmd: &str) -> BTreeMap<String, Field> {
-    let out = std::process::Command::new(GPUPM)
+    let out = std::process::Command::new(bin!(Cli))
         .args([cmd, "--help"])
         .output()
         .expect("run gpupm");
@@ -151,7 +150,7 @@ fn check(cmd: &str, out: &str) {
 
 #[test]
 fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
-    let sim = common::run_as(
+    let sim = gpupm_test_support::cli::run_as(
         None,
         &[
             "simulate".into(),
@@ -162,9 +161,9 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     );
     assert_eq!(sim.code, 0, "{}", sim.err);
     check("simulate", &sim.out);
-    let events = common::run_as(None, &["events".into(), "--json".into()]);
+    let events = gpupm_test_support::cli::run_as(None, &["events".into(), "--json".into()]);
     check("events", &events.out);
-    let plan = common::run_as(None, &["plan".into(), "--json".into()]);
+    let plan = gpupm_test_support::cli::run_as(None, &["plan".into(), "--json".into()]);
     assert_eq!(plan.code, 0, "{}", plan.err);
     check("plan", &plan.out);
 
@@ -194,7 +193,7 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     let ctx = (1..gpupm_uapi::regs::MAX_CONTEXTS)
         .find(|&c| {
             let reg = |r| f.dev.read32(gpupm_uapi::regs::ctx(c, r)).unwrap_or(0);
-            reg(gpupm_uapi::regs::CTX_VM) == common::VM_A
+            reg(gpupm_uapi::regs::CTX_VM) == gpupm_test_support::cli::VM_A
                 && reg(gpupm_uapi::regs::CTX_STATE) == gpupm_uapi::regs::ctx_state::ACTIVE
                 && reg(gpupm_uapi::regs::CTX_PROGRAM) != 0
         })
@@ -211,7 +210,7 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     .map(|s| s.to_string())
     .chain(["--tenant-node".into(), f.node()])
     .collect();
-    let mut child = spawn_as(Some(common::UID_A), &args);
+    let mut child = spawn_as(Some(gpupm_test_support::cli::UID_A), &args);
     while child.try_wait().expect("try_wait").is_none() {
         f.advance_ms(1);
     }

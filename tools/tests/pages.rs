@@ -5,12 +5,10 @@
 //! that is not the tenant's is refused on the page socket and then gets
 //! the same message as before from the node.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use common::{Fixture, UID_A, VM_A, VM_B};
+use gpupm_test_support::cli::{Fixture, UID_A, VM_A, VM_B};
 
 /// A sample's value from the daemon's metrics.
 fn metric(f: &Fixture, series: &str) -> u64 {

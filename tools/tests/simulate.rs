@@ -7,7 +7,7 @@ use std::process::Command;
 use gpupm_uapi::events::{Scope, CATALOGUE};
 
 fn gpupm(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpupm"))
+    let out = Command::new(gpupm_test_support::bin!(Cli))
         .args(args)
         .output()
         .expect("gpupm runs");

@@ -4,9 +4,7 @@
 //! its own VM; the admin sees everything; someone else's VM and a VM that
 //! does not exist give the same message and exit code.
 
-mod common;
-
-use common::{finish, spawn_as, Fixture, UID_A, UID_B, UID_NOBODY, VM_A, VM_B};
+use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_A, UID_B, UID_NOBODY, VM_A, VM_B};
 
 fn vms_of(list: &serde_json::Value) -> Vec<u64> {
     list["vms"]
@@ -128,11 +126,7 @@ fn tenants_see_only_their_own_vm_and_foreign_equals_nonexistent() {
     let tenants = [(UID_A, VM_A, VM_B), (UID_B, VM_B, VM_A)];
     let mut children = Vec::new();
     for (uid, _, _) in tenants {
-        let file = f
-            .tmp
-            .join(&format!("rec-{uid}.gpupm"))
-            .display()
-            .to_string();
+        let file = f.tmp.join(format!("rec-{uid}.gpupm")).display().to_string();
         let mut args: Vec<String> = ["record", "-o", &file, "--duration", "1500ms"]
             .iter()
             .map(|s| s.to_string())
@@ -147,11 +141,7 @@ fn tenants_see_only_their_own_vm_and_foreign_equals_nonexistent() {
         f.advance_ms(5);
     }
     for ((uid, vm, other), child) in tenants.into_iter().zip(children) {
-        let file = f
-            .tmp
-            .join(&format!("rec-{uid}.gpupm"))
-            .display()
-            .to_string();
+        let file = f.tmp.join(format!("rec-{uid}.gpupm")).display().to_string();
         let rec = finish(child);
         assert_eq!(rec.code, 0, "record: {}", rec.err);
         let rep = f

@@ -2,8 +2,7 @@
 //! and compiles as C11 with its layout asserts; a C program built with it
 //! sees every struct field at the offset Rust puts it.
 
-#[path = "../examples/gen_c.rs"]
-mod gen_c;
+use gpupm_uapi_gen::c as gen_c;
 
 use std::fmt::Write as _;
 use std::mem::offset_of;

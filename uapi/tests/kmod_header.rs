@@ -3,8 +3,7 @@
 //! The kernel build of the module (the guest lane, `tests/kernel`) checks
 //! its `static_assert`s against the kernel's own types.
 
-#[path = "../examples/gen_kmod.rs"]
-mod gen_kmod;
+use gpupm_uapi_gen::kmod as gen_kmod;
 
 use gpupm_uapi::events::CATALOGUE;
 

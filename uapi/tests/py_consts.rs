@@ -1,7 +1,6 @@
 //! The committed Python constants match this crate.
 
-#[path = "../examples/gen_py.rs"]
-mod gen_py;
+use gpupm_uapi_gen::py as gen_py;
 
 #[test]
 fn committed_python_constants_match_uapi() {

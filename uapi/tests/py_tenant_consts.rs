@@ -1,7 +1,6 @@
 //! The committed Python tenant-ABI module matches this crate.
 
-#[path = "../examples/gen_py_tenant.rs"]
-mod gen_py_tenant;
+use gpupm_uapi_gen::py_tenant as gen_py_tenant;
 
 #[test]
 fn committed_python_tenant_module_matches_uapi() {

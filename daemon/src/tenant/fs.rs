@@ -6,13 +6,11 @@
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, IoctlFlags,
-    LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request,
-    WriteFlags,
+    Errno, FileHandle, Filesystem, FopenFlags, INodeNo, IoctlFlags, LockOwner, OpenFlags,
+    PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, WriteFlags,
 };
 
 use super::policy::{Identity, Policy};
@@ -20,12 +18,17 @@ use super::requests::{self, Answer, RequestError};
 use super::session::{PollWake, Sessions};
 use super::{TenantStats, NODE_NAME};
 use crate::view::{Caller, CounterView};
+use gpupm_fusemount::flat::{FileAccess, FlatDir, ROOT_INO};
 
-/// Inode of the directory.
-pub(super) const ROOT_INO: INodeNo = INodeNo::ROOT;
 /// Inode of `node`.
 pub(super) const NODE_INO: INodeNo = INodeNo(2);
-const TTL: Duration = Duration::from_secs(1);
+/// The one file of the tenant node's directory.
+const FILES: &[(INodeNo, &str)] = &[(NODE_INO, NODE_NAME)];
+/// Anyone may open `node`; the policy decides what each caller sees.
+const NODE_ACCESS: FileAccess = FileAccess {
+    perm: 0o666,
+    gid: 0,
+};
 
 /// The filesystem.
 pub(super) struct TenantFs {
@@ -34,7 +37,7 @@ pub(super) struct TenantFs {
     sessions: Arc<Sessions>,
     rt: tokio::runtime::Handle,
     stats: Arc<TenantStats>,
-    started: SystemTime,
+    dir: FlatDir,
 }
 
 impl TenantFs {
@@ -51,33 +54,8 @@ impl TenantFs {
             sessions,
             rt,
             stats,
-            started: SystemTime::now(),
+            dir: FlatDir::new(FILES),
         }
-    }
-
-    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
-        let (kind, perm) = match ino {
-            ROOT_INO => (FileType::Directory, 0o755),
-            NODE_INO => (FileType::RegularFile, 0o666),
-            _ => return None,
-        };
-        Some(FileAttr {
-            ino,
-            size: 0,
-            blocks: 0,
-            atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
-            crtime: self.started,
-            kind,
-            perm,
-            nlink: if kind == FileType::Directory { 2 } else { 1 },
-            uid: 0,
-            gid: 0,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        })
     }
 
     fn identify(&self, req: &Request) -> (Caller, Identity) {
@@ -116,20 +94,11 @@ fn count(stats: &TenantStats, res: Result<(), &RequestError>) {
 
 impl Filesystem for TenantFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent != ROOT_INO || name.to_str() != Some(NODE_NAME) {
-            return reply.error(Errno::ENOENT);
-        }
-        match self.attr(NODE_INO) {
-            Some(a) => reply.entry(&TTL, &a, Generation(0)),
-            None => reply.error(Errno::ENOENT),
-        }
+        self.dir.reply_lookup(parent, name, NODE_ACCESS, reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
+        self.dir.reply_attr(ino, NODE_ACCESS, reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -223,10 +192,7 @@ impl Filesystem for TenantFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        self.dir.reply_opendir(ino, reply);
     }
 
     fn readdir(
@@ -235,23 +201,9 @@ impl Filesystem for TenantFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let entries = [
-            (ROOT_INO, FileType::Directory, "."),
-            (ROOT_INO, FileType::Directory, ".."),
-            (NODE_INO, FileType::RegularFile, NODE_NAME),
-        ];
-        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (next, (ino, kind, name)) in (1u64..).zip(entries.iter()).skip(skip) {
-            if reply.add(*ino, next, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.dir.reply_readdir(ino, offset, reply);
     }
 
     fn ioctl(

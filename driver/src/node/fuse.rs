@@ -31,14 +31,15 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, INodeNo, IoctlFlags,
-    LockOwner, OpenFlags, PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request,
-    Session, SessionACL, WriteFlags,
+    Config, Errno, FileHandle, Filesystem, FopenFlags, INodeNo, IoctlFlags, LockOwner, OpenFlags,
+    PollEvents, PollFlags, PollNotifier, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, Session, SessionACL,
+    WriteFlags,
 };
+use gpupm_fusemount::flat::{FileAccess, FlatDir, ROOT_INO};
 use gpupm_fusemount::{MountError, MountOptions};
 use gpupm_uapi::regs;
 
@@ -47,10 +48,10 @@ use super::device::{NodeCore, NodeKind};
 use super::error::NodeError;
 use super::{Transport, TransportError, CARD_NAME, DEFAULT_THREADS, OOB_NAME};
 
-const ROOT_INO: INodeNo = INodeNo::ROOT;
 const CARD_INO: INodeNo = INodeNo(2);
 const OOB_INO: INodeNo = INodeNo(3);
-const TTL: Duration = Duration::from_secs(1);
+/// The files of the node directory.
+const FILES: &[(INodeNo, &str)] = &[(CARD_INO, CARD_NAME), (OOB_INO, OOB_NAME)];
 /// How long `unmount` waits for the session thread to end by itself.
 const SESSION_END_WAIT: Duration = Duration::from_secs(2);
 /// Source and subtype of the mount (`fuse.gpupm`).
@@ -272,7 +273,7 @@ fn wait_finished<T>(t: &JoinHandle<T>, within: Duration) -> bool {
 /// The FUSE filesystem of the node directory.
 struct FuseFs {
     core: Arc<NodeCore>,
-    started: SystemTime,
+    dir: FlatDir,
 }
 
 fn errno(e: &NodeError) -> Errno {
@@ -283,38 +284,17 @@ impl FuseFs {
     fn new(core: Arc<NodeCore>) -> Self {
         FuseFs {
             core,
-            started: SystemTime::now(),
+            dir: FlatDir::new(FILES),
         }
     }
 
-    fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
+    /// Mode and group of the node files (the policy's).
+    fn access(&self) -> FileAccess {
         let policy = self.core.policy();
-        let (kind, perm) = match ino {
-            ROOT_INO => (FileType::Directory, 0o755),
-            CARD_INO | OOB_INO => (FileType::RegularFile, policy.file_mode()),
-            _ => return None,
-        };
-        Some(FileAttr {
-            ino,
-            size: 0,
-            blocks: 0,
-            atime: self.started,
-            mtime: self.started,
-            ctime: self.started,
-            crtime: self.started,
-            kind,
-            perm,
-            nlink: if kind == FileType::Directory { 2 } else { 1 },
-            uid: 0,
-            gid: if ino == ROOT_INO {
-                0
-            } else {
-                policy.admin_gid().unwrap_or(0)
-            },
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        })
+        FileAccess {
+            perm: policy.file_mode(),
+            gid: policy.admin_gid().unwrap_or(0),
+        }
     }
 
     /// Checks the request's credentials; on refusal the caller replies EACCES.
@@ -336,25 +316,14 @@ impl Filesystem for FuseFs {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        let ino = match name.to_str() {
-            Some(CARD_NAME) if parent == ROOT_INO => CARD_INO,
-            Some(OOB_NAME) if parent == ROOT_INO => OOB_INO,
-            _ => return reply.error(Errno::ENOENT),
-        };
-        match self.attr(ino) {
-            Some(a) => reply.entry(&TTL, &a, fuser::Generation(0)),
-            None => reply.error(Errno::ENOENT),
-        }
+        self.dir.reply_lookup(parent, name, self.access(), reply);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        match self.attr(ino) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
+        self.dir.reply_attr(ino, self.access(), reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -451,10 +420,7 @@ impl Filesystem for FuseFs {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        self.dir.reply_opendir(ino, reply);
     }
 
     fn readdir(
@@ -463,27 +429,12 @@ impl Filesystem for FuseFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let entries = [
-            (ROOT_INO, FileType::Directory, "."),
-            (ROOT_INO, FileType::Directory, ".."),
-            (CARD_INO, FileType::RegularFile, CARD_NAME),
-            (OOB_INO, FileType::RegularFile, OOB_NAME),
-        ];
-        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (next, (ino, kind, name)) in (1u64..).zip(entries.iter()).skip(skip) {
-            if reply.add(*ino, next, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.dir.reply_readdir(ino, offset, reply);
     }
 
     fn ioctl(

@@ -8,7 +8,7 @@
 //! about a second, whatever the previous run installed, and nothing of the
 //! tree changes. Nothing of the workspace is bound in: files reach the
 //! container only through `copy_in`. Booting and running commands is
-//! `gpupm-test-nspawn`'s, shared with `daemon/tests/systemd_boot.rs`.
+//! `gpupm-test-nspawn`'s, shared with `tests/system/tests/systemd_boot.rs`.
 
 use std::ops::Deref;
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use gpupm_test_nspawn::{Tree, BOOT};
 
-use crate::scratch::TempDir;
+use gpupm_test_support::Scratch;
 
 /// The file `scripts/make-test-rootfs` writes last into a complete tree.
 pub const ROOTFS_STAMP: &str = "etc/gpupm-test-rootfs";
@@ -48,7 +48,7 @@ pub struct UnitState {
 pub struct Container {
     inner: gpupm_test_nspawn::Container,
     // Dropped after the container is gone.
-    _work: TempDir,
+    _work: Scratch,
 }
 
 impl Deref for Container {
@@ -69,7 +69,7 @@ impl Container {
             "no test tree at {}: run scripts/make-test-rootfs (scripts/test-all does)",
             tree.display()
         );
-        let work = TempDir::new("container");
+        let work = Scratch::new("container");
         let inner =
             gpupm_test_nspawn::Container::boot(&Tree::Overlay(tree), &[], work.path(), "gpupm-deb");
         Container { inner, _work: work }

@@ -4,23 +4,16 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
-use gpupm_client::ops::{reg32, write32 as wr};
-use gpupm_client::DevNode;
-use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
+use gpupm_client::ops::reg32;
+use gpupm_client::{stepclock, DevNode};
+use gpupm_uapi::events::{self, MAX_EVENTS};
 pub use gpupm_uapi::ioctl::ledger_scope;
 use gpupm_uapi::ioctl::LedgerQuery;
-use gpupm_uapi::regs::{
-    self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS, MAX_PARTITION_SLOTS,
-    MAX_VMS,
-};
+use gpupm_uapi::regs::{self as r, ctx_state, MAX_CONTEXTS, MAX_VMS};
 
 /// Per-event counts, indexed by event id.
 pub type Counts = [u64; MAX_EVENTS];
-
-/// Longest wait for the host to finish the pending switches.
-const IDLE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// An open device node and its configured partition slots.
 #[derive(Debug)]
@@ -34,15 +27,7 @@ impl Device {
     pub fn open(node_dir: &Path) -> Device {
         let node = DevNode::open(node_dir)
             .unwrap_or_else(|e| panic!("{e}: {:?}", std::error::Error::source(&e)));
-        let offsets: Vec<u64> = (1..MAX_PARTITION_SLOTS)
-            .map(|p| r::part(p, r::PART_STATUS))
-            .collect();
-        let status = node.read_many(&offsets).expect("read PART_STATUS");
-        let parts = (1..MAX_PARTITION_SLOTS)
-            .zip(status)
-            .filter(|&(_, s)| reg32(s) & part_status::CONFIGURED != 0)
-            .map(|(p, _)| p)
-            .collect();
+        let parts = stepclock::configured_partitions(&node).expect("read PART_STATUS");
         Device { node, parts }
     }
 
@@ -51,50 +36,12 @@ impl Device {
         &self.node
     }
 
-    /// Whether no partition has a switch pending.
-    /// A switch whose flush acks are still travelling is let through: only
-    /// the owner of the step clock (the test) makes them arrive.
-    pub fn idle(&self) -> bool {
-        let offsets: Vec<u64> = self
-            .parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_STATUS))
-            .collect();
-        let states: Vec<u32> = self
-            .node
-            .read_many(&offsets)
-            .expect("read PART_STATUS")
-            .iter()
-            .map(|&s| reg32(s) & part_status::STATE_MASK)
-            .collect();
-        if states.contains(&hs_state::TRIGGERED) {
-            self.node
-                .advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
-                .expect("advance");
-        }
-        states.iter().all(|&s| s == hs_state::IDLE)
-    }
-
     /// Advances the step clock by `cycles`, then waits until the host has
     /// finished every switch that raised (the daemon's handshakes), or
     /// `give_up()` says the host is gone; returns whether all went idle.
-    pub fn step(&self, cycles: u64, mut give_up: impl FnMut() -> bool) -> bool {
+    pub fn step(&self, cycles: u64, give_up: impl FnMut() -> bool) -> bool {
         self.node.advance(cycles).expect("GPUPM_IOC_ADVANCE");
-        let deadline = Instant::now() + IDLE_DEADLINE;
-        loop {
-            if self.idle() {
-                return true;
-            }
-            if give_up() {
-                return false;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "partitions {:?} not idle within {IDLE_DEADLINE:?}",
-                self.parts
-            );
-            std::thread::yield_now();
-        }
+        gpupm_test_support::device::wait_idle(&self.node, give_up)
     }
 
     /// Commits everything counted so far into the blocks (ULC partials,
@@ -102,13 +49,7 @@ impl Device {
     /// atomic batch. With the clock stopped and no switch pending, every
     /// block then equals [`Device::expected`].
     pub fn flush(&self) {
-        let mask = self.parts.iter().fold(1u32, |m, p| m | 1 << p);
-        self.node
-            .batch(&mut [
-                wr(r::TRIG_TARGET, mask),
-                wr(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
-            ])
-            .expect("flush batch");
+        stepclock::flush_all(&self.node, &self.parts).expect("flush batch");
     }
 
     /// What a flushed block of `scope`/`id` must hold by the ledger:
@@ -155,13 +96,7 @@ impl Device {
 
 /// What a flushed block must hold for ledger `l`.
 pub fn expected_from(l: &LedgerQuery) -> Counts {
-    let mut out = [0; MAX_EVENTS];
-    for e in CATALOGUE {
-        let i = usize::from(e.id);
-        let scale = if e.multibit { MULTIBIT_SCALE } else { 1 };
-        out[i] = (l.generated[i] - l.remainder[i]) / scale - l.masked[i];
-    }
-    out
+    gpupm_test_support::device::expected(l)
 }
 
 /// `a + b`, event by event.

@@ -4,56 +4,21 @@
 
 use std::fs;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::device::Device;
 use crate::process::Proc;
-use crate::scratch::TempDir;
 use crate::{http, require_root_and_fuse};
+use gpupm_test_support::Scratch;
 
-/// The directory holding this build's `gpupm-driver` and `gpupmd`, built
-/// once per test process with the profile the test was built with (a
-/// no-op when up to date): `CARGO_BIN_EXE_*` covers only a package's own
-/// binaries.
+/// The directory holding this build's binaries (one build per test
+/// process: `CARGO_BIN_EXE_*` covers only a package's own binaries).
 pub fn binaries() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("the test executable");
-        let dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>/deps/<test>")
-            .to_path_buf();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "--quiet",
-            "--bins",
-            "-p",
-            "gpupm-driver",
-            "-p",
-            "gpupmd",
-        ])
-        .current_dir(crate::repo())
-        .env("CARGO_TARGET_DIR", dir.parent().expect("the target dir"));
-        match dir.file_name().and_then(|n| n.to_str()) {
-            Some("release") => cmd.arg("--release"),
-            _ => cmd.args(["--profile", "test"]),
-        };
-        let status = cmd.status().expect("run cargo build");
-        assert!(
-            status.success(),
-            "building gpupm-driver and gpupmd failed ({status})"
-        );
-        dir
-    })
-    .clone()
+    gpupm_test_support::bins::build_once().to_path_buf()
 }
 
 /// A driver and daemon pair.
@@ -66,7 +31,7 @@ pub struct Node {
     daemon: Option<Proc>,
     driver: Proc,
     // Dropped last: unmounts what the processes leave.
-    dir: TempDir,
+    dir: Scratch,
 }
 
 impl Node {
@@ -76,7 +41,7 @@ impl Node {
     pub fn start(name: &str, scenario: &str, daemon_toml: &str) -> Node {
         require_root_and_fuse();
         let bins = binaries();
-        let dir = TempDir::new(&format!("node-{name}"));
+        let dir = Scratch::new(&format!("node-{name}"));
         fs::write(dir.join("scenario.toml"), scenario).expect("write the scenario");
         let mut cmd = Command::new(bins.join("gpupm-driver"));
         cmd.args(["--clock", "step", "--debug-ledger", "--scenario"])
@@ -173,7 +138,7 @@ impl Node {
     }
 }
 
-fn spawn_daemon(dir: &TempDir) -> Proc {
+fn spawn_daemon(dir: &Scratch) -> Proc {
     let mut cmd = Command::new(binaries().join("gpupmd"));
     cmd.arg("--config")
         .arg(dir.join("gpupmd.toml"))

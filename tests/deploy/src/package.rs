@@ -8,8 +8,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::scratch::TempDir;
 use crate::{repo, require_tool};
+use gpupm_test_support::Scratch;
 
 /// The package's Debian version: the workspace version, revision 1.
 pub fn deb_version() -> String {
@@ -76,13 +76,13 @@ pub fn dpkg_deb(args: &[&str]) -> String {
 /// The package unpacked: its file tree and its control files.
 #[derive(Debug)]
 pub struct Unpacked {
-    dir: TempDir,
+    dir: Scratch,
 }
 
 impl Unpacked {
     /// Unpacks `deb` (`dpkg-deb -x` and `-e`).
     pub fn new(deb: &Path) -> Unpacked {
-        let dir = TempDir::new("deb");
+        let dir = Scratch::new("deb");
         let deb = deb.to_str().expect("a UTF-8 path");
         dpkg_deb(&["-x", deb, dir.join("root").to_str().expect("UTF-8")]);
         dpkg_deb(&["-e", deb, dir.join("DEBIAN").to_str().expect("UTF-8")]);

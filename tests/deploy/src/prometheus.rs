@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::scratch::TempDir;
 use crate::{http, require_tool, wait_until};
+use gpupm_test_support::Scratch;
 
 /// Scrape and rule evaluation interval of the test server.
 pub const INTERVAL: &str = "500ms";
@@ -49,7 +49,7 @@ pub struct Prometheus {
     /// The API address.
     pub addr: SocketAddr,
     child: Child,
-    dir: TempDir,
+    dir: Scratch,
 }
 
 impl Prometheus {
@@ -58,7 +58,7 @@ impl Prometheus {
     /// is ready.
     pub fn start(targets: &[Target], rule_files: &[PathBuf]) -> Prometheus {
         let binary = require_tool("prometheus", "prometheus");
-        let dir = TempDir::new("prometheus");
+        let dir = Scratch::new("prometheus");
         let mut config = format!(
             "global:\n  scrape_interval: {INTERVAL}\n  scrape_timeout: {INTERVAL}\n  evaluation_interval: {INTERVAL}\nrule_files:\n"
         );

@@ -16,11 +16,11 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gpupm_fusemount::notify::NotifyListener;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -41,15 +41,7 @@ pub enum Tree {
     Overlay(PathBuf),
 }
 
-/// The path of `tool` on `PATH`; fails naming the Debian package that
-/// provides it.
-pub fn require_tool(tool: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("{tool} is missing: install the Debian package {package}"))
-}
+pub use gpupm_test_support::require_tool;
 
 /// A booted container; powered off (or killed) on drop.
 #[derive(Debug)]
@@ -91,10 +83,7 @@ impl Container {
         .collect();
         let cgroups = Cgroups::create(&machine);
         let notify_path = work.join("nspawn-notify.sock");
-        let notify = UnixDatagram::bind(&notify_path).expect("bind the notify socket");
-        notify
-            .set_read_timeout(Some(Duration::from_millis(200)))
-            .expect("notify socket timeout");
+        let notify = NotifyListener::bind(&notify_path).expect("bind the notify socket");
         let log = fs::File::create(work.join("nspawn.log")).expect("create the nspawn log");
         let root: [OsString; 2] = match tree {
             Tree::HostUsr => ["--directory=/".into(), "--volatile=yes".into()],
@@ -136,45 +125,28 @@ impl Container {
 
     /// Reads nspawn's notifications until `READY=1`; returns the leader's
     /// pid (`X_NSPAWN_LEADER_PID=`).
-    fn wait_booted(&mut self, notify: &UnixDatagram) -> Pid {
-        let deadline = Instant::now() + BOOT;
+    fn wait_booted(&mut self, notify: &NotifyListener) -> Pid {
+        let nspawn = &mut self.nspawn;
         let mut leader = None;
-        let mut buf = [0u8; 4096];
-        loop {
-            match notify.recv(&mut buf) {
-                Ok(n) => {
-                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
-                    for l in text.lines() {
-                        if let Some(pid) = l.strip_prefix("X_NSPAWN_LEADER_PID=") {
-                            leader = Some(Pid::from_raw(pid.parse().expect("a leader pid")));
-                        }
-                    }
-                    if text.lines().any(|l| l == "READY=1") {
-                        return leader.unwrap_or_else(|| {
-                            panic!("READY=1 without X_NSPAWN_LEADER_PID:\n{text}")
-                        });
-                    }
+        let ready = notify.wait_until(
+            "READY=1",
+            BOOT,
+            || {
+                nspawn
+                    .as_mut()
+                    .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+            },
+            |n| {
+                if let Some(pid) = n.get("X_NSPAWN_LEADER_PID") {
+                    leader = Some(Pid::from_raw(pid.parse().expect("a leader pid")));
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => panic!("nspawn notify socket: {e}"),
-            }
-            if let Some(status) = self
-                .nspawn
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("systemd-nspawn exited ({status}):\n{}", self.nspawn_log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the container did not boot within {BOOT:?}:\n{}",
-                self.nspawn_log()
-            );
+                n.has("READY=1")
+            },
+        );
+        if let Err(e) = ready {
+            panic!("the container did not boot: {e}:\n{}", self.nspawn_log());
         }
+        leader.unwrap_or_else(|| panic!("READY=1 without X_NSPAWN_LEADER_PID"))
     }
 
     /// nspawn's output so far.

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use gpupm_client::ops::{reg32, write32};
-use gpupm_client::DevNode;
-use gpupm_uapi::regs::{self as r, ctx_state, hs_state, part_status, trig_cmd, MAX_CONTEXTS};
+use gpupm_client::ops::reg32;
+use gpupm_client::{stepclock, DevNode};
+use gpupm_uapi::regs::{self as r, ctx_state, MAX_CONTEXTS};
 
 use super::procs::Proc;
 use crate::error::{one_line, CliError, CliResult};
@@ -49,21 +49,7 @@ impl Stepper {
                 "the demo device must run with --clock step",
             ));
         }
-        let slots: Vec<u32> = (1..r::MAX_PARTITION_SLOTS).collect();
-        let st = dev
-            .read_many(
-                &slots
-                    .iter()
-                    .map(|&p| r::part(p, r::PART_STATUS))
-                    .collect::<Vec<_>>(),
-            )
-            .map_err(dev_err)?;
-        let parts: Vec<u32> = slots
-            .iter()
-            .zip(st)
-            .filter(|(_, s)| reg32(*s) & part_status::CONFIGURED != 0)
-            .map(|(&p, _)| p)
-            .collect();
+        let parts = stepclock::configured_partitions(&dev).map_err(dev_err)?;
         let timeout = parts
             .iter()
             .filter_map(|&p| dev.read32(r::part(p, r::PART_SWITCH_TIMEOUT)).ok())
@@ -106,37 +92,13 @@ impl Stepper {
         Ok(())
     }
 
-    fn states(&self) -> CliResult<Vec<u32>> {
-        let offs: Vec<u64> = self
-            .parts
-            .iter()
-            .map(|&p| r::part(p, r::PART_STATUS))
-            .collect();
-        Ok(self
-            .dev
-            .read_many(&offs)
-            .map_err(dev_err)?
-            .iter()
-            .map(|&s| reg32(s) & part_status::STATE_MASK)
-            .collect())
-    }
-
     /// Waits until every partition's handshake is idle.
     pub fn wait_idle(&self, daemon: &mut Proc) -> CliResult {
         let deadline = Instant::now() + IDLE_PATIENCE;
         let mut spins = 0u32;
-        loop {
-            let states = self.states()?;
-            if states.iter().all(|&s| s == hs_state::IDLE) {
-                break;
-            }
-            // The demo owns the step clock, so it is the one that lets the
-            // flush acks of a triggered switch arrive; the daemon only waits.
-            if states.contains(&hs_state::TRIGGERED) {
-                self.dev
-                    .advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
-                    .map_err(dev_err)?;
-            }
+        // The demo owns the step clock, so it is the one that lets the
+        // flush acks of a triggered switch arrive; the daemon only waits.
+        while !stepclock::settle_step(&self.dev, &self.parts).map_err(dev_err)? {
             check_alive(daemon)?;
             if Instant::now() > deadline {
                 return Err(CliError::runtime(
@@ -156,13 +118,7 @@ impl Stepper {
     /// then waits until the daemon is idle: handshakes idle, no stream ring
     /// at its watermark, destroyed contexts retired.
     pub fn flush_and_settle(&self, daemon: &mut Proc) -> CliResult {
-        let mask = self.parts.iter().fold(1u32, |m, &p| m | 1 << p);
-        self.dev
-            .batch(&mut [
-                write32(r::TRIG_TARGET, mask),
-                write32(r::TRIG_CMD, trig_cmd::FLUSH_ULC | trig_cmd::TRIGGER),
-            ])
-            .map_err(dev_err)?;
+        stepclock::flush_all(&self.dev, &self.parts).map_err(dev_err)?;
         let mut spin = Spinner::new("waiting for the daemon to drain");
         let deadline = Instant::now() + IDLE_PATIENCE;
         loop {

@@ -6,12 +6,11 @@
 use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::mount::{umount2, MntFlags};
+use gpupm_fusemount::notify::NotifyListener;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -91,21 +90,11 @@ impl TempDir {
     }
 }
 
-fn is_mounted(dir: &Path) -> bool {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let dir = dir.to_string_lossy();
-    info.lines().any(|l| l.split(' ').nth(4) == Some(&*dir))
-}
-
 impl Drop for TempDir {
     fn drop(&mut self) {
         for sub in ["dev", "tenant"] {
-            let d = self.join(sub);
-            while is_mounted(&d) {
-                if umount2(&d, MntFlags::MNT_DETACH).is_err() {
-                    break;
-                }
-            }
+            // Each round takes the topmost FUSE mount away.
+            while let Ok(true) = gpupm_fusemount::unmount(&self.join(sub)) {}
         }
         if let Some(dir) = self.0.take() {
             let shown = dir.path().display().to_string();
@@ -121,7 +110,7 @@ impl Drop for TempDir {
 pub struct Proc {
     name: &'static str,
     child: Option<Child>,
-    notify: UnixDatagram,
+    notify: NotifyListener,
     log: PathBuf,
 }
 
@@ -129,11 +118,8 @@ impl Proc {
     /// Spawns `cmd` with `NOTIFY_SOCKET=sock`, stderr into `log`.
     pub fn spawn(name: &'static str, mut cmd: Command, sock: &Path, log: &Path) -> CliResult<Proc> {
         let env = |e: io::Error| CliError::usage(format!("{name}: {e}"));
-        let notify = UnixDatagram::bind(sock).map_err(env)?;
-        notify
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .map_err(env)?;
-        cmd.env("NOTIFY_SOCKET", sock)
+        let notify = NotifyListener::bind(sock).map_err(env)?;
+        cmd.env("NOTIFY_SOCKET", notify.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(log).map_err(env)?);
@@ -168,40 +154,25 @@ impl Proc {
     /// Waits for `READY=1`.
     pub fn wait_ready(&mut self) -> CliResult {
         let mut spin = Spinner::new(format!("starting {}", self.name));
-        let deadline = Instant::now() + PATIENCE;
-        let mut buf = [0u8; 4096];
-        loop {
+        let child = &mut self.child;
+        let waited = self.notify.wait_for("READY=1", PATIENCE, || {
             spin.tick();
-            match self.notify.recv(&mut buf) {
-                Ok(n)
-                    if String::from_utf8_lossy(&buf[..n])
-                        .lines()
-                        .any(|l| l == "READY=1") =>
-                {
-                    return Ok(())
-                }
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(CliError::usage(format!("{} notify socket: {e}", self.name))),
-            }
-            if let Some(st) = self.exited() {
-                return Err(CliError::usage(format!(
-                    "{} exited before READY ({st}): {}",
-                    self.name,
-                    self.last_log_line()
-                )));
-            }
-            if Instant::now() > deadline {
-                return Err(CliError::usage(format!(
-                    "{} not READY within {PATIENCE:?}: {}",
-                    self.name,
-                    self.last_log_line()
-                )));
-            }
+            child
+                .as_mut()
+                .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        });
+        match (waited, self.exited()) {
+            (Ok(_), _) => Ok(()),
+            (Err(_), Some(st)) => Err(CliError::usage(format!(
+                "{} exited before READY ({st}): {}",
+                self.name,
+                self.last_log_line()
+            ))),
+            (Err(e), None) => Err(CliError::usage(format!(
+                "{}: {e}: {}",
+                self.name,
+                self.last_log_line()
+            ))),
         }
     }
 

@@ -18,7 +18,7 @@ use gpupm_driver::scenario::Scenario;
 use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
 use gpupm_uapi::layout::{Block, BlockSlot};
-use gpupm_uapi::tenant::{counter_flags, ctx_state, ReadCounters};
+use gpupm_uapi::tenant::{counter_flags, ctx_state, CtxEntry, ReadCounters};
 use schemars::JsonSchema;
 use serde::Serialize;
 use zerocopy::{FromBytes, IntoBytes};
@@ -119,32 +119,44 @@ fn instance_totals(
     })
 }
 
-/// Reads every total and compares with the ledger.
-pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
-    let who = node.whoami()?;
-    // A confidential VM's ledger answers are sealed like its blocks: the
-    // demo opens them with the VM's key from the scenario, as its tenant
-    // would.
-    let ledger = |scope, id, key: Option<&[u8; 32]>| {
-        let mut l = dev
-            .ledger(scope, id)
-            .map_err(|e| CliError::runtime(crate::error::one_line(e)))?;
-        if let Some(k) = key {
-            cc::open_ledger(&mut l, k)
-                .map_err(|e| CliError::runtime(format!("ledger of {scope}/{id}: {e}")))?;
-        }
-        Ok::<_, CliError>(expected(&l))
-    };
-    let mut mismatches = Vec::new();
-    let system = node.totals(Scope::System)?.values;
-    if system != ledger(ledger_scope::SYSTEM, 0, None)? {
-        mismatches.push("system".to_string());
+/// The ledger's totals of (`scope`, `id`). A confidential VM's ledger
+/// answers are sealed like its blocks: the demo opens them with the VM's
+/// key from the scenario, as its tenant would.
+fn ledger_totals(
+    dev: &DevNode,
+    scope: u32,
+    id: u32,
+    key: Option<&[u8; 32]>,
+) -> CliResult<[u64; MAX_EVENTS]> {
+    let mut l = dev
+        .ledger(scope, id)
+        .map_err(|e| CliError::runtime(crate::error::one_line(e)))?;
+    if let Some(k) = key {
+        cc::open_ledger(&mut l, k)
+            .map_err(|e| CliError::runtime(format!("ledger of {scope}/{id}: {e}")))?;
     }
-    // Context ids are reused, across VMs too: a scope read answers for the
-    // latest instance of an id, an instance read for the earlier ones.
+    Ok(expected(&l))
+}
+
+/// Whether `totals` (when readable) differ from the ledger's.
+fn differs(totals: Option<[u64; MAX_EVENTS]>, ledger: CliResult<[u64; MAX_EVENTS]>) -> bool {
+    totals.is_some_and(|t| t != ledger.unwrap_or([u64::MAX; MAX_EVENTS]))
+}
+
+/// A VM and its contexts.
+type VmContexts = (u32, Vec<CtxEntry>);
+
+/// The contexts of every visible VM, and the created cycle of the latest
+/// instance of each context id. Context ids are reused, across VMs too: a
+/// scope read answers for the latest instance of an id, an instance read
+/// for the earlier ones.
+fn visible_contexts(
+    node: &Node,
+    vms: impl IntoIterator<Item = u32>,
+) -> CliResult<(Vec<VmContexts>, BTreeMap<u32, u64>)> {
     let mut lists = Vec::new();
     let mut latest: BTreeMap<u32, u64> = BTreeMap::new();
-    for vm in who.visible_vms() {
+    for vm in vms {
         let list = node
             .client()
             .list_contexts(vm)
@@ -155,48 +167,72 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
         }
         lists.push((vm, list));
     }
+    Ok((lists, latest))
+}
+
+/// VM `vm`'s totals and its contexts', each compared with the ledger
+/// (mismatches appended to `mismatches`).
+fn vm_totals(
+    node: &Node,
+    dev: &DevNode,
+    (vm, list): VmContexts,
+    latest: &BTreeMap<u32, u64>,
+    key: Option<&[u8; 32]>,
+    mismatches: &mut Vec<String>,
+) -> CliResult<VmTotals> {
+    let rc = node.totals(Scope::Vm(vm))?;
+    let sealed = node::sealed(&rc);
+    let totals = answer(&rc, key);
+    if differs(totals, ledger_totals(dev, ledger_scope::VM, vm, key)) {
+        mismatches.push(format!("VM {vm}"));
+    }
+    let mut contexts = Vec::new();
+    for c in &list {
+        let live = c.state != ctx_state::RETIRED;
+        let totals = if latest.get(&c.ctx) == Some(&c.created_cycle) {
+            answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
+        } else {
+            instance_totals(node, c.ctx, c.created_cycle, key)?
+        };
+        if live
+            && differs(
+                totals,
+                ledger_totals(dev, ledger_scope::CONTEXT, c.ctx, key),
+            )
+        {
+            mismatches.push(format!("context {}", c.ctx));
+        }
+        contexts.push(CtxTotals {
+            ctx: c.ctx,
+            created_cycle: c.created_cycle,
+            totals,
+        });
+    }
+    Ok(VmTotals {
+        vm,
+        sealed,
+        totals,
+        contexts,
+    })
+}
+
+/// Reads every total and compares with the ledger.
+pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Summary> {
+    let who = node.whoami()?;
+    let mut mismatches = Vec::new();
+    let system = node.totals(Scope::System)?.values;
+    if system != ledger_totals(dev, ledger_scope::SYSTEM, 0, None)? {
+        mismatches.push("system".to_string());
+    }
+    let (lists, latest) = visible_contexts(node, who.visible_vms())?;
     let mut vms = Vec::new();
-    for (vm, list) in lists {
+    for entry in lists {
         let key = scenario
             .vms
             .iter()
-            .find(|v| v.id == vm)
+            .find(|v| v.id == entry.0)
             .and_then(|v| v.confidential_key.as_ref());
-        let rc = node.totals(Scope::Vm(vm))?;
-        let sealed = node::sealed(&rc);
-        let totals = answer(&rc, key);
-        if totals.is_some_and(|t| {
-            t != ledger(ledger_scope::VM, vm, key).unwrap_or([u64::MAX; MAX_EVENTS])
-        }) {
-            mismatches.push(format!("VM {vm}"));
-        }
-        let mut contexts = Vec::new();
-        for c in &list {
-            let live = c.state != ctx_state::RETIRED;
-            let totals = if latest.get(&c.ctx) == Some(&c.created_cycle) {
-                answer(&*node.totals(Scope::Ctx(c.ctx))?, key)
-            } else {
-                instance_totals(node, c.ctx, c.created_cycle, key)?
-            };
-            if live
-                && totals.is_some_and(|t| {
-                    t != ledger(ledger_scope::CONTEXT, c.ctx, key).unwrap_or([u64::MAX; MAX_EVENTS])
-                })
-            {
-                mismatches.push(format!("context {}", c.ctx));
-            }
-            contexts.push(CtxTotals {
-                ctx: c.ctx,
-                created_cycle: c.created_cycle,
-                totals,
-            });
-        }
-        vms.push(VmTotals {
-            vm,
-            sealed,
-            totals,
-            contexts,
-        });
+        vms.push(vm_totals(node, dev, entry, &latest, key, &mut mismatches)?);
     }
     Ok(Summary {
         system,

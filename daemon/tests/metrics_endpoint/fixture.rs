@@ -1,0 +1,171 @@
+//! The metrics tests' fixture: a small in-process [`CounterView`] and
+//! steady self-metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gpupm_uapi::events::{by_name, MAX_EVENTS};
+use gpupmd::view::{
+    CounterView, CtxId, CtxInfo, CtxState, DeltaSample, HealthSnapshot, HealthSource, Scope,
+    Totals, VmId,
+};
+
+/// The value the fixture reports for `sm_inst_executed` of VM 1.
+pub const VM1_SM_INST_EXECUTED: u64 = 123_456;
+
+/// One fixture context.
+#[derive(Clone, Debug)]
+pub struct FxCtx {
+    pub info: CtxInfo,
+    pub counters: [u64; MAX_EVENTS],
+}
+
+/// A fixed device: VM 1 (two contexts), VM 2 (confidential, one context),
+/// VM 3 (`vm3_contexts` contexts with distinct created cycles).
+#[derive(Debug)]
+pub struct FixtureView {
+    pub vms: BTreeMap<VmId, Option<[u64; MAX_EVENTS]>>,
+    pub contexts: Vec<FxCtx>,
+    pub system: [u64; MAX_EVENTS],
+}
+
+fn counters(seed: u64) -> [u64; MAX_EVENTS] {
+    let mut c = [0u64; MAX_EVENTS];
+    for (i, v) in c.iter_mut().enumerate() {
+        *v = seed * 1000 + u64::try_from(i).unwrap() * 7;
+    }
+    c
+}
+
+fn event(name: &str) -> usize {
+    usize::from(by_name(name).unwrap().id)
+}
+
+impl FixtureView {
+    pub fn new(vm3_contexts: u32) -> Self {
+        let mut contexts = Vec::new();
+        let mut add = |ctx: CtxId, vm: VmId, created_cycle: u64, state: CtxState| {
+            contexts.push(FxCtx {
+                info: CtxInfo {
+                    ctx,
+                    vm,
+                    created_cycle,
+                    state,
+                },
+                counters: counters(u64::from(ctx) + 10),
+            });
+        };
+        add(1, 1, 100, CtxState::Active);
+        add(2, 1, 200, CtxState::Retired);
+        add(30, 2, 300, CtxState::Active);
+        for i in 0..vm3_contexts {
+            // Created cycles not in id order, so "newest" differs from "highest id".
+            add(
+                100 + i,
+                3,
+                1_000 + u64::from((i * 7) % vm3_contexts),
+                CtxState::Active,
+            );
+        }
+        let mut vm1 = counters(1);
+        vm1[event("sm_inst_executed")] = VM1_SM_INST_EXECUTED;
+        let mut vms = BTreeMap::new();
+        vms.insert(1, Some(vm1));
+        vms.insert(2, None);
+        vms.insert(3, Some(counters(3)));
+        let mut system = counters(9);
+        system[event("nvlink_rx_flits")] = 4242;
+        Self {
+            vms,
+            contexts,
+            system,
+        }
+    }
+}
+
+impl CounterView for FixtureView {
+    fn vms(&self) -> Vec<VmId> {
+        self.vms.keys().copied().collect()
+    }
+    fn vm_partition(&self, vm: VmId) -> Option<u32> {
+        self.vms.contains_key(&vm).then_some(vm)
+    }
+    fn contexts(&self, vm: VmId) -> Option<Vec<CtxInfo>> {
+        self.vms.contains_key(&vm).then(|| {
+            self.contexts
+                .iter()
+                .filter(|c| c.info.vm == vm)
+                .map(|c| c.info)
+                .collect()
+        })
+    }
+    fn ctx_vm(&self, ctx: CtxId) -> Option<VmId> {
+        self.contexts
+            .iter()
+            .find(|c| c.info.ctx == ctx)
+            .map(|c| c.info.vm)
+    }
+    fn totals(&self, scope: Scope) -> Option<Totals> {
+        let plain = |counters| Totals::Plain {
+            counters,
+            commit_seq: 1,
+            cycle: 10,
+        };
+        match scope {
+            Scope::System => Some(plain(self.system)),
+            Scope::Vm(vm) => Some(match self.vms.get(&vm)? {
+                Some(c) => plain(*c),
+                None => Totals::Sealed(vec![0xa5; 64]),
+            }),
+            Scope::Ctx(ctx) => {
+                let c = self.contexts.iter().find(|c| c.info.ctx == ctx)?;
+                Some(match self.vms.get(&c.info.vm)? {
+                    Some(_) => plain(c.counters),
+                    None => Totals::Sealed(vec![0x5a; 64]),
+                })
+            }
+        }
+    }
+    fn recent(&self, _scope: Scope, _max: usize) -> Option<Vec<DeltaSample>> {
+        None
+    }
+    fn subscribe(
+        &self,
+        _scope: Scope,
+    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+        None
+    }
+    fn clock_khz(&self) -> u32 {
+        1_000_000
+    }
+}
+
+/// Self-metrics that are the same on every call ([`steady_health`]).
+#[derive(Debug)]
+pub struct SteadyHealth;
+
+impl HealthSource for SteadyHealth {
+    fn snapshot(&self) -> HealthSnapshot {
+        steady_health()
+    }
+}
+
+/// The metrics fixture's self-metrics (the same on every call, with three
+/// latency samples each time).
+pub fn steady_health() -> HealthSnapshot {
+    HealthSnapshot {
+        uptime_s: 42.5,
+        handshakes: 1000,
+        handshake_latency_ns: vec![20_000, 40_000, 900_000],
+        fallbacks: 3,
+        lost_records: 4,
+        drained_records: 5000,
+        drain_lag_records: 6,
+        handshake_response_max_ns: 1_250_000,
+        contexts_active: 12,
+        contexts_retired: 7,
+        tenant_requests: 800,
+        tenant_errors: 9,
+        ..HealthSnapshot::default()
+    }
+}

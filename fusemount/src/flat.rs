@@ -1,0 +1,159 @@
+//! The shape both nodes' file systems share: one root directory holding a
+//! few files, every attribute fixed at start. The file systems decide who
+//! may see what and what the files do; this is the directory around them.
+
+use std::ffi::OsStr;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr,
+    ReplyDirectory, ReplyEntry, ReplyOpen,
+};
+
+/// The root directory's inode.
+pub const ROOT_INO: INodeNo = INodeNo::ROOT;
+/// How long the kernel may cache an entry or attribute.
+pub const TTL: Duration = Duration::from_secs(1);
+
+/// A root directory and its files (inode, name).
+#[derive(Debug)]
+pub struct FlatDir {
+    files: &'static [(INodeNo, &'static str)],
+    started: SystemTime,
+}
+
+/// Mode and group of a file of a [`FlatDir`] (the root is `0755 root`).
+#[derive(Clone, Copy, Debug)]
+pub struct FileAccess {
+    /// Permission bits.
+    pub perm: u16,
+    /// Owning group.
+    pub gid: u32,
+}
+
+impl FlatDir {
+    /// The directory of `files`, with times of now.
+    pub fn new(files: &'static [(INodeNo, &'static str)]) -> FlatDir {
+        FlatDir {
+            files,
+            started: SystemTime::now(),
+        }
+    }
+
+    /// The inode of `name` in directory `parent`.
+    pub fn lookup(&self, parent: INodeNo, name: &OsStr) -> Option<INodeNo> {
+        let name = name.to_str()?;
+        self.files
+            .iter()
+            .find(|&&(_, n)| parent == ROOT_INO && n == name)
+            .map(|&(ino, _)| ino)
+    }
+
+    /// The attributes of `ino` (a file gets `file`'s mode and group).
+    pub fn attr(&self, ino: INodeNo, file: FileAccess) -> Option<FileAttr> {
+        let (kind, perm, gid) = if ino == ROOT_INO {
+            (FileType::Directory, 0o755, 0)
+        } else if self.files.iter().any(|&(i, _)| i == ino) {
+            (FileType::RegularFile, file.perm, file.gid)
+        } else {
+            return None;
+        };
+        Some(FileAttr {
+            ino,
+            size: 0,
+            blocks: 0,
+            atime: self.started,
+            mtime: self.started,
+            ctime: self.started,
+            crtime: self.started,
+            kind,
+            perm,
+            nlink: if kind == FileType::Directory { 2 } else { 1 },
+            uid: 0,
+            gid,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        })
+    }
+
+    /// Answers a lookup of `name` in `parent`.
+    pub fn reply_lookup(&self, parent: INodeNo, name: &OsStr, file: FileAccess, reply: ReplyEntry) {
+        match self.lookup(parent, name).and_then(|i| self.attr(i, file)) {
+            Some(a) => reply.entry(&TTL, &a, Generation(0)),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    /// Answers a getattr of `ino`.
+    pub fn reply_attr(&self, ino: INodeNo, file: FileAccess, reply: ReplyAttr) {
+        match self.attr(ino, file) {
+            Some(a) => reply.attr(&TTL, &a),
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    /// Answers an opendir: only the root is a directory.
+    pub fn reply_opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+        if ino != ROOT_INO {
+            return reply.error(Errno::ENOTDIR);
+        }
+        reply.opened(FileHandle(0), FopenFlags::empty());
+    }
+
+    /// Answers a readdir of `ino` from entry `offset` on: `.`, `..`, then
+    /// the files.
+    pub fn reply_readdir(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
+        if ino != ROOT_INO {
+            return reply.error(Errno::ENOTDIR);
+        }
+        let dots = [
+            (ROOT_INO, FileType::Directory, "."),
+            (ROOT_INO, FileType::Directory, ".."),
+        ];
+        let files = self
+            .files
+            .iter()
+            .map(|&(i, n)| (i, FileType::RegularFile, n));
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        for (next, (ino, kind, name)) in (1u64..).zip(dots.into_iter().chain(files)).skip(skip) {
+            if reply.add(ino, next, kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FILES: &[(INodeNo, &str)] = &[(INodeNo(2), "card0"), (INodeNo(3), "card0-oob")];
+    const ACCESS: FileAccess = FileAccess {
+        perm: 0o660,
+        gid: 7,
+    };
+
+    #[test]
+    fn files_are_found_only_in_the_root_and_carry_their_access() {
+        let dir = FlatDir::new(FILES);
+        assert_eq!(
+            dir.lookup(ROOT_INO, OsStr::new("card0-oob")),
+            Some(INodeNo(3))
+        );
+        assert_eq!(dir.lookup(INodeNo(2), OsStr::new("card0")), None);
+        assert_eq!(dir.lookup(ROOT_INO, OsStr::new("card1")), None);
+        let file = dir.attr(INodeNo(2), ACCESS).unwrap();
+        assert_eq!(
+            (file.kind, file.perm, file.gid, file.nlink),
+            (FileType::RegularFile, 0o660, 7, 1)
+        );
+        let root = dir.attr(ROOT_INO, ACCESS).unwrap();
+        assert_eq!(
+            (root.kind, root.perm, root.gid, root.nlink),
+            (FileType::Directory, 0o755, 0, 2)
+        );
+        assert!(dir.attr(INodeNo(4), ACCESS).is_none());
+    }
+}

@@ -1,0 +1,219 @@
+//! The CLI tests' fixture: the real `gpupm-driver` (step clock, built-in
+//! scenario) and the real `gpupmd` (a private config mapping two numeric
+//! tenant uids to VMs) on a private directory, each started with a
+//! `NOTIFY_SOCKET` the test owns; `gpupm` runs as a process, as root or as
+//! a tenant through `setpriv`.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use gpupm_client::DevNode;
+
+use crate::process::Proc;
+use crate::scratch::Scratch;
+use crate::users::{Cred, Run};
+use crate::{bin, device};
+
+/// Tenant uid mapped to VM [`VM_A`].
+pub const UID_A: u32 = 47001;
+/// Tenant uid mapped to VM [`VM_B`].
+pub const UID_B: u32 = 47002;
+/// A uid mapped to nothing.
+pub const UID_NOBODY: u32 = 47009;
+/// VM of tenant A (built-in scenario).
+pub const VM_A: u32 = 2;
+/// VM of tenant B.
+pub const VM_B: u32 = 5;
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// Driver + daemon with two tenants.
+#[derive(Debug)]
+pub struct Fixture {
+    /// The daemon (dropped first).
+    pub daemon: Proc,
+    /// The driver.
+    pub driver: Proc,
+    /// The device node.
+    pub dev: DevNode,
+    /// Configured partitions.
+    pub parts: Vec<u32>,
+    /// Daemon config path.
+    pub config: PathBuf,
+    /// Metrics port.
+    pub metrics_port: u16,
+    /// Scratch directory (dropped last).
+    pub tmp: Scratch,
+}
+
+impl Fixture {
+    /// Starts both processes.
+    pub fn start(tag: &str) -> Fixture {
+        Fixture::start_with(tag, &[])
+    }
+
+    /// Like [`Fixture::start`], with further `gpupm-driver` arguments
+    /// (e.g. `--debug-ledger`).
+    pub fn start_with(tag: &str, driver_args: &[&str]) -> Fixture {
+        crate::require_root_and_fuse("the gpupm CLI tests");
+        let tmp = Scratch::world_writable(&format!("cli-{tag}"));
+        let mut cmd = Command::new(bin!(Driver));
+        cmd.args(["--clock", "step", "--node-dir"])
+            .arg(tmp.join("dev"))
+            .args(driver_args);
+        let driver = Proc::start("driver", cmd, tmp.path());
+        let metrics_port = free_port();
+        let config = tmp.join("gpupmd.toml");
+        fs::write(
+            &config,
+            format!(
+                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n\
+                 [[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n\
+                 [stream]\nwatermark = 16\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n\
+                 [pages]\ndir = {:?}\n",
+                tmp.join("dev"),
+                tmp.join("tenant"),
+                tmp.join("state"),
+                tmp.join("no-journal"),
+                tmp.join("pages")
+            ),
+        )
+        .expect("config");
+        let mut cmd = Command::new(bin!(Daemon));
+        cmd.arg("--config").arg(&config);
+        let daemon = Proc::start("gpupmd", cmd, tmp.path());
+        let dev = DevNode::open(&tmp.join("dev")).expect("card0");
+        let parts = device::partitions(&dev);
+        Fixture {
+            daemon,
+            driver,
+            dev,
+            parts,
+            config,
+            metrics_port,
+            tmp,
+        }
+    }
+
+    /// Tenant node path.
+    pub fn node(&self) -> String {
+        self.tmp.join("tenant/node").display().to_string()
+    }
+
+    /// Node directory.
+    pub fn node_dir(&self) -> String {
+        self.tmp.join("dev").display().to_string()
+    }
+
+    /// The daemon's page socket.
+    pub fn pages_socket(&self) -> String {
+        self.tmp.join("pages/socket").display().to_string()
+    }
+
+    /// Advances device time by `ms` in 1 ms chunks, letting the daemon
+    /// finish every handshake after each chunk.
+    pub fn advance_ms(&mut self, ms: u64) {
+        for _ in 0..ms {
+            self.dev.advance(1_980_000).expect("advance");
+            self.wait_idle();
+        }
+    }
+
+    /// Waits until every partition's handshake is idle.
+    pub fn wait_idle(&mut self) {
+        let daemon = &mut self.daemon;
+        assert!(
+            device::wait_idle(&self.dev, || !daemon.alive()),
+            "gpupmd died:\n{}",
+            daemon.log()
+        );
+    }
+
+    /// `gpupm ARGS` as root with the fixture's node paths.
+    pub fn gpupm(&self, args: &[&str]) -> Run {
+        run_as(None, &self.with_nodes(args))
+    }
+
+    /// `gpupm ARGS` as `uid` (gid = uid, no supplementary groups).
+    pub fn gpupm_as(&self, uid: u32, args: &[&str]) -> Run {
+        run_as(Some(uid), &self.with_nodes(args))
+    }
+
+    fn with_nodes(&self, args: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        v.extend([
+            "--tenant-node".into(),
+            self.node(),
+            "--node-dir".into(),
+            self.node_dir(),
+            "--pages-socket".into(),
+            self.pages_socket(),
+        ]);
+        v
+    }
+
+    /// Stops the daemon and the driver, asserting clean exits.
+    pub fn stop(mut self) {
+        self.daemon.stop();
+        self.driver.stop();
+    }
+}
+
+/// `gpupm ARGS` as root, or as `uid` (gid = uid, no supplementary groups).
+fn command_as(uid: Option<u32>) -> Command {
+    match uid {
+        Some(u) => Cred::user(u).command(bin!(Cli)),
+        None => Command::new(bin!(Cli)),
+    }
+}
+
+/// Runs `gpupm ARGS`, as root or as `uid` through `setpriv`.
+pub fn run_as(uid: Option<u32>, args: &[String]) -> Run {
+    let mut cmd = command_as(uid);
+    cmd.args(args).stdin(Stdio::null());
+    Run::from(cmd.output().expect("run gpupm"))
+}
+
+/// Starts `gpupm ARGS` (as `uid`) without waiting.
+pub fn spawn_as(uid: Option<u32>, args: &[String]) -> Child {
+    let mut cmd = command_as(uid);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("spawn gpupm")
+}
+
+/// Waits for a spawned run.
+pub fn finish(c: Child) -> Run {
+    Run::from(c.wait_with_output().expect("wait gpupm"))
+}
+
+/// `gpupm ARGS --tenant-node NODE` as `uid` (through `setpriv`): (exit
+/// code, stdout, stderr).
+pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={uid}"))
+        .arg("--clear-groups")
+        .arg(bin!(Cli))
+        .args(args)
+        .arg("--tenant-node")
+        .arg(node)
+        .output()
+        .expect("setpriv (util-linux) runs gpupm");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -1,0 +1,190 @@
+//! Driving and checking the device through a [`DevNode`]: the step clock,
+//! the handshake state of every partition, flushes, context instances, and
+//! what the ledger says a block must hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use gpupm_client::ops::reg32;
+use gpupm_client::{stepclock, DevNode, IntrReader};
+use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::intr::{source, InterruptRecord};
+use gpupm_uapi::ioctl::LedgerQuery;
+use gpupm_uapi::layout::{envelope_flags, Block};
+use gpupm_uapi::regs::{self as r, ctx_state, MAX_CONTEXTS};
+
+use crate::process::Proc;
+use zerocopy::FromBytes;
+
+/// Configured partition slots.
+pub fn partitions(dev: &DevNode) -> Vec<u32> {
+    stepclock::configured_partitions(dev).expect("read PART_STATUS")
+}
+
+/// Handshake state of every configured partition.
+pub fn hs_states(dev: &DevNode) -> Vec<u32> {
+    stepclock::handshake_states(dev, &partitions(dev)).expect("read PART_STATUS")
+}
+
+/// Sum of a 64-bit partition register over the configured partitions.
+pub fn part_sum(dev: &DevNode, reg: u64) -> u64 {
+    let offsets: Vec<u64> = partitions(dev).iter().map(|&p| r::part(p, reg)).collect();
+    dev.read_many(&offsets)
+        .expect("read partition registers")
+        .iter()
+        .sum()
+}
+
+/// Waits until every partition's handshake is idle, or `give_up()` says to
+/// stop waiting (e.g. the daemon died); returns whether all went idle. The
+/// test owns the step clock, so it lets the flush acks of a triggered
+/// switch arrive ([`stepclock::settle_step`]).
+pub fn wait_idle(dev: &DevNode, mut give_up: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let parts = partitions(dev);
+    let mut spins = 0u32;
+    while !stepclock::settle_step(dev, &parts).expect("settle the step clock") {
+        if give_up() {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "partitions not idle within 30 s: {:?}",
+            hs_states(dev)
+        );
+        spins += 1;
+        if spins > 20 {
+            std::thread::yield_now();
+        }
+    }
+    true
+}
+
+/// Advances the step clock by `cycles` and waits until `daemon` has
+/// finished every switch that raised; fails with its log if it died.
+pub fn step(dev: &DevNode, cycles: u64, daemon: &mut Proc) {
+    dev.advance(cycles).expect("advance");
+    assert!(
+        wait_idle(dev, || !daemon.alive()),
+        "gpupmd died:\n{}",
+        daemon.log()
+    );
+}
+
+/// Tracks context instances from the test's own interrupt handle.
+#[derive(Debug)]
+pub struct Instances {
+    reader: IntrReader,
+    created: BTreeMap<u32, u64>,
+    /// Every (ctx, created cycle) destroyed so far.
+    pub destroyed: BTreeSet<(u32, u64)>,
+    recs: Vec<InterruptRecord>,
+}
+
+impl Instances {
+    /// Starts tracking; `dev` must be opened before any context exists
+    /// that the test wants to see destroyed, or `seed` it from the table.
+    pub fn new(dev: &DevNode) -> Instances {
+        let reader = dev.interrupts().expect("interrupt handle");
+        let mut created = BTreeMap::new();
+        for (ctx, _, _, cycle) in contexts(dev) {
+            created.insert(ctx, cycle);
+        }
+        Instances {
+            reader,
+            created,
+            destroyed: BTreeSet::new(),
+            recs: Vec::new(),
+        }
+    }
+
+    /// Reads every pending record.
+    pub fn update(&mut self) {
+        self.recs.clear();
+        let batch = self
+            .reader
+            .wait(Duration::ZERO, &mut self.recs)
+            .expect("read interrupts");
+        assert_eq!(batch.missed, 0, "the test missed interrupt records");
+        for rec in &self.recs {
+            match rec.source {
+                source::CTX_CREATED => {
+                    self.created.insert(rec.arg, rec.cycle);
+                }
+                source::CTX_DESTROYED => {
+                    let cycle = *self
+                        .created
+                        .get(&rec.arg)
+                        .expect("destroyed context was created");
+                    self.destroyed.insert((rec.arg, cycle));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Every context entry in use: (id, state, vm, created cycle).
+pub fn contexts(dev: &DevNode) -> Vec<(u32, u32, u32, u64)> {
+    let states = dev
+        .read_many(
+            &(1..MAX_CONTEXTS)
+                .map(|c| r::ctx(c, r::CTX_STATE))
+                .collect::<Vec<_>>(),
+        )
+        .expect("states");
+    let used: Vec<u32> = (1..MAX_CONTEXTS)
+        .zip(states)
+        .filter(|&(_, s)| s != 0)
+        .map(|(c, _)| c)
+        .collect();
+    let offs: Vec<u64> = used
+        .iter()
+        .flat_map(|&c| {
+            [
+                r::ctx(c, r::CTX_STATE),
+                r::ctx(c, r::CTX_VM),
+                r::ctx(c, r::CTX_CREATED_CYCLE),
+            ]
+        })
+        .collect();
+    let v = dev.read_many(&offs).expect("context entries");
+    used.iter()
+        .zip(v.chunks_exact(3))
+        .map(|(&c, d)| (c, reg32(d[0]), reg32(d[1]), d[2]))
+        .collect()
+}
+
+/// Waits until the daemon has retired every destroyed context.
+pub fn wait_none_destroyed(dev: &DevNode) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while contexts(dev).iter().any(|c| c.1 == ctx_state::DESTROYED) {
+        assert!(
+            Instant::now() < deadline,
+            "destroyed contexts not released within 30 s"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Commits everything into the blocks (ULC partials, CCU banks, RCs) on
+/// every partition, in one atomic batch (the daemon writes TRIG_TARGET too).
+pub fn flush(dev: &DevNode) {
+    stepclock::flush_all(dev, &partitions(dev)).expect("flush");
+}
+
+/// What a block must hold after a flush: `(generated − remainder)/scale − masked`.
+pub fn expected(l: &LedgerQuery) -> [u64; MAX_EVENTS] {
+    crate::rawnode::expected(l)
+}
+
+/// The plaintext block at window offset `offset`.
+pub fn block_at(dev: &DevNode, offset: u64) -> Block {
+    let slot = dev.block_slot(offset).expect("block slot");
+    assert_eq!(
+        slot.envelope.flags & envelope_flags::ENCRYPTED,
+        0,
+        "the block at {offset:#x} is sealed"
+    );
+    Block::read_from_bytes(&slot.payload).expect("a block")
+}

@@ -1,0 +1,624 @@
+//! Prints the C header of the gpupm ABI:
+//! `cargo run -p gpupm-uapi --example gen_c > include/gpupm/gpupm_uapi.h`.
+//! `uapi/tests/c_header.rs` checks that the committed header matches and
+//! that it compiles with its size asserts.
+//!
+//! Two sources make the header:
+//! - **struct bodies** come from cbindgen, which parses this crate's source,
+//!   so field names, order, types and doc comments cannot drift from Rust;
+//! - **everything else** comes from the hand-written emitter below, with
+//!   every value taken from the crate itself: cbindgen cannot evaluate the
+//!   ioctl encoding functions or the catalogue macro, flattens the nested-module
+//!   constants whose names clash (`scope::VM`, `ledger_scope::VM`,
+//!   `regs::ctx_state::ACTIVE`, `tenant::ctx_state::ACTIVE`, the many
+//!   `ALL`s), writes `1 << 32` as an `int` shift, and makes the two slot
+//!   structs opaque because their payload length is `size_of::<…>()`. Those
+//!   two ([`BlockSlot`], [`StreamSlot`]) are emitted by hand between two
+//!   cbindgen passes, their lengths from `size_of`.
+//!
+//! Every struct gets `sizeof`/`alignof` asserts with the numbers Rust
+//! computes, every ioctl number an assert that its size field equals its
+//! struct's size, and every offset macro an assert against the Rust helper.
+//!
+//! **Comments.** Every `#define` of a Rust constant carries the constant's
+//! doc comment, read from the source with `syn` (`gen_c/docs.rs`); rustdoc
+//! links become the header's names. Each section opens with the part of
+//! the programming model it needs (`gen_c/prose.rs`, the short form of
+//! `docs/abi.md`). The header is rendered twice: the first pass learns the
+//! header name of every item, so that a comment can name an item defined
+//! further down.
+
+mod docs;
+mod prose;
+mod structs;
+
+use docs::{c_comment, Docs, Names};
+use gpupm_uapi::events::{EventInfo, UnitType, CATALOGUE};
+use gpupm_uapi::{intr, ioctl, pmu, regs, tenant};
+use structs::{all_structs, emit_asserts, emit_structs};
+
+/// An integer constant of any width.
+trait Num: Copy {
+    fn wide(self) -> u64;
+}
+macro_rules! num {
+    ($($t:ty),*) => { $(impl Num for $t { fn wide(self) -> u64 { self as u64 } })* };
+}
+num!(u8, u16, u32, u64, usize);
+
+/// The header being written, with the doc comments still to place and
+/// the header names of the items (complete from the second pass on).
+struct Header {
+    out: String,
+    docs: Docs,
+    names: Names,
+}
+
+impl Header {
+    fn new(names: Names) -> Header {
+        let mut h = Header {
+            out: String::new(),
+            docs: Docs::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")),
+            names,
+        };
+        for (rust, c, _, _) in all_structs() {
+            h.names.add(rust, &format!("struct {c}"));
+        }
+        h
+    }
+
+    fn line(&mut self, text: &str) {
+        self.out.push_str(text);
+        self.out.push('\n');
+    }
+
+    /// A section: its title, then what the programming model says about it.
+    fn section(&mut self, title: &str, model: &str) {
+        self.line(&format!("\n/* {title} */\n"));
+        if !model.is_empty() {
+            self.line(&c_comment(model).replacen("/**", "/*", 1));
+            self.line("");
+        }
+    }
+
+    /// The doc comment of the constant at `key` (rustdoc links resolved
+    /// from its module), placed above what follows.
+    fn doc(&mut self, key: &str) {
+        if let Some(doc) = self.docs.take(key) {
+            let module = key.rsplit_once("::").map_or("", |(m, _)| m);
+            let text = self.names.rewrite_in(module, &doc);
+            self.line(&c_comment(&text));
+        }
+    }
+
+    /// `#define name value`, hex or decimal, suffixed when it does not fit an `int`.
+    fn define(&mut self, name: &str, v: impl Num, hex: bool, note: &str) {
+        let v = v.wide();
+        let suffix = match v {
+            0..=0x7fff_ffff => "",
+            0x8000_0000..=0xffff_ffff => "U",
+            _ => "ULL",
+        };
+        let body = if hex {
+            format!("{v:#x}{suffix}")
+        } else {
+            format!("{v}{suffix}")
+        };
+        let note = if note.is_empty() {
+            String::new()
+        } else {
+            format!(" /* {note} */")
+        };
+        self.line(&format!("#define {name} {body}{note}"));
+    }
+
+    /// [`Header::define`] of the Rust constant at `key`, with its doc comment.
+    fn item(&mut self, key: &str, name: &str, v: impl Num, hex: bool, note: &str) {
+        self.names.add(key, name);
+        self.doc(key);
+        self.define(name, v, hex, note);
+    }
+
+    /// Names the members of module `module` (`regs::trig_cmd`) by the
+    /// prefix they share in the header.
+    fn module(&mut self, module: &str, prefix: &str) {
+        if module.contains("::") {
+            self.names.add(module, &format!("{prefix}*"));
+        }
+    }
+
+    fn assert(&mut self, cond: &str) {
+        self.line(&format!("GPUPM_STATIC_ASSERT({cond});"));
+    }
+}
+
+/// `gpupm_uapi :: regs :: trig_cmd` (as `stringify!` writes a path) as a
+/// doc key: `regs::trig_cmd`.
+fn module_key(path: &str) -> String {
+    let path: String = path.split_whitespace().collect();
+    path.strip_prefix("gpupm_uapi")
+        .map(|p| p.trim_start_matches("::"))
+        .unwrap_or(&path)
+        .to_string()
+}
+
+/// The key of constant `name` of module `module`.
+fn item_key(module: &str, name: &str) -> String {
+    if module.is_empty() {
+        name.to_string()
+    } else {
+        format!("{module}::{name}")
+    }
+}
+
+/// Defines each listed constant of module `$m` as `$prefix NAME`.
+macro_rules! group {
+    ($h:expr, $fmt:ident $prefix:literal, $($m:ident)::+ : $($name:ident),+ $(,)?) => {{
+        use $($m)::+ as m;
+        let module = module_key(stringify!($($m)::+));
+        $h.module(&module, $prefix);
+        $( $h.item(
+            &item_key(&module, stringify!($name)),
+            concat!($prefix, stringify!($name)),
+            m::$name,
+            group!(@hex $fmt),
+            "",
+        ); )+
+    }};
+    (@hex hex) => { true };
+    (@hex dec) => { false };
+}
+
+// After `group!`, which it uses.
+mod page_c;
+mod sampling;
+
+/// Register offsets, with a note on the 64-bit ones; `base` places a
+/// per-instance offset inside the array for [`regs::is_64bit`].
+fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
+    registers_in(h, "regs", base, regs);
+}
+
+/// [`registers`] of another uapi module, whose doc comments the header
+/// carries (`module` as in `sampling`).
+fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
+    for &(name, off) in regs {
+        let wide = if regs::is_64bit(base + off) {
+            "64-bit"
+        } else {
+            ""
+        };
+        h.item(
+            &format!("{module}::{name}"),
+            &format!("GPUPM_REG_{name}"),
+            off,
+            true,
+            wide,
+        );
+    }
+}
+
+macro_rules! offsets {
+    ($($name:ident),+ $(,)?) => { [$((stringify!($name), regs::$name)),+] };
+}
+
+fn emit_regs(h: &mut Header) {
+    use gpupm_uapi::regs as r;
+    h.section(
+        "BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks",
+        prose::REGISTERS,
+    );
+    h.item("regs::BAR0_SIZE", "GPUPM_BAR0_SIZE", r::BAR0_SIZE, true, "");
+    h.item(
+        "regs::DEVICE_MAGIC",
+        "GPUPM_DEVICE_MAGIC",
+        r::DEVICE_MAGIC,
+        true,
+        "\"gPMU\"",
+    );
+    h.item(
+        "regs::RESET_MAGIC",
+        "GPUPM_RESET_MAGIC",
+        r::RESET_MAGIC,
+        true,
+        "",
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX,
+        DITHER_BITS, DITHER_MAX, ULC_COUNTER_BITS, ULC_COUNTER_MAX, CCU_COUNTER_BITS, MULTIBIT_ACC_BITS,
+        FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS);
+    group!(h, hex "GPUPM_", gpupm_uapi::regs: OOB_MBOX_DELTA, REKEY_NONCE_DOMAIN);
+    h.line(
+        "/* Cycles until the flush ack of a CCU with `counters` counters arrives. */\n\
+         #define GPUPM_FLUSH_ACK_LATENCY(counters) \
+         (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)",
+    );
+    registers(
+        h,
+        0,
+        &offsets! {
+            ID, ABI_VERSION, TOPO_GPCS, TOPO_SMS, TOPO_L2_SLICES, TOPO_FB_PARTITIONS, TOPO_NVLINKS,
+            TOPO_COPY_ENGINES, TOPO_CCUS, TOPO_PARTITIONS, TOPO_EVENTS, TOPO_MEMORY_SLICES,
+            CLOCK_KHZ, CLOCK_CAP, CYCLE, DEVICE_STATUS, RESET, TOPO_VMS, TOPO_CONTEXTS, CCU_WRAPS,
+            TRIG_PERIOD, TRIG_CTRL, TRIG_THRESHOLD, TRIG_TARGET, TRIG_CMD, TRIG_EXTERNAL,
+            TRIG_COUNT_PERIODIC, TRIG_COUNT_THRESHOLD, TRIG_COUNT_COMMAND, RECORDS_ROUTED,
+            INTR_STATUS, INTR_MASK, INTR_ACK, INTR_PENDING, INTR_SEQ, MBOX_ARG, MBOX_CMD,
+            MBOX_STATUS, MBOX_SEQ, MBOX_DATA, OOB_MBOX_ARG, OOB_MBOX_CMD, OOB_MBOX_STATUS,
+            OOB_MBOX_SEQ, OOB_MBOX_DATA, REKEY_NONCE, REKEY_KEY, REKEY_TAG
+        },
+    );
+    group!(h, hex "GPUPM_CLOCK_CAP_", gpupm_uapi::regs::clock_cap: PRIMARY, SECONDARY);
+    group!(h, hex "GPUPM_DEVICE_STATUS_", gpupm_uapi::regs::device_status: STEP_CLOCK, FALLBACK_SEEN);
+    group!(h, hex "GPUPM_TRIG_CTRL_", gpupm_uapi::regs::trig_ctrl: PERIODIC_ENABLE, DITHER, THRESHOLD_ENABLE, ALL);
+    group!(h, hex "GPUPM_TRIG_CMD_", gpupm_uapi::regs::trig_cmd: FLUSH_ULC, TRIGGER, FLUSH_REQ, ALL);
+    group!(h, hex "GPUPM_MBOX_OP_", gpupm_uapi::regs::mbox_op:
+        GET_CAPS, READ_SYSTEM_COUNTER, READ_IDLE_CYCLES, READ_CYCLE, READ_FALLBACKS);
+    group!(h, dec "GPUPM_MBOX_STATUS_", gpupm_uapi::regs::mbox_status: IDLE, OK, ERR_OPCODE, ERR_ARG);
+
+    h.section(
+        "Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system)",
+        prose::INSTANCES,
+    );
+    for (unit, base, stride, max, max_name) in [
+        (
+            "PART",
+            r::PART_BASE,
+            r::PART_STRIDE,
+            r::MAX_PARTITION_SLOTS,
+            "MAX_PARTITION_SLOTS",
+        ),
+        ("CCU", r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS, "MAX_CCUS"),
+        ("VM", r::VM_BASE, r::VM_STRIDE, r::MAX_VMS, "MAX_VMS"),
+        (
+            "CTX",
+            r::CTX_BASE,
+            r::CTX_STRIDE,
+            r::MAX_CONTEXTS,
+            "MAX_CONTEXTS",
+        ),
+    ] {
+        h.item(
+            &format!("regs::{unit}_BASE"),
+            &format!("GPUPM_{unit}_BASE"),
+            base,
+            true,
+            "",
+        );
+        h.item(
+            &format!("regs::{unit}_STRIDE"),
+            &format!("GPUPM_{unit}_STRIDE"),
+            stride,
+            true,
+            "",
+        );
+        h.item(
+            &format!("regs::{max_name}"),
+            &format!("GPUPM_{max_name}"),
+            max,
+            false,
+            "",
+        );
+        h.line(&format!(
+            "#define GPUPM_{unit}(i, reg) (GPUPM_{unit}_BASE + (uint64_t)(i) * GPUPM_{unit}_STRIDE + (reg))"
+        ));
+    }
+    registers(
+        h,
+        r::part(0, 0),
+        &offsets! {
+            PART_CTRL, PART_STATUS, PART_CUR_VM, PART_CUR_CTX, PART_NEXT_VM, PART_NEXT_CTX,
+            PART_CCU_ASSIGNED, PART_CCU_ACKED, PART_RC_CMD, PART_RC_BIND_VM, PART_RC_BIND_CTX,
+            PART_SWITCH_TIMEOUT, PART_FALLBACKS, PART_SWITCHES, PART_COMMIT_SEQ, PART_STREAM_HEAD,
+            PART_STREAM_TAIL, PART_STREAM_CAP, PART_STREAM_WATERMARK, PART_STREAM_LOST,
+            PART_STREAM_BASE, PART_TIMESLICE_CTX, PART_TIMESLICE_VM, PART_GPC_MASK, PART_MEM_MASK,
+            PART_SWITCH_REQ_CYCLE
+        },
+    );
+    group!(h, hex "GPUPM_PART_CTRL_", gpupm_uapi::regs::part_ctrl: CTX_PAUSE, TRIG_PAUSE, ULC_PAUSE, ALL);
+    group!(h, hex "GPUPM_PART_STATUS_", gpupm_uapi::regs::part_status:
+        STATE_MASK, CONFIGURED, LAST_FALLBACK, VM_SWITCH);
+    group!(h, dec "GPUPM_HS_STATE_", gpupm_uapi::regs::hs_state:
+        IDLE, REQUESTED, CTX_PAUSED, XFER_PAUSED, TRIGGERED, ACKED, COMMITTED, REPOINTED);
+    group!(h, hex "GPUPM_RC_CMD_", gpupm_uapi::regs::rc_cmd: COMMIT, REPOINT, ALL);
+    registers(
+        h,
+        r::ccu(0, 0),
+        &offsets! {
+            CCU_OWNER, CCU_ULCS, CCU_COUNTERS, CCU_ACTIVE_BANK, CCU_MASK_INDEX, CCU_MASK_DATA,
+            CCU_RECORDS, CCU_GROUP, CCU_GROUP_INDEX
+        },
+    );
+    group!(h, dec "GPUPM_CCU_GROUP_", gpupm_uapi::regs::ccu_group: GPC, MEMORY_SLICE, SYSTEM, SHARED_LANE);
+    registers(
+        h,
+        r::vm(0, 0),
+        &offsets! {
+            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY_COMMIT, VM_KEY_EPOCH, VM_KEY_SESSION
+        },
+    );
+    group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL);
+    registers(
+        h,
+        r::ctx(0, 0),
+        &offsets! {
+            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
+        },
+    );
+    group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
+    group!(h, dec "GPUPM_CTX_CMD_", gpupm_uapi::regs::ctx_cmd: RELEASE);
+}
+
+fn emit_events_and_intr(h: &mut Header) {
+    h.section(
+        "Event catalogue (uapi/src/events.rs): ids index every counter array",
+        prose::EVENTS,
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::events: MAX_EVENTS, MAX_ULC_COUNTERS, MAX_CCU_ULCS, EVENT_COUNT, MULTIBIT_SCALE);
+    for t in UnitType::ALL {
+        h.define(
+            &format!("GPUPM_UNIT_{}", t.name().to_uppercase()),
+            t as u8,
+            false,
+            "",
+        );
+    }
+    for e in CATALOGUE {
+        let note = format!(
+            "{}{}",
+            e.measure,
+            if e.multibit { ", multi-bit" } else { "" }
+        );
+        h.define(
+            &format!("GPUPM_EV_{}", e.name.to_uppercase()),
+            e.id,
+            false,
+            &note,
+        );
+    }
+    group!(h, dec "GPUPM_EVENT_SCOPE_", gpupm_uapi::events::scope_code:
+        PARTITION, CONTEXT_FILTERED, DEVICE);
+    h.line("");
+    h.doc("events::CATALOGUE");
+    h.line("/* Event names indexed by id (the names `gpupm stat -e` takes). */");
+    h.line("static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {");
+    for e in CATALOGUE {
+        h.line(&format!("    \"{}\",", e.name));
+    }
+    h.line("};");
+    for (what, name, of) in [
+        (
+            "Unit type (GPUPM_UNIT_*) of each event, indexed by id.",
+            "gpupm_event_unit",
+            (|e| e.unit as u8) as fn(&EventInfo) -> u8,
+        ),
+        (
+            "Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go.",
+            "gpupm_event_scope",
+            |e| e.unit.scope().code(),
+        ),
+        (
+            "1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id.",
+            "gpupm_event_multibit",
+            |e| u8::from(e.multibit),
+        ),
+    ] {
+        let values: Vec<String> = CATALOGUE.iter().map(|e| of(e).to_string()).collect();
+        h.line(&format!("\n/* {what} */"));
+        h.line(&format!(
+            "static const uint8_t {name}[GPUPM_EVENT_COUNT] = {{ {} }};",
+            values.join(", ")
+        ));
+    }
+
+    h.section("Interrupt sources (uapi/src/intr.rs)", prose::INTERRUPTS);
+    h.module("intr::source", "GPUPM_INTR_");
+    for (bit, name) in intr::SOURCE_NAMES.iter().enumerate() {
+        let name = name.to_uppercase();
+        h.item(
+            &format!("intr::source::{name}"),
+            &format!("GPUPM_INTR_{name}"),
+            1u32 << bit,
+            true,
+            "",
+        );
+    }
+    h.item(
+        "intr::source::ALL",
+        "GPUPM_INTR_ALL",
+        intr::source::ALL,
+        true,
+        "",
+    );
+    h.line("");
+    h.doc("intr::SOURCE_NAMES");
+    h.line(&format!(
+        "static const char *const gpupm_intr_source_names[{}] = {{",
+        intr::SOURCE_NAMES.len()
+    ));
+    for name in intr::SOURCE_NAMES {
+        h.line(&format!("    \"{name}\","));
+    }
+    h.line("};");
+}
+
+fn emit_layout(h: &mut Header) {
+    h.section("Memory window layouts (uapi/src/layout.rs)", prose::LAYOUT);
+    group!(h, hex "GPUPM_", gpupm_uapi::layout: MEM_WINDOW_OFFSET, STREAM_REGION, STREAM_RING_SPAN, BLOCK_MAGIC, RECORD_MAGIC);
+    group!(h, dec "GPUPM_", gpupm_uapi::layout:
+        BLOCK_SLOT_SIZE, SYSTEM_BLOCK_SLOT, VM_BLOCK_SLOT_BASE, CTX_BLOCK_SLOT_BASE, CTX_BLOCK_SLOTS,
+        STREAM_RING_MAX, STREAM_SLOT_SIZE, ENVELOPE_AAD_LEN, RECORD_VALUES);
+    h.names
+        .add("layout::SESSION_KEY_INFO", "GPUPM_SESSION_KEY_INFO");
+    h.doc("layout::SESSION_KEY_INFO");
+    h.line(&format!(
+        "#define GPUPM_SESSION_KEY_INFO \"{}\"",
+        String::from_utf8_lossy(gpupm_uapi::layout::SESSION_KEY_INFO)
+    ));
+    h.line("#define GPUPM_BLOCK_SLOT_OFFSET(slot) ((uint64_t)(slot) * GPUPM_BLOCK_SLOT_SIZE)");
+    h.line(
+        "#define GPUPM_STREAM_SLOT_OFFSET(p, i) \
+         (GPUPM_STREAM_REGION + (uint64_t)(p) * GPUPM_STREAM_RING_SPAN + (uint64_t)(i) * GPUPM_STREAM_SLOT_SIZE)",
+    );
+    group!(h, dec "GPUPM_BLOCK_KIND_", gpupm_uapi::layout::block_kind: SYSTEM, VM, CONTEXT);
+    group!(h, hex "GPUPM_ENVELOPE_FLAGS_", gpupm_uapi::layout::envelope_flags: VALID, ENCRYPTED);
+    group!(h, hex "GPUPM_RECORD_FLAGS_", gpupm_uapi::layout::record_flags: SWITCH, FALLBACK, SECONDARY_CLOCK, THRESHOLD);
+    group!(h, hex "GPUPM_CCU_RECORD_FLAGS_", gpupm_uapi::layout::ccu_record_flags: FLUSH_ACK);
+}
+
+fn emit_ioctls(h: &mut Header) {
+    h.section(
+        "Device node ioctls (uapi/src/ioctl.rs)",
+        prose::DEVICE_IOCTLS,
+    );
+    h.item(
+        "ioctl::IOC_MAGIC",
+        "GPUPM_IOC_MAGIC",
+        ioctl::IOC_MAGIC,
+        true,
+        "'G'",
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_NR, WINDOW_READ_MAX);
+    group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
+    group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
+    group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
+    group!(h, hex "GPUPM_LEDGER_FLAGS_", gpupm_uapi::ioctl::ledger_flags: SEALED);
+    group!(h, dec "GPUPM_", gpupm_uapi::ioctl: LEDGER_SEALED_LEN);
+    for &(name, cmd) in ioctl::DEVICE_IOCTLS {
+        h.item(&format!("ioctl::{name}"), name, cmd, true, "");
+    }
+    h.line(
+        "/* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a\n \
+         * struct gpupm_window_read followed by len bytes; the number carries the size. */",
+    );
+    h.line(&format!(
+        "#define GPUPM_IOC_WINDOW_READ(len) \\\n    ({:#x}U | (uint32_t)(sizeof(struct gpupm_window_read) + (len)) << 16)",
+        ioctl::window_read_cmd(0) & !(0x3fff << 16)
+    ));
+
+    h.section(
+        "Tenant node ioctls (uapi/src/tenant.rs)",
+        prose::TENANT_IOCTLS,
+    );
+    h.item(
+        "tenant::TENANT_IOC_MAGIC",
+        "GPUPM_TENANT_IOC_MAGIC",
+        tenant::TENANT_IOC_MAGIC,
+        true,
+        "'T'",
+    );
+    h.item(
+        "tenant::TENANT_STRUCT_VERSION",
+        "GPUPM_TENANT_STRUCT_VERSION",
+        tenant::TENANT_STRUCT_VERSION,
+        false,
+        "",
+    );
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant: MAX_CALLER_VMS, LIST_PAGE, RATE_SAMPLES);
+    group!(h, dec "GPUPM_TENANT_SCOPE_", gpupm_uapi::tenant::scope: CONTEXT, VM, SYSTEM);
+    group!(h, dec "GPUPM_TENANT_CTX_STATE_", gpupm_uapi::tenant::ctx_state: ACTIVE, DESTROYED, RETIRED);
+    group!(h, hex "GPUPM_TENANT_COUNTER_FLAGS_", gpupm_uapi::tenant::counter_flags: SEALED);
+    group!(h, hex "GPUPM_TENANT_INSTANCE_FLAGS_", gpupm_uapi::tenant::instance_flags: LATEST, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_KIND_", gpupm_uapi::tenant::sampling::sample_kind: BRANCH_STACK, CYCLE, ALL);
+    group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
+    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
+    for &(name, cmd) in tenant::TENANT_IOCTLS {
+        h.item(&format!("tenant::{name}"), name, cmd, true, "");
+    }
+    emit_pmu(h);
+    page_c::emit_defines(h);
+}
+
+fn emit_pmu(h: &mut Header) {
+    h.section(
+        "Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs)",
+        "",
+    );
+    h.doc("pmu::PMU_NAME");
+    h.line(&format!("#define GPUPM_PMU_NAME \"{}\"", pmu::PMU_NAME));
+    h.doc("pmu::PUBLISH_DEVICE");
+    h.line(&format!(
+        "#define GPUPM_PMU_PUBLISH_DEVICE \"{}\"",
+        pmu::PUBLISH_DEVICE
+    ));
+    h.doc("pmu::FIELDS");
+    for f in pmu::FIELDS {
+        h.doc(&format!("pmu::FIELD_{}", f.name.to_uppercase()));
+        let word = if f.word == 0 { "config" } else { "config1" };
+        h.line(&format!(
+            "#define GPUPM_PMU_FIELD_{}(attr) (((attr)->{word} >> {}) & {:#x}ULL) /* {} */",
+            f.name.to_uppercase(),
+            f.shift,
+            (1u64 << f.bits) - 1,
+            f.sysfs()
+        ));
+    }
+    group!(h, hex "GPUPM_PMU_", gpupm_uapi::pmu: CONFIG_USED, CONFIG1_USED);
+    group!(h, dec "GPUPM_PMU_SCOPE_", gpupm_uapi::pmu::scope: IMPLIED, CONTEXT, VM, SYSTEM);
+    h.item(
+        "pmu::PMU_IOC_MAGIC",
+        "GPUPM_PMU_IOC_MAGIC",
+        pmu::PMU_IOC_MAGIC,
+        true,
+        "'P'",
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi::pmu: PMU_STRUCT_VERSION);
+    group!(h, dec "GPUPM_PMU_", gpupm_uapi::pmu: PUBLISH_BATCH, WANTED_WORDS);
+    for &(name, cmd) in pmu::PMU_IOCTLS {
+        h.item(&format!("pmu::{name}"), name, cmd, true, "");
+    }
+}
+
+/// One pass over the whole header, resolving links with `names`.
+fn render_pass(names: Names) -> Header {
+    let mut h = Header::new(names);
+    h.line("/* SPDX-License-Identifier: Apache-2.0 */");
+    h.line(&c_comment(prose::INTRO).replacen("/**", "/*", 1));
+    h.line(
+        "#ifndef GPUPM_UAPI_H\n\
+         #define GPUPM_UAPI_H\n\n\
+         #include <stddef.h>\n\
+         #include <stdint.h>\n\
+         #include <string.h>\n\n\
+         #if defined(__cplusplus)\n\
+         #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)\n\
+         #define GPUPM_ALIGNOF(t) alignof(t)\n\
+         #else\n\
+         #define GPUPM_STATIC_ASSERT(cond) _Static_assert(cond, #cond)\n\
+         #define GPUPM_ALIGNOF(t) _Alignof(t)\n\
+         #endif",
+    );
+    h.section(
+        "ABI version (uapi/src/lib.rs): the ABI_VERSION register and GPUPM_IOC_IDENTITY report it",
+        prose::VERSION,
+    );
+    group!(h, dec "GPUPM_", gpupm_uapi: ABI_MAJOR, ABI_MINOR);
+    h.item(
+        "ABI_VERSION",
+        "GPUPM_ABI_VERSION",
+        gpupm_uapi::ABI_VERSION,
+        true,
+        "major << 16 | minor",
+    );
+    emit_regs(&mut h);
+    emit_events_and_intr(&mut h);
+    emit_layout(&mut h);
+    emit_ioctls(&mut h);
+    sampling::emit_sampling(&mut h);
+    emit_structs(&mut h);
+    emit_asserts(&mut h);
+    h.line("\n#endif /* GPUPM_UAPI_H */");
+    h
+}
+
+/// The header's text, and the documented constants it has no comment for.
+pub fn render_checked() -> (String, Vec<String>) {
+    let first = render_pass(Names::default());
+    let second = render_pass(first.names);
+    let unused = second.docs.unused();
+    (second.out, unused)
+}
+
+/// The header's text.
+pub fn render() -> String {
+    render_checked().0
+}

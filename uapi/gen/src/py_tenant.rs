@@ -1,0 +1,141 @@
+//! Prints the Python constants module of the tenant-node ABI:
+//! `cargo run -p gpupm-uapi --example gen_py_tenant > examples/python/gpupm_tenant.py`.
+//! `uapi/tests/py_tenant_consts.rs` checks that the committed file matches.
+//!
+//! Besides the numbers it gives the size of every tenant struct and the
+//! offset of every field (from `offset_of!`), so a Python client packs and
+//! unpacks with `struct.pack_into`/`unpack_from` at offsets Rust computed.
+
+use std::fmt::Write;
+use std::mem::{offset_of, size_of};
+
+use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
+use gpupm_uapi::page::{
+    self, page_flags, page_request_flags, page_state, Page, PageCounters, PageData, PageHeader,
+    PageReply, PageRequest,
+};
+use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::sampling::{
+    self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
+};
+use gpupm_uapi::tenant::{
+    self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
+    KeyState, ListContexts, OpenStream, RateSample, ReadCounters, ReadInstance, ReadInstanceRates,
+    ReadRates, Rekey, TenantDelta, Whoami,
+};
+
+/// `SIZEOF_<STRUCT>` and `OFF_<STRUCT>_<FIELD>` lines.
+macro_rules! layout {
+    ($s:expr, $($ty:ident => $py:literal: $($f:ident),+;)*) => {$(
+        writeln!($s, "SIZEOF_{} = {}", $py, size_of::<$ty>()).expect("write to String");
+        $( writeln!($s, "OFF_{}_{} = {}", $py, stringify!($f).to_uppercase(), offset_of!($ty, $f))
+            .expect("write to String"); )+
+    )*};
+}
+
+/// The generated module's text.
+pub fn render() -> String {
+    let mut s = String::from(
+        "# Generated from the gpupm-uapi crate by\n\
+         # `cargo run -p gpupm-uapi --example gen_py_tenant > examples/python/gpupm_tenant.py`;\n\
+         # do not edit. The tenant-node ABI (uapi/src/tenant.rs): ioctl numbers,\n\
+         # struct sizes and field offsets (all fields little-endian); and the\n\
+         # tenant pages (uapi/src/page.rs): page layout, socket messages.\n\n",
+    );
+    let mut c = |name: &str, v: u64| writeln!(s, "{name} = {v:#x}").expect("write to String");
+    c("ABI_VERSION", u64::from(gpupm_uapi::ABI_VERSION));
+    c(
+        "TENANT_STRUCT_VERSION",
+        u64::from(tenant::TENANT_STRUCT_VERSION),
+    );
+    for &(name, cmd) in tenant::TENANT_IOCTLS {
+        c(name, u64::from(cmd));
+    }
+    for (name, v) in [
+        ("SCOPE_CONTEXT", scope::CONTEXT),
+        ("SCOPE_VM", scope::VM),
+        ("SCOPE_SYSTEM", scope::SYSTEM),
+        ("CTX_STATE_ACTIVE", ctx_state::ACTIVE),
+        ("CTX_STATE_DESTROYED", ctx_state::DESTROYED),
+        ("CTX_STATE_RETIRED", ctx_state::RETIRED),
+        ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
+        ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
+        ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
+        ("PAGE_MAGIC", page::PAGE_MAGIC),
+        ("PAGE_VERSION", page::PAGE_VERSION),
+        ("PAGE_STRUCT_VERSION", page::PAGE_STRUCT_VERSION),
+        ("PAGE_READ_ATTEMPTS", page::PAGE_READ_ATTEMPTS),
+        ("PAGE_STATE_ACTIVE", page_state::ACTIVE),
+        ("PAGE_STATE_DESTROYED", page_state::DESTROYED),
+        ("PAGE_STATE_RETIRED", page_state::RETIRED),
+        ("PAGE_STATE_WITHDRAWN", page_state::WITHDRAWN),
+        ("PAGE_FLAGS_SEALED", page_flags::SEALED),
+        ("PAGE_FLAGS_RATE", page_flags::RATE),
+        ("PAGE_FLAGS_SEALED_RATE", page_flags::SEALED_RATE),
+        ("PAGE_REQUEST_FLAGS_LATEST", page_request_flags::LATEST),
+        (
+            "SAMPLE_KIND_BRANCH_STACK",
+            u32::from(sample_kind::BRANCH_STACK),
+        ),
+        ("SAMPLE_KIND_CYCLE", u32::from(sample_kind::CYCLE)),
+        ("SAMPLE_FLAGS_SEALED", u32::from(sample_flags::SEALED)),
+        ("PC_RECORD_MAGIC", gpupm_uapi::sampling::PC_RECORD_MAGIC),
+    ] {
+        c(name, u64::from(v));
+    }
+    for (name, v) in [
+        ("MAX_EVENTS", MAX_EVENTS),
+        ("EVENT_COUNT", EVENT_COUNT),
+        ("MAX_CALLER_VMS", tenant::MAX_CALLER_VMS),
+        ("LIST_PAGE", tenant::LIST_PAGE),
+        ("RATE_SAMPLES", tenant::RATE_SAMPLES),
+        ("PAGE_SIZE", page::PAGE_SIZE),
+        ("MIN_SAMPLE_PERIOD", ts::MIN_SAMPLE_PERIOD as usize),
+        ("MAX_SAMPLE_DITHER", ts::MAX_SAMPLE_DITHER as usize),
+    ] {
+        writeln!(s, "{name} = {v}").expect("write to String");
+    }
+    writeln!(s, "DEFAULT_PAGES_SOCKET = {:?}", page::DEFAULT_PAGES_SOCKET)
+        .expect("write to String");
+    s.push_str(
+        "\n# Event names indexed by id (the names `gpupm stat -e` takes).\nEVENT_NAMES = (\n",
+    );
+    for e in CATALOGUE {
+        writeln!(s, "    {:?},", e.name).expect("write to String");
+    }
+    s.push_str(")\n\n");
+    layout! { s,
+        Whoami => "WHOAMI": version, admin, uid, n_vms, vms;
+        CtxEntry => "CTX_ENTRY": ctx, state, created_cycle;
+        ListContexts => "LIST_CONTEXTS": version, vm, offset, count, total, reserved, ctxs;
+        ReadCounters => "READ_COUNTERS": version, scope, id, n_events, events, flags, reserved,
+            commit_seq, cycle, values, sealed;
+        RateSample => "RATE_SAMPLE": start_cycle, end_cycle, flags, ctx, deltas;
+        ReadRates => "READ_RATES": version, scope, id, max, count, flags, clock_khz, reserved,
+            samples;
+        OpenStream => "OPEN_STREAM": version, scope, id, flags;
+        TenantDelta => "TENANT_DELTA": seq, lost_before, slot;
+        EventInfo => "EVENT_INFO": version, id, unit_type, multibit, scope, reserved, reserved2,
+            name, measure, description;
+        ReadInstance => "READ_INSTANCE": version, scope, id, flags, created_cycle, n_events,
+            reserved, events, state, out_flags, vm, reserved2, commit_seq, cycle, values, sealed;
+        ReadInstanceRates => "READ_INSTANCE_RATES": version, scope, id, flags, created_cycle, max,
+            reserved, count, out_flags, clock_khz, reserved2, samples;
+        KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
+        Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
+        PageHeader => "PAGE_HEADER": magic, version, size, scope, id, vm, created_cycle, audience;
+        PageCounters => "PAGE_COUNTERS": generation, state, flags, commit_seq, cycle, clock_khz,
+            totals;
+        PageData => "PAGE_DATA": counters, rate, sealed, sealed_rate;
+        Page => "PAGE": header, seq, data;
+        PageRequest => "PAGE_REQUEST": version, scope, id, flags, created_cycle;
+        PageReply => "PAGE_REPLY": version, status, scope, id, vm, size, created_cycle, generation;
+        OpenSampling => "OPEN_SAMPLING": version, scope, id, kinds, period, dither, branch_every,
+            queue_records, flags, reserved, session, device_period, device_dither,
+            device_branch_every, clock_khz, partition, confidential, program, reserved2;
+        SampleHeader => "SAMPLE_HEADER": kind, flags, size, seq, lost_before;
+        PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
+            block, interval;
+    }
+    s
+}
