@@ -12,9 +12,10 @@
 //! `--node-dir` is not used.
 
 use std::num::NonZeroUsize;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
 
@@ -150,19 +151,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), DriverError> {
-    // Reads and unsets LISTEN_*: before any thread starts.
-    let inherited = gpupm_fusemount::inherited_fd(NODE_FDNAME);
-    let signals = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
-    // Every thread spawned from here on inherits the blocked mask, so the
-    // signals are taken only by the waiting thread below.
-    signals.thread_block().map_err(DriverError::Signals)?;
-
-    let admin_gid = args
-        .admin_gid
-        .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
-    let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
-    let mut transport: Box<dyn Transport> = match (args.transport, inherited) {
+/// The node transport `args` ask for, serving `core` (on the descriptor
+/// the service manager passed, when it passed one).
+fn make_transport(
+    args: &Args,
+    core: &Arc<NodeCore>,
+    inherited: Option<OwnedFd>,
+) -> Result<Box<dyn Transport>, DriverError> {
+    Ok(match (args.transport, inherited) {
         (TransportKind::Fuse, Some(fd)) => {
             tracing::info!(node_dir = %args.node_dir.display(), "serving the node descriptor the service manager passed");
             Box::new(
@@ -177,7 +173,64 @@ fn run(args: &Args) -> Result<(), DriverError> {
         (TransportKind::Cuse, None) => {
             Box::new(CuseTransport::new(CUSE_DEVNAME, core.clone()).with_threads(args.threads))
         }
-    };
+    })
+}
+
+/// Tells the service manager `states`; a failure is only worth a warning.
+fn notify(states: &[NotifyState<'_>]) {
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
+/// Waits for a stop signal (from `signals`), pinging the watchdog and
+/// checking that the node session and the clock still run.
+fn supervise(
+    signals: &mpsc::Receiver<Signal>,
+    transport: &dyn Transport,
+    ticker: &Ticker,
+) -> Result<(), DriverError> {
+    // Pings at half the timeout the service manager set for this process.
+    let watchdog = sd_notify::watchdog_enabled()
+        .filter(|timeout| !timeout.is_zero())
+        .map(|timeout| timeout / 2);
+    let check_every = watchdog.unwrap_or(Duration::from_secs(1));
+    loop {
+        match signals.recv_timeout(check_every) {
+            Ok(sig) => {
+                tracing::info!(signal = %sig, "stopping");
+                return Ok(());
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(DriverError::Died("signal thread"))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if !transport.is_serving() {
+            return Err(DriverError::Died("node session"));
+        }
+        if !ticker.is_running() {
+            return Err(DriverError::Died("clock thread"));
+        }
+        if watchdog.is_some() {
+            notify(&[NotifyState::Watchdog]);
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), DriverError> {
+    // Reads and unsets LISTEN_*: before any thread starts.
+    let inherited = gpupm_fusemount::inherited_fd(NODE_FDNAME);
+    let signals = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
+    // Every thread spawned from here on inherits the blocked mask, so the
+    // signals are taken only by the waiting thread below.
+    signals.thread_block().map_err(DriverError::Signals)?;
+
+    let admin_gid = args
+        .admin_gid
+        .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
+    let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
+    let mut transport = make_transport(args, &core, inherited)?;
     transport.mount()?;
     if let Err(e) = transport.serve() {
         if let Err(u) = transport.unmount() {
@@ -199,11 +252,6 @@ fn run(args: &Args) -> Result<(), DriverError> {
         })
         .map_err(DriverError::Thread)?;
 
-    let notify = |states: &[NotifyState<'_>]| {
-        if let Err(e) = sd_notify::notify(states) {
-            tracing::warn!(error = %e, "sd_notify failed");
-        }
-    };
     let node = match args.transport {
         TransportKind::Fuse => args.node_dir.clone(),
         TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
@@ -215,32 +263,7 @@ fn run(args: &Args) -> Result<(), DriverError> {
     ]);
     tracing::info!(%node, transport = ?args.transport, clock = ?args.clock, admin_gid, threads = args.threads.get(), "gpupm-driver ready");
 
-    // Pings at half the timeout the service manager set for this process.
-    let watchdog = sd_notify::watchdog_enabled()
-        .filter(|timeout| !timeout.is_zero())
-        .map(|timeout| timeout / 2);
-    let check_every = watchdog.unwrap_or(Duration::from_secs(1));
-    let result = loop {
-        match rx.recv_timeout(check_every) {
-            Ok(sig) => {
-                tracing::info!(signal = %sig, "stopping");
-                break Ok(());
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                break Err(DriverError::Died("signal thread"))
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-        if !transport.is_serving() {
-            break Err(DriverError::Died("node session"));
-        }
-        if !ticker.is_running() {
-            break Err(DriverError::Died("clock thread"));
-        }
-        if watchdog.is_some() {
-            notify(&[NotifyState::Watchdog]);
-        }
-    };
+    let result = supervise(&rx, transport.as_ref(), &ticker);
     notify(&[NotifyState::Stopping]);
     ticker.stop();
     transport.unmount()?;
