@@ -339,7 +339,7 @@ async fn start_services(
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
             ) {
                 Ok(server) => {
-                    let refresher = Refresher::start(p, settings.pages.refresh, state)
+                    let refresher = Refresher::start(p, settings.pages.backstop, state)
                         .map_err(MainError::Runtime)?;
                     Some((server, refresher))
                 }

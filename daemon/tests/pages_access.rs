@@ -30,7 +30,8 @@ use nix::sys::socket::{
 };
 use pages_fixture::{
     config, connect as connect_pages, device_slot, open_sealed, raw, scenario, sealed_ledger,
-    socket as page_socket, wait_current, GID_C, UID_A, UID_B, UID_C, UID_NOBODY, VM_A, VM_B, VM_CC,
+    socket as page_socket, wait_current, GID_C, NO_BACKSTOP_MS, UID_A, UID_B, UID_C, UID_NOBODY,
+    VM_A, VM_B, VM_CC,
 };
 use serde_json::json;
 use tenant_fixture::{run_as, Cred};
@@ -49,7 +50,7 @@ impl Running {
         let tmp = TempDir::new(tag);
         let driver = Driver::start(&tmp, &scenario());
         let dev = driver.card();
-        let mut daemon = spawn_daemon(&tmp, &config(&tmp, 1000, ""), &[], &[]);
+        let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""), &[], &[]);
         daemon.wait_for("READY=1");
         for _ in 0..60 {
             dev.advance(STEP).expect("advance");

@@ -21,7 +21,8 @@ use harness::device::{self, expected, flush, wait_idle, wait_none_destroyed, Ins
 use harness::{spawn_daemon, Driver, TempDir};
 use nix::sys::signal::Signal;
 use pages_fixture::{
-    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current, VMS, VM_CC,
+    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current,
+    NO_BACKSTOP_MS, VMS, VM_CC,
 };
 
 /// Checks that `now` never shows less than `before` within a generation.
@@ -49,7 +50,7 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
     let driver = Driver::start(&tmp, &scenario());
     let dev = driver.card();
     let mut seen = Instances::new(&dev);
-    let mut daemon = spawn_daemon(&tmp, &config(&tmp, 1000, ""), &[], &[]);
+    let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""), &[], &[]);
     daemon.wait_for("READY=1");
     let pages = connect(&tmp);
     let vm_pages: BTreeMap<u32, MappedPage> = VMS

@@ -25,7 +25,9 @@ use harness::device::{self, expected, flush, wait_idle, wait_none_destroyed, STE
 use harness::{spawn_daemon, Driver, Proc, TempDir};
 use nix::errno::Errno;
 use nix::sys::signal::Signal;
-use pages_fixture::{config, connect, socket, wait_current, UID_A, UID_B, VMS, VM_A};
+use pages_fixture::{
+    config, connect, socket, wait_current, NO_BACKSTOP_MS, UID_A, UID_B, VMS, VM_A,
+};
 
 fn run_steps(dev: &gpupm_client::DevNode, daemon: &mut Proc, n: u32) {
     for _ in 0..n {
@@ -84,7 +86,7 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     let state = Tmpfs::mount(tmp.join("state"));
     let driver = Driver::start(&tmp, &pages_fixture::scenario());
     let dev = driver.card();
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     run_steps(&dev, &mut daemon, 4);
     let pages = connect(&tmp);
     // Pages of every live context of the churned VMs.
@@ -155,7 +157,7 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     // page over, persists and releases the context, and finishes the page.
     state.remount("rw");
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     wait_none_destroyed(&dev);
     let deadline = Instant::now() + Duration::from_secs(30);
     while page.read_counters().unwrap().state != page_state::RETIRED {
@@ -245,7 +247,7 @@ fn mappings_outlive_a_restart_and_a_kill_9_and_see_a_new_generation_once_republi
     let tmp = TempDir::new("pages-restart");
     let driver = Driver::start(&tmp, &pages_fixture::scenario());
     let dev = driver.card();
-    let cfg = config(&tmp, 1000, "");
+    let cfg = config(&tmp, NO_BACKSTOP_MS, "");
     let mut daemon = start(&tmp, &cfg);
     run_steps(&dev, &mut daemon, 20);
     let pages = connect(&tmp);
@@ -332,7 +334,7 @@ fn a_restart_that_changes_who_may_see_a_vm_withdraws_its_old_page() {
     let tmp = TempDir::new("pages-audience");
     let driver = Driver::start(&tmp, &pages_fixture::scenario());
     let dev = driver.card();
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     run_steps(&dev, &mut daemon, 10);
     let pages = connect(&tmp);
     let old = pages.map_vm(VM_A).unwrap();
@@ -345,8 +347,8 @@ fn a_restart_that_changes_who_may_see_a_vm_withdraws_its_old_page() {
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
 
     // VM A now belongs to tenant B.
-    let swapped =
-        config(&tmp, 1000, "").replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
+    let swapped = config(&tmp, NO_BACKSTOP_MS, "")
+        .replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
     let mut daemon = start(&tmp, &swapped);
     let c = old.read_counters().unwrap();
     assert_eq!(

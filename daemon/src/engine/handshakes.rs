@@ -19,6 +19,8 @@ use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::ioctl::{RegOp, MAX_BATCH_OPS};
 use gpupm_uapi::regs as r;
 
+use crate::view::CtxId;
+
 /// Ops of a [`PauseAndFlush`].
 const FIRST_OPS: usize = 10;
 /// Ops of a [`Rebind`] without its acknowledgement.
@@ -28,8 +30,9 @@ const SECOND_OPS: usize = 4;
 /// handshake and when its request was read.
 pub type Awaiting = BTreeMap<u32, (Pending, Instant)>;
 
-/// What became of one partition's handshake step.
-pub type Step = (u32, Instant, Result<Outcome, DevError>);
+/// What became of one partition's handshake step: the slot, the incoming
+/// context when known, when the request was read, the outcome.
+pub type Step = (u32, Option<CtxId>, Instant, Result<Outcome, DevError>);
 
 /// Steps 1–4 for every partition of `parts` (requests read at `t0`): one
 /// batch per [`MAX_BATCH_OPS`]' worth, `*ack` riding in the first.
@@ -48,7 +51,7 @@ pub fn pause_and_flush(dev: &DevNode, parts: &[u32], t0: Instant, ack: &mut u32)
             out.extend(
                 group
                     .iter()
-                    .map(|&p| (p, t0, handshake::run_polling(&mut &*dev, p, ack, 0))),
+                    .map(|&p| (p, None, t0, handshake::run_polling(&mut &*dev, p, ack, 0))),
             );
             continue;
         }
@@ -63,7 +66,7 @@ pub fn pause_and_flush(dev: &DevNode, parts: &[u32], t0: Instant, ack: &mut u32)
             };
             // The batch is atomic: no device time passed in it, so the
             // acks are still travelling; they arrive as FLUSH_ACKED.
-            out.push((p, t0, Ok(Outcome::AwaitingAcks(pending))));
+            out.push((p, Some(pending.ctx), t0, Ok(Outcome::AwaitingAcks(pending))));
         }
     }
     out
@@ -88,7 +91,7 @@ pub fn rebind(dev: &DevNode, parts: &[u32], awaiting: &mut Awaiting, ack: &mut u
             out.extend(
                 group
                     .iter()
-                    .map(|(pd, t0)| (pd.partition, *t0, handshake::resume(&mut &*dev, pd, ack))),
+                    .map(|(pd, t0)| (pd.partition, Some(pd.ctx), *t0, handshake::resume(&mut &*dev, pd, ack))),
             );
             continue;
         }
@@ -97,7 +100,7 @@ pub fn rebind(dev: &DevNode, parts: &[u32], awaiting: &mut Awaiting, ack: &mut u
             let done = Outcome::Done {
                 response_cycles: pd.response_cycles,
             };
-            (pd.partition, *t0, Ok(done))
+            (pd.partition, Some(pd.ctx), *t0, Ok(done))
         }));
     }
     out

@@ -115,6 +115,7 @@ pub fn run(
                 source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
                 source::DEVICE_RESET => send(work, stop, Work::Reset),
                 source::SWITCH_FALLBACK => {
+                    store.switch_committed(rec.partition, Some(rec.arg));
                     let fallbacks = store.record_fallback();
                     crate::health::handshake_fallback(rec.partition, fallbacks);
                 }
@@ -164,11 +165,14 @@ fn send_drain(samples: &Sender<u32>, stop: &AtomicBool, p: u32) {
     }
 }
 
-fn record(store: &Store, (p, t0, outcome): Step, awaiting: &mut Awaiting) {
+/// Books a handshake's outcome; a completed switch's commit goes to the
+/// pages.
+fn record(store: &Store, (p, incoming, t0, outcome): Step, awaiting: &mut Awaiting) {
     match outcome {
         Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns, response_cycles);
+            store.switch_committed(p, incoming);
         }
         Ok(Outcome::AwaitingAcks(pending)) => {
             awaiting.insert(p, (pending, t0));
@@ -193,7 +197,7 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
     let waiting: Vec<(Pending, Instant)> = std::mem::take(awaiting).into_values().collect();
     for (pending, t0) in waiting {
         let outcome = handshake::resume(&mut &*dev, &pending, &mut 0);
-        record(store, (pending.partition, t0, outcome), awaiting);
+        record(store, (pending.partition, Some(pending.ctx), t0, outcome), awaiting);
     }
     let parts: Vec<u32> = store.partitions().into_iter().filter(|&p| p != 0).collect();
     let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect();
@@ -210,7 +214,7 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
     for (&p, s) in parts.iter().zip(status) {
         if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
             let outcome = handshake::run_polling(&mut &*dev, p, &mut 0, 0);
-            record(store, (p, Instant::now(), outcome), awaiting);
+            record(store, (p, None, Instant::now(), outcome), awaiting);
         }
     }
 }

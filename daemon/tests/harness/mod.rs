@@ -172,6 +172,33 @@ impl Proc {
         }
     }
 
+    /// A daemon's metric `name` (a series without labels), scraped from
+    /// the endpoint its READY status names.
+    // Exposition values are floats; the counters read are exact below 2^53.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn metric(&self, name: &str) -> u64 {
+        use std::io::{Read, Write};
+        let addr = self
+            .notes
+            .iter()
+            .find_map(|l| l.split("metrics on http://").nth(1))
+            .and_then(|rest| rest.strip_suffix("/metrics"))
+            .expect("READY status names the metrics address");
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect to the metrics endpoint");
+        write!(
+            conn,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send the scrape");
+        let mut response = String::new();
+        conn.read_to_string(&mut response).expect("read the scrape");
+        response
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .unwrap_or_else(|| panic!("no {name} in the scrape"))
+    }
+
     /// The log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
