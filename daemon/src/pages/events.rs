@@ -15,16 +15,21 @@
 //! | a new page | itself (its block may have moved since it was read) |
 //! | a device reset, a resynchronisation | every page (a full refresh) |
 //!
+//! The switch hook runs on the interrupt thread, whose handshakes race the
+//! device's fallback timeout: it never takes the page table's lock (whose
+//! holder may be preempted on a loaded host) but leaves the switch in a
+//! per-partition atomic that the refresher collects, and unparks it.
+//!
 //! Retirements publish the persisted final totals directly. What bypasses
 //! these events is caught by the backstop, a full refresh every
 //! `[pages] backstop_ms` (docs/pages.md).
 //!
 //! [`Entry::dirty`]: super::table::Entry::dirty
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpupm_uapi::layout::StreamSlot;
+use gpupm_uapi::regs::MAX_PARTITION_SLOTS;
 use gpupm_uapi::tenant::RateSample;
 use zerocopy::FromBytes;
 
@@ -41,11 +46,31 @@ pub struct Wake {
     pub full: bool,
 }
 
+/// A partition's switch not yet collected by the refresher: set.
+const SWITCH_PENDING: u64 = 1 << 32;
+/// The low 32 bits are the incoming context.
+const SWITCH_KNOWN: u64 = 1 << 33;
+/// More than one switch since the refresher last looked: the contexts
+/// switched out in between are not known.
+const SWITCH_MISSED: u64 = 1 << 34;
+
+/// Switches the interrupt thread left for the refresher, by partition slot.
+#[derive(Debug, Default)]
+pub struct Switches([AtomicU64; MAX_PARTITION_SLOTS as usize]);
+
 impl Pages {
-    /// Wakes the refresher for what `inner` marks.
+    /// Marks `inner`'s wake-up as pending and wakes the refresher.
     pub(super) fn wake(&self, inner: &mut Inner) {
         inner.wake.pending = true;
-        self.changed.notify_one();
+        self.unpark();
+    }
+
+    /// Wakes the refresher thread (a no-op before it starts: it looks at
+    /// what is pending before it first parks).
+    pub(super) fn unpark(&self) {
+        if let Some(t) = self.refresher.get() {
+            t.unpark();
+        }
     }
 
     /// Asks for a full refresh: every page is read.
@@ -55,30 +80,30 @@ impl Pages {
         self.wake(&mut inner);
     }
 
-    /// Wakes the refresher with nothing to do (so that it sees `stop`).
-    pub(super) fn interrupt(&self) {
-        let _inner = self.lock();
-        self.changed.notify_all();
+    /// Whether a hook asked for anything since the refresher last looked.
+    pub(super) fn has_events(&self) -> bool {
+        self.switches
+            .0
+            .iter()
+            .any(|s| s.load(Ordering::Acquire) != 0)
+            || {
+                let inner = self.lock();
+                inner.wake.pending || inner.wake.full
+            }
     }
 
-    /// Waits until a hook wakes the refresher, `until` passes or `stop` is
-    /// set; returns (and clears) what the hooks asked.
-    pub(super) fn wait_for_events(&self, until: Instant, stop: &AtomicBool) -> Wake {
+    /// What the hooks asked since the refresher last looked, switches
+    /// included (their pages are marked now); clears it.
+    pub(super) fn take_wake(&self) -> Wake {
         let mut inner = self.lock();
-        loop {
-            if inner.wake.pending || stop.load(Ordering::Acquire) {
-                break;
+        for (p, slot) in (0u32..).zip(&self.switches.0) {
+            let v = slot.swap(0, Ordering::AcqRel);
+            if v != 0 {
+                let known = v & SWITCH_KNOWN != 0 && v & SWITCH_MISSED == 0;
+                #[allow(clippy::cast_possible_truncation)] // the low 32 bits
+                let incoming = known.then_some(v as u32);
+                self.mark_switch(&mut inner, p, incoming);
             }
-            let Some(left) = until
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())
-            else {
-                break;
-            };
-            inner = match self.changed.wait_timeout(inner, left) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
         }
         std::mem::take(&mut inner.wake)
     }
@@ -97,16 +122,29 @@ impl Pages {
         }
     }
 
-    /// Store hook: partition `p` committed a switch (host-driven or by the
-    /// device's fallback) to `incoming` (`None`: not known). The context
-    /// switched out is the one the previous switch brought in.
+    /// Store hook (the interrupt thread): partition `p` committed a switch
+    /// (host-driven or by the device's fallback) to `incoming` (`None`: not
+    /// known). Lock-free; the refresher marks the pages.
     pub fn switched(&self, p: u32, incoming: Option<CtxId>) {
-        let mut inner = self.lock();
+        let Some(slot) = usize::try_from(p).ok().and_then(|i| self.switches.0.get(i)) else {
+            return;
+        };
+        let v = SWITCH_PENDING | incoming.map_or(0, |c| SWITCH_KNOWN | u64::from(c));
+        if slot.swap(v, Ordering::AcqRel) & SWITCH_PENDING != 0 {
+            slot.fetch_or(SWITCH_MISSED, Ordering::AcqRel);
+        }
+        self.unpark();
+    }
+
+    /// Marks what partition `p`'s switch to `incoming` changed: its VM
+    /// pages and the context switched out, the one the previous switch
+    /// brought in (every context page of the partition when not known).
+    fn mark_switch(&self, inner: &mut Inner, p: u32, incoming: Option<CtxId>) {
         let outgoing = match incoming {
             Some(ctx) => inner.running.insert(p, ctx),
             None => inner.running.remove(&p),
         };
-        self.mark_where(&mut inner, |key, e| {
+        self.mark_where(inner, |key, e| {
             e.source.partition == p
                 && match key {
                     Key::Vm(_) => true,

@@ -43,7 +43,7 @@ mod table;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gpupm_client::config::TenantPolicy;
 use gpupm_client::page::WritablePage;
@@ -130,8 +130,10 @@ pub struct Pages {
     policy: TenantPolicy,
     clock_khz: u32,
     inner: Mutex<Inner>,
-    /// Signalled (with `inner` held) when a hook marks pages.
-    changed: Condvar,
+    /// Switches the interrupt thread left for the refresher.
+    switches: events::Switches,
+    /// The refresher thread, unparked when a hook marks pages.
+    refresher: OnceLock<std::thread::Thread>,
     counters: Counters,
 }
 
@@ -159,7 +161,8 @@ impl Pages {
                 wake: events::Wake::default(),
                 running: BTreeMap::new(),
             }),
-            changed: Condvar::new(),
+            switches: events::Switches::default(),
+            refresher: OnceLock::new(),
             counters: Counters::default(),
         }))
     }

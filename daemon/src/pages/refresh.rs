@@ -25,6 +25,9 @@ use super::Pages;
 const MERGE_GAP: u64 = 64 * BLOCK_SLOT_SIZE;
 /// Longest single window read.
 const MAX_RUN: u64 = 256 * 1024;
+/// How long the refresher lets a burst of events gather before it reads
+/// the device.
+const COALESCE: Duration = Duration::from_millis(5);
 /// At most this often a failing refresh is logged.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
@@ -201,17 +204,31 @@ impl Refresher {
                 .spawn(move || {
                     let mut next_full = Instant::now() + backstop;
                     let mut logged: Option<Instant> = None;
+                    let mut settled = false;
                     while !stop.load(Ordering::Acquire) {
-                        let wake = pages.wait_for_events(next_full, &stop);
-                        if stop.load(Ordering::Acquire) {
-                            break;
+                        if !settled && pages.has_events() {
+                            // Let the burst that woke us finish (a switch
+                            // comes with the other partitions' switches and
+                            // their handshakes, a drain with the other
+                            // rings'): one refresh for all, and no device
+                            // round trips racing the handshakes.
+                            thread::sleep(COALESCE);
+                            settled = true;
+                            continue;
                         }
+                        settled = false;
+                        let wake = pages.take_wake();
                         let now = Instant::now();
                         let result = if wake.full || now >= next_full {
                             next_full = now + backstop;
                             pages.refresh(&mut state)
-                        } else {
+                        } else if wake.pending {
                             pages.refresh_marked(&mut state)
+                        } else {
+                            // A hook's unpark before this park makes it
+                            // return at once: no wake-up is lost.
+                            thread::park_timeout(next_full - now);
+                            continue;
                         };
                         if let Err(e) = result {
                             if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
@@ -225,6 +242,9 @@ impl Refresher {
                     }
                 })?
         };
+        if pages.refresher.set(thread.thread().clone()).is_err() {
+            tracing::debug!("a page refresher was already started");
+        }
         Ok(Refresher {
             pages,
             stop,
@@ -236,7 +256,7 @@ impl Refresher {
 impl Drop for Refresher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        self.pages.interrupt();
+        self.pages.unpark();
         if let Some(t) = self.thread.take() {
             if t.join().is_err() {
                 tracing::error!("the page refresher panicked");
