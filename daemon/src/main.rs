@@ -277,7 +277,13 @@ async fn start_device(
     let pages = pages.map(|p| {
         tokio::task::block_in_place(|| {
             p.adopt(&*store);
-            let mut state = pages::State::default();
+            // A real-time clock's periodic commits are followed; a step
+            // clock's time cannot be predicted: events only.
+            let mut state = if step_clock {
+                pages::State::default()
+            } else {
+                pages::State::following(identity.clock_khz)
+            };
             if let Err(e) = p.refresh(&mut state) {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),

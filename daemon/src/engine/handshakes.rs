@@ -88,11 +88,14 @@ pub fn rebind(dev: &DevNode, parts: &[u32], awaiting: &mut Awaiting, ack: &mut u
             ops.push(write32(r::INTR_ACK, *ack));
         }
         if dev.batch(&mut ops).is_err() {
-            out.extend(
-                group
-                    .iter()
-                    .map(|(pd, t0)| (pd.partition, Some(pd.ctx), *t0, handshake::resume(&mut &*dev, pd, ack))),
-            );
+            out.extend(group.iter().map(|(pd, t0)| {
+                (
+                    pd.partition,
+                    Some(pd.ctx),
+                    *t0,
+                    handshake::resume(&mut &*dev, pd, ack),
+                )
+            }));
             continue;
         }
         *ack = 0;

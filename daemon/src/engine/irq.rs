@@ -197,7 +197,11 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
     let waiting: Vec<(Pending, Instant)> = std::mem::take(awaiting).into_values().collect();
     for (pending, t0) in waiting {
         let outcome = handshake::resume(&mut &*dev, &pending, &mut 0);
-        record(store, (pending.partition, Some(pending.ctx), t0, outcome), awaiting);
+        record(
+            store,
+            (pending.partition, Some(pending.ctx), t0, outcome),
+            awaiting,
+        );
     }
     let parts: Vec<u32> = store.partitions().into_iter().filter(|&p| p != 0).collect();
     let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect();

@@ -66,8 +66,19 @@ impl Pages {
     }
 
     /// Wakes the refresher thread (a no-op before it starts: it looks at
-    /// what is pending before it first parks).
+    /// what is pending before it first parks), unless it follows the
+    /// periodic commits: then it takes what is pending at its next due
+    /// read, at most a period away, and a wake-up per hook would only cost
+    /// CPU. (If it stops following meanwhile, it looks at what is pending
+    /// before it parks.)
     pub(super) fn unpark(&self) {
+        if !self.following.load(Ordering::Acquire) {
+            self.unpark_now();
+        }
+    }
+
+    /// Wakes the refresher thread whatever it does.
+    pub(super) fn unpark_now(&self) {
         if let Some(t) = self.refresher.get() {
             t.unpark();
         }

@@ -35,6 +35,7 @@
 
 mod events;
 mod files;
+mod follow;
 mod refresh;
 mod server;
 mod sys;
@@ -42,7 +43,7 @@ mod table;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gpupm_client::config::TenantPolicy;
@@ -134,6 +135,10 @@ pub struct Pages {
     switches: events::Switches,
     /// The refresher thread, unparked when a hook marks pages.
     refresher: OnceLock<std::thread::Thread>,
+    /// The refresher follows the periodic commits: it reads at its next
+    /// due time (at most a period away) whatever hooks mark meanwhile, so
+    /// they need not wake it.
+    following: AtomicBool,
     counters: Counters,
 }
 
@@ -163,6 +168,7 @@ impl Pages {
             }),
             switches: events::Switches::default(),
             refresher: OnceLock::new(),
+            following: AtomicBool::new(false),
             counters: Counters::default(),
         }))
     }

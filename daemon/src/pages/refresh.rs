@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gpupm_client::ops::{read32, reg32};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
+use gpupm_uapi::regs::{self as r, trig_ctrl};
 use zerocopy::FromBytes;
 
+use super::follow::Follow;
 use super::table::{self, Key, Stale};
 use super::Pages;
 
@@ -32,10 +35,44 @@ const COALESCE: Duration = Duration::from_millis(5);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What the refresher keeps between refreshes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct State {
     /// Window read buffer, kept across refreshes.
     buf: Vec<u8>,
+    /// Following the device's periodic commits ([`super::follow`]).
+    follow: Follow,
+}
+
+impl Default for State {
+    /// A state that reads on events only (a step clock).
+    fn default() -> Self {
+        State {
+            buf: Vec::new(),
+            follow: Follow::new(false, 0),
+        }
+    }
+}
+
+impl State {
+    /// A state that also follows the periodic commits of a real-time
+    /// device clock of `clock_khz`.
+    pub fn following(clock_khz: u32) -> Self {
+        State {
+            buf: Vec::new(),
+            follow: Follow::new(true, clock_khz),
+        }
+    }
+}
+
+/// What a refresh found.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// A VM block went backwards (a device reset).
+    reset: bool,
+    /// Pages whose block moved (a newer commit).
+    moved: Vec<Key>,
+    /// The latest commit cycle among them.
+    newest: Option<u64>,
 }
 
 impl Pages {
@@ -63,12 +100,22 @@ impl Pages {
         }
     }
 
-    /// Folds the blocks read into the pages. Returns true when a VM block
-    /// went backwards (a device reset).
-    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)]) -> bool {
+    /// Marks `keys` (the followed pages, at their due time).
+    fn mark(&self, keys: &[Key]) {
+        let mut inner = self.lock();
+        for key in keys {
+            if let Some(e) = inner.table.pages.get_mut(key) {
+                e.dirty = true;
+            }
+        }
+    }
+
+    /// Folds the blocks read into the pages: which moved, and whether a
+    /// VM block went backwards (a device reset).
+    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)]) -> Applied {
         let mut inner = self.lock();
         let generation = inner.generation;
-        let mut reset = false;
+        let mut out = Applied::default();
         for (key, offset, slot) in blocks {
             let Some(e) = inner.table.pages.get_mut(key) else {
                 continue;
@@ -82,16 +129,21 @@ impl Pages {
             }
             match table::with_slot(*key, &e.source, &e.shown, slot) {
                 Ok(next) => {
+                    let (was, now) = (e.shown.counters.commit_seq, next.counters.commit_seq);
+                    if now > was && e.shown.counters.generation == generation {
+                        out.moved.push(*key);
+                        out.newest = out.newest.max(Some(next.counters.cycle));
+                    }
                     let next = table::with_rates(next, e);
                     e.rate = None;
                     e.sealed_rate = None;
                     self.show(generation, e, next);
                 }
-                Err(Stale::Backwards) if matches!(key, Key::Vm(_)) => reset = true,
+                Err(Stale::Backwards) if matches!(key, Key::Vm(_)) => out.reset = true,
                 Err(_) => {}
             }
         }
-        reset
+        out
     }
 
     /// A full refresh: reads every page's block slot and rewrites the
@@ -107,9 +159,28 @@ impl Pages {
     }
 
     fn refresh_wanted(&self, state: &mut State, all: bool) -> Result<usize, DevError> {
+        let result = self.read_and_apply(state, all);
+        let applied = match &result {
+            Ok((_, applied)) => applied,
+            Err(_) => &Applied::default(),
+        };
+        // A failed or empty read counts as nothing new: following retries
+        // a few times and then stops, rather than spinning on a deadline.
+        state
+            .follow
+            .observe(Instant::now(), applied.moved.clone(), applied.newest);
+        self.following
+            .store(state.follow.due().is_some(), Ordering::Release);
+        result.map(|(reads, _)| reads)
+    }
+
+    fn read_and_apply(&self, state: &mut State, all: bool) -> Result<(usize, Applied), DevError> {
+        if all {
+            state.follow.set_period(self.trigger_period()?);
+        }
         let wanted = self.take_wanted(all);
         if wanted.is_empty() {
-            return Ok(0);
+            return Ok((0, Applied::default()));
         }
         let (blocks, reads) = match read_blocks(&self.dev, &wanted, &mut state.buf) {
             Ok(r) => r,
@@ -118,11 +189,20 @@ impl Pages {
                 return Err(e);
             }
         };
-        if self.apply(&blocks) {
+        let applied = self.apply(&blocks);
+        if applied.reset {
             self.device_reset();
         }
         self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-        Ok(reads)
+        Ok((reads, applied))
+    }
+
+    /// `TRIG_PERIOD` while periodic triggers are on.
+    fn trigger_period(&self) -> Result<Option<u64>, DevError> {
+        let mut ops = [read32(r::TRIG_PERIOD), read32(r::TRIG_CTRL)];
+        self.dev.batch(&mut ops)?;
+        let on = reg32(ops[1].value) & trig_ctrl::PERIODIC_ENABLE != 0;
+        Ok(on.then_some(ops[0].value))
     }
 }
 
@@ -201,46 +281,7 @@ impl Refresher {
             let (pages, stop) = (Arc::clone(&pages), Arc::clone(&stop));
             thread::Builder::new()
                 .name("gpupmd-pages".into())
-                .spawn(move || {
-                    let mut next_full = Instant::now() + backstop;
-                    let mut logged: Option<Instant> = None;
-                    let mut settled = false;
-                    while !stop.load(Ordering::Acquire) {
-                        if !settled && pages.has_events() {
-                            // Let the burst that woke us finish (a switch
-                            // comes with the other partitions' switches and
-                            // their handshakes, a drain with the other
-                            // rings'): one refresh for all, and no device
-                            // round trips racing the handshakes.
-                            thread::sleep(COALESCE);
-                            settled = true;
-                            continue;
-                        }
-                        settled = false;
-                        let wake = pages.take_wake();
-                        let now = Instant::now();
-                        let result = if wake.full || now >= next_full {
-                            next_full = now + backstop;
-                            pages.refresh(&mut state)
-                        } else if wake.pending {
-                            pages.refresh_marked(&mut state)
-                        } else {
-                            // A hook's unpark before this park makes it
-                            // return at once: no wake-up is lost.
-                            thread::park_timeout(next_full - now);
-                            continue;
-                        };
-                        if let Err(e) = result {
-                            if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                                tracing::warn!(
-                                    error = format!("{:#}", anyhow::Error::new(e)),
-                                    "refreshing tenant pages failed"
-                                );
-                                logged = Some(Instant::now());
-                            }
-                        }
-                    }
-                })?
+                .spawn(move || run(&pages, backstop, &mut state, &stop))?
         };
         if pages.refresher.set(thread.thread().clone()).is_err() {
             tracing::debug!("a page refresher was already started");
@@ -253,10 +294,61 @@ impl Refresher {
     }
 }
 
+/// The refresher's loop: while following the periodic commits
+/// ([`super::follow`]), one read of the followed and marked pages at each
+/// due time, events waiting for it (it is at most a period away);
+/// otherwise a read of the marked pages when a hook wakes it (after
+/// letting the burst gather), a full read every `backstop`.
+fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) {
+    let mut next_full = Instant::now() + backstop;
+    let mut logged: Option<Instant> = None;
+    let mut settled = false;
+    while !stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if let Some(due) = state.follow.due() {
+            if now < due && now < next_full {
+                thread::park_timeout(due.min(next_full) - now);
+                continue;
+            }
+            pages.mark(state.follow.keys());
+        } else if !settled && pages.has_events() {
+            // Let the burst that woke us finish (a switch comes with the
+            // other partitions' switches and their handshakes, a drain
+            // with the other rings'): one refresh for all, and no device
+            // round trips racing the handshakes.
+            thread::sleep(COALESCE);
+            settled = true;
+            continue;
+        }
+        settled = false;
+        let wake = pages.take_wake();
+        let result = if wake.full || now >= next_full {
+            next_full = now + backstop;
+            pages.refresh(state)
+        } else if wake.pending || state.follow.due().is_some() {
+            pages.refresh_marked(state)
+        } else {
+            // A hook's unpark before this park makes it return at once:
+            // no wake-up is lost.
+            thread::park_timeout(next_full - now);
+            continue;
+        };
+        if let Err(e) = result {
+            if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "refreshing tenant pages failed"
+                );
+                logged = Some(Instant::now());
+            }
+        }
+    }
+}
+
 impl Drop for Refresher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        self.pages.unpark();
+        self.pages.unpark_now();
         if let Some(t) = self.thread.take() {
             if t.join().is_err() {
                 tracing::error!("the page refresher panicked");

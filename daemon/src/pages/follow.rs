@@ -1,0 +1,230 @@
+//! Following the device's periodic commits: after a refresh that found
+//! pages whose blocks moved, the refresher reads those pages again just
+//! after the device's next periodic commit lands, and goes on doing so
+//! while they keep moving.
+//!
+//! The device raises no interrupt for a periodic commit (only the
+//! stream watermark, edge-triggered and re-armed by a drain, which would
+//! cost a ring drain per commit), so nothing tells the daemon a commit
+//! has happened until a drain or a switch — on the reference load up to
+//! 40 ms later. But the block says when its last commit was
+//! (`last_commit_cycle`) and `TRIG_PERIOD` when the next one is due, so
+//! the refresher can be there when it lands: one window read per commit
+//! period for all the moving VM pages, and no read at all once they stop
+//! moving (an idle device, periodic triggers off, a step clock).
+//!
+//! Device cycles are mapped to the daemon's clock by watching when
+//! commits are first seen: `seen − cycle / rate` over the refreshes is the
+//! instant of cycle 0 plus how late a commit was seen; its minimum over
+//! the last [`WINDOW`] to 2 × [`WINDOW`] observations (a late wake-up
+//! does not count; a device clock that drifts — a throttled capability —
+//! is tracked within a window) is when commits land. A read scheduled too
+//! early finds nothing new and is retried shortly after, a few times; then
+//! the refresher stops following until an event.
+
+use std::time::{Duration, Instant};
+
+use super::table::Key;
+
+/// How long after a commit is due to land the pages are read: jitter of
+/// when the device lands it.
+const MARGIN: Duration = Duration::from_micros(150);
+/// Retry delay after a read found nothing new (early, a dithered period).
+const RETRY: Duration = Duration::from_micros(200);
+/// Reads in a row that found nothing new before following stops.
+const MAX_MISSES: u32 = 4;
+/// Observations per window of the landing estimate.
+const WINDOW: u32 = 256;
+
+/// The follower's state.
+#[derive(Debug)]
+pub struct Follow {
+    /// Off on a step clock (device time passes only when someone
+    /// advances it, so it cannot be predicted).
+    enabled: bool,
+    /// Device cycles per second.
+    hz: f64,
+    /// `TRIG_PERIOD` while periodic triggers are on.
+    period: Option<u64>,
+    base: Instant,
+    /// Seconds after `base` at which cycle 0 would have landed: the
+    /// minimum of the previous window's observations and of this one's.
+    landed_at_zero: [Option<f64>; 2],
+    /// Observations in the current window.
+    observed: u32,
+    /// Pages to read at `due`.
+    keys: Vec<Key>,
+    due: Option<Instant>,
+    misses: u32,
+}
+
+impl Follow {
+    /// A follower for a device clock of `clock_khz`; `enabled` false on a
+    /// step clock.
+    pub fn new(enabled: bool, clock_khz: u32) -> Follow {
+        Follow {
+            enabled: enabled && clock_khz > 0,
+            hz: f64::from(clock_khz) * 1000.0,
+            period: None,
+            base: Instant::now(),
+            landed_at_zero: [None, None],
+            observed: 0,
+            keys: Vec::new(),
+            due: None,
+            misses: 0,
+        }
+    }
+
+    /// The periodic trigger as the device has it now (`None`: off).
+    pub fn set_period(&mut self, period: Option<u64>) {
+        self.period = period.filter(|&p| p > 0);
+        if self.period.is_none() {
+            self.stop();
+        }
+    }
+
+    /// When the followed pages are to be read next (`None`: not
+    /// following).
+    pub fn due(&self) -> Option<Instant> {
+        self.due
+    }
+
+    /// The pages to read at [`Self::due`].
+    pub fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
+    fn stop(&mut self) {
+        self.due = None;
+        self.keys.clear();
+        self.misses = 0;
+    }
+
+    /// After a refresh that ended at `now`: `moved` are the pages whose
+    /// block changed, `newest` the latest commit cycle among them.
+    #[allow(clippy::cast_precision_loss)] // cycles: exact below 2^53
+    pub fn observe(&mut self, now: Instant, moved: Vec<Key>, newest: Option<u64>) {
+        let (Some(period), true) = (self.period, self.enabled) else {
+            self.stop();
+            return;
+        };
+        let Some(cycle) = newest.filter(|_| !moved.is_empty()) else {
+            if self.due.is_some() && self.misses < MAX_MISSES {
+                self.misses += 1;
+                self.due = Some(now + RETRY);
+            } else {
+                self.stop();
+            }
+            return;
+        };
+        let seen = now.duration_since(self.base).as_secs_f64() - cycle as f64 / self.hz;
+        let zero = self.landed(seen);
+        let next = zero + (cycle + period) as f64 / self.hz;
+        let at = self.base + Duration::from_secs_f64(next.max(0.0)) + MARGIN;
+        self.due = Some(at.max(now + RETRY));
+        self.keys = moved;
+        self.misses = 0;
+    }
+}
+
+impl Follow {
+    /// Takes observation `seen` into the windowed minimum; returns it.
+    fn landed(&mut self, seen: f64) -> f64 {
+        if self.observed >= WINDOW {
+            self.landed_at_zero = [self.landed_at_zero[1], None];
+            self.observed = 0;
+        }
+        self.observed += 1;
+        let cur = &mut self.landed_at_zero[1];
+        *cur = Some(cur.map_or(seen, |z| z.min(seen)));
+        match self.landed_at_zero {
+            [Some(prev), Some(cur)] => prev.min(cur),
+            [_, cur] => cur.unwrap_or(seen),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KHZ: u32 = 1_000_000; // 1 GHz: 1 ms = 1,000,000 cycles
+    const PERIOD: u64 = 1_000_000;
+
+    fn follow() -> Follow {
+        let mut f = Follow::new(true, KHZ);
+        f.set_period(Some(PERIOD));
+        f
+    }
+
+    /// Whether `a` and `b` are within 2 µs of each other.
+    fn near(a: Instant, b: Instant) -> bool {
+        a.max(b) - a.min(b) < Duration::from_micros(2)
+    }
+
+    fn ms(f: &Follow, t: f64) -> Instant {
+        f.base + Duration::from_secs_f64(t / 1000.0)
+    }
+
+    #[test]
+    fn the_next_read_is_a_margin_after_the_next_commit_lands() {
+        let mut f = follow();
+        // Commit at cycle 10 ms, seen at 10.2 ms (landed late by 0.2 ms).
+        f.observe(ms(&f, 10.2), vec![Key::Vm(1)], Some(10 * PERIOD));
+        let due = f.due().expect("following");
+        let want = ms(&f, 11.2) + MARGIN;
+        assert!(near(due, want), "{due:?} vs {want:?}");
+        assert_eq!(f.keys(), &[Key::Vm(1)]);
+        // Seen earlier next time: the envelope follows down at once.
+        f.observe(ms(&f, 11.05), vec![Key::Vm(1)], Some(11 * PERIOD));
+        let want = ms(&f, 12.05) + MARGIN;
+        assert!(near(f.due().unwrap(), want));
+        // Seen late once (a delayed wake-up): the estimate keeps the
+        // earliest landing.
+        f.observe(ms(&f, 12.85), vec![Key::Vm(1)], Some(12 * PERIOD));
+        let want = ms(&f, 13.05) + MARGIN;
+        assert!(near(f.due().unwrap(), want));
+    }
+
+    #[test]
+    fn a_device_clock_that_falls_behind_is_tracked_within_two_windows() {
+        let mut f = follow();
+        f.observe(ms(&f, 1.0), vec![Key::Vm(1)], Some(PERIOD));
+        // From now on every commit lands 0.5 ms later than before.
+        for i in 2..(2 + 2 * u64::from(WINDOW) + 1) {
+            let t = i as f64 + 0.5;
+            f.observe(ms(&f, t), vec![Key::Vm(1)], Some(i * PERIOD));
+        }
+        let last = 2 + 2 * u64::from(WINDOW);
+        let want = ms(&f, (last + 1) as f64 + 0.5) + MARGIN;
+        assert!(near(f.due().unwrap(), want));
+    }
+
+    #[test]
+    fn reads_that_find_nothing_new_retry_then_stop() {
+        let mut f = follow();
+        f.observe(ms(&f, 1.0), vec![Key::Vm(2)], Some(PERIOD));
+        for i in 0..MAX_MISSES {
+            f.observe(ms(&f, 2.0 + f64::from(i)), Vec::new(), None);
+            assert!(f.due().is_some(), "miss {i} retries");
+        }
+        f.observe(ms(&f, 9.0), Vec::new(), None);
+        assert_eq!(f.due(), None, "stopped after {MAX_MISSES} misses");
+        assert!(f.keys().is_empty());
+    }
+
+    #[test]
+    fn no_following_on_a_step_clock_or_without_periodic_triggers() {
+        let mut step = Follow::new(false, KHZ);
+        step.set_period(Some(PERIOD));
+        step.observe(Instant::now(), vec![Key::Vm(1)], Some(PERIOD));
+        assert_eq!(step.due(), None);
+        let mut off = follow();
+        off.observe(Instant::now(), vec![Key::Vm(1)], Some(PERIOD));
+        assert!(off.due().is_some());
+        off.set_period(None);
+        assert_eq!(off.due(), None, "periodic triggers turned off");
+        off.observe(Instant::now(), vec![Key::Vm(1)], Some(PERIOD));
+        assert_eq!(off.due(), None);
+    }
+}
