@@ -228,7 +228,9 @@ fn main() {
         dev: tmp.join("dev"),
     };
 
+    let refreshes0 = daemon.metric("gpupm_page_refreshes_total");
     let paged = phase(Via::Page, &paths, pid, tck, khz, clients, secs, probe_secs);
+    let page_refreshes = daemon.metric("gpupm_page_refreshes_total") - refreshes0;
     let switches_paged = sum(&parts) - switches0;
     let rss_mib = status_kib(pid, "VmRSS:") as f64 / 1024.0;
     let ioctl = phase(Via::Ioctl, &paths, pid, tck, khz, clients, secs, probe_secs);
@@ -274,6 +276,10 @@ fn main() {
     println!(
         "daemon CPU, page clients  {:.2} % of one core (goal < 2 %); {:.2} % with the page probe",
         paged.cpu_pct, paged.cpu_probe_pct
+    );
+    println!(
+        "page refreshes            {:.0}/s in the page phase",
+        page_refreshes as f64 / (paged.wall + probe_secs as f64)
     );
     println!(
         "daemon CPU, ioctl clients {:.2} % of one core; {:.2} % with the 1 kHz ioctl probe",

@@ -71,8 +71,8 @@ pub(super) struct Applied {
     reset: bool,
     /// Pages whose block moved (a newer commit).
     moved: Vec<Key>,
-    /// The latest commit cycle among them.
-    newest: Option<u64>,
+    /// Their blocks' last commit cycles.
+    cycles: Vec<u64>,
 }
 
 impl Pages {
@@ -132,7 +132,7 @@ impl Pages {
                     let (was, now) = (e.shown.counters.commit_seq, next.counters.commit_seq);
                     if now > was && e.shown.counters.generation == generation {
                         out.moved.push(*key);
-                        out.newest = out.newest.max(Some(next.counters.cycle));
+                        out.cycles.push(next.counters.cycle);
                     }
                     let next = table::with_rates(next, e);
                     e.rate = None;
@@ -168,7 +168,7 @@ impl Pages {
         // a few times and then stops, rather than spinning on a deadline.
         state
             .follow
-            .observe(Instant::now(), applied.moved.clone(), applied.newest);
+            .observe(Instant::now(), &applied.moved, &applied.cycles);
         self.following
             .store(state.follow.due().is_some(), Ordering::Release);
         result.map(|(reads, _)| reads)
