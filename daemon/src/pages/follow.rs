@@ -20,24 +20,24 @@
 //! does not count; a device clock that drifts — a throttled capability —
 //! is tracked within a window) is when commits land. A read scheduled too
 //! early finds nothing new and is retried shortly after, ever later, for
-//! about 50 ms; then the refresher stops following until an event.
+//! about 40 ms; then the refresher stops following until an event.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::table::Key;
 
-/// How long after a commit is due to land the pages are read: the
-/// real-time driver lands commits at its ticks (250 µs), whose phase
-/// against the commits drifts, so a commit lands up to a tick after the
-/// earliest landing seen.
-const MARGIN: Duration = Duration::from_micros(300);
+/// How long after a commit is due to land the pages are read: jitter of
+/// the landing (the real-time driver lands commits at its ticks, 250 µs,
+/// whose phase against the commits drifts slowly; the estimate follows
+/// it within a window, and a read that comes too early is retried).
+const MARGIN: Duration = Duration::from_micros(120);
 /// Retry delay after a read found nothing new (early, a dithered period,
 /// a device clock catching up late on a loaded host), doubled at each
 /// further miss.
-const RETRY: Duration = Duration::from_micros(200);
+const RETRY: Duration = Duration::from_micros(150);
 /// Reads in a row that found nothing new before following stops: with
-/// the doubling, about 50 ms after the last commit seen.
+/// the doubling, about 40 ms after the last commit seen.
 const MAX_MISSES: u32 = 8;
 /// Observations per window of the landing estimate.
 const WINDOW: u32 = 32;
@@ -145,7 +145,7 @@ impl Follow {
         }
     }
 
-    /// After a refresh that ended at `now`: `moved` are the pages whose
+    /// After a refresh that started at `now`: `moved` are the pages whose
     /// block changed, `cycles` their blocks' last commit cycles.
     #[allow(clippy::cast_precision_loss)] // cycles: exact below 2^53
     pub fn observe(&mut self, now: Instant, moved: &[Key], cycles: &[u64]) {

@@ -159,6 +159,10 @@ impl Pages {
     }
 
     fn refresh_wanted(&self, state: &mut State, all: bool) -> Result<usize, DevError> {
+        // A commit seen was in the block when the device served the read,
+        // some time after the read started: the start is the observation
+        // (an early estimate is corrected by the read that finds nothing).
+        let started = Instant::now();
         let result = self.read_and_apply(state, all);
         let applied = match &result {
             Ok((_, applied)) => applied,
@@ -168,7 +172,7 @@ impl Pages {
         // a few times and then stops, rather than spinning on a deadline.
         state
             .follow
-            .observe(Instant::now(), &applied.moved, &applied.cycles);
+            .observe(started, &applied.moved, &applied.cycles);
         self.following
             .store(state.follow.due().is_some(), Ordering::Release);
         result.map(|(reads, _)| reads)
