@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p gpupmd --bench pages` starts the real `gpupm-driver`
 //! on a real-time clock with the reference load (see `reference_load`)
-//! and the real `gpupmd` (pages rewritten on events, with a backstop every
+//! and the real `gpupmd` (pages rewritten on events and at each periodic
+//! commit while blocks move, with a backstop every
 //! `GPUPM_BENCH_PAGE_BACKSTOP_MS`, default the daemon's), maps VM 1's page
 //! through the page socket and times, in this process, one after the
 //! other:
@@ -179,7 +180,7 @@ fn main() {
     );
     println!("load average              {load_before} before, {load_after} after the reads, {load_end} at the end");
     println!(
-        "page refresh              on events, {per_s:.1}/s; backstop every {backstop_ms} ms (GPUPM_BENCH_PAGE_BACKSTOP_MS); {updates} commits folded into VM 1's page during the reads"
+        "page refresh              on events and following the periodic commits, {per_s:.1}/s; backstop every {backstop_ms} ms (GPUPM_BENCH_PAGE_BACKSTOP_MS); {updates} commits folded into VM 1's page during the reads"
     );
     println!(
         "daemon CPU                {pages_on_pct:.2} % of one core with pages, {pages_off_pct:.2} % without ({secs} s each)"

@@ -41,12 +41,13 @@
 //! - staleness: once per millisecond the probe reads the device cycle
 //!   whatever it saw, and (cycle now − cycle of the commit shown) / clock
 //!   is how old what a reader sees is at that instant. A page is rewritten
-//!   when an event says its data changed: a drain of the stream ring (a
-//!   watermark, or the periodic drain every `[stream] drain_interval_ms`,
-//!   `GPUPM_BENCH_DRAIN_MS` here, default the daemon's 100) or a switch's
-//!   commit; it then shows the block's latest commit, so a commit is young
-//!   when first seen but the page ages until the next event. An ioctl
-//!   reads the block itself.
+//!   just after each periodic commit lands while its block moves (the
+//!   daemon follows the trigger's period) and when an event says its data
+//!   changed: a drain of the stream ring (a watermark, or the periodic
+//!   drain every `[stream] drain_interval_ms`, `GPUPM_BENCH_DRAIN_MS`
+//!   here, default the daemon's 100) or a switch's commit. An ioctl reads
+//!   the block itself. `page refreshes` is the daemon's
+//!   `gpupm_page_refreshes_total` over the page phase.
 //!
 //! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
 //! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
