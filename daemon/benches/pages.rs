@@ -2,9 +2,11 @@
 //!
 //! `cargo bench -p gpupmd --bench pages` starts the real `gpupm-driver`
 //! on a real-time clock with the reference load (see `reference_load`)
-//! and the real `gpupmd` (pages refreshed every `GPUPM_BENCH_PAGE_REFRESH_US`,
-//! default the daemon's), maps VM 1's page through the page socket and
-//! times, in this process, one after the other:
+//! and the real `gpupmd` (pages rewritten on events and at each periodic
+//! commit while blocks move, with a backstop every
+//! `GPUPM_BENCH_PAGE_BACKSTOP_MS`, default the daemon's), maps VM 1's page
+//! through the page socket and times, in this process, one after the
+//! other:
 //!
 //! - `page_read`: `MappedPage::read_counters` (the sequence-lock copy of
 //!   the page's 552 bytes of counters: totals, commit count, cycle, state,
@@ -23,7 +25,8 @@
 //! `GPUPM_BENCH_SECS` (default 10) with pages on and no reader, then the
 //! same daemon restarted with `[pages] enabled = false` over the same
 //! time as the baseline; the difference is what refreshing the pages
-//! costs (`refresh_cpu_pct`), also per refresh (`refresh_us`). Readers add
+//! costs (`refresh_cpu_pct`), also per refresh (`refresh_us`, from the
+//! daemon's `gpupm_page_refreshes_total` over the window). Readers add
 //! nothing to it: a page read is a memory read. The load average is
 //! printed before and after. The last line is JSON.
 
@@ -76,10 +79,10 @@ fn mean(n: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     let load_before = load_average();
-    let refresh_us: u64 = std::env::var("GPUPM_BENCH_PAGE_REFRESH_US")
+    let backstop_ms: u64 = std::env::var("GPUPM_BENCH_PAGE_BACKSTOP_MS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(gpupm_client::config::DEFAULT_PAGE_REFRESH_US);
+        .unwrap_or(gpupm_client::config::DEFAULT_PAGE_BACKSTOP_MS);
     let secs: u64 = std::env::var("GPUPM_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -97,7 +100,7 @@ fn main() {
         daemon_config(
             &tmp,
             &format!(
-                "[pages]\nenabled = {enabled}\ndir = {:?}\nrefresh_us = {refresh_us}\n\
+                "[pages]\nenabled = {enabled}\ndir = {:?}\nbackstop_ms = {backstop_ms}\n\
                  [health]\nsummary_interval_s = 86400\n",
                 tmp.join("pages")
             ),
@@ -115,9 +118,11 @@ fn main() {
         assert!(Instant::now() < deadline, "the page is not being updated");
         std::thread::sleep(Duration::from_millis(5));
     }
+    let refreshes_before = daemon.metric("gpupm_page_refreshes_total");
     let (pages_on_pct, _) = cpu_during(daemon.pid().as_raw(), tck, || {
         std::thread::sleep(Duration::from_secs(secs));
     });
+    let refreshes = daemon.metric("gpupm_page_refreshes_total") - refreshes_before;
 
     let mut busy = 0u64;
     let (page_p50, page_p99) = timed(1_000_000, || {
@@ -167,10 +172,13 @@ fn main() {
     let page_over_perf = ratio(page_p50, perf_p50);
     let refresh_cpu_pct = pages_on_pct - pages_off_pct;
     #[allow(clippy::cast_precision_loss)] // microseconds
-    let refresh_cost_us = refresh_cpu_pct / 100.0 * refresh_us as f64;
+    let (refresh_cost_us, per_s) = (
+        refresh_cpu_pct / 100.0 * (secs as f64 * 1e6) / refreshes.max(1) as f64,
+        refreshes as f64 / secs as f64,
+    );
     println!("load average              {load_before} before, {load_after} after the reads, {load_end} at the end");
     println!(
-        "page refresh              every {refresh_us} µs (GPUPM_BENCH_PAGE_REFRESH_US); {updates} commits folded into VM 1's page during the reads"
+        "page refresh              on events and following the periodic commits, {per_s:.1}/s; backstop every {backstop_ms} ms (GPUPM_BENCH_PAGE_BACKSTOP_MS); {updates} commits folded into VM 1's page during the reads"
     );
     println!(
         "daemon CPU                {pages_on_pct:.2} % of one core with pages, {pages_off_pct:.2} % without ({secs} s each)"
@@ -195,6 +203,6 @@ fn main() {
          \"page_full_read_p99_ns\":{full_p99},\"perf_read_p50_ns\":{perf_p50},\"perf_read_p99_ns\":{perf_p99},\
          \"page_over_perf\":{page_over_perf:.4},\"page_read_mean_ns\":{page_mean:.2},\"perf_read_mean_ns\":{perf_mean:.2},\
          \"ioctl_read_p50_ns\":{ioctl_p50},\"ioctl_read_p99_ns\":{ioctl_p99},\"busy\":{busy},\"pages_on_cpu_pct\":{pages_on_pct:.3},\"pages_off_cpu_pct\":{pages_off_pct:.3},\
-         \"refresh_cpu_pct\":{refresh_cpu_pct:.3},\"refresh_us\":{refresh_cost_us:.2},\"load\":\"{load_before}\"}}"
+         \"refresh_cpu_pct\":{refresh_cpu_pct:.3},\"refresh_us\":{refresh_cost_us:.2},\"refreshes_per_s\":{per_s:.2},\"load\":\"{load_before}\"}}"
     );
 }

@@ -277,7 +277,13 @@ async fn start_device(
     let pages = pages.map(|p| {
         tokio::task::block_in_place(|| {
             p.adopt(&*store);
-            let mut state = pages::State::default();
+            // A real-time clock's periodic commits are followed; a step
+            // clock's time cannot be predicted: events only.
+            let mut state = if step_clock {
+                pages::State::default()
+            } else {
+                pages::State::following(identity.clock_khz)
+            };
             if let Err(e) = p.refresh(&mut state) {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
@@ -339,7 +345,7 @@ async fn start_services(
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
             ) {
                 Ok(server) => {
-                    let refresher = Refresher::start(p, settings.pages.refresh, state)
+                    let refresher = Refresher::start(p, settings.pages.backstop, state)
                         .map_err(MainError::Runtime)?;
                     Some((server, refresher))
                 }

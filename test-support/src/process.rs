@@ -62,6 +62,20 @@ impl Proc {
         p
     }
 
+    /// The value of metric `name` (a series without labels) in a scrape
+    /// of the endpoint this process announced in its notify status.
+    // Exposition values are floats; the counters read are exact below 2^53.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    pub fn metric(&self, name: &str) -> u64 {
+        let body = crate::scrape::metrics(crate::scrape::metrics_addr(&self.notes));
+        crate::scrape::samples(&body)
+            .into_iter()
+            .find(|(n, labels, _)| n == name && labels.is_empty())
+            .and_then(|(_, _, v)| v.parse::<f64>().ok())
+            .map(|v| v as u64)
+            .unwrap_or_else(|| panic!("no {name} in the scrape:\n{body}"))
+    }
+
     /// The log so far.
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()

@@ -28,8 +28,8 @@ pub use self::kernel_pmu::{
     MAX_INTERVAL_MS as MAX_KERNEL_PMU_INTERVAL_MS,
 };
 pub use self::pages::{
-    PagesConfig, PagesSection, DEFAULT_REFRESH_US as DEFAULT_PAGE_REFRESH_US,
-    MAX_REFRESH_US as MAX_PAGE_REFRESH_US, MIN_REFRESH_US as MIN_PAGE_REFRESH_US,
+    PagesConfig, PagesSection, DEFAULT_BACKSTOP_MS as DEFAULT_PAGE_BACKSTOP_MS,
+    MAX_BACKSTOP_MS as MAX_PAGE_BACKSTOP_MS, MIN_BACKSTOP_MS as MIN_PAGE_BACKSTOP_MS,
 };
 use self::resolve::resolve;
 pub use self::settings::{

@@ -9,12 +9,13 @@ use toml::Spanned;
 
 use crate::paths::DEFAULT_PAGES_DIR;
 
-/// Default time between page refreshes.
-pub const DEFAULT_REFRESH_US: u64 = 1_000;
-/// Shortest time between page refreshes.
-pub const MIN_REFRESH_US: u64 = 100;
-/// Longest time between page refreshes.
-pub const MAX_REFRESH_US: u64 = 10_000_000;
+/// Default time between backstop refreshes (every page read; events
+/// refresh the pages they change at once).
+pub const DEFAULT_BACKSTOP_MS: u64 = 1_000;
+/// Shortest time between backstop refreshes.
+pub const MIN_BACKSTOP_MS: u64 = 10;
+/// Longest time between backstop refreshes (one hour).
+pub const MAX_BACKSTOP_MS: u64 = 3_600_000;
 
 /// `[pages]` as written.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -24,8 +25,8 @@ pub struct PagesSection {
     pub enabled: bool,
     /// Directory of the page socket and the page files.
     pub dir: PathBuf,
-    /// Microseconds between refreshes.
-    pub refresh_us: Spanned<u64>,
+    /// Milliseconds between backstop refreshes.
+    pub backstop_ms: Spanned<u64>,
 }
 
 impl Default for PagesSection {
@@ -33,7 +34,7 @@ impl Default for PagesSection {
         PagesSection {
             enabled: true,
             dir: PathBuf::from(DEFAULT_PAGES_DIR),
-            refresh_us: Spanned::new(0..0, DEFAULT_REFRESH_US),
+            backstop_ms: Spanned::new(0..0, DEFAULT_BACKSTOP_MS),
         }
     }
 }
@@ -45,8 +46,8 @@ pub struct PagesConfig {
     pub enabled: bool,
     /// Directory of the page socket and the page files.
     pub dir: PathBuf,
-    /// Time between refreshes.
-    pub refresh: Duration,
+    /// Time between backstop refreshes.
+    pub backstop: Duration,
 }
 
 impl Default for PagesConfig {
@@ -54,7 +55,7 @@ impl Default for PagesConfig {
         PagesConfig {
             enabled: true,
             dir: PathBuf::from(DEFAULT_PAGES_DIR),
-            refresh: Duration::from_micros(DEFAULT_REFRESH_US),
+            backstop: Duration::from_millis(DEFAULT_BACKSTOP_MS),
         }
     }
 }
@@ -62,17 +63,17 @@ impl Default for PagesConfig {
 impl PagesSection {
     /// The checked settings, or the span and reason of the bad value.
     pub fn resolve(&self) -> Result<PagesConfig, (Range<usize>, String)> {
-        let us = *self.refresh_us.get_ref();
-        if !(MIN_REFRESH_US..=MAX_REFRESH_US).contains(&us) {
+        let ms = *self.backstop_ms.get_ref();
+        if !(MIN_BACKSTOP_MS..=MAX_BACKSTOP_MS).contains(&ms) {
             return Err((
-                self.refresh_us.span(),
-                format!("refresh_us must lie in {MIN_REFRESH_US}..={MAX_REFRESH_US}"),
+                self.backstop_ms.span(),
+                format!("backstop_ms must lie in {MIN_BACKSTOP_MS}..={MAX_BACKSTOP_MS}"),
             ));
         }
         Ok(PagesConfig {
             enabled: self.enabled,
             dir: self.dir.clone(),
-            refresh: Duration::from_micros(us),
+            backstop: Duration::from_millis(ms),
         })
     }
 }
@@ -99,20 +100,21 @@ mod tests {
     }
 
     #[test]
-    fn refresh_out_of_range_points_at_the_value() {
-        let text = "[pages]\nrefresh_us = 99\n";
+    fn backstop_out_of_range_points_at_the_value() {
+        let text = "[pages]\nbackstop_ms = 9\n";
         let (span, reason) = parse(text).unwrap_err();
-        assert_eq!(&text[span], "99");
-        assert!(reason.contains("refresh_us"), "{reason}");
-        assert!(parse("[pages]\nrefresh_us = 10000001\n").is_err());
-        let ok = parse("[pages]\nenabled = false\ndir = \"/x\"\nrefresh_us = 500\n").unwrap();
-        assert_eq!(ok.refresh, Duration::from_micros(500));
+        assert_eq!(&text[span], "9");
+        assert!(reason.contains("backstop_ms"), "{reason}");
+        assert!(parse("[pages]\nbackstop_ms = 3600001\n").is_err());
+        let ok = parse("[pages]\nenabled = false\ndir = \"/x\"\nbackstop_ms = 500\n").unwrap();
+        assert_eq!(ok.backstop, Duration::from_millis(500));
         assert!(!ok.enabled);
     }
 
     #[test]
     fn unknown_keys_are_refused() {
-        let (_, reason) = parse("[pages]\nrefresh = 5\n").unwrap_err();
+        // The fixed-period refresh of earlier builds is gone.
+        let (_, reason) = parse("[pages]\nrefresh_us = 1000\n").unwrap_err();
         assert!(reason.contains("unknown field"), "{reason}");
     }
 }

@@ -3,12 +3,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use gpupm_uapi::intr::InterruptRecord;
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use zerocopy::FromBytes;
 
@@ -33,6 +34,8 @@ pub struct IntrReader {
     file: File,
     next_seq: Option<u64>,
     buf: Vec<u8>,
+    /// Whether the handle was switched to blocking reads.
+    blocking: bool,
 }
 
 impl IntrReader {
@@ -50,7 +53,46 @@ impl IntrReader {
             file,
             next_seq: None,
             buf: vec![0; RECORD_SIZE * READ_RECORDS],
+            blocking: false,
         })
+    }
+
+    /// Blocks until records are available and appends them to `out` (up
+    /// to one buffer's worth; nothing when a signal interrupted the wait).
+    ///
+    /// One request to the node per wake-up, where [`Self::wait`] takes a
+    /// poll, the wait and a read. There is no timeout: whoever wants the
+    /// thread back makes the device raise a record (every handle sees
+    /// every record), e.g. a host mailbox command's `MAILBOX_DONE`. The
+    /// handle stays blocking from the first call on.
+    pub fn wait_blocking(&mut self, out: &mut Vec<InterruptRecord>) -> Result<Batch, DevError> {
+        if !self.blocking {
+            let flags = OFlag::from_bits_truncate(
+                fcntl(self.file.as_raw_fd(), FcntlArg::F_GETFL)
+                    .map_err(|e| DevError::Interrupts(e.into()))?,
+            );
+            fcntl(
+                self.file.as_raw_fd(),
+                FcntlArg::F_SETFL(flags & !OFlag::O_NONBLOCK),
+            )
+            .map_err(|e| DevError::Interrupts(e.into()))?;
+            self.blocking = true;
+        }
+        let mut batch = Batch::default();
+        let n = match self.file.read(&mut self.buf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                return Ok(batch)
+            }
+            Err(e) => return Err(DevError::Interrupts(e)),
+        };
+        self.take_records(n, out, &mut batch);
+        Ok(batch)
     }
 
     /// Waits up to `timeout` for records and appends every available one
@@ -92,20 +134,33 @@ impl IntrReader {
             if n == 0 {
                 return Ok(any);
             }
-            for chunk in self.buf[..n].chunks_exact(RECORD_SIZE) {
-                let Ok(rec) = InterruptRecord::read_from_bytes(chunk) else {
-                    continue;
-                };
-                if let Some(expected) = self.next_seq {
-                    batch.missed += rec.seq.saturating_sub(expected);
-                }
-                self.next_seq = Some(rec.seq + 1);
-                out.push(rec);
-                any = true;
-            }
+            any |= self.take_records(n, out, batch);
             if n < self.buf.len() {
                 return Ok(any);
             }
         }
+    }
+
+    /// Parses the `n` bytes read into records, counting a gap in `seq` as
+    /// missed records. Returns whether any record was taken.
+    fn take_records(
+        &mut self,
+        n: usize,
+        out: &mut Vec<InterruptRecord>,
+        batch: &mut Batch,
+    ) -> bool {
+        let mut any = false;
+        for chunk in self.buf[..n].chunks_exact(RECORD_SIZE) {
+            let Ok(rec) = InterruptRecord::read_from_bytes(chunk) else {
+                continue;
+            };
+            if let Some(expected) = self.next_seq {
+                batch.missed += rec.seq.saturating_sub(expected);
+            }
+            self.next_seq = Some(rec.seq + 1);
+            out.push(rec);
+            any = true;
+        }
+        any
     }
 }

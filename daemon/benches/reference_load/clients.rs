@@ -87,13 +87,22 @@ pub fn spawn_probe(
     khz: f64,
     poll: Duration,
     stop: &Arc<AtomicBool>,
-) -> JoinHandle<Vec<u64>> {
+) -> JoinHandle<Probed> {
     let (paths, stop) = (paths.clone(), Arc::clone(stop));
     std::thread::spawn(move || probe(via, &paths, khz, poll, &stop))
 }
 
+/// What a probe saw, in ns, sorted: each new commit's age when first seen
+/// (`visible`), and the age of the commit shown at one poll per
+/// millisecond (`stale`: how old what a reader sees at a random instant is).
+#[derive(Debug, Default)]
+pub struct Probed {
+    pub visible: Vec<u64>,
+    pub stale: Vec<u64>,
+}
+
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // ns from a non-negative figure
-fn probe(via: Via, paths: &Paths, khz: f64, poll: Duration, stop: &AtomicBool) -> Vec<u64> {
+fn probe(via: Via, paths: &Paths, khz: f64, poll: Duration, stop: &AtomicBool) -> Probed {
     let client = TenantClient::open(&paths.node).expect("open the tenant node");
     let page = (via == Via::Page).then(|| {
         PageClient::connect(&paths.pages)
@@ -101,8 +110,12 @@ fn probe(via: Via, paths: &Paths, khz: f64, poll: Duration, stop: &AtomicBool) -
             .expect("map VM 1's page")
     });
     let dev = DevNode::open(Path::new(&paths.dev)).expect("open the device node");
+    let age = |now: u64, cycle: u64| ((now.saturating_sub(cycle)) as f64 / khz * 1e6) as u64;
+    // Staleness is sampled once per millisecond whatever the poll.
+    let every = (Duration::from_millis(1).as_nanos() / poll.as_nanos().max(1)).max(1);
     let mut last = u64::MAX;
-    let mut out = Vec::new();
+    let mut out = Probed::default();
+    let mut polls = 0u128;
     while !stop.load(Ordering::Relaxed) {
         let (commit_seq, cycle) = match &page {
             Some(p) => {
@@ -116,15 +129,23 @@ fn probe(via: Via, paths: &Paths, khz: f64, poll: Duration, stop: &AtomicBool) -
                 (rc.commit_seq, rc.cycle)
             }
         };
-        if commit_seq != last {
+        let fresh = commit_seq != last;
+        let sample = polls.is_multiple_of(every);
+        if fresh || sample {
             let now = dev.read64(r::CYCLE).expect("cycle");
-            if last != u64::MAX {
-                out.push(((now.saturating_sub(cycle)) as f64 / khz * 1e6) as u64);
+            if fresh && last != u64::MAX {
+                out.visible.push(age(now, cycle));
+            }
+            if sample && last != u64::MAX {
+                out.stale.push(age(now, cycle));
             }
             last = commit_seq;
         }
+        polls += 1;
         std::thread::sleep(poll);
     }
+    out.visible.sort_unstable();
+    out.stale.sort_unstable();
     out
 }
 

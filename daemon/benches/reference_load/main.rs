@@ -37,10 +37,17 @@
 //!   (phase 3); p50/p99 of a read, beside the perf baseline;
 //! - commit-to-tenant-visible: when a probe read shows a new commit it
 //!   reads the device cycle, and (cycle now − commit cycle) / clock is the
-//!   commit's visibility latency (up to one polling interval included). A
-//!   page shows a commit once the daemon's next refresh has read the
-//!   block (`[pages] refresh_us`, `GPUPM_BENCH_PAGE_REFRESH_US` here); an
-//!   ioctl reads the block itself.
+//!   commit's visibility latency (up to one polling interval included);
+//! - staleness: once per millisecond the probe reads the device cycle
+//!   whatever it saw, and (cycle now − cycle of the commit shown) / clock
+//!   is how old what a reader sees is at that instant. A page is rewritten
+//!   just after each periodic commit lands while its block moves (the
+//!   daemon follows the trigger's period) and when an event says its data
+//!   changed: a drain of the stream ring (a watermark, or the periodic
+//!   drain every `[stream] drain_interval_ms`, `GPUPM_BENCH_DRAIN_MS`
+//!   here, default the daemon's 100) or a switch's commit. An ioctl reads
+//!   the block itself. `page refreshes` is the daemon's
+//!   `gpupm_page_refreshes_total` over the page phase.
 //!
 //! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
 //! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
@@ -110,7 +117,7 @@ struct Phase {
     cpu_probe_pct: f64,
     wall: f64,
     reads: Vec<u64>,
-    visible: Vec<u64>,
+    probed: clients::Probed,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -143,7 +150,7 @@ fn phase(
         cpu_probe_pct,
         wall,
         reads: clients::collect(readers),
-        visible: clients::collect(vec![probe]),
+        probed: probe.join().expect("probe thread"),
     }
 }
 
@@ -175,7 +182,8 @@ fn main() {
         threads("GPUPM_NODE_THREADS"),
         threads("GPUPM_TENANT_THREADS"),
     );
-    let refresh = std::env::var("GPUPM_BENCH_PAGE_REFRESH_US").ok();
+    let backstop = std::env::var("GPUPM_BENCH_PAGE_BACKSTOP_MS").ok();
+    let drain_ms = std::env::var("GPUPM_BENCH_DRAIN_MS").ok();
     let tmp = Scratch::new("bench");
     let driver_args: Vec<String> =
         node_threads.map_or_else(Vec::new, |n| vec!["--threads".into(), n.to_string()]);
@@ -189,15 +197,18 @@ fn main() {
     );
     let dev = driver.node();
     let tenant_key = tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
-    let pages_key = refresh.as_ref().map_or_else(String::new, |us| {
+    let pages_key = backstop.as_ref().map_or_else(String::new, |ms| {
         format!(
-            "[pages]\ndir = {:?}\nrefresh_us = {us}\n",
+            "[pages]\ndir = {:?}\nbackstop_ms = {ms}\n",
             tmp.join("pages")
         )
     });
+    let stream_key = drain_ms.as_ref().map_or_else(String::new, |ms| {
+        format!("[stream]\ndrain_interval_ms = {ms}\n")
+    });
     let config = daemon_config(
         &tmp,
-        &format!("{tenant_key}{pages_key}[health]\nsummary_interval_s = 86400\n"),
+        &format!("{tenant_key}{pages_key}{stream_key}[health]\nsummary_interval_s = 86400\n"),
     );
     let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");
@@ -214,7 +225,9 @@ fn main() {
         dev: tmp.join("dev"),
     };
 
+    let refreshes0 = daemon.metric("gpupm_page_refreshes_total");
     let paged = phase(Via::Page, &paths, pid, tck, khz, clients, secs, probe_secs);
+    let page_refreshes = daemon.metric("gpupm_page_refreshes_total") - refreshes0;
     let switches_paged = sum(&parts) - switches0;
     let rss_mib = status_kib(pid, "VmRSS:") as f64 / 1024.0;
     let ioctl = phase(Via::Ioctl, &paths, pid, tck, khz, clients, secs, probe_secs);
@@ -239,15 +252,18 @@ fn main() {
 
     let (page_p50, page_p99) = p50_p99(&paged.reads);
     let (read_p50, read_p99) = p50_p99(&ioctl.reads);
-    let (pvis_p50, pvis_p99) = p50_p99(&paged.visible);
-    let (vis_p50, vis_p99) = p50_p99(&ioctl.visible);
+    let (pvis_p50, pvis_p99) = p50_p99(&paged.probed.visible);
+    let (vis_p50, vis_p99) = p50_p99(&ioctl.probed.visible);
+    let (pstale_p50, pstale_p99) = p50_p99(&paged.probed.stale);
+    let (stale_p50, stale_p99) = p50_p99(&ioctl.probed.stale);
     let shown = |n: Option<usize>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
     println!("load average              {load_before} before, {load_after} after");
     println!(
-        "serving threads           driver {}, tenant node {}; page refresh {} µs",
+        "serving threads           driver {}, tenant node {}; page backstop {} ms, drain interval {} ms",
         shown(node_threads),
         shown(tenant_threads),
-        refresh.as_deref().unwrap_or("default")
+        backstop.as_deref().unwrap_or("default"),
+        drain_ms.as_deref().unwrap_or("default")
     );
     println!(
         "run                       2 x ({:.1} s reference load + {probe_secs} s with a visibility probe)",
@@ -257,6 +273,10 @@ fn main() {
     println!(
         "daemon CPU, page clients  {:.2} % of one core (goal < 2 %); {:.2} % with the page probe",
         paged.cpu_pct, paged.cpu_probe_pct
+    );
+    println!(
+        "page refreshes            {:.0}/s in the page phase",
+        page_refreshes as f64 / (paged.wall + probe_secs as f64)
     );
     println!(
         "daemon CPU, ioctl clients {:.2} % of one core; {:.2} % with the 1 kHz ioctl probe",
@@ -283,16 +303,28 @@ fn main() {
         "commit → page-visible     p50 {:.2} ms   p99 {:.2} ms over {} commits (goal p99 < 1 ms)",
         ms(pvis_p50),
         ms(pvis_p99),
-        paged.visible.len()
+        paged.probed.visible.len()
+    );
+    println!(
+        "page staleness            p50 {:.2} ms   p99 {:.2} ms over {} samples (1 kHz)",
+        ms(pstale_p50),
+        ms(pstale_p99),
+        paged.probed.stale.len()
     );
     println!(
         "commit → ioctl-visible    p50 {:.2} ms   p99 {:.2} ms over {} commits (goal p99 < 5 ms)",
         ms(vis_p50),
         ms(vis_p99),
-        ioctl.visible.len()
+        ioctl.probed.visible.len()
     );
     println!(
-        "{{\"page_clients_cpu_pct\":{:.3},\"page_probe_cpu_pct\":{:.3},\"page_visible_p50_ms\":{:.3},\"page_visible_p99_ms\":{:.3},\
+        "ioctl staleness           p50 {:.2} ms   p99 {:.2} ms over {} samples",
+        ms(stale_p50),
+        ms(stale_p99),
+        ioctl.probed.stale.len()
+    );
+    println!(
+        "{{\"page_clients_cpu_pct\":{:.3},\"page_probe_cpu_pct\":{:.3},\"page_visible_p50_ms\":{:.3},\"page_visible_p99_ms\":{:.3},\"page_stale_p50_ms\":{:.3},\"page_stale_p99_ms\":{:.3},\"ioctl_stale_p99_ms\":{:.3},\
          \"page_read_p50_ns\":{page_p50},\"page_read_p99_ns\":{page_p99},\"cpu_pct\":{:.3},\"cpu_with_probe_pct\":{:.3},\
          \"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\"visible_p99_ms\":{:.3},\
          \"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
@@ -302,6 +334,9 @@ fn main() {
         paged.cpu_probe_pct,
         ms(pvis_p50),
         ms(pvis_p99),
+        ms(pstale_p50),
+        ms(pstale_p99),
+        ms(stale_p99),
         ioctl.cpu_pct,
         ioctl.cpu_probe_pct,
         ms(vis_p99),

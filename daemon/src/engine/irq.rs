@@ -1,7 +1,9 @@
-//! The interrupt thread: waits on `card0` with poll, runs every requested
-//! handshake on this thread (two register batches, far inside the
-//! device's fallback timeout), hands everything else to the worker, and
-//! acknowledges what it read.
+//! The interrupt thread: blocks in a read of `card0`'s interrupt records
+//! (one request to the node per wake-up, no poll first), runs every
+//! requested handshake on this thread (two register batches per group of
+//! partitions that switch together, far inside the device's fallback
+//! timeout, [`super::handshakes`]), hands everything else to the worker,
+//! and acknowledges what it read (in those batches when it can).
 //!
 //! The first batch of a handshake ends with the flush request; the CCUs'
 //! acks take some device cycles to arrive. Rather than spin on
@@ -10,7 +12,7 @@
 //! and finishes it (second batch) on the device's `FLUSH_ACKED` record,
 //! meanwhile serving other partitions' requests.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -19,20 +21,16 @@ use gpupm_client::handshake::{self, Outcome, Pending};
 use gpupm_client::ops::reg32;
 use gpupm_client::{DevNode, IntrReader};
 use gpupm_uapi::intr::{source, InterruptRecord};
-use gpupm_uapi::regs::{self as r, hs_state, part_status};
+use gpupm_uapi::regs::{self as r, hs_state, mbox_op, part_status};
 
+use super::handshakes::{self, Awaiting, Step};
 use super::worker::Work;
 use crate::store::Store;
 
-/// Longest wait for a record; on timeout the partitions are swept for a
-/// request whose record was missed.
-const POLL: Duration = Duration::from_millis(100);
+/// Pause before reading again after the node failed.
+const RETRY: Duration = Duration::from_millis(100);
 /// Consecutive failures of the node after which the thread gives up.
 const MAX_FAILURES: u32 = 50;
-
-/// Switches awaiting their flush acks, by partition slot: the rest of the
-/// handshake and when its request was read.
-type Awaiting = BTreeMap<u32, (Pending, Instant)>;
 
 /// Where the interrupt thread hands work off.
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +41,8 @@ pub struct Handoff<'a> {
     pub samples: &'a Sender<u32>,
 }
 
-/// Runs until `stop` is set or the node keeps failing.
+/// Runs until `stop` is set (whoever sets it makes the device raise a
+/// record, [`wake`]) or the node keeps failing.
 pub fn run(
     dev: &DevNode,
     store: &Store,
@@ -58,7 +57,7 @@ pub fn run(
     sweep(dev, store, &mut awaiting);
     while !stop.load(Ordering::Acquire) {
         recs.clear();
-        let batch = match reader.wait(POLL, &mut recs) {
+        let batch = match reader.wait_blocking(&mut recs) {
             Ok(b) => b,
             Err(e) => {
                 failures += 1;
@@ -69,27 +68,32 @@ pub fn run(
                 if failures >= MAX_FAILURES {
                     break;
                 }
-                std::thread::sleep(POLL);
+                std::thread::sleep(RETRY);
                 continue;
             }
         };
         failures = 0;
         if recs.is_empty() {
-            sweep(dev, store, &mut awaiting);
             continue;
         }
         let t0 = Instant::now();
         let mut unacked = recs.iter().fold(0, |seen, rec| seen | rec.source);
-        for rec in &recs {
-            match rec.source {
-                source::SWITCH_REQUESTED => {
-                    handshake_on(dev, store, rec.partition, t0, &mut unacked, &mut awaiting)
-                }
-                source::FLUSH_ACKED => {
-                    resume_on(dev, store, rec.partition, &mut unacked, &mut awaiting)
-                }
-                _ => {}
-            }
+        let slots = |src: u32| -> Vec<u32> {
+            let set: BTreeSet<u32> = recs
+                .iter()
+                .filter(|rec| rec.source == src)
+                .map(|rec| rec.partition)
+                .collect();
+            set.into_iter().collect()
+        };
+        // Finishing switches first: their partitions are paused already.
+        let acked = slots(source::FLUSH_ACKED);
+        for step in handshakes::rebind(dev, &acked, &mut awaiting, &mut unacked) {
+            record(store, step, &mut awaiting);
+        }
+        let requested = slots(source::SWITCH_REQUESTED);
+        for step in handshakes::pause_and_flush(dev, &requested, t0, &mut unacked) {
+            record(store, step, &mut awaiting);
         }
         if batch.missed > 0 {
             tracing::warn!(
@@ -111,13 +115,16 @@ pub fn run(
                 source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
                 source::DEVICE_RESET => send(work, stop, Work::Reset),
                 source::SWITCH_FALLBACK => {
+                    store.switch_committed(rec.partition, Some(rec.arg));
                     let fallbacks = store.record_fallback();
                     crate::health::handshake_fallback(rec.partition, fallbacks);
                 }
                 _ => {}
             }
         }
-        if unacked != 0 {
+        // What no batch carried: a switch still awaiting its acks carries
+        // it soon; otherwise it is written now.
+        if unacked != 0 && awaiting.is_empty() {
             if let Err(e) = dev.write32(r::INTR_ACK, unacked) {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
@@ -125,6 +132,18 @@ pub fn run(
                 );
             }
         }
+    }
+}
+
+/// Makes the device raise a record (a host mailbox `GET_CAPS` completes
+/// with `MAILBOX_DONE`), so that an interrupt thread blocked in its read
+/// wakes and sees `stop`. Harmless to anyone else reading records.
+pub fn wake(dev: &DevNode) {
+    if let Err(e) = dev.write32(r::MBOX_CMD, mbox_op::GET_CAPS) {
+        tracing::debug!(
+            error = format!("{:#}", anyhow::Error::new(e)),
+            "waking the interrupt thread failed (the device is gone?)"
+        );
     }
 }
 
@@ -146,37 +165,14 @@ fn send_drain(samples: &Sender<u32>, stop: &AtomicBool, p: u32) {
     }
 }
 
-fn handshake_on(
-    dev: &DevNode,
-    store: &Store,
-    p: u32,
-    t0: Instant,
-    ack: &mut u32,
-    awaiting: &mut Awaiting,
-) {
-    let outcome = handshake::run_polling(&mut &*dev, p, ack, 0);
-    record(store, p, t0, outcome, awaiting);
-}
-
-/// Finishes partition `p`'s switch if it awaited its flush acks.
-fn resume_on(dev: &DevNode, store: &Store, p: u32, ack: &mut u32, awaiting: &mut Awaiting) {
-    if let Some((pending, t0)) = awaiting.remove(&p) {
-        let outcome = handshake::resume(&mut &*dev, &pending, ack);
-        record(store, p, t0, outcome, awaiting);
-    }
-}
-
-fn record(
-    store: &Store,
-    p: u32,
-    t0: Instant,
-    outcome: Result<Outcome, gpupm_client::DevError>,
-    awaiting: &mut Awaiting,
-) {
+/// Books a handshake's outcome; a completed switch's commit goes to the
+/// pages.
+fn record(store: &Store, (p, incoming, t0, outcome): Step, awaiting: &mut Awaiting) {
     match outcome {
         Ok(Outcome::Done { response_cycles }) => {
             let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX);
             store.record_handshake(ns, response_cycles);
+            store.switch_committed(p, incoming);
         }
         Ok(Outcome::AwaitingAcks(pending)) => {
             awaiting.insert(p, (pending, t0));
@@ -198,9 +194,14 @@ fn record(
 /// every switch whose acks arrived (a `FLUSH_ACKED` record may have been
 /// missed).
 fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
-    let waiting: Vec<u32> = awaiting.keys().copied().collect();
-    for p in waiting {
-        resume_on(dev, store, p, &mut 0, awaiting);
+    let waiting: Vec<(Pending, Instant)> = std::mem::take(awaiting).into_values().collect();
+    for (pending, t0) in waiting {
+        let outcome = handshake::resume(&mut &*dev, &pending, &mut 0);
+        record(
+            store,
+            (pending.partition, Some(pending.ctx), t0, outcome),
+            awaiting,
+        );
     }
     let parts: Vec<u32> = store.partitions().into_iter().filter(|&p| p != 0).collect();
     let offsets: Vec<u64> = parts.iter().map(|&p| r::part(p, r::PART_STATUS)).collect();
@@ -216,7 +217,8 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
     };
     for (&p, s) in parts.iter().zip(status) {
         if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
-            handshake_on(dev, store, p, Instant::now(), &mut 0, awaiting);
+            let outcome = handshake::run_polling(&mut &*dev, p, &mut 0, 0);
+            record(store, (p, None, Instant::now(), outcome), awaiting);
         }
     }
 }

@@ -20,6 +20,7 @@
 //! that long.
 
 pub mod drain;
+pub mod handshakes;
 pub mod irq;
 pub mod program;
 pub mod samples;
@@ -83,6 +84,7 @@ pub enum EngineError {
 /// The running engine.
 #[derive(Debug)]
 pub struct Engine {
+    dev: Arc<DevNode>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -120,6 +122,7 @@ impl Engine {
                 .map_err(EngineError::Thread)?
         };
         let mut engine = Engine {
+            dev: Arc::clone(&dev),
             stop: Arc::clone(&stop),
             threads: vec![irq],
         };
@@ -184,6 +187,9 @@ impl Engine {
     /// Stops and joins the threads.
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        if !self.threads.is_empty() {
+            irq::wake(&self.dev);
+        }
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 tracing::error!("an engine thread panicked");

@@ -106,6 +106,7 @@ impl Worker<'_> {
                     )?;
                     self.rings.reset();
                     self.store.sampling_plane().reprogram()?;
+                    self.store.device_was_reset();
                     tracing::info!("device reset: programming re-applied");
                     self.resync()?;
                 }
@@ -281,6 +282,7 @@ impl Worker<'_> {
         for p in partitions {
             drain::drain(self.dev, self.store, &mut self.rings, p)?;
         }
+        self.store.resynced();
         tracing::info!(
             contexts = n_live,
             retired_now = n_destroyed,

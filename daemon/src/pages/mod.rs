@@ -4,10 +4,12 @@
 //! scope's device block changes, and that tenants map read-only.
 //!
 //! - [`Pages`] (this file): the page table, the daemon generation, the
-//!   hooks the store calls when drained commits arrive and when contexts
-//!   change state, and what a restart finds of the previous daemon's pages;
-//! - `refresh`: the thread that reads the blocks of published pages from
-//!   the device and rewrites the pages that changed;
+//!   hooks the store calls when contexts change state and the device is
+//!   reset, and what a restart finds of the previous daemon's pages;
+//! - `events`: the hooks that mark the pages an event can have changed
+//!   (drained commits, a switch's commit) and wake the refresher;
+//! - `refresh`: the thread that reads the blocks of the marked pages (of
+//!   every page, every backstop period) and rewrites those that changed;
 //! - `server`: the page socket (who may have which page, `SCM_RIGHTS`);
 //! - `files`: the pages directory; `table`: entries and block decoding;
 //!   `sys`: the module's `unsafe` (accepted descriptors, peer groups).
@@ -31,7 +33,9 @@
 //! see the new generation at the first refresh; the rest are withdrawn
 //! (or, for a context retired meanwhile, finished with its final totals).
 
+mod events;
 mod files;
+mod follow;
 mod refresh;
 mod server;
 mod sys;
@@ -39,23 +43,23 @@ mod table;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use gpupm_client::config::TenantPolicy;
 use gpupm_client::page::WritablePage;
 use gpupm_client::DevNode;
-use gpupm_uapi::layout::{BlockSlot, StreamSlot};
+use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::page::{page_state, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION};
-use gpupm_uapi::tenant::{scope, RateSample};
-use zerocopy::{FromBytes, FromZeros};
+use gpupm_uapi::tenant::scope;
+use zerocopy::FromZeros;
 
 pub use self::files::{DirError, PageDir};
 pub use self::refresh::{Refresher, State};
 pub use self::server::{PageServer, ServerError};
 use self::table::{Entry, Table};
 pub use self::table::{Key, Source};
-use crate::view::{CtxId, DeltaSample, PageStats, VmId};
+use crate::view::{CtxId, PageStats, VmId};
 
 /// What the daemon's tables say about scopes, for creating and adopting
 /// pages (the store implements it).
@@ -113,6 +117,10 @@ struct Inner {
     table: Table,
     /// A previous daemon's pages, until [`Pages::adopt`] decides.
     orphans: BTreeMap<Key, WritablePage>,
+    /// What the hooks asked of the refresher since it last looked.
+    wake: events::Wake,
+    /// The context each partition's last switch brought in.
+    running: BTreeMap<u32, CtxId>,
 }
 
 /// The daemon's pages.
@@ -123,6 +131,14 @@ pub struct Pages {
     policy: TenantPolicy,
     clock_khz: u32,
     inner: Mutex<Inner>,
+    /// Switches the interrupt thread left for the refresher.
+    switches: events::Switches,
+    /// The refresher thread, unparked when a hook marks pages.
+    refresher: OnceLock<std::thread::Thread>,
+    /// The refresher follows the periodic commits: it reads at its next
+    /// due time (at most a period away) whatever hooks mark meanwhile, so
+    /// they need not wake it.
+    following: AtomicBool,
     counters: Counters,
 }
 
@@ -147,7 +163,12 @@ impl Pages {
                 generation,
                 table: Table::default(),
                 orphans,
+                wake: events::Wake::default(),
+                running: BTreeMap::new(),
             }),
+            switches: events::Switches::default(),
+            refresher: OnceLock::new(),
+            following: AtomicBool::new(false),
             counters: Counters::default(),
         }))
     }
@@ -285,6 +306,7 @@ impl Pages {
             if e.state == page_state::ACTIVE {
                 self.set_state(generation, e, page_state::DESTROYED);
             }
+            self.wake(&mut inner);
         }
     }
 
@@ -309,54 +331,6 @@ impl Pages {
             }
         }
         self.remove(&mut inner, key, page_state::RETIRED);
-    }
-
-    /// Store hook: drained commit records. Each plaintext record is the
-    /// latest rate sample of its VM's page and of its context instance's
-    /// page; a sealed one is the latest sealed stream slot of its VM's
-    /// page. Both pages are re-read at the next refresh.
-    pub fn samples(&self, samples: &[DeltaSample]) {
-        let mut inner = self.lock();
-        if inner.table.pages.is_empty() {
-            return;
-        }
-        for s in samples {
-            if let Some(bytes) = &s.sealed {
-                if let Some(e) = inner.table.pages.get_mut(&Key::Vm(s.vm)) {
-                    e.sealed_rate = StreamSlot::read_from_bytes(bytes).ok();
-                    e.dirty = true;
-                }
-                continue;
-            }
-            let rate = RateSample {
-                start_cycle: s.start_cycle,
-                end_cycle: s.end_cycle,
-                flags: u32::from(s.flags),
-                ctx: s.ctx,
-                deltas: s.deltas,
-            };
-            if let Some(e) = inner.table.pages.get_mut(&Key::Vm(s.vm)) {
-                e.rate = Some(rate);
-                e.dirty = true;
-            }
-            if s.ctx == 0 {
-                continue;
-            }
-            // The instance the commit went to: the newest of the id created
-            // at or before the commit.
-            let instance = inner
-                .table
-                .pages
-                .range(Key::Ctx(s.ctx, 0)..=Key::Ctx(s.ctx, s.end_cycle))
-                .next_back()
-                .map(|(k, _)| *k);
-            if let Some(e) = instance.and_then(|k| inner.table.pages.get_mut(&k)) {
-                if e.source.vm == s.vm {
-                    e.rate = Some(rate);
-                    e.dirty = true;
-                }
-            }
-        }
     }
 
     /// After the engine has rebuilt the tables at start: adopts the
@@ -444,7 +418,7 @@ impl Pages {
     }
 
     /// Device reset: a new generation (persisted), every page re-read at
-    /// the next refresh; context pages are withdrawn (their instances are
+    /// once; context pages are withdrawn (their instances are
     /// gone; a request for a new instance makes a new page).
     pub fn device_reset(&self) {
         let mut inner = self.lock();
@@ -470,6 +444,8 @@ impl Pages {
             // Pre-reset values are no floor for the new generation.
             *e.shown = PageData::new_zeroed();
         }
+        inner.running.clear();
+        self.wake(&mut inner);
         tracing::info!(
             generation = inner.generation,
             "device reset: tenant pages start a new generation"

@@ -1,92 +1,88 @@
-//! The refresher: every period, reads the device blocks behind the
-//! published pages and rewrites the pages whose blocks changed.
+//! The refresher: a thread that sleeps until a hook marks pages
+//! (`events`), reads exactly those pages' block slots and rewrites the
+//! pages whose blocks changed; and, every backstop period, reads every
+//! page's slot (a full refresh) for whatever bypassed the events.
 //!
-//! A refresh costs device round trips, not work per reader: one window
-//! read covers every VM page (VM blocks are consecutive slots); with
-//! context pages published, one register batch (commit count, running
-//! context and switch count of each partition) says which context blocks
-//! can have changed — the running one, the one switched out since the
-//! last refresh, every one of a partition that switched more than once,
-//! and those a drained commit named — and those are read in as few window
-//! reads as their slots allow. A partition whose commit count went down
-//! was reset: a new generation.
+//! A refresh costs device round trips, not work per reader: the slots are
+//! read in as few window reads as their offsets allow (VM blocks are
+//! consecutive slots, so every VM page is one read). A VM block that went
+//! backwards means a device reset: a new generation.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use gpupm_client::ops::{read32, read64, reg32};
+use gpupm_client::ops::{read32, reg32};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
-use gpupm_uapi::regs as r;
+use gpupm_uapi::regs::{self as r, trig_ctrl};
 use zerocopy::FromBytes;
 
+use super::follow::Follow;
 use super::table::{self, Key, Stale};
 use super::Pages;
-use crate::view::CtxId;
 
 /// Gap (bytes) up to which two blocks are read in one window read rather
 /// than two: copying it costs less than a round trip.
 const MERGE_GAP: u64 = 64 * BLOCK_SLOT_SIZE;
 /// Longest single window read.
 const MAX_RUN: u64 = 256 * 1024;
-/// Registers read per partition in the context-targeting batch.
-const PART_REGS: usize = 3;
+/// How long the refresher lets a burst of events gather before it reads
+/// the device.
+const COALESCE: Duration = Duration::from_millis(5);
 /// At most this often a failing refresh is logged.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// A partition's counters at one refresh.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PartNow {
-    /// `PART_COMMIT_SEQ`.
-    pub commit_seq: u64,
-    /// `PART_CUR_CTX`.
-    pub cur_ctx: CtxId,
-    /// `PART_SWITCHES`.
-    pub switches: u64,
-}
-
-/// What the refresher remembers between refreshes.
-#[derive(Debug, Default)]
+/// What the refresher keeps between refreshes.
+#[derive(Debug)]
 pub struct State {
-    parts: BTreeMap<u32, PartNow>,
     /// Window read buffer, kept across refreshes.
     buf: Vec<u8>,
+    /// Following the device's periodic commits ([`super::follow`]).
+    follow: Follow,
 }
 
-/// Which context blocks of one partition to read.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct PartPlan {
-    /// Its commit count moved since the last refresh.
-    pub changed: bool,
-    /// The running context now.
-    pub cur_ctx: CtxId,
-    /// The running context at the last refresh, if it was switched out.
-    pub switched_out: Option<CtxId>,
-    /// Read every context page of the partition (first refresh, or more
-    /// than one switch since the last).
-    pub all: bool,
+impl Default for State {
+    /// A state that reads on events only (a step clock).
+    fn default() -> Self {
+        State {
+            buf: Vec::new(),
+            follow: Follow::new(false, 0),
+        }
+    }
+}
+
+impl State {
+    /// A state that also follows the periodic commits of a real-time
+    /// device clock of `clock_khz`.
+    pub fn following(clock_khz: u32) -> Self {
+        State {
+            buf: Vec::new(),
+            follow: Follow::new(true, clock_khz),
+        }
+    }
+}
+
+/// What a refresh found.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// A VM block went backwards (a device reset).
+    reset: bool,
+    /// Pages whose block moved (a newer commit).
+    moved: Vec<Key>,
+    /// Their blocks' last commit cycles.
+    cycles: Vec<u64>,
 }
 
 impl Pages {
-    /// Keys and block offsets to read: every VM page, and the context
-    /// pages `parts` (or the drain) points at. Clears their dirty marks.
-    pub(super) fn plan(&self, parts: &BTreeMap<u32, PartPlan>) -> Vec<(Key, u64)> {
+    /// Keys and block offsets to read: every page (`all`) or the marked
+    /// ones. Clears their marks.
+    fn take_wanted(&self, all: bool) -> Vec<(Key, u64)> {
         let mut inner = self.lock();
         let mut out = Vec::new();
         for (key, e) in inner.table.pages.iter_mut() {
-            let want = match *key {
-                Key::Vm(_) => true,
-                Key::Ctx(ctx, _) => {
-                    e.dirty
-                        || parts.get(&e.source.partition).is_some_and(|p| {
-                            p.all || (p.changed && p.cur_ctx == ctx) || p.switched_out == Some(ctx)
-                        })
-                }
-            };
-            if want {
+            if all || e.dirty {
                 e.dirty = false;
                 out.push((*key, e.source.block_offset));
             }
@@ -94,12 +90,32 @@ impl Pages {
         out
     }
 
-    /// Folds the blocks read into the pages. Returns true when a VM block
-    /// went backwards (a device reset).
-    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)]) -> bool {
+    /// Marks `keys` again (their read failed).
+    fn remark(&self, keys: &[(Key, u64)]) {
+        let mut inner = self.lock();
+        for (key, _) in keys {
+            if let Some(e) = inner.table.pages.get_mut(key) {
+                e.dirty = true;
+            }
+        }
+    }
+
+    /// Marks `keys` (the followed pages, at their due time).
+    fn mark(&self, keys: &[Key]) {
+        let mut inner = self.lock();
+        for key in keys {
+            if let Some(e) = inner.table.pages.get_mut(key) {
+                e.dirty = true;
+            }
+        }
+    }
+
+    /// Folds the blocks read into the pages: which moved, and whether a
+    /// VM block went backwards (a device reset).
+    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)]) -> Applied {
         let mut inner = self.lock();
         let generation = inner.generation;
-        let mut reset = false;
+        let mut out = Applied::default();
         for (key, offset, slot) in blocks {
             let Some(e) = inner.table.pages.get_mut(key) else {
                 continue;
@@ -113,126 +129,85 @@ impl Pages {
             }
             match table::with_slot(*key, &e.source, &e.shown, slot) {
                 Ok(next) => {
+                    let (was, now) = (e.shown.counters.commit_seq, next.counters.commit_seq);
+                    if now > was && e.shown.counters.generation == generation {
+                        out.moved.push(*key);
+                        out.cycles.push(next.counters.cycle);
+                    }
                     let next = table::with_rates(next, e);
                     e.rate = None;
                     e.sealed_rate = None;
                     self.show(generation, e, next);
                 }
-                Err(Stale::Backwards) if matches!(key, Key::Vm(_)) => reset = true,
+                Err(Stale::Backwards) if matches!(key, Key::Vm(_)) => out.reset = true,
                 Err(_) => {}
             }
         }
-        reset
+        out
     }
 
-    /// Partitions of the published pages, and whether any is a context's.
-    fn partitions(&self) -> (Vec<u32>, bool) {
-        let inner = self.lock();
-        let mut parts: Vec<u32> = inner
-            .table
-            .pages
-            .values()
-            .map(|e| e.source.partition)
-            .collect();
-        parts.sort_unstable();
-        parts.dedup();
-        (parts, inner.table.ctx_count() > 0)
-    }
-
-    /// One refresh: reads what may have changed and rewrites the pages
-    /// that did. Returns the window reads made.
+    /// A full refresh: reads every page's block slot and rewrites the
+    /// pages whose blocks changed. Returns the window reads made.
     pub fn refresh(&self, state: &mut State) -> Result<usize, DevError> {
-        let (parts, with_contexts) = self.partitions();
-        if parts.is_empty() {
-            return Ok(0);
-        }
-        let plans = if with_contexts {
-            let now = read_parts(&self.dev, &parts)?;
-            let plans = plan_parts(&state.parts, &now);
-            let reset = now.iter().any(|(p, n)| {
-                state
-                    .parts
-                    .get(p)
-                    .is_some_and(|o| n.commit_seq < o.commit_seq)
-            });
-            state.parts = now;
-            if reset {
-                self.device_reset();
-            }
-            plans
-        } else {
-            state.parts.clear();
-            BTreeMap::new()
+        self.refresh_wanted(state, true)
+    }
+
+    /// Reads the slots of the pages the hooks marked and rewrites those
+    /// that changed. Returns the window reads made (0: nothing marked).
+    pub fn refresh_marked(&self, state: &mut State) -> Result<usize, DevError> {
+        self.refresh_wanted(state, false)
+    }
+
+    fn refresh_wanted(&self, state: &mut State, all: bool) -> Result<usize, DevError> {
+        // A commit seen was in the block when the device served the read,
+        // some time after the read started: the start is the observation
+        // (an early estimate is corrected by the read that finds nothing).
+        let started = Instant::now();
+        let result = self.read_and_apply(state, all);
+        let applied = match &result {
+            Ok((_, applied)) => applied,
+            Err(_) => &Applied::default(),
         };
-        let wanted = self.plan(&plans);
-        let (blocks, reads) = read_blocks(&self.dev, &wanted, &mut state.buf)?;
-        if self.apply(&blocks) {
+        // A failed or empty read counts as nothing new: following retries
+        // a few times and then stops, rather than spinning on a deadline.
+        state
+            .follow
+            .observe(started, &applied.moved, &applied.cycles);
+        self.following
+            .store(state.follow.due().is_some(), Ordering::Release);
+        result.map(|(reads, _)| reads)
+    }
+
+    fn read_and_apply(&self, state: &mut State, all: bool) -> Result<(usize, Applied), DevError> {
+        if all {
+            state.follow.set_period(self.trigger_period()?);
+        }
+        let wanted = self.take_wanted(all);
+        if wanted.is_empty() {
+            return Ok((0, Applied::default()));
+        }
+        let (blocks, reads) = match read_blocks(&self.dev, &wanted, &mut state.buf) {
+            Ok(r) => r,
+            Err(e) => {
+                self.remark(&wanted);
+                return Err(e);
+            }
+        };
+        let applied = self.apply(&blocks);
+        if applied.reset {
             self.device_reset();
-            state.parts.clear();
         }
         self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-        Ok(reads)
+        Ok((reads, applied))
     }
-}
 
-/// Commit count, running context and switch count of each partition.
-fn read_parts(dev: &DevNode, parts: &[u32]) -> Result<BTreeMap<u32, PartNow>, DevError> {
-    let mut out = BTreeMap::new();
-    let per_batch = gpupm_uapi::ioctl::MAX_BATCH_OPS / PART_REGS;
-    for chunk in parts.chunks(per_batch.max(1)) {
-        let mut ops: Vec<_> = chunk
-            .iter()
-            .flat_map(|&p| {
-                [
-                    read64(r::part(p, r::PART_COMMIT_SEQ)),
-                    read32(r::part(p, r::PART_CUR_CTX)),
-                    read64(r::part(p, r::PART_SWITCHES)),
-                ]
-            })
-            .collect();
-        dev.batch(&mut ops)?;
-        for (&p, v) in chunk.iter().zip(ops.chunks_exact(PART_REGS)) {
-            out.insert(
-                p,
-                PartNow {
-                    commit_seq: v[0].value,
-                    cur_ctx: reg32(v[1].value),
-                    switches: v[2].value,
-                },
-            );
-        }
+    /// `TRIG_PERIOD` while periodic triggers are on.
+    fn trigger_period(&self) -> Result<Option<u64>, DevError> {
+        let mut ops = [read32(r::TRIG_PERIOD), read32(r::TRIG_CTRL)];
+        self.dev.batch(&mut ops)?;
+        let on = reg32(ops[1].value) & trig_ctrl::PERIODIC_ENABLE != 0;
+        Ok(on.then_some(ops[0].value))
     }
-    Ok(out)
-}
-
-/// Which contexts of each partition to read, from its counters now and
-/// at the last refresh.
-fn plan_parts(
-    before: &BTreeMap<u32, PartNow>,
-    now: &BTreeMap<u32, PartNow>,
-) -> BTreeMap<u32, PartPlan> {
-    now.iter()
-        .map(|(&p, n)| {
-            let plan = match before.get(&p) {
-                None => PartPlan {
-                    changed: true,
-                    cur_ctx: n.cur_ctx,
-                    switched_out: None,
-                    all: true,
-                },
-                Some(b) => {
-                    let switched = n.switches.wrapping_sub(b.switches);
-                    PartPlan {
-                        changed: n.commit_seq != b.commit_seq,
-                        cur_ctx: n.cur_ctx,
-                        switched_out: (switched >= 1 && b.cur_ctx != 0).then_some(b.cur_ctx),
-                        all: switched >= 2 || n.commit_seq < b.commit_seq,
-                    }
-                }
-            };
-            (p, plan)
-        })
-        .collect()
 }
 
 /// Block slots read, with the page and offset each was read for.
@@ -249,6 +224,30 @@ fn read_blocks(
     sorted.sort_by_key(|&(_, off)| off);
     let mut out = Vec::with_capacity(sorted.len());
     let mut reads = 0;
+    for run in runs(&sorted) {
+        let (start, end) = (run[0].1, run[run.len() - 1].1 + BLOCK_SLOT_SIZE);
+        let len = usize::try_from(end - start).unwrap_or(0);
+        buf.resize(len, 0);
+        dev.window(start, &mut buf[..len])?;
+        reads += 1;
+        for &(key, off) in run {
+            let at = usize::try_from(off - start).unwrap_or(usize::MAX);
+            if let Some(slot) = buf
+                .get(at..)
+                .and_then(|b| BlockSlot::read_from_prefix(b).ok())
+                .map(|(s, _)| s)
+            {
+                out.push((key, off, slot));
+            }
+        }
+    }
+    Ok((out, reads))
+}
+
+/// Splits `sorted` (by offset) into runs that one window read covers:
+/// gaps of at most [`MERGE_GAP`], at most [`MAX_RUN`] bytes in all.
+fn runs(sorted: &[(Key, u64)]) -> Vec<&[(Key, u64)]> {
+    let mut out = Vec::new();
     let mut i = 0;
     while i < sorted.len() {
         let start = sorted[i].1;
@@ -261,81 +260,100 @@ fn read_blocks(
             end = end.max(sorted[j].1 + BLOCK_SLOT_SIZE);
             j += 1;
         }
-        let len = usize::try_from(end - start).unwrap_or(0);
-        buf.resize(len, 0);
-        dev.window(start, &mut buf[..len])?;
-        reads += 1;
-        for &(key, off) in &sorted[i..j] {
-            let at = usize::try_from(off - start).unwrap_or(usize::MAX);
-            if let Some(slot) = buf
-                .get(at..)
-                .and_then(|b| BlockSlot::read_from_prefix(b).ok())
-                .map(|(s, _)| s)
-            {
-                out.push((key, off, slot));
-            }
-        }
+        out.push(&sorted[i..j]);
         i = j;
     }
-    Ok((out, reads))
+    out
 }
 
 /// The refresher thread; stops and joins when dropped.
 #[derive(Debug)]
 pub struct Refresher {
+    pages: Arc<Pages>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Refresher {
-    /// Runs [`Pages::refresh`] every `period` on a thread of its own,
-    /// starting from `state` (the first refresh's, made before start).
-    pub fn start(pages: Arc<Pages>, period: Duration, mut state: State) -> std::io::Result<Self> {
+    /// Runs the refresher on a thread of its own, starting from `state`
+    /// (the first full refresh's, made before start): a refresh of the
+    /// marked pages whenever a hook wakes it, a full refresh when a hook
+    /// asks for one and every `backstop`.
+    pub fn start(pages: Arc<Pages>, backstop: Duration, mut state: State) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let stop = Arc::clone(&stop);
+            let (pages, stop) = (Arc::clone(&pages), Arc::clone(&stop));
             thread::Builder::new()
                 .name("gpupmd-pages".into())
-                .spawn(move || {
-                    let mut next = Instant::now();
-                    let mut logged: Option<Instant> = None;
-                    while !stop.load(Ordering::Acquire) {
-                        next += period;
-                        let now = Instant::now();
-                        if next <= now {
-                            // Late (a loaded host): refresh now, and keep the
-                            // period from here rather than catching up.
-                            next = now;
-                        } else {
-                            thread::park_timeout(next - now);
-                            if Instant::now() < next {
-                                continue;
-                            }
-                        }
-                        if let Err(e) = pages.refresh(&mut state) {
-                            if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-                                tracing::warn!(
-                                    error = format!("{:#}", anyhow::Error::new(e)),
-                                    "refreshing tenant pages failed"
-                                );
-                                logged = Some(Instant::now());
-                            }
-                        }
-                    }
-                })?
+                .spawn(move || run(&pages, backstop, &mut state, &stop))?
         };
+        if pages.refresher.set(thread.thread().clone()).is_err() {
+            tracing::debug!("a page refresher was already started");
+        }
         Ok(Refresher {
+            pages,
             stop,
             thread: Some(thread),
         })
     }
 }
 
+/// The refresher's loop: while following the periodic commits
+/// ([`super::follow`]), one read of the followed and marked pages at each
+/// due time, events waiting for it (it is at most a period away);
+/// otherwise a read of the marked pages when a hook wakes it (after
+/// letting the burst gather), a full read every `backstop`.
+fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) {
+    let mut next_full = Instant::now() + backstop;
+    let mut logged: Option<Instant> = None;
+    let mut settled = false;
+    while !stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if let Some(due) = state.follow.due() {
+            if now < due && now < next_full {
+                thread::park_timeout(due.min(next_full) - now);
+                continue;
+            }
+            pages.mark(state.follow.keys());
+        } else if !settled && pages.has_events() {
+            // Let the burst that woke us finish (a switch comes with the
+            // other partitions' switches and their handshakes, a drain
+            // with the other rings'): one refresh for all, and no device
+            // round trips racing the handshakes.
+            thread::sleep(COALESCE);
+            settled = true;
+            continue;
+        }
+        settled = false;
+        let wake = pages.take_wake();
+        let result = if wake.full || now >= next_full {
+            next_full = now + backstop;
+            pages.refresh(state)
+        } else if wake.pending || state.follow.due().is_some() {
+            pages.refresh_marked(state)
+        } else {
+            // A hook's unpark before this park makes it return at once:
+            // no wake-up is lost.
+            thread::park_timeout(next_full - now);
+            continue;
+        };
+        if let Err(e) = result {
+            if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "refreshing tenant pages failed"
+                );
+                logged = Some(Instant::now());
+            }
+        }
+    }
+}
+
 impl Drop for Refresher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.pages.unpark_now();
         if let Some(t) = self.thread.take() {
-            t.thread().unpark();
             if t.join().is_err() {
                 tracing::error!("the page refresher panicked");
             }
@@ -347,24 +365,26 @@ impl Drop for Refresher {
 mod tests {
     use super::*;
 
-    fn now(commit_seq: u64, cur_ctx: u32, switches: u64) -> PartNow {
-        PartNow {
-            commit_seq,
-            cur_ctx,
-            switches,
-        }
-    }
-
     #[test]
-    fn the_running_and_the_switched_out_context_are_read_and_two_switches_read_all() {
-        let before = BTreeMap::from([(1, now(10, 5, 3)), (2, now(7, 8, 1))]);
-        let after = BTreeMap::from([(1, now(12, 6, 4)), (2, now(7, 8, 1)), (3, now(1, 9, 0))]);
-        let p = plan_parts(&before, &after);
-        assert!(p[&1].changed && p[&1].cur_ctx == 6 && p[&1].switched_out == Some(5));
-        assert!(!p[&1].all);
-        assert!(!p[&2].changed && p[&2].switched_out.is_none() && !p[&2].all);
-        assert!(p[&3].all, "a partition seen first is read whole");
-        let twice = BTreeMap::from([(1, now(15, 7, 6))]);
-        assert!(plan_parts(&before, &twice)[&1].all);
+    fn nearby_slots_share_a_window_read_and_distant_ones_do_not() {
+        let s = BLOCK_SLOT_SIZE;
+        let at = |i: u32, off: u64| (Key::Vm(i), off);
+        let sorted = [
+            at(1, 0),
+            at(2, s),
+            at(3, 2 * s + MERGE_GAP),
+            at(4, 3 * s + 2 * MERGE_GAP + 1),
+            at(5, MAX_RUN * 4),
+        ];
+        let lens: Vec<usize> = runs(&sorted).iter().map(|r| r.len()).collect();
+        assert_eq!(lens, [3, 1, 1]);
+        let far: Vec<(Key, u64)> = (0..(MAX_RUN / s + 8))
+            .map(|i| at(u32::try_from(i).unwrap(), i * s))
+            .collect();
+        let split = runs(&far);
+        assert!(split.len() >= 2, "a run never exceeds MAX_RUN");
+        assert!(split
+            .iter()
+            .all(|r| r[r.len() - 1].1 + s - r[0].1 <= MAX_RUN));
     }
 }

@@ -147,11 +147,15 @@ impl Pages {
                 source: src,
                 state,
                 shown: Box::new(data),
-                dirty: false,
+                // Read once more: the block may have moved between the read
+                // above and the insert, and the drain that saw it found no
+                // page to mark.
+                dirty: true,
                 rate: None,
                 sealed_rate: None,
             },
         );
+        self.wake(&mut inner);
         self.dir.open_read_only(key).map_err(|e| {
             tracing::warn!(error = %e, "opening a page read-only failed");
             Errno::EIO

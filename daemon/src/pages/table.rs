@@ -80,7 +80,7 @@ pub struct Entry {
     pub state: u32,
     /// What the page holds (the last publication).
     pub shown: Box<PageData>,
-    /// Read the block at the next refresh even if its partition is quiet.
+    /// Marked by a hook: read the block at the refresher's next wake-up.
     pub dirty: bool,
     /// A drained sample not yet published.
     pub rate: Option<RateSample>,

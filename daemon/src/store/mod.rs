@@ -341,6 +341,29 @@ impl Store {
         }
     }
 
+    /// Partition `p` committed a switch to `incoming` (`None`: not known;
+    /// the device's fallback included): the pages it touched are refreshed.
+    pub fn switch_committed(&self, p: u32, incoming: Option<CtxId>) {
+        if let Some(pages) = self.pages.get() {
+            pages.switched(p, incoming);
+        }
+    }
+
+    /// The device was reset: the pages start a new generation.
+    pub fn device_was_reset(&self) {
+        if let Some(pages) = self.pages.get() {
+            pages.device_reset();
+        }
+    }
+
+    /// The tables were rebuilt from the device's registers: every page is
+    /// read again (whatever the missed interrupts announced).
+    pub fn resynced(&self) {
+        if let Some(pages) = self.pages.get() {
+            pages.refresh_all();
+        }
+    }
+
     /// Adds stream deltas to the history and feeds (and the pages'
     /// latest rate samples).
     pub fn record_samples(&self, samples: Vec<DeltaSample>) {

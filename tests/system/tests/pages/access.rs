@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 
 use crate::fixture::{
     config, connect as connect_pages, device_slot, open_sealed, scenario, sealed_ledger,
-    socket as page_socket, wait_current, GID_C, UID_A, UID_B, UID_C, UID_NOBODY, VM_A, VM_B, VM_CC,
+    socket as page_socket, wait_current, GID_C, NO_BACKSTOP_MS, UID_A, UID_B, UID_C, UID_NOBODY,
+    VM_A, VM_B, VM_CC,
 };
 use crate::raw;
 use gpupm_client::page::{request, MappedPage, PageClient};
@@ -48,7 +49,7 @@ impl Running {
         let tmp = Scratch::new(tag);
         let driver = Driver::start_in(&tmp, DriverOptions::system(scenario()));
         let dev = driver.node();
-        let mut daemon = spawn_daemon(&tmp, &config(&tmp, 1000, ""), &[], &[]);
+        let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""), &[], &[]);
         daemon.wait_for("READY=1");
         for _ in 0..60 {
             step(&dev, STEP, &mut daemon);

@@ -9,7 +9,8 @@
 use std::collections::BTreeMap;
 
 use crate::fixture::{
-    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current, VMS, VM_CC,
+    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current,
+    NO_BACKSTOP_MS, VMS, VM_CC,
 };
 use gpupm_client::page::MappedPage;
 use gpupm_client::{Scope, TenantClient};
@@ -48,7 +49,7 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
     let driver = Driver::start_in(&tmp, DriverOptions::system(scenario()));
     let dev = driver.node();
     let mut seen = Instances::new(&dev);
-    let mut daemon = spawn_daemon(&tmp, &config(&tmp, 1000, ""), &[], &[]);
+    let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""), &[], &[]);
     daemon.wait_for("READY=1");
     let pages = connect(&tmp);
     let vm_pages: BTreeMap<u32, MappedPage> = VMS

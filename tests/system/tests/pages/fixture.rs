@@ -55,14 +55,17 @@ pub fn scenario() -> String {
     s
 }
 
-/// The daemon configuration: tenants A, B, C; pages in `tmp/pages`,
-/// refreshed every `refresh_us`; `extra` appended.
-pub fn config(tmp: &Scratch, refresh_us: u64, extra: &str) -> String {
+/// A backstop no test outlives: what a page shows came from an event.
+pub const NO_BACKSTOP_MS: u64 = 3_600_000;
+
+/// The daemon configuration: tenants A, B, C; pages in `tmp/pages`, with
+/// a full refresh every `backstop_ms`; `extra` appended.
+pub fn config(tmp: &Scratch, backstop_ms: u64, extra: &str) -> String {
     daemon_config(
         tmp,
         &format!(
             "[[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n\
-             [[tenant]]\nvm = {VM_CC}\ngid = {GID_C}\n[pages]\ndir = {:?}\nrefresh_us = {refresh_us}\n{extra}",
+             [[tenant]]\nvm = {VM_CC}\ngid = {GID_C}\n[pages]\ndir = {:?}\nbackstop_ms = {backstop_ms}\n{extra}",
             tmp.join("pages")
         ),
     )

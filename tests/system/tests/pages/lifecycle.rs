@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::fixture::{config, connect, socket, wait_current, UID_A, UID_B, VMS, VM_A};
+use crate::fixture::{
+    config, connect, socket, wait_current, NO_BACKSTOP_MS, UID_A, UID_B, VMS, VM_A,
+};
 use gpupm_client::page::MappedPage;
 use gpupm_client::page::{Source as ReadSource, Target};
 use gpupm_client::{CounterReader, TenantClient};
@@ -78,7 +80,7 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     let state = Tmpfs::mount(tmp.join("state"));
     let driver = Driver::start_in(&tmp, DriverOptions::system(crate::fixture::scenario()));
     let dev = driver.node();
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     run_steps(&dev, &mut daemon, 4);
     let pages = connect(&tmp);
     // Pages of every live context of the churned VMs.
@@ -144,7 +146,7 @@ fn a_destroyed_contexts_page_shows_its_final_totals_until_retired_then_goes() {
     // page over, persists and releases the context, and finishes the page.
     state.remount("rw");
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     wait_none_destroyed(&dev);
     let deadline = Instant::now() + Duration::from_secs(30);
     while page.read_counters().unwrap().state != page_state::RETIRED {
@@ -234,7 +236,7 @@ fn mappings_outlive_a_restart_and_a_kill_9_and_see_a_new_generation_once_republi
     let tmp = Scratch::new("pages-restart");
     let driver = Driver::start_in(&tmp, DriverOptions::system(crate::fixture::scenario()));
     let dev = driver.node();
-    let cfg = config(&tmp, 1000, "");
+    let cfg = config(&tmp, NO_BACKSTOP_MS, "");
     let mut daemon = start(&tmp, &cfg);
     run_steps(&dev, &mut daemon, 20);
     let pages = connect(&tmp);
@@ -321,7 +323,7 @@ fn a_restart_that_changes_who_may_see_a_vm_withdraws_its_old_page() {
     let tmp = Scratch::new("pages-audience");
     let driver = Driver::start_in(&tmp, DriverOptions::system(crate::fixture::scenario()));
     let dev = driver.node();
-    let mut daemon = start(&tmp, &config(&tmp, 1000, ""));
+    let mut daemon = start(&tmp, &config(&tmp, NO_BACKSTOP_MS, ""));
     run_steps(&dev, &mut daemon, 10);
     let pages = connect(&tmp);
     let old = pages.map_vm(VM_A).unwrap();
@@ -334,8 +336,8 @@ fn a_restart_that_changes_who_may_see_a_vm_withdraws_its_old_page() {
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
 
     // VM A now belongs to tenant B.
-    let swapped =
-        config(&tmp, 1000, "").replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
+    let swapped = config(&tmp, NO_BACKSTOP_MS, "")
+        .replace(&format!("uid = {UID_A}"), &format!("uid = {UID_B}"));
     let mut daemon = start(&tmp, &swapped);
     let c = old.read_counters().unwrap();
     assert_eq!(

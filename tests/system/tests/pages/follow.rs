@@ -1,0 +1,112 @@
+//! On a real-time clock, pages follow the device's periodic commits with
+//! no event to tell the daemon: no switch (one context that never
+//! leaves), no drain (the periodic drain off, a watermark the test never
+//! reaches), no backstop (one hour). A VM page still shows commit after
+//! commit; and once the periodic commits stop, the refresher stops
+//! reading the device.
+
+use std::time::{Duration, Instant};
+
+use crate::fixture::{config, connect, NO_BACKSTOP_MS};
+use gpupm_test_support::services::spawn_daemon;
+use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
+use gpupm_uapi::events::{UnitType, CATALOGUE};
+use gpupm_uapi::regs::{self as r, trig_ctrl};
+use nix::sys::signal::Signal;
+
+/// One partition, one VM, one context; periodic triggers every 1 ms.
+fn scenario() -> String {
+    let mut s = String::from(
+        "name = \"follow\"\nseed = 3\n[trigger]\nperiod_us = 1000\n\
+         [stream]\nring_records = 8192\nwatermark = 8192\n\
+         [[profile]]\nname = \"busy\"\n[[profile.phase]]\nduration_cycles = 16777216\n[profile.phase.rates]\n",
+    );
+    for e in CATALOGUE
+        .iter()
+        .filter(|e| e.unit == UnitType::Sm && !e.multibit)
+        .take(4)
+    {
+        s += &format!("{} = 0.5\n", e.name);
+    }
+    s += "[[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\nctx_timeslice_cycles = 0\nvm_timeslice_cycles = 0\n\
+          [[vm]]\nid = 1\npartition = 1\n[[context]]\nvm = 1\nprofile = \"busy\"\n";
+    s
+}
+
+/// Waits (up to 20 s) until `done` holds.
+fn wait_until(what: &str, daemon: &mut Proc, mut done: impl FnMut(&mut Proc) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(daemon) {
+        assert!(daemon.alive(), "gpupmd died:\n{}", daemon.log());
+        assert!(
+            Instant::now() < deadline,
+            "timed out: {what}\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_page_follows_periodic_commits_without_events_and_stops_when_they_stop() {
+    let tmp = Scratch::new("pages-follow");
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions {
+            clock: "realtime",
+            ..DriverOptions::system(scenario())
+        },
+    );
+    let dev = driver.node();
+    let extra = "[stream]\ndrain_interval_ms = 0\n";
+    let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, extra), &[], &[]);
+    daemon.wait_for("READY=1");
+    let page = connect(&tmp).map_vm(1).expect("map VM 1's page");
+    let first = page.read_counters().expect("read the page").commit_seq;
+    let refreshes = daemon.metric("gpupm_page_refreshes_total");
+
+    // 200 periodic commits in about 200 ms: no event announces them.
+    wait_until("the page shows 200 more commits", &mut daemon, |_| {
+        page.read_counters().expect("read the page").commit_seq >= first + 200
+    });
+    let read = daemon.metric("gpupm_page_refreshes_total") - refreshes;
+    assert!(read >= 100, "only {read} refreshes for 200 commits");
+    let shown = page.read_counters().expect("read the page");
+    let slot = dev
+        .block_slot(dev.read64(r::vm(1, r::VM_BLOCK)).expect("VM block"))
+        .expect("read the block");
+    let block = slot.plain_block().expect("a plaintext block");
+    assert!(
+        block.commit_seq - shown.commit_seq <= 5,
+        "page {} commits behind the device ({} vs {})",
+        block.commit_seq - shown.commit_seq,
+        shown.commit_seq,
+        block.commit_seq
+    );
+
+    // Periodic triggers off: no more commits, and after its retries the
+    // refresher reads nothing any more.
+    dev.write32(r::TRIG_CTRL, trig_ctrl::THRESHOLD_ENABLE)
+        .expect("periodic triggers off");
+    let mut last = (daemon.metric("gpupm_page_refreshes_total"), Instant::now());
+    wait_until("the refresher stops reading", &mut daemon, |d| {
+        let now = d.metric("gpupm_page_refreshes_total");
+        if now != last.0 {
+            last = (now, Instant::now());
+        }
+        last.1.elapsed() >= Duration::from_millis(500)
+    });
+    let idle = daemon.metric("gpupm_page_refreshes_total");
+    let quiet = Instant::now() + Duration::from_secs(1);
+    wait_until("a second of idleness passes", &mut daemon, |_| {
+        Instant::now() >= quiet
+    });
+    assert_eq!(
+        daemon.metric("gpupm_page_refreshes_total"),
+        idle,
+        "the refresher read the device with nothing committed"
+    );
+    let exit = daemon.signal_and_wait(Signal::SIGTERM);
+    assert!(exit.success(), "gpupmd exit {exit}:\n{}", daemon.log());
+    driver.stop();
+}
