@@ -93,6 +93,8 @@ pub fn small_scenario() -> Scenario {
                 memory_slices: vec![0],
                 ctx_timeslice_cycles: 30_000,
                 vm_timeslice_cycles: 70_000,
+                ri_version: 1,
+                ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
             },
             PartitionSpec {
                 slot: 2,
@@ -100,6 +102,8 @@ pub fn small_scenario() -> Scenario {
                 memory_slices: vec![1],
                 ctx_timeslice_cycles: 25_000,
                 vm_timeslice_cycles: 0,
+                ri_version: 1,
+                ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
             },
         ],
         vms: vec![
