@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::cast_possible_truncation)]
 
 pub mod gen;
+pub mod ri;
 pub mod sampling;
 
 use gpupm_driver::model::cc::BootIds;
