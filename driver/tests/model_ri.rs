@@ -403,7 +403,7 @@ fn malformed_control_blocks_are_refused_and_change_nothing() {
 
 /// Migrates VM `vm` to slot `to` at the first moment it is not running
 /// (the device refuses while it is); returns how many refusals it took.
-pub fn migrate_when_idle(dev: &mut Device, host: &mut Host, vm: u32, to: u32) -> u32 {
+fn migrate_when_idle(dev: &mut Device, host: &mut Host, vm: u32, to: u32) -> u32 {
     dev.write_reg(ri::RI_MIGRATE_VM, 4, u64::from(vm)).unwrap();
     for refusals in 0..1000 {
         if dev.write_reg(ri::RI_MIGRATE, 4, u64::from(to)).is_ok() {

@@ -39,7 +39,7 @@ pub fn scenario(seed: u64, program: &str) -> Scenario {
          ctx_timeslice_cycles = 40000\nvm_timeslice_cycles = 150000\n\
          [[partition]]\nslot = 2\ngpcs = [1]\nmemory_slices = [1]\nri_max_rgs = 2\n\
          [[partition]]\nslot = 3\ngpcs = [2]\nmemory_slices = [2]\nri_version = 2\n\
-         [[partition]]\nslot = 4\ngpcs = [3]\nmemory_slices = [3]\n\
+         [[partition]]\nslot = 4\ngpcs = [3]\nmemory_slices = [3]\nvm_timeslice_cycles = 100000\n\
          [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
          [[vm]]\nid = 5\npartition = 4\n\
          confidential_key = \"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\"\n\
