@@ -30,7 +30,13 @@ fn builtin_program(name: &str) -> String {
 /// the clock secondary part of the time. Switches finish by the device's
 /// fallback when no host services them.
 pub fn scenario(seed: u64, program: &str) -> Scenario {
-    let text = format!(
+    parse("ri", &scenario_toml(seed, program))
+        .unwrap_or_else(|e| panic!("the RI scenario parses: {e}"))
+}
+
+/// The TOML of [`scenario`].
+pub fn scenario_toml(seed: u64, program: &str) -> String {
+    format!(
         "seed = {seed}\nswitch_timeout_cycles = 3000\n\
          [topology]\nsms_per_gpc = [1, 1, 1, 1]\nmemory_slices = 4\nl2_per_slice = 1\n\
          fb_per_slice = 1\nce_per_slice = 1\nnvlinks = 0\n\
@@ -51,8 +57,7 @@ pub fn scenario(seed: u64, program: &str) -> Scenario {
          [[throttle]]\nstart_cycles = 900000\nend_cycles = 1300000\n\
          {}",
         builtin_program(program)
-    );
-    parse("ri", &text).unwrap_or_else(|e| panic!("the RI scenario parses: {e}"))
+    )
 }
 
 /// A control block's settings.
