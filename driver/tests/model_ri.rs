@@ -413,3 +413,29 @@ fn migrate_when_idle(dev: &mut Device, host: &mut Host, vm: u32, to: u32) -> u32
     }
     panic!("VM {vm} never stopped running");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Random writes anywhere in the RI register space, on a device with
+    /// one session running: each either takes effect or fails and leaves
+    /// every RI register and the span unchanged.
+    #[test]
+    fn random_ri_writes_change_nothing_when_refused(
+        writes in proptest::collection::vec((0u64..0x440, any::<u32>(), 0u8..4), 1..24),
+    ) {
+        let mut dev = device(2, "gemm", EngineKind::Batched);
+        arm(&mut dev, 0, Cb::cycles(1, 1000, 4)).unwrap();
+        dev.advance(50_000).unwrap();
+        for (at, value, small) in writes {
+            // Half the offsets in the globals, half in the first blocks;
+            // small values reach the interesting ranges.
+            let offset = if at < 0x40 { ri::RI_COUNT + at * 4 % 0x100 } else { ri::RI_BASE + (at - 0x40) * 4 };
+            let value = if small > 0 { value % 4096 } else { value };
+            let before = snapshot(&dev);
+            if dev.write_reg(offset, 4, u64::from(value)).is_err() {
+                prop_assert_eq!(snapshot(&dev), before, "write {:#x} = {:#x}", offset, value);
+            }
+        }
+    }
+}

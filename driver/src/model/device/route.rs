@@ -129,7 +129,8 @@ pub(super) struct Shadow {
     released: Vec<u32>,
     staging: RekeyStaging,
     samp: [SampShadow; r::MAX_PARTITION_SLOTS as usize],
-    ri: RiShadow,
+    /// Made at the batch's first RI write: most batches have none.
+    ri: Option<Box<RiShadow>>,
 }
 
 /// A checked write, ready to execute.
@@ -244,7 +245,7 @@ impl Device {
             released: Vec::new(),
             staging: self.staging,
             samp: std::array::from_fn(|p| self.samplers[p].shadow()),
-            ri: self.ri.shadow(),
+            ri: None,
         }
     }
 
@@ -318,13 +319,12 @@ impl Device {
                 Write::Sampling(p, self.samplers[p as usize].check_write(o, v, sh)?)
             }
             Unit::RiGlobal => {
-                Write::Ri(
-                    self.ri
-                        .check_global(offset, v, &mut sh.ri, self.ri_tables())?,
-                )
+                let ri = sh.ri.get_or_insert_with(|| Box::new(self.ri.shadow()));
+                Write::Ri(self.ri.check_global(offset, v, ri, self.ri_tables())?)
             }
             Unit::Ri(i, o) => {
-                Write::Ri(self.ri.check_write(i, o, v, &mut sh.ri, self.ri_tables())?)
+                let ri = sh.ri.get_or_insert_with(|| Box::new(self.ri.shadow()));
+                Write::Ri(self.ri.check_write(i, o, v, ri, self.ri_tables())?)
             }
             Unit::Ccu(c, o) => {
                 let index = &mut sh.mask_index[c as usize];
