@@ -84,10 +84,10 @@ proptest! {
             ctx: 1,
             mode,
             rgs,
-            bits: (bits & 1) * ri_ctrl::EMIT
-                | (bits >> 1 & 1) * ri_ctrl::ABORT
-                | (bits >> 2 & 1) * ri_ctrl::WRAP
-                | ri_ctrl::INTR_ENABLE,
+            bits: ri_ctrl::INTR_ENABLE
+                | if bits & 1 != 0 { ri_ctrl::EMIT } else { 0 }
+                | if bits & 2 != 0 { ri_ctrl::ABORT } else { 0 }
+                | if bits & 4 != 0 { ri_ctrl::WRAP } else { 0 },
             sf,
             rsic,
             roa: origin_groups * size,

@@ -51,17 +51,14 @@ impl Lane for ProgLane<'_> {
                 w.env = env;
                 self.run.advance(n, self.prog, &env, w)
             }
-            (samp, ri) => {
-                let mut tee = Tee {
-                    samp: samp.map(|w| {
-                        w.env = env;
-                        w
-                    }),
-                    ri: ri.map(|w| {
-                        w.env = env;
-                        w
-                    }),
-                };
+            (mut samp, mut ri) => {
+                if let Some(w) = samp.as_mut() {
+                    w.env = env;
+                }
+                if let Some(w) = ri.as_mut() {
+                    w.env = env;
+                }
+                let mut tee = Tee { samp, ri };
                 self.run.advance(n, self.prog, &env, &mut tee)
             }
         }

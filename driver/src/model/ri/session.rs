@@ -16,8 +16,12 @@ use gpupm_uapi::ri::{
 };
 use zerocopy::IntoBytes;
 
+/// Bytes of one record, as a length.
+const RECORD: usize = 16;
+const _: () = assert!(RECORD as u64 == RI_RECORD_SIZE);
+
 /// One 16-byte record.
-pub type Record = [u8; RI_RECORD_SIZE as usize];
+pub type Record = [u8; RECORD];
 
 /// An interrupt a session raised: (source, partition, arg2, device cycle);
 /// `arg` is the block index, added by the unit.
@@ -386,7 +390,7 @@ impl Session {
             .as_bytes(),
         );
         let base = usize::try_from(self.rca).unwrap_or(0);
-        let rec = usize::try_from(RI_RECORD_SIZE).unwrap_or(16);
+        let rec = RECORD;
         let group = &mut self.memory[base..base + records * rec];
         group.fill(0);
         group[..rec].copy_from_slice(&first);
@@ -430,7 +434,7 @@ pub fn rgs_of(ctrl: u32) -> u32 {
 }
 
 fn to_record(bytes: &[u8]) -> Record {
-    let mut r = [0; RI_RECORD_SIZE as usize];
+    let mut r = [0; RECORD];
     r.copy_from_slice(bytes);
     r
 }
