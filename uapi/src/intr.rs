@@ -66,12 +66,21 @@ pub mod source {
     /// tail): `arg` = records lost so far (low 32 bits of `BUF_LOST`),
     /// `arg2` = buffer kind.
     pub const SAMPLE_OVERFLOW: u32 = 1 << 11;
+    /// A runtime-instrumentation program buffer was full (`partition` =
+    /// the context's slot, `arg` = control block, `arg2` = context): the
+    /// session stopped, or (`WRAP`) its next group goes to ROA. Only with
+    /// `ri_ctrl::INTR_ENABLE` (see `docs/ri.md`).
+    pub const RI_BUFFER_FULL: u32 = 1 << 12;
+    /// A runtime-instrumentation session halted (`partition` = the slot
+    /// its VM moved to, `arg` = control block, `arg2` = reason,
+    /// `ri::halt_reason`). Only with `ri_ctrl::INTR_ENABLE`.
+    pub const RI_HALT: u32 = 1 << 13;
     /// All defined sources.
-    pub const ALL: u32 = (1 << 12) - 1;
+    pub const ALL: u32 = (1 << 14) - 1;
 }
 
 /// Names of the sources, indexed by bit number.
-pub const SOURCE_NAMES: [&str; 12] = [
+pub const SOURCE_NAMES: [&str; 14] = [
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -84,6 +93,8 @@ pub const SOURCE_NAMES: [&str; 12] = [
     "flush_acked",
     "sample_watermark",
     "sample_overflow",
+    "ri_buffer_full",
+    "ri_halt",
 ];
 
 /// One interrupt occurrence, as `read()` on the device node returns it

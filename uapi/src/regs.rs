@@ -484,7 +484,7 @@ pub mod ccu_group {
 }
 
 // ---------------------------------------------------------------------------
-// VM table (0x4000..0x6000)
+// VM table (0x4000..0x5000)
 // ---------------------------------------------------------------------------
 
 /// Base of the VM table; VM ids start at 1, entry `v` is at `VM_BASE + v * VM_STRIDE`.
@@ -602,6 +602,9 @@ pub fn is_64bit(offset: u64) -> bool {
         PART_SWITCH_REQ_CYCLE,
     ];
     if GLOBAL.contains(&offset) || offset == MBOX_DATA || offset == OOB_MBOX_DATA {
+        return true;
+    }
+    if crate::ri::is_64bit(offset) {
         return true;
     }
     let in_array = |base: u64, stride: u64, count: u32| {

@@ -30,6 +30,7 @@ pub mod partition;
 pub mod program;
 pub mod rates;
 pub mod rc;
+pub mod ri;
 mod rng;
 pub mod sampling;
 pub mod topology;

@@ -10,12 +10,13 @@
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegAccess, RegBatch,
-    Reset, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER,
-    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
-    GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
-    WINDOW_READ_MAX, WINDOW_READ_NR,
+    Reset, RiLedgerQuery, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
+    GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_LEDGER_RI, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
+    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
 };
 use gpupm_uapi::regs;
+use gpupm_uapi::ri::RI_BLOCKS;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
@@ -74,7 +75,8 @@ pub fn dispatch(
         }
         _ if ioc::ty(cmd) == IOC_MAGIC
             && (ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS))
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_RI))
             && !backend.debug_ledger() =>
         {
             // The ledger is the emulator's oracle, not part of the device:
@@ -122,6 +124,23 @@ pub fn dispatch(
                 )));
             }
             Ok(IoctlReply::ok(&backend.ledger_blocks(arg.ctx, arg.first)?))
+        }
+        GPUPM_IOC_LEDGER_RI => {
+            let arg: RiLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let query_only = RiLedgerQuery {
+                version: arg.version,
+                block: arg.block,
+                ..RiLedgerQuery::default()
+            };
+            if arg != query_only || arg.block >= RI_BLOCKS {
+                return Err(malformed(format!(
+                    "RI ledger query for block {} with non-zero output fields or out of range",
+                    arg.block
+                )));
+            }
+            Ok(IoctlReply::ok(&backend.ledger_ri(arg.block)?))
         }
         GPUPM_IOC_RESET => {
             let arg: Reset = decode(input)?;

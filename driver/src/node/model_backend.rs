@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp, RiLedgerQuery};
 
 use super::backend::{BackendError, DeviceBackend};
 use crate::model::{Device, DeviceError, RegError};
@@ -93,6 +93,15 @@ impl DeviceBackend for ModelBackend {
             ));
         }
         self.dev.ledger_blocks(ctx, first).map_err(from_device)
+    }
+
+    fn ledger_ri(&mut self, block: u32) -> Result<RiLedgerQuery, BackendError> {
+        if !self.debug_ledger {
+            return Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ));
+        }
+        self.dev.ledger_ri(block).map_err(from_device)
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

@@ -367,6 +367,7 @@ cpi = 1.6
 name = "k_head"
 instructions = 32
 cpi = 1.2
+marker = true
 [[program.kernel.block]]
 name = "mma"
 instructions = 256
@@ -426,6 +427,7 @@ loop = { to = "accumulate", trips = 128 }
 name = "tree"
 instructions = 12
 cpi = 2.0
+marker = true
 call = "tree_step"
 [[program.kernel.block]]
 name = "done"
@@ -463,6 +465,7 @@ loop = { to = "copy", trips = 1024 }
 name = "tail"
 instructions = 16
 cpi = 6.0
+marker = true
 
 # The resonant loop (see the "resonant" profile).
 [[program]]

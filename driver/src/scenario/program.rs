@@ -41,6 +41,10 @@ pub struct BlockSpec {
     pub throttle: f64,
     /// How the block ends.
     pub exit: Exit,
+    /// A marker block (`marker = true`): its every entry is a directed
+    /// sample point of runtime-instrumentation sessions and emits a
+    /// marker record (see `docs/ri.md`).
+    pub marker: bool,
 }
 
 /// How a block ends.
@@ -110,6 +114,7 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
         cpi: cpi(i + 100),
         throttle: 1.5,
         exit,
+        marker: name == "after_call",
     };
     let trips = u32::try_from(draw(21, 2, 64)).unwrap_or(2);
     ProgramSpec {

@@ -174,6 +174,7 @@ fn block(
         cpi,
         throttle,
         exit,
+        marker: b.marker.as_ref().is_some_and(|m| *m.get_ref()),
     })
 }
 

@@ -78,6 +78,7 @@ pub(super) struct RawBlock {
     pub loop_: Option<Spanned<RawLoop>>,
     pub call: Option<Spanned<String>>,
     pub ret: Option<Spanned<bool>>,
+    pub marker: Option<Spanned<bool>>,
 }
 
 /// A conditional branch edge.
@@ -148,6 +149,8 @@ pub(super) struct RawPartition {
     pub ctx_timeslice_cycles: Cycles,
     pub vm_timeslice_us: Us,
     pub vm_timeslice_cycles: Cycles,
+    pub ri_version: Option<Spanned<u32>>,
+    pub ri_max_rgs: Option<Spanned<u32>>,
 }
 
 /// One `[[vm]]`.

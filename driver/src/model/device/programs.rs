@@ -17,6 +17,7 @@ use crate::model::ccu::{Lane, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
 use crate::model::program::run::{Env, ProgramRun, Unwatched};
 use crate::model::program::Program;
+use crate::model::ri::watch::{RiWatcher, Tee};
 use crate::model::sampling::buffer::BufEvent;
 use crate::model::sampling::Watcher;
 use crate::model::topology::Topology;
@@ -31,6 +32,7 @@ struct ProgLane<'a> {
     throttle: &'a [ThrottleWindow],
     seed: u64,
     watcher: Option<Watcher<'a>>,
+    ri: Option<RiWatcher<'a>>,
 }
 
 impl Lane for ProgLane<'_> {
@@ -43,12 +45,22 @@ impl Lane for ProgLane<'_> {
             seed: self.seed,
         };
         self.dev += n;
-        match self.watcher.as_mut() {
-            Some(w) => {
+        match (self.watcher.as_mut(), self.ri.as_mut()) {
+            (None, None) => self.run.advance(n, self.prog, &env, &mut Unwatched),
+            (Some(w), None) => {
                 w.env = env;
                 self.run.advance(n, self.prog, &env, w)
             }
-            None => self.run.advance(n, self.prog, &env, &mut Unwatched),
+            (mut samp, mut ri) => {
+                if let Some(w) = samp.as_mut() {
+                    w.env = env;
+                }
+                if let Some(w) = ri.as_mut() {
+                    w.env = env;
+                }
+                let mut tee = Tee { samp, ri };
+                self.run.advance(n, self.prog, &env, &mut tee)
+            }
         }
     }
 }
@@ -68,6 +80,17 @@ impl Device {
             self.deliver_sample_events(p);
             return;
         };
+        let ri = self.ri.watching(ctx).map(|session| RiWatcher {
+            session,
+            partition: p,
+            env: Env {
+                ctx_base: 0,
+                dev_base: 0,
+                phase: 0,
+                throttle: &[],
+                seed: 0,
+            },
+        });
         let sampler = &mut self.samplers[p as usize];
         let watcher = sampler.armed().then(|| Watcher {
             unit: sampler,
@@ -94,10 +117,12 @@ impl Device {
             throttle: &self.scenario.throttle,
             seed: self.scenario.seed,
             watcher,
+            ri,
         };
         self.ccu
             .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane));
         self.deliver_sample_events(p);
+        self.deliver_ri_events();
     }
 
     /// Raises the interrupts partition `p`'s sampling unit produced.
@@ -121,7 +146,8 @@ impl Device {
     /// its records are in the window when time stops.
     pub(super) fn sync_sampled(&mut self) {
         for p in 1..MAX_PARTITION_SLOTS {
-            if self.samplers[p as usize].armed() && self.ccu.generating(p) {
+            let ri = self.ri.armed() && self.ri.block_of(self.ccu.owner(p).ctx).is_some();
+            if (self.samplers[p as usize].armed() || ri) && self.ccu.generating(p) {
                 self.sync(p);
             }
         }
@@ -161,6 +187,7 @@ impl Device {
         for s in &mut self.samplers {
             s.reset();
         }
+        self.ri.reset();
     }
 
     /// The per-block ground truth of context `ctx`'s program from row

@@ -26,6 +26,8 @@ pub struct Block {
     pub exit: CompiledExit,
     /// Row of the block in the program's flat ledger.
     pub row: usize,
+    /// A marker block (directed sampling, marker emits).
+    pub marker: bool,
 }
 
 /// A block's exit with probabilities as 32-bit thresholds.
@@ -92,6 +94,7 @@ impl Program {
                                 .collect(),
                             exit: compile_exit(&b.exit),
                             row: row - 1,
+                            marker: b.marker,
                         }
                     })
                     .collect()

@@ -58,10 +58,49 @@ impl Env<'_> {
     }
 }
 
-/// Who watches the walk (the sampling unit).
+/// One piece of a block's execution inside a span, with what a watcher
+/// needs to place instructions and block entries in it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockSpan {
+    /// The piece is context cycles `(from, to]`.
+    pub from: u64,
+    /// End of the piece.
+    pub to: u64,
+    /// Kernel.
+    pub kernel: u16,
+    /// Block.
+    pub block: u16,
+    /// Context cycle at which the block started (`from == start` on the
+    /// block's first piece: the block was entered at `from`).
+    pub start: u64,
+    /// The block's cycles.
+    pub cycles: u64,
+    /// The block's instructions (they retire evenly over its cycles).
+    pub instructions: u32,
+    /// Instructions the context retired before the block started.
+    pub retired_before: u64,
+    /// Whether the block is a marker block.
+    pub marker: bool,
+}
+
+impl BlockSpan {
+    /// Instructions the context retired up to context cycle `c` (in
+    /// `start..=start + cycles`).
+    #[inline]
+    pub fn retired_at(&self, c: u64) -> u64 {
+        self.retired_before + (c - self.start) * u64::from(self.instructions) / self.cycles.max(1)
+    }
+}
+
+/// Who watches the walk (the sampling unit, runtime instrumentation).
 pub trait Watch {
     /// The context ran context cycles `(from, to]` in block `b` of kernel `k`.
     fn ran(&mut self, from: u64, to: u64, k: u16, b: u16);
+    /// [`Watch::ran`] with the block's shape; watchers that count
+    /// instructions or see block entries override it.
+    fn ran_block(&mut self, span: &BlockSpan) {
+        self.ran(span.from, span.to, span.kernel, span.block);
+    }
     /// A taken branch; `entry.cycle` is the context cycle its target starts.
     fn taken(&mut self, entry: BranchEntry, branches: u64);
     /// Whether the watcher ignores everything (the walk may then skip
@@ -190,7 +229,18 @@ impl ProgramRun {
                 self.finish_block(prog, env, watch);
             }
             let stop = end.min(self.block_start + self.block_cycles);
-            watch.ran(self.now, stop, self.kernel(), self.block);
+            let (kernel, block) = (self.kernel(), self.block);
+            watch.ran_block(&BlockSpan {
+                from: self.now,
+                to: stop,
+                kernel,
+                block,
+                start: self.block_start,
+                cycles: self.block_cycles,
+                instructions: self.block_insts,
+                retired_before: self.retired_done,
+                marker: !watch.passive() && prog.block(kernel, block).marker,
+            });
             self.now = stop;
         }
         self.retired() - before

@@ -11,9 +11,12 @@ use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
     self, Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
-    Reset, WindowRead,
+    Reset, RiLedgerQuery, WindowRead,
 };
-use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::layout::{
+    self, Block, BlockSlot, CcuRecord, Envelope, RiAbortRecord, RiBeginRecord, RiEmitRecord,
+    RiInstructionRecord, RiTimestampRecord, StreamRecord, StreamSlot,
+};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::regs;
@@ -36,7 +39,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 46] {
+pub fn all_structs() -> [StructInfo; 52] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -84,11 +87,17 @@ pub fn all_structs() -> [StructInfo; 46] {
         PcSlot => "gpupm_pc_slot",
         BlockTruth => "gpupm_block_truth",
         BlockLedgerQuery => "gpupm_block_ledger_query",
+        RiBeginRecord => "gpupm_ri_begin_record",
+        RiTimestampRecord => "gpupm_ri_timestamp_record",
+        RiInstructionRecord => "gpupm_ri_instruction_record",
+        RiEmitRecord => "gpupm_ri_emit_record",
+        RiAbortRecord => "gpupm_ri_abort_record",
+        RiLedgerQuery => "gpupm_ri_ledger_query",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 21] = [
+const IOCTL_STRUCTS: [(&str, &str); 22] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -97,6 +106,7 @@ const IOCTL_STRUCTS: [(&str, &str); 21] = [
     ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
     ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
     ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
+    ("GPUPM_IOC_LEDGER_RI", "gpupm_ri_ledger_query"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -254,6 +264,7 @@ pub fn emit_structs(h: &mut Header) {
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
     super::sampling::emit_sampling_structs(h);
+    super::ri::emit_ri_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {
@@ -301,6 +312,7 @@ pub fn emit_asserts(h: &mut Header) {
     ]
     .into_iter()
     .chain(super::sampling::sampling_offset_checks())
+    .chain(super::ri::ri_offset_checks())
     {
         h.assert(&format!("{expr} == {rust}ULL"));
     }
