@@ -175,6 +175,8 @@ macro_rules! group {
 // After `group!`, which it uses.
 #[path = "gen_c/page_c.rs"]
 mod page_c;
+#[path = "gen_c/ranges.rs"]
+mod ranges;
 #[path = "gen_c/sampling.rs"]
 mod sampling;
 
@@ -609,6 +611,7 @@ fn render_pass(names: Names) -> Header {
     emit_layout(&mut h);
     emit_ioctls(&mut h);
     sampling::emit_sampling(&mut h);
+    ranges::emit_ranges(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

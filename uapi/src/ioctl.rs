@@ -350,4 +350,10 @@ ioctl_numbers! {
     GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
     /// Read the per-block ground truth of a context's program (debug only).
     GPUPM_IOC_LEDGER_BLOCKS = read_write(0x08, BlockLedgerQuery);
+    /// Read the per-(context, range) ground truth of a partition's marked
+    /// ranges (debug only; [`crate::ranges::RangeLedgerQuery`]).
+    GPUPM_IOC_LEDGER_RANGES = read_write(0x0C, crate::ranges::RangeLedgerQuery);
+    /// Read the call-graph ground truth of a context's program (debug
+    /// only; [`crate::ranges::CallLedgerQuery`]).
+    GPUPM_IOC_LEDGER_CALLS = read_write(0x0D, crate::ranges::CallLedgerQuery);
 }
