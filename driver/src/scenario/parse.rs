@@ -128,6 +128,7 @@ mod example_tests {
             cpi,
             throttle,
             exit,
+            data: None,
         };
         let expected = Scenario {
             programs: vec![ProgramSpec {
