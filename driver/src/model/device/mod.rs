@@ -9,6 +9,7 @@
 
 pub(crate) mod api;
 mod programs;
+mod ranges;
 mod route;
 mod switch;
 mod time;
@@ -28,6 +29,7 @@ use super::memory::Memory;
 use super::partition::Partitions;
 use super::program::run::ProgramRun;
 use super::program::Programs;
+use super::ranges::RangeUnit;
 use super::rates::Rates;
 use super::rc::ReductionChannels;
 use super::sampling::Sampler;
@@ -83,6 +85,8 @@ pub struct Device {
     runs: Vec<Option<ProgramRun>>,
     /// Per partition slot: the sampling unit.
     samplers: Vec<Sampler>,
+    /// Per partition slot: the marked-range unit.
+    ranges: Vec<RangeUnit>,
     /// Per partition slot: the profile phase of what it runs.
     phases: [usize; MAX_PARTITION_SLOTS as usize],
 }
@@ -151,6 +155,7 @@ impl Device {
             programs: Programs::new(scenario),
             runs: vec![None; MAX_CONTEXTS as usize],
             samplers: samplers(scenario),
+            ranges: ranges::range_units(scenario),
             phases: [0; MAX_PARTITION_SLOTS as usize],
             scenario: scenario.clone(),
             topo,

@@ -30,9 +30,11 @@ use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::ranges::{RangeShadow, RangeWrite};
 use crate::model::sampling::buffer::BufWrite;
 use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
+use gpupm_uapi::ranges::{RANGE_BASE, RANGE_STRIDE, RRING_BASE, RRING_STRIDE};
 use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
 
 /// Identity, topology and clock registers.
@@ -66,6 +68,10 @@ enum Unit {
     Partition(u32, u64),
     /// A partition's sampling block.
     Sampling(u32, u64),
+    /// A partition's range block.
+    Range(u32, u64),
+    /// A partition's range-record ring registers.
+    RangeRing(u32, u64),
     Ccu(u32, u64),
     Vm(u32, u64),
     Ctx(u32, u64),
@@ -77,6 +83,12 @@ fn unit_of(offset: u64) -> Unit {
         Unit::Partition(p, o)
     } else if let Some((p, o)) = instance(offset, SAMP_BASE, SAMP_STRIDE, r::MAX_PARTITION_SLOTS) {
         Unit::Sampling(p, o)
+    } else if let Some((p, o)) = instance(offset, RANGE_BASE, RANGE_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::Range(p, o)
+    } else if let Some((p, o)) = instance(offset, RRING_BASE, RRING_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::RangeRing(p, o)
     } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
         Unit::Ccu(c, o)
     } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
@@ -112,6 +124,7 @@ pub(super) struct Shadow {
     released: Vec<u32>,
     staging: RekeyStaging,
     samp: [SampShadow; r::MAX_PARTITION_SLOTS as usize],
+    ranges: [RangeShadow; r::MAX_PARTITION_SLOTS as usize],
 }
 
 /// A checked write, ready to execute.
@@ -132,6 +145,7 @@ pub(super) enum Write {
     Partition(u32, PartWrite),
     Ring(u32, RingWrite),
     Sampling(u32, SampWrite),
+    Range(u32, RangeWrite),
     Ccu(u32, CcuWrite),
     Vm(u32, KeyWrite),
     CtxRelease(u32),
@@ -162,6 +176,8 @@ impl Device {
             Unit::Partition(p, o) if o == r::PART_COMMIT_SEQ => self.rc.read_channel(p, o),
             Unit::Partition(p, o) => self.parts.read(p, o),
             Unit::Sampling(p, o) => self.samplers[p as usize].read(o),
+            Unit::Range(p, o) => self.ranges[p as usize].read_range(o),
+            Unit::RangeRing(p, o) => self.ranges[p as usize].read_ring(o),
             Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
             Unit::Vm(vm, o) => self.vms.read(vm, o),
             Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
@@ -223,6 +239,7 @@ impl Device {
             released: Vec::new(),
             staging: self.staging,
             samp: std::array::from_fn(|p| self.samplers[p].shadow()),
+            ranges: std::array::from_fn(|p| self.ranges[p].shadow()),
         }
     }
 
@@ -295,6 +312,15 @@ impl Device {
                 let sh = &mut sh.samp[p as usize];
                 Write::Sampling(p, self.samplers[p as usize].check_write(o, v, sh)?)
             }
+            Unit::Range(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                let unit = &self.ranges[p as usize];
+                Write::Range(p, unit.check_range_write(o, v, sh, &self.programs)?)
+            }
+            Unit::RangeRing(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                Write::Range(p, self.ranges[p as usize].check_ring_write(o, v, sh)?)
+            }
             Unit::Ccu(c, o) => {
                 let index = &mut sh.mask_index[c as usize];
                 Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
@@ -338,6 +364,14 @@ impl Device {
                     self.sync(p);
                 }
                 self.samplers[p as usize].apply(w);
+            }
+            Write::Range(p, w) => {
+                // Arming, disarming and sizing the ring change what is
+                // counted from now on: what ran so far is counted first.
+                if w.changes_counting() {
+                    self.sync(p);
+                }
+                self.ranges[p as usize].apply(w);
             }
             Write::Ccu(c, w) => {
                 if let (CcuWrite::MaskData(_), Some(owner)) = (w, self.topo.ccus[c as usize].owner)

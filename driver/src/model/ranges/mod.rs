@@ -24,7 +24,7 @@ use gpupm_uapi::ranges::{
 };
 
 use self::ring::RecordRing;
-use self::watch::Cursor;
+use self::watch::{Cursor, Pending};
 use super::access::{r32, r64, RegValue, Reject};
 use super::program::Programs;
 
@@ -127,7 +127,9 @@ pub struct RangeUnit {
     ring: RecordRing,
     /// Per context id: its walk state and its ledger rows.
     cursors: HashMap<u32, Cursor>,
-    /// Interrupts the last walk raised, for the device to deliver.
+    /// Crossings of the last walk, for [`RangeUnit::flush`].
+    pending: Vec<Pending>,
+    /// Interrupts the last flush raised, for the device to deliver.
     pub events: Vec<PendingIrq>,
 }
 
@@ -141,6 +143,7 @@ impl RangeUnit {
             counts: [RangeCounts::default(); RANGES],
             ring: RecordRing::default(),
             cursors: HashMap::new(),
+            pending: Vec::new(),
             events: Vec::new(),
         }
     }

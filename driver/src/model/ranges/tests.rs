@@ -238,8 +238,10 @@ proptest! {
         rec_run.advance(total, prog, &env(&rec_run), &mut rec);
         for &n in &splits {
             let e = env(&run);
-            let mut w = RangeWatcher::new(&mut unit, (9, 2, 3, id), e, None);
+            let mut w = RangeWatcher::new(&mut unit, (9, 2, 3, id), e, false);
             run.advance(n, prog, &e, &mut w);
+            drop(w);
+            unit.flush(2, None);
         }
         let truth = unit.truth(9, 3);
         let mut crossings = 0;

@@ -86,6 +86,35 @@ impl Cursor {
     }
 }
 
+/// A crossing's record and interrupt, waiting for the device to seal and
+/// store the record (the VM's cipher is the device's, shared with the
+/// sampling unit watching the same walk).
+#[derive(Clone, Debug)]
+pub struct Pending {
+    record: RangeRecord,
+    arg: u32,
+    who: u32,
+}
+
+impl RangeUnit {
+    /// Stores the records the last walk produced (sealed for `vm` through
+    /// `cipher` when confidential) and queues their interrupts.
+    pub fn flush(&mut self, vm: u32, mut cipher: Option<&mut VmCipher>) {
+        for mut p in std::mem::take(&mut self.pending) {
+            p.record.seq = self.ring.produced + 1;
+            let stored = self
+                .ring
+                .push(p.record.as_bytes(), vm, cipher.as_deref_mut());
+            let arg = if stored {
+                p.arg
+            } else {
+                p.arg | RANGE_IRQ_LOST
+            };
+            self.events.push((arg, p.who, p.record.cycle));
+        }
+    }
+}
+
 /// A crossing found in a span: (context cycle, range, kind, value).
 type Crossing = (u64, usize, u8, u64);
 
@@ -98,18 +127,20 @@ pub struct RangeWatcher<'a> {
     cursor: Option<Cursor>,
     /// The span.
     pub env: Env<'a>,
-    cipher: Option<&'a mut VmCipher>,
+    confidential: bool,
     found: Vec<Crossing>,
 }
 
 impl<'a> RangeWatcher<'a> {
     /// Watches context `ctx` (VM `vm`, creation serial `serial`, program
-    /// id `program` = 1 + its table index) on `unit`.
+    /// id `program` = 1 + its table index) on `unit`; a `confidential`
+    /// VM's records are sealed when the device flushes them
+    /// ([`RangeUnit::flush`]) and its interrupts do not name the context.
     pub fn new(
         unit: &'a mut RangeUnit,
         ids: (u32, u32, u64, u32),
         env: Env<'a>,
-        cipher: Option<&'a mut VmCipher>,
+        confidential: bool,
     ) -> Self {
         let (ctx, vm, serial, program) = ids;
         let cursor = match unit.cursors.remove(&ctx) {
@@ -122,7 +153,7 @@ impl<'a> RangeWatcher<'a> {
             vm,
             cursor: Some(cursor),
             env,
-            cipher,
+            confidential,
             found: Vec::new(),
         }
     }
@@ -202,7 +233,7 @@ impl<'a> RangeWatcher<'a> {
             kind,
             vm: self.vm,
             ctx: self.ctx,
-            seq: unit.ring.produced + 1,
+            seq: 0,
             cycle,
             ctx_cycle: at,
             value,
@@ -220,18 +251,16 @@ impl<'a> RangeWatcher<'a> {
             depth: cursor.depth,
             stack: cursor.stack,
         };
-        let stored = unit
-            .ring
-            .push(rec.as_bytes(), self.vm, self.cipher.as_deref_mut());
         let mut arg = u32::try_from(i).unwrap_or(0);
         if kind == crossing_kind::LATENCY {
             arg |= RANGE_IRQ_LATENCY;
         }
-        if !stored {
-            arg |= RANGE_IRQ_LOST;
-        }
-        let who = if self.cipher.is_some() { 0 } else { self.ctx };
-        unit.events.push((arg, who, cycle));
+        let who = if self.confidential { 0 } else { self.ctx };
+        unit.pending.push(Pending {
+            record: rec,
+            arg,
+            who,
+        });
     }
 }
 
