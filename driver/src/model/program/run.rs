@@ -142,9 +142,8 @@ pub struct Frame {
     loops: Vec<(u16, u32)>,
 }
 
-/// Ledger row: visits, instructions, cycles (cleared by a device reset),
-/// and visits over the context's life (the data-address ordinal).
-type Row = [u64; 4];
+/// Ledger row: visits, instructions, cycles.
+type Row = [u64; 3];
 
 /// A context's execution of its program.
 #[derive(Clone, Debug)]
@@ -166,6 +165,9 @@ pub struct ProgramRun {
     /// (instructions, cycles) of the running block that a reset left out
     /// of its row.
     skip: (u64, u64),
+    /// Per row, visits that device resets cleared from it (empty until
+    /// the first reset): with the row's visits, the data-address ordinal.
+    visits_before_reset: Vec<u64>,
 }
 
 /// Random-draw domain of branch decisions.
@@ -187,7 +189,8 @@ impl ProgramRun {
             frames: Vec::with_capacity(crate::scenario::program::CALL_DEPTH),
             draws: 0,
             branches: 0,
-            rows: vec![[0; 4]; prog.rows],
+            rows: vec![[0; 3]; prog.rows],
+            visits_before_reset: Vec::new(),
             skip: (0, 0),
         }
     }
@@ -264,7 +267,11 @@ impl ProgramRun {
         self.block_cycles = table[env.phase % table.len()];
         self.block_insts = block.instructions;
         self.rows[block.row][0] += 1;
-        self.rows[block.row][3] += 1;
+    }
+
+    /// Visits of ledger row `row` over the context's life.
+    fn lifetime_visits(&self, row: usize) -> u64 {
+        self.rows[row][0] + self.visits_before_reset.get(row).copied().unwrap_or(0)
     }
 
     /// Tells `watch` the visit that just started.
@@ -281,7 +288,7 @@ impl ProgramRun {
             start: self.block_start,
             cycles: self.block_cycles,
             instructions: self.block_insts,
-            address: b.data.map(|d| d.address(self.rows[b.row][3] - 1)),
+            address: b.data.map(|d| d.address(self.lifetime_visits(b.row) - 1)),
         };
         watch.entered(&visit, CallStack(&self.frames));
     }
@@ -471,7 +478,11 @@ impl ProgramRun {
     /// Zeroes the per-block ledger (device reset): the running block's
     /// cycles and instructions so far are left out of it.
     pub fn clear_truth(&mut self) {
-        self.rows.iter_mut().for_each(|r| r[..3].fill(0));
+        self.visits_before_reset.resize(self.rows.len(), 0);
+        for (r, before) in self.rows.iter_mut().zip(&mut self.visits_before_reset) {
+            *before += r[0];
+            *r = [0; 3];
+        }
         self.skip = (
             self.partial_insts(),
             self.now - self.block_start.min(self.now),
