@@ -228,7 +228,7 @@ proptest! {
         let mut chosen = Vec::new();
         for (i, d) in draws.into_iter().enumerate() {
             let p = make_range(prog, id, d);
-            program(&mut unit, &progs, i as u32, p).expect("valid programming");
+            program(&mut unit, &progs, u32::try_from(i).unwrap(), p).expect("valid programming");
             chosen.push(p);
         }
         let mut run = ProgramRun::new(pick, prog, 3);
