@@ -69,7 +69,8 @@
  * node's key-state and rekey ioctls — see `docs/confidential.md`; 6:
  * runtime-instrumentation control blocks, report-group records, their
  * interrupts, VM migration between partitions and the RI debug ledger —
- * see `docs/ri.md`).
+ * see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
+ * range and call-graph debug ledgers — see `docs/ranges.md`).
  */
 #define GPUPM_ABI_MINOR 6
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -865,11 +866,19 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * `ri::halt_reason`). Only with `ri_ctrl::INTR_ENABLE`.
  */
 #define GPUPM_INTR_RI_HALT 0x2000
+/**
+ * A marked range's count or one entry's latency crossed its threshold
+ * (`partition`; `arg` = range index | `RANGE_IRQ_LATENCY` for a
+ * latency crossing | `RANGE_IRQ_LOST` when the ring was full and the
+ * record was lost; `arg2` = the context, 0 for a confidential VM's).
+ * Exactly one per crossing, with exactly one record produced.
+ */
+#define GPUPM_INTR_RANGE_THRESHOLD 0x4000
 /** All defined sources. */
-#define GPUPM_INTR_ALL 0x3fff
+#define GPUPM_INTR_ALL 0x7fff
 
 /** Names of the sources, indexed by bit number. */
-static const char *const gpupm_intr_source_names[14] = {
+static const char *const gpupm_intr_source_names[15] = {
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -884,6 +893,7 @@ static const char *const gpupm_intr_source_names[14] = {
     "sample_overflow",
     "ri_buffer_full",
     "ri_halt",
+    "range_threshold",
 };
 
 /* Memory window layouts (uapi/src/layout.rs) */
@@ -1023,6 +1033,16 @@ static const char *const gpupm_intr_source_names[14] = {
 #define GPUPM_IOC_LEDGER_BLOCKS 0xc8504708U
 /** Read one runtime-instrumentation control block's ground truth (debug only). */
 #define GPUPM_IOC_LEDGER_RI 0xc0684709U
+/**
+ * Read the per-(context, range) ground truth of a partition's marked
+ * ranges (debug only; RangeLedgerQuery).
+ */
+#define GPUPM_IOC_LEDGER_RANGES 0xc140470cU
+/**
+ * Read the call-graph ground truth of a context's program (debug
+ * only; CallLedgerQuery).
+ */
+#define GPUPM_IOC_LEDGER_CALLS 0xc448470dU
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -1597,6 +1617,156 @@ static const char *const gpupm_intr_source_names[14] = {
 #define GPUPM_RI_EMIT_SOURCE_REGISTER 0
 /** A marker block of the program. */
 #define GPUPM_RI_EMIT_SOURCE_MARKER 1
+
+/* Marked ranges and their record rings (uapi/src/ranges.rs, docs/ranges.md) */
+
+/** Base of the range blocks (one per partition slot). */
+#define GPUPM_RANGE_BASE 0x6000
+/** Stride between partition slots' range blocks. */
+#define GPUPM_RANGE_STRIDE 0x100
+/** Stride between the register sets of two ranges of one partition. */
+#define GPUPM_RANGE_REG_STRIDE 0x20
+/** Base of the record-ring register sets (one per partition slot). */
+#define GPUPM_RRING_BASE 0x700
+/** Stride between partition slots' ring register sets. */
+#define GPUPM_RRING_STRIDE 0x10
+/** Range registers per partition slot. */
+#define GPUPM_RANGES_PER_PARTITION 8
+#define GPUPM_RANGE(p, i, reg) (GPUPM_RANGE_BASE + (uint64_t)(p) * GPUPM_RANGE_STRIDE + (uint64_t)(i) * GPUPM_RANGE_REG_STRIDE + (reg))
+#define GPUPM_RRING(p, reg) (GPUPM_RRING_BASE + (uint64_t)(p) * GPUPM_RRING_STRIDE + (reg))
+#define GPUPM_RANGE_CODE_ITEM(kernel, block) (((uint32_t)(kernel) << 16) | (uint32_t)(block))
+/**
+ * RW: what the range is and counts, see GPUPM_RANGE_CTRL_*. Writing a value
+ * with GPUPM_RANGE_CTRL_ENABLE *arms* the range: it checks the whole
+ * programming (`RANGE_START`, `RANGE_END`, `RANGE_THRESHOLD` and this
+ * value) and zeroes the counts. While armed, the only accepted write is
+ * 0 (disarm; the counts stay readable).
+ */
+#define GPUPM_REG_RANGE_CTRL 0x0
+/**
+ * RW: first item of the range, inclusive: `kernel << 16 | block` for a
+ * code range, a data address for a data range. Writable only while the
+ * range is disarmed.
+ */
+#define GPUPM_REG_RANGE_START 0x4
+/**
+ * RW: last item of the range, inclusive (same encoding as
+ * GPUPM_REG_RANGE_START). Writable only while the range is disarmed.
+ */
+#define GPUPM_REG_RANGE_END 0x8
+/**
+ * RW: the threshold GPUPM_RANGE_CTRL_COUNT_IRQ or
+ * GPUPM_RANGE_CTRL_LATENCY_IRQ compares against (1..=2^32 − 1 when one
+ * is set). Writable only while the range is disarmed.
+ */
+#define GPUPM_REG_RANGE_THRESHOLD 0xc
+/** RO 64-bit: entries into the range since it was armed. */
+#define GPUPM_REG_RANGE_ENTRIES 0x10 /* 64-bit */
+/** RO 64-bit: the chosen event counted inside the range since it was armed. */
+#define GPUPM_REG_RANGE_COUNT 0x18 /* 64-bit */
+/**
+ * RW: ring capacity in records: 0 or a power of two up to
+ * GPUPM_RRING_MAX_RECORDS. Writable only while no range of the partition
+ * has a threshold armed; a write empties the ring (head, tail, lost and
+ * sequence return to 0).
+ */
+#define GPUPM_REG_RRING_CAP 0x0
+/** RO: next record index the device writes, modulo 2^32. */
+#define GPUPM_REG_RRING_HEAD 0x4
+/**
+ * RW: next record index the host reads, modulo 2^32; writes must lie in
+ * `[old tail, head]`.
+ */
+#define GPUPM_REG_RRING_TAIL 0x8
+/**
+ * RO: records lost to a full ring since the last GPUPM_REG_RRING_CAP write,
+ * modulo 2^32 (a record's 64-bit `seq` counts lost records too, so gaps
+ * in `seq` are exact).
+ */
+#define GPUPM_REG_RRING_LOST 0xc
+/** The range is armed. */
+#define GPUPM_RANGE_CTRL_ENABLE 0x1
+/** A data-address range (clear: a code range). */
+#define GPUPM_RANGE_CTRL_DATA 0x2
+/** Shift of the event field (range_event). */
+#define GPUPM_RANGE_CTRL_EVENT_SHIFT 0x4
+/** Mask of the event field. */
+#define GPUPM_RANGE_CTRL_EVENT_MASK 0x30
+/**
+ * Every time the count reaches a multiple of `RANGE_THRESHOLD`, write
+ * a record and raise `RANGE_THRESHOLD`.
+ */
+#define GPUPM_RANGE_CTRL_COUNT_IRQ 0x100
+/**
+ * When one entry's residence reaches `RANGE_THRESHOLD` context cycles,
+ * write a record and raise `RANGE_THRESHOLD` (once per entry).
+ */
+#define GPUPM_RANGE_CTRL_LATENCY_IRQ 0x200
+/**
+ * Shift of the program field: the program id (`CTX_PROGRAM`, 1 + the
+ * index in the scenario's program table) the range applies to;
+ * required for a code range, 0 = every program for a data range.
+ */
+#define GPUPM_RANGE_CTRL_PROGRAM_SHIFT 0x10
+/** Mask of the program field. */
+#define GPUPM_RANGE_CTRL_PROGRAM_MASK 0xffff0000U
+/** All defined bits. */
+#define GPUPM_RANGE_CTRL_ALL 0xffff0333U
+/** Warp instructions retired (one SM). */
+#define GPUPM_RANGE_EVENT_INSTRUCTIONS 0
+/** Context cycles. */
+#define GPUPM_RANGE_EVENT_CYCLES 1
+/** Memory accesses (one per visit of a block that touches data). */
+#define GPUPM_RANGE_EVENT_MEMORY 2
+/** Number of events. */
+#define GPUPM_RANGE_EVENT_COUNT 3
+/** The count reached a multiple of the threshold. */
+#define GPUPM_CROSSING_COUNT 1
+/** One entry's residence reached the threshold. */
+#define GPUPM_CROSSING_LATENCY 2
+/** The clock ran at secondary (throttled) capability at the crossing. */
+#define GPUPM_RANGE_FLAGS_SECONDARY_CLOCK 0x1
+/**
+ * Bytes of the memory window reserved per partition slot for its record
+ * ring.
+ */
+#define GPUPM_RANGE_SPAN 0x100000
+/**
+ * Window offset of the range region: after the runtime-instrumentation
+ * region, page aligned.
+ */
+#define GPUPM_RANGE_REGION 0x18e5a000
+/** Magic of a range record: "gRNG". */
+#define GPUPM_RANGE_RECORD_MAGIC 0x474e5267
+/**
+ * Most records a ring holds (the largest power of two whose slots fit
+ * GPUPM_RANGE_SPAN).
+ */
+#define GPUPM_RRING_MAX_RECORDS 4096
+/**
+ * Entries in a record's call stack (at least the deepest a program can
+ * call: 15 frames below the entry kernel).
+ */
+#define GPUPM_RANGE_STACK_DEPTH 16
+/** Rows of a struct gpupm_range_ledger_query: one per range register. */
+#define GPUPM_RANGE_LEDGER_ROWS 8
+/** Bytes of a struct gpupm_range_ledger_query that a sealed answer encrypts: `rows`. */
+#define GPUPM_RANGE_LEDGER_SEALED_LEN 256
+/** Rows in one struct gpupm_call_ledger_query answer. */
+#define GPUPM_CALL_LEDGER_ROWS 64
+/** Bytes of a struct gpupm_call_ledger_query that a sealed answer encrypts: `rows`. */
+#define GPUPM_CALL_LEDGER_SEALED_LEN 1024
+/**
+ * `arg` bit of a `RANGE_THRESHOLD` record: a latency crossing (clear: a
+ * count crossing).
+ */
+#define GPUPM_RANGE_IRQ_LATENCY 0x100
+/**
+ * `arg` bit of a `RANGE_THRESHOLD` record: the ring was full and the
+ * record was lost (counted in `RRING_LOST`).
+ */
+#define GPUPM_RANGE_IRQ_LOST 0x200
+#define GPUPM_RANGE_SPAN_OFFSET(p) (GPUPM_RANGE_REGION + (uint64_t)(p) * GPUPM_RANGE_SPAN)
 
 /* ABI structs (bodies generated by cbindgen from the Rust source) */
 
@@ -3497,6 +3667,268 @@ struct gpupm_ri_ledger_query {
   uint64_t last_sample_ctx_cycle;
 };
 
+/**
+ * One frame of the device-side call stack: the call in kernel `kernel`
+ * at block `call_block` into kernel `callee`, which returns to block
+ * `return_block` of `kernel` (`call_block + 1`; equal to the kernel's
+ * block count when the call was its last block, which then returns on).
+ */
+struct gpupm_stack_entry {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block (index within `kernel`).
+   */
+  uint16_t call_block;
+  /**
+   * Return block (index within `kernel`).
+   */
+  uint16_t return_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+};
+
+/**
+ * A threshold crossing: written to the partition's ring (sealed like
+ * sample records), one per crossing, with `RANGE_THRESHOLD` raised.
+ *
+ * Invariants: per ring `seq` increases by one per record produced,
+ * including lost ones; `stack[..depth]` is the context's call stack at
+ * the crossing, outermost call first, and `stack[depth - 1].callee` (or
+ * the program's entry kernel when `depth` is 0) is `kernel`.
+ */
+struct gpupm_range_record {
+  /**
+   * GPUPM_RANGE_RECORD_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * Partition slot.
+   */
+  uint16_t partition;
+  /**
+   * Range index (0..GPUPM_RANGES_PER_PARTITION).
+   */
+  uint8_t range;
+  /**
+   * What crossed (GPUPM_CROSSING_*).
+   */
+  uint8_t kind;
+  /**
+   * VM of the context.
+   */
+  uint32_t vm;
+  /**
+   * Context running at the crossing.
+   */
+  uint32_t ctx;
+  /**
+   * Ring sequence number (1-based).
+   */
+  uint64_t seq;
+  /**
+   * Device cycle of the crossing.
+   */
+  uint64_t cycle;
+  /**
+   * Context cycle (cycles the context has run) of the crossing.
+   */
+  uint64_t ctx_cycle;
+  /**
+   * Count crossing: the range's count reached (a multiple of
+   * `threshold`). Latency crossing: context cycles since the entry
+   * (equal to `threshold`).
+   */
+  uint64_t value;
+  /**
+   * The range's `RANGE_ENTRIES` at the crossing.
+   */
+  uint64_t entries;
+  /**
+   * `RANGE_THRESHOLD`.
+   */
+  uint32_t threshold;
+  /**
+   * Bits in GPUPM_RANGE_FLAGS_*.
+   */
+  uint16_t flags;
+  /**
+   * The range's event (GPUPM_RANGE_EVENT_*).
+   */
+  uint8_t event;
+  /**
+   * Reserved, 0.
+   */
+  uint8_t reserved;
+  /**
+   * Kernel executing at the crossing.
+   */
+  uint16_t kernel;
+  /**
+   * Block executing at the crossing.
+   */
+  uint16_t block;
+  /**
+   * Valid entries of `stack` (calls below the entry kernel).
+   */
+  uint32_t depth;
+  /**
+   * The call stack, outermost call first.
+   */
+  struct gpupm_stack_entry stack[GPUPM_RANGE_STACK_DEPTH];
+};
+
+/**
+ * Exact counts of one range for one context since the range was armed.
+ */
+struct gpupm_range_truth {
+  /**
+   * Range index.
+   */
+  uint32_t range;
+  /**
+   * The range's `RANGE_CTRL` (0: never armed).
+   */
+  uint32_t ctrl;
+  /**
+   * Entries of the context into the range.
+   */
+  uint64_t entries;
+  /**
+   * The range's event counted inside the range for the context.
+   */
+  uint64_t count;
+  /**
+   * Threshold crossings attributed to the context.
+   */
+  uint64_t crossings;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_RANGES` (debug only): the ground truth of every range
+ * of partition slot `partition` for context `ctx`. A confidential VM's
+ * context's answer is sealed like `GPUPM_IOC_LEDGER_BLOCKS`' (`rows` is
+ * ciphertext, `flags` has `ledger_flags::SEALED`).
+ */
+struct gpupm_range_ledger_query {
+  /**
+   * `IOCTL_STRUCT_VERSION`.
+   */
+  uint32_t version;
+  /**
+   * Context id (active, or destroyed and not yet released).
+   */
+  uint32_t ctx;
+  /**
+   * Partition slot (1..16, configured).
+   */
+  uint32_t partition;
+  /**
+   * Must be 0 on input; bits of `ledger_flags` on output.
+   */
+  uint32_t flags;
+  /**
+   * Output: one row per range register.
+   */
+  struct gpupm_range_truth rows[GPUPM_RANGE_LEDGER_ROWS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
+};
+
+/**
+ * Calls made from one call site of a context's program.
+ */
+struct gpupm_call_edge {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block.
+   */
+  uint16_t call_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Calls made (the callee was entered) since the context started or
+   * the device was last reset.
+   */
+  uint64_t calls;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_CALLS` (debug only): the call-graph ground truth of
+ * context `ctx` — one row per call site of its program, in (kernel,
+ * block) order, from row `first`; page with `first += count` until
+ * `first == total`. Sealed for a confidential VM's context like
+ * `GPUPM_IOC_LEDGER_BLOCKS`.
+ */
+struct gpupm_call_ledger_query {
+  /**
+   * `IOCTL_STRUCT_VERSION`.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * Input: first row (must be `<= total`).
+   */
+  uint32_t first;
+  /**
+   * Must be 0 on input; bits of `ledger_flags` on output.
+   */
+  uint32_t flags;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: call sites the program has.
+   */
+  uint32_t total;
+  /**
+   * The rows.
+   */
+  struct gpupm_call_edge rows[GPUPM_CALL_LEDGER_ROWS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
+};
+
+/**
+ * A range-record ring slot in the memory window: envelope, gpupm_range_record bytes (ciphertext when
+ * encrypted), GCM tag (0 when not encrypted).
+ */
+struct gpupm_range_slot {
+  struct gpupm_envelope envelope;
+  uint8_t payload[200]; /* sizeof(struct gpupm_range_record) */
+  uint8_t tag[16];
+};
+GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_range_slot *)0)->payload) == sizeof(struct gpupm_range_record));
+
 /* Layout checks: sizes and alignments as Rust computes them */
 
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block) == 544);
@@ -3603,6 +4035,20 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_abort_record) == 16);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_abort_record) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_ledger_query) == 104);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stack_entry) == 8);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_stack_entry) == 2);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_record) == 200);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_slot) == 248);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_slot) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_truth) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_truth) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_ledger_query) == 320);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_edge) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_edge) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_ledger_query) == 1096);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_ledger_query) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
@@ -3613,6 +4059,8 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_BLOCKS >> 16) & 0x3fff) == sizeof(struct gpupm_block_ledger_query));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_RI >> 16) & 0x3fff) == sizeof(struct gpupm_ri_ledger_query));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_RANGES >> 16) & 0x3fff) == sizeof(struct gpupm_range_ledger_query));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_CALLS >> 16) & 0x3fff) == sizeof(struct gpupm_call_ledger_query));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -3643,6 +4091,9 @@ GPUPM_STATIC_ASSERT(GPUPM_RI_SPAN_OFFSET(5) == 355835904ULL);
 GPUPM_STATIC_ASSERT(GPUPM_RI_GROUP_BYTES(7) == 4096ULL);
 GPUPM_STATIC_ASSERT(GPUPM_RI_PART_VERSION(15) == 1660ULL);
 GPUPM_STATIC_ASSERT(GPUPM_RI_PART_MAX_RGS(15) == 1724ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RANGE(3, 7, GPUPM_REG_RANGE_COUNT) == 25592ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RRING(2, GPUPM_REG_RRING_TAIL) == 1832ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RANGE_SPAN_OFFSET(5) == 422944768ULL);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, seq) == 64);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, data) == 72);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page) == GPUPM_PAGE_SIZE);

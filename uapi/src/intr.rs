@@ -75,12 +75,18 @@ pub mod source {
     /// its VM moved to, `arg` = control block, `arg2` = reason,
     /// `ri::halt_reason`). Only with `ri_ctrl::INTR_ENABLE`.
     pub const RI_HALT: u32 = 1 << 13;
+    /// A marked range's count or one entry's latency crossed its threshold
+    /// (`partition`; `arg` = range index | `RANGE_IRQ_LATENCY` for a
+    /// latency crossing | `RANGE_IRQ_LOST` when the ring was full and the
+    /// record was lost; `arg2` = the context, 0 for a confidential VM's).
+    /// Exactly one per crossing, with exactly one record produced.
+    pub const RANGE_THRESHOLD: u32 = 1 << 14;
     /// All defined sources.
-    pub const ALL: u32 = (1 << 14) - 1;
+    pub const ALL: u32 = (1 << 15) - 1;
 }
 
 /// Names of the sources, indexed by bit number.
-pub const SOURCE_NAMES: [&str; 14] = [
+pub const SOURCE_NAMES: [&str; 15] = [
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -95,7 +101,15 @@ pub const SOURCE_NAMES: [&str; 14] = [
     "sample_overflow",
     "ri_buffer_full",
     "ri_halt",
+    "range_threshold",
 ];
+
+/// `arg` bit of a `RANGE_THRESHOLD` record: a latency crossing (clear: a
+/// count crossing).
+pub const RANGE_IRQ_LATENCY: u32 = 1 << 8;
+/// `arg` bit of a `RANGE_THRESHOLD` record: the ring was full and the
+/// record was lost (counted in `RRING_LOST`).
+pub const RANGE_IRQ_LOST: u32 = 1 << 9;
 
 /// One interrupt occurrence, as `read()` on the device node returns it
 /// (whole records only, at the handle's own cursor).

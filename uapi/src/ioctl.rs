@@ -400,4 +400,10 @@ ioctl_numbers! {
     GPUPM_IOC_LEDGER_BLOCKS = read_write(0x08, BlockLedgerQuery);
     /// Read one runtime-instrumentation control block's ground truth (debug only).
     GPUPM_IOC_LEDGER_RI = read_write(0x09, RiLedgerQuery);
+    /// Read the per-(context, range) ground truth of a partition's marked
+    /// ranges (debug only; [`crate::ranges::RangeLedgerQuery`]).
+    GPUPM_IOC_LEDGER_RANGES = read_write(0x0C, crate::ranges::RangeLedgerQuery);
+    /// Read the call-graph ground truth of a context's program (debug
+    /// only; [`crate::ranges::CallLedgerQuery`]).
+    GPUPM_IOC_LEDGER_CALLS = read_write(0x0D, crate::ranges::CallLedgerQuery);
 }

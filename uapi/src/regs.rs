@@ -622,6 +622,13 @@ pub fn is_64bit(offset: u64) -> bool {
     ) {
         return crate::sampling::is_64bit_in_block(r);
     }
+    if let Some(r) = in_array(
+        crate::ranges::RANGE_BASE,
+        crate::ranges::RANGE_STRIDE,
+        MAX_PARTITION_SLOTS,
+    ) {
+        return crate::ranges::is_64bit_in_block(r);
+    }
     if let Some(r) = in_array(CCU_BASE, CCU_STRIDE, MAX_CCUS) {
         return r == CCU_RECORDS;
     }

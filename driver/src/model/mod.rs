@@ -28,6 +28,7 @@ pub mod mailbox;
 pub mod memory;
 pub mod partition;
 pub mod program;
+pub mod ranges;
 pub mod rates;
 pub mod rc;
 pub mod ri;

@@ -53,6 +53,20 @@ pub trait DeviceBackend: Send + 'static {
     fn ledger_blocks(&mut self, ctx: u32, first: u32) -> Result<BlockLedgerQuery, BackendError>;
     /// Debug ground truth of runtime-instrumentation control block `block`.
     fn ledger_ri(&mut self, block: u32) -> Result<RiLedgerQuery, BackendError>;
+    /// Debug ledger of partition `p`'s marked ranges for context `ctx`
+    /// (sealed for a confidential VM's context).
+    fn ledger_ranges(
+        &mut self,
+        ctx: u32,
+        p: u32,
+    ) -> Result<gpupm_uapi::ranges::RangeLedgerQuery, BackendError>;
+    /// Debug call-graph ledger of context `ctx` from call site `first`
+    /// (sealed for a confidential VM's context).
+    fn ledger_calls(
+        &mut self,
+        ctx: u32,
+        first: u32,
+    ) -> Result<gpupm_uapi::ranges::CallLedgerQuery, BackendError>;
     /// Device reset.
     fn reset(&mut self) -> Result<(), BackendError>;
     /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).

@@ -25,6 +25,17 @@ impl ModelBackend {
         }
     }
 
+    /// The ledgers are a debug interface.
+    fn debug_only(&self) -> Result<(), BackendError> {
+        if self.debug_ledger {
+            Ok(())
+        } else {
+            Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ))
+        }
+    }
+
     /// Serves `dev` with the debug ledger (`GPUPM_IOC_LEDGER`): the
     /// emulator's test oracle, for tests and the demo.
     pub fn with_debug_ledger(dev: Device) -> Self {
@@ -102,6 +113,24 @@ impl DeviceBackend for ModelBackend {
             ));
         }
         self.dev.ledger_ri(block).map_err(from_device)
+    }
+
+    fn ledger_ranges(
+        &mut self,
+        ctx: u32,
+        p: u32,
+    ) -> Result<gpupm_uapi::ranges::RangeLedgerQuery, BackendError> {
+        self.debug_only()?;
+        self.dev.ledger_ranges(ctx, p).map_err(from_device)
+    }
+
+    fn ledger_calls(
+        &mut self,
+        ctx: u32,
+        first: u32,
+    ) -> Result<gpupm_uapi::ranges::CallLedgerQuery, BackendError> {
+        self.debug_only()?;
+        self.dev.ledger_calls(ctx, first).map_err(from_device)
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

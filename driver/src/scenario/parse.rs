@@ -129,6 +129,7 @@ mod example_tests {
             throttle,
             exit,
             marker: false,
+            data: None,
         };
         let expected = Scenario {
             programs: vec![ProgramSpec {

@@ -79,6 +79,16 @@ pub(super) struct RawBlock {
     pub call: Option<Spanned<String>>,
     pub ret: Option<Spanned<bool>>,
     pub marker: Option<Spanned<bool>>,
+    pub data: Option<Spanned<RawData>>,
+}
+
+/// The data addresses a block touches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawData {
+    pub base: Spanned<u32>,
+    pub stride: Spanned<u32>,
+    pub span: Spanned<u32>,
 }
 
 /// A conditional branch edge.

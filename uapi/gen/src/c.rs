@@ -171,6 +171,7 @@ macro_rules! group {
 
 // After `group!`, which it uses.
 mod page_c;
+mod ranges;
 mod ri;
 mod sampling;
 
@@ -606,6 +607,7 @@ fn render_pass(names: Names) -> Header {
     emit_ioctls(&mut h);
     sampling::emit_sampling(&mut h);
     ri::emit_ri(&mut h);
+    ranges::emit_ranges(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

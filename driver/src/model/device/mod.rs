@@ -9,6 +9,7 @@
 
 pub(crate) mod api;
 mod programs;
+mod ranges;
 mod ri;
 mod route;
 mod switch;
@@ -29,6 +30,7 @@ use super::memory::Memory;
 use super::partition::Partitions;
 use super::program::run::ProgramRun;
 use super::program::Programs;
+use super::ranges::RangeUnit;
 use super::rates::Rates;
 use super::rc::ReductionChannels;
 use super::ri::RiUnit;
@@ -87,6 +89,8 @@ pub struct Device {
     samplers: Vec<Sampler>,
     /// The runtime-instrumentation control blocks.
     ri: RiUnit,
+    /// Per partition slot: the marked-range unit.
+    ranges: Vec<RangeUnit>,
     /// Per partition slot: the profile phase of what it runs.
     phases: [usize; MAX_PARTITION_SLOTS as usize],
 }
@@ -156,6 +160,7 @@ impl Device {
             runs: vec![None; MAX_CONTEXTS as usize],
             samplers: samplers(scenario),
             ri: RiUnit::new(scenario),
+            ranges: ranges::range_units(scenario),
             phases: [0; MAX_PARTITION_SLOTS as usize],
             scenario: scenario.clone(),
             topo,

@@ -30,10 +30,12 @@ use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::ranges::{RangeShadow, RangeWrite};
 use crate::model::ri::{RiShadow, RiWrite};
 use crate::model::sampling::buffer::BufWrite;
 use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
+use gpupm_uapi::ranges::{RANGE_BASE, RANGE_STRIDE, RRING_BASE, RRING_STRIDE};
 use gpupm_uapi::ri as ri_regs;
 use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
 
@@ -74,6 +76,10 @@ enum Unit {
     RiGlobal,
     /// A runtime-instrumentation control block.
     Ri(u32, u64),
+    /// A partition's range block.
+    Range(u32, u64),
+    /// A partition's range-record ring registers.
+    RangeRing(u32, u64),
     Ccu(u32, u64),
     Vm(u32, u64),
     Ctx(u32, u64),
@@ -92,6 +98,12 @@ fn unit_of(offset: u64) -> Unit {
         ri_regs::RI_BLOCKS,
     ) {
         Unit::Ri(i, o)
+    } else if let Some((p, o)) = instance(offset, RANGE_BASE, RANGE_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::Range(p, o)
+    } else if let Some((p, o)) = instance(offset, RRING_BASE, RRING_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::RangeRing(p, o)
     } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
         Unit::Ccu(c, o)
     } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
@@ -131,6 +143,7 @@ pub(super) struct Shadow {
     samp: [SampShadow; r::MAX_PARTITION_SLOTS as usize],
     /// Made at the batch's first RI write: most batches have none.
     ri: Option<Box<RiShadow>>,
+    ranges: [RangeShadow; r::MAX_PARTITION_SLOTS as usize],
 }
 
 /// A checked write, ready to execute.
@@ -152,6 +165,7 @@ pub(super) enum Write {
     Ring(u32, RingWrite),
     Sampling(u32, SampWrite),
     Ri(RiWrite),
+    Range(u32, RangeWrite),
     Ccu(u32, CcuWrite),
     Vm(u32, KeyWrite),
     CtxRelease(u32),
@@ -184,6 +198,8 @@ impl Device {
             Unit::Sampling(p, o) => self.samplers[p as usize].read(o),
             Unit::RiGlobal => self.ri.read_global(offset),
             Unit::Ri(i, o) => self.ri.read(i, o),
+            Unit::Range(p, o) => self.ranges[p as usize].read_range(o),
+            Unit::RangeRing(p, o) => self.ranges[p as usize].read_ring(o),
             Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
             Unit::Vm(vm, o) => self.vms.read(vm, o),
             Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
@@ -246,6 +262,7 @@ impl Device {
             staging: self.staging,
             samp: std::array::from_fn(|p| self.samplers[p].shadow()),
             ri: None,
+            ranges: std::array::from_fn(|p| self.ranges[p].shadow()),
         }
     }
 
@@ -326,6 +343,15 @@ impl Device {
                 let ri = sh.ri.get_or_insert_with(|| Box::new(self.ri.shadow()));
                 Write::Ri(self.ri.check_write(i, o, v, ri, self.ri_tables())?)
             }
+            Unit::Range(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                let unit = &self.ranges[p as usize];
+                Write::Range(p, unit.check_range_write(o, v, sh, &self.programs)?)
+            }
+            Unit::RangeRing(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                Write::Range(p, self.ranges[p as usize].check_ring_write(o, v, sh)?)
+            }
             Unit::Ccu(c, o) => {
                 let index = &mut sh.mask_index[c as usize];
                 Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
@@ -371,6 +397,14 @@ impl Device {
                 self.samplers[p as usize].apply(w);
             }
             Write::Ri(w) => self.execute_ri(w),
+            Write::Range(p, w) => {
+                // Arming, disarming and sizing the ring change what is
+                // counted from now on: what ran so far is counted first.
+                if w.changes_counting() {
+                    self.sync(p);
+                }
+                self.ranges[p as usize].apply(w);
+            }
             Write::Ccu(c, w) => {
                 if let (CcuWrite::MaskData(_), Some(owner)) = (w, self.topo.ccus[c as usize].owner)
                 {
