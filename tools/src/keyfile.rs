@@ -11,8 +11,8 @@ use std::path::Path;
 
 use gpupm_client::sampling::session::SampleBody;
 use gpupm_driver::model::cc::{open, Key};
-use gpupm_uapi::layout::{Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC};
 use gpupm_uapi::layout::RECORD_MAGIC;
+use gpupm_uapi::layout::{Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC};
 use gpupm_uapi::sampling::{BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::sampling::{BRANCH_RECORD_MAGIC, PC_RECORD_MAGIC};
 use gpupm_uapi::tenant::sampling::sample_kind;

@@ -98,7 +98,9 @@ impl Output {
     fn frame(&mut self, kind: u16, body: &[u8], lost_before: u64) -> CliResult<()> {
         self.scratch.clear();
         encode_frame(&mut self.scratch, kind, body);
-        self.out.write_all(&self.scratch).map_err(|e| self.werr(e))?;
+        self.out
+            .write_all(&self.scratch)
+            .map_err(|e| self.werr(e))?;
         if kind != frame_kind::SAMPLING_SESSION {
             self.header.lost += lost_before;
         }
@@ -113,7 +115,9 @@ impl Output {
     /// Writes the final header.
     fn finish(mut self) -> CliResult<FileHeader> {
         let h = self.header;
-        self.out.seek(SeekFrom::Start(0)).map_err(|e| self.werr(e))?;
+        self.out
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| self.werr(e))?;
         self.out.write_all(h.as_bytes()).map_err(|e| self.werr(e))?;
         self.flush()?;
         Ok(h)

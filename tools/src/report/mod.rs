@@ -242,8 +242,8 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         .as_deref()
         .map(crate::keyfile::load)
         .transpose()?;
-    let streams =
-        crate::trace::decode::decode(&decoded.frames, key.as_ref()).map_err(|e| shown(e.msg.clone()))?;
+    let streams = crate::trace::decode::decode(&decoded.frames, key.as_ref())
+        .map_err(|e| shown(e.msg.clone()))?;
     let h = decoded.header;
     if args.trace {
         let merged = streams.into_trace();
@@ -287,7 +287,10 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         };
         let mut t = text(args, &sum, &order, kind, h.id, &all);
         if !decoded.finished {
-            t.insert_str(0, "(an unfinished recording: read up to its last whole record)\n");
+            t.insert_str(
+                0,
+                "(an unfinished recording: read up to its last whole record)\n",
+            );
         }
         t += &samples::text(&types, &ctx_samples, 5);
         emit(&t)?;
@@ -363,8 +366,9 @@ fn text(
     id: u32,
     all: &Totals,
 ) -> String {
-    let (khz, bucket, lost, sealed, first, last) =
-        (sum.khz, sum.bucket, all.lost, sum.sealed, sum.first, sum.last);
+    let (khz, bucket, lost, sealed, first, last) = (
+        sum.khz, sum.bucket, all.lost, sum.sealed, sum.first, sum.last,
+    );
     let intervals = &sum.intervals;
     let ms = |c: u64| c as f64 / f64::from(khz);
     let mut t = format!(

@@ -103,8 +103,11 @@ pub fn per_context(s: &Streams) -> Vec<ContextSamples> {
     }
     let mut out: Vec<ContextSamples> = ctxs.into_values().collect();
     for c in &mut out {
-        c.blocks
-            .sort_by(|a, b| b.pc_samples.cmp(&a.pc_samples).then(a.kernel.cmp(&b.kernel)));
+        c.blocks.sort_by(|a, b| {
+            b.pc_samples
+                .cmp(&a.pc_samples)
+                .then(a.kernel.cmp(&b.kernel))
+        });
     }
     out.sort_by(|a, b| b.pc_samples.cmp(&a.pc_samples).then(a.ctx.cmp(&b.ctx)));
     out

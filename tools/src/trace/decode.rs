@@ -132,7 +132,8 @@ fn sample(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
     let sealed = h.flags & sample_flags::SEALED != 0;
     let body = match (sealed, key) {
         (false, _) if want_kind == sample_kind::CYCLE => SampleBody::Cycle(
-            PcRecord::read_from_bytes(payload).map_err(|_| corrupt(f, "a PC sample of the wrong size"))?,
+            PcRecord::read_from_bytes(payload)
+                .map_err(|_| corrupt(f, "a PC sample of the wrong size"))?,
         ),
         (false, _) => SampleBody::Branch(Box::new(
             BranchStackRecord::read_from_bytes(payload)
@@ -145,8 +146,7 @@ fn sample(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
         SampleBody::Cycle(pc) => (pc.vm, pc.ctx, Some(pc.cycle), Body::Pc(pc)),
         SampleBody::Branch(b) => (b.vm, b.ctx, Some(b.cycle), Body::Branch(b)),
         SampleBody::Sealed(slot) => {
-            let vm = gpupm_uapi::layout::Envelope::read_from_prefix(&slot)
-                .map_or(0, |(e, _)| e.vm);
+            let vm = gpupm_uapi::layout::Envelope::read_from_prefix(&slot).map_or(0, |(e, _)| e.vm);
             (vm, 0, None, Body::Sealed)
         }
     };
