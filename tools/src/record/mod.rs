@@ -173,6 +173,8 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     if let Some(answer) = sessions.sampling_answer() {
         out.frame(frame_kind::SAMPLING_SESSION, answer.as_bytes(), 0)?;
     }
+    // The file shows the sessions are open.
+    out.flush()?;
     let deadline = args.duration.map(|d| Instant::now() + d);
     let mut spin = Spinner::new(format!(
         "recording to {} (Ctrl-C to stop)",

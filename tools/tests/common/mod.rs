@@ -41,6 +41,9 @@ pub const VM_B: u32 = 5;
 /// Tenant uid mapped to VM 1 (alone on partition 1) by
 /// [`Fixture::start_with_tenants`].
 pub const UID_VM1: u32 = 47003;
+/// Tenant uid mapped to VM 3 (time-sliced with VM 2 on partition 2) by
+/// [`Fixture::start_with_tenants`].
+pub const UID_VM3: u32 = 47005;
 /// Tenant uid mapped to VM 4 (confidential, alone on partition 3) by
 /// [`Fixture::start_with_tenants`].
 pub const UID_VM4: u32 = 47004;
