@@ -381,6 +381,7 @@ pub const fn planned_capacity(records: u64, margin_pct: u64) -> u64 {
 const _: () =
     assert!(SAMP_BASE + MAX_PARTITION_SLOTS as u64 * SAMP_STRIDE <= crate::regs::CCU_BASE);
 const _: () = assert!(SAMP_BUF_PC == buf(buf_kind::PC, 0));
+const _: () = assert!(SAMP_LOST_SELECT + 4 <= SAMP_BUF_BRANCH);
 const _: () = assert!(CYCLE_PERIOD_MIN + SKID_CYCLES > REFILL_CYCLES + 1);
 const _: () = assert!(SAMPLE_SPAN.is_multiple_of(BUF_ALIGN));
 
@@ -393,7 +394,6 @@ mod tests {
         assert_eq!(samp(1, SAMP_CTRL), 0x2100);
         assert_eq!(buf(buf_kind::PC, BUF_PRODUCED) + 8, SAMP_BUF_PC + 0x30);
         assert!(buf(buf_kind::PC, BUF_LOST_SELECTED) + 8 <= SAMP_STRIDE);
-        assert!(SAMP_LOST_SELECT + 4 <= SAMP_BUF_BRANCH);
         assert!(is_64bit_in_block(buf(buf_kind::PC, BUF_LOST_SELECTED)));
         assert!(is_64bit_in_block(buf(buf_kind::BRANCH, BUF_LOST)));
         assert!(!is_64bit_in_block(buf(buf_kind::PC, BUF_TAIL)));

@@ -55,5 +55,6 @@ pub fn pc_batch(partition: u32, slots: &[(u32, u32, u64, u16)]) -> Batch {
         slot_size: 96,
         bytes,
         lost: 0,
+        lost_by: Vec::new(),
     }
 }

@@ -284,10 +284,10 @@ fn decode_v2(mut rest: &[u8], start: usize, finished: bool) -> Result<Vec<Frame<
                 why: "reserved flags set",
             });
         }
-        let len = frame_len(fh.size);
-        let padded = usize::try_from(len).unwrap_or(usize::MAX) - size_of::<FrameHeader>();
-        let (Some(body), Some(next)) = (after.get(..fh.size as usize), rest.get(len as usize..))
-        else {
+        // Both fit a usize: `size` is at most MAX_FRAME_BODY.
+        let len = usize::try_from(frame_len(fh.size)).unwrap_or(usize::MAX);
+        let padded = len - size_of::<FrameHeader>();
+        let (Some(body), Some(next)) = (after.get(..fh.size as usize), rest.get(len..)) else {
             truncated()?;
             break;
         };
@@ -302,7 +302,7 @@ fn decode_v2(mut rest: &[u8], start: usize, finished: bool) -> Result<Vec<Frame<
             body,
             offset,
         });
-        offset += len;
+        offset += len as u64;
         rest = next;
     }
     Ok(frames)

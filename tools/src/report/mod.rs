@@ -267,13 +267,14 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         RecordedScope::Vm
     };
     let all = Totals {
-        records: types.iter().map(|t| t.records).sum::<u64>() as usize,
+        records: types.iter().map(|t| t.records).sum::<u64>(),
         lost: types.iter().map(|t| t.lost).sum(),
         unknown: streams.unknown,
     };
     if args.json {
         let mut report = to_json(&sum, &order, h.version, scope, h.id);
-        (report.records, report.lost) = (all.records, all.lost);
+        (report.records, report.lost) =
+            (usize::try_from(all.records).unwrap_or(usize::MAX), all.lost);
         report.unknown_records = all.unknown;
         report.finished = decoded.finished;
         report.types = types;
@@ -300,7 +301,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
 
 /// Records and losses over every type.
 struct Totals {
-    records: usize,
+    records: u64,
     lost: u64,
     unknown: u64,
 }

@@ -197,7 +197,7 @@ mod tests {
             match decode(&owned, None) {
                 Ok(s) => {
                     let records: usize = s.streams.values().map(Vec::len).sum();
-                    prop_assert!(records + s.unknown as usize <= owned.len());
+                    prop_assert!(records as u64 + s.unknown <= owned.len() as u64);
                 }
                 Err(e) => prop_assert!(e.msg.contains("corrupt frame at byte")),
             }
