@@ -22,14 +22,7 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
             "dmon",
             long_help::<crate::dmon::DmonJson>("one object per line per interval"),
         ),
-        (
-            "report",
-            long_help::<crate::report::ReportJson>(one)
-                + "\n"
-                + &long_help::<crate::report::TraceLine>(
-                    "with --trace, one object per record and line",
-                ),
-        ),
+        ("report", long_help::<crate::report::ReportJson>(one)),
         ("health", long_help::<crate::health::HealthJson>(one)),
         ("bmc", long_help::<crate::bmc::BmcJson>(one)),
         ("simulate", long_help::<crate::simulate::SimulateJson>(one)),

@@ -4,13 +4,12 @@
 //! instructions) and per interval of device time, record counts per type,
 //! samples per context and block — or prints it (`--trace`).
 //!
-//! JSON (stable): [`ReportJson`], and with `--trace` one [`TraceLine`] per
-//! line (`gpupm report --help` shows the schemas).
+//! JSON (stable): [`ReportJson`] (`gpupm report --help` shows the
+//! schema), and with `--trace` one [`trace_lines::TraceLine`] per line (the `--trace`
+//! help lists its fields).
 
 mod samples;
 mod trace_lines;
-
-pub use self::trace_lines::TraceLine;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -43,7 +42,11 @@ pub struct Args {
     /// JSON instead of tables (with --trace: one object per record and line).
     #[arg(long)]
     json: bool,
-    /// Print the merged trace, one line per record, instead of the summary.
+    /// Print the merged trace, one line per record, instead of the
+    /// summary. With --json, one object per record and line: cycle,
+    /// sequence (the merge key), type (counter_delta, branch_stack,
+    /// pc_sample), session_seq, lost_before, sealed, vm, ctx, and when
+    /// known kernel, block, device_seq, span (docs/sampling.md).
     #[arg(long)]
     trace: bool,
     /// Open a confidential VM's sealed records with its key file (see
