@@ -70,7 +70,9 @@
  * runtime-instrumentation control blocks, report-group records, their
  * interrupts, VM migration between partitions and the RI debug ledger —
  * see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
- * range and call-graph debug ledgers — see `docs/ranges.md`).
+ * range and call-graph debug ledgers — see `docs/ranges.md`;
+ * per-context lost sample records, `SAMP_LOST_SELECT` and
+ * `BUF_LOST_SELECTED` — see `docs/sampling.md`).
  */
 #define GPUPM_ABI_MINOR 6
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -1288,6 +1290,13 @@ static const char *const gpupm_intr_source_names[15] = {
  * branch_records_per_drain); 0 when none runs a program.
  */
 #define GPUPM_REG_SAMP_MIN_BRANCH_GAP 0x34
+/**
+ * RW: the scope whose lost records the buffers' GPUPM_REG_BUF_LOST_SELECTED
+ * registers count (GPUPM_LOST_SELECT_*: a context id, or a VM id with
+ * GPUPM_LOST_SELECT_VM). An id out of range or undefined bits fail.
+ * 0 after reset (context 0: no context, counts 0).
+ */
+#define GPUPM_REG_SAMP_LOST_SELECT 0x38
 /** Offset of the branch-stack buffer's registers in the sampling block. */
 #define GPUPM_REG_SAMP_BUF_BRANCH 0x40
 /** Offset of the PC buffer's registers in the sampling block. */
@@ -1332,6 +1341,14 @@ static const char *const gpupm_intr_source_names[15] = {
  * write; a record's `seq` is this count after it.
  */
 #define GPUPM_REG_BUF_PRODUCED 0x28 /* 64-bit */
+/**
+ * RO 64-bit: records of the scope GPUPM_REG_SAMP_LOST_SELECT names (a context,
+ * or every context of a VM) this buffer lost since the last `BUF_CAP`
+ * write. Each lost record counts for exactly one context (the one that
+ * was running), so over the contexts of the partition these sum to
+ * GPUPM_REG_BUF_LOST. Select and read in one batch (batches are atomic).
+ */
+#define GPUPM_REG_BUF_LOST_SELECTED 0x30 /* 64-bit */
 /** Branch-stack records (BranchStackRecord). */
 #define GPUPM_BUF_KIND_BRANCH 0
 /** PC records (PcRecord). */
@@ -1346,6 +1363,10 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_SAMP_CTRL_ALL 0x3
 /** The partition slot is configured (it has SMs and runs programs). */
 #define GPUPM_SAMP_STATUS_CONFIGURED 0x100
+/** The low bits name a VM, not a context. */
+#define GPUPM_LOST_SELECT_VM 0x80000000U
+/** The id bits. */
+#define GPUPM_LOST_SELECT_ID_MASK 0xffff
 /**
  * The clock ran at secondary (throttled) capability when the record
  * was taken (the record's clock capability).
@@ -2800,9 +2821,11 @@ struct gpupm_tenant_sample_header {
    */
   uint64_t seq;
   /**
-   * Records of this kind the session should have received but did not
-   * (device buffer overflow, or the session's queue full) since the
-   * previous record of this kind.
+   * Records of this kind the session did not receive since its
+   * previous record of this kind: records of the session's own scope
+   * (its context, or its VM's contexts) the device lost to a full
+   * buffer (ABI 1.6: the device counts losses per context,
+   * `SAMP_LOST_SELECT`), and records the session's queue dropped.
    */
   uint64_t lost_before;
 };
