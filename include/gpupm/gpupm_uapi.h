@@ -66,11 +66,17 @@
  * ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
  * sampling units, their buffers and interrupts, the per-block debug
  * ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
- * node's key-state and rekey ioctls — see `docs/confidential.md`).
+ * node's key-state and rekey ioctls — see `docs/confidential.md`; 6:
+ * runtime-instrumentation control blocks, report-group records, their
+ * interrupts, VM migration between partitions and the RI debug ledger —
+ * see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
+ * range and call-graph debug ledgers — see `docs/ranges.md`;
+ * per-context lost sample records, `SAMP_LOST_SELECT` and
+ * `BUF_LOST_SELECTED` — see `docs/sampling.md`).
  */
-#define GPUPM_ABI_MINOR 5
+#define GPUPM_ABI_MINOR 6
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10005 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10006 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -849,11 +855,32 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * `arg2` = buffer kind.
  */
 #define GPUPM_INTR_SAMPLE_OVERFLOW 0x800
+/**
+ * A runtime-instrumentation program buffer was full (`partition` =
+ * the context's slot, `arg` = control block, `arg2` = context): the
+ * session stopped, or (`WRAP`) its next group goes to ROA. Only with
+ * `ri_ctrl::INTR_ENABLE` (see `docs/ri.md`).
+ */
+#define GPUPM_INTR_RI_BUFFER_FULL 0x1000
+/**
+ * A runtime-instrumentation session halted (`partition` = the slot
+ * its VM moved to, `arg` = control block, `arg2` = reason,
+ * `ri::halt_reason`). Only with `ri_ctrl::INTR_ENABLE`.
+ */
+#define GPUPM_INTR_RI_HALT 0x2000
+/**
+ * A marked range's count or one entry's latency crossed its threshold
+ * (`partition`; `arg` = range index | `RANGE_IRQ_LATENCY` for a
+ * latency crossing | `RANGE_IRQ_LOST` when the ring was full and the
+ * record was lost; `arg2` = the context, 0 for a confidential VM's).
+ * Exactly one per crossing, with exactly one record produced.
+ */
+#define GPUPM_INTR_RANGE_THRESHOLD 0x4000
 /** All defined sources. */
-#define GPUPM_INTR_ALL 0xfff
+#define GPUPM_INTR_ALL 0x7fff
 
 /** Names of the sources, indexed by bit number. */
-static const char *const gpupm_intr_source_names[12] = {
+static const char *const gpupm_intr_source_names[15] = {
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -866,6 +893,9 @@ static const char *const gpupm_intr_source_names[12] = {
     "flush_acked",
     "sample_watermark",
     "sample_overflow",
+    "ri_buffer_full",
+    "ri_halt",
+    "range_threshold",
 };
 
 /* Memory window layouts (uapi/src/layout.rs) */
@@ -1003,6 +1033,18 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_IOC_REG_WRITE 0x40204706
 /** Read the per-block ground truth of a context's program (debug only). */
 #define GPUPM_IOC_LEDGER_BLOCKS 0xc8504708U
+/** Read one runtime-instrumentation control block's ground truth (debug only). */
+#define GPUPM_IOC_LEDGER_RI 0xc0684709U
+/**
+ * Read the per-(context, range) ground truth of a partition's marked
+ * ranges (debug only; RangeLedgerQuery).
+ */
+#define GPUPM_IOC_LEDGER_RANGES 0xc140470cU
+/**
+ * Read the call-graph ground truth of a context's program (debug
+ * only; CallLedgerQuery).
+ */
+#define GPUPM_IOC_LEDGER_CALLS 0xc448470dU
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -1248,6 +1290,13 @@ static const char *const gpupm_intr_source_names[12] = {
  * branch_records_per_drain); 0 when none runs a program.
  */
 #define GPUPM_REG_SAMP_MIN_BRANCH_GAP 0x34
+/**
+ * RW: the scope whose lost records the buffers' GPUPM_REG_BUF_LOST_SELECTED
+ * registers count (GPUPM_LOST_SELECT_*: a context id, or a VM id with
+ * GPUPM_LOST_SELECT_VM). An id out of range or undefined bits fail.
+ * 0 after reset (context 0: no context, counts 0).
+ */
+#define GPUPM_REG_SAMP_LOST_SELECT 0x38
 /** Offset of the branch-stack buffer's registers in the sampling block. */
 #define GPUPM_REG_SAMP_BUF_BRANCH 0x40
 /** Offset of the PC buffer's registers in the sampling block. */
@@ -1292,6 +1341,14 @@ static const char *const gpupm_intr_source_names[12] = {
  * write; a record's `seq` is this count after it.
  */
 #define GPUPM_REG_BUF_PRODUCED 0x28 /* 64-bit */
+/**
+ * RO 64-bit: records of the scope GPUPM_REG_SAMP_LOST_SELECT names (a context,
+ * or every context of a VM) this buffer lost since the last `BUF_CAP`
+ * write. Each lost record counts for exactly one context (the one that
+ * was running), so over the contexts of the partition these sum to
+ * GPUPM_REG_BUF_LOST. Select and read in one batch (batches are atomic).
+ */
+#define GPUPM_REG_BUF_LOST_SELECTED 0x30 /* 64-bit */
 /** Branch-stack records (BranchStackRecord). */
 #define GPUPM_BUF_KIND_BRANCH 0
 /** PC records (PcRecord). */
@@ -1306,6 +1363,10 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_SAMP_CTRL_ALL 0x3
 /** The partition slot is configured (it has SMs and runs programs). */
 #define GPUPM_SAMP_STATUS_CONFIGURED 0x100
+/** The low bits name a VM, not a context. */
+#define GPUPM_LOST_SELECT_VM 0x80000000U
+/** The id bits. */
+#define GPUPM_LOST_SELECT_ID_MASK 0xffff
 /**
  * The clock ran at secondary (throttled) capability when the record
  * was taken (the record's clock capability).
@@ -1352,6 +1413,381 @@ static const char *const gpupm_intr_source_names[12] = {
 #define GPUPM_BLOCK_LEDGER_ROWS 64
 /** Bytes of a struct gpupm_block_ledger_query that a sealed answer encrypts: `rows`. */
 #define GPUPM_BLOCK_LEDGER_SEALED_LEN 2048
+
+/* Runtime-instrumentation control blocks and report groups (uapi/src/ri.rs, docs/ri.md) */
+
+/** RO: number of control blocks (GPUPM_RI_BLOCKS). */
+#define GPUPM_REG_RI_COUNT 0x600
+/**
+ * RO: the largest RGS the device accepts (GPUPM_RI_RGS_MAX); a partition may
+ * declare a smaller limit (ri_part_max_rgs).
+ */
+#define GPUPM_REG_RI_MAX_RGS 0x604
+/**
+ * RO: bytes of each control block's span of the memory window
+ * (GPUPM_RI_SPAN).
+ */
+#define GPUPM_REG_RI_SPAN_BYTES 0x608
+/** RW: the VM that the next GPUPM_REG_RI_MIGRATE write moves (staging). */
+#define GPUPM_REG_RI_MIGRATE_VM 0x60c
+/**
+ * WO: migrate the VM staged in GPUPM_REG_RI_MIGRATE_VM to the partition slot
+ * written here. Refused (EINVAL, nothing changes) when the VM does not
+ * exist, the slot is not configured or is the VM's own, or the VM is
+ * running or about to run on its partition (current or incoming of a
+ * switch). On success every enabled control block bound to a context
+ * of the VM is checked against the new partition and halts when the
+ * partition's version differs from the one its session began on, or
+ * its maximum RGS is below the session's RGS.
+ */
+#define GPUPM_REG_RI_MIGRATE 0x610
+/** RO: migrations performed (register writes and scenario timeline). */
+#define GPUPM_REG_RI_MIGRATIONS 0x614
+/**
+ * RO: per partition slot `p`, at `RI_PART_VERSION + 4p`: the partition's
+ * capability version (scenario key `ri_version`, default 1).
+ */
+#define GPUPM_REG_RI_PART_VERSION 0x640
+/**
+ * RO: per partition slot `p`, at `RI_PART_MAX_RGS + 4p`: the largest RGS
+ * a session may use on the partition (scenario key `ri_max_rgs`, default
+ * GPUPM_RI_RGS_MAX).
+ */
+#define GPUPM_REG_RI_PART_MAX_RGS 0x680
+#define GPUPM_RI_PART_VERSION(p) (GPUPM_REG_RI_PART_VERSION + 4 * (uint64_t)(p))
+#define GPUPM_RI_PART_MAX_RGS(p) (GPUPM_REG_RI_PART_MAX_RGS + 4 * (uint64_t)(p))
+/** Base of the control-block array. */
+#define GPUPM_RI_BASE 0x5000
+/** Stride between control blocks. */
+#define GPUPM_RI_STRIDE 0x40
+/** Number of control blocks. */
+#define GPUPM_RI_BLOCKS 64
+#define GPUPM_RI(i, reg) (GPUPM_RI_BASE + (uint64_t)(i) * GPUPM_RI_STRIDE + (reg))
+/**
+ * RW: the context the block watches (0 = none). Writable only while the
+ * block is disabled; a context another block watches, a free context, or
+ * a context of a confidential VM is refused.
+ */
+#define GPUPM_REG_RI_CTX 0x0
+/**
+ * RW: control bits, see GPUPM_RI_CTRL_*. Setting `ENABLE` checks the whole
+ * control block (context bound, mode, RGS within the limit of the
+ * context's partition, origin and limit) and starts a session: RCA =
+ * ROA, the next group is a begin group, the countdown starts from RSIC
+ * (or SF when RSIC is 0), the halt and stop conditions are cleared.
+ * While enabled only `ENABLE` may change (clearing it ends the session;
+ * the buffer and counts stay readable).
+ */
+#define GPUPM_REG_RI_CTRL 0x4
+/** RO: status bits, see GPUPM_RI_STATUS_*. */
+#define GPUPM_REG_RI_STATUS 0x8
+/** RO: why the session halted, see GPUPM_RI_HALT_*. */
+#define GPUPM_REG_RI_HALT_REASON 0xc
+/**
+ * RW: SF, the scaling factor: sample every SF units of the mode (cycles
+ * or instructions). 0 loads 1; values outside
+ * `SF_MIN..=SF_MAX` of the mode load the nearest bound when the block is
+ * enabled (seed 002). Writable only while disabled.
+ */
+#define GPUPM_REG_RI_SF 0x10
+/**
+ * RW: RSIC, the remaining sample-interval count. Reads the live
+ * countdown; a write (only while disabled) sets the first interval of
+ * the next session (0 = a full SF interval).
+ */
+#define GPUPM_REG_RI_RSIC 0x14
+/**
+ * RW: ROA, byte offset of the program buffer's first byte in the block's
+ * span; a multiple of the group size 2^(RGS+5) (checked at enable).
+ * Writable only while disabled.
+ */
+#define GPUPM_REG_RI_ROA 0x18
+/**
+ * RW: RLA, byte offset of the program buffer's last byte in the block's
+ * span (< GPUPM_RI_SPAN); the buffer must hold at least one group
+ * (checked at enable). Writable only while disabled.
+ */
+#define GPUPM_REG_RI_RLA 0x1c
+/**
+ * RO: RCA, byte offset in the span where the next group goes: ROA plus
+ * a multiple of the group size. An enable sets it to ROA; a full buffer
+ * in `WRAP` mode sets it back to ROA.
+ */
+#define GPUPM_REG_RI_RCA 0x20
+/**
+ * WO: RIEMIT — puts an emit record with this value into the collection
+ * buffer (while enabled with `EMIT`, not halted or stopped; otherwise the
+ * write is accepted and does nothing, as RIEMIT is a no-op then).
+ */
+#define GPUPM_REG_RI_EMIT 0x24
+/** RO 64-bit: report groups stored since the session began (NRG). */
+#define GPUPM_REG_RI_GROUPS 0x28 /* 64-bit */
+/** RO 64-bit: sample points whose group was suppressed (Y/Z). */
+#define GPUPM_REG_RI_SUPPRESSED 0x30 /* 64-bit */
+/** RO: collection-buffer records overwritten before a group reported them. */
+#define GPUPM_REG_RI_OVERWRITTEN 0x38
+/** RO: entries in the collection buffer now (0..=GPUPM_RI_COLLECTION_ENTRIES). */
+#define GPUPM_REG_RI_COLLECTED 0x3c
+/** The session runs. */
+#define GPUPM_RI_CTRL_ENABLE 0x1
+/** Mode field mask. */
+#define GPUPM_RI_CTRL_MODE_MASK 0xf0
+/** RGS field mask. */
+#define GPUPM_RI_CTRL_RGS_MASK 0x700
+/**
+ * E: RIEMIT (RI_EMIT) and marker blocks put emit records
+ * into the collection buffer.
+ */
+#define GPUPM_RI_CTRL_EMIT 0x1000
+/**
+ * X: a context switched out mid-interval puts an abort record into
+ * the collection buffer.
+ */
+#define GPUPM_RI_CTRL_ABORT 0x2000
+/** Y: suppress groups whose sample point ran at primary clock capability. */
+#define GPUPM_RI_CTRL_SUPPRESS_PRIMARY 0x10000
+/**
+ * Z: suppress groups whose sample point ran at secondary (throttled)
+ * clock capability.
+ */
+#define GPUPM_RI_CTRL_SUPPRESS_SECONDARY 0x20000
+/** U: raise `RI_BUFFER_FULL` and `RI_HALT` interrupts. */
+#define GPUPM_RI_CTRL_INTR_ENABLE 0x40000
+/** On a full buffer, wrap to ROA (a new begin group) instead of stopping. */
+#define GPUPM_RI_CTRL_WRAP 0x80000
+/** All defined bits and fields. */
+#define GPUPM_RI_CTRL_ALL 0xf37f1
+/** Mode field: bits 4..=7, values in ri_mode. */
+#define GPUPM_RI_CTRL_MODE_SHIFT 4
+/** RGS field: bits 8..=10 (a group is 2^(RGS+1) records). */
+#define GPUPM_RI_CTRL_RGS_SHIFT 8
+/** Sample every SF context cycles. */
+#define GPUPM_RI_MODE_CYCLE 1
+/** Sample every SF retired warp instructions. */
+#define GPUPM_RI_MODE_INSTRUCTION 2
+/** Sample at every entry into a marker block (the RINEXT analogue). */
+#define GPUPM_RI_MODE_DIRECTED 3
+/** A session is enabled. */
+#define GPUPM_RI_STATUS_ENABLED 0x1
+/** S: the buffer was full (stop mode): no more groups are stored. */
+#define GPUPM_RI_STATUS_STOPPED 0x2
+/**
+ * H: the session halted (RI_HALT_REASON says why): no more
+ * groups are stored, RIEMIT does nothing.
+ */
+#define GPUPM_RI_STATUS_HALTED 0x4
+/** L: a buffer-full notification was raised (pending until the next enable). */
+#define GPUPM_RI_STATUS_FULL_PENDING 0x8
+/** G: a halt notification was raised (pending until the next enable). */
+#define GPUPM_RI_STATUS_HALT_PENDING 0x10
+/** Not halted. */
+#define GPUPM_RI_HALT_NONE 0
+/** The VM moved to a partition of another capability version. */
+#define GPUPM_RI_HALT_VERSION 1
+/** The VM moved to a partition whose maximum RGS is below the session's. */
+#define GPUPM_RI_HALT_RGS_LIMIT 2
+/** Largest RGS (groups of 256 records). */
+#define GPUPM_RI_RGS_MAX 7
+/** Entries of a control block's collection buffer (the newest are kept). */
+#define GPUPM_RI_COLLECTION_ENTRIES 32
+/** Smallest SF in cycle mode (a smaller one loads this). */
+#define GPUPM_RI_SF_MIN_CYCLES 256
+/** Smallest SF in instruction mode. */
+#define GPUPM_RI_SF_MIN_INSTRUCTIONS 16
+/** Largest SF in any mode. */
+#define GPUPM_RI_SF_MAX 1073741824
+/** Bytes of one record. */
+#define GPUPM_RI_RECORD_SIZE 16
+/** Bytes of each control block's span of the memory window. */
+#define GPUPM_RI_SPAN 0x100000
+/** Alignment of the RI region. */
+#define GPUPM_RI_ALIGN 0x1000
+/** Window offset of the program-buffer region: after the sample spans. */
+#define GPUPM_RI_REGION 0x14e5a000
+#define GPUPM_RI_GROUP_BYTES(rgs) (GPUPM_RI_RECORD_SIZE << ((rgs) + 1))
+#define GPUPM_RI_SPAN_OFFSET(i) (GPUPM_RI_REGION + (uint64_t)(i) * GPUPM_RI_SPAN)
+/** Padding: the collection buffer held too few records to fill the group. */
+#define GPUPM_RI_RECORD_FILL 0x0
+/** First record of a group stored at ROA (RiBeginRecord). */
+#define GPUPM_RI_RECORD_BEGIN 0x2
+/** First record of every other group (RiTimestampRecord). */
+#define GPUPM_RI_RECORD_TIMESTAMP 0x3
+/** Last record of every group: the sample (RiInstructionRecord). */
+#define GPUPM_RI_RECORD_INSTRUCTION 0x4
+/**
+ * A value put into the collection buffer by RIEMIT or a marker block
+ * (RiEmitRecord).
+ */
+#define GPUPM_RI_RECORD_EMIT 0x10
+/** The context was switched out mid-interval (RiAbortRecord). */
+#define GPUPM_RI_RECORD_ABORT 0x11
+/**
+ * T: the sample point ran at secondary (throttled) clock capability
+ * (0 = primary).
+ */
+#define GPUPM_RI_GROUP_FLAGS_SECONDARY 0x1
+/** S (begin record): the buffer was full and the session stopped. */
+#define GPUPM_RI_GROUP_FLAGS_STOPPED 0x2
+/** H (begin record): the session halted. */
+#define GPUPM_RI_GROUP_FLAGS_HALTED 0x4
+/** The sample point was a marker block (directed sampling). */
+#define GPUPM_RI_SAMPLE_FLAGS_DIRECTED 0x1
+/** The sample point ran at secondary clock capability. */
+#define GPUPM_RI_SAMPLE_FLAGS_SECONDARY 0x2
+/** A write of `RI_EMIT` (the daemon, on a tenant's RIEMIT). */
+#define GPUPM_RI_EMIT_SOURCE_REGISTER 0
+/** A marker block of the program. */
+#define GPUPM_RI_EMIT_SOURCE_MARKER 1
+
+/* Marked ranges and their record rings (uapi/src/ranges.rs, docs/ranges.md) */
+
+/** Base of the range blocks (one per partition slot). */
+#define GPUPM_RANGE_BASE 0x6000
+/** Stride between partition slots' range blocks. */
+#define GPUPM_RANGE_STRIDE 0x100
+/** Stride between the register sets of two ranges of one partition. */
+#define GPUPM_RANGE_REG_STRIDE 0x20
+/** Base of the record-ring register sets (one per partition slot). */
+#define GPUPM_RRING_BASE 0x700
+/** Stride between partition slots' ring register sets. */
+#define GPUPM_RRING_STRIDE 0x10
+/** Range registers per partition slot. */
+#define GPUPM_RANGES_PER_PARTITION 8
+#define GPUPM_RANGE(p, i, reg) (GPUPM_RANGE_BASE + (uint64_t)(p) * GPUPM_RANGE_STRIDE + (uint64_t)(i) * GPUPM_RANGE_REG_STRIDE + (reg))
+#define GPUPM_RRING(p, reg) (GPUPM_RRING_BASE + (uint64_t)(p) * GPUPM_RRING_STRIDE + (reg))
+#define GPUPM_RANGE_CODE_ITEM(kernel, block) (((uint32_t)(kernel) << 16) | (uint32_t)(block))
+/**
+ * RW: what the range is and counts, see GPUPM_RANGE_CTRL_*. Writing a value
+ * with GPUPM_RANGE_CTRL_ENABLE *arms* the range: it checks the whole
+ * programming (`RANGE_START`, `RANGE_END`, `RANGE_THRESHOLD` and this
+ * value) and zeroes the counts. While armed, the only accepted write is
+ * 0 (disarm; the counts stay readable).
+ */
+#define GPUPM_REG_RANGE_CTRL 0x0
+/**
+ * RW: first item of the range, inclusive: `kernel << 16 | block` for a
+ * code range, a data address for a data range. Writable only while the
+ * range is disarmed.
+ */
+#define GPUPM_REG_RANGE_START 0x4
+/**
+ * RW: last item of the range, inclusive (same encoding as
+ * GPUPM_REG_RANGE_START). Writable only while the range is disarmed.
+ */
+#define GPUPM_REG_RANGE_END 0x8
+/**
+ * RW: the threshold GPUPM_RANGE_CTRL_COUNT_IRQ or
+ * GPUPM_RANGE_CTRL_LATENCY_IRQ compares against (1..=2^32 − 1 when one
+ * is set). Writable only while the range is disarmed.
+ */
+#define GPUPM_REG_RANGE_THRESHOLD 0xc
+/** RO 64-bit: entries into the range since it was armed. */
+#define GPUPM_REG_RANGE_ENTRIES 0x10 /* 64-bit */
+/** RO 64-bit: the chosen event counted inside the range since it was armed. */
+#define GPUPM_REG_RANGE_COUNT 0x18 /* 64-bit */
+/**
+ * RW: ring capacity in records: 0 or a power of two up to
+ * GPUPM_RRING_MAX_RECORDS. Writable only while no range of the partition
+ * has a threshold armed; a write empties the ring (head, tail, lost and
+ * sequence return to 0).
+ */
+#define GPUPM_REG_RRING_CAP 0x0
+/** RO: next record index the device writes, modulo 2^32. */
+#define GPUPM_REG_RRING_HEAD 0x4
+/**
+ * RW: next record index the host reads, modulo 2^32; writes must lie in
+ * `[old tail, head]`.
+ */
+#define GPUPM_REG_RRING_TAIL 0x8
+/**
+ * RO: records lost to a full ring since the last GPUPM_REG_RRING_CAP write,
+ * modulo 2^32 (a record's 64-bit `seq` counts lost records too, so gaps
+ * in `seq` are exact).
+ */
+#define GPUPM_REG_RRING_LOST 0xc
+/** The range is armed. */
+#define GPUPM_RANGE_CTRL_ENABLE 0x1
+/** A data-address range (clear: a code range). */
+#define GPUPM_RANGE_CTRL_DATA 0x2
+/** Shift of the event field (range_event). */
+#define GPUPM_RANGE_CTRL_EVENT_SHIFT 0x4
+/** Mask of the event field. */
+#define GPUPM_RANGE_CTRL_EVENT_MASK 0x30
+/**
+ * Every time the count reaches a multiple of `RANGE_THRESHOLD`, write
+ * a record and raise `RANGE_THRESHOLD`.
+ */
+#define GPUPM_RANGE_CTRL_COUNT_IRQ 0x100
+/**
+ * When one entry's residence reaches `RANGE_THRESHOLD` context cycles,
+ * write a record and raise `RANGE_THRESHOLD` (once per entry).
+ */
+#define GPUPM_RANGE_CTRL_LATENCY_IRQ 0x200
+/**
+ * Shift of the program field: the program id (`CTX_PROGRAM`, 1 + the
+ * index in the scenario's program table) the range applies to;
+ * required for a code range, 0 = every program for a data range.
+ */
+#define GPUPM_RANGE_CTRL_PROGRAM_SHIFT 0x10
+/** Mask of the program field. */
+#define GPUPM_RANGE_CTRL_PROGRAM_MASK 0xffff0000U
+/** All defined bits. */
+#define GPUPM_RANGE_CTRL_ALL 0xffff0333U
+/** Warp instructions retired (one SM). */
+#define GPUPM_RANGE_EVENT_INSTRUCTIONS 0
+/** Context cycles. */
+#define GPUPM_RANGE_EVENT_CYCLES 1
+/** Memory accesses (one per visit of a block that touches data). */
+#define GPUPM_RANGE_EVENT_MEMORY 2
+/** Number of events. */
+#define GPUPM_RANGE_EVENT_COUNT 3
+/** The count reached a multiple of the threshold. */
+#define GPUPM_CROSSING_COUNT 1
+/** One entry's residence reached the threshold. */
+#define GPUPM_CROSSING_LATENCY 2
+/** The clock ran at secondary (throttled) capability at the crossing. */
+#define GPUPM_RANGE_FLAGS_SECONDARY_CLOCK 0x1
+/**
+ * Bytes of the memory window reserved per partition slot for its record
+ * ring.
+ */
+#define GPUPM_RANGE_SPAN 0x100000
+/**
+ * Window offset of the range region: after the runtime-instrumentation
+ * region, page aligned.
+ */
+#define GPUPM_RANGE_REGION 0x18e5a000
+/** Magic of a range record: "gRNG". */
+#define GPUPM_RANGE_RECORD_MAGIC 0x474e5267
+/**
+ * Most records a ring holds (the largest power of two whose slots fit
+ * GPUPM_RANGE_SPAN).
+ */
+#define GPUPM_RRING_MAX_RECORDS 4096
+/**
+ * Entries in a record's call stack (at least the deepest a program can
+ * call: 15 frames below the entry kernel).
+ */
+#define GPUPM_RANGE_STACK_DEPTH 16
+/** Rows of a struct gpupm_range_ledger_query: one per range register. */
+#define GPUPM_RANGE_LEDGER_ROWS 8
+/** Bytes of a struct gpupm_range_ledger_query that a sealed answer encrypts: `rows`. */
+#define GPUPM_RANGE_LEDGER_SEALED_LEN 256
+/** Rows in one struct gpupm_call_ledger_query answer. */
+#define GPUPM_CALL_LEDGER_ROWS 64
+/** Bytes of a struct gpupm_call_ledger_query that a sealed answer encrypts: `rows`. */
+#define GPUPM_CALL_LEDGER_SEALED_LEN 1024
+/**
+ * `arg` bit of a `RANGE_THRESHOLD` record: a latency crossing (clear: a
+ * count crossing).
+ */
+#define GPUPM_RANGE_IRQ_LATENCY 0x100
+/**
+ * `arg` bit of a `RANGE_THRESHOLD` record: the ring was full and the
+ * record was lost (counted in `RRING_LOST`).
+ */
+#define GPUPM_RANGE_IRQ_LOST 0x200
+#define GPUPM_RANGE_SPAN_OFFSET(p) (GPUPM_RANGE_REGION + (uint64_t)(p) * GPUPM_RANGE_SPAN)
 
 /* ABI structs (bodies generated by cbindgen from the Rust source) */
 
@@ -2385,9 +2821,11 @@ struct gpupm_tenant_sample_header {
    */
   uint64_t seq;
   /**
-   * Records of this kind the session should have received but did not
-   * (device buffer overflow, or the session's queue full) since the
-   * previous record of this kind.
+   * Records of this kind the session did not receive since its
+   * previous record of this kind: records of the session's own scope
+   * (its context, or its VM's contexts) the device lost to a full
+   * buffer (ABI 1.6: the device counts losses per context,
+   * `SAMP_LOST_SELECT`), and records the session's queue dropped.
    */
   uint64_t lost_before;
 };
@@ -3022,6 +3460,498 @@ struct gpupm_pc_slot {
 };
 GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_pc_slot *)0)->payload) == sizeof(struct gpupm_pc_record));
 
+/**
+ * Begin record: the first record of the group stored at ROA. The device
+ * rewrites it whenever it stores a later group (NRG) or stops or halts
+ * the session (S, H), as seed 002 does.
+ */
+struct gpupm_ri_begin_record {
+  /**
+   * GPUPM_RI_RECORD_BEGIN.
+   */
+  uint8_t kind;
+  /**
+   * Bits of GPUPM_RI_GROUP_FLAGS_*.
+   */
+  uint8_t flags;
+  /**
+   * RGS of every group in the buffer.
+   */
+  uint8_t rgs;
+  /**
+   * Capability version of the partition the session began on.
+   */
+  uint8_t version;
+  /**
+   * NRG: groups stored since the session began (this one included).
+   */
+  uint32_t groups;
+  /**
+   * Device cycle at which the group was stored (the time of day).
+   */
+  uint64_t time;
+};
+
+/**
+ * Timestamp record: the first record of every group not at ROA.
+ */
+struct gpupm_ri_timestamp_record {
+  /**
+   * GPUPM_RI_RECORD_TIMESTAMP.
+   */
+  uint8_t kind;
+  /**
+   * Bits of GPUPM_RI_GROUP_FLAGS_* (only `SECONDARY`).
+   */
+  uint8_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint8_t reserved;
+  /**
+   * Capability version of the partition the sample ran on.
+   */
+  uint8_t version;
+  /**
+   * Number of this group in the session (1-based; NRG after it).
+   */
+  uint32_t group;
+  /**
+   * Device cycle of the sample point.
+   */
+  uint64_t time;
+};
+
+/**
+ * Instruction record: the last record of every group, the sample.
+ */
+struct gpupm_ri_instruction_record {
+  /**
+   * GPUPM_RI_RECORD_INSTRUCTION.
+   */
+  uint8_t kind;
+  /**
+   * Bits of GPUPM_RI_SAMPLE_FLAGS_*.
+   */
+  uint8_t flags;
+  /**
+   * Kernel executing at the sample point (the instruction address).
+   */
+  uint16_t kernel;
+  /**
+   * Block executing (index within the kernel).
+   */
+  uint16_t block;
+  /**
+   * Partition slot the context ran on.
+   */
+  uint16_t partition;
+  /**
+   * Context cycle (cycles the context has run) of the sample point.
+   */
+  uint64_t ctx_cycle;
+};
+
+/**
+ * Emit record: a value collected by RIEMIT or a marker block.
+ */
+struct gpupm_ri_emit_record {
+  /**
+   * GPUPM_RI_RECORD_EMIT.
+   */
+  uint8_t kind;
+  /**
+   * One of GPUPM_RI_EMIT_SOURCE_*.
+   */
+  uint8_t source;
+  /**
+   * Kernel executing when the value was collected (0 for a register
+   * emit while the context was not running).
+   */
+  uint16_t kernel;
+  /**
+   * Block executing.
+   */
+  uint16_t block;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * The value: the `RI_EMIT` write, or for a marker the number of
+   * marker-block entries of the context since the session began.
+   */
+  uint64_t data;
+};
+
+/**
+ * Abort record: the context was switched out while an interval was in
+ * progress (the model's analogue of a transaction abort).
+ */
+struct gpupm_ri_abort_record {
+  /**
+   * GPUPM_RI_RECORD_ABORT.
+   */
+  uint8_t kind;
+  /**
+   * Reserved, 0.
+   */
+  uint8_t reserved;
+  /**
+   * Kernel executing when the context stopped.
+   */
+  uint16_t kernel;
+  /**
+   * Block executing.
+   */
+  uint16_t block;
+  /**
+   * Partition slot the context left.
+   */
+  uint16_t partition;
+  /**
+   * Context cycle at which it stopped.
+   */
+  uint64_t ctx_cycle;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_RI` (debug only, like struct gpupm_ledger_query): what one
+ * runtime-instrumentation control block did since its session began —
+ * the ground truth a test compares the program buffer with.
+ *
+ * Every sample point is exactly one of: stored, suppressed (primary or
+ * secondary), or not stored (the session was halted or stopped):
+ * `sample_points = stored + suppressed_primary + suppressed_secondary +
+ * not_stored`.
+ */
+struct gpupm_ri_ledger_query {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Input: control block (`0..RI_BLOCKS`).
+   */
+  uint32_t block;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Output: the context the block watches (0 = none).
+   */
+  uint32_t ctx;
+  /**
+   * Output: sample points the mode picked while the session ran.
+   */
+  uint64_t sample_points;
+  /**
+   * Output: groups stored into the program buffer.
+   */
+  uint64_t stored;
+  /**
+   * Output: sample points at primary capability suppressed by Y.
+   */
+  uint64_t suppressed_primary;
+  /**
+   * Output: sample points at secondary capability suppressed by Z.
+   */
+  uint64_t suppressed_secondary;
+  /**
+   * Output: sample points not stored because the session was halted or
+   * stopped (buffer full).
+   */
+  uint64_t not_stored;
+  /**
+   * Output: emit records collected from `RI_EMIT` writes.
+   */
+  uint64_t emits_register;
+  /**
+   * Output: emit records collected from marker blocks.
+   */
+  uint64_t emits_marker;
+  /**
+   * Output: abort records collected.
+   */
+  uint64_t aborts;
+  /**
+   * Output: collection-buffer records overwritten before being reported.
+   */
+  uint64_t overwritten;
+  /**
+   * Output: instructions the context retired (one SM) up to the last
+   * sample point, 0 before the first.
+   */
+  uint64_t last_sample_retired;
+  /**
+   * Output: context cycle of the last sample point, 0 before the first.
+   */
+  uint64_t last_sample_ctx_cycle;
+};
+
+/**
+ * One frame of the device-side call stack: the call in kernel `kernel`
+ * at block `call_block` into kernel `callee`, which returns to block
+ * `return_block` of `kernel` (`call_block + 1`; equal to the kernel's
+ * block count when the call was its last block, which then returns on).
+ */
+struct gpupm_stack_entry {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block (index within `kernel`).
+   */
+  uint16_t call_block;
+  /**
+   * Return block (index within `kernel`).
+   */
+  uint16_t return_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+};
+
+/**
+ * A threshold crossing: written to the partition's ring (sealed like
+ * sample records), one per crossing, with `RANGE_THRESHOLD` raised.
+ *
+ * Invariants: per ring `seq` increases by one per record produced,
+ * including lost ones; `stack[..depth]` is the context's call stack at
+ * the crossing, outermost call first, and `stack[depth - 1].callee` (or
+ * the program's entry kernel when `depth` is 0) is `kernel`.
+ */
+struct gpupm_range_record {
+  /**
+   * GPUPM_RANGE_RECORD_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * Partition slot.
+   */
+  uint16_t partition;
+  /**
+   * Range index (0..GPUPM_RANGES_PER_PARTITION).
+   */
+  uint8_t range;
+  /**
+   * What crossed (GPUPM_CROSSING_*).
+   */
+  uint8_t kind;
+  /**
+   * VM of the context.
+   */
+  uint32_t vm;
+  /**
+   * Context running at the crossing.
+   */
+  uint32_t ctx;
+  /**
+   * Ring sequence number (1-based).
+   */
+  uint64_t seq;
+  /**
+   * Device cycle of the crossing.
+   */
+  uint64_t cycle;
+  /**
+   * Context cycle (cycles the context has run) of the crossing.
+   */
+  uint64_t ctx_cycle;
+  /**
+   * Count crossing: the range's count reached (a multiple of
+   * `threshold`). Latency crossing: context cycles since the entry
+   * (equal to `threshold`).
+   */
+  uint64_t value;
+  /**
+   * The range's `RANGE_ENTRIES` at the crossing.
+   */
+  uint64_t entries;
+  /**
+   * `RANGE_THRESHOLD`.
+   */
+  uint32_t threshold;
+  /**
+   * Bits in GPUPM_RANGE_FLAGS_*.
+   */
+  uint16_t flags;
+  /**
+   * The range's event (GPUPM_RANGE_EVENT_*).
+   */
+  uint8_t event;
+  /**
+   * Reserved, 0.
+   */
+  uint8_t reserved;
+  /**
+   * Kernel executing at the crossing.
+   */
+  uint16_t kernel;
+  /**
+   * Block executing at the crossing.
+   */
+  uint16_t block;
+  /**
+   * Valid entries of `stack` (calls below the entry kernel).
+   */
+  uint32_t depth;
+  /**
+   * The call stack, outermost call first.
+   */
+  struct gpupm_stack_entry stack[GPUPM_RANGE_STACK_DEPTH];
+};
+
+/**
+ * Exact counts of one range for one context since the range was armed.
+ */
+struct gpupm_range_truth {
+  /**
+   * Range index.
+   */
+  uint32_t range;
+  /**
+   * The range's `RANGE_CTRL` (0: never armed).
+   */
+  uint32_t ctrl;
+  /**
+   * Entries of the context into the range.
+   */
+  uint64_t entries;
+  /**
+   * The range's event counted inside the range for the context.
+   */
+  uint64_t count;
+  /**
+   * Threshold crossings attributed to the context.
+   */
+  uint64_t crossings;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_RANGES` (debug only): the ground truth of every range
+ * of partition slot `partition` for context `ctx`. A confidential VM's
+ * context's answer is sealed like `GPUPM_IOC_LEDGER_BLOCKS`' (`rows` is
+ * ciphertext, `flags` has `ledger_flags::SEALED`).
+ */
+struct gpupm_range_ledger_query {
+  /**
+   * `IOCTL_STRUCT_VERSION`.
+   */
+  uint32_t version;
+  /**
+   * Context id (active, or destroyed and not yet released).
+   */
+  uint32_t ctx;
+  /**
+   * Partition slot (1..16, configured).
+   */
+  uint32_t partition;
+  /**
+   * Must be 0 on input; bits of `ledger_flags` on output.
+   */
+  uint32_t flags;
+  /**
+   * Output: one row per range register.
+   */
+  struct gpupm_range_truth rows[GPUPM_RANGE_LEDGER_ROWS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
+};
+
+/**
+ * Calls made from one call site of a context's program.
+ */
+struct gpupm_call_edge {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block.
+   */
+  uint16_t call_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Calls made (the callee was entered) since the context started or
+   * the device was last reset.
+   */
+  uint64_t calls;
+};
+
+/**
+ * `GPUPM_IOC_LEDGER_CALLS` (debug only): the call-graph ground truth of
+ * context `ctx` — one row per call site of its program, in (kernel,
+ * block) order, from row `first`; page with `first += count` until
+ * `first == total`. Sealed for a confidential VM's context like
+ * `GPUPM_IOC_LEDGER_BLOCKS`.
+ */
+struct gpupm_call_ledger_query {
+  /**
+   * `IOCTL_STRUCT_VERSION`.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * Input: first row (must be `<= total`).
+   */
+  uint32_t first;
+  /**
+   * Must be 0 on input; bits of `ledger_flags` on output.
+   */
+  uint32_t flags;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: call sites the program has.
+   */
+  uint32_t total;
+  /**
+   * The rows.
+   */
+  struct gpupm_call_edge rows[GPUPM_CALL_LEDGER_ROWS];
+  /**
+   * Envelope of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  struct gpupm_envelope envelope;
+  /**
+   * GCM tag of a sealed answer (all 0 otherwise); must be 0 on input.
+   */
+  uint8_t tag[16];
+};
+
+/**
+ * A range-record ring slot in the memory window: envelope, gpupm_range_record bytes (ciphertext when
+ * encrypted), GCM tag (0 when not encrypted).
+ */
+struct gpupm_range_slot {
+  struct gpupm_envelope envelope;
+  uint8_t payload[200]; /* sizeof(struct gpupm_range_record) */
+  uint8_t tag[16];
+};
+GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_range_slot *)0)->payload) == sizeof(struct gpupm_range_record));
+
 /* Layout checks: sizes and alignments as Rust computes them */
 
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block) == 544);
@@ -3116,6 +4046,32 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_truth) == 32);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_truth) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_ledger_query) == 2128);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_begin_record) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_begin_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_timestamp_record) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_timestamp_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_instruction_record) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_instruction_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_emit_record) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_emit_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_abort_record) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_abort_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_ri_ledger_query) == 104);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_ri_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stack_entry) == 8);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_stack_entry) == 2);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_record) == 200);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_record) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_slot) == 248);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_slot) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_truth) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_truth) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_range_ledger_query) == 320);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_range_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_edge) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_edge) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_ledger_query) == 1096);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_ledger_query) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
@@ -3125,6 +4081,9 @@ GPUPM_STATIC_ASSERT(((GPUPM_IOC_RESET >> 16) & 0x3fff) == sizeof(struct gpupm_re
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_READ >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_WRITE >> 16) & 0x3fff) == sizeof(struct gpupm_reg_access));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_BLOCKS >> 16) & 0x3fff) == sizeof(struct gpupm_block_ledger_query));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_RI >> 16) & 0x3fff) == sizeof(struct gpupm_ri_ledger_query));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_RANGES >> 16) & 0x3fff) == sizeof(struct gpupm_range_ledger_query));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_LEDGER_CALLS >> 16) & 0x3fff) == sizeof(struct gpupm_call_ledger_query));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_WHOAMI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_whoami));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_LIST_CONTEXTS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_list_contexts));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_COUNTERS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_counters));
@@ -3150,6 +4109,14 @@ GPUPM_STATIC_ASSERT(GPUPM_BLOCK_SLOT_OFFSET(70) == 41440ULL);
 GPUPM_STATIC_ASSERT(GPUPM_STREAM_SLOT_OFFSET(2, 9) == 12429664ULL);
 GPUPM_STATIC_ASSERT(GPUPM_SAMP(3, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL)) == 9100ULL);
 GPUPM_STATIC_ASSERT(GPUPM_SAMPLE_SPAN_OFFSET(2) == 115712000ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RI(63, GPUPM_REG_RI_COLLECTED) == 24572ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RI_SPAN_OFFSET(5) == 355835904ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RI_GROUP_BYTES(7) == 4096ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RI_PART_VERSION(15) == 1660ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RI_PART_MAX_RGS(15) == 1724ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RANGE(3, 7, GPUPM_REG_RANGE_COUNT) == 25592ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RRING(2, GPUPM_REG_RRING_TAIL) == 1832ULL);
+GPUPM_STATIC_ASSERT(GPUPM_RANGE_SPAN_OFFSET(5) == 422944768ULL);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, seq) == 64);
 GPUPM_STATIC_ASSERT(offsetof(struct gpupm_page, data) == 72);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_page) == GPUPM_PAGE_SIZE);

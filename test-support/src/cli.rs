@@ -26,6 +26,15 @@ pub const UID_NOBODY: u32 = 47009;
 pub const VM_A: u32 = 2;
 /// VM of tenant B.
 pub const VM_B: u32 = 5;
+/// Tenant uid mapped to VM 1 (alone on partition 1) by
+/// [`Fixture::start_with_tenants`].
+pub const UID_VM1: u32 = 47003;
+/// Tenant uid mapped to VM 3 (time-sliced with VM 2 on partition 2) by
+/// [`Fixture::start_with_tenants`].
+pub const UID_VM3: u32 = 47005;
+/// Tenant uid mapped to VM 4 (confidential, alone on partition 3) by
+/// [`Fixture::start_with_tenants`].
+pub const UID_VM4: u32 = 47004;
 
 /// A free loopback port.
 pub fn free_port() -> u16 {
@@ -64,6 +73,11 @@ impl Fixture {
     /// Like [`Fixture::start`], with further `gpupm-driver` arguments
     /// (e.g. `--debug-ledger`).
     pub fn start_with(tag: &str, driver_args: &[&str]) -> Fixture {
+        Fixture::start_with_tenants(tag, driver_args, &[])
+    }
+
+    /// Like [`Fixture::start_with`], mapping further `(vm, uid)` tenants.
+    pub fn start_with_tenants(tag: &str, driver_args: &[&str], more: &[(u32, u32)]) -> Fixture {
         crate::require_root_and_fuse("the gpupm CLI tests");
         let tmp = Scratch::world_writable(&format!("cli-{tag}"));
         let mut cmd = Command::new(bin!(Driver));
@@ -73,11 +87,15 @@ impl Fixture {
         let driver = Proc::start("driver", cmd, tmp.path());
         let metrics_port = free_port();
         let config = tmp.join("gpupmd.toml");
+        let more: String = more
+            .iter()
+            .map(|(vm, uid)| format!("[[tenant]]\nvm = {vm}\nuid = {uid}\n"))
+            .collect();
         fs::write(
             &config,
             format!(
                 "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n\
-                 [[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n\
+                 [[tenant]]\nvm = {VM_A}\nuid = {UID_A}\n[[tenant]]\nvm = {VM_B}\nuid = {UID_B}\n{more}\
                  [stream]\nwatermark = 16\n[metrics]\nlisten = \"127.0.0.1:{metrics_port}\"\n[health]\njournal_socket = {:?}\n\
                  [pages]\ndir = {:?}\n",
                 tmp.join("dev"),

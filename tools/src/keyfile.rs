@@ -9,8 +9,13 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use gpupm_client::sampling::session::SampleBody;
 use gpupm_driver::model::cc::{open, Key};
-use gpupm_uapi::layout::{Block, BlockSlot, BLOCK_MAGIC};
+use gpupm_uapi::layout::RECORD_MAGIC;
+use gpupm_uapi::layout::{Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC};
+use gpupm_uapi::sampling::{BranchSlot, BranchStackRecord, PcRecord, PcSlot};
+use gpupm_uapi::sampling::{BRANCH_RECORD_MAGIC, PC_RECORD_MAGIC};
+use gpupm_uapi::tenant::sampling::sample_kind;
 use zerocopy::FromBytes;
 
 use crate::error::{CliError, CliResult};
@@ -85,6 +90,56 @@ pub fn open_slot(slot: &BlockSlot, key: &Key) -> CliResult<Block> {
         .ok()
         .filter(|b| b.magic == BLOCK_MAGIC)
         .ok_or_else(|| CliError::runtime("an opened block has no block magic"))
+}
+
+/// The error of a sealed record the key does not open: authentication
+/// failed, nothing of the plaintext is guessed.
+fn wrong_key(what: &str, envelope: &Envelope) -> CliError {
+    CliError::usage(format!(
+        "the key does not open VM {}'s {what} (authentication failed; sealed under its key epoch {})",
+        envelope.vm, envelope.key_epoch
+    ))
+}
+
+/// The record a sealed sample slot holds (a session record's payload with
+/// `SEALED`: envelope, ciphertext, tag), opened with the VM's `key`.
+pub fn open_sample(kind: u16, slot: &[u8], key: &Key) -> CliResult<SampleBody> {
+    let malformed = || CliError::runtime("a sealed sample slot has the wrong size");
+    let (envelope, _) = Envelope::read_from_prefix(slot).map_err(|_| malformed())?;
+    match kind {
+        sample_kind::CYCLE => {
+            let mut s = PcSlot::read_from_bytes(slot).map_err(|_| malformed())?;
+            open(key, &s.envelope, &mut s.payload, &s.tag)
+                .map_err(|_| wrong_key("samples", &envelope))?;
+            PcRecord::read_from_bytes(&s.payload)
+                .ok()
+                .filter(|r| r.magic == PC_RECORD_MAGIC)
+                .map(SampleBody::Cycle)
+                .ok_or_else(|| CliError::runtime("an opened PC sample has no record magic"))
+        }
+        sample_kind::BRANCH_STACK => {
+            let mut s = BranchSlot::read_from_bytes(slot).map_err(|_| malformed())?;
+            open(key, &s.envelope, &mut s.payload, &s.tag)
+                .map_err(|_| wrong_key("samples", &envelope))?;
+            BranchStackRecord::read_from_bytes(&s.payload)
+                .ok()
+                .filter(|r| r.magic == BRANCH_RECORD_MAGIC)
+                .map(|r| SampleBody::Branch(Box::new(r)))
+                .ok_or_else(|| CliError::runtime("an opened branch stack has no record magic"))
+        }
+        _ => Err(CliError::runtime("a sealed sample of an unknown kind")),
+    }
+}
+
+/// The record a sealed stream slot holds, opened with the VM's `key`.
+pub fn open_stream(slot: &StreamSlot, key: &Key) -> CliResult<StreamRecord> {
+    let mut payload = slot.payload;
+    open(key, &slot.envelope, &mut payload, &slot.tag)
+        .map_err(|_| wrong_key("counter deltas", &slot.envelope))?;
+    StreamRecord::read_from_bytes(&payload)
+        .ok()
+        .filter(|r| r.magic == RECORD_MAGIC)
+        .ok_or_else(|| CliError::runtime("an opened stream record has no record magic"))
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ mod signals;
 mod simulate;
 mod stat;
 mod top;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -62,9 +63,10 @@ enum Command {
     Top(top::Args),
     /// One line per interval per VM, for scripts.
     Dmon(dmon::Args),
-    /// Capture a stream session into a file.
+    /// Capture a stream session (and with --samples a sampling session)
+    /// into a file.
     Record(record::Args),
-    /// Summarise a recording.
+    /// Summarise a recording, or print its merged trace (--trace).
     Report(report::Args),
     /// Sample-buffer sizes of a scenario, per partition and record type.
     Plan(plan::Args),

@@ -3,7 +3,9 @@
 //! `gpupm_client::sampling::plan` and drained once per interval lose no
 //! record; with the cycle buffer at half the planned record bound they
 //! lose records, and per buffer the records read plus the device's lost
-//! count equal the records it produced — exactly.
+//! count equal the records it produced — exactly; the lost records counted
+//! per context (`SAMP_LOST_SELECT`, `BUF_LOST_SELECTED`) sum over the
+//! contexts to `BUF_LOST`, and so do those counted per VM.
 
 use gpupm_client::sampling::plan::{self, RecordType, SamplerSettings};
 use gpupm_driver::host::Host;
@@ -15,6 +17,22 @@ use proptest::prelude::*;
 /// Per buffer: (records read, BUF_LOST, BUF_PRODUCED).
 type Tally = Vec<(u64, u64, u64)>;
 
+/// Σ over every context, and Σ over every VM, of `BUF_LOST_SELECTED` of
+/// partition `p`'s buffer `k`.
+fn lost_by_scope(dev: &mut Device, p: u32, k: u32) -> (u64, u64) {
+    use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
+    let mut sum = |ids: std::ops::Range<u32>, flag: u32| -> u64 {
+        ids.map(|id| {
+            w(dev, samp(p, s::SAMP_LOST_SELECT), u64::from(id | flag));
+            r(dev, samp(p, s::buf(k, s::BUF_LOST_SELECTED)), 8)
+        })
+        .sum()
+    };
+    let ctxs = sum(0..MAX_CONTEXTS, 0);
+    let vms = sum(0..MAX_VMS, s::lost_select::VM);
+    (ctxs, vms)
+}
+
 fn w(dev: &mut Device, off: u64, v: u64) {
     dev.write_reg(off, 4, v)
         .unwrap_or_else(|e| panic!("write {off:#x} = {v}: {e:?}"));
@@ -24,7 +42,7 @@ fn r(dev: &mut Device, off: u64, width: u32) -> u64 {
     dev.read_reg(off, width).expect("read")
 }
 
-fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> Tally {
+fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> (Tally, Vec<(u64, u64)>) {
     let mut sc = scenario::builtin();
     sc.seed = seed;
     let mut dev = Device::new(&sc, EngineKind::Batched, true).expect("device");
@@ -78,14 +96,16 @@ fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> Tally {
         }
     }
     let mut out = Tally::new();
+    let mut by_scope = Vec::new();
     for (i, &p) in slots.iter().enumerate() {
         for k in [buf_kind::BRANCH, buf_kind::PC] {
             let lost = r(&mut dev, samp(p, s::buf(k, s::BUF_LOST)), 8);
             let produced = r(&mut dev, samp(p, s::buf(k, s::BUF_PRODUCED)), 8);
             out.push((read[i * 2 + k as usize], lost, produced));
+            by_scope.push(lost_by_scope(&mut dev, p, k));
         }
     }
-    out
+    (out, by_scope)
 }
 
 proptest! {
@@ -98,15 +118,19 @@ proptest! {
         n in 1u32..256,
         drain_us in 300u64..1500,
     ) {
-        let planned = run(seed, period, n, drain_us, false);
+        let (planned, _) = run(seed, period, n, drain_us, false);
         for (i, &(read, lost, produced)) in planned.iter().enumerate() {
             prop_assert_eq!(lost, 0, "buffer {} lost at the planned size", i);
             prop_assert_eq!(read, produced, "buffer {}", i);
         }
-        let halved = run(seed, period, n, drain_us, true);
+        let (halved, by_scope) = run(seed, period, n, drain_us, true);
         let mut lost_total = 0;
-        for (i, &(read, lost, produced)) in halved.iter().enumerate() {
+        for (i, (&(read, lost, produced), &(per_ctx, per_vm))) in
+            halved.iter().zip(&by_scope).enumerate()
+        {
             prop_assert_eq!(read + lost, produced, "buffer {}: losses not exact", i);
+            prop_assert_eq!(per_ctx, lost, "buffer {}: per-context losses", i);
+            prop_assert_eq!(per_vm, lost, "buffer {}: per-VM losses", i);
             lost_total += lost;
         }
         prop_assert!(lost_total > 0, "half the planned cycle buffer lost nothing");

@@ -66,12 +66,27 @@ pub mod source {
     /// tail): `arg` = records lost so far (low 32 bits of `BUF_LOST`),
     /// `arg2` = buffer kind.
     pub const SAMPLE_OVERFLOW: u32 = 1 << 11;
+    /// A runtime-instrumentation program buffer was full (`partition` =
+    /// the context's slot, `arg` = control block, `arg2` = context): the
+    /// session stopped, or (`WRAP`) its next group goes to ROA. Only with
+    /// `ri_ctrl::INTR_ENABLE` (see `docs/ri.md`).
+    pub const RI_BUFFER_FULL: u32 = 1 << 12;
+    /// A runtime-instrumentation session halted (`partition` = the slot
+    /// its VM moved to, `arg` = control block, `arg2` = reason,
+    /// `ri::halt_reason`). Only with `ri_ctrl::INTR_ENABLE`.
+    pub const RI_HALT: u32 = 1 << 13;
+    /// A marked range's count or one entry's latency crossed its threshold
+    /// (`partition`; `arg` = range index | `RANGE_IRQ_LATENCY` for a
+    /// latency crossing | `RANGE_IRQ_LOST` when the ring was full and the
+    /// record was lost; `arg2` = the context, 0 for a confidential VM's).
+    /// Exactly one per crossing, with exactly one record produced.
+    pub const RANGE_THRESHOLD: u32 = 1 << 14;
     /// All defined sources.
-    pub const ALL: u32 = (1 << 12) - 1;
+    pub const ALL: u32 = (1 << 15) - 1;
 }
 
 /// Names of the sources, indexed by bit number.
-pub const SOURCE_NAMES: [&str; 12] = [
+pub const SOURCE_NAMES: [&str; 15] = [
     "switch_requested",
     "trigger_done",
     "stream_watermark",
@@ -84,7 +99,17 @@ pub const SOURCE_NAMES: [&str; 12] = [
     "flush_acked",
     "sample_watermark",
     "sample_overflow",
+    "ri_buffer_full",
+    "ri_halt",
+    "range_threshold",
 ];
+
+/// `arg` bit of a `RANGE_THRESHOLD` record: a latency crossing (clear: a
+/// count crossing).
+pub const RANGE_IRQ_LATENCY: u32 = 1 << 8;
+/// `arg` bit of a `RANGE_THRESHOLD` record: the ring was full and the
+/// record was lost (counted in `RRING_LOST`).
+pub const RANGE_IRQ_LOST: u32 = 1 << 9;
 
 /// One interrupt occurrence, as `read()` on the device node returns it
 /// (whole records only, at the handle's own cursor).

@@ -241,6 +241,54 @@ const _: () =
 /// Bytes of a [`BlockLedgerQuery`] that a sealed answer encrypts: `rows`.
 pub const BLOCK_LEDGER_SEALED_LEN: usize = 32 * BLOCK_LEDGER_ROWS;
 
+/// `GPUPM_IOC_LEDGER_RI` (debug only, like [`LedgerQuery`]): what one
+/// runtime-instrumentation control block did since its session began —
+/// the ground truth a test compares the program buffer with.
+///
+/// Every sample point is exactly one of: stored, suppressed (primary or
+/// secondary), or not stored (the session was halted or stopped):
+/// `sample_points = stored + suppressed_primary + suppressed_secondary +
+/// not_stored`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiLedgerQuery {
+    /// [`IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Input: control block (`0..RI_BLOCKS`).
+    pub block: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Output: the context the block watches (0 = none).
+    pub ctx: u32,
+    /// Output: sample points the mode picked while the session ran.
+    pub sample_points: u64,
+    /// Output: groups stored into the program buffer.
+    pub stored: u64,
+    /// Output: sample points at primary capability suppressed by Y.
+    pub suppressed_primary: u64,
+    /// Output: sample points at secondary capability suppressed by Z.
+    pub suppressed_secondary: u64,
+    /// Output: sample points not stored because the session was halted or
+    /// stopped (buffer full).
+    pub not_stored: u64,
+    /// Output: emit records collected from `RI_EMIT` writes.
+    pub emits_register: u64,
+    /// Output: emit records collected from marker blocks.
+    pub emits_marker: u64,
+    /// Output: abort records collected.
+    pub aborts: u64,
+    /// Output: collection-buffer records overwritten before being reported.
+    pub overwritten: u64,
+    /// Output: instructions the context retired (one SM) up to the last
+    /// sample point, 0 before the first.
+    pub last_sample_retired: u64,
+    /// Output: context cycle of the last sample point, 0 before the first.
+    pub last_sample_ctx_cycle: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiLedgerQuery>() == 104);
+
 /// `GPUPM_IOC_RESET`: reset the device (same as writing `RESET`).
 #[repr(C)]
 #[derive(
@@ -350,4 +398,12 @@ ioctl_numbers! {
     GPUPM_IOC_REG_WRITE = write(0x06, RegAccess);
     /// Read the per-block ground truth of a context's program (debug only).
     GPUPM_IOC_LEDGER_BLOCKS = read_write(0x08, BlockLedgerQuery);
+    /// Read one runtime-instrumentation control block's ground truth (debug only).
+    GPUPM_IOC_LEDGER_RI = read_write(0x09, RiLedgerQuery);
+    /// Read the per-(context, range) ground truth of a partition's marked
+    /// ranges (debug only; [`crate::ranges::RangeLedgerQuery`]).
+    GPUPM_IOC_LEDGER_RANGES = read_write(0x0C, crate::ranges::RangeLedgerQuery);
+    /// Read the call-graph ground truth of a context's program (debug
+    /// only; [`crate::ranges::CallLedgerQuery`]).
+    GPUPM_IOC_LEDGER_CALLS = read_write(0x0D, crate::ranges::CallLedgerQuery);
 }

@@ -247,3 +247,161 @@ pub mod ccu_record_flags {
     /// The empty record that acknowledges a flush request.
     pub const FLUSH_ACK: u16 = 1 << 0;
 }
+
+// ---------------------------------------------------------------------------
+// Runtime-instrumentation report-group records (seed 002, `crate::ri`)
+// ---------------------------------------------------------------------------
+
+/// Record types: the first byte of every 16-byte report-group record.
+pub mod ri_record {
+    /// Padding: the collection buffer held too few records to fill the group.
+    pub const FILL: u8 = 0x00;
+    /// First record of a group stored at ROA ([`super::RiBeginRecord`]).
+    pub const BEGIN: u8 = 0x02;
+    /// First record of every other group ([`super::RiTimestampRecord`]).
+    pub const TIMESTAMP: u8 = 0x03;
+    /// Last record of every group: the sample ([`super::RiInstructionRecord`]).
+    pub const INSTRUCTION: u8 = 0x04;
+    /// A value put into the collection buffer by RIEMIT or a marker block
+    /// ([`super::RiEmitRecord`]).
+    pub const EMIT: u8 = 0x10;
+    /// The context was switched out mid-interval ([`super::RiAbortRecord`]).
+    pub const ABORT: u8 = 0x11;
+}
+
+/// Bits of the `flags` of begin and timestamp records.
+pub mod ri_group_flags {
+    /// T: the sample point ran at secondary (throttled) clock capability
+    /// (0 = primary).
+    pub const SECONDARY: u8 = 1 << 0;
+    /// S (begin record): the buffer was full and the session stopped.
+    pub const STOPPED: u8 = 1 << 1;
+    /// H (begin record): the session halted.
+    pub const HALTED: u8 = 1 << 2;
+}
+
+/// Bits of the `flags` of instruction records.
+pub mod ri_sample_flags {
+    /// The sample point was a marker block (directed sampling).
+    pub const DIRECTED: u8 = 1 << 0;
+    /// The sample point ran at secondary clock capability.
+    pub const SECONDARY: u8 = 1 << 1;
+}
+
+/// Values of an emit record's `source`.
+pub mod ri_emit_source {
+    /// A write of `RI_EMIT` (the daemon, on a tenant's RIEMIT).
+    pub const REGISTER: u8 = 0;
+    /// A marker block of the program.
+    pub const MARKER: u8 = 1;
+}
+
+/// Begin record: the first record of the group stored at ROA. The device
+/// rewrites it whenever it stores a later group (NRG) or stops or halts
+/// the session (S, H), as seed 002 does.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiBeginRecord {
+    /// [`ri_record::BEGIN`].
+    pub kind: u8,
+    /// Bits of [`ri_group_flags`].
+    pub flags: u8,
+    /// RGS of every group in the buffer.
+    pub rgs: u8,
+    /// Capability version of the partition the session began on.
+    pub version: u8,
+    /// NRG: groups stored since the session began (this one included).
+    pub groups: u32,
+    /// Device cycle at which the group was stored (the time of day).
+    pub time: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiBeginRecord>() == 16);
+
+/// Timestamp record: the first record of every group not at ROA.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiTimestampRecord {
+    /// [`ri_record::TIMESTAMP`].
+    pub kind: u8,
+    /// Bits of [`ri_group_flags`] (only `SECONDARY`).
+    pub flags: u8,
+    /// Reserved, 0.
+    pub reserved: u8,
+    /// Capability version of the partition the sample ran on.
+    pub version: u8,
+    /// Number of this group in the session (1-based; NRG after it).
+    pub group: u32,
+    /// Device cycle of the sample point.
+    pub time: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiTimestampRecord>() == 16);
+
+/// Instruction record: the last record of every group, the sample.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiInstructionRecord {
+    /// [`ri_record::INSTRUCTION`].
+    pub kind: u8,
+    /// Bits of [`ri_sample_flags`].
+    pub flags: u8,
+    /// Kernel executing at the sample point (the instruction address).
+    pub kernel: u16,
+    /// Block executing (index within the kernel).
+    pub block: u16,
+    /// Partition slot the context ran on.
+    pub partition: u16,
+    /// Context cycle (cycles the context has run) of the sample point.
+    pub ctx_cycle: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiInstructionRecord>() == 16);
+
+/// Emit record: a value collected by RIEMIT or a marker block.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiEmitRecord {
+    /// [`ri_record::EMIT`].
+    pub kind: u8,
+    /// One of [`ri_emit_source`].
+    pub source: u8,
+    /// Kernel executing when the value was collected (0 for a register
+    /// emit while the context was not running).
+    pub kernel: u16,
+    /// Block executing.
+    pub block: u16,
+    /// Reserved, 0.
+    pub reserved: u16,
+    /// The value: the `RI_EMIT` write, or for a marker the number of
+    /// marker-block entries of the context since the session began.
+    pub data: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiEmitRecord>() == 16);
+
+/// Abort record: the context was switched out while an interval was in
+/// progress (the model's analogue of a transaction abort).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiAbortRecord {
+    /// [`ri_record::ABORT`].
+    pub kind: u8,
+    /// Reserved, 0.
+    pub reserved: u8,
+    /// Kernel executing when the context stopped.
+    pub kernel: u16,
+    /// Block executing.
+    pub block: u16,
+    /// Partition slot the context left.
+    pub partition: u16,
+    /// Context cycle at which it stopped.
+    pub ctx_cycle: u64,
+}
+const _: () = assert!(core::mem::size_of::<RiAbortRecord>() == 16);

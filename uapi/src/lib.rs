@@ -12,7 +12,9 @@ pub mod ioctl;
 pub mod layout;
 pub mod page;
 pub mod pmu;
+pub mod ranges;
 pub mod regs;
+pub mod ri;
 pub mod sampling;
 pub mod tenant;
 
@@ -26,8 +28,14 @@ pub const ABI_MAJOR: u16 = 1;
 /// ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
 /// sampling units, their buffers and interrupts, the per-block debug
 /// ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
-/// node's key-state and rekey ioctls — see `docs/confidential.md`).
-pub const ABI_MINOR: u16 = 5;
+/// node's key-state and rekey ioctls — see `docs/confidential.md`; 6:
+/// runtime-instrumentation control blocks, report-group records, their
+/// interrupts, VM migration between partitions and the RI debug ledger —
+/// see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
+/// range and call-graph debug ledgers — see `docs/ranges.md`;
+/// per-context lost sample records, `SAMP_LOST_SELECT` and
+/// `BUF_LOST_SELECTED` — see `docs/sampling.md`).
+pub const ABI_MINOR: u16 = 6;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

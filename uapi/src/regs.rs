@@ -484,7 +484,7 @@ pub mod ccu_group {
 }
 
 // ---------------------------------------------------------------------------
-// VM table (0x4000..0x6000)
+// VM table (0x4000..0x5000)
 // ---------------------------------------------------------------------------
 
 /// Base of the VM table; VM ids start at 1, entry `v` is at `VM_BASE + v * VM_STRIDE`.
@@ -604,6 +604,9 @@ pub fn is_64bit(offset: u64) -> bool {
     if GLOBAL.contains(&offset) || offset == MBOX_DATA || offset == OOB_MBOX_DATA {
         return true;
     }
+    if crate::ri::is_64bit(offset) {
+        return true;
+    }
     let in_array = |base: u64, stride: u64, count: u32| {
         (base..base + stride * count as u64)
             .contains(&offset)
@@ -618,6 +621,13 @@ pub fn is_64bit(offset: u64) -> bool {
         MAX_PARTITION_SLOTS,
     ) {
         return crate::sampling::is_64bit_in_block(r);
+    }
+    if let Some(r) = in_array(
+        crate::ranges::RANGE_BASE,
+        crate::ranges::RANGE_STRIDE,
+        MAX_PARTITION_SLOTS,
+    ) {
+        return crate::ranges::is_64bit_in_block(r);
     }
     if let Some(r) = in_array(CCU_BASE, CCU_STRIDE, MAX_CCUS) {
         return r == CCU_RECORDS;

@@ -62,6 +62,20 @@ pub const SAMP_SPAN: u64 = 0x30;
 /// [`branch_records_per_drain`]); 0 when none runs a program.
 pub const SAMP_MIN_BRANCH_GAP: u64 = 0x34;
 
+/// RW: the scope whose lost records the buffers' [`BUF_LOST_SELECTED`]
+/// registers count ([`lost_select`]: a context id, or a VM id with
+/// [`lost_select::VM`]). An id out of range or undefined bits fail.
+/// 0 after reset (context 0: no context, counts 0).
+pub const SAMP_LOST_SELECT: u64 = 0x38;
+
+/// Encoding of [`SAMP_LOST_SELECT`].
+pub mod lost_select {
+    /// The low bits name a VM, not a context.
+    pub const VM: u32 = 1 << 31;
+    /// The id bits.
+    pub const ID_MASK: u32 = 0xFFFF;
+}
+
 /// Offset of the branch-stack buffer's registers in the sampling block.
 pub const SAMP_BUF_BRANCH: u64 = 0x40;
 /// Offset of the PC buffer's registers in the sampling block.
@@ -100,6 +114,12 @@ pub const BUF_ADDR: u64 = 0x20;
 /// RO 64-bit: records produced (stored or lost) since the last `BUF_CAP`
 /// write; a record's `seq` is this count after it.
 pub const BUF_PRODUCED: u64 = 0x28;
+/// RO 64-bit: records of the scope [`SAMP_LOST_SELECT`] names (a context,
+/// or every context of a VM) this buffer lost since the last `BUF_CAP`
+/// write. Each lost record counts for exactly one context (the one that
+/// was running), so over the contexts of the partition these sum to
+/// [`BUF_LOST`]. Select and read in one batch (batches are atomic).
+pub const BUF_LOST_SELECTED: u64 = 0x30;
 
 /// Buffer kinds (the index in [`buf`], and `arg2` of the sample interrupts).
 pub mod buf_kind {
@@ -172,7 +192,7 @@ pub fn is_64bit_in_block(offset: u64) -> bool {
         .contains(&offset)
     {
         let r = (offset - SAMP_BUF_BRANCH) % SAMP_BUF_STRIDE;
-        return r == BUF_LOST || r == BUF_ADDR || r == BUF_PRODUCED;
+        return r == BUF_LOST || r == BUF_ADDR || r == BUF_PRODUCED || r == BUF_LOST_SELECTED;
     }
     false
 }
@@ -361,6 +381,7 @@ pub const fn planned_capacity(records: u64, margin_pct: u64) -> u64 {
 const _: () =
     assert!(SAMP_BASE + MAX_PARTITION_SLOTS as u64 * SAMP_STRIDE <= crate::regs::CCU_BASE);
 const _: () = assert!(SAMP_BUF_PC == buf(buf_kind::PC, 0));
+const _: () = assert!(SAMP_LOST_SELECT + 4 <= SAMP_BUF_BRANCH);
 const _: () = assert!(CYCLE_PERIOD_MIN + SKID_CYCLES > REFILL_CYCLES + 1);
 const _: () = assert!(SAMPLE_SPAN.is_multiple_of(BUF_ALIGN));
 
@@ -372,7 +393,8 @@ mod tests {
     fn registers_and_buffers_fit_their_blocks() {
         assert_eq!(samp(1, SAMP_CTRL), 0x2100);
         assert_eq!(buf(buf_kind::PC, BUF_PRODUCED) + 8, SAMP_BUF_PC + 0x30);
-        assert!(buf(buf_kind::PC, BUF_PRODUCED) + 8 <= SAMP_STRIDE);
+        assert!(buf(buf_kind::PC, BUF_LOST_SELECTED) + 8 <= SAMP_STRIDE);
+        assert!(is_64bit_in_block(buf(buf_kind::PC, BUF_LOST_SELECTED)));
         assert!(is_64bit_in_block(buf(buf_kind::BRANCH, BUF_LOST)));
         assert!(!is_64bit_in_block(buf(buf_kind::PC, BUF_TAIL)));
         assert_eq!(SAMPLE_REGION % BUF_ALIGN, 0);

@@ -9,6 +9,12 @@
 //! it, so reprogramming first drains what the buffers hold; those records
 //! are kept and routed by the next drain.
 //!
+//! Lost records per session scope: for every watched scope of a
+//! partition, each drain selects the scope (`SAMP_LOST_SELECT`) and reads
+//! what each buffer lost for it (`BUF_LOST_SELECTED`) in the same atomic
+//! batch as the buffer's head, tail and `BUF_LOST`; the difference from
+//! the previous read is the scope's share of the batch's losses.
+//!
 //! One lock ([`DevSampler`]'s) serialises programming and draining of the
 //! buffers; routing runs after it is released.
 
@@ -22,7 +28,7 @@ use gpupm_uapi::sampling::{self as s, buf_kind, samp, samp_ctrl};
 use gpupm_uapi::tenant::sampling::sample_kind;
 
 use super::records::Batch;
-use super::{SamplerDevice, Settings};
+use super::{LostScope, SamplerDevice, Settings};
 
 /// Longest time between two drains of a sample buffer; buffers are sized
 /// for it.
@@ -40,10 +46,29 @@ struct BufState {
     last_lost: u64,
 }
 
+/// A scope whose lost records are counted.
+#[derive(Clone, Copy, Debug, Default)]
+struct Watched {
+    /// Sessions watching it.
+    sessions: u32,
+    /// `BUF_LOST_SELECTED` per buffer kind at the previous read.
+    seen: [u64; 2],
+}
+
+/// The `SAMP_LOST_SELECT` value naming `scope`.
+fn select_of(scope: LostScope) -> u32 {
+    match scope {
+        LostScope::Ctx(c) => c,
+        LostScope::Vm(v) => v | s::lost_select::VM,
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     /// Per partition slot and kind.
     bufs: std::collections::BTreeMap<(u32, u32), BufState>,
+    /// Watched scopes per partition slot.
+    watched: std::collections::BTreeMap<(u32, LostScope), Watched>,
     /// Records drained while reprogramming, routed by the next drain.
     pending: Vec<Batch>,
     /// Read buffer, kept across drains.
@@ -111,15 +136,35 @@ impl DevSampler {
         if b.cap == 0 {
             return Ok(None);
         }
-        let mut regs = [
+        let scopes: Vec<LostScope> = st
+            .watched
+            .range((p, LostScope::Ctx(0))..=(p, LostScope::Vm(u32::MAX)))
+            .map(|(&(_, scope), _)| scope)
+            .collect();
+        let mut regs = vec![
             read32(samp(p, s::buf(k, s::BUF_HEAD))),
             read32(samp(p, s::buf(k, s::BUF_TAIL))),
             read64(samp(p, s::buf(k, s::BUF_LOST))),
             read64(samp(p, s::buf(k, s::BUF_ADDR))),
         ];
+        for &scope in &scopes {
+            regs.push(write32(samp(p, s::SAMP_LOST_SELECT), select_of(scope)));
+            regs.push(read64(samp(p, s::buf(k, s::BUF_LOST_SELECTED))));
+        }
         self.dev.batch(&mut regs)?;
         let (head, tail) = (reg32(regs[0].value), reg32(regs[1].value));
         let (lost, addr) = (regs[2].value, regs[3].value);
+        let mut lost_by = Vec::new();
+        for (i, &scope) in scopes.iter().enumerate() {
+            let now = regs[5 + 2 * i].value;
+            if let Some(w) = st.watched.get_mut(&(p, scope)) {
+                let delta = now.saturating_sub(w.seen[k as usize]);
+                w.seen[k as usize] = now;
+                if delta > 0 {
+                    lost_by.push((scope, delta));
+                }
+            }
+        }
         let fill = head.wrapping_sub(tail).min(b.cap);
         let slot = usize::try_from(s::slot_size(k)).unwrap_or(usize::MAX);
         let mut batch = Batch {
@@ -128,6 +173,7 @@ impl DevSampler {
             slot_size: slot,
             bytes: Vec::with_capacity(fill as usize * slot),
             lost: lost.saturating_sub(b.last_lost),
+            lost_by,
         };
         let mut scratch = std::mem::take(&mut st.scratch);
         let per_chunk = u32::try_from((CHUNK_BYTES / slot).max(1)).unwrap_or(u32::MAX);
@@ -206,6 +252,13 @@ impl SamplerDevice for DevSampler {
             at += (u64::from(cap) * s::slot_size(k)).next_multiple_of(s::BUF_ALIGN);
             st.bufs.insert((p, k), BufState { cap, last_lost: 0 });
         }
+        // A `BUF_CAP` write zeroes the device's lost counts.
+        for (_, w) in st
+            .watched
+            .range_mut((p, LostScope::Ctx(0))..=(p, LostScope::Vm(u32::MAX)))
+        {
+            w.seen = [0; 2];
+        }
         let mut ctrl = 0;
         if let Some(n) = settings.branch_every {
             ops.push(write32(samp(p, s::SAMP_BRANCH_PERIOD), n));
@@ -218,6 +271,39 @@ impl SamplerDevice for DevSampler {
         }
         ops.push(write32(samp(p, s::SAMP_CTRL), ctrl));
         self.dev.batch(&mut ops)
+    }
+
+    fn watch_lost(&self, p: u32, scope: LostScope, on: bool) -> Result<(), DevError> {
+        let mut st = self.lock();
+        if !on {
+            if let Some(w) = st.watched.get_mut(&(p, scope)) {
+                w.sessions = w.sessions.saturating_sub(1);
+                if w.sessions == 0 {
+                    st.watched.remove(&(p, scope));
+                }
+            }
+            return Ok(());
+        }
+        if let Some(w) = st.watched.get_mut(&(p, scope)) {
+            w.sessions += 1;
+            return Ok(());
+        }
+        // Count from now: what the buffers lost for the scope so far is
+        // no session's.
+        let mut regs = [
+            write32(samp(p, s::SAMP_LOST_SELECT), select_of(scope)),
+            read64(samp(p, s::buf(buf_kind::BRANCH, s::BUF_LOST_SELECTED))),
+            read64(samp(p, s::buf(buf_kind::PC, s::BUF_LOST_SELECTED))),
+        ];
+        self.dev.batch(&mut regs)?;
+        st.watched.insert(
+            (p, scope),
+            Watched {
+                sessions: 1,
+                seen: [regs[1].value, regs[2].value],
+            },
+        );
+        Ok(())
     }
 }
 

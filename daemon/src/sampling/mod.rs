@@ -15,6 +15,15 @@
 //! daemon sees only the envelope's VM, so they go to every session on that
 //! VM, unthinned, and the tenant filters after opening them.
 //!
+//! Lost records are attributed exactly: the device counts each record a
+//! full buffer loses for the context that was running (and its VM), and
+//! the daemon reads those counts for the scope of every open session
+//! ([`SamplerDevice::watch_lost`], `SAMP_LOST_SELECT`). A session is told
+//! the records of its own scope the device lost — not the partition's —
+//! so over sessions whose scopes do not overlap the losses sum to at
+//! most `BUF_LOST`, and to exactly `BUF_LOST` when they cover every
+//! context that ran.
+//!
 //! Locks: the plane's table lock is never held while a sink runs, so a
 //! sink may take its own locks (the tenant node's handle table) and the
 //! tenant node may drop a [`Ticket`] once it released them.
@@ -39,6 +48,33 @@ pub trait SamplerDevice: Send + Sync + std::fmt::Debug {
     /// Makes partition `p`'s samplers run `settings` (both off when
     /// [`Settings::is_off`]), resizing buffers as needed.
     fn program(&self, p: u32, settings: &Settings) -> Result<(), DevError>;
+
+    /// Starts (`on`) or stops counting the records partition `p`'s
+    /// buffers lose for `scope`: drained batches then carry them in
+    /// [`Batch::lost_by`]. Nested: as many stops as starts. A device that
+    /// reports no losses per scope (a test double) needs nothing here.
+    fn watch_lost(&self, _p: u32, _scope: LostScope, _on: bool) -> Result<(), DevError> {
+        Ok(())
+    }
+}
+
+/// Whose lost records a count is: a session's scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LostScope {
+    /// One context.
+    Ctx(u32),
+    /// Every context of a VM.
+    Vm(u32),
+}
+
+impl Target {
+    /// The scope whose lost records the session is told.
+    pub fn lost_scope(&self) -> LostScope {
+        match self.ctx {
+            Some(c) => LostScope::Ctx(c),
+            None => LostScope::Vm(self.vm),
+        }
+    }
 }
 
 /// One record handed to a sink: its kind, `tenant::sampling::sample_flags`
@@ -55,9 +91,8 @@ pub struct Outgoing<'a> {
 
 /// Where a session's records go.
 pub trait SampleSink: Send + Sync + std::fmt::Debug {
-    /// Queues `records`, after counting `lost` records of `kind` the
-    /// device lost on the session's partition; false once the session is
-    /// gone.
+    /// Queues `records`, after counting `lost` records of `kind` of the
+    /// session's scope the device lost; false once the session is gone.
     fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool;
 }
 
@@ -191,8 +226,12 @@ impl Plane {
                 .map(|e| &e.demand)
                 .chain([&demand]),
         );
+        self.device.watch_lost(p, target.lost_scope(), true)?;
         if t.programmed.get(&p).copied().unwrap_or_default() != settings {
-            self.device.program(p, &settings)?;
+            if let Err(e) = self.device.program(p, &settings) {
+                self.unwatch(p, target.lost_scope());
+                return Err(e);
+            }
             t.programmed.insert(p, settings);
         }
         t.sessions.insert(
@@ -219,6 +258,7 @@ impl Plane {
         };
         self.stats.sessions.fetch_sub(1, Ordering::Relaxed);
         let p = e.target.partition;
+        self.unwatch(p, e.target.lost_scope());
         let settings = demand::combine(
             t.sessions
                 .values()
@@ -243,6 +283,16 @@ impl Plane {
         }
     }
 
+    fn unwatch(&self, p: u32, scope: LostScope) {
+        if let Err(e) = self.device.watch_lost(p, scope, false) {
+            tracing::warn!(
+                partition = p,
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "no longer counting a closed session's lost records failed"
+            );
+        }
+    }
+
     /// Reprograms every partition that has sessions (after a device reset).
     pub fn reprogram(&self) -> Result<(), DevError> {
         let t = self.lock();
@@ -261,7 +311,7 @@ impl Plane {
         self.stats
             .device_lost
             .fetch_add(batch.lost, Ordering::Relaxed);
-        let mut deliveries: Vec<(Arc<dyn SampleSink>, Vec<Outgoing<'_>>)> = Vec::new();
+        let mut deliveries: Vec<(Arc<dyn SampleSink>, u64, Vec<Outgoing<'_>>)> = Vec::new();
         {
             let mut t = self.lock();
             let device = t
@@ -278,16 +328,17 @@ impl Plane {
                     .filter(|r| accepts(e, r, batch.kind, &device))
                     .map(|r| r.outgoing(batch.kind))
                     .collect();
-                if !picks.is_empty() || batch.lost > 0 {
-                    deliveries.push((Arc::clone(&e.sink), picks));
+                let lost = batch.lost_of(e.target.lost_scope());
+                if !picks.is_empty() || lost > 0 {
+                    deliveries.push((Arc::clone(&e.sink), lost, picks));
                 }
             }
         }
-        for (sink, picks) in deliveries {
+        for (sink, lost, picks) in deliveries {
             self.stats
                 .delivered
                 .fetch_add(picks.len() as u64, Ordering::Relaxed);
-            sink.deliver(batch.kind, batch.lost, &picks);
+            sink.deliver(batch.kind, lost, &picks);
         }
     }
 }

@@ -6,7 +6,7 @@ use gpupm_uapi::sampling::{BranchStackRecord, PcRecord, BRANCH_RECORD_MAGIC, PC_
 use gpupm_uapi::tenant::sampling::{sample_flags, sample_kind};
 use zerocopy::FromBytes;
 
-use super::Outgoing;
+use super::{LostScope, Outgoing};
 
 /// Slots drained from one buffer of one partition.
 #[derive(Clone, Debug, Default)]
@@ -21,6 +21,8 @@ pub struct Batch {
     pub bytes: Vec<u8>,
     /// Records the device lost to a full buffer since the previous drain.
     pub lost: u64,
+    /// Of them, per watched scope (`SamplerDevice::watch_lost`).
+    pub lost_by: Vec<(LostScope, u64)>,
 }
 
 /// One slot, parsed.
@@ -52,6 +54,15 @@ impl<'a> Parsed<'a> {
 const ENVELOPE: usize = size_of::<Envelope>();
 
 impl Batch {
+    /// Records of `scope` the device lost since the previous drain.
+    pub fn lost_of(&self, scope: LostScope) -> u64 {
+        self.lost_by
+            .iter()
+            .filter(|(s, _)| *s == scope)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// The valid slots of the batch (empty or corrupt ones skipped).
     pub fn records(&self) -> impl Iterator<Item = Parsed<'_>> {
         let kind = self.kind;

@@ -62,8 +62,13 @@ fn target(vm: u32, ctx: Option<u32>) -> Target {
 }
 
 /// A PC batch of partition 1: `(vm, ctx, ctx_cycle)` per slot; `sealed`
-/// VMs' slots are marked encrypted.
-fn pc_batch(slots: &[(u32, u32, u64)], sealed: &[u32], lost: u64) -> Batch {
+/// VMs' slots are marked encrypted; `lost` records, `lost_by` per scope.
+fn pc_batch(
+    slots: &[(u32, u32, u64)],
+    sealed: &[u32],
+    lost: u64,
+    lost_by: &[(LostScope, u64)],
+) -> Batch {
     let mut bytes = Vec::new();
     for &(vm, ctx, ctx_cycle) in slots {
         let enc = sealed.contains(&vm);
@@ -90,6 +95,7 @@ fn pc_batch(slots: &[(u32, u32, u64)], sealed: &[u32], lost: u64) -> Batch {
         slot_size: 96,
         bytes,
         lost,
+        lost_by: lost_by.to_vec(),
     }
 }
 
@@ -166,7 +172,15 @@ fn records_reach_only_their_sessions_at_each_sessions_rate() {
     let mut slots: Vec<(u32, u32, u64)> = (0..40).map(|i| (1, 3, i * 1000)).collect();
     slots.extend((0..40).map(|i| (1, 7, i * 1000)));
     slots.push((5, 0, 0));
-    plane.route(&pc_batch(&slots, &[5], 2));
+    // Three records lost: two of context 3 (VM 1), one of context 9 (VM
+    // 2), as the device counts them per context and per VM.
+    let lost_by = [
+        (LostScope::Ctx(3), 2),
+        (LostScope::Vm(1), 2),
+        (LostScope::Ctx(9), 1),
+        (LostScope::Vm(2), 1),
+    ];
+    plane.route(&pc_batch(&slots, &[5], 3, &lost_by));
     let count = |r: &Recorder| r.got.lock().unwrap().len();
     // a: context 3 only, at the device's rate; b: the whole VM at a
     // quarter of it; the other tenant nothing; the confidential session
@@ -181,8 +195,12 @@ fn records_reach_only_their_sessions_at_each_sessions_rate() {
         (sample_kind::CYCLE, sample_flags::SEALED, 96)
     );
     assert_eq!(a.got.lock().unwrap()[0].2.len(), size_of::<PcRecord>());
-    // Device losses on the partition are reported to every session on it.
-    assert_eq!(a.lost.load(Ordering::Relaxed), 2);
-    assert_eq!(plane.stats().device_lost.load(Ordering::Relaxed), 2);
+    // Each session is told the losses of its own scope, no one else's.
+    let lost = |r: &Recorder| r.lost.load(Ordering::Relaxed);
+    assert_eq!(
+        (lost(&a), lost(&b), lost(&other), lost(&conf)),
+        (2, 2, 1, 0)
+    );
+    assert_eq!(plane.stats().device_lost.load(Ordering::Relaxed), 3);
     assert_eq!(plane.stats().drained.load(Ordering::Relaxed), 81);
 }

@@ -166,6 +166,8 @@ mod tests {
             memory_slices: vec![0],
             ctx_timeslice_cycles: 0,
             vm_timeslice_cycles: 0,
+            ri_version: 1,
+            ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
         };
         let topo = Topology::build(&h100_class(), &[part]).unwrap();
         let c = topo.partition_ccus[1][0];

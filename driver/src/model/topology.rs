@@ -281,6 +281,8 @@ mod tests {
             memory_slices: mem.to_vec(),
             ctx_timeslice_cycles: 0,
             vm_timeslice_cycles: 0,
+            ri_version: 1,
+            ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
         }
     }
 

@@ -70,6 +70,17 @@ impl VmTable {
         self.entries.get(vm as usize).map_or(0, |e| e.partition)
     }
 
+    /// Re-binds VM `vm` (an existing entry) to slot `p` (a migration).
+    pub fn set_partition(&mut self, vm: u32, p: u32) {
+        if let Some(e) = self
+            .entries
+            .get_mut(vm as usize)
+            .filter(|e| e.partition != 0)
+        {
+            e.partition = p;
+        }
+    }
+
     /// The cipher of VM `vm`, if it is confidential.
     #[inline]
     pub fn cipher(&mut self, vm: u32) -> Option<&mut VmCipher> {

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp, RiLedgerQuery};
 
 /// Why the device refused a request. Mapped to an errno only at the node
 /// boundary ([`super::error`]).
@@ -51,6 +51,22 @@ pub trait DeviceBackend: Send + 'static {
     /// Debug per-block ledger of context `ctx`'s program from row `first`
     /// (sealed for a confidential VM's context).
     fn ledger_blocks(&mut self, ctx: u32, first: u32) -> Result<BlockLedgerQuery, BackendError>;
+    /// Debug ground truth of runtime-instrumentation control block `block`.
+    fn ledger_ri(&mut self, block: u32) -> Result<RiLedgerQuery, BackendError>;
+    /// Debug ledger of partition `p`'s marked ranges for context `ctx`
+    /// (sealed for a confidential VM's context).
+    fn ledger_ranges(
+        &mut self,
+        ctx: u32,
+        p: u32,
+    ) -> Result<gpupm_uapi::ranges::RangeLedgerQuery, BackendError>;
+    /// Debug call-graph ledger of context `ctx` from call site `first`
+    /// (sealed for a confidential VM's context).
+    fn ledger_calls(
+        &mut self,
+        ctx: u32,
+        first: u32,
+    ) -> Result<gpupm_uapi::ranges::CallLedgerQuery, BackendError>;
     /// Device reset.
     fn reset(&mut self) -> Result<(), BackendError>;
     /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).

@@ -10,12 +10,15 @@
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
     ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegAccess, RegBatch,
-    Reset, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER,
-    GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
+    Reset, RiLedgerQuery, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
+    GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_LEDGER_CALLS, GPUPM_IOC_LEDGER_RANGES,
+    GPUPM_IOC_LEDGER_RI, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
     GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
     WINDOW_READ_MAX, WINDOW_READ_NR,
 };
+use gpupm_uapi::ranges::{CallLedgerQuery, RangeLedgerQuery};
 use gpupm_uapi::regs;
+use gpupm_uapi::ri::RI_BLOCKS;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
@@ -74,7 +77,10 @@ pub fn dispatch(
         }
         _ if ioc::ty(cmd) == IOC_MAGIC
             && (ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS))
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_RI)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_RANGES)
+                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_CALLS))
             && !backend.debug_ledger() =>
         {
             // The ledger is the emulator's oracle, not part of the device:
@@ -122,6 +128,57 @@ pub fn dispatch(
                 )));
             }
             Ok(IoctlReply::ok(&backend.ledger_blocks(arg.ctx, arg.first)?))
+        }
+        GPUPM_IOC_LEDGER_RI => {
+            let arg: RiLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let query_only = RiLedgerQuery {
+                version: arg.version,
+                block: arg.block,
+                ..RiLedgerQuery::default()
+            };
+            if arg != query_only || arg.block >= RI_BLOCKS {
+                return Err(malformed(format!(
+                    "RI ledger query for block {} with non-zero output fields or out of range",
+                    arg.block
+                )));
+            }
+            Ok(IoctlReply::ok(&backend.ledger_ri(arg.block)?))
+        }
+        GPUPM_IOC_LEDGER_RANGES => {
+            let arg: RangeLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let outputs_zero = arg.rows.iter().all(|r| *r == Default::default())
+                && arg.envelope == Default::default()
+                && arg.tag == [0; 16];
+            if !outputs_zero || arg.ctx == 0 || arg.partition == 0 {
+                return Err(malformed(format!(
+                    "range ledger query for ctx {} partition {} with non-zero output fields",
+                    arg.ctx, arg.partition
+                )));
+            }
+            Ok(IoctlReply::ok(
+                &backend.ledger_ranges(arg.ctx, arg.partition)?,
+            ))
+        }
+        GPUPM_IOC_LEDGER_CALLS => {
+            let arg: CallLedgerQuery = decode(input)?;
+            check_version(arg.version)?;
+            check_flags(arg.flags)?;
+            let outputs_zero = arg.count == 0
+                && arg.total == 0
+                && arg.rows.iter().all(|r| *r == Default::default())
+                && arg.envelope == Default::default()
+                && arg.tag == [0; 16];
+            if !outputs_zero || arg.ctx == 0 {
+                return Err(malformed(format!(
+                    "call ledger query for ctx {} with non-zero output fields",
+                    arg.ctx
+                )));
+            }
+            Ok(IoctlReply::ok(&backend.ledger_calls(arg.ctx, arg.first)?))
         }
         GPUPM_IOC_RESET => {
             let arg: Reset = decode(input)?;

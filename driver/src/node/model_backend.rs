@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use gpupm_uapi::intr::InterruptRecord;
-use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp};
+use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp, RiLedgerQuery};
 
 use super::backend::{BackendError, DeviceBackend};
 use crate::model::{Device, DeviceError, RegError};
@@ -22,6 +22,17 @@ impl ModelBackend {
         ModelBackend {
             dev,
             debug_ledger: false,
+        }
+    }
+
+    /// The ledgers are a debug interface.
+    fn debug_only(&self) -> Result<(), BackendError> {
+        if self.debug_ledger {
+            Ok(())
+        } else {
+            Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ))
         }
     }
 
@@ -93,6 +104,33 @@ impl DeviceBackend for ModelBackend {
             ));
         }
         self.dev.ledger_blocks(ctx, first).map_err(from_device)
+    }
+
+    fn ledger_ri(&mut self, block: u32) -> Result<RiLedgerQuery, BackendError> {
+        if !self.debug_ledger {
+            return Err(BackendError::NotSupported(
+                "the ledger is a debug interface (gpupm-driver --debug-ledger)".into(),
+            ));
+        }
+        self.dev.ledger_ri(block).map_err(from_device)
+    }
+
+    fn ledger_ranges(
+        &mut self,
+        ctx: u32,
+        p: u32,
+    ) -> Result<gpupm_uapi::ranges::RangeLedgerQuery, BackendError> {
+        self.debug_only()?;
+        self.dev.ledger_ranges(ctx, p).map_err(from_device)
+    }
+
+    fn ledger_calls(
+        &mut self,
+        ctx: u32,
+        first: u32,
+    ) -> Result<gpupm_uapi::ranges::CallLedgerQuery, BackendError> {
+        self.debug_only()?;
+        self.dev.ledger_calls(ctx, first).map_err(from_device)
     }
 
     fn reset(&mut self) -> Result<(), BackendError> {

@@ -367,11 +367,13 @@ cpi = 1.6
 name = "k_head"
 instructions = 32
 cpi = 1.2
+marker = true
 [[program.kernel.block]]
 name = "mma"
 instructions = 256
 phase_cpi = [1.1, 1.4]
 throttle = 1.8
+data = { base = 0x1000_0000, stride = 256, span = 0x10_0000 }
 loop = { to = "mma", trips = 8 }
 [[program.kernel.block]]
 name = "k_latch"
@@ -389,6 +391,7 @@ name = "store"
 name = "store"
 instructions = 128
 cpi = 4.5
+data = { base = 0x2000_0000, stride = 128, span = 0x4_0000 }
 
 # Strided reduction: a data-dependent branch in the loop, a tree step call.
 [[program]]
@@ -399,6 +402,7 @@ name = "main"
 name = "load"
 instructions = 48
 cpi = 6.0
+data = { base = 0x3000_0000, stride = 4096, span = 0x40_0000 }
 [[program.kernel.block]]
 name = "accumulate"
 instructions = 32
@@ -426,6 +430,7 @@ loop = { to = "accumulate", trips = 128 }
 name = "tree"
 instructions = 12
 cpi = 2.0
+marker = true
 call = "tree_step"
 [[program.kernel.block]]
 name = "done"
@@ -458,11 +463,13 @@ name = "copy"
 instructions = 64
 cpi = 12.0
 throttle = 1.2
+data = { base = 0x4000_0000, stride = 512, span = 0x80_0000 }
 loop = { to = "copy", trips = 1024 }
 [[program.kernel.block]]
 name = "tail"
 instructions = 16
 cpi = 6.0
+marker = true
 
 # The resonant loop (see the "resonant" profile).
 [[program]]

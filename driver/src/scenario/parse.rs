@@ -128,6 +128,8 @@ mod example_tests {
             cpi,
             throttle,
             exit,
+            marker: false,
+            data: None,
         };
         let expected = Scenario {
             programs: vec![ProgramSpec {
@@ -192,6 +194,8 @@ mod example_tests {
                     memory_slices: vec![0, 1, 2, 3],
                     ctx_timeslice_cycles: 3_960_000,
                     vm_timeslice_cycles: 7_920_000,
+                    ri_version: 1,
+                    ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
                 },
                 PartitionSpec {
                     slot: 2,
@@ -199,6 +203,8 @@ mod example_tests {
                     memory_slices: vec![4, 5, 6, 7],
                     ctx_timeslice_cycles: 3_960_000,
                     vm_timeslice_cycles: 0,
+                    ri_version: 1,
+                    ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
                 },
             ],
             vms: vec![

@@ -41,6 +41,34 @@ pub struct BlockSpec {
     pub throttle: f64,
     /// How the block ends.
     pub exit: Exit,
+    /// A marker block (`marker = true`): its every entry is a directed
+    /// sample point of runtime-instrumentation sessions and emits a
+    /// marker record (see `docs/ri.md`).
+    pub marker: bool,
+    /// The data address each visit touches, if any.
+    pub data: Option<DataSpec>,
+}
+
+/// A block's data accesses: visit `v` (0-based, per context, counted over
+/// the context's life) touches one address, `base + (v × stride) mod span`
+/// — a strided sweep over `span` bytes that wraps around.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSpec {
+    /// First address.
+    pub base: u32,
+    /// Bytes between two visits' addresses.
+    pub stride: u32,
+    /// Bytes swept before wrapping, 1..; `base + span − 1` fits 32 bits.
+    pub span: u32,
+}
+
+impl DataSpec {
+    /// The address visit `v` touches.
+    pub fn address(&self, v: u64) -> u32 {
+        let off = v.wrapping_mul(u64::from(self.stride)) % u64::from(self.span);
+        // off < span and base + span − 1 fits 32 bits.
+        self.base + u32::try_from(off).unwrap_or(0)
+    }
 }
 
 /// How a block ends.
@@ -110,6 +138,13 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
         cpi: cpi(i + 100),
         throttle: 1.5,
         exit,
+        marker: name == "after_call",
+        data: None,
+    };
+    let data = |base: u64, stride: u64| DataSpec {
+        base: u32::try_from(draw(base, 0, 255)).unwrap_or(0) << 16,
+        stride: u32::try_from(draw(stride, 1, 16)).unwrap_or(1) * 64,
+        span: 1 << 16,
     };
     let trips = u32::try_from(draw(21, 2, 64)).unwrap_or(2);
     ProgramSpec {
@@ -121,7 +156,10 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
                 blocks: vec![
                     block("prologue", 1, Exit::Fall),
                     block("head", 2, Exit::Branch(vec![(4, p)])),
-                    block("work", 3, Exit::Call(1)),
+                    BlockSpec {
+                        data: Some(data(22, 23)),
+                        ..block("work", 3, Exit::Call(1))
+                    },
                     block("after_call", 4, Exit::Fall),
                     block("latch", 5, Exit::Loop { to: 1, trips }),
                     block("epilogue", 6, Exit::Ret),
@@ -129,7 +167,13 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
             },
             KernelSpec {
                 name: "helper".into(),
-                blocks: vec![block("body", 7, Exit::Fall), block("tail", 8, Exit::Ret)],
+                blocks: vec![
+                    BlockSpec {
+                        data: Some(data(24, 25)),
+                        ..block("body", 7, Exit::Fall)
+                    },
+                    block("tail", 8, Exit::Ret),
+                ],
             },
         ],
     }

@@ -5,8 +5,8 @@ use std::ops::Range;
 use toml::Spanned;
 
 use super::error::SpanError;
-use super::program::{BlockSpec, Exit, KernelSpec, ProgramSpec, CALL_DEPTH};
-use super::raw::{RawBlock, RawKernel, RawProgram};
+use super::program::{BlockSpec, DataSpec, Exit, KernelSpec, ProgramSpec, CALL_DEPTH};
+use super::raw::{RawBlock, RawData, RawKernel, RawProgram};
 
 /// Most trips of a loop.
 const MAX_TRIPS: u32 = 1 << 24;
@@ -168,13 +168,36 @@ fn block(
         None => 1.0,
     };
     let exit = exit(raw, index, blocks, kernels)?;
+    let data = b.data.as_ref().map(data).transpose()?;
     Ok(BlockSpec {
         name,
         instructions,
         cpi,
         throttle,
         exit,
+        marker: b.marker.as_ref().is_some_and(|m| *m.get_ref()),
+        data,
     })
+}
+
+/// A block's `data = { base, stride, span }`: `span` at least 1 and the
+/// sweep inside the 32-bit address space.
+fn data(raw: &Spanned<RawData>) -> Result<DataSpec, SpanError> {
+    let d = raw.get_ref();
+    let (base, stride, span) = (*d.base.get_ref(), *d.stride.get_ref(), *d.span.get_ref());
+    if span == 0 {
+        return Err(SpanError::new(
+            d.span.span(),
+            "span 0 is out of range; a block's data sweep covers at least 1 byte",
+        ));
+    }
+    if base.checked_add(span - 1).is_none() {
+        return Err(SpanError::new(
+            d.base.span(),
+            format!("base {base} + span {span} runs past the 32-bit address space"),
+        ));
+    }
+    Ok(DataSpec { base, stride, span })
 }
 
 fn exit(
@@ -317,6 +340,43 @@ mod tests {
         let b = &s.programs[0].kernels[0].blocks;
         assert_eq!(b[1].exit, Exit::Loop { to: 0, trips: 8 });
         assert_eq!(b[1].cpi, vec![1.0, 3.0]);
+    }
+
+    #[test]
+    fn block_data_resolves_and_sweeps() {
+        let s = ok(&format!(
+            "{HEAD}[[program.kernel.block]]\ninstructions = 10\ncpi = 2.0\n\
+             data = {{ base = 4096, stride = 64, span = 192 }}\n"
+        ));
+        let d = s.programs[0].kernels[0].blocks[0].data.expect("data");
+        let addrs: Vec<u32> = (0..4).map(|v| d.address(v)).collect();
+        assert_eq!(addrs, [4096, 4160, 4224, 4096]);
+    }
+
+    #[test]
+    fn bad_block_data_reports_its_line() {
+        let block = "[[program.kernel.block]]\ninstructions = 3\ncpi = 1.0\n";
+        assert_at(
+            &err(&format!(
+                "{HEAD}{block}data = {{ base = 0, stride = 4, span = 0 }}\n"
+            )),
+            8,
+            "span 0 is out of range",
+        );
+        assert_at(
+            &err(&format!(
+                "{HEAD}{block}data = {{ base = 4294967295, stride = 4, span = 2 }}\n"
+            )),
+            8,
+            "runs past the 32-bit address space",
+        );
+        assert_at(
+            &err(&format!(
+                "{HEAD}{block}data = {{ base = 0, stride = 4, span = 8, size = 2 }}\n"
+            )),
+            8,
+            "unknown field",
+        );
     }
 
     #[test]

@@ -78,6 +78,17 @@ pub(super) struct RawBlock {
     pub loop_: Option<Spanned<RawLoop>>,
     pub call: Option<Spanned<String>>,
     pub ret: Option<Spanned<bool>>,
+    pub marker: Option<Spanned<bool>>,
+    pub data: Option<Spanned<RawData>>,
+}
+
+/// The data addresses a block touches.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawData {
+    pub base: Spanned<u32>,
+    pub stride: Spanned<u32>,
+    pub span: Spanned<u32>,
 }
 
 /// A conditional branch edge.
@@ -148,6 +159,8 @@ pub(super) struct RawPartition {
     pub ctx_timeslice_cycles: Cycles,
     pub vm_timeslice_us: Us,
     pub vm_timeslice_cycles: Cycles,
+    pub ri_version: Option<Spanned<u32>>,
+    pub ri_max_rgs: Option<Spanned<u32>>,
 }
 
 /// One `[[vm]]`.

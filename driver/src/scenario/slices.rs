@@ -1,6 +1,7 @@
 //! Checks and resolves the GPU slices: partitions and the VMs bound to them.
 
 use gpupm_uapi::regs::{MAX_PARTITION_SLOTS, MAX_VMS};
+use gpupm_uapi::ri::RGS_MAX;
 use toml::Spanned;
 
 use super::error::SpanError;
@@ -58,9 +59,32 @@ pub(super) fn partitions(
                 &p.vm_timeslice_cycles,
                 4_000,
             )?,
+            ri_version: ri_key(&p.ri_version, "ri_version", 1, 255)?,
+            ri_max_rgs: ri_key(&p.ri_max_rgs, "ri_max_rgs", RGS_MAX, RGS_MAX)?,
         });
     }
     Ok(out)
+}
+
+/// A partition's runtime-instrumentation characteristic `key`:
+/// `default` when absent, else in `0..=max` (`ri_version` is a byte).
+fn ri_key<T: TryFrom<u32>>(
+    raw: &Option<Spanned<u32>>,
+    key: &str,
+    default: T,
+    max: u32,
+) -> Result<T, SpanError> {
+    let Some(v) = raw else {
+        return Ok(default);
+    };
+    let value = *v.get_ref();
+    if value > max {
+        return Err(SpanError::new(
+            v.span(),
+            format!("{key} {value} is out of range; it must lie in 0..={max}"),
+        ));
+    }
+    T::try_from(value).map_err(|_| SpanError::new(v.span(), format!("{key} does not fit")))
 }
 
 /// Gives partition `slot` the units `wanted`, each an index into `owner`.

@@ -100,6 +100,13 @@ pub struct PartitionSpec {
     pub ctx_timeslice_cycles: u32,
     /// VM timeslice in cycles; 0 = VMs never rotate. Default 4 ms.
     pub vm_timeslice_cycles: u32,
+    /// Capability version runtime-instrumentation sessions see (key
+    /// `ri_version`, 0..=255, default 1); a VM migrated to a partition of
+    /// another version halts its sessions.
+    pub ri_version: u8,
+    /// Largest RGS a session may use here (key `ri_max_rgs`, 0..=7,
+    /// default 7).
+    pub ri_max_rgs: u32,
 }
 
 /// One VM.

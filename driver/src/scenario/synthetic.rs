@@ -62,6 +62,8 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
             memory_slices: vec![i],
             ctx_timeslice_cycles: spec.timeslice,
             vm_timeslice_cycles: spec.timeslice.saturating_mul(4),
+            ri_version: 1,
+            ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
         })
         .collect();
     let n_parts = spec.partitions.clamp(1, 8);

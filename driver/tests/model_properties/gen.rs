@@ -137,6 +137,8 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                         memory_slices: vec![i as u32],
                         ctx_timeslice_cycles: ts_ctx,
                         vm_timeslice_cycles: ts_vm,
+                        ri_version: 1,
+                        ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
                     })
                     .collect();
                 let vms: Vec<VmSpec> = vm_parts

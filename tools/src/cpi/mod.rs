@@ -8,6 +8,12 @@
 //! counts) comes from the scenario description: the session answers the
 //! context's program id (`CTX_PROGRAM`), an index into the scenario's
 //! program table (`--scenario FILE`, or the built-in scenario).
+//!
+//! A confidential VM's samples arrive sealed, every sample of the VM's
+//! contexts to every session on the VM (the daemon cannot read them to
+//! thin them): with `--key-file` the tenant opens each with the VM's key
+//! and keeps its context's; a key that does not open them is an
+//! authentication error, and nothing is estimated from ciphertext.
 
 mod output;
 
@@ -21,6 +27,7 @@ use std::time::{Duration, Instant};
 use gpupm_client::sampling::reconstruct::{Estimator, KernelShape, ProgramShape, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::Scope;
+use gpupm_driver::model::cc::Key;
 use gpupm_driver::scenario::{self, program::ProgramSpec};
 use gpupm_uapi::sampling::{DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, DEFAULT_DITHER};
 use nix::errno::Errno;
@@ -60,6 +67,10 @@ pub struct Args {
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// The confidential VM's key file, to open its sealed samples (see
+    /// `gpupm stat --key-file`).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
 }
 
 /// What one session collected.
@@ -89,14 +100,32 @@ pub fn shape_of(spec: &ProgramSpec) -> ProgramShape {
     }
 }
 
-/// Reads records from `node`'s session into `est` until `want` cycle
-/// samples arrived or `deadline` passed.
-pub fn collect(
-    node: &Node,
-    est: &mut Estimator,
-    want: u64,
-    deadline: Instant,
-) -> CliResult<Collected> {
+/// Where the records go and which are the context's.
+pub struct Sink<'a> {
+    /// The estimator.
+    pub est: &'a mut Estimator,
+    /// The sampled context (sealed records of the VM's other contexts are
+    /// dropped once opened).
+    pub ctx: u32,
+    /// The VM's key, to open sealed records.
+    pub key: Option<&'a Key>,
+}
+
+/// A sealed record opened with the key (or the refusal without one).
+fn unseal(kind: u16, slot: &[u8], key: Option<&Key>) -> CliResult<SampleBody> {
+    let key = key.ok_or_else(|| {
+        CliError::usage(
+            "the context belongs to a confidential VM: its samples are sealed; \
+             give the VM's key with --key-file",
+        )
+    })?;
+    crate::keyfile::open_sample(kind, slot, key)
+}
+
+/// Reads records from `node`'s session into `sink` until `want` cycle
+/// samples of its context arrived or `deadline` passed.
+pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> CliResult<Collected> {
+    let Sink { est, ctx, key } = sink;
     let mut c = Collected {
         samples: 0,
         stacks: 0,
@@ -121,21 +150,23 @@ pub fn collect(
         drop(client);
         for s in samples {
             c.lost += s.header.lost_before;
-            match s.body {
-                SampleBody::Cycle(pc) => {
+            let body = match s.body {
+                SampleBody::Sealed(slot) => unseal(s.header.kind, &slot, key)?,
+                plain => plain,
+            };
+            match body {
+                SampleBody::Cycle(pc) if pc.ctx == ctx => {
                     est.add_pc_record(&pc);
                     c.samples += 1;
                 }
-                SampleBody::Branch(b) => {
+                SampleBody::Branch(b) if b.ctx == ctx => {
                     est.add_stack_record(&b);
                     c.stacks += 1;
                     c.stacks_lost += s.header.lost_before;
                 }
-                SampleBody::Sealed(_) => {
-                    return Err(CliError::usage(
-                        "the context belongs to a confidential VM: its samples are sealed",
-                    ))
-                }
+                // Another context of the confidential VM (sealed records
+                // reach every session on the VM).
+                SampleBody::Cycle(_) | SampleBody::Branch(_) | SampleBody::Sealed(_) => {}
             }
         }
     }
@@ -148,6 +179,11 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         Some(path) => scenario::parse_file(path).map_err(|e| CliError::usage(e.to_string()))?,
         None => scenario::builtin(),
     };
+    let key = args
+        .key_file
+        .as_deref()
+        .map(crate::keyfile::load)
+        .transpose()?;
     let node = Node::open(&g.tenant_node)?;
     let scope = Scope::Ctx(args.ctx);
     let req =
@@ -169,7 +205,12 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         })?;
     let mut est = Estimator::new(shape_of(spec)).with_branch_every(args.branch_every);
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
-    let got = collect(&node, &mut est, args.samples, deadline)?;
+    let sink = Sink {
+        est: &mut est,
+        ctx: args.ctx,
+        key: key.as_ref(),
+    };
+    let got = collect(&node, sink, args.samples, deadline)?;
     let estimate = est.estimate(Scale::Rates {
         branch_records: (got.stacks + got.stacks_lost) as f64,
         branch_every: f64::from(args.branch_every),

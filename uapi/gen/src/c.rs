@@ -171,6 +171,8 @@ macro_rules! group {
 
 // After `group!`, which it uses.
 mod page_c;
+mod ranges;
+mod ri;
 mod sampling;
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
@@ -604,6 +606,8 @@ fn render_pass(names: Names) -> Header {
     emit_layout(&mut h);
     emit_ioctls(&mut h);
     sampling::emit_sampling(&mut h);
+    ri::emit_ri(&mut h);
+    ranges::emit_ranges(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

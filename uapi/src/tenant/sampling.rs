@@ -127,9 +127,11 @@ pub struct SampleHeader {
     pub size: u32,
     /// Session sequence number (1, 2, …) over all kinds.
     pub seq: u64,
-    /// Records of this kind the session should have received but did not
-    /// (device buffer overflow, or the session's queue full) since the
-    /// previous record of this kind.
+    /// Records of this kind the session did not receive since its
+    /// previous record of this kind: records of the session's own scope
+    /// (its context, or its VM's contexts) the device lost to a full
+    /// buffer (ABI 1.6: the device counts losses per context,
+    /// `SAMP_LOST_SELECT`), and records the session's queue dropped.
     pub lost_before: u64,
 }
 const _: () = assert!(core::mem::size_of::<SampleHeader>() == 24);

@@ -116,6 +116,12 @@ impl Device {
 
     /// Reads host-visible device memory at window offset `offset`.
     pub fn read_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
+        if offset >= gpupm_uapi::ranges::RANGE_REGION {
+            return self.read_range_window(offset, buf);
+        }
+        if offset >= gpupm_uapi::ri::RI_REGION {
+            return self.read_ri_window(offset, buf);
+        }
         if offset >= gpupm_uapi::sampling::SAMPLE_REGION {
             return self.read_sample_window(offset, buf);
         }

@@ -9,6 +9,8 @@
 
 pub(crate) mod api;
 mod programs;
+mod ranges;
+mod ri;
 mod route;
 mod switch;
 mod time;
@@ -28,8 +30,10 @@ use super::memory::Memory;
 use super::partition::Partitions;
 use super::program::run::ProgramRun;
 use super::program::Programs;
+use super::ranges::RangeUnit;
 use super::rates::Rates;
 use super::rc::ReductionChannels;
+use super::ri::RiUnit;
 use super::sampling::Sampler;
 use super::topology::{Topology, TopologyError};
 use super::trigger::TriggerBlock;
@@ -83,6 +87,10 @@ pub struct Device {
     runs: Vec<Option<ProgramRun>>,
     /// Per partition slot: the sampling unit.
     samplers: Vec<Sampler>,
+    /// The runtime-instrumentation control blocks.
+    ri: RiUnit,
+    /// Per partition slot: the marked-range unit.
+    ranges: Vec<RangeUnit>,
     /// Per partition slot: the profile phase of what it runs.
     phases: [usize; MAX_PARTITION_SLOTS as usize],
 }
@@ -151,6 +159,8 @@ impl Device {
             programs: Programs::new(scenario),
             runs: vec![None; MAX_CONTEXTS as usize],
             samplers: samplers(scenario),
+            ri: RiUnit::new(scenario),
+            ranges: ranges::range_units(scenario),
             phases: [0; MAX_PARTITION_SLOTS as usize],
             scenario: scenario.clone(),
             topo,

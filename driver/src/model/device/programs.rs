@@ -15,12 +15,25 @@ use crate::model::cc::VmCipher;
 use crate::model::ccu::bank::RATE_ONE_Q16;
 use crate::model::ccu::{Lane, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
-use crate::model::program::run::{Env, ProgramRun, Unwatched};
+use crate::model::program::run::{BlockSpan, CallStack, Env, ProgramRun, Unwatched, Visit, Watch};
 use crate::model::program::Program;
+use crate::model::ranges::watch::RangeWatcher;
+use crate::model::ri::watch::{RiWatcher, Tee};
 use crate::model::sampling::buffer::BufEvent;
 use crate::model::sampling::Watcher;
 use crate::model::topology::Topology;
 use crate::scenario::ThrottleWindow;
+
+/// An environment the lane replaces before every span.
+fn blank_env() -> Env<'static> {
+    Env {
+        ctx_base: 0,
+        dev_base: 0,
+        phase: 0,
+        throttle: &[],
+        seed: 0,
+    }
+}
 
 /// A partition's running program, as the counting engines see it.
 struct ProgLane<'a> {
@@ -31,6 +44,30 @@ struct ProgLane<'a> {
     throttle: &'a [ThrottleWindow],
     seed: u64,
     watcher: Option<Watcher<'a>>,
+    ri: Option<RiWatcher<'a>>,
+    ranges: Option<RangeWatcher<'a>>,
+}
+
+/// Two watchers on one walk.
+struct Both<'x, A, B>(&'x mut A, &'x mut B);
+
+impl<A: Watch, B: Watch> Watch for Both<'_, A, B> {
+    fn entered(&mut self, visit: &Visit, stack: CallStack<'_>) {
+        self.0.entered(visit, stack);
+        self.1.entered(visit, stack);
+    }
+    fn ran(&mut self, from: u64, to: u64, k: u16, b: u16) {
+        self.0.ran(from, to, k, b);
+        self.1.ran(from, to, k, b);
+    }
+    fn ran_block(&mut self, span: &BlockSpan) {
+        self.0.ran_block(span);
+        self.1.ran_block(span);
+    }
+    fn taken(&mut self, entry: gpupm_uapi::sampling::BranchEntry, branches: u64) {
+        self.0.taken(entry, branches);
+        self.1.taken(entry, branches);
+    }
 }
 
 impl Lane for ProgLane<'_> {
@@ -43,12 +80,25 @@ impl Lane for ProgLane<'_> {
             seed: self.seed,
         };
         self.dev += n;
-        match self.watcher.as_mut() {
-            Some(w) => {
-                w.env = env;
-                self.run.advance(n, self.prog, &env, w)
+        if let Some(w) = self.watcher.as_mut() {
+            w.env = env;
+        }
+        if let Some(w) = self.ri.as_mut() {
+            w.env = env;
+        }
+        if let Some(r) = self.ranges.as_mut() {
+            r.env = env;
+        }
+        let (samp, ri) = (self.watcher.as_mut(), self.ri.as_mut());
+        match (samp, ri, self.ranges.as_mut()) {
+            (None, None, None) => self.run.advance(n, self.prog, &env, &mut Unwatched),
+            (Some(w), None, None) => self.run.advance(n, self.prog, &env, w),
+            (None, None, Some(r)) => self.run.advance(n, self.prog, &env, r),
+            (samp, ri, None) => self.run.advance(n, self.prog, &env, &mut Tee { samp, ri }),
+            (samp, ri, Some(r)) => {
+                let mut tee = Tee { samp, ri };
+                self.run.advance(n, self.prog, &env, &mut Both(&mut tee, r))
             }
-            None => self.run.advance(n, self.prog, &env, &mut Unwatched),
         }
     }
 }
@@ -68,6 +118,23 @@ impl Device {
             self.deliver_sample_events(p);
             return;
         };
+        let ri = self.ri.watching(ctx).map(|session| RiWatcher {
+            session,
+            partition: p,
+            env: Env {
+                ctx_base: 0,
+                dev_base: 0,
+                phase: 0,
+                throttle: &[],
+                seed: 0,
+            },
+        });
+        let confidential = self.vms.confidential(c.vm);
+        let program = u32::try_from(run.program + 1).unwrap_or(0);
+        let ranges = self.ranges[p as usize].armed().then(|| {
+            let ids = (ctx, c.vm, c.serial, program);
+            RangeWatcher::new(&mut self.ranges[p as usize], ids, blank_env(), confidential)
+        });
         let sampler = &mut self.samplers[p as usize];
         let watcher = sampler.armed().then(|| Watcher {
             unit: sampler,
@@ -94,10 +161,18 @@ impl Device {
             throttle: &self.scenario.throttle,
             seed: self.scenario.seed,
             watcher,
+            ri,
+            ranges,
         };
         self.ccu
             .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane));
+        let watched_ranges = lane.ranges.is_some();
+        drop(lane);
         self.deliver_sample_events(p);
+        self.deliver_ri_events();
+        if watched_ranges {
+            self.deliver_range_events(p, c.vm);
+        }
     }
 
     /// Raises the interrupts partition `p`'s sampling unit produced.
@@ -117,11 +192,14 @@ impl Device {
         }
     }
 
-    /// Counts every partition with an armed sampler up to now, so that
-    /// its records are in the window when time stops.
+    /// Counts every partition with an armed sampler or range up to now,
+    /// so that its records are in the window when time stops.
     pub(super) fn sync_sampled(&mut self) {
         for p in 1..MAX_PARTITION_SLOTS {
-            if self.samplers[p as usize].armed() && self.ccu.generating(p) {
+            let ri = self.ri.armed() && self.ri.block_of(self.ccu.owner(p).ctx).is_some();
+            let watched =
+                self.samplers[p as usize].armed() || self.ranges[p as usize].armed() || ri;
+            if watched && self.ccu.generating(p) {
                 self.sync(p);
             }
         }
@@ -160,6 +238,10 @@ impl Device {
         }
         for s in &mut self.samplers {
             s.reset();
+        }
+        self.ri.reset();
+        for r in &mut self.ranges {
+            r.reset();
         }
     }
 

@@ -30,9 +30,13 @@ use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
+use crate::model::ranges::{RangeShadow, RangeWrite};
+use crate::model::ri::{RiShadow, RiWrite};
 use crate::model::sampling::buffer::BufWrite;
 use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
+use gpupm_uapi::ranges::{RANGE_BASE, RANGE_STRIDE, RRING_BASE, RRING_STRIDE};
+use gpupm_uapi::ri as ri_regs;
 use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
 
 /// Identity, topology and clock registers.
@@ -49,6 +53,8 @@ const MAILBOX: Range<u64> = r::MBOX_ARG..r::OOB_MBOX_ARG;
 const OOB_MAILBOX: Range<u64> = r::OOB_MBOX_ARG..r::OOB_MBOX_ARG + r::OOB_MBOX_DELTA;
 /// The confidential rekey staging registers.
 const REKEY: Range<u64> = r::REKEY_NONCE..r::REKEY_NONCE + 0x100;
+/// The runtime-instrumentation globals.
+const RI_GLOBAL: Range<u64> = ri_regs::RI_COUNT..ri_regs::RI_COUNT + 0x100;
 
 /// The unit an offset belongs to, with the instance and the offset inside
 /// the instance's block for per-instance arrays.
@@ -66,6 +72,14 @@ enum Unit {
     Partition(u32, u64),
     /// A partition's sampling block.
     Sampling(u32, u64),
+    /// The runtime-instrumentation globals.
+    RiGlobal,
+    /// A runtime-instrumentation control block.
+    Ri(u32, u64),
+    /// A partition's range block.
+    Range(u32, u64),
+    /// A partition's range-record ring registers.
+    RangeRing(u32, u64),
     Ccu(u32, u64),
     Vm(u32, u64),
     Ctx(u32, u64),
@@ -77,6 +91,19 @@ fn unit_of(offset: u64) -> Unit {
         Unit::Partition(p, o)
     } else if let Some((p, o)) = instance(offset, SAMP_BASE, SAMP_STRIDE, r::MAX_PARTITION_SLOTS) {
         Unit::Sampling(p, o)
+    } else if let Some((i, o)) = instance(
+        offset,
+        ri_regs::RI_BASE,
+        ri_regs::RI_STRIDE,
+        ri_regs::RI_BLOCKS,
+    ) {
+        Unit::Ri(i, o)
+    } else if let Some((p, o)) = instance(offset, RANGE_BASE, RANGE_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::Range(p, o)
+    } else if let Some((p, o)) = instance(offset, RRING_BASE, RRING_STRIDE, r::MAX_PARTITION_SLOTS)
+    {
+        Unit::RangeRing(p, o)
     } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
         Unit::Ccu(c, o)
     } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
@@ -97,6 +124,8 @@ fn unit_of(offset: u64) -> Unit {
         Unit::OobMailbox(offset - r::OOB_MBOX_DELTA)
     } else if REKEY.contains(&offset) {
         Unit::Rekey
+    } else if RI_GLOBAL.contains(&offset) {
+        Unit::RiGlobal
     } else {
         Unit::Unmapped
     }
@@ -112,6 +141,9 @@ pub(super) struct Shadow {
     released: Vec<u32>,
     staging: RekeyStaging,
     samp: [SampShadow; r::MAX_PARTITION_SLOTS as usize],
+    /// Made at the batch's first RI write: most batches have none.
+    ri: Option<Box<RiShadow>>,
+    ranges: [RangeShadow; r::MAX_PARTITION_SLOTS as usize],
 }
 
 /// A checked write, ready to execute.
@@ -132,6 +164,8 @@ pub(super) enum Write {
     Partition(u32, PartWrite),
     Ring(u32, RingWrite),
     Sampling(u32, SampWrite),
+    Ri(RiWrite),
+    Range(u32, RangeWrite),
     Ccu(u32, CcuWrite),
     Vm(u32, KeyWrite),
     CtxRelease(u32),
@@ -162,6 +196,10 @@ impl Device {
             Unit::Partition(p, o) if o == r::PART_COMMIT_SEQ => self.rc.read_channel(p, o),
             Unit::Partition(p, o) => self.parts.read(p, o),
             Unit::Sampling(p, o) => self.samplers[p as usize].read(o),
+            Unit::RiGlobal => self.ri.read_global(offset),
+            Unit::Ri(i, o) => self.ri.read(i, o),
+            Unit::Range(p, o) => self.ranges[p as usize].read_range(o),
+            Unit::RangeRing(p, o) => self.ranges[p as usize].read_ring(o),
             Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
             Unit::Vm(vm, o) => self.vms.read(vm, o),
             Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
@@ -223,6 +261,8 @@ impl Device {
             released: Vec::new(),
             staging: self.staging,
             samp: std::array::from_fn(|p| self.samplers[p].shadow()),
+            ri: None,
+            ranges: std::array::from_fn(|p| self.ranges[p].shadow()),
         }
     }
 
@@ -295,6 +335,23 @@ impl Device {
                 let sh = &mut sh.samp[p as usize];
                 Write::Sampling(p, self.samplers[p as usize].check_write(o, v, sh)?)
             }
+            Unit::RiGlobal => {
+                let ri = sh.ri.get_or_insert_with(|| Box::new(self.ri.shadow()));
+                Write::Ri(self.ri.check_global(offset, v, ri, self.ri_tables())?)
+            }
+            Unit::Ri(i, o) => {
+                let ri = sh.ri.get_or_insert_with(|| Box::new(self.ri.shadow()));
+                Write::Ri(self.ri.check_write(i, o, v, ri, self.ri_tables())?)
+            }
+            Unit::Range(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                let unit = &self.ranges[p as usize];
+                Write::Range(p, unit.check_range_write(o, v, sh, &self.programs)?)
+            }
+            Unit::RangeRing(p, o) => {
+                let sh = &mut sh.ranges[p as usize];
+                Write::Range(p, self.ranges[p as usize].check_ring_write(o, v, sh)?)
+            }
             Unit::Ccu(c, o) => {
                 let index = &mut sh.mask_index[c as usize];
                 Write::Ccu(c, Counting::check_ccu_write(&self.topo, c, o, v, index)?)
@@ -338,6 +395,15 @@ impl Device {
                     self.sync(p);
                 }
                 self.samplers[p as usize].apply(w);
+            }
+            Write::Ri(w) => self.execute_ri(w),
+            Write::Range(p, w) => {
+                // Arming, disarming and sizing the ring change what is
+                // counted from now on: what ran so far is counted first.
+                if w.changes_counting() {
+                    self.sync(p);
+                }
+                self.ranges[p as usize].apply(w);
             }
             Write::Ccu(c, w) => {
                 if let (CcuWrite::MaskData(_), Some(owner)) = (w, self.topo.ccus[c as usize].owner)

@@ -56,6 +56,10 @@ impl Device {
     /// Step 6b: re-point the RC (MMU rebind) to the incoming blocks.
     pub(super) fn step_repoint(&mut self, p: u32) {
         let who = self.parts.repointed(p);
+        let out = self.ccu.owner(p).ctx;
+        if out != who.ctx && self.ri.armed() {
+            self.ri.switched_out(out);
+        }
         self.ccu.set_owner(p, who);
     }
 
@@ -168,5 +172,6 @@ impl Device {
     pub(super) fn release_context(&mut self, id: u32) {
         let slot = self.ctxs.release(id);
         self.mem.release_ctx_slot(slot);
+        self.ri.released(id);
     }
 }

@@ -138,6 +138,8 @@ mod tests {
             memory_slices: vec![0],
             ctx_timeslice_cycles: ts_ctx,
             vm_timeslice_cycles: 0,
+            ri_version: 1,
+            ri_max_rgs: gpupm_uapi::ri::RGS_MAX,
         };
         let topo = Topology::build(&h100_class(), std::slice::from_ref(&spec)).unwrap();
         let mut parts = Partitions::new(&topo);

@@ -147,6 +147,16 @@ impl Partitions {
         self.slots[p as usize].vms.push(vm);
     }
 
+    /// Moves VM `vm` from slot `from` to slot `to` (a migration; the VM
+    /// is neither current nor incoming on `from`).
+    pub fn move_vm(&mut self, vm: u32, from: u32, to: u32) {
+        self.slots[from as usize].vms.retain(|&v| v != vm);
+        let vms = &mut self.slots[to as usize].vms;
+        if let Err(at) = vms.binary_search(&vm) {
+            vms.insert(at, vm);
+        }
+    }
+
     /// Slot `p`; `p` must be below `MAX_PARTITION_SLOTS`.
     #[inline]
     pub fn get(&self, p: u32) -> &Partition {

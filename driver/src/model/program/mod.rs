@@ -10,7 +10,7 @@
 
 pub mod run;
 
-use crate::scenario::program::{block_cycles, Exit, ProgramSpec};
+use crate::scenario::program::{block_cycles, DataSpec, Exit, ProgramSpec};
 use crate::scenario::Scenario;
 
 /// A compiled block.
@@ -26,6 +26,10 @@ pub struct Block {
     pub exit: CompiledExit,
     /// Row of the block in the program's flat ledger.
     pub row: usize,
+    /// A marker block (directed sampling, marker emits).
+    pub marker: bool,
+    /// The data address each visit touches, if any.
+    pub data: Option<DataSpec>,
 }
 
 /// A block's exit with probabilities as 32-bit thresholds.
@@ -92,6 +96,8 @@ impl Program {
                                 .collect(),
                             exit: compile_exit(&b.exit),
                             row: row - 1,
+                            marker: b.marker,
+                            data: b.data,
                         }
                     })
                     .collect()
@@ -197,6 +203,13 @@ impl Programs {
                 .iter()
                 .map(Program::compile)
                 .collect(),
+        }
+    }
+
+    /// Compiles `specs` (in table order).
+    pub fn from_specs(specs: &[ProgramSpec]) -> Self {
+        Programs {
+            table: specs.iter().map(Program::compile).collect(),
         }
     }
 

@@ -10,6 +10,7 @@
 //! instructions have retired after `k` cycles.
 
 use gpupm_uapi::ioctl::BlockTruth;
+use gpupm_uapi::ranges::StackEntry;
 use gpupm_uapi::sampling::BranchEntry;
 
 use super::{CompiledExit, Program};
@@ -58,10 +59,96 @@ impl Env<'_> {
     }
 }
 
-/// Who watches the walk (the sampling unit).
+/// One piece of a block's execution inside a span, with what a watcher
+/// needs to place instructions and block entries in it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockSpan {
+    /// The piece is context cycles `(from, to]`.
+    pub from: u64,
+    /// End of the piece.
+    pub to: u64,
+    /// Kernel.
+    pub kernel: u16,
+    /// Block.
+    pub block: u16,
+    /// Context cycle at which the block started (`from == start` on the
+    /// block's first piece: the block was entered at `from`).
+    pub start: u64,
+    /// The block's cycles.
+    pub cycles: u64,
+    /// The block's instructions (they retire evenly over its cycles).
+    pub instructions: u32,
+    /// Instructions the context retired before the block started.
+    pub retired_before: u64,
+    /// Whether the block is a marker block.
+    pub marker: bool,
+}
+
+impl BlockSpan {
+    /// Instructions the context retired up to context cycle `c` (in
+    /// `start..=start + cycles`).
+    #[inline]
+    pub fn retired_at(&self, c: u64) -> u64 {
+        self.retired_before + (c - self.start) * u64::from(self.instructions) / self.cycles.max(1)
+    }
+}
+
+/// One visit of a block, as it starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Visit {
+    /// Kernel.
+    pub kernel: u16,
+    /// Block.
+    pub block: u16,
+    /// Context cycle the visit starts.
+    pub start: u64,
+    /// Context cycles the visit takes.
+    pub cycles: u64,
+    /// Instructions it retires.
+    pub instructions: u32,
+    /// The data address it touches, if the block touches data.
+    pub address: Option<u32>,
+}
+
+/// The call stack of a walk, as a watcher sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct CallStack<'a>(&'a [Frame]);
+
+impl CallStack<'_> {
+    /// Calls below the entry kernel.
+    pub fn depth(&self) -> usize {
+        self.0.len().saturating_sub(1)
+    }
+
+    /// Writes the calls, outermost first, into `out`; returns how many.
+    pub fn write(&self, out: &mut [StackEntry]) -> usize {
+        let mut n = 0;
+        for (frame, slot) in self.0.iter().skip(1).zip(out.iter_mut()) {
+            let (kernel, return_block) = frame.ret.unwrap_or((0, 0));
+            *slot = StackEntry {
+                kernel,
+                call_block: return_block.wrapping_sub(1),
+                return_block,
+                callee: frame.kernel,
+            };
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Who watches the walk (the sampling unit, runtime instrumentation, the
+/// marked ranges).
 pub trait Watch {
+    /// A block visit starts; `stack` is the call stack it runs under.
+    fn entered(&mut self, _visit: &Visit, _stack: CallStack<'_>) {}
     /// The context ran context cycles `(from, to]` in block `b` of kernel `k`.
     fn ran(&mut self, from: u64, to: u64, k: u16, b: u16);
+    /// [`Watch::ran`] with the block's shape; watchers that count
+    /// instructions or see block entries override it.
+    fn ran_block(&mut self, span: &BlockSpan) {
+        self.ran(span.from, span.to, span.kernel, span.block);
+    }
     /// A taken branch; `entry.cycle` is the context cycle its target starts.
     fn taken(&mut self, entry: BranchEntry, branches: u64);
     /// Whether the watcher ignores everything (the walk may then skip
@@ -87,7 +174,7 @@ impl Watch for Unwatched {
 
 /// A call frame.
 #[derive(Clone, Debug)]
-struct Frame {
+pub struct Frame {
     kernel: u16,
     /// Where the caller continues (kernel, block); `None` for the entry.
     ret: Option<(u16, u16)>,
@@ -118,6 +205,9 @@ pub struct ProgramRun {
     /// (instructions, cycles) of the running block that a reset left out
     /// of its row.
     skip: (u64, u64),
+    /// Per row, visits that device resets cleared from it (empty until
+    /// the first reset): with the row's visits, the data-address ordinal.
+    visits_before_reset: Vec<u64>,
 }
 
 /// Random-draw domain of branch decisions.
@@ -140,6 +230,7 @@ impl ProgramRun {
             draws: 0,
             branches: 0,
             rows: vec![[0; 3]; prog.rows],
+            visits_before_reset: Vec::new(),
             skip: (0, 0),
         }
     }
@@ -180,6 +271,7 @@ impl ProgramRun {
                     loops: Vec::new(),
                 });
                 self.enter(prog, env, 0);
+                self.announce(prog, watch);
             } else if self.now == self.block_start + self.block_cycles {
                 if watch.passive() {
                     self.skip_iterations(prog, env, end);
@@ -190,7 +282,18 @@ impl ProgramRun {
                 self.finish_block(prog, env, watch);
             }
             let stop = end.min(self.block_start + self.block_cycles);
-            watch.ran(self.now, stop, self.kernel(), self.block);
+            let (kernel, block) = (self.kernel(), self.block);
+            watch.ran_block(&BlockSpan {
+                from: self.now,
+                to: stop,
+                kernel,
+                block,
+                start: self.block_start,
+                cycles: self.block_cycles,
+                instructions: self.block_insts,
+                retired_before: self.retired_done,
+                marker: !watch.passive() && prog.block(kernel, block).marker,
+            });
             self.now = stop;
         }
         self.retired() - before
@@ -215,6 +318,30 @@ impl ProgramRun {
         self.block_cycles = table[env.phase % table.len()];
         self.block_insts = block.instructions;
         self.rows[block.row][0] += 1;
+    }
+
+    /// Visits of ledger row `row` over the context's life.
+    fn lifetime_visits(&self, row: usize) -> u64 {
+        self.rows[row][0] + self.visits_before_reset.get(row).copied().unwrap_or(0)
+    }
+
+    /// Tells `watch` the visit that just started.
+    #[inline]
+    fn announce(&self, prog: &Program, watch: &mut impl Watch) {
+        if watch.passive() {
+            return;
+        }
+        let (kernel, block) = (self.kernel(), self.block);
+        let b = prog.block(kernel, block);
+        let visit = Visit {
+            kernel,
+            block,
+            start: self.block_start,
+            cycles: self.block_cycles,
+            instructions: self.block_insts,
+            address: b.data.map(|d| d.address(self.lifetime_visits(b.row) - 1)),
+        };
+        watch.entered(&visit, CallStack(&self.frames));
     }
 
     /// At the end of a loop latch whose iterations all run the same
@@ -318,6 +445,7 @@ impl ProgramRun {
             watch.taken(entry, self.branches);
         }
         self.enter(prog, env, to_b);
+        self.announce(prog, watch);
     }
 
     /// The next (kernel, block) and whether getting there is a taken branch;
@@ -401,7 +529,11 @@ impl ProgramRun {
     /// Zeroes the per-block ledger (device reset): the running block's
     /// cycles and instructions so far are left out of it.
     pub fn clear_truth(&mut self) {
-        self.rows.iter_mut().for_each(|r| *r = [0; 3]);
+        self.visits_before_reset.resize(self.rows.len(), 0);
+        for (r, before) in self.rows.iter_mut().zip(&mut self.visits_before_reset) {
+            *before += r[0];
+            *r = [0; 3];
+        }
         self.skip = (
             self.partial_insts(),
             self.now - self.block_start.min(self.now),

@@ -2,7 +2,10 @@
 //! placed and sized by the host (`BUF_BASE`, `BUF_CAP`), drained through
 //! `BUF_TAIL`; a full buffer counts the record as lost, never silently.
 
+use std::collections::BTreeMap;
+
 use gpupm_uapi::layout::Envelope;
+use gpupm_uapi::sampling::lost_select;
 use gpupm_uapi::sampling::{self as s, BUF_ALIGN, SAMPLE_SPAN};
 use zerocopy::IntoBytes;
 
@@ -30,6 +33,9 @@ pub struct SampleBuffer {
     tail: u32,
     watermark: u32,
     lost: u64,
+    /// Lost records per context, and per VM (the same records).
+    lost_by_ctx: BTreeMap<u32, u64>,
+    lost_by_vm: BTreeMap<u32, u64>,
     produced: u64,
     bytes: Vec<u8>,
     overflow_reported: bool,
@@ -71,6 +77,8 @@ impl SampleBuffer {
             tail: 0,
             watermark: 1,
             lost: 0,
+            lost_by_ctx: BTreeMap::new(),
+            lost_by_vm: BTreeMap::new(),
             produced: 0,
             bytes: Vec::new(),
             overflow_reported: false,
@@ -97,17 +105,20 @@ impl SampleBuffer {
         }
     }
 
-    /// Stores `record` sealed for `vm` (through `cipher` for a confidential
-    /// VM), or counts it lost; returns the interrupt it raises.
+    /// Stores `record` of context `ctx` sealed for `vm` (through `cipher`
+    /// for a confidential VM), or counts it lost (for the buffer, the
+    /// context and the VM); returns the interrupt it raises.
     pub fn push(
         &mut self,
         record: &[u8],
-        vm: u32,
+        (vm, ctx): (u32, u32),
         cipher: Option<&mut VmCipher>,
     ) -> Option<BufEvent> {
         self.produced += 1;
         if self.cap == 0 || self.head.wrapping_sub(self.tail) >= self.cap {
             self.lost += 1;
+            *self.lost_by_ctx.entry(ctx).or_default() += 1;
+            *self.lost_by_vm.entry(vm).or_default() += 1;
             return (!self.overflow_reported).then(|| {
                 self.overflow_reported = true;
                 BufEvent::Overflow(self.lost)
@@ -143,6 +154,18 @@ impl SampleBuffer {
         self.lost
     }
 
+    /// Records of the scope `select` names (a `SAMP_LOST_SELECT` value)
+    /// lost so far.
+    pub fn lost_selected(&self, select: u32) -> u64 {
+        let id = select & lost_select::ID_MASK;
+        let by = if select & lost_select::VM != 0 {
+            &self.lost_by_vm
+        } else {
+            &self.lost_by_ctx
+        };
+        by.get(&id).copied().unwrap_or(0)
+    }
+
     /// Copies bytes at `within` (offset from the buffer's first slot).
     pub fn read(&self, within: u64, buf: &mut [u8]) -> Option<()> {
         let start = usize::try_from(within).ok()?;
@@ -152,8 +175,8 @@ impl SampleBuffer {
     }
 
     /// Reads register `reg` (relative to the buffer's register set) of the
-    /// buffer in partition `p`.
-    pub fn read_reg(&self, p: u32, reg: u64) -> Option<RegValue> {
+    /// buffer in partition `p`; `select` is the unit's `SAMP_LOST_SELECT`.
+    pub fn read_reg(&self, p: u32, reg: u64, select: u32) -> Option<RegValue> {
         match reg {
             s::BUF_BASE => r32(self.base),
             s::BUF_CAP => r32(self.cap),
@@ -163,6 +186,7 @@ impl SampleBuffer {
             s::BUF_LOST => r64(self.lost),
             s::BUF_ADDR => r64(s::sample_span_offset(p) + u64::from(self.base)),
             s::BUF_PRODUCED => r64(self.produced),
+            s::BUF_LOST_SELECTED => r64(self.lost_selected(select)),
             _ => None,
         }
     }

@@ -34,6 +34,20 @@ pub struct SampShadow {
     pub bufs: [Placement; 2],
 }
 
+/// Whether `v` is a valid `SAMP_LOST_SELECT` value.
+fn valid_lost_select(v: u32) -> bool {
+    use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
+    use gpupm_uapi::sampling::lost_select;
+    let id = v & lost_select::ID_MASK;
+    let defined = v & !(lost_select::VM | lost_select::ID_MASK) == 0;
+    let limit = if v & lost_select::VM != 0 {
+        MAX_VMS
+    } else {
+        MAX_CONTEXTS
+    };
+    defined && id < limit
+}
+
 /// A checked write.
 #[derive(Clone, Copy, Debug)]
 pub enum SampWrite {
@@ -47,6 +61,8 @@ pub enum SampWrite {
     Dither(u32),
     /// A buffer register of buffer `kind`.
     Buf(u32, BufWrite),
+    /// `SAMP_LOST_SELECT`.
+    LostSelect(u32),
 }
 
 /// A sample-buffer interrupt waiting to be raised: (kind, event, device cycle).
@@ -62,6 +78,7 @@ pub struct Sampler {
     p: u32,
     r_max: u32,
     min_branch_gap: u32,
+    lost_select: u32,
     branches: u64,
     samples: u64,
     stack: Vec<BranchEntry>,
@@ -86,6 +103,7 @@ impl Sampler {
             p: s::DEFAULT_CYCLE_PERIOD,
             r_max: s::DEFAULT_DITHER,
             min_branch_gap: u32::try_from(min_branch_gap).unwrap_or(u32::MAX),
+            lost_select: 0,
             branches: 0,
             samples: 0,
             stack: Vec::with_capacity(BRANCH_STACK_ENTRIES),
@@ -136,7 +154,7 @@ impl Sampler {
             return (reg == s::SAMP_STATUS).then_some(RegValue::R32(0));
         }
         if let Some((kind, r)) = buf_reg(reg) {
-            return self.bufs[kind as usize].read_reg(self.partition, r);
+            return self.bufs[kind as usize].read_reg(self.partition, r, self.lost_select);
         }
         match reg {
             s::SAMP_CTRL => r32(self.ctrl),
@@ -151,6 +169,7 @@ impl Sampler {
             s::SAMP_CYCLE_SAMPLES => r64(self.samples),
             s::SAMP_SPAN => r32(u32::try_from(s::SAMPLE_SPAN).unwrap_or(u32::MAX)),
             s::SAMP_MIN_BRANCH_GAP => r32(self.min_branch_gap),
+            s::SAMP_LOST_SELECT => r32(self.lost_select),
             _ => None,
         }
     }
@@ -191,6 +210,10 @@ impl Sampler {
             s::SAMP_CYCLE_PERIOD => Ok(SampWrite::CyclePeriod(v)),
             s::SAMP_CYCLE_DITHER if v > s::DITHER_MAX => bad("R_MAX must lie in 0..=4095"),
             s::SAMP_CYCLE_DITHER => Ok(SampWrite::Dither(v)),
+            s::SAMP_LOST_SELECT if !valid_lost_select(v) => {
+                bad("SAMP_LOST_SELECT names a context or (with bit 31) a VM id in range")
+            }
+            s::SAMP_LOST_SELECT => Ok(SampWrite::LostSelect(v)),
             _ => Err(Reject::ReadOnly),
         }
     }
@@ -212,6 +235,7 @@ impl Sampler {
             SampWrite::CyclePeriod(v) => self.p = v,
             SampWrite::Dither(v) => self.r_max = v,
             SampWrite::Buf(kind, w) => self.bufs[kind as usize].apply(w),
+            SampWrite::LostSelect(v) => self.lost_select = v,
         }
     }
 
@@ -272,7 +296,7 @@ impl Watcher<'_> {
 
     fn store(&mut self, kind: u32, bytes: &[u8], at: u64) {
         let buf = &mut self.unit.bufs[kind as usize];
-        if let Some(ev) = buf.push(bytes, self.vm, self.cipher.as_deref_mut()) {
+        if let Some(ev) = buf.push(bytes, (self.vm, self.ctx), self.cipher.as_deref_mut()) {
             self.unit.events.push((kind, ev, at));
         }
     }

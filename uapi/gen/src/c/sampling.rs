@@ -49,6 +49,7 @@ pub(super) fn emit_sampling(h: &mut Header) {
             ("SAMP_CYCLE_SAMPLES", s::SAMP_CYCLE_SAMPLES),
             ("SAMP_SPAN", s::SAMP_SPAN),
             ("SAMP_MIN_BRANCH_GAP", s::SAMP_MIN_BRANCH_GAP),
+            ("SAMP_LOST_SELECT", s::SAMP_LOST_SELECT),
             ("SAMP_BUF_BRANCH", s::SAMP_BUF_BRANCH),
             ("SAMP_BUF_PC", s::SAMP_BUF_PC),
             ("SAMP_BUF_STRIDE", s::SAMP_BUF_STRIDE),
@@ -73,11 +74,13 @@ pub(super) fn emit_sampling(h: &mut Header) {
             ("BUF_LOST", s::BUF_LOST),
             ("BUF_ADDR", s::BUF_ADDR),
             ("BUF_PRODUCED", s::BUF_PRODUCED),
+            ("BUF_LOST_SELECTED", s::BUF_LOST_SELECTED),
         ],
     );
     group!(h, dec "GPUPM_BUF_KIND_", gpupm_uapi::sampling::buf_kind: BRANCH, PC, COUNT);
     group!(h, hex "GPUPM_SAMP_CTRL_", gpupm_uapi::sampling::samp_ctrl: BRANCH_ENABLE, CYCLE_ENABLE, ALL);
     group!(h, hex "GPUPM_SAMP_STATUS_", gpupm_uapi::sampling::samp_status: CONFIGURED);
+    group!(h, hex "GPUPM_LOST_SELECT_", gpupm_uapi::sampling::lost_select: VM, ID_MASK);
     group!(h, hex "GPUPM_SAMPLE_FLAGS_", gpupm_uapi::sampling::sample_flags: SECONDARY_CLOCK);
     group!(h, dec "GPUPM_", gpupm_uapi::sampling: BRANCH_PERIOD_MAX, CYCLE_PERIOD_MIN,
         CYCLE_PERIOD_MAX, DEFAULT_DITHER, DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, SKID_CYCLES,

@@ -11,11 +11,17 @@ use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
     self, Advance, BlockLedgerQuery, BlockTruth, Identity, LedgerQuery, RegAccess, RegBatch, RegOp,
-    Reset, WindowRead,
+    Reset, RiLedgerQuery, WindowRead,
 };
-use gpupm_uapi::layout::{self, Block, BlockSlot, CcuRecord, Envelope, StreamRecord, StreamSlot};
+use gpupm_uapi::layout::{
+    self, Block, BlockSlot, CcuRecord, Envelope, RiAbortRecord, RiBeginRecord, RiEmitRecord,
+    RiInstructionRecord, RiTimestampRecord, StreamRecord, StreamSlot,
+};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
+use gpupm_uapi::ranges::{
+    CallEdge, CallLedgerQuery, RangeLedgerQuery, RangeRecord, RangeSlot, RangeTruth, StackEntry,
+};
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 use gpupm_uapi::tenant::{
@@ -36,7 +42,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 46] {
+pub fn all_structs() -> [StructInfo; 59] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -84,11 +90,24 @@ pub fn all_structs() -> [StructInfo; 46] {
         PcSlot => "gpupm_pc_slot",
         BlockTruth => "gpupm_block_truth",
         BlockLedgerQuery => "gpupm_block_ledger_query",
+        RiBeginRecord => "gpupm_ri_begin_record",
+        RiTimestampRecord => "gpupm_ri_timestamp_record",
+        RiInstructionRecord => "gpupm_ri_instruction_record",
+        RiEmitRecord => "gpupm_ri_emit_record",
+        RiAbortRecord => "gpupm_ri_abort_record",
+        RiLedgerQuery => "gpupm_ri_ledger_query",
+        StackEntry => "gpupm_stack_entry",
+        RangeRecord => "gpupm_range_record",
+        RangeSlot => "gpupm_range_slot",
+        RangeTruth => "gpupm_range_truth",
+        RangeLedgerQuery => "gpupm_range_ledger_query",
+        CallEdge => "gpupm_call_edge",
+        CallLedgerQuery => "gpupm_call_ledger_query",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 21] = [
+const IOCTL_STRUCTS: [(&str, &str); 24] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -97,6 +116,9 @@ const IOCTL_STRUCTS: [(&str, &str); 21] = [
     ("GPUPM_IOC_REG_READ", "gpupm_reg_access"),
     ("GPUPM_IOC_REG_WRITE", "gpupm_reg_access"),
     ("GPUPM_IOC_LEDGER_BLOCKS", "gpupm_block_ledger_query"),
+    ("GPUPM_IOC_LEDGER_RI", "gpupm_ri_ledger_query"),
+    ("GPUPM_IOC_LEDGER_RANGES", "gpupm_range_ledger_query"),
+    ("GPUPM_IOC_LEDGER_CALLS", "gpupm_call_ledger_query"),
     ("TENANT_IOC_WHOAMI", "gpupm_tenant_whoami"),
     ("TENANT_IOC_LIST_CONTEXTS", "gpupm_tenant_list_contexts"),
     ("TENANT_IOC_READ_COUNTERS", "gpupm_tenant_read_counters"),
@@ -116,7 +138,7 @@ const IOCTL_STRUCTS: [(&str, &str); 21] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 14] = [
+const ARRAY_LENGTHS: [(&str, &str); 17] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -131,6 +153,9 @@ const ARRAY_LENGTHS: [(&str, &str); 14] = [
     ("PAGE_TAIL", "GPUPM_PAGE_TAIL"),
     ("BRANCH_STACK_ENTRIES", "GPUPM_BRANCH_STACK_ENTRIES"),
     ("BLOCK_LEDGER_ROWS", "GPUPM_BLOCK_LEDGER_ROWS"),
+    ("RANGE_STACK_DEPTH", "GPUPM_RANGE_STACK_DEPTH"),
+    ("RANGE_LEDGER_ROWS", "GPUPM_RANGE_LEDGER_ROWS"),
+    ("CALL_LEDGER_ROWS", "GPUPM_CALL_LEDGER_ROWS"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -147,7 +172,13 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
     cfg.export.include = include.iter().map(|s| (*s).to_string()).collect();
     // The slot structs cbindgen cannot size (their payload length is a
     // `size_of`), written by `slot_struct`.
-    let mut excluded = vec!["BlockSlot", "StreamSlot", "BranchSlot", "PcSlot"];
+    let mut excluded = vec![
+        "BlockSlot",
+        "StreamSlot",
+        "BranchSlot",
+        "PcSlot",
+        "RangeSlot",
+    ];
     excluded.extend_from_slice(elsewhere);
     cfg.export.exclude = excluded.iter().map(|s| (*s).to_string()).collect();
     cfg.export.renaming_overrides_prefixing = true;
@@ -254,6 +285,8 @@ pub fn emit_structs(h: &mut Header) {
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
     super::sampling::emit_sampling_structs(h);
+    super::ri::emit_ri_structs(h);
+    super::ranges::emit_ranges_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {
@@ -301,6 +334,8 @@ pub fn emit_asserts(h: &mut Header) {
     ]
     .into_iter()
     .chain(super::sampling::sampling_offset_checks())
+    .chain(super::ri::ri_offset_checks())
+    .chain(super::ranges::ranges_offset_checks())
     {
         h.assert(&format!("{expr} == {rust}ULL"));
     }

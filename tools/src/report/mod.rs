@@ -1,23 +1,32 @@
-//! `gpupm report FILE`: summarises a `gpupm record` file per context (top N
-//! by warp instructions) and per interval of device time.
+//! `gpupm report FILE`: merges every record type of a `gpupm record` file
+//! into one trace ordered by (cycle, sequence) ([`crate::trace`]) and
+//! summarises it — counter deltas per context (top N by warp
+//! instructions) and per interval of device time, record counts per type,
+//! samples per context and block — or prints it (`--trace`).
 //!
-//! JSON (stable): [`ReportJson`] (`gpupm report --help` shows the schema).
+//! JSON (stable): [`ReportJson`] (`gpupm report --help` shows the
+//! schema), and with `--trace` one [`trace_lines::TraceLine`] per line (the `--trace`
+//! help lists its fields).
+
+mod samples;
+mod trace_lines;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use gpupm_uapi::events::{CATALOGUE, MAX_EVENTS};
-use gpupm_uapi::layout::{envelope_flags, StreamRecord, RECORD_MAGIC};
-use gpupm_uapi::tenant::{scope, TenantDelta};
+use gpupm_uapi::layout::StreamRecord;
+use gpupm_uapi::tenant::scope;
 use schemars::JsonSchema;
 use serde::Serialize;
-use zerocopy::FromBytes;
 
+use self::samples::{ContextSamples, TypeSummary};
 use crate::derived;
 use crate::error::{CliError, CliResult};
 use crate::output::emit;
 use crate::record::format;
+use crate::trace::{Body, RecordType, TraceRecord};
 
 /// Arguments of `gpupm report`.
 #[derive(clap::Args, Debug)]
@@ -30,9 +39,20 @@ pub struct Args {
     /// Interval length in milliseconds of device time.
     #[arg(long, value_name = "MS", default_value_t = 100)]
     interval_ms: u64,
-    /// JSON instead of tables.
+    /// JSON instead of tables (with --trace: one object per record and line).
     #[arg(long)]
     json: bool,
+    /// Print the merged trace, one line per record, instead of the
+    /// summary. With --json, one object per record and line: cycle,
+    /// sequence (the merge key), type (counter_delta, branch_stack,
+    /// pc_sample), session_seq, lost_before, sealed, vm, ctx, and when
+    /// known kernel, block, device_seq, span (docs/sampling.md).
+    #[arg(long)]
+    trace: bool,
+    /// Open a confidential VM's sealed records with its key file (see
+    /// `gpupm stat --key-file`).
+    #[arg(long, value_name = "FILE")]
+    key_file: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -95,12 +115,21 @@ pub struct ReportJson {
     pub id: u32,
     /// Nominal device clock in kHz.
     pub clock_khz: u32,
-    /// Records in the file.
+    /// Records in the file, every type.
     pub records: usize,
-    /// Records lost to overflow before they were recorded.
+    /// Records lost before they were recorded, every type.
     pub lost: u64,
-    /// Records of a confidential VM (sealed; not summed).
+    /// Counter deltas of a confidential VM (sealed; not summed).
     pub sealed_records: u64,
+    /// Records, sealed records and lost records per record type.
+    pub types: Vec<TypeSummary>,
+    /// Records of types this gpupm does not know (skipped).
+    pub unknown_records: u64,
+    /// False when the recorder did not end cleanly (the file holds what it
+    /// wrote up to its last whole record).
+    pub finished: bool,
+    /// Samples per context (most PC samples first), kernel and block.
+    pub samples: Vec<ContextSamples>,
     /// First device cycle covered.
     pub first_cycle: u64,
     /// Last device cycle covered.
@@ -166,12 +195,16 @@ struct Summary {
     last: u64,
 }
 
-fn summarise(recs: &[TenantDelta], khz: u32, interval_ms: u64) -> Summary {
+fn summarise<'a>(
+    recs: impl Iterator<Item = &'a TraceRecord>,
+    khz: u32,
+    interval_ms: u64,
+) -> Summary {
     let bucket = (interval_ms.max(1) * u64::from(khz)).max(1);
     let mut s = Summary {
         khz,
         bucket,
-        records: recs.len(),
+        records: 0,
         ctxs: BTreeMap::new(),
         intervals: BTreeMap::new(),
         sealed: 0,
@@ -180,21 +213,20 @@ fn summarise(recs: &[TenantDelta], khz: u32, interval_ms: u64) -> Summary {
         last: 0,
     };
     for d in recs {
+        s.records += 1;
         s.lost += d.lost_before;
-        if d.slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
-            s.sealed += 1;
-            continue;
-        }
-        let Ok((r, _)) = StreamRecord::read_from_prefix(&d.slot.payload) else {
-            continue;
+        let r = match &d.body {
+            Body::Counter(r) => r,
+            Body::Sealed => {
+                s.sealed += 1;
+                continue;
+            }
+            Body::Branch(_) | Body::Pc(_) => continue,
         };
-        if r.magic != RECORD_MAGIC {
-            continue;
-        }
         s.first = s.first.min(r.start_cycle);
         s.last = s.last.max(r.end_cycle);
-        s.ctxs.entry(r.ctx).or_default().add(&r);
-        s.intervals.entry(r.end_cycle / bucket).or_default().add(&r);
+        s.ctxs.entry(r.ctx).or_default().add(r);
+        s.intervals.entry(r.end_cycle / bucket).or_default().add(r);
     }
     if s.first == u64::MAX {
         s.first = 0;
@@ -206,9 +238,29 @@ fn summarise(recs: &[TenantDelta], khz: u32, interval_ms: u64) -> Summary {
 pub fn run(args: &Args) -> CliResult<ExitCode> {
     let bytes = std::fs::read(&args.file)
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let (h, recs) = format::decode(&bytes)
-        .map_err(|e| CliError::usage(format!("{}: {e}", args.file.display())))?;
-    let sum = summarise(&recs, h.clock_khz.max(1), args.interval_ms);
+    let shown = |e: String| CliError::usage(format!("{}: {e}", args.file.display()));
+    let decoded = format::decode(&bytes).map_err(|e| shown(e.to_string()))?;
+    let key = args
+        .key_file
+        .as_deref()
+        .map(crate::keyfile::load)
+        .transpose()?;
+    let streams = crate::trace::decode::decode(&decoded.frames, key.as_ref())
+        .map_err(|e| shown(e.msg.clone()))?;
+    let h = decoded.header;
+    if args.trace {
+        let merged = streams.into_trace();
+        emit(&trace_lines::render(&merged, args.json)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let counters = streams
+        .streams
+        .get(&RecordType::CounterDelta)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let sum = summarise(counters.iter(), h.clock_khz.max(1), args.interval_ms);
+    let types = samples::per_type(&streams);
+    let ctx_samples = samples::per_context(&streams);
     let mut order: Vec<(&u32, &Acc)> = sum.ctxs.iter().collect();
     order.sort_by(|a, b| b.1.totals.get(3).cmp(&a.1.totals.get(3)).then(a.0.cmp(b.0)));
     order.truncate(args.top);
@@ -217,8 +269,19 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     } else {
         RecordedScope::Vm
     };
+    let all = Totals {
+        records: types.iter().map(|t| t.records).sum::<u64>(),
+        lost: types.iter().map(|t| t.lost).sum(),
+        unknown: streams.unknown,
+    };
     if args.json {
-        let report = to_json(&sum, &order, h.version, scope, h.id);
+        let mut report = to_json(&sum, &order, h.version, scope, h.id);
+        (report.records, report.lost) =
+            (usize::try_from(all.records).unwrap_or(usize::MAX), all.lost);
+        report.unknown_records = all.unknown;
+        report.finished = decoded.finished;
+        report.types = types;
+        report.samples = ctx_samples;
         emit(&crate::output::json_line(&report)?)?;
     } else {
         let kind = if scope == RecordedScope::Ctx {
@@ -226,9 +289,24 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         } else {
             "vm"
         };
-        emit(&text(args, &sum, &order, kind, h.id))?;
+        let mut t = text(args, &sum, &order, kind, h.id, &all);
+        if !decoded.finished {
+            t.insert_str(
+                0,
+                "(an unfinished recording: read up to its last whole record)\n",
+            );
+        }
+        t += &samples::text(&types, &ctx_samples, 5);
+        emit(&t)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Records and losses over every type.
+struct Totals {
+    records: u64,
+    lost: u64,
+    unknown: u64,
 }
 
 fn to_json(
@@ -247,6 +325,10 @@ fn to_json(
         records: sum.records,
         lost: sum.lost,
         sealed_records: sum.sealed,
+        types: Vec::new(),
+        unknown_records: 0,
+        finished: true,
+        samples: Vec::new(),
         first_cycle: sum.first,
         last_cycle: sum.last,
         contexts: order
@@ -280,17 +362,25 @@ fn to_json(
     }
 }
 
-fn text(args: &Args, sum: &Summary, order: &[(&u32, &Acc)], kind: &str, id: u32) -> String {
+fn text(
+    args: &Args,
+    sum: &Summary,
+    order: &[(&u32, &Acc)],
+    kind: &str,
+    id: u32,
+    all: &Totals,
+) -> String {
     let (khz, bucket, lost, sealed, first, last) = (
-        sum.khz, sum.bucket, sum.lost, sum.sealed, sum.first, sum.last,
+        sum.khz, sum.bucket, all.lost, sum.sealed, sum.first, sum.last,
     );
     let intervals = &sum.intervals;
     let ms = |c: u64| c as f64 / f64::from(khz);
     let mut t = format!(
-        "{}: {kind} {}, {} records ({lost} lost, {sealed} sealed), cycles {first}..{last} ({:.1} ms)\n\n",
+        "{}: {kind} {}, {} records ({lost} lost, {sealed} sealed counter deltas{}), counters cover cycles {first}..{last} ({:.1} ms)\n\n",
         args.file.display(),
         id,
-        sum.records,
+        all.records,
+        if all.unknown > 0 { format!(", {} of unknown types skipped", all.unknown) } else { String::new() },
         ms(last.saturating_sub(first))
     );
     t += &format!("top {} contexts by warp instructions:\n{:>6} {:>4} {:>8} {:>10} {:>16} {:>7} {:>6} {:>12}\n", order.len(), "CTX", "VM", "COMMITS", "MS", "INST", "SM %", "IPC", "DRAM/s");

@@ -1,0 +1,151 @@
+//! Halts of runtime-instrumentation sessions: a VM migrated to a
+//! partition of another capability version, or whose maximum RGS is below
+//! the session's, halts the session (reason in `RI_HALT_REASON`, one
+//! `RI_HALT`), and only then; a halted session stores nothing more.
+
+#![allow(clippy::cast_possible_truncation)]
+
+use gpupm_driver::host::Host;
+use gpupm_driver::model::{Device, EngineKind};
+use gpupm_test_support::model::ri::*;
+use gpupm_uapi::intr::{source, InterruptRecord};
+use gpupm_uapi::layout::{ri_group_flags, RiBeginRecord};
+use gpupm_uapi::regs as r;
+use gpupm_uapi::ri::{self as ri, halt_reason, ri_ctrl, ri_status};
+use proptest::prelude::*;
+use zerocopy::FromBytes;
+
+/// Migrates VM `vm` to slot `to` at the first moment it is not running.
+fn migrate_when_idle(dev: &mut Device, host: &mut Host, vm: u32, to: u32) {
+    dev.write_reg(ri::RI_MIGRATE_VM, 4, u64::from(vm)).unwrap();
+    for _ in 0..1000 {
+        if dev.write_reg(ri::RI_MIGRATE, 4, u64::from(to)).is_ok() {
+            return;
+        }
+        run(dev, host, 5_000, 5_000);
+    }
+    panic!("VM {vm} never stopped running");
+}
+
+fn halts(dev: &Device) -> Vec<InterruptRecord> {
+    let mut out = Vec::new();
+    dev.interrupts_since(0, &mut out);
+    out.retain(|r| r.source == source::RI_HALT);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Slot 2 allows RGS ≤ 2, slot 3 has version 2, slot 4 matches slot 1.
+    #[test]
+    fn sessions_halt_exactly_on_version_change_or_rgs_over_limit(
+        seed in 0u64..500,
+        rgs in 0u32..=7,
+        to in 2u32..=4,
+        program in prop_oneof![Just("gemm"), Just("reduce")],
+    ) {
+        let mut dev = Device::new(&scenario(seed, program), EngineKind::Batched, true).unwrap();
+        let mut host = Host::new();
+        let cb = Cb {
+            rgs,
+            bits: ri_ctrl::INTR_ENABLE | ri_ctrl::WRAP,
+            rla: 64 * 4096 - 1,
+            ..Cb::cycles(1, 2000, 1)
+        };
+        arm(&mut dev, 5, cb).unwrap();
+        run(&mut dev, &mut host, 300_000, 10_000);
+        let migrations = dev.read_reg(ri::RI_MIGRATIONS, 4).unwrap();
+        migrate_when_idle(&mut dev, &mut host, 1, to);
+        prop_assert_eq!(dev.read_reg(ri::RI_MIGRATIONS, 4).unwrap(), migrations + 1);
+        prop_assert_eq!(dev.read_reg(r::vm(1, r::VM_PARTITION), 4).unwrap(), u64::from(to));
+        let want = match to {
+            3 => halt_reason::VERSION,
+            2 if rgs > 2 => halt_reason::RGS_LIMIT,
+            _ => halt_reason::NONE,
+        };
+        prop_assert_eq!(reg(&dev, 5, ri::RI_HALT_REASON) as u32, want);
+        let halted = reg(&dev, 5, ri::RI_STATUS) as u32 & ri_status::HALTED != 0;
+        prop_assert_eq!(halted, want != halt_reason::NONE);
+        let irqs = halts(&dev);
+        prop_assert_eq!(irqs.len(), usize::from(halted));
+        if let Some(irq) = irqs.first() {
+            prop_assert_eq!((irq.partition, irq.arg, irq.arg2), (to, 5, want));
+        }
+        let stored = dev.ledger_ri(5).unwrap().stored;
+        let ctx_cycles = dev.ledger_blocks(1, 0).unwrap().ctx_cycles;
+        run(&mut dev, &mut host, 600_000, 10_000);
+        let after = dev.ledger_ri(5).unwrap();
+        // The context runs on its new slice.
+        prop_assert!(dev.ledger_blocks(1, 0).unwrap().ctx_cycles > ctx_cycles);
+        if halted {
+            prop_assert_eq!(after.stored, stored);
+            prop_assert!(after.not_stored > 0);
+            let begin = RiBeginRecord::read_from_bytes(&span(&dev, 5, cb.rla)[..16]).unwrap();
+            prop_assert!(stored == 0 || begin.flags & ri_group_flags::HALTED != 0);
+        } else {
+            prop_assert!(after.stored > stored);
+            prop_assert_eq!(after.not_stored, 0);
+        }
+    }
+}
+
+/// Migration is refused while the VM runs or is about to, to its own
+/// slot, to an unconfigured slot, or for a VM that does not exist — and
+/// a refusal changes nothing.
+#[test]
+fn bad_migrations_are_refused_and_change_nothing() {
+    let mut dev = Device::new(&scenario(2, "gemm"), EngineKind::Batched, true).unwrap();
+    let mut host = Host::new();
+    run(&mut dev, &mut host, 50_000, 10_000);
+    assert!(
+        dev.write_reg(ri::RI_MIGRATE_VM, 4, 9).is_err(),
+        "VM 9 does not exist"
+    );
+    assert!(dev.write_reg(ri::RI_MIGRATE_VM, 4, 0).is_err());
+    let vm_running = dev.read_reg(r::part(1, r::PART_CUR_VM), 4).unwrap();
+    dev.write_reg(ri::RI_MIGRATE_VM, 4, vm_running).unwrap();
+    for to in [1, 5, 0, 15] {
+        assert!(dev.write_reg(ri::RI_MIGRATE, 4, to).is_err(), "to {to}");
+    }
+    assert!(
+        dev.write_reg(ri::RI_MIGRATE, 4, 4).is_err(),
+        "the running VM {vm_running}"
+    );
+    assert_eq!(dev.read_reg(ri::RI_MIGRATIONS, 4).unwrap(), 0);
+    assert_eq!(
+        dev.read_reg(r::vm(vm_running as u32, r::VM_PARTITION), 4)
+            .unwrap(),
+        1
+    );
+}
+
+/// Re-enabling a halted block starts a fresh session on the new slice.
+#[test]
+fn re_enabling_clears_the_halt() {
+    let mut dev = Device::new(&scenario(4, "gemm"), EngineKind::Batched, true).unwrap();
+    let mut host = Host::new();
+    let cb = Cb {
+        bits: ri_ctrl::INTR_ENABLE,
+        ..Cb::cycles(1, 2000, 256)
+    };
+    arm(&mut dev, 0, cb).unwrap();
+    migrate_when_idle(&mut dev, &mut host, 1, 3);
+    assert_eq!(
+        reg(&dev, 0, ri::RI_HALT_REASON),
+        u64::from(halt_reason::VERSION)
+    );
+    dev.write_reg(
+        ri::ri(0, ri::RI_CTRL),
+        4,
+        u64::from(cb.ctrl() & !ri_ctrl::ENABLE),
+    )
+    .unwrap();
+    dev.write_reg(ri::ri(0, ri::RI_CTRL), 4, u64::from(cb.ctrl()))
+        .unwrap();
+    assert_eq!(reg(&dev, 0, ri::RI_STATUS), u64::from(ri_status::ENABLED));
+    run(&mut dev, &mut host, 600_000, 10_000);
+    let begin = RiBeginRecord::read_from_bytes(&span(&dev, 0, cb.rla)[..16]).unwrap();
+    assert_eq!(begin.version, 2, "the new session began on version 2");
+    assert!(reg(&dev, 0, ri::RI_GROUPS) > 0);
+}
