@@ -178,21 +178,8 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
 /// with the refresher's state.
 type StartedPages = Option<(Arc<Pages>, pages::State)>;
 
-/// Opens and identifies the device, loads the state directory, starts the
-/// engine (programming and reconciling), applies the retention policy and
-/// takes over the tenant pages.
-async fn start_device(
-    settings: &Settings,
-) -> Result<
-    (
-        Arc<DevNode>,
-        DeviceIdentity,
-        Arc<Store>,
-        Engine,
-        StartedPages,
-    ),
-    MainError,
-> {
+/// Opens and identifies the device; also whether it runs on a step clock.
+fn identify_device(settings: &Settings) -> Result<(Arc<DevNode>, DeviceIdentity, bool), MainError> {
     notify(&[NotifyState::Status("opening the device node")]);
     let dev = Arc::new(DevNode::open(&settings.node_dir)?);
     let (identity, step_clock) = program::identify(&dev)?;
@@ -209,6 +196,100 @@ async fn start_device(
         step_clock,
         "device identified"
     );
+    Ok((dev, identity, step_clock))
+}
+
+/// The tenant pages, attached to `store`, when enabled and usable. Pages
+/// are an optimisation over the tenant node: a pages directory that cannot
+/// be used costs them, not the service.
+fn open_pages(
+    settings: &Settings,
+    dev: &Arc<DevNode>,
+    identity: &DeviceIdentity,
+    store: &Store,
+) -> Option<Arc<Pages>> {
+    if !settings.pages.enabled {
+        return None;
+    }
+    match Pages::open(
+        settings.pages.dir.clone(),
+        Arc::clone(dev),
+        settings.policy.clone(),
+        identity.clock_khz,
+    ) {
+        Ok(p) => {
+            store.attach_pages(Arc::clone(&p));
+            Some(p)
+        }
+        Err(e) => {
+            tracing::error!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "tenant pages are not offered; tenants read through the node"
+            );
+            None
+        }
+    }
+}
+
+/// Prunes retired contexts to the retention policy (before READY: a
+/// restart with a tighter policy serves only what it keeps).
+fn apply_retention(settings: &Settings, store: &Store) {
+    match tokio::task::block_in_place(|| store.prune_retired()) {
+        Ok(p) => tracing::info!(
+            kept = p.kept,
+            max_contexts = settings.retention.max_contexts,
+            max_age_s = settings.retention.max_age_s,
+            "retention of retired contexts applied"
+        ),
+        Err(e) => tracing::warn!(
+            error = format!("{:#}", anyhow::Error::new(e)),
+            "pruning retired contexts failed"
+        ),
+    }
+}
+
+/// Rewrites the previous daemon's pages from `store` (before READY) and
+/// makes the refresher's first state: a real-time clock's periodic commits
+/// are followed; a step clock's time cannot be predicted, so events only.
+fn adopt_pages(
+    p: Arc<Pages>,
+    store: &Store,
+    step_clock: bool,
+    clock_khz: u32,
+) -> (Arc<Pages>, pages::State) {
+    tokio::task::block_in_place(|| {
+        p.adopt(store);
+        let mut state = if step_clock {
+            pages::State::default()
+        } else {
+            pages::State::following(clock_khz)
+        };
+        if let Err(e) = p.refresh(&mut state) {
+            tracing::warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "the first refresh of the tenant pages failed"
+            );
+        }
+        (p, state)
+    })
+}
+
+/// Opens and identifies the device, loads the state directory, starts the
+/// engine (programming and reconciling), applies the retention policy and
+/// takes over the tenant pages.
+async fn start_device(
+    settings: &Settings,
+) -> Result<
+    (
+        Arc<DevNode>,
+        DeviceIdentity,
+        Arc<Store>,
+        Engine,
+        StartedPages,
+    ),
+    MainError,
+> {
+    let (dev, identity, step_clock) = identify_device(settings)?;
     let retired = RetiredStore::open(&settings.state_dir)?;
     let store = Arc::new(Store::new(
         Arc::clone(&dev),
@@ -217,30 +298,7 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
-    // Pages are an optimisation over the tenant node: a pages directory
-    // that cannot be used costs them, not the service.
-    let pages = if settings.pages.enabled {
-        match Pages::open(
-            settings.pages.dir.clone(),
-            Arc::clone(&dev),
-            settings.policy.clone(),
-            identity.clock_khz,
-        ) {
-            Ok(p) => {
-                store.attach_pages(Arc::clone(&p));
-                Some(p)
-            }
-            Err(e) => {
-                tracing::error!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
-                    "tenant pages are not offered; tenants read through the node"
-                );
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let pages = open_pages(settings, &dev, &identity, &store);
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
     )]);
@@ -255,45 +313,12 @@ async fn start_device(
         state_dir = %settings.state_dir.display(),
         "device programmed and state reconciled"
     );
-    // Before READY: a restart with a tighter policy serves only what it keeps.
-    match tokio::task::block_in_place(|| store.prune_retired()) {
-        Ok(p) => tracing::info!(
-            kept = p.kept,
-            max_contexts = settings.retention.max_contexts,
-            max_age_s = settings.retention.max_age_s,
-            "retention of retired contexts applied"
-        ),
-        Err(e) => tracing::warn!(
-            error = format!("{:#}", anyhow::Error::new(e)),
-            "pruning retired contexts failed"
-        ),
-    }
-
+    apply_retention(settings, &store);
     health::device_identity(&identity);
     if let Some(source) = &settings.source {
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }
-    // Pages of the previous daemon are rewritten before READY.
-    let pages = pages.map(|p| {
-        tokio::task::block_in_place(|| {
-            p.adopt(&*store);
-            // A real-time clock's periodic commits are followed; a step
-            // clock's time cannot be predicted: events only.
-            let mut state = if step_clock {
-                pages::State::default()
-            } else {
-                pages::State::following(identity.clock_khz)
-            };
-            if let Err(e) = p.refresh(&mut state) {
-                tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
-                    "the first refresh of the tenant pages failed"
-                );
-            }
-            (p, state)
-        })
-    });
-
+    let pages = pages.map(|p| adopt_pages(p, &store, step_clock, identity.clock_khz));
     Ok((dev, identity, store, engine, pages))
 }
 

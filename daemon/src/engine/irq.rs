@@ -103,25 +103,7 @@ pub fn run(
             sweep(dev, store, &mut awaiting);
             send(work, stop, Work::Resync);
         }
-        for rec in &recs {
-            match rec.source {
-                source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
-                    send(work, stop, Work::Drain(rec.partition))
-                }
-                source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
-                    send_drain(to.samples, stop, rec.partition)
-                }
-                source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
-                source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
-                source::DEVICE_RESET => send(work, stop, Work::Reset),
-                source::SWITCH_FALLBACK => {
-                    store.switch_committed(rec.partition, Some(rec.arg));
-                    let fallbacks = store.record_fallback();
-                    crate::health::handshake_fallback(rec.partition, fallbacks);
-                }
-                _ => {}
-            }
-        }
+        route(&recs, store, to, stop);
         // What no batch carried: a switch still awaiting its acks carries
         // it soon; otherwise it is written now.
         if unacked != 0 && awaiting.is_empty() {
@@ -131,6 +113,31 @@ pub fn run(
                     "acknowledging interrupts failed"
                 );
             }
+        }
+    }
+}
+
+/// Hands each record's work to the thread that does it (the handshakes
+/// were done in place); a fallback is booked at once.
+fn route(recs: &[InterruptRecord], store: &Store, to: Handoff<'_>, stop: &AtomicBool) {
+    let work = to.work;
+    for rec in recs {
+        match rec.source {
+            source::STREAM_WATERMARK | source::STREAM_OVERFLOW => {
+                send(work, stop, Work::Drain(rec.partition))
+            }
+            source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
+                send_drain(to.samples, stop, rec.partition)
+            }
+            source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
+            source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
+            source::DEVICE_RESET => send(work, stop, Work::Reset),
+            source::SWITCH_FALLBACK => {
+                store.switch_committed(rec.partition, Some(rec.arg));
+                let fallbacks = store.record_fallback();
+                crate::health::handshake_fallback(rec.partition, fallbacks);
+            }
+            _ => {}
         }
     }
 }

@@ -89,6 +89,19 @@ pub struct Engine {
     threads: Vec<JoinHandle<()>>,
 }
 
+/// Books the retired contexts a previous daemon persisted (an unreadable
+/// file is skipped with a warning).
+fn restore_retired(store: &Store) -> Result<(), EngineError> {
+    let (persisted, bad) = store.retired_files().load_all()?;
+    for path in bad {
+        tracing::warn!(path = %path.display(), "ignoring an unreadable retired-context file");
+    }
+    for rec in &persisted {
+        store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm, rec.retired_cycle);
+    }
+    Ok(())
+}
+
 impl Engine {
     /// Programs the device, reconciles with it and starts the threads;
     /// the worker drains every non-empty ring each `drain_interval`.
@@ -141,13 +154,7 @@ impl Engine {
             }
         }
 
-        let (persisted, bad) = store.retired_files().load_all()?;
-        for path in bad {
-            tracing::warn!(path = %path.display(), "ignoring an unreadable retired-context file");
-        }
-        for rec in &persisted {
-            store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm, rec.retired_cycle);
-        }
+        restore_retired(&store)?;
         let mut worker = Worker {
             dev: &dev,
             store: &store,

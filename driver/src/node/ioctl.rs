@@ -7,18 +7,17 @@
 //! Every check runs before the backend is called, so a malformed request
 //! changes nothing.
 
+mod ledger;
+
 use gpupm_uapi::ioc;
 use gpupm_uapi::ioctl::{
-    ledger_scope, reg_op, Advance, BlockLedgerQuery, Identity, LedgerQuery, RegAccess, RegBatch,
-    Reset, RiLedgerQuery, WindowRead, DEVICE_IOCTLS, GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY,
-    GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS, GPUPM_IOC_LEDGER_CALLS, GPUPM_IOC_LEDGER_RANGES,
-    GPUPM_IOC_LEDGER_RI, GPUPM_IOC_REG_BATCH, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
-    GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS,
-    WINDOW_READ_MAX, WINDOW_READ_NR,
+    reg_op, Advance, Identity, RegAccess, RegBatch, Reset, WindowRead, DEVICE_IOCTLS,
+    GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS,
+    GPUPM_IOC_LEDGER_CALLS, GPUPM_IOC_LEDGER_RANGES, GPUPM_IOC_LEDGER_RI, GPUPM_IOC_REG_BATCH,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
+    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
 };
-use gpupm_uapi::ranges::{CallLedgerQuery, RangeLedgerQuery};
 use gpupm_uapi::regs;
-use gpupm_uapi::ri::RI_BLOCKS;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::backend::DeviceBackend;
@@ -53,145 +52,22 @@ pub fn dispatch(
     out_size: u32,
 ) -> Result<IoctlReply, NodeError> {
     match cmd {
-        GPUPM_IOC_IDENTITY => {
-            let arg: Identity = decode(input)?;
-            check_version(arg.version)?;
-            let mut id = backend.identity();
-            id.version = IOCTL_STRUCT_VERSION;
-            Ok(IoctlReply::ok(&id))
-        }
+        GPUPM_IOC_IDENTITY => identity(backend, decode(input)?),
         GPUPM_IOC_REG_BATCH => reg_batch(backend, decode(input)?),
         GPUPM_IOC_REG_READ | GPUPM_IOC_REG_WRITE => single_access(backend, cmd, decode(input)?),
         _ if ioc::ty(cmd) == IOC_MAGIC && ioc::nr(cmd) == WINDOW_READ_NR => {
             window_read(backend, cmd, input)
         }
-        GPUPM_IOC_ADVANCE => {
-            let mut arg: Advance = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            if arg.cycles == 0 || arg.cycles > MAX_ADVANCE_CYCLES {
-                return Err(malformed(format!("advance of {} cycles", arg.cycles)));
-            }
-            arg.now = backend.advance(arg.cycles)?;
-            Ok(IoctlReply::ok(&arg))
-        }
-        _ if ioc::ty(cmd) == IOC_MAGIC
-            && (ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_BLOCKS)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_RI)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_RANGES)
-                || ioc::nr(cmd) == ioc::nr(GPUPM_IOC_LEDGER_CALLS))
-            && !backend.debug_ledger() =>
-        {
-            // The ledger is the emulator's oracle, not part of the device:
-            // without --debug-ledger the ioctl does not exist.
-            Err(NodeError::UnknownIoctl(cmd))
-        }
-        GPUPM_IOC_LEDGER => {
-            let arg: LedgerQuery = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            if arg.envelope != Default::default() || arg.tag != [0; 16] {
-                return Err(malformed("ledger query with a non-zero envelope or tag"));
-            }
-            let scope_ok = match arg.scope {
-                ledger_scope::CONTEXT | ledger_scope::VM => arg.id != 0,
-                ledger_scope::SYSTEM => arg.id == 0,
-                _ => false,
-            };
-            if !scope_ok {
-                return Err(malformed(format!(
-                    "ledger scope {} id {}",
-                    arg.scope, arg.id
-                )));
-            }
-            let mut out = backend.ledger(arg.scope, arg.id)?;
-            out.version = IOCTL_STRUCT_VERSION;
-            out.scope = arg.scope;
-            out.id = arg.id;
-            Ok(IoctlReply::ok(&out))
-        }
-        GPUPM_IOC_LEDGER_BLOCKS => {
-            let arg: BlockLedgerQuery = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            let outputs_zero = arg.count == 0
-                && arg.total == 0
-                && arg.ctx_cycles == 0
-                && arg.rows.iter().all(|r| *r == Default::default())
-                && arg.envelope == Default::default()
-                && arg.tag == [0; 16];
-            if !outputs_zero || arg.ctx == 0 {
-                return Err(malformed(format!(
-                    "block ledger query for ctx {} with non-zero output fields",
-                    arg.ctx
-                )));
-            }
-            Ok(IoctlReply::ok(&backend.ledger_blocks(arg.ctx, arg.first)?))
-        }
-        GPUPM_IOC_LEDGER_RI => {
-            let arg: RiLedgerQuery = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            let query_only = RiLedgerQuery {
-                version: arg.version,
-                block: arg.block,
-                ..RiLedgerQuery::default()
-            };
-            if arg != query_only || arg.block >= RI_BLOCKS {
-                return Err(malformed(format!(
-                    "RI ledger query for block {} with non-zero output fields or out of range",
-                    arg.block
-                )));
-            }
-            Ok(IoctlReply::ok(&backend.ledger_ri(arg.block)?))
-        }
-        GPUPM_IOC_LEDGER_RANGES => {
-            let arg: RangeLedgerQuery = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            let outputs_zero = arg.rows.iter().all(|r| *r == Default::default())
-                && arg.envelope == Default::default()
-                && arg.tag == [0; 16];
-            if !outputs_zero || arg.ctx == 0 || arg.partition == 0 {
-                return Err(malformed(format!(
-                    "range ledger query for ctx {} partition {} with non-zero output fields",
-                    arg.ctx, arg.partition
-                )));
-            }
-            Ok(IoctlReply::ok(
-                &backend.ledger_ranges(arg.ctx, arg.partition)?,
-            ))
-        }
-        GPUPM_IOC_LEDGER_CALLS => {
-            let arg: CallLedgerQuery = decode(input)?;
-            check_version(arg.version)?;
-            check_flags(arg.flags)?;
-            let outputs_zero = arg.count == 0
-                && arg.total == 0
-                && arg.rows.iter().all(|r| *r == Default::default())
-                && arg.envelope == Default::default()
-                && arg.tag == [0; 16];
-            if !outputs_zero || arg.ctx == 0 {
-                return Err(malformed(format!(
-                    "call ledger query for ctx {} with non-zero output fields",
-                    arg.ctx
-                )));
-            }
-            Ok(IoctlReply::ok(&backend.ledger_calls(arg.ctx, arg.first)?))
-        }
-        GPUPM_IOC_RESET => {
-            let arg: Reset = decode(input)?;
-            check_version(arg.version)?;
-            if arg.magic != regs::RESET_MAGIC {
-                return Err(malformed("reset without RESET_MAGIC"));
-            }
-            backend.reset()?;
-            Ok(IoctlReply {
-                result: 0,
-                data: Vec::new(),
-            })
-        }
+        GPUPM_IOC_ADVANCE => advance(backend, decode(input)?),
+        // The ledger is the emulator's oracle, not part of the device:
+        // without --debug-ledger its ioctls do not exist.
+        _ if ledger::is_ledger(cmd) && !backend.debug_ledger() => Err(NodeError::UnknownIoctl(cmd)),
+        GPUPM_IOC_LEDGER => ledger::totals(backend, decode(input)?),
+        GPUPM_IOC_LEDGER_BLOCKS => ledger::blocks(backend, decode(input)?),
+        GPUPM_IOC_LEDGER_RI => ledger::ri(backend, decode(input)?),
+        GPUPM_IOC_LEDGER_RANGES => ledger::ranges(backend, decode(input)?),
+        GPUPM_IOC_LEDGER_CALLS => ledger::calls(backend, decode(input)?),
+        GPUPM_IOC_RESET => reset(backend, decode(input)?),
         _ if ioc::ty(cmd) == IOC_MAGIC
             && DEVICE_IOCTLS
                 .iter()
@@ -203,6 +79,35 @@ pub fn dispatch(
         }
         _ => Err(NodeError::UnknownIoctl(cmd)),
     }
+}
+
+fn identity(backend: &mut dyn DeviceBackend, arg: Identity) -> Result<IoctlReply, NodeError> {
+    check_version(arg.version)?;
+    let mut id = backend.identity();
+    id.version = IOCTL_STRUCT_VERSION;
+    Ok(IoctlReply::ok(&id))
+}
+
+fn advance(backend: &mut dyn DeviceBackend, mut arg: Advance) -> Result<IoctlReply, NodeError> {
+    check_version(arg.version)?;
+    check_flags(arg.flags)?;
+    if arg.cycles == 0 || arg.cycles > MAX_ADVANCE_CYCLES {
+        return Err(malformed(format!("advance of {} cycles", arg.cycles)));
+    }
+    arg.now = backend.advance(arg.cycles)?;
+    Ok(IoctlReply::ok(&arg))
+}
+
+fn reset(backend: &mut dyn DeviceBackend, arg: Reset) -> Result<IoctlReply, NodeError> {
+    check_version(arg.version)?;
+    if arg.magic != regs::RESET_MAGIC {
+        return Err(malformed("reset without RESET_MAGIC"));
+    }
+    backend.reset()?;
+    Ok(IoctlReply {
+        result: 0,
+        data: Vec::new(),
+    })
 }
 
 fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<IoctlReply, NodeError> {
