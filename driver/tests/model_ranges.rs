@@ -18,7 +18,7 @@ use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::ranges::{
     self as rg, code_item, range_ctrl, range_event, range_reg, rring, RangeRecord, RangeSlot,
 };
-use gpupm_uapi::regs::{self as r, hs_state, part_ctrl};
+use gpupm_uapi::regs::{self as r, part_ctrl};
 use proptest::prelude::*;
 use zerocopy::FromBytes;
 
@@ -285,20 +285,7 @@ fn a_paused_context_counts_nothing() {
     };
     arm_ranges(&mut dev, 1, 0, &[g]);
     let count = |d: &Device| reg64(d, range_reg(1, 0, rg::RANGE_COUNT));
-    let mut host = Host::new();
-    loop {
-        dev.advance(1_000).unwrap();
-        let requested = dev.read_reg(r::part(1, r::PART_STATUS), 4).unwrap() as u32 & 0xF
-            == hs_state::REQUESTED;
-        let running = dev.read_reg(r::part(1, r::PART_CUR_CTX), 4).unwrap() != 0;
-        match (requested, running) {
-            (true, true) => break,
-            (true, false) => {
-                host.service(&mut dev).unwrap();
-            }
-            _ => {}
-        }
-    }
+    run_until_switch_out_requested(&mut dev, 1);
     let before = count(&dev);
     dev.advance(5_000).unwrap();
     assert!(count(&dev) > before, "the running context counts");

@@ -14,7 +14,7 @@ use gpupm_test_support::model::sampling::*;
 use gpupm_test_support::model::*;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::ledger_scope;
-use gpupm_uapi::regs::{self as r, hs_state, part_ctrl};
+use gpupm_uapi::regs::{self as r, part_ctrl};
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 use proptest::prelude::*;
 
@@ -321,20 +321,7 @@ fn a_paused_context_is_never_sampled() {
     let branches = |d: &Device| d.read_reg(samp(1, s::SAMP_BRANCHES), 8).unwrap();
     // Switch a context in, then run until partition 1 asks to switch it
     // out (nobody services that request).
-    let mut host = Host::new();
-    loop {
-        dev.advance(1_000).unwrap();
-        let requested = dev.read_reg(r::part(1, r::PART_STATUS), 4).unwrap() as u32 & 0xF
-            == hs_state::REQUESTED;
-        let running = dev.read_reg(r::part(1, r::PART_CUR_CTX), 4).unwrap() != 0;
-        match (requested, running) {
-            (true, true) => break,
-            (true, false) => {
-                host.service(&mut dev).unwrap();
-            }
-            _ => {}
-        }
-    }
+    run_until_switch_out_requested(&mut dev, 1);
     let before = samples(&dev);
     dev.advance(5_000).unwrap();
     assert!(

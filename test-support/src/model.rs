@@ -180,6 +180,25 @@ pub fn hs(dev: &Device, p: u32) -> u32 {
     reg32(dev, r::part(p, r::PART_STATUS)) & r::part_status::STATE_MASK
 }
 
+/// Switches a context in on partition `p` (servicing its first switch
+/// request with a host), then runs until `p` asks to switch it out. Nobody
+/// services that request, so the context runs on until the test pauses it.
+pub fn run_until_switch_out_requested(dev: &mut Device, p: u32) {
+    let mut host = gpupm_driver::host::Host::new();
+    loop {
+        dev.advance(1_000).expect("advance");
+        let requested = hs(dev, p) == hs_state::REQUESTED;
+        let running = reg32(dev, r::part(p, r::PART_CUR_CTX)) != 0;
+        match (requested, running) {
+            (true, true) => return,
+            (true, false) => {
+                host.service(dev).expect("the host services the switch in");
+            }
+            _ => {}
+        }
+    }
+}
+
 fn reg32(dev: &Device, offset: u64) -> u32 {
     u32::try_from(dev.read_reg(offset, 4).expect("a register")).expect("a 4-byte read")
 }
