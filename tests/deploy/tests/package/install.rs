@@ -243,6 +243,35 @@ fn stat(c: &Container, tenant: bool, scope: &[&str]) -> Counts {
     out
 }
 
+/// How long a tenant's page may take to show a quiescent point: on a step
+/// clock the daemon learns of the last commits at its next drain
+/// (`[stream] drain_interval_ms`, 100 ms by default) and refreshes the
+/// page then (docs/pages.md).
+const PAGE_CATCH_UP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The tenant's `gpupm stat` (which reads its page) once it shows
+/// `expected`. It never shows more than `expected` on the way, and must
+/// show exactly `expected` within [`PAGE_CATCH_UP`].
+fn tenant_stat_settles(c: &Container, scope: &[&str], expected: &Counts, what: &str) {
+    let deadline = Instant::now() + PAGE_CATCH_UP;
+    loop {
+        let seen = stat(c, true, scope);
+        assert!(
+            seen.iter().zip(expected).all(|(s, e)| s <= e),
+            "{what}: the tenant saw more than the ledger: {seen:?} vs {expected:?}"
+        );
+        if &seen == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the tenant's totals did not reach the ledger within {PAGE_CATCH_UP:?}: {seen:?} vs {expected:?}"
+        );
+        // Each poll is a whole `gpupm` process in the container, itself
+        // tens of milliseconds; nothing else to wait on from outside.
+    }
+}
+
 /// Switches the driver to the step clock with the debug ledger (a
 /// drop-in, as an operator would), drives the device from the host
 /// through the container's node to two quiescent points, and checks that
@@ -282,11 +311,7 @@ fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
         sys1,
         "system totals vs the ledger"
     );
-    assert_eq!(
-        stat(c, true, &["--vm", "1"]),
-        vm1,
-        "tenant VM 1 vs the ledger"
-    );
+    tenant_stat_settles(c, &["--vm", "1"], &vm1, "tenant VM 1 vs the ledger");
 
     c.ok(&["systemctl", "restart", UNITS[1]]);
     c.wait_running(UNITS[1], daemon.main_pid);
@@ -295,11 +320,7 @@ fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
         sys1,
         "system totals after restarting gpupmd"
     );
-    assert_eq!(
-        stat(c, true, &["--vm", "1"]),
-        vm1,
-        "VM 1 after restarting gpupmd"
-    );
+    tenant_stat_settles(c, &["--vm", "1"], &vm1, "VM 1 after restarting gpupmd");
 
     let (sys2, vm2) = quiesce(10);
     assert!(
@@ -311,7 +332,7 @@ fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
         sys2,
         "system totals, second point"
     );
-    assert_eq!(stat(c, true, &["--vm", "1"]), vm2, "VM 1, second point");
+    tenant_stat_settles(c, &["--vm", "1"], &vm2, "VM 1, second point");
     let inst = gpupm_deploy_tests::device::event_id("sm_inst_executed");
     fs::remove_dir_all(&dropin).expect("remove the drop-in");
     c.ok(&["systemctl", "daemon-reload"]);
