@@ -35,7 +35,14 @@ struct Seen {
 
 impl Seen {
     fn check(&self, name: &str, interval: Duration) -> Result<(), String> {
-        let lag = 2.0 * interval.as_secs_f64() + 0.05;
+        // Two publication intervals plus one publication pass. A pass is a
+        // round of CUSE reads in a TCG guest: 50 ms held until the pages'
+        // event-driven refresh and the RI and range units arrived; since
+        // then passes after a daemon restart were seen to lag by up to
+        // ~180 ms (perf 1-3 % under the tenant's delta over a 6-11 s
+        // restart window), so a pass is allowed 250 ms. The cause is an
+        // open item (docs/kernel.md), not a settled bound.
+        let lag = 2.0 * interval.as_secs_f64() + 0.25;
         let rate = |(d, s): (u64, f64)| d as f64 / s.max(1e-9);
         let r = rate(self.inner).max(rate(self.outer));
         let low = self.inner.0 as f64 - r * lag;
