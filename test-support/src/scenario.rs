@@ -2,7 +2,9 @@
 //! so that the device behind the node is known exactly (topology, VMs,
 //! keys, timeslices): the node tests' scenarios, generated from the event
 //! catalogue, and the system tests' (8 partitions with churn; the fleet's
-//! four, one of them confidential).
+//! four, one of them confidential). The fixed parts of the larger ones
+//! are TOML files beside this module, with `@NAME@` placeholders for the
+//! constants defined here.
 
 use std::fmt::Write as _;
 
@@ -48,104 +50,10 @@ pub fn hex(key: &[u8; 32]) -> String {
 /// VMs 1 and 2, partition 2 runs the confidential VM 3; NVLink traffic on
 /// the system channel, churn in VM 2, one throttle window.
 pub fn small() -> String {
-    let mut s = format!(
-        r#"name = "small"
-seed = 11
-device_profile = "nvlink"
-switch_timeout_cycles = 50000
-
-[clock]
-khz = 1980000
-secondary_khz = 990000
-
-[topology]
-sms_per_gpc = [3, 2]
-memory_slices = 2
-l2_per_slice = 2
-fb_per_slice = 1
-ce_per_slice = 1
-nvlinks = 2
-pcie = true
-
-[trigger]
-period_cycles = 20000
-dither = true
-threshold = {TRIG_THRESHOLD_MAX}
-
-[stream]
-ring_records = 64
-watermark = 32
-
-[[partition]]
-slot = 1
-gpcs = [0]
-memory_slices = [0]
-ctx_timeslice_cycles = 30000
-vm_timeslice_cycles = 70000
-
-[[partition]]
-slot = 2
-gpcs = [1]
-memory_slices = [1]
-ctx_timeslice_cycles = 25000
-vm_timeslice_cycles = 0
-
-[[vm]]
-id = 1
-partition = 1
-
-[[vm]]
-id = 2
-partition = 1
-
-[[vm]]
-id = 3
-partition = 2
-confidential_key = "{}"
-
-[[context]]
-vm = 1
-profile = "busy"
-create_at_cycles = 0
-
-[[context]]
-vm = 1
-profile = "light"
-create_at_cycles = 5000
-destroy_at_cycles = 150000
-
-[[context]]
-vm = 2
-profile = "busy"
-create_at_cycles = 1000
-
-[[context]]
-vm = 3
-profile = "busy"
-create_at_cycles = 0
-
-[[context]]
-vm = 3
-profile = "light"
-create_at_cycles = 0
-
-[[churn]]
-vm = 2
-profiles = ["busy", "light"]
-start_at_cycles = 10000
-every_cycles = 40000
-lifetime_cycles = 60000
-
-[[throttle]]
-start_cycles = 100000
-end_cycles = 200000
-
-"#,
-        hex(&VM3_KEY)
-    );
-    profile(&mut s, "busy", 1.0, &CONTEXT_TYPES);
-    profile(&mut s, "light", 0.2, &CONTEXT_TYPES);
-    profile(&mut s, "nvlink", 0.5, &[UnitType::Nvlink]);
+    let mut s = include_str!("scenario/small.toml")
+        .replace("@TRIG_THRESHOLD_MAX@", &TRIG_THRESHOLD_MAX.to_string())
+        .replace("@VM3_KEY@", &hex(&VM3_KEY));
+    with_model_profiles(&mut s);
     s
 }
 
@@ -157,87 +65,10 @@ pub const SWITCHING_TIMEOUT: u64 = 40_000;
 /// each (VM 5 confidential, like VM 3 on partition 2); churn in VM 2.
 /// About one switch per 2,000 cycles device-wide.
 pub fn switching() -> String {
-    let mut s = format!(
-        r#"name = "switching"
-seed = 7
-device_profile = "nvlink"
-switch_timeout_cycles = {SWITCHING_TIMEOUT}
-
-[topology]
-sms_per_gpc = [2, 2, 1]
-memory_slices = 3
-l2_per_slice = 1
-fb_per_slice = 1
-ce_per_slice = 1
-nvlinks = 1
-pcie = true
-
-[trigger]
-period_cycles = 15000
-dither = true
-
-[stream]
-ring_records = 256
-watermark = 128
-
-[[partition]]
-slot = 1
-gpcs = [0]
-memory_slices = [0]
-ctx_timeslice_cycles = 6000
-vm_timeslice_cycles = 15000
-
-[[partition]]
-slot = 2
-gpcs = [1]
-memory_slices = [1]
-ctx_timeslice_cycles = 5000
-vm_timeslice_cycles = 0
-
-[[partition]]
-slot = 3
-gpcs = [2]
-memory_slices = [2]
-ctx_timeslice_cycles = 7000
-vm_timeslice_cycles = 20000
-
-[[vm]]
-id = 1
-partition = 1
-
-[[vm]]
-id = 2
-partition = 1
-
-[[vm]]
-id = 3
-partition = 2
-confidential_key = "{}"
-
-[[vm]]
-id = 4
-partition = 3
-
-[[vm]]
-id = 5
-partition = 3
-confidential_key = "{}"
-
-[[churn]]
-vm = 2
-profiles = ["busy", "light"]
-start_at_cycles = 3000
-every_cycles = 90000
-lifetime_cycles = 200000
-
-[[throttle]]
-start_cycles = 300000
-end_cycles = 500000
-
-"#,
-        hex(&VM3_KEY),
-        hex(&VM5_KEY)
-    );
+    let mut s = include_str!("scenario/switching.toml")
+        .replace("@SWITCHING_TIMEOUT@", &SWITCHING_TIMEOUT.to_string())
+        .replace("@VM3_KEY@", &hex(&VM3_KEY))
+        .replace("@VM5_KEY@", &hex(&VM5_KEY));
     for (vm, at) in [
         (1, 0),
         (1, 500),
@@ -258,10 +89,16 @@ end_cycles = 500000
         )
         .unwrap();
     }
-    profile(&mut s, "busy", 1.0, &CONTEXT_TYPES);
-    profile(&mut s, "light", 0.2, &CONTEXT_TYPES);
-    profile(&mut s, "nvlink", 0.5, &[UnitType::Nvlink]);
+    with_model_profiles(&mut s);
     s
+}
+
+/// The profiles [`small`] and [`switching`] name: "busy", "light" (a fifth
+/// of busy's rates) and the device-level "nvlink".
+fn with_model_profiles(s: &mut String) {
+    profile(s, "busy", 1.0, &CONTEXT_TYPES);
+    profile(s, "light", 0.2, &CONTEXT_TYPES);
+    profile(s, "nvlink", 0.5, &[UnitType::Nvlink]);
 }
 
 /// A slow real-time scenario (1 MHz clock) for the clock-thread test: one
