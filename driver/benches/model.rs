@@ -10,11 +10,11 @@
 
 use std::time::Instant;
 
+use gpupm_client::ops::write32 as write;
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::synthetic::{reference_load, LoadSpec};
 use gpupm_driver::scenario::Scenario;
-use gpupm_uapi::ioctl::{reg_op, RegOp};
 use gpupm_uapi::regs::{self as r, hs_state};
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 
@@ -51,15 +51,6 @@ fn with_programs(scenario: &Scenario) -> Scenario {
         p.program = Some(i % n);
     }
     out
-}
-
-fn write(offset: u64, value: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: u64::from(value),
-        op: reg_op::WRITE,
-        width: 4,
-    }
 }
 
 /// Arms both samplers of partitions 1..=8 (P = 4096, R_MAX = 255, N = 64).

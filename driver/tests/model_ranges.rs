@@ -6,6 +6,7 @@
 
 #![allow(clippy::cast_possible_truncation)] // register values are read as u64
 
+use gpupm_client::ops::write32 as write;
 use gpupm_driver::host::Host;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::program::{Exit, ProgramSpec};
@@ -13,7 +14,6 @@ use gpupm_driver::scenario::Scenario;
 use gpupm_test_support::model::sampling::*;
 use gpupm_test_support::model::*;
 use gpupm_uapi::intr::{source, InterruptRecord, RANGE_IRQ_LOST};
-use gpupm_uapi::ioctl::{reg_op, RegOp};
 use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::ranges::{
     self as rg, code_item, range_ctrl, range_event, range_reg, rring, RangeRecord, RangeSlot,
@@ -21,15 +21,6 @@ use gpupm_uapi::ranges::{
 use gpupm_uapi::regs::{self as r, part_ctrl};
 use proptest::prelude::*;
 use zerocopy::FromBytes;
-
-fn write(offset: u64, value: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: u64::from(value),
-        op: reg_op::WRITE,
-        width: 4,
-    }
-}
 
 /// One range's programming.
 #[derive(Clone, Copy, Debug)]

@@ -2,10 +2,10 @@
 //! partitions of different characteristics, programming a control block
 //! through registers, reading and checking its report groups.
 
+use gpupm_client::ops::write32 as write;
 use gpupm_driver::host::Host;
 use gpupm_driver::model::Device;
 use gpupm_driver::scenario::{parse, Scenario};
-use gpupm_uapi::ioctl::{reg_op, RegOp};
 use gpupm_uapi::layout::ri_record;
 use gpupm_uapi::ri::{self as ri, group_bytes, ri_ctrl};
 
@@ -94,15 +94,6 @@ impl Cb {
             | self.mode << ri_ctrl::MODE_SHIFT
             | self.rgs << ri_ctrl::RGS_SHIFT
             | self.bits
-    }
-}
-
-fn write(offset: u64, value: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: u64::from(value),
-        op: reg_op::WRITE,
-        width: 4,
     }
 }
 

@@ -1,10 +1,11 @@
 //! Helpers of the sampling tests: scenarios with programs, arming the
 //! sampling units through registers, reading their buffers.
 
+use gpupm_client::ops::write32 as write;
 use gpupm_driver::model::Device;
 use gpupm_driver::scenario::program::generate;
 use gpupm_driver::scenario::{parse, Scenario};
-use gpupm_uapi::ioctl::{reg_op, BlockTruth, RegOp};
+use gpupm_uapi::ioctl::BlockTruth;
 use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::sampling::{
     self as s, buf_kind, samp, BranchSlot, BranchStackRecord, PcRecord, PcSlot,
@@ -50,15 +51,6 @@ pub struct Arm {
     pub period: u32,
     pub dither: u32,
     pub n: u32,
-}
-
-fn write(offset: u64, value: u32) -> RegOp {
-    RegOp {
-        offset,
-        value: u64::from(value),
-        op: reg_op::WRITE,
-        width: 4,
-    }
 }
 
 /// Places the branch buffer at 0 and the PC buffer after it, sets P,

@@ -125,16 +125,10 @@ fn run(
                     let g_b = lane.map_or_else(|| g(db), |l| l.at_boundary);
                     let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
                     *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
-                    if sent != 0 {
-                        if masked {
-                            tally.masked[usize::from(event)] += sent;
-                        } else {
-                            let sum = u64::from(cell[bank]) + sent;
-                            wraps += u64::from(sum > u64::from(CCU_MASK));
-                            let v = wrap28(sum);
-                            cell[bank] = v;
-                            max = max.max(v);
-                        }
+                    if sent != 0 && masked {
+                        tally.masked[usize::from(event)] += sent;
+                    } else if sent != 0 {
+                        wraps += u64::from(add_to_cell(&mut cell[bank], sent, &mut max));
                     }
                 }
                 None => {
@@ -150,6 +144,17 @@ fn run(
     }
     st.wraps += wraps;
     st.parts[p as usize].max_active = max;
+}
+
+/// Adds `sent` transferred counts to a bank cell (28 bits, wrapping),
+/// raising `max` to the new value; true when the cell wrapped.
+#[inline]
+fn add_to_cell(cell: &mut u32, sent: u64, max: &mut u32) -> bool {
+    let sum = u64::from(*cell) + sent;
+    let v = wrap28(sum);
+    *cell = v;
+    *max = (*max).max(v);
+    sum > u64::from(CCU_MASK)
 }
 
 /// A partition that is not generating only moves what its ULCs hold, at
