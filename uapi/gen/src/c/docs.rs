@@ -14,6 +14,21 @@ use std::path::Path;
 use proc_macro2::{TokenStream, TokenTree};
 use syn::{Attribute, Expr, ExprLit, Item, Lit, Meta};
 
+/// Modules kept in per-unit files that the parent re-exports whole
+/// (`pub use self::unit::*`): their constants' paths omit the unit.
+const SPLIT_MODULES: [&str; 1] = ["regs"];
+
+/// The `.rs` files directly in `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .expect("uapi source folder")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// Doc comments by constant path, and which of them the header used.
 #[derive(Default)]
 pub struct Docs {
@@ -22,26 +37,31 @@ pub struct Docs {
 }
 
 impl Docs {
-    /// Reads every `.rs` file of `src` (one module per file, `lib.rs` the root).
+    /// Reads every `.rs` file of `src` (one module per file, `lib.rs` the
+    /// root), and those of the modules in [`SPLIT_MODULES`] under the
+    /// parent's prefix.
     pub fn load(src: &Path) -> Docs {
         let mut docs = Docs::default();
-        let mut files: Vec<_> = std::fs::read_dir(src)
-            .expect("uapi/src")
-            .map(|e| e.expect("dir entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-            .collect();
-        files.sort();
-        for path in files {
-            let text = std::fs::read_to_string(&path).expect("read uapi source");
-            let file = syn::parse_file(&text).expect("uapi source parses");
+        for path in rust_files(src) {
             let stem = path
                 .file_stem()
                 .and_then(|s| s.to_str())
                 .expect("file name");
             let prefix = if stem == "lib" { "" } else { stem };
-            docs.items(prefix, &file.items);
+            docs.load_file(prefix, &path);
+        }
+        for module in SPLIT_MODULES {
+            for path in rust_files(&src.join(module)) {
+                docs.load_file(module, &path);
+            }
         }
         docs
+    }
+
+    fn load_file(&mut self, prefix: &str, path: &Path) {
+        let text = std::fs::read_to_string(path).expect("read uapi source");
+        let file = syn::parse_file(&text).expect("uapi source parses");
+        self.items(prefix, &file.items);
     }
 
     fn items(&mut self, prefix: &str, items: &[Item]) {

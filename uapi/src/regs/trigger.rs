@@ -1,0 +1,117 @@
+//! The trigger block.
+
+// ---------------------------------------------------------------------------
+// Trigger block (0x0100..0x0200)
+// ---------------------------------------------------------------------------
+
+/// RW: periodic trigger period in cycles; 0 disables periodic triggers.
+/// Non-zero values below [`TRIG_PERIOD_MIN`] are rejected.
+pub const TRIG_PERIOD: u64 = 0x0100;
+/// RW: trigger control bits, see [`trig_ctrl`].
+pub const TRIG_CTRL: u64 = 0x0104;
+/// RW: CCU threshold: when any active-bank CCU counter reaches this value
+/// the partition owning the CCU is triggered. Must lie in
+/// `[TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX]`.
+pub const TRIG_THRESHOLD: u64 = 0x0108;
+/// RW: target mask for [`TRIG_CMD`]: bit `p` selects partition slot `p`
+/// (bit 0 = system CCUs).
+pub const TRIG_TARGET: u64 = 0x010C;
+/// WO: register-write trigger, bits in [`trig_cmd`], applied to the CCUs of
+/// the partitions selected in [`TRIG_TARGET`].
+pub const TRIG_CMD: u64 = 0x0110;
+/// WO: external trigger input; writing 1 triggers every unpaused partition.
+pub const TRIG_EXTERNAL: u64 = 0x0114;
+/// RO 64-bit: periodic triggers delivered.
+pub const TRIG_COUNT_PERIODIC: u64 = 0x0118;
+/// RO 64-bit: threshold triggers delivered.
+pub const TRIG_COUNT_THRESHOLD: u64 = 0x0120;
+/// RO 64-bit: register-write and external triggers delivered.
+pub const TRIG_COUNT_COMMAND: u64 = 0x0128;
+/// RO 64-bit: records routed by the reduction-channel buffer.
+pub const RECORDS_ROUTED: u64 = 0x0130;
+
+/// Smallest non-zero periodic trigger period in cycles.
+pub const TRIG_PERIOD_MIN: u32 = 1024;
+/// Smallest threshold.
+pub const TRIG_THRESHOLD_MIN: u32 = 1024;
+/// Largest threshold: one more ULC transfer (at most [`ULC_COUNTER_MAX`])
+/// can never carry a CCU counter at or below this value past
+/// [`CCU_COUNTER_BITS`] bits.
+pub const TRIG_THRESHOLD_MAX: u32 = (1 << CCU_COUNTER_BITS) - 1 - ULC_COUNTER_MAX;
+/// Bits of the dither R added to each dithered period: R is uniform in
+/// `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+pub const DITHER_BITS: u32 = 8;
+/// Largest dither R in cycles.
+pub const DITHER_MAX: u32 = (1 << DITHER_BITS) - 1;
+
+/// Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits").
+pub const ULC_COUNTER_BITS: u32 = 9;
+/// Largest ULC count, which is also the ULC transfer period in cycles
+/// (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
+/// counter that counts at most once per cycle never wraps).
+pub const ULC_COUNTER_MAX: u32 = (1 << ULC_COUNTER_BITS) - 1;
+/// Width of a CCU counter (seed 000 ¶59: 28 bits).
+pub const CCU_COUNTER_BITS: u32 = 28;
+/// Width of the multi-bit accumulator in front of a 1-bit ULC counter
+/// input (seed 000 ¶56: a six-bit counter whose most significant bit
+/// drives the count, so the count is the signal sum modulo 32).
+pub const MULTIBIT_ACC_BITS: u32 = 6;
+
+/// Cycles from a flush request until a CCU's flush ack reaches the RC
+/// buffer, before the CCU's own records: the ack follows the records the
+/// CCU still sends, one record per cycle (see [`flush_ack_latency`]).
+pub const FLUSH_ACK_BASE_CYCLES: u32 = 16;
+/// Largest flush-ack latency of any CCU: a host on a step clock that
+/// advances this many cycles after a flush request finds every ack in.
+pub const FLUSH_ACK_MAX_CYCLES: u32 = flush_ack_latency(MAX_CCU_COUNTERS);
+
+/// Most counters one CCU has (48 ULCs of up to 45 counters).
+// 2160 fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const MAX_CCU_COUNTERS: u32 = {
+    let n = crate::events::MAX_CCU_ULCS * crate::events::MAX_ULC_COUNTERS;
+    assert!(n <= u32::MAX as usize);
+    n as u32
+};
+
+/// Values per CCU record, as a `u32`.
+// Eight fits in 32 bits (asserted); a const cannot use `try_from`.
+#[allow(clippy::cast_possible_truncation)]
+const RECORD_VALUES: u32 = {
+    assert!(crate::layout::RECORD_VALUES <= 64);
+    crate::layout::RECORD_VALUES as u32
+};
+
+/// Cycles until the flush ack of a CCU with `counters` counters arrives:
+/// [`FLUSH_ACK_BASE_CYCLES`] plus one cycle per record of eight values.
+pub const fn flush_ack_latency(counters: u32) -> u32 {
+    FLUSH_ACK_BASE_CYCLES + counters.div_ceil(RECORD_VALUES)
+}
+
+/// Bits of [`TRIG_CTRL`].
+pub mod trig_ctrl {
+    /// Periodic triggers enabled.
+    pub const PERIODIC_ENABLE: u32 = 1 << 0;
+    /// Period dithering: each period is P + R, R uniform in 0..=255.
+    pub const DITHER: u32 = 1 << 1;
+    /// Threshold triggers enabled. They are the guard that keeps a 28-bit
+    /// CCU counter from ever wrapping, so the bit must be set in every
+    /// `TRIG_CTRL` write (a write without it fails with EINVAL).
+    pub const THRESHOLD_ENABLE: u32 = 1 << 2;
+    /// All defined bits.
+    pub const ALL: u32 = PERIODIC_ENABLE | DITHER | THRESHOLD_ENABLE;
+}
+
+/// Bits of [`TRIG_CMD`].
+pub mod trig_cmd {
+    /// ULCs send their partial counts to their CCUs first.
+    pub const FLUSH_ULC: u32 = 1 << 0;
+    /// CCUs swap banks and emit records of the idle bank.
+    pub const TRIGGER: u32 = 1 << 1;
+    /// CCUs send pending records, then an empty record (the flush ack); a
+    /// CCU's ack reaches the RC buffer [`super::flush_ack_latency`] cycles
+    /// after the request and sets its bit in `PART_CCU_ACKED`.
+    pub const FLUSH_REQ: u32 = 1 << 2;
+    /// All defined bits.
+    pub const ALL: u32 = FLUSH_ULC | TRIGGER | FLUSH_REQ;
+}

@@ -1,0 +1,70 @@
+//! The VM table and the rekey staging registers its key commit reads.
+
+// ---------------------------------------------------------------------------
+// Rekey staging (0x0500..0x0600): a confidential VM's next key, sealed under
+// its current session key, staged here and installed by the VM entry's
+// `VM_KEY_COMMIT` (see docs/confidential.md). Write-only: reads return 0.
+// A refused commit leaves them as they are; a successful one clears them.
+// ---------------------------------------------------------------------------
+
+/// WO: the tenant-chosen 64 bits of the rekey blob's AES-GCM nonce, two
+/// words (low word first). The nonce is [`REKEY_NONCE_DOMAIN`] (LE)
+/// followed by these 8 bytes.
+pub const REKEY_NONCE: u64 = 0x0500;
+/// WO: eight words: the new AES-256 key encrypted under the current
+/// session key (word `i` = bytes `4i..4i+4`, little-endian).
+pub const REKEY_KEY: u64 = 0x0508;
+/// WO: four words: the AES-GCM tag of the sealed key.
+pub const REKEY_TAG: u64 = 0x0528;
+/// Words in [`REKEY_NONCE`].
+pub const REKEY_NONCE_WORDS: usize = 2;
+/// Words in [`REKEY_KEY`].
+pub const REKEY_KEY_WORDS: usize = 8;
+/// Words in [`REKEY_TAG`].
+pub const REKEY_TAG_WORDS: usize = 4;
+/// First four nonce bytes (LE) of every rekey blob. The device's own
+/// nonces start with the VM id (below [`MAX_VMS`]), so a tenant's rekey
+/// nonce can never equal a nonce the device uses under the same key.
+pub const REKEY_NONCE_DOMAIN: u32 = u32::MAX;
+
+// ---------------------------------------------------------------------------
+// VM table (0x4000..0x5000)
+// ---------------------------------------------------------------------------
+
+/// Base of the VM table; VM ids start at 1, entry `v` is at `VM_BASE + v * VM_STRIDE`.
+pub const VM_BASE: u64 = 0x4000;
+/// Stride between VM entries.
+pub const VM_STRIDE: u64 = 0x40;
+/// Largest VM id + 1.
+pub const MAX_VMS: u32 = 64;
+
+/// Offset of register `reg` of VM `v`.
+pub const fn vm(v: u32, reg: u64) -> u64 {
+    VM_BASE + v as u64 * VM_STRIDE + reg
+}
+
+/// RO: partition slot the VM is bound to (0 = entry unused).
+pub const VM_PARTITION: u64 = 0x00;
+/// RO: flags, see [`vm_flags`].
+pub const VM_FLAGS: u64 = 0x04;
+/// RO 64-bit: memory-window offset of the VM block slot.
+pub const VM_BLOCK: u64 = 0x08;
+/// WO: 1 = open the rekey blob staged in `REKEY_*` with this VM's current
+/// session key and, only if it opens, install the key it carries (the key
+/// epoch increments). A blob that does not open (forged, replayed, for
+/// another VM, epoch or session, or malformed) fails with EINVAL and
+/// changes nothing. Confidential VMs only.
+pub const VM_KEY_COMMIT: u64 = 0x30;
+/// RO: key epoch (number of keys installed, 1 = the provisioned key).
+pub const VM_KEY_EPOCH: u64 = 0x34;
+/// RO 64-bit: the device's current session (boot) id, drawn from the
+/// operating system's random source at device start and at every reset;
+/// 0 for a VM that is not confidential.
+pub const VM_KEY_SESSION: u64 = 0x38;
+
+/// Bits of [`VM_FLAGS`].
+pub mod vm_flags {
+    /// The VM is confidential: its blocks and stream records leave the
+    /// device only as AES-256-GCM ciphertext.
+    pub const CONFIDENTIAL: u32 = 1 << 0;
+}
