@@ -8,14 +8,17 @@
 //! past its end, so the next block's cycle count is decided in the span
 //! that runs it. Within a block of `I` instructions and `C` cycles, `⌊k·I/C⌋`
 //! instructions have retired after `k` cycles.
+//!
+//! This file holds the cursor and its ledger; `walk` chooses successors.
 
 use gpupm_uapi::ioctl::BlockTruth;
 use gpupm_uapi::ranges::StackEntry;
 use gpupm_uapi::sampling::BranchEntry;
 
-use super::{CompiledExit, Program};
-use crate::model::rng;
+use super::Program;
 use crate::scenario::ThrottleWindow;
+
+mod walk;
 
 /// What the device knows about the span being run.
 #[derive(Clone, Copy, Debug)]
@@ -344,188 +347,6 @@ impl ProgramRun {
         watch.entered(&visit, CallStack(&self.frames));
     }
 
-    /// At the end of a loop latch whose iterations all run the same
-    /// blocks, walks one iteration and repeats its effect as many times as
-    /// fit before `end`, the next throttle edge and the loop's exit: O(one
-    /// iteration) instead of O(iterations), reaching the state the
-    /// block-by-block walk reaches (the latch finished, its successor not
-    /// chosen yet). Only when nothing watches the walk: samples and branch
-    /// records need every step.
-    fn skip_iterations(&mut self, prog: &Program, env: &Env<'_>, end: u64) {
-        let (k, b) = (self.kernel(), self.block);
-        if !prog.deterministic_loop(k, b) {
-            return;
-        }
-        let CompiledExit::Loop { trips, .. } = prog.block(k, b).exit else {
-            return;
-        };
-        let left = self.loop_left(b).unwrap_or(trips - 1);
-        let until = env.next_throttle_edge(self.now).min(end);
-        if left < 3 {
-            return;
-        }
-        // The first iteration books the latch instance that ran before
-        // (perhaps in another phase): measure the second one.
-        let before = self.clone();
-        if !self.walk_iteration(prog, env, until) {
-            *self = before;
-            return;
-        }
-        let mid = self.clone();
-        if !self.walk_iteration(prog, env, until) {
-            *self = mid;
-            return;
-        }
-        let iter = self.now - mid.now;
-        let more = u64::from(left - 2).min((until - self.now) / iter);
-        for (row, old) in self.rows.iter_mut().zip(&mid.rows) {
-            for (x, o) in row.iter_mut().zip(old) {
-                *x += more * (*x - o);
-            }
-        }
-        self.retired_done += more * (self.retired_done - mid.retired_done);
-        self.branches += more * (self.branches - mid.branches);
-        self.now += more * iter;
-        self.block_start += more * iter;
-        let more32 = u32::try_from(more).unwrap_or(u32::MAX);
-        if let Some((_, l)) = self
-            .frames
-            .last_mut()
-            .and_then(|f| f.loops.iter_mut().find(|(l, _)| *l == b))
-        {
-            *l -= more32;
-        }
-    }
-
-    /// Walks from the end of the current loop latch to its end in the next
-    /// iteration; false if that would run past `until`.
-    fn walk_iteration(&mut self, prog: &Program, env: &Env<'_>, until: u64) -> bool {
-        let (k, b, depth) = (self.kernel(), self.block, self.frames.len());
-        loop {
-            self.finish_block(prog, env, &mut Unwatched);
-            self.now = self.block_start + self.block_cycles;
-            if self.now > until {
-                return false;
-            }
-            if self.block == b && self.frames.len() == depth && self.kernel() == k {
-                return true;
-            }
-        }
-    }
-
-    /// Back edges left of the loop whose latch is `b` in the current frame.
-    fn loop_left(&self, b: u16) -> Option<u32> {
-        let frame = self.frames.last()?;
-        frame
-            .loops
-            .iter()
-            .find(|&&(l, _)| l == b)
-            .map(|&(_, left)| left)
-    }
-
-    /// Books the finished block and moves to its successor.
-    fn finish_block(&mut self, prog: &Program, env: &Env<'_>, watch: &mut impl Watch) {
-        let (k, b) = (self.kernel(), self.block);
-        let block = prog.block(k, b);
-        let row = &mut self.rows[block.row];
-        let (skip_i, skip_c) = std::mem::take(&mut self.skip);
-        row[1] += u64::from(block.instructions) - skip_i;
-        row[2] += self.block_cycles - skip_c;
-        self.retired_done += u64::from(block.instructions);
-        let (to_k, to_b, taken) = self.successor(prog, env, k, b);
-        if taken {
-            self.branches += 1;
-            let entry = BranchEntry {
-                from_kernel: k,
-                from_block: b,
-                to_kernel: to_k,
-                to_block: to_b,
-                cycle: self.now,
-            };
-            watch.taken(entry, self.branches);
-        }
-        self.enter(prog, env, to_b);
-        self.announce(prog, watch);
-    }
-
-    /// The next (kernel, block) and whether getting there is a taken branch;
-    /// updates the call stack and loop counters.
-    fn successor(&mut self, prog: &Program, env: &Env<'_>, k: u16, b: u16) -> (u16, u16, bool) {
-        let len = prog.kernels[usize::from(k)].len();
-        let next = b + 1;
-        let fall = |run: &mut Self| {
-            if usize::from(next) < len {
-                (k, next, false)
-            } else {
-                run.ret(prog)
-            }
-        };
-        match &prog.block(k, b).exit {
-            CompiledExit::Fall => fall(self),
-            CompiledExit::Branch(edges) => {
-                let draw =
-                    rng::hash(env.seed, &[BRANCH_DOMAIN, self.serial, self.draws]) & 0xFFFF_FFFF;
-                self.draws += 1;
-                match edges.iter().find(|&&(_, thr)| draw < thr) {
-                    Some(&(to, _)) => (k, to, to != next),
-                    None => fall(self),
-                }
-            }
-            CompiledExit::Jump(to) => (k, *to, *to != next),
-            CompiledExit::Loop { to, trips } => {
-                let frame = self
-                    .frames
-                    .last_mut()
-                    .expect("a running program has a frame");
-                let left = match frame.loops.iter().position(|&(l, _)| l == b) {
-                    Some(i) => &mut frame.loops[i].1,
-                    None => {
-                        frame.loops.push((b, trips - 1));
-                        &mut frame.loops.last_mut().expect("just pushed").1
-                    }
-                };
-                if *left > 0 {
-                    *left -= 1;
-                    (k, *to, true)
-                } else {
-                    frame.loops.retain(|&(l, _)| l != b);
-                    fall(self)
-                }
-            }
-            CompiledExit::Call(callee) => {
-                self.frames.push(Frame {
-                    kernel: *callee,
-                    ret: Some((k, next)),
-                    loops: Vec::new(),
-                });
-                (*callee, 0, true)
-            }
-            CompiledExit::Ret => self.ret(prog),
-        }
-    }
-
-    /// Returns from the current kernel (relaunching from the entry, or
-    /// returning again when the caller's continuation is past its end).
-    fn ret(&mut self, prog: &Program) -> (u16, u16, bool) {
-        loop {
-            let frame = self.frames.pop().expect("a running program has a frame");
-            match frame.ret {
-                None => {
-                    self.frames.push(Frame {
-                        kernel: prog.entry,
-                        ret: None,
-                        loops: Vec::new(),
-                    });
-                    return (prog.entry, 0, true);
-                }
-                Some((k, b)) if usize::from(b) < prog.kernels[usize::from(k)].len() => {
-                    return (k, b, true)
-                }
-                Some(_) => {}
-            }
-        }
-    }
-
     /// Zeroes the per-block ledger (device reset): the running block's
     /// cycles and instructions so far are left out of it.
     pub fn clear_truth(&mut self) {
@@ -570,78 +391,4 @@ impl ProgramRun {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::scenario::program::generate;
-
-    fn env() -> Env<'static> {
-        Env {
-            ctx_base: 0,
-            dev_base: 0,
-            phase: 0,
-            throttle: &[],
-            seed: 5,
-        }
-    }
-
-    #[test]
-    fn any_split_of_time_walks_the_same_program() {
-        let prog = Program::compile(&generate(11, 2));
-        let mut one = ProgramRun::new(0, &prog, 1);
-        let mut many = one.clone();
-        let a = one.advance(100_000, &prog, &env(), &mut Unwatched);
-        let mut b = 0;
-        for step in [1, 7, 300, 1, 99_691] {
-            let e = Env {
-                ctx_base: many.ctx_cycles(),
-                dev_base: many.ctx_cycles(),
-                ..env()
-            };
-            b += many.advance(step, &prog, &e, &mut Unwatched);
-        }
-        assert_eq!(a, b);
-        assert_eq!(one.truth(&prog), many.truth(&prog));
-        let t = one.truth(&prog);
-        assert_eq!(t.iter().map(|r| r.instructions).sum::<u64>(), a);
-        assert_eq!(t.iter().map(|r| r.cycles).sum::<u64>(), 100_000);
-    }
-
-    /// Watches, so the walk never skips.
-    struct Stepper(u64);
-
-    impl Watch for Stepper {
-        fn ran(&mut self, _: u64, _: u64, _: u16, _: u16) {}
-        fn taken(&mut self, _: BranchEntry, _: u64) {
-            self.0 += 1;
-        }
-    }
-
-    #[test]
-    fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
-        let windows = [ThrottleWindow {
-            start: 50_000,
-            end: 90_001,
-        }];
-        for spec in &crate::scenario::builtin().programs {
-            let prog = Program::compile(spec);
-            let mut fast = ProgramRun::new(0, &prog, 4);
-            let mut slow = fast.clone();
-            let mut stepper = Stepper(0);
-            for (i, step) in [3, 40_000, 1, 77_777, 5_000_000].into_iter().enumerate() {
-                let env = |run: &ProgramRun| Env {
-                    ctx_base: run.ctx_cycles(),
-                    dev_base: run.ctx_cycles(),
-                    phase: i % 2,
-                    throttle: &windows,
-                    seed: 5,
-                };
-                let a = fast.advance(step, &prog, &env(&fast), &mut Unwatched);
-                let b = slow.advance(step, &prog, &env(&slow), &mut stepper);
-                assert_eq!(a, b, "{}", spec.name);
-                assert_eq!(fast.truth(&prog), slow.truth(&prog), "{}", spec.name);
-            }
-            assert_eq!(fast.branches, stepper.0, "{}", spec.name);
-            assert_eq!(fast.branches, slow.branches);
-        }
-    }
-}
+mod tests;
