@@ -33,8 +33,7 @@ mod prose;
 mod structs;
 
 use docs::{c_comment, Docs, Names};
-use gpupm_uapi::events::{EventInfo, UnitType, CATALOGUE};
-use gpupm_uapi::{intr, ioctl, pmu, regs, tenant};
+use gpupm_uapi::{ioctl, pmu, regs, tenant};
 use structs::{all_structs, emit_asserts, emit_structs};
 
 /// An integer constant of any width.
@@ -169,9 +168,16 @@ macro_rules! group {
     (@hex dec) => { false };
 }
 
-// After `group!`, which it uses.
+/// `(name, offset)` of each listed register of `regs`.
+macro_rules! offsets {
+    ($($name:ident),+ $(,)?) => { [$((stringify!($name), gpupm_uapi::regs::$name)),+] };
+}
+
+// After `group!` and `offsets!`, which they use.
+mod events_c;
 mod page_c;
 mod ranges;
+mod regs_c;
 mod ri;
 mod sampling;
 
@@ -198,248 +204,6 @@ fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
             wide,
         );
     }
-}
-
-macro_rules! offsets {
-    ($($name:ident),+ $(,)?) => { [$((stringify!($name), regs::$name)),+] };
-}
-
-fn emit_regs(h: &mut Header) {
-    use gpupm_uapi::regs as r;
-    h.section(
-        "BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks",
-        prose::REGISTERS,
-    );
-    h.item("regs::BAR0_SIZE", "GPUPM_BAR0_SIZE", r::BAR0_SIZE, true, "");
-    h.item(
-        "regs::DEVICE_MAGIC",
-        "GPUPM_DEVICE_MAGIC",
-        r::DEVICE_MAGIC,
-        true,
-        "\"gPMU\"",
-    );
-    h.item(
-        "regs::RESET_MAGIC",
-        "GPUPM_RESET_MAGIC",
-        r::RESET_MAGIC,
-        true,
-        "",
-    );
-    group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX,
-        DITHER_BITS, DITHER_MAX, ULC_COUNTER_BITS, ULC_COUNTER_MAX, CCU_COUNTER_BITS, MULTIBIT_ACC_BITS,
-        FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS);
-    group!(h, hex "GPUPM_", gpupm_uapi::regs: OOB_MBOX_DELTA, REKEY_NONCE_DOMAIN);
-    h.line(
-        "/* Cycles until the flush ack of a CCU with `counters` counters arrives. */\n\
-         #define GPUPM_FLUSH_ACK_LATENCY(counters) \
-         (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)",
-    );
-    registers(
-        h,
-        0,
-        &offsets! {
-            ID, ABI_VERSION, TOPO_GPCS, TOPO_SMS, TOPO_L2_SLICES, TOPO_FB_PARTITIONS, TOPO_NVLINKS,
-            TOPO_COPY_ENGINES, TOPO_CCUS, TOPO_PARTITIONS, TOPO_EVENTS, TOPO_MEMORY_SLICES,
-            CLOCK_KHZ, CLOCK_CAP, CYCLE, DEVICE_STATUS, RESET, TOPO_VMS, TOPO_CONTEXTS, CCU_WRAPS,
-            TRIG_PERIOD, TRIG_CTRL, TRIG_THRESHOLD, TRIG_TARGET, TRIG_CMD, TRIG_EXTERNAL,
-            TRIG_COUNT_PERIODIC, TRIG_COUNT_THRESHOLD, TRIG_COUNT_COMMAND, RECORDS_ROUTED,
-            INTR_STATUS, INTR_MASK, INTR_ACK, INTR_PENDING, INTR_SEQ, MBOX_ARG, MBOX_CMD,
-            MBOX_STATUS, MBOX_SEQ, MBOX_DATA, OOB_MBOX_ARG, OOB_MBOX_CMD, OOB_MBOX_STATUS,
-            OOB_MBOX_SEQ, OOB_MBOX_DATA, REKEY_NONCE, REKEY_KEY, REKEY_TAG
-        },
-    );
-    group!(h, hex "GPUPM_CLOCK_CAP_", gpupm_uapi::regs::clock_cap: PRIMARY, SECONDARY);
-    group!(h, hex "GPUPM_DEVICE_STATUS_", gpupm_uapi::regs::device_status: STEP_CLOCK, FALLBACK_SEEN);
-    group!(h, hex "GPUPM_TRIG_CTRL_", gpupm_uapi::regs::trig_ctrl: PERIODIC_ENABLE, DITHER, THRESHOLD_ENABLE, ALL);
-    group!(h, hex "GPUPM_TRIG_CMD_", gpupm_uapi::regs::trig_cmd: FLUSH_ULC, TRIGGER, FLUSH_REQ, ALL);
-    group!(h, hex "GPUPM_MBOX_OP_", gpupm_uapi::regs::mbox_op:
-        GET_CAPS, READ_SYSTEM_COUNTER, READ_IDLE_CYCLES, READ_CYCLE, READ_FALLBACKS);
-    group!(h, dec "GPUPM_MBOX_STATUS_", gpupm_uapi::regs::mbox_status: IDLE, OK, ERR_OPCODE, ERR_ARG);
-
-    h.section(
-        "Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system)",
-        prose::INSTANCES,
-    );
-    for (unit, base, stride, max, max_name) in [
-        (
-            "PART",
-            r::PART_BASE,
-            r::PART_STRIDE,
-            r::MAX_PARTITION_SLOTS,
-            "MAX_PARTITION_SLOTS",
-        ),
-        ("CCU", r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS, "MAX_CCUS"),
-        ("VM", r::VM_BASE, r::VM_STRIDE, r::MAX_VMS, "MAX_VMS"),
-        (
-            "CTX",
-            r::CTX_BASE,
-            r::CTX_STRIDE,
-            r::MAX_CONTEXTS,
-            "MAX_CONTEXTS",
-        ),
-    ] {
-        h.item(
-            &format!("regs::{unit}_BASE"),
-            &format!("GPUPM_{unit}_BASE"),
-            base,
-            true,
-            "",
-        );
-        h.item(
-            &format!("regs::{unit}_STRIDE"),
-            &format!("GPUPM_{unit}_STRIDE"),
-            stride,
-            true,
-            "",
-        );
-        h.item(
-            &format!("regs::{max_name}"),
-            &format!("GPUPM_{max_name}"),
-            max,
-            false,
-            "",
-        );
-        h.line(&format!(
-            "#define GPUPM_{unit}(i, reg) (GPUPM_{unit}_BASE + (uint64_t)(i) * GPUPM_{unit}_STRIDE + (reg))"
-        ));
-    }
-    registers(
-        h,
-        r::part(0, 0),
-        &offsets! {
-            PART_CTRL, PART_STATUS, PART_CUR_VM, PART_CUR_CTX, PART_NEXT_VM, PART_NEXT_CTX,
-            PART_CCU_ASSIGNED, PART_CCU_ACKED, PART_RC_CMD, PART_RC_BIND_VM, PART_RC_BIND_CTX,
-            PART_SWITCH_TIMEOUT, PART_FALLBACKS, PART_SWITCHES, PART_COMMIT_SEQ, PART_STREAM_HEAD,
-            PART_STREAM_TAIL, PART_STREAM_CAP, PART_STREAM_WATERMARK, PART_STREAM_LOST,
-            PART_STREAM_BASE, PART_TIMESLICE_CTX, PART_TIMESLICE_VM, PART_GPC_MASK, PART_MEM_MASK,
-            PART_SWITCH_REQ_CYCLE
-        },
-    );
-    group!(h, hex "GPUPM_PART_CTRL_", gpupm_uapi::regs::part_ctrl: CTX_PAUSE, TRIG_PAUSE, ULC_PAUSE, ALL);
-    group!(h, hex "GPUPM_PART_STATUS_", gpupm_uapi::regs::part_status:
-        STATE_MASK, CONFIGURED, LAST_FALLBACK, VM_SWITCH);
-    group!(h, dec "GPUPM_HS_STATE_", gpupm_uapi::regs::hs_state:
-        IDLE, REQUESTED, CTX_PAUSED, XFER_PAUSED, TRIGGERED, ACKED, COMMITTED, REPOINTED);
-    group!(h, hex "GPUPM_RC_CMD_", gpupm_uapi::regs::rc_cmd: COMMIT, REPOINT, ALL);
-    registers(
-        h,
-        r::ccu(0, 0),
-        &offsets! {
-            CCU_OWNER, CCU_ULCS, CCU_COUNTERS, CCU_ACTIVE_BANK, CCU_MASK_INDEX, CCU_MASK_DATA,
-            CCU_RECORDS, CCU_GROUP, CCU_GROUP_INDEX
-        },
-    );
-    group!(h, dec "GPUPM_CCU_GROUP_", gpupm_uapi::regs::ccu_group: GPC, MEMORY_SLICE, SYSTEM, SHARED_LANE);
-    registers(
-        h,
-        r::vm(0, 0),
-        &offsets! {
-            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY_COMMIT, VM_KEY_EPOCH, VM_KEY_SESSION
-        },
-    );
-    group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL);
-    registers(
-        h,
-        r::ctx(0, 0),
-        &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
-        },
-    );
-    group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
-    group!(h, dec "GPUPM_CTX_CMD_", gpupm_uapi::regs::ctx_cmd: RELEASE);
-}
-
-fn emit_events_and_intr(h: &mut Header) {
-    h.section(
-        "Event catalogue (uapi/src/events.rs): ids index every counter array",
-        prose::EVENTS,
-    );
-    group!(h, dec "GPUPM_", gpupm_uapi::events: MAX_EVENTS, MAX_ULC_COUNTERS, MAX_CCU_ULCS, EVENT_COUNT, MULTIBIT_SCALE);
-    for t in UnitType::ALL {
-        h.define(
-            &format!("GPUPM_UNIT_{}", t.name().to_uppercase()),
-            t as u8,
-            false,
-            "",
-        );
-    }
-    for e in CATALOGUE {
-        let note = format!(
-            "{}{}",
-            e.measure,
-            if e.multibit { ", multi-bit" } else { "" }
-        );
-        h.define(
-            &format!("GPUPM_EV_{}", e.name.to_uppercase()),
-            e.id,
-            false,
-            &note,
-        );
-    }
-    group!(h, dec "GPUPM_EVENT_SCOPE_", gpupm_uapi::events::scope_code:
-        PARTITION, CONTEXT_FILTERED, DEVICE);
-    h.line("");
-    h.doc("events::CATALOGUE");
-    h.line("/* Event names indexed by id (the names `gpupm stat -e` takes). */");
-    h.line("static const char *const gpupm_event_names[GPUPM_EVENT_COUNT] = {");
-    for e in CATALOGUE {
-        h.line(&format!("    \"{}\",", e.name));
-    }
-    h.line("};");
-    for (what, name, of) in [
-        (
-            "Unit type (GPUPM_UNIT_*) of each event, indexed by id.",
-            "gpupm_event_unit",
-            (|e| e.unit as u8) as fn(&EventInfo) -> u8,
-        ),
-        (
-            "Scope (GPUPM_EVENT_SCOPE_*) of each event, indexed by id: where its counts go.",
-            "gpupm_event_scope",
-            |e| e.unit.scope().code(),
-        ),
-        (
-            "1 for a multi-bit event (one count = GPUPM_MULTIBIT_SCALE signal units), indexed by id.",
-            "gpupm_event_multibit",
-            |e| u8::from(e.multibit),
-        ),
-    ] {
-        let values: Vec<String> = CATALOGUE.iter().map(|e| of(e).to_string()).collect();
-        h.line(&format!("\n/* {what} */"));
-        h.line(&format!(
-            "static const uint8_t {name}[GPUPM_EVENT_COUNT] = {{ {} }};",
-            values.join(", ")
-        ));
-    }
-
-    h.section("Interrupt sources (uapi/src/intr.rs)", prose::INTERRUPTS);
-    h.module("intr::source", "GPUPM_INTR_");
-    for (bit, name) in intr::SOURCE_NAMES.iter().enumerate() {
-        let name = name.to_uppercase();
-        h.item(
-            &format!("intr::source::{name}"),
-            &format!("GPUPM_INTR_{name}"),
-            1u32 << bit,
-            true,
-            "",
-        );
-    }
-    h.item(
-        "intr::source::ALL",
-        "GPUPM_INTR_ALL",
-        intr::source::ALL,
-        true,
-        "",
-    );
-    h.line("");
-    h.doc("intr::SOURCE_NAMES");
-    h.line(&format!(
-        "static const char *const gpupm_intr_source_names[{}] = {{",
-        intr::SOURCE_NAMES.len()
-    ));
-    for name in intr::SOURCE_NAMES {
-        h.line(&format!("    \"{name}\","));
-    }
-    h.line("};");
 }
 
 fn emit_layout(h: &mut Header) {
@@ -601,8 +365,10 @@ fn render_pass(names: Names) -> Header {
         true,
         "major << 16 | minor",
     );
-    emit_regs(&mut h);
-    emit_events_and_intr(&mut h);
+    regs_c::emit_global_regs(&mut h);
+    regs_c::emit_instance_regs(&mut h);
+    events_c::emit_events(&mut h);
+    events_c::emit_intr(&mut h);
     emit_layout(&mut h);
     emit_ioctls(&mut h);
     sampling::emit_sampling(&mut h);
