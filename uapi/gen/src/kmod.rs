@@ -135,7 +135,15 @@ fn emit_abi(line: &mut impl FnMut(&str)) {
     line("#define GPUPM_PMU_IOC_WANTED _IOWR(GPUPM_PMU_IOC_MAGIC, 0x01, struct gpupm_pmu_wanted)");
     line("");
     line("/* Sizes, offsets and ioctl numbers as Rust computes them. */");
-    let asserts = [
+    for a in layout_asserts() {
+        line(&format!("static_assert({a});"));
+    }
+}
+
+/// The publication structs' sizes and offsets, and the ioctl numbers, as
+/// Rust computes them: the C compiler checks the header against them.
+fn layout_asserts() -> [String; 10] {
+    [
         format!(
             "sizeof(struct gpupm_pmu_scope_totals) == {}",
             size_of::<ScopeTotals>()
@@ -170,8 +178,5 @@ fn emit_abi(line: &mut impl FnMut(&str)) {
             pmu::GPUPM_PMU_IOC_PUBLISH
         ),
         format!("GPUPM_PMU_IOC_WANTED == {:#x}U", pmu::GPUPM_PMU_IOC_WANTED),
-    ];
-    for a in asserts {
-        line(&format!("static_assert({a});"));
-    }
+    ]
 }

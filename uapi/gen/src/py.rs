@@ -39,7 +39,45 @@ pub fn render() -> String {
     c("BAR0_SIZE", regs::BAR0_SIZE);
     c("DEVICE_MAGIC", u64::from(regs::DEVICE_MAGIC));
     c("RESET_MAGIC", u64::from(regs::RESET_MAGIC));
-    for (name, off) in [
+    for (name, value) in register_values() {
+        c(name, value);
+    }
+    c("TRIG_CMD_TRIGGER", u64::from(regs::trig_cmd::TRIGGER));
+    c("MBOX_OP_GET_CAPS", u64::from(regs::mbox_op::GET_CAPS));
+    for (bit, name) in intr::SOURCE_NAMES.iter().enumerate() {
+        c(&format!("INTR_{}", name.to_uppercase()), 1 << bit);
+    }
+    for (name, size) in [
+        ("SIZEOF_IDENTITY", size_of::<Identity>()),
+        ("SIZEOF_REG_OP", size_of::<RegOp>()),
+        ("SIZEOF_REG_BATCH", size_of::<RegBatch>()),
+        ("SIZEOF_ADVANCE", size_of::<Advance>()),
+        ("SIZEOF_LEDGER_QUERY", size_of::<LedgerQuery>()),
+        ("SIZEOF_RESET", size_of::<Reset>()),
+        ("SIZEOF_REG_ACCESS", size_of::<RegAccess>()),
+        ("SIZEOF_WINDOW_READ", size_of::<WindowRead>()),
+        ("SIZEOF_INTERRUPT_RECORD", size_of::<InterruptRecord>()),
+    ] {
+        writeln!(s, "{name} = {size}").expect("write to String");
+    }
+    s.push_str(
+        "\n# struct formats (little-endian, no implicit padding)\n\
+         FMT_IDENTITY = '<10IQ'\n\
+         FMT_REG_OP = '<QQII'\n\
+         FMT_REG_BATCH_HEAD = '<4I'\n\
+         FMT_ADVANCE = '<IIQQ'\n\
+         FMT_RESET = '<II'\n\
+         FMT_REG_ACCESS = '<IIQQII'\n\
+         FMT_WINDOW_READ = '<IIQ'\n\
+         FMT_INTERRUPT_RECORD = '<QQIIII'\n",
+    );
+    s
+}
+
+/// Registers, bits, limits and sizes the Python clients use, in the
+/// module's order.
+fn register_values() -> Vec<(&'static str, u64)> {
+    vec![
         ("REG_ID", regs::ID),
         ("REG_ABI_VERSION", regs::ABI_VERSION),
         ("REG_CYCLE", regs::CYCLE),
@@ -108,37 +146,5 @@ pub fn render() -> String {
             size_of::<sampling::BranchSlot>() as u64,
         ),
         ("SIZEOF_PC_SLOT", size_of::<sampling::PcSlot>() as u64),
-    ] {
-        c(name, off);
-    }
-    c("TRIG_CMD_TRIGGER", u64::from(regs::trig_cmd::TRIGGER));
-    c("MBOX_OP_GET_CAPS", u64::from(regs::mbox_op::GET_CAPS));
-    for (bit, name) in intr::SOURCE_NAMES.iter().enumerate() {
-        c(&format!("INTR_{}", name.to_uppercase()), 1 << bit);
-    }
-    for (name, size) in [
-        ("SIZEOF_IDENTITY", size_of::<Identity>()),
-        ("SIZEOF_REG_OP", size_of::<RegOp>()),
-        ("SIZEOF_REG_BATCH", size_of::<RegBatch>()),
-        ("SIZEOF_ADVANCE", size_of::<Advance>()),
-        ("SIZEOF_LEDGER_QUERY", size_of::<LedgerQuery>()),
-        ("SIZEOF_RESET", size_of::<Reset>()),
-        ("SIZEOF_REG_ACCESS", size_of::<RegAccess>()),
-        ("SIZEOF_WINDOW_READ", size_of::<WindowRead>()),
-        ("SIZEOF_INTERRUPT_RECORD", size_of::<InterruptRecord>()),
-    ] {
-        writeln!(s, "{name} = {size}").expect("write to String");
-    }
-    s.push_str(
-        "\n# struct formats (little-endian, no implicit padding)\n\
-         FMT_IDENTITY = '<10IQ'\n\
-         FMT_REG_OP = '<QQII'\n\
-         FMT_REG_BATCH_HEAD = '<4I'\n\
-         FMT_ADVANCE = '<IIQQ'\n\
-         FMT_RESET = '<II'\n\
-         FMT_REG_ACCESS = '<IIQQII'\n\
-         FMT_WINDOW_READ = '<IIQ'\n\
-         FMT_INTERRUPT_RECORD = '<QQIIII'\n",
-    );
-    s
+    ]
 }

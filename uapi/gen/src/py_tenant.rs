@@ -104,6 +104,12 @@ pub fn render() -> String {
         writeln!(s, "    {:?},", e.name).expect("write to String");
     }
     s.push_str(")\n\n");
+    struct_layouts(&mut s);
+    s
+}
+
+/// Size and field offsets of every tenant struct and page part.
+fn struct_layouts(s: &mut String) {
     layout! { s,
         Whoami => "WHOAMI": version, admin, uid, n_vms, vms;
         CtxEntry => "CTX_ENTRY": ctx, state, created_cycle;
@@ -137,5 +143,4 @@ pub fn render() -> String {
         PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
             block, interval;
     }
-    s
 }

@@ -60,7 +60,7 @@ pub(super) fn emit_global_regs(h: &mut Header) {
 }
 
 /// The per-instance arrays: base, stride and count, the `GPUPM_<UNIT>(i,
-/// reg)` macro, then each block's registers and bits.
+/// reg)` macro, then [`emit_instance_blocks`].
 pub(super) fn emit_instance_regs(h: &mut Header) {
     h.section(
         "Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system)",
@@ -109,6 +109,11 @@ pub(super) fn emit_instance_regs(h: &mut Header) {
             "#define GPUPM_{unit}(i, reg) (GPUPM_{unit}_BASE + (uint64_t)(i) * GPUPM_{unit}_STRIDE + (reg))"
         ));
     }
+    emit_instance_blocks(h);
+}
+
+/// Each per-instance block's registers and bits.
+fn emit_instance_blocks(h: &mut Header) {
     registers(
         h,
         r::part(0, 0),

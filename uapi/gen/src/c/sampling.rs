@@ -9,7 +9,7 @@ use gpupm_uapi::sampling::{self as s, BranchSlot, BranchStackRecord, PcRecord, P
 use super::structs::slot_struct;
 use super::{item_key, module_key, registers_in, Header};
 
-/// Registers, bits, limits and window layout of the sampling units.
+/// Registers (then [`emit_sampling_limits`]) of the sampling units.
 pub(super) fn emit_sampling(h: &mut Header) {
     h.section(
         "Sampling units and sample buffers (uapi/src/sampling.rs, docs/sampling.md)",
@@ -77,6 +77,11 @@ pub(super) fn emit_sampling(h: &mut Header) {
             ("BUF_LOST_SELECTED", s::BUF_LOST_SELECTED),
         ],
     );
+    emit_sampling_limits(h);
+}
+
+/// Bits, limits and the sample window's layout.
+fn emit_sampling_limits(h: &mut Header) {
     group!(h, dec "GPUPM_BUF_KIND_", gpupm_uapi::sampling::buf_kind: BRANCH, PC, COUNT);
     group!(h, hex "GPUPM_SAMP_CTRL_", gpupm_uapi::sampling::samp_ctrl: BRANCH_ENABLE, CYCLE_ENABLE, ALL);
     group!(h, hex "GPUPM_SAMP_STATUS_", gpupm_uapi::sampling::samp_status: CONFIGURED);
