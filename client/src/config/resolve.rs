@@ -33,24 +33,7 @@ pub(super) fn resolve(
             "history_samples must lie in 1..=65536".into(),
         ));
     }
-    let max_contexts = *cfg.retired.max_contexts.get_ref();
-    let max_contexts = usize::try_from(max_contexts)
-        .ok()
-        .filter(|n| (1..=MAX_MAX_CONTEXTS).contains(n))
-        .ok_or_else(|| {
-            err(
-                cfg.retired.max_contexts.span(),
-                format!("max_contexts must lie in 1..={MAX_MAX_CONTEXTS}"),
-            )
-        })?;
-    if let Some(age) = &cfg.retired.max_age_s {
-        if *age.get_ref() == 0 {
-            return Err(err(
-                age.span(),
-                "max_age_s must be at least 1 (leave it out for no age limit)".into(),
-            ));
-        }
-    }
+    let retention = retention(&cfg, &err)?;
     let tenant_threads = NonZeroUsize::new(*cfg.tenant_threads.get_ref())
         .filter(|n| n.get() <= MAX_TENANT_THREADS)
         .ok_or_else(|| {
@@ -72,14 +55,7 @@ pub(super) fn resolve(
         ));
     }
 
-    let drain_ms = *cfg.stream.drain_interval_ms.get_ref();
-    if drain_ms > MAX_DRAIN_INTERVAL_MS {
-        return Err(err(
-            cfg.stream.drain_interval_ms.span(),
-            format!("drain_interval_ms must lie in 0..={MAX_DRAIN_INTERVAL_MS}"),
-        ));
-    }
-    let drain_interval = (drain_ms > 0).then(|| Duration::from_millis(drain_ms));
+    let drain_interval = drain_interval(&cfg, &err)?;
 
     let policy = policy(&cfg, &err)?;
 
@@ -101,10 +77,7 @@ pub(super) fn resolve(
             summary_interval: Duration::from_secs(interval),
             journal_socket: cfg.health.journal_socket,
         },
-        retention: Retention {
-            max_contexts,
-            max_age_s: cfg.retired.max_age_s.map(|a| *a.get_ref()),
-        },
+        retention,
         kernel_pmu,
         pages,
     })
@@ -112,6 +85,46 @@ pub(super) fn resolve(
 
 /// How a refusal is made: the value's span and the reason.
 type Refuse<'a> = dyn Fn(Range<usize>, String) -> ConfigError + 'a;
+
+/// The retired-context limits: a count in `1..=MAX_MAX_CONTEXTS`, an age
+/// of at least a second when given.
+fn retention(cfg: &Config, err: &Refuse<'_>) -> Result<Retention, ConfigError> {
+    let max_contexts = *cfg.retired.max_contexts.get_ref();
+    let max_contexts = usize::try_from(max_contexts)
+        .ok()
+        .filter(|n| (1..=MAX_MAX_CONTEXTS).contains(n))
+        .ok_or_else(|| {
+            err(
+                cfg.retired.max_contexts.span(),
+                format!("max_contexts must lie in 1..={MAX_MAX_CONTEXTS}"),
+            )
+        })?;
+    if let Some(age) = &cfg.retired.max_age_s {
+        if *age.get_ref() == 0 {
+            return Err(err(
+                age.span(),
+                "max_age_s must be at least 1 (leave it out for no age limit)".into(),
+            ));
+        }
+    }
+    Ok(Retention {
+        max_contexts,
+        max_age_s: cfg.retired.max_age_s.as_ref().map(|a| *a.get_ref()),
+    })
+}
+
+/// The stream drain interval: `None` (0, drain on interrupts only) or at
+/// most `MAX_DRAIN_INTERVAL_MS`.
+fn drain_interval(cfg: &Config, err: &Refuse<'_>) -> Result<Option<Duration>, ConfigError> {
+    let drain_ms = *cfg.stream.drain_interval_ms.get_ref();
+    if drain_ms > MAX_DRAIN_INTERVAL_MS {
+        return Err(err(
+            cfg.stream.drain_interval_ms.span(),
+            format!("drain_interval_ms must lie in 0..={MAX_DRAIN_INTERVAL_MS}"),
+        ));
+    }
+    Ok((drain_ms > 0).then(|| Duration::from_millis(drain_ms)))
+}
 
 /// What the daemon writes to the device, each value within the device's
 /// limits.
