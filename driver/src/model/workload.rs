@@ -1,5 +1,6 @@
 //! The workload timeline: contexts created and destroyed at scenario times
-//! (fixed contexts and generated churn), in a deterministic order.
+//! (fixed contexts and generated churn) and VM migrations, in a
+//! deterministic order.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -26,6 +27,11 @@ pub enum WorkItem {
         /// Creation serial of the context.
         serial: u64,
     },
+    /// Migration `spec` (index into `Scenario::migrations`), due or retried.
+    Migrate {
+        /// Migration spec index.
+        spec: usize,
+    },
 }
 
 /// Pending work, ordered by (cycle, insertion order).
@@ -46,6 +52,9 @@ impl Workload {
             if c.stop_at.is_none_or(|stop| c.start_at < stop) {
                 w.push(c.start_at, WorkItem::Churn { spec, n: 0 });
             }
+        }
+        for (spec, m) in scenario.migrations.iter().enumerate() {
+            w.push(m.at, WorkItem::Migrate { spec });
         }
         w
     }

@@ -46,6 +46,6 @@ pub use error::ScenarioError;
 pub use parse::{parse, parse_file};
 pub use program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
 pub use spec::{
-    h100_class, ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
-    StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+    h100_class, ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, PartitionSpec, PhaseSpec,
+    ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
 };

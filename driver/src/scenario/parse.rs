@@ -113,8 +113,8 @@ mod example_tests {
     use crate::scenario::program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
     use crate::scenario::test_support::ok;
     use crate::scenario::{
-        ChurnSpec, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
-        StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+        ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, PartitionSpec, PhaseSpec, ProfileSpec,
+        Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
     };
 
     #[test]
@@ -261,6 +261,11 @@ mod example_tests {
             throttle: vec![ThrottleWindow {
                 start: 19_800_000,
                 end: 23_760_000,
+            }],
+            migrations: vec![MigrationSpec {
+                at: 39_600_000,
+                vm: 1,
+                to: 2,
             }],
         };
         assert_eq!(parsed, Ok(expected));

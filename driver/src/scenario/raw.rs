@@ -41,6 +41,8 @@ pub(super) struct RawScenario {
     #[serde(default)]
     pub throttle: Vec<Spanned<RawThrottle>>,
     #[serde(default)]
+    pub migrate: Vec<Spanned<RawMigrate>>,
+    #[serde(default)]
     pub program: Vec<Spanned<RawProgram>>,
 }
 
@@ -228,4 +230,14 @@ pub(super) struct RawThrottle {
     pub start_cycles: Cycles,
     pub end_us: Us,
     pub end_cycles: Cycles,
+}
+
+/// One `[[migrate]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMigrate {
+    pub at_us: Us,
+    pub at_cycles: Cycles,
+    pub vm: Spanned<u32>,
+    pub to: Spanned<u32>,
 }

@@ -36,6 +36,8 @@ pub struct Scenario {
     pub churn: Vec<ChurnSpec>,
     /// Windows during which the clock runs at secondary capability.
     pub throttle: Vec<ThrottleWindow>,
+    /// VM migrations between partitions, in the order they are due.
+    pub migrations: Vec<MigrationSpec>,
 }
 
 /// Clock settings.
@@ -181,6 +183,19 @@ pub struct ThrottleWindow {
     pub start: u64,
     /// End cycle (exclusive, > start).
     pub end: u64,
+}
+
+/// A VM moved to another partition slot at a cycle (the `RI_MIGRATE`
+/// register path's effect); while the VM is current or incoming on its
+/// partition the device retries at the partition's next scheduling point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MigrationSpec {
+    /// Cycle the migration is due.
+    pub at: u64,
+    /// The VM.
+    pub vm: u32,
+    /// Its new partition slot (configured, not the one it is on then).
+    pub to: u32,
 }
 
 /// The H100-class topology: 8 GPCs of 132 SMs in all, 8 memory slices of

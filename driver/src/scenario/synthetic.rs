@@ -114,5 +114,6 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
             .collect(),
         churn: Vec::new(),
         throttle: Vec::new(),
+        migrations: Vec::new(),
     }
 }

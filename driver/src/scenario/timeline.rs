@@ -1,12 +1,12 @@
-//! Checks and resolves what happens when: fixed contexts, context churn and
-//! throttle windows.
+//! Checks and resolves what happens when: fixed contexts, context churn,
+//! throttle windows and VM migrations.
 
 use toml::Spanned;
 
 use super::error::SpanError;
 use super::profiles::{context_profile, Profile};
-use super::raw::{RawChurn, RawContext, RawThrottle};
-use super::spec::{ChurnSpec, ContextSpec, ThrottleWindow, VmSpec};
+use super::raw::{RawChurn, RawContext, RawMigrate, RawThrottle};
+use super::spec::{ChurnSpec, ContextSpec, MigrationSpec, PartitionSpec, ThrottleWindow, VmSpec};
 use super::time::{positive, required, Clock, Cyc};
 
 fn check_vm(vm: &Spanned<u32>, vms: &[VmSpec]) -> Result<u32, SpanError> {
@@ -163,10 +163,60 @@ pub(super) fn throttle(
     Ok(out)
 }
 
+/// Resolves the `[[migrate]]` tables, in the order they are due (file
+/// order among equal times): each names a configured VM and a configured
+/// slot other than the one the VM is on by then.
+pub(super) fn migrations(
+    raw: &[Spanned<RawMigrate>],
+    vms: &[VmSpec],
+    partitions: &[PartitionSpec],
+    time: Clock,
+) -> Result<Vec<MigrationSpec>, SpanError> {
+    let mut due = Vec::with_capacity(raw.len());
+    for m in raw {
+        let t = m.get_ref();
+        let at = required(time, "at", &t.at_us, &t.at_cycles, m.span())?;
+        let vm = check_vm(&t.vm, vms)?;
+        let to = *t.to.get_ref();
+        if !partitions.iter().any(|p| p.slot == to) {
+            return Err(SpanError::new(
+                t.to.span(),
+                format!("partition slot {to} is not configured"),
+            ));
+        }
+        due.push((
+            at.cycles,
+            MigrationSpec {
+                at: at.cycles,
+                vm,
+                to,
+            },
+            t.to.span(),
+        ));
+    }
+    due.sort_by_key(|(at, _, _)| *at);
+    let mut on: Vec<(u32, u32)> = vms.iter().map(|v| (v.id, v.partition)).collect();
+    let mut out = Vec::with_capacity(due.len());
+    for (_, m, span) in due {
+        let slot = on.iter_mut().find(|(id, _)| *id == m.vm).map(|(_, p)| p);
+        if let Some(slot) = slot {
+            if *slot == m.to {
+                return Err(SpanError::new(
+                    span,
+                    format!("VM {} is on slot {} already at cycle {}", m.vm, m.to, m.at),
+                ));
+            }
+            *slot = m.to;
+        }
+        out.push(m);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use crate::scenario::test_support::{assert_at, err, ok};
-    use crate::scenario::ThrottleWindow;
+    use crate::scenario::{MigrationSpec, ThrottleWindow};
 
     /// Profiles `gemm` and `stream`, six lines.
     const PROFILES: &str = "[[profile]]\nname = \"gemm\"\nphase = [{ duration_cycles = 5 }]\n\
@@ -318,6 +368,73 @@ mod tests {
                     start: 200,
                     end: 300
                 }
+            ]
+        );
+    }
+
+    /// A second slot (lines 1-4) for VM 1 (on slot 1) to move to.
+    const SLOT2: &str = "[[partition]]\nslot = 2\ngpcs = [1]\nmemory_slices = [1]\n";
+
+    fn migrate(body: &str) -> String {
+        format!("{SLOT2}[[migrate]]\n{body}")
+    }
+
+    #[test]
+    fn migration_to_an_unconfigured_slot_or_of_an_unknown_vm_is_rejected() {
+        assert_at(
+            &err(&migrate("at_cycles = 10\nvm = 1\nto = 5\n")),
+            8,
+            "partition slot 5 is not configured",
+        );
+        assert_at(
+            &err(&migrate("at_cycles = 10\nvm = 9\nto = 2\n")),
+            7,
+            "VM 9 is not configured",
+        );
+    }
+
+    #[test]
+    fn migration_without_a_time_is_rejected_at_its_table() {
+        assert_at(
+            &err(&migrate("vm = 1\nto = 2\n")),
+            5,
+            "`at_us` or `at_cycles` is required here",
+        );
+    }
+
+    #[test]
+    fn migration_to_the_slot_the_vm_is_on_by_then_is_rejected() {
+        // Due first although written second: the one at cycle 20 finds VM 1
+        // on slot 2 already.
+        let e = err(&migrate(
+            "at_cycles = 20\nvm = 1\nto = 2\n[[migrate]]\nat_cycles = 10\nvm = 1\nto = 2\n",
+        ));
+        assert_at(&e, 8, "VM 1 is on slot 2 already at cycle 20");
+        assert_at(
+            &err(&migrate("at_cycles = 10\nvm = 1\nto = 1\n")),
+            8,
+            "VM 1 is on slot 1 already at cycle 10",
+        );
+    }
+
+    #[test]
+    fn migrations_come_out_in_the_order_they_are_due() {
+        let s = ok(&migrate(
+            "at_cycles = 50\nvm = 1\nto = 1\n[[migrate]]\nat_cycles = 10\nvm = 1\nto = 2\n",
+        ));
+        assert_eq!(
+            s.migrations,
+            vec![
+                MigrationSpec {
+                    at: 10,
+                    vm: 1,
+                    to: 2
+                },
+                MigrationSpec {
+                    at: 50,
+                    vm: 1,
+                    to: 1
+                },
             ]
         );
     }

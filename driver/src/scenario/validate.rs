@@ -70,6 +70,7 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
     let contexts = timeline::contexts(&raw.context, &vms, &profiles, time)?;
     let churn = timeline::churns(&raw.churn, &vms, &profiles, time)?;
     let throttle = timeline::throttle(&raw.throttle, time)?;
+    let migrations = timeline::migrations(&raw.migrate, &vms, &partitions, time)?;
     Ok(Scenario {
         name: raw.name.unwrap_or_else(|| default_name.to_owned()),
         seed: raw.seed.unwrap_or(0),
@@ -86,6 +87,7 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
         contexts,
         churn,
         throttle,
+        migrations,
     })
 }
 

@@ -209,6 +209,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                             }]
                         })
                         .unwrap_or_default(),
+                    migrations: Vec::new(),
                 }
             },
         )

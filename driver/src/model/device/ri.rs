@@ -9,6 +9,7 @@ use super::api::DeviceError;
 use super::Device;
 use crate::model::memory::WindowError;
 use crate::model::ri::{RiWrite, Tables};
+use crate::model::workload::WorkItem;
 
 impl Device {
     /// The tables the unit's checks read.
@@ -49,6 +50,29 @@ impl Device {
         }
         self.ri.apply(w, version);
         self.deliver_ri_events();
+    }
+
+    /// Runs the scenario's migration `spec` the way the `RI_MIGRATE`
+    /// register path would; while the VM is current or incoming on its
+    /// partition (the register path refuses then) it is retried when that
+    /// partition next needs the device (its next scheduling point or
+    /// handshake deadline). A VM already on the target slot (a host moved
+    /// it there) is left where it is.
+    pub(super) fn scenario_migration(&mut self, spec: usize) {
+        let m = self.scenario.migrations[spec];
+        let from = self.vms.partition(m.vm);
+        if from == 0 || from == m.to {
+            return;
+        }
+        let part = self.parts.get(from);
+        if part.current().0 == m.vm || part.incoming().0 == m.vm {
+            let retry = part.wake_at().max(self.clock.now() + 1);
+            if retry != u64::MAX {
+                self.workload.push(retry, WorkItem::Migrate { spec });
+            }
+            return;
+        }
+        self.execute_ri(RiWrite::Migrate { vm: m.vm, to: m.to });
     }
 
     /// Moves VM `vm` (neither running nor incoming) to slot `to`; its

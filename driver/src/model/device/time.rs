@@ -194,6 +194,7 @@ impl Device {
                     self.destroy_context(id);
                 }
             }
+            WorkItem::Migrate { spec } => self.scenario_migration(spec),
         }
     }
 }
