@@ -23,16 +23,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// One slice running the built-in GEMM (its epilogue calls `store`) alone.
 fn scenario() -> String {
-    let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin.find("# Tiled GEMM").expect("gemm program")..];
-    let program = &program[..program.find("# Strided reduction").expect("reduce follows")];
-    format!(
-        "seed = 3\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
-         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-         [[vm]]\nid = 1\npartition = 1\n\
-         [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
-         rates = {{ sm_cycles_elapsed = 1.0 }}\n[[context]]\nvm = 1\nprofile = \"g\"\n{program}"
-    )
+    gpupm_test_support::scenario::one_slice_running("gemm")
 }
 
 fn ranges_query(card: &File, ctx: u32, p: u32) -> std::io::Result<RangeLedgerQuery> {

@@ -19,18 +19,7 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 /// One slice running the built-in resonant program alone.
 fn scenario() -> String {
-    let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin
-        .find("# The resonant loop")
-        .expect("resonant program")..];
-    let program = &program[..program.find("[[churn]]").expect("churn follows")];
-    format!(
-        "seed = 3\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
-         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-         [[vm]]\nid = 1\npartition = 1\n\
-         [[profile]]\nname = \"r\"\nprogram = \"resonant\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
-         rates = {{ sm_cycles_elapsed = 1.0 }}\n[[context]]\nvm = 1\nprofile = \"r\"\n{program}"
-    )
+    gpupm_test_support::scenario::one_slice_running("resonant")
 }
 
 fn blocks_query(card: &File, ctx: u32) -> std::io::Result<BlockLedgerQuery> {

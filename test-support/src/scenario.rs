@@ -292,3 +292,31 @@ pub fn fleet(seed: u64) -> String {
     }
     s
 }
+
+/// The TOML of the built-in program named `name`.
+pub fn builtin_program(name: &str) -> String {
+    let text = gpupm_driver::scenario::BUILTIN_TOML;
+    let start = text
+        .find(&format!("[[program]]\nname = \"{name}\""))
+        .expect("built-in program");
+    let rest = &text[start + 1..];
+    let end = rest
+        .find("[[program]]")
+        .or_else(|| rest.find("[[churn]]"))
+        .map_or(text.len(), |e| start + 1 + e);
+    text[start..end].to_string()
+}
+
+/// One slice (two SMs) running one context of VM 1 whose profile runs the
+/// built-in program `program` alone: the node tests' block and range
+/// ledgers, with nothing else on the device.
+pub fn one_slice_running(program: &str) -> String {
+    format!(
+        "seed = 3\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
+         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
+         [[vm]]\nid = 1\npartition = 1\n\
+         [[profile]]\nname = \"p\"\nprogram = \"{program}\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
+         rates = {{ sm_cycles_elapsed = 1.0 }}\n[[context]]\nvm = 1\nprofile = \"p\"\n{}",
+        builtin_program(program)
+    )
+}

@@ -9,19 +9,7 @@ use gpupm_driver::scenario::{parse, Scenario};
 use gpupm_uapi::layout::ri_record;
 use gpupm_uapi::ri::{self as ri, group_bytes, ri_ctrl};
 
-/// The TOML of the built-in program named `name`.
-fn builtin_program(name: &str) -> String {
-    let text = gpupm_driver::scenario::BUILTIN_TOML;
-    let start = text
-        .find(&format!("[[program]]\nname = \"{name}\""))
-        .expect("built-in program");
-    let rest = &text[start + 1..];
-    let end = rest
-        .find("[[program]]")
-        .or_else(|| rest.find("[[churn]]"))
-        .map_or(text.len(), |e| start + 1 + e);
-    text[start..end].to_string()
-}
+use crate::scenario::builtin_program;
 
 /// Four slices: 1 runs VMs 1 and 2 (VM timeslices, so VM 1 is sometimes
 /// switched out) with contexts 1, 2 (VM 1, two contexts that rotate) and
