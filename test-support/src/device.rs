@@ -188,3 +188,18 @@ pub fn block_at(dev: &DevNode, offset: u64) -> Block {
     );
     Block::read_from_bytes(&slot.payload).expect("a block")
 }
+
+/// (head, tail, produced, lost) of sample buffer `kind` of partition `p`.
+pub fn sample_buffer(dev: &DevNode, p: u32, kind: u32) -> [u64; 4] {
+    use gpupm_uapi::sampling::{self as s, samp};
+    let reg = |x| samp(p, s::buf(kind, x));
+    let v = dev
+        .read_many(&[
+            reg(s::BUF_HEAD),
+            reg(s::BUF_TAIL),
+            reg(s::BUF_PRODUCED),
+            reg(s::BUF_LOST),
+        ])
+        .expect("buffer registers");
+    [v[0], v[1], v[2], v[3]]
+}

@@ -11,8 +11,9 @@
 use std::time::{Duration, Instant};
 
 use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_A, UID_VM3};
+use gpupm_test_support::device::sample_buffer;
 use gpupm_uapi::regs as r;
-use gpupm_uapi::sampling::{self as s, buf_kind, samp};
+use gpupm_uapi::sampling::buf_kind;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -23,17 +24,7 @@ const CYCLES_PER_MS: u64 = 1_980_000;
 
 /// (head, tail, produced, lost) of partition 2's buffer `k`.
 fn buffer(f: &Fixture, k: u32) -> [u64; 4] {
-    let reg = |x| samp(PARTITION, s::buf(k, x));
-    let v = f
-        .dev
-        .read_many(&[
-            reg(s::BUF_HEAD),
-            reg(s::BUF_TAIL),
-            reg(s::BUF_PRODUCED),
-            reg(s::BUF_LOST),
-        ])
-        .expect("buffer registers");
-    [v[0], v[1], v[2], v[3]]
+    sample_buffer(&f.dev, PARTITION, k)
 }
 
 /// Waits until gpupmd drained both buffers.

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_VM1};
+use gpupm_test_support::device::sample_buffer;
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -32,16 +33,7 @@ fn args(f: &Fixture, extra: &[&str]) -> Vec<String> {
 fn drained_counts(f: &Fixture, k: u32) -> (u64, u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let reg = |r| samp(PARTITION, s::buf(k, r));
-        let v = f
-            .dev
-            .read_many(&[
-                reg(s::BUF_HEAD),
-                reg(s::BUF_TAIL),
-                reg(s::BUF_PRODUCED),
-                reg(s::BUF_LOST),
-            ])
-            .expect("buffer registers");
+        let v = sample_buffer(&f.dev, PARTITION, k);
         if v[0] == v[1] {
             return (v[2], v[3]);
         }
