@@ -262,6 +262,8 @@ pub struct HealthSnapshot {
     pub tenant_errors: u64,
     /// Tenant counter pages.
     pub pages: PageStats,
+    /// Runtime-instrumentation sessions and their groups.
+    pub ri: crate::ri::RiCounts,
 }
 
 /// Counts of the tenant counter pages (`crate::pages`).

@@ -20,6 +20,7 @@
 //! sink runs, so a sink may take the tenant node's handle table lock.
 
 pub mod drain;
+pub mod metrics;
 pub mod plan;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,9 +40,9 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Where a session's entries go (the tenant node's handle).
 pub trait RiSink: Send + Sync + std::fmt::Debug {
-    /// Queues `entries` after `lost` groups the buffer overwrote; false
-    /// once the session is gone.
-    fn deliver(&self, lost: u64, entries: Vec<Entry>) -> bool;
+    /// Queues `entries` after `lost` groups the buffer overwrote; answers
+    /// the groups its queue had to drop, or `None` once the session is gone.
+    fn deliver(&self, lost: u64, entries: Vec<Entry>) -> Option<u64>;
     /// The device ended the session (its context was released).
     fn end(&self);
 }
@@ -123,6 +124,34 @@ pub struct RiStats {
     pub halts: AtomicU64,
     /// Blocks reclaimed from a previous daemon.
     pub reclaimed: AtomicU64,
+}
+
+/// A snapshot of [`RiStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RiCounts {
+    /// Sessions open.
+    pub sessions: u64,
+    /// Groups drained.
+    pub groups: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Groups lost.
+    pub lost: u64,
+    /// Halts seen.
+    pub halts: u64,
+}
+
+impl RiStats {
+    /// The counters now.
+    pub fn counts(&self) -> RiCounts {
+        RiCounts {
+            sessions: self.sessions.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            halts: self.halts.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// One block's session.
@@ -400,7 +429,8 @@ impl RiUnit {
         match out {
             Ok((o, sink)) => {
                 if o.lost > 0 || !o.entries.is_empty() {
-                    sink.deliver(o.lost, o.entries);
+                    let dropped = sink.deliver(o.lost, o.entries).unwrap_or(0);
+                    self.stats.lost.fetch_add(dropped, Ordering::Relaxed);
                 }
                 if o.ended {
                     sink.end();

@@ -54,10 +54,10 @@ impl std::fmt::Debug for HandleSink {
 }
 
 impl RiSink for HandleSink {
-    fn deliver(&self, lost: u64, entries: Vec<Entry>) -> bool {
+    fn deliver(&self, lost: u64, entries: Vec<Entry>) -> Option<u64> {
         self.sessions
-            .upgrade()
-            .is_some_and(|s| s.ri_deliver(self.fh, self.id, lost, entries, false))
+            .upgrade()?
+            .ri_deliver(self.fh, self.id, lost, entries, false)
     }
 
     fn end(&self) {
@@ -156,17 +156,20 @@ impl Sessions {
     }
 
     /// Queues entries for RI session `id` of `fh` (and marks it ended);
-    /// false once that session is gone.
-    fn ri_deliver(&self, fh: u64, id: u64, lost: u64, entries: Vec<Entry>, end: bool) -> bool {
+    /// answers the groups dropped, `None` once that session is gone.
+    fn ri_deliver(
+        &self,
+        fh: u64,
+        id: u64,
+        lost: u64,
+        entries: Vec<Entry>,
+        end: bool,
+    ) -> Option<u64> {
         let mut actions = Vec::new();
-        {
+        let dropped = {
             let mut t = self.lock();
-            let Some(handle) = t.handles.get_mut(&fh) else {
-                return false;
-            };
-            let Some(s) = handle.ri.as_mut().filter(|s| s.id == id) else {
-                return false;
-            };
+            let handle = t.handles.get_mut(&fh)?;
+            let s = handle.ri.as_mut().filter(|s| s.id == id)?;
             let dropped = s.queue.push(lost, entries);
             if dropped > 0 {
                 self.stats
@@ -175,9 +178,10 @@ impl Sessions {
             }
             s.ended |= end;
             serve_readers(handle, &mut actions);
-        }
+            dropped
+        };
         run(actions);
-        true
+        Some(dropped)
     }
 
     /// The block and unit of `fh`'s RI session, for a caller with `identity`.
