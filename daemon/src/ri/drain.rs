@@ -125,7 +125,11 @@ pub(super) fn drain(
         read64(ri::ri(block, ri::RI_GROUPS)),
     ];
     dev.batch(&mut ops)?;
-    let (ctx, status, reason) = (reg32(ops[0].value), reg32(ops[1].value), reg32(ops[2].value));
+    let (ctx, status, reason) = (
+        reg32(ops[0].value),
+        reg32(ops[1].value),
+        reg32(ops[2].value),
+    );
     let groups = ops[4].value;
     let rgs = s.config.rgs;
     let gb = group_bytes(rgs);

@@ -318,12 +318,14 @@ impl RiUnit {
             ),
             write32(ri::ri(block, ri::RI_CTRL), config.ctrl()),
         ];
-        self.dev.batch(&mut ops).map_err(|e| match drain::errno_of(&e) {
-            // The context stopped being active (or was never bound) after
-            // the node's checks: the device's own verdict.
-            Some(libc::EINVAL) => RiError::Invalid("the device refused the control block"),
-            _ => RiError::Device(e),
-        })?;
+        self.dev
+            .batch(&mut ops)
+            .map_err(|e| match drain::errno_of(&e) {
+                // The context stopped being active (or was never bound) after
+                // the node's checks: the device's own verdict.
+                Some(libc::EINVAL) => RiError::Invalid("the device refused the control block"),
+                _ => RiError::Device(e),
+            })?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         slots[block as usize] = Some(Slot {
             id,
@@ -394,7 +396,9 @@ impl RiUnit {
             return;
         }
         let ending = drain::stop(&self.dev, block).and_then(|()| {
-            let s = slot.as_mut().map(|s| drain::drain(&self.dev, block, s, &self.stats));
+            let s = slot
+                .as_mut()
+                .map(|s| drain::drain(&self.dev, block, s, &self.stats));
             drain::unbind(&self.dev, block).map(|()| s)
         });
         if let Err(e) = ending {

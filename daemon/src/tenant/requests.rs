@@ -15,15 +15,15 @@ use gpupm_uapi::events;
 use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::OpenSampling;
 use gpupm_uapi::tenant::{
-    OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
-};
-use gpupm_uapi::tenant::{
     counter_flags, scope, CtxEntry, EventInfo, ListContexts, OpenStream, ReadCounters, ReadRates,
     Whoami, LIST_PAGE, MAX_CALLER_VMS, RATE_SAMPLES, TENANT_IOCTLS, TENANT_IOC_EVENT_INFO,
     TENANT_IOC_KEY_STATE, TENANT_IOC_LIST_CONTEXTS, TENANT_IOC_MAGIC, TENANT_IOC_OPEN_SAMPLING,
     TENANT_IOC_OPEN_STREAM, TENANT_IOC_READ_COUNTERS, TENANT_IOC_READ_INSTANCE,
     TENANT_IOC_READ_INSTANCE_RATES, TENANT_IOC_READ_RATES, TENANT_IOC_REKEY, TENANT_IOC_WHOAMI,
     TENANT_STRUCT_VERSION,
+};
+use gpupm_uapi::tenant::{
+    OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
 };
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};

@@ -241,9 +241,15 @@ mod tests {
         let out = q.take(usize::MAX);
         assert_eq!(out.len(), 64 + 64 + 32);
         let (h, _) = RiGroupHeader::read_from_prefix(&out).unwrap();
-        assert_eq!((h.kind, h.session, h.group, h.lost_before, h.size), (1, 9, 5, 4, 64));
+        assert_eq!(
+            (h.kind, h.session, h.group, h.lost_before, h.size),
+            (1, 9, 5, 4, 64)
+        );
         let (h, _) = RiGroupHeader::read_from_prefix(&out[128..]).unwrap();
-        assert_eq!((h.kind, h.halt_reason, h.lost_before, h.size), (2, 1, 1, 32));
+        assert_eq!(
+            (h.kind, h.halt_reason, h.lost_before, h.size),
+            (2, 1, 1, 32)
+        );
         q.push(0, vec![group(8)]);
         assert!(q.take(63).is_empty(), "whole entries only");
     }
@@ -253,7 +259,10 @@ mod tests {
         assert_eq!(device_bits(0), 0);
         assert_eq!(
             device_bits(ri_controls::ALL),
-            ri_ctrl::EMIT | ri_ctrl::ABORT | ri_ctrl::SUPPRESS_PRIMARY | ri_ctrl::SUPPRESS_SECONDARY
+            ri_ctrl::EMIT
+                | ri_ctrl::ABORT
+                | ri_ctrl::SUPPRESS_PRIMARY
+                | ri_ctrl::SUPPRESS_SECONDARY
         );
     }
 }

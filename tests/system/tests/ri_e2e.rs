@@ -17,6 +17,7 @@ use gpupm_test_support::device::step;
 use gpupm_test_support::model::ri::scenario_toml;
 use gpupm_test_support::process::Proc;
 use gpupm_test_support::rawnode::sys::ioctl;
+use gpupm_test_support::rng::Rng;
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, spawn_as, Cred};
@@ -35,6 +36,9 @@ const UID_B: u32 = 61502;
 const UID_C: u32 = 61503;
 /// SF of the cycle-mode session.
 const SF: u32 = 1000;
+/// RGS of the session: 32 records, room for 30 extras (the 32-entry
+/// collection buffer keeps the newest 32).
+const RGS: u32 = 4;
 /// Program-buffer groups: more than a run stores, so nothing can be lost.
 const BUFFER_GROUPS: u32 = 1024;
 const EMITS: u32 = 10;
@@ -132,9 +136,18 @@ fn cycle_session(ctx: u32) -> OpenRi {
         mode: ri_session_mode::CYCLE,
         controls: ri_controls::EMIT,
         sf: SF,
-        rgs: 1,
+        rgs: RGS,
         buffer_groups: BUFFER_GROUPS,
         ..OpenRi::default()
+    }
+}
+
+/// Tenant B's session: VM 2 runs on slot 2 (maximum RGS 2) in the
+/// refusal test.
+fn b_session() -> OpenRi {
+    OpenRi {
+        rgs: 2,
+        ..cycle_session(3)
     }
 }
 
@@ -179,13 +192,21 @@ fn groups_and_lost(entries: &[RiEntry]) -> u64 {
 }
 
 /// Checks every group's shape and numbering against a buffer of
-/// [`BUFFER_GROUPS`] groups of RGS 1.
+/// [`BUFFER_GROUPS`] groups of [`RGS`].
 fn check_groups(groups: &[Value]) {
     for (k, g) in groups.iter().enumerate() {
         let n = g["n"].as_u64().unwrap();
         assert_eq!(n, k as u64 + 1, "groups numbered 1, 2, … without gaps");
-        assert_eq!((g["rgs"].as_u64(), g["lost"].as_u64()), (Some(1), Some(0)));
-        assert_eq!(g["size"], json!(32 + 4 * 16), "2^(RGS+1) records of 16 bytes");
+        assert_eq!(
+            (g["rgs"].as_u64(), g["lost"].as_u64()),
+            (Some(u64::from(RGS)), Some(0))
+        );
+        let records = 2usize << RGS;
+        assert_eq!(
+            g["size"],
+            json!(32 + records * 16),
+            "2^(RGS+1) records of 16 bytes"
+        );
         let kinds: Vec<u8> = serde_json::from_value(g["kinds"].clone()).unwrap();
         let first = if (n - 1) % u64::from(BUFFER_GROUPS) == 0 {
             ri_record::BEGIN
@@ -193,8 +214,13 @@ fn check_groups(groups: &[Value]) {
             ri_record::TIMESTAMP
         };
         assert_eq!(kinds[0], first, "group {n}: {kinds:?}");
-        assert_eq!(kinds[3], ri_record::INSTRUCTION, "group {n}: {kinds:?}");
-        for &mid in &kinds[1..3] {
+        assert_eq!(kinds.len(), records);
+        assert_eq!(
+            kinds[records - 1],
+            ri_record::INSTRUCTION,
+            "group {n}: {kinds:?}"
+        );
+        for &mid in &kinds[1..records - 1] {
             assert!(
                 [ri_record::EMIT, ri_record::ABORT, ri_record::FILL].contains(&mid),
                 "group {n}: {kinds:?}"
@@ -249,14 +275,30 @@ fn groups_match_the_ledger_emits_arrive_once_and_a_migration_halts_the_session()
     let got = child.finish();
 
     assert_eq!(got["block"], json!(block));
-    assert_eq!((got["partition"].as_u64(), got["version"].as_u64()), (Some(1), Some(1)));
-    assert_eq!(got["status1"], json!([at_rest.stored, 0, ri_state::ENABLED]));
+    assert_eq!(
+        (got["partition"].as_u64(), got["version"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(
+        got["status1"],
+        json!([at_rest.stored, 0, ri_state::ENABLED])
+    );
     let groups = got["entries"]["groups"].as_array().unwrap();
     check_groups(groups);
-    assert_eq!(groups.len() as u64, after.stored, "every group the device stored, once");
+    assert_eq!(
+        groups.len() as u64,
+        after.stored,
+        "every group the device stored, once"
+    );
     // Sample positions: every SF context cycles, the last where the ledger says.
-    let cycles: Vec<u64> = groups.iter().map(|g| g["ctx_cycle"].as_u64().unwrap()).collect();
-    assert!(cycles.windows(2).all(|w| w[1] - w[0] == u64::from(SF)), "{cycles:?}");
+    let cycles: Vec<u64> = groups
+        .iter()
+        .map(|g| g["ctx_cycle"].as_u64().unwrap())
+        .collect();
+    assert!(
+        cycles.windows(2).all(|w| w[1] - w[0] == u64::from(SF)),
+        "{cycles:?}"
+    );
     let rest = usize::try_from(at_rest.stored).unwrap();
     assert_eq!(cycles[rest - 1], at_rest.last_sample_ctx_cycle);
     let emits: Vec<u64> = groups
@@ -265,6 +307,7 @@ fn groups_match_the_ledger_emits_arrive_once_and_a_migration_halts_the_session()
         .collect();
     assert_eq!(emits, (1..=u64::from(EMITS)).collect::<Vec<_>>());
     assert_eq!(after.emits_register, u64::from(EMITS));
+    assert_eq!(after.overwritten, 0, "no collection record was overwritten");
     // The halt: once, with its reason, after the last group.
     assert_eq!(
         got["entries"]["halts"],
@@ -289,6 +332,14 @@ fn groups_match_the_ledger_emits_arrive_once_and_a_migration_halts_the_session()
     assert_eq!(ctrl & ri_ctrl::ENABLE, 0);
     assert_eq!(rig.dev.read32(ri::ri(block, ri::RI_CTX)).unwrap(), 0);
     assert_eq!(rig.daemon.metric("gpupm_ri_sessions"), 0);
+}
+
+/// `bytes` in a buffer of the size `raw_ioctl` takes (one page, zeros
+/// after them): the command's size says how many the node sees.
+fn padded(bytes: &[u8]) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    b.resize(gpupm_client::sys::RAW_MIN_BUF.max(bytes.len()), 0);
+    b
 }
 
 /// Makes a valid request malformed in one way.
@@ -316,7 +367,9 @@ fn foreign_missing_confidential_and_malformed_requests_fail_and_change_nothing()
             ("RGS above the partition's", |a| a.rgs = 3),
             ("SF too large", |a| a.sf = (1 << 30) + 1),
             ("RSIC too large", |a| a.rsic = (1 << 30) + 1),
-            ("SF in directed mode", |a| a.mode = ri_session_mode::DIRECTED),
+            ("SF in directed mode", |a| {
+                a.mode = ri_session_mode::DIRECTED
+            }),
             ("buffer too large", |a| a.buffer_groups = 1 << 14 | 1),
             ("queue too large", |a| a.queue_groups = (1 << 16) + 1),
             ("ctx 0", |a| a.ctx = 0),
@@ -324,19 +377,23 @@ fn foreign_missing_confidential_and_malformed_requests_fail_and_change_nothing()
         ];
         let mut out = serde_json::Map::new();
         for (name, spoil) in bad {
-            let mut arg = cycle_session(3);
+            let mut arg = b_session();
             spoil(&mut arg);
-            let r = c.raw_ioctl(TENANT_IOC_OPEN_RI, arg.as_mut_bytes());
+            let r = c.raw_ioctl(TENANT_IOC_OPEN_RI, &mut padded(arg.as_bytes()));
             out.insert(name.into(), json!(r.err().map(|e| e as i32)));
         }
         let short = gpupm_uapi::ioc::read_write(b'T', 0x10, 72);
-        let r = c.raw_ioctl(short, &mut cycle_session(3).as_mut_bytes()[..72].to_vec());
+        let r = c.raw_ioctl(short, &mut padded(&b_session().as_bytes()[..72]));
         out.insert("short".into(), json!(r.err().map(|e| e as i32)));
         let no_session = [errno_of(&c.ri_emit(1)), errno_of(&c.ri_status())];
         json!({ "foreign": foreign, "missing": missing, "bad": out, "no_session": no_session })
     });
     assert_eq!(got["foreign"], json!(libc::EACCES));
-    assert_eq!(got["missing"], json!(libc::EACCES), "same as another tenant's");
+    assert_eq!(
+        got["missing"],
+        json!(libc::EACCES),
+        "same as another tenant's"
+    );
     for (name, errno) in got["bad"].as_object().unwrap() {
         assert_eq!(errno, &json!(libc::EINVAL), "{name}");
     }
@@ -352,7 +409,7 @@ fn foreign_missing_confidential_and_malformed_requests_fail_and_change_nothing()
 
     // Another tenant's session handle (inherited): no emit, status or read.
     let admin = TenantClient::open(&rig.node).expect("open as root");
-    let opened = admin.open_ri(&cycle_session(3)).expect("the admin's session");
+    let opened = admin.open_ri(&b_session()).expect("the admin's session");
     assert_eq!(opened.partition_max_rgs, 2);
     let before = rig.ri_regs();
     // Borrowed, not moved: the parent keeps its descriptor, so the
@@ -362,7 +419,11 @@ fn foreign_missing_confidential_and_malformed_requests_fail_and_change_nothing()
         let read = std::io::Read::read(&mut admin_file(&admin), &mut buf)
             .err()
             .and_then(|e| e.raw_os_error());
-        json!([errno_of(&admin.ri_emit(7)), errno_of(&admin.ri_status()), read])
+        json!([
+            errno_of(&admin.ri_emit(7)),
+            errno_of(&admin.ri_status()),
+            read
+        ])
     });
     assert_eq!(got, json!([libc::EACCES, libc::EACCES, libc::EACCES]));
     assert_eq!(rig.ri_regs(), before);
@@ -381,7 +442,10 @@ fn a_restarted_daemon_reclaims_the_blocks_a_killed_one_left_in_use() {
     let opened = admin.open_ri(&cycle_session(1)).expect("session");
     let block = opened.block;
     rig.steps(4);
-    assert_ne!(rig.dev.read32(ri::ri(block, ri::RI_CTRL)).unwrap() & ri_ctrl::ENABLE, 0);
+    assert_ne!(
+        rig.dev.read32(ri::ri(block, ri::RI_CTRL)).unwrap() & ri_ctrl::ENABLE,
+        0
+    );
     let mut killed = rig.daemon;
     killed.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
     // Its notify socket goes with it, before the next daemon binds one.
@@ -396,10 +460,115 @@ fn a_restarted_daemon_reclaims_the_blocks_a_killed_one_left_in_use() {
     rig.daemon = spawn_daemon(&rig.tmp, &config, &[], &[]);
     rig.daemon.wait_for("READY=1");
     for b in 0..RI_BLOCKS {
-        assert_eq!(rig.dev.read32(ri::ri(b, ri::RI_CTRL)).unwrap() & ri_ctrl::ENABLE, 0);
+        assert_eq!(
+            rig.dev.read32(ri::ri(b, ri::RI_CTRL)).unwrap() & ri_ctrl::ENABLE,
+            0
+        );
         assert_eq!(rig.dev.read32(ri::ri(b, ri::RI_CTX)).unwrap(), 0);
     }
     // And the context can have a session again.
     let admin = TenantClient::open(&rig.node).expect("open as root");
     admin.open_ri(&cycle_session(1)).expect("a new session");
+}
+
+/// Calls of the fuzz test.
+const FUZZ_CALLS: u64 = 50_000;
+
+/// One random malformed RI request: its command and argument bytes.
+fn fuzz_call(rng: &mut Rng) -> (u32, Vec<u8>) {
+    use gpupm_uapi::ioc;
+    use gpupm_uapi::tenant::ri::{RiEmit, RiStatus};
+    use gpupm_uapi::tenant::{TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS};
+    let nonzero = |rng: &mut Rng| u32::try_from(rng.below(u64::from(u32::MAX)) + 1).unwrap();
+    match rng.below(4) {
+        // Any command of the RI range, any size and direction, random bytes.
+        0 => {
+            let nr = 0x10 + u8::try_from(rng.below(8)).unwrap();
+            let size = usize::try_from(rng.below(161)).unwrap();
+            let cmd = match rng.below(3) {
+                0 => ioc::read_write(b'T', nr, size),
+                1 => ioc::write(b'T', nr, size),
+                _ => ioc::read(b'T', nr, size),
+            };
+            let bytes = (0..size.max(8)).map(|_| rng.below(256) as u8).collect();
+            (cmd, bytes)
+        }
+        // A valid open spoiled in one field.
+        1 => {
+            let mut a = cycle_session(1);
+            match rng.below(9) {
+                0 => a.version = nonzero(rng).max(2),
+                1 => a.flags = nonzero(rng),
+                2 => a.reserved = u64::from(nonzero(rng)),
+                3 => a.mode = [0, 4, nonzero(rng).max(4)][rng.below(3) as usize],
+                4 => a.controls |= nonzero(rng) << 4,
+                5 => a.rgs = 8 + nonzero(rng) % 1000,
+                6 => a.sf = (1 << 30) + nonzero(rng) % (1 << 30),
+                7 => {
+                    a.ctx = [3, 4, 4 + nonzero(rng) % 4091, 4096 + nonzero(rng) % 10_000]
+                        [rng.below(4) as usize]
+                }
+                _ => a.queue_groups = (1 << 16) + nonzero(rng) % (1 << 20),
+            }
+            (TENANT_IOC_OPEN_RI, a.as_bytes().to_vec())
+        }
+        // Emit or status on a handle without a session, random fields.
+        2 => {
+            let e = RiEmit {
+                version: u32::try_from(rng.below(3)).unwrap(),
+                value: nonzero(rng),
+                reserved: rng.below(2),
+            };
+            (TENANT_IOC_RI_EMIT, e.as_bytes().to_vec())
+        }
+        _ => {
+            let mut s = RiStatus {
+                version: u32::try_from(rng.below(3)).unwrap(),
+                ..RiStatus::default()
+            };
+            s.groups = rng.below(2);
+            (TENANT_IOC_RI_STATUS, s.as_bytes().to_vec())
+        }
+    }
+}
+
+#[test]
+fn fifty_thousand_malformed_ri_calls_fail_and_change_nothing() {
+    let rig = Rig::start("ri-fuzz");
+    let before = (rig.ri_regs(), rig.daemon.metric("gpupm_ri_sessions"));
+    let errors_before = rig.daemon.metric("gpupm_tenant_request_errors_total");
+    let node = rig.node.clone();
+    let got = run_as(&Cred::user(UID_A), || {
+        let c = TenantClient::open(&node).expect("open");
+        let mut rng = Rng(0x5eed_0013);
+        let mut by_errno = std::collections::BTreeMap::<String, u64>::new();
+        for _ in 0..FUZZ_CALLS {
+            let (cmd, bytes) = fuzz_call(&mut rng);
+            let key = match c.raw_ioctl(cmd, &mut padded(&bytes)) {
+                Ok(_) => format!("accepted {cmd:#x} {bytes:?}"),
+                Err(e) => (e as i32).to_string(),
+            };
+            *by_errno.entry(key).or_default() += 1;
+        }
+        json!(by_errno)
+    });
+    let got = got.as_object().unwrap();
+    let allowed = [libc::EINVAL, libc::ENOTTY, libc::EACCES].map(|e| e.to_string());
+    for (errno, n) in got {
+        assert!(allowed.contains(errno), "{errno}: {n} calls");
+    }
+    assert_eq!(
+        got.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        FUZZ_CALLS
+    );
+    assert!(
+        got.len() == 3,
+        "every kind of refusal was exercised: {got:?}"
+    );
+    assert_eq!(
+        (rig.ri_regs(), rig.daemon.metric("gpupm_ri_sessions")),
+        before,
+        "no RI register or session changed"
+    );
+    assert!(rig.daemon.metric("gpupm_tenant_request_errors_total") >= errors_before + FUZZ_CALLS);
 }
