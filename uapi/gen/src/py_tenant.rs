@@ -15,11 +15,11 @@ use gpupm_uapi::page::{
     PageReply, PageRequest,
 };
 use gpupm_uapi::sampling::PcRecord;
-use gpupm_uapi::tenant::sampling::{
-    self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
-};
 use gpupm_uapi::tenant::ri::{
     ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiStatus,
+};
+use gpupm_uapi::tenant::sampling::{
+    self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
 };
 use gpupm_uapi::tenant::{
     self, counter_flags, ctx_state, instance_flags, key_flags, scope, CtxEntry, EventInfo,
@@ -88,8 +88,14 @@ pub fn render() -> String {
         ("RI_MODE_DIRECTED", ri_session_mode::DIRECTED),
         ("RI_CONTROLS_EMIT", ri_controls::EMIT),
         ("RI_CONTROLS_ABORT", ri_controls::ABORT),
-        ("RI_CONTROLS_SUPPRESS_PRIMARY", ri_controls::SUPPRESS_PRIMARY),
-        ("RI_CONTROLS_SUPPRESS_SECONDARY", ri_controls::SUPPRESS_SECONDARY),
+        (
+            "RI_CONTROLS_SUPPRESS_PRIMARY",
+            ri_controls::SUPPRESS_PRIMARY,
+        ),
+        (
+            "RI_CONTROLS_SUPPRESS_SECONDARY",
+            ri_controls::SUPPRESS_SECONDARY,
+        ),
         ("RI_STATE_ENABLED", ri_state::ENABLED),
         ("RI_STATE_HALTED", ri_state::HALTED),
         ("RI_STATE_ENDED", ri_state::ENDED),
