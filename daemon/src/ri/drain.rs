@@ -156,7 +156,8 @@ pub(super) fn drain(
         ..Drained::default()
     };
     let chunk = usize::try_from(gb).unwrap_or(usize::MAX);
-    for (k, g) in (0u64..).zip(bytes.chunks_exact(chunk)).skip(torn as usize) {
+    let skip = usize::try_from(torn).unwrap_or(usize::MAX);
+    for (k, g) in (0u64..).zip(bytes.chunks_exact(chunk)).skip(skip) {
         out.entries.push(Entry::Group {
             number: p.first + k,
             rgs: u8::try_from(rgs).unwrap_or(u8::MAX),

@@ -349,11 +349,11 @@ impl RiUnit {
     /// RIEMIT for session `id` on `block`.
     pub fn emit(&self, block: u32, id: u64, value: u32) -> Result<(), RiError> {
         let slots = self.lock();
-        if !slots
+        let live = slots
             .get(block as usize)
             .and_then(Option::as_ref)
-            .is_some_and(|s| s.id == id)
-        {
+            .is_some_and(|s| s.id == id);
+        if !live {
             return Err(RiError::Invalid("the session ended"));
         }
         self.dev.write32(ri::ri(block, ri::RI_EMIT), value)?;
@@ -381,9 +381,9 @@ impl RiUnit {
     /// Asks the unit's thread to drain `block` (an interrupt named it).
     pub fn notify(&self, block: u32) {
         let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = wake.as_ref() {
-            // The thread only stops with the engine; a late record is moot.
-            let _ = tx.send(block);
+        // The thread only stops with the engine; a record after that is moot.
+        if let Some(Err(e)) = wake.as_ref().map(|tx| tx.send(block)) {
+            tracing::debug!(block = e.0, "the RI drain thread is gone");
         }
     }
 

@@ -85,7 +85,7 @@ mod tests {
                     let got: Vec<u64> = p
                         .ranges
                         .iter()
-                        .flat_map(|&(off, len)| (off / 32..(off + len) / 32))
+                        .flat_map(|&(off, len)| off / 32..(off + len) / 32)
                         .map(|s| buf[usize::try_from(s).unwrap()].unwrap())
                         .collect();
                     let want: Vec<u64> = (seen + 1 + p.lost..=groups).collect();

@@ -226,7 +226,7 @@ mod tests {
         Entry::Group {
             number: n,
             rgs: 0,
-            bytes: vec![n as u8; 32],
+            bytes: vec![n.to_le_bytes()[0]; 32],
         }
     }
 

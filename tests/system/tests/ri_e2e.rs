@@ -67,7 +67,7 @@ impl Rig {
         daemon.wait_for("READY=1");
         let node = tmp.join("tenant").join("node");
         let mut rig = Rig {
-            tmp: tmp,
+            tmp,
             driver,
             dev,
             daemon,
@@ -474,6 +474,11 @@ fn a_restarted_daemon_reclaims_the_blocks_a_killed_one_left_in_use() {
 /// Calls of the fuzz test.
 const FUZZ_CALLS: u64 = 50_000;
 
+/// A random index below `n`.
+fn pick(rng: &mut Rng, n: u64) -> usize {
+    usize::try_from(rng.below(n)).unwrap()
+}
+
 /// One random malformed RI request: its command and argument bytes.
 fn fuzz_call(rng: &mut Rng) -> (u32, Vec<u8>) {
     use gpupm_uapi::ioc;
@@ -490,7 +495,9 @@ fn fuzz_call(rng: &mut Rng) -> (u32, Vec<u8>) {
                 1 => ioc::write(b'T', nr, size),
                 _ => ioc::read(b'T', nr, size),
             };
-            let bytes = (0..size.max(8)).map(|_| rng.below(256) as u8).collect();
+            let bytes = (0..size.max(8))
+                .map(|_| rng.next_u64().to_le_bytes()[0])
+                .collect();
             (cmd, bytes)
         }
         // A valid open spoiled in one field.
@@ -500,13 +507,13 @@ fn fuzz_call(rng: &mut Rng) -> (u32, Vec<u8>) {
                 0 => a.version = nonzero(rng).max(2),
                 1 => a.flags = nonzero(rng),
                 2 => a.reserved = u64::from(nonzero(rng)),
-                3 => a.mode = [0, 4, nonzero(rng).max(4)][rng.below(3) as usize],
+                3 => a.mode = [0, 4, nonzero(rng).max(4)][pick(rng, 3)],
                 4 => a.controls |= nonzero(rng) << 4,
                 5 => a.rgs = 8 + nonzero(rng) % 1000,
                 6 => a.sf = (1 << 30) + nonzero(rng) % (1 << 30),
                 7 => {
-                    a.ctx = [3, 4, 4 + nonzero(rng) % 4091, 4096 + nonzero(rng) % 10_000]
-                        [rng.below(4) as usize]
+                    a.ctx =
+                        [3, 4, 4 + nonzero(rng) % 4091, 4096 + nonzero(rng) % 10_000][pick(rng, 4)]
                 }
                 _ => a.queue_groups = (1 << 16) + nonzero(rng) % (1 << 20),
             }

@@ -61,10 +61,15 @@ pub const DEFAULT_RI_QUEUE_GROUPS: u32 = 4096;
 /// Most groups a session may ask to queue.
 pub const MAX_RI_QUEUE_GROUPS: u32 = 1 << 16;
 
-/// Most program-buffer groups of RGS `rgs`: the block's span holds them.
+/// Most program-buffer groups of RGS `rgs` (at most [`RI_RGS_MAX`]): the
+/// block's span of 2^20 bytes holds 2^20 / 2^(RGS+5) of them.
 pub const fn max_buffer_groups(rgs: u32) -> u32 {
-    (crate::ri::RI_SPAN / crate::ri::group_bytes(rgs)) as u32
+    let rgs = if rgs > RI_RGS_MAX { RI_RGS_MAX } else { rgs };
+    1 << (15 - rgs)
 }
+const _: () = assert!(crate::ri::RI_SPAN == 1 << 20);
+const _: () =
+    assert!(max_buffer_groups(1) as u64 * crate::ri::group_bytes(1) == crate::ri::RI_SPAN);
 
 /// `TENANT_IOC_OPEN_RI`: make this handle an RI session of context `ctx`.
 ///

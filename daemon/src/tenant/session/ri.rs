@@ -37,6 +37,10 @@ impl RiSession {
     }
 }
 
+/// Where a session's requests go: the unit, the block and the session id
+/// (`None` once the daemon's unit is gone).
+type RiTarget = (Arc<RiUnit>, u32, u64);
+
 /// An RI session's sink: queues into its handle of the node.
 struct HandleSink {
     sessions: Weak<Sessions>,
@@ -189,7 +193,7 @@ impl Sessions {
         &self,
         fh: u64,
         identity: &Identity,
-    ) -> Result<(Option<(Arc<RiUnit>, u32, u64)>, u64), RequestError> {
+    ) -> Result<(Option<RiTarget>, u64), RequestError> {
         let t = self.lock();
         if t.shut {
             return Err(RequestError::ShuttingDown);
