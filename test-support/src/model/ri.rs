@@ -10,7 +10,7 @@ use gpupm_uapi::layout::ri_record;
 use gpupm_uapi::ri::{self as ri, group_bytes, ri_ctrl};
 
 /// The TOML of the built-in program named `name`.
-fn builtin_program(name: &str) -> String {
+pub fn builtin_program(name: &str) -> String {
     let text = gpupm_driver::scenario::BUILTIN_TOML;
     let start = text
         .find(&format!("[[program]]\nname = \"{name}\""))
