@@ -6,7 +6,9 @@
 //! real `gpupmd`. It measures the daemon's CPU (% of one core, utime +
 //! stime) over `GPUPM_BENCH_SECS` (default 10) with no RI session — the
 //! baseline, same process, same load — then opens one cycle-mode session
-//! (SF `GPUPM_BENCH_RI_SF`, default 200,000 cycles, RGS 2) on each of 64
+//! (SF `GPUPM_BENCH_RI_SF`, default 200,000 cycles, RGS 2, program
+//! buffers of `GPUPM_BENCH_RI_BUFFER` groups, default 0: the ABI's
+//! default, the block's whole span) on each of 64
 //! contexts through the tenant node and reads all of them from one
 //! thread over the same time. It prints groups and records per second,
 //! groups lost (`lost_before` and the daemon's `gpupm_ri_lost_groups_total`),
@@ -21,7 +23,7 @@ use gpupm_test_support::model::ri::builtin_program;
 use gpupm_test_support::procfs::{self, cpu_during, load_average};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::{load, Driver, DriverOptions, Scratch};
-use gpupm_uapi::tenant::ri::{ri_session_mode, OpenRi};
+use gpupm_uapi::tenant::ri::{max_buffer_groups, ri_session_mode, OpenRi};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 
@@ -75,6 +77,7 @@ fn read_all(clients: &[TenantClient], until: Instant) -> (u64, u64, u64) {
 fn main() {
     let secs = env_u64("GPUPM_BENCH_SECS", 10);
     let sf = u32::try_from(env_u64("GPUPM_BENCH_RI_SF", 200_000)).expect("SF fits 32 bits");
+    let buffer = u32::try_from(env_u64("GPUPM_BENCH_RI_BUFFER", 0)).expect("buffer groups");
     let load_before = load_average();
     let tck = procfs::ticks_per_s();
     let tmp = Scratch::new("bench-ri");
@@ -105,6 +108,7 @@ fn main() {
                 mode: ri_session_mode::CYCLE,
                 sf,
                 rgs: 2,
+                buffer_groups: buffer,
                 ..OpenRi::default()
             })
             .unwrap_or_else(|e| panic!("RI session on context {ctx}: {e}"));
@@ -134,11 +138,14 @@ fn main() {
     };
     println!("load average              {load_before} before, {load_after} after");
     println!(
-        "sessions                  {SESSIONS} contexts, cycle mode, SF {sf}, RGS 2 (8 records a group), {secs} s"
+        "sessions                  {SESSIONS} contexts, cycle mode, SF {sf}, RGS 2 (8 records a group), buffers of {} groups, {secs} s",
+        if buffer == 0 { max_buffer_groups(2) } else { buffer }
     );
     println!("groups                    {groups} ({groups_per_s:.0}/s)");
     println!("records                   {records} ({records_per_s:.0}/s)");
-    println!("lost groups               {lost} seen by the sessions, {daemon_lost} counted by gpupmd");
+    println!(
+        "lost groups               {lost} seen by the sessions, {daemon_lost} counted by gpupmd"
+    );
     println!(
         "daemon CPU                {with_pct:.2} % of one core with the sessions, {baseline_pct:.2} % without (baseline, same load)"
     );
@@ -146,6 +153,6 @@ fn main() {
         "RI cost                   {extra_pct:.2} % of one core, {per_100k:.2} % per 100k records/s"
     );
     println!(
-        "{{\"bench\":\"ri\",\"sessions\":{SESSIONS},\"sf\":{sf},\"secs\":{secs},\"groups_per_s\":{groups_per_s:.1},\"records_per_s\":{records_per_s:.1},\"lost\":{lost},\"daemon_lost\":{daemon_lost},\"daemon_cpu_pct\":{with_pct:.3},\"baseline_daemon_cpu_pct\":{baseline_pct:.3},\"daemon_cpu_pct_per_100k_records\":{per_100k:.3}}}"
+        "{{\"bench\":\"ri\",\"sessions\":{SESSIONS},\"sf\":{sf},\"buffer_groups\":{buffer},\"secs\":{secs},\"groups_per_s\":{groups_per_s:.1},\"records_per_s\":{records_per_s:.1},\"lost\":{lost},\"daemon_lost\":{daemon_lost},\"daemon_cpu_pct\":{with_pct:.3},\"baseline_daemon_cpu_pct\":{baseline_pct:.3},\"daemon_cpu_pct_per_100k_records\":{per_100k:.3}}}"
     );
 }

@@ -1126,7 +1126,6 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_TENANT_RI_ENTRY_HALT 2
 #define GPUPM_TENANT_RI_RGS_MAX 7
 #define GPUPM_TENANT_RI_SF_MAX 1073741824
-#define GPUPM_TENANT_DEFAULT_RI_BUFFER_GROUPS 256
 #define GPUPM_TENANT_DEFAULT_RI_QUEUE_GROUPS 4096
 #define GPUPM_TENANT_MAX_RI_QUEUE_GROUPS 65536
 /** Read struct gpupm_tenant_whoami. */
@@ -2939,7 +2938,9 @@ struct gpupm_tenant_rekey {
  * mode's minimum to it; must be 0 in directed mode), `rsic` (the first
  * interval, `0..=RI_SF_MAX`, 0 = a full SF), `rgs` (`0..=RI_RGS_MAX`,
  * not above the partition's), `controls` (GPUPM_TENANT_RI_CONTROLS_*),
- * `buffer_groups` (0 = GPUPM_TENANT_DEFAULT_RI_BUFFER_GROUPS, else
+ * `buffer_groups` (0 = the block's whole span, `max_buffer_groups(rgs)`:
+ * the span is the block's alone, and a larger buffer absorbs longer
+ * bursts between drains; else
  * `1..=max_buffer_groups(rgs)`), `queue_groups` (0 =
  * GPUPM_TENANT_DEFAULT_RI_QUEUE_GROUPS, else `1..=MAX_RI_QUEUE_GROUPS`); `flags`
  * and the reserved fields 0. Output: the rest.

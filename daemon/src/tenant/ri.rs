@@ -13,8 +13,7 @@ use std::collections::VecDeque;
 use gpupm_uapi::ri::{ri_ctrl, ri_mode};
 use gpupm_uapi::tenant::ri::{
     max_buffer_groups, ri_controls, ri_entry, ri_session_mode, OpenRi, RiEmit, RiGroupHeader,
-    RiStatus, DEFAULT_RI_BUFFER_GROUPS, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS, RI_RGS_MAX,
-    RI_SF_MAX,
+    RiStatus, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS, RI_RGS_MAX, RI_SF_MAX,
 };
 use gpupm_uapi::tenant::scope;
 use zerocopy::{FromZeros, IntoBytes};
@@ -66,7 +65,7 @@ pub(super) fn open_ri(
         return Err(RequestError::Invalid("RGS above the device's maximum"));
     }
     let buffer_groups = match arg.buffer_groups {
-        0 => DEFAULT_RI_BUFFER_GROUPS.min(max_buffer_groups(arg.rgs)),
+        0 => max_buffer_groups(arg.rgs),
         n if n <= max_buffer_groups(arg.rgs) => n,
         _ => return Err(RequestError::Invalid("buffer larger than the block's span")),
     };

@@ -54,8 +54,6 @@ pub mod ri_controls {
 pub const RI_RGS_MAX: u32 = crate::ri::RGS_MAX;
 /// Largest SF (the device's).
 pub const RI_SF_MAX: u32 = crate::ri::SF_MAX;
-/// Program-buffer groups when [`OpenRi::buffer_groups`] is 0.
-pub const DEFAULT_RI_BUFFER_GROUPS: u32 = 256;
 /// Groups a session queues when [`OpenRi::queue_groups`] is 0.
 pub const DEFAULT_RI_QUEUE_GROUPS: u32 = 4096;
 /// Most groups a session may ask to queue.
@@ -78,7 +76,9 @@ const _: () =
 /// mode's minimum to it; must be 0 in directed mode), `rsic` (the first
 /// interval, `0..=RI_SF_MAX`, 0 = a full SF), `rgs` (`0..=RI_RGS_MAX`,
 /// not above the partition's), `controls` ([`ri_controls`]),
-/// `buffer_groups` (0 = [`DEFAULT_RI_BUFFER_GROUPS`], else
+/// `buffer_groups` (0 = the block's whole span, `max_buffer_groups(rgs)`:
+/// the span is the block's alone, and a larger buffer absorbs longer
+/// bursts between drains; else
 /// `1..=max_buffer_groups(rgs)`), `queue_groups` (0 =
 /// [`DEFAULT_RI_QUEUE_GROUPS`], else `1..=MAX_RI_QUEUE_GROUPS`); `flags`
 /// and the reserved fields 0. Output: the rest.
