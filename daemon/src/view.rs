@@ -106,6 +106,12 @@ pub trait CounterView: Send + Sync + 'static {
         None
     }
 
+    /// The runtime-instrumentation unit, when the daemon has a device
+    /// (the default: none; the node then answers the RI ioctls with ENOTTY).
+    fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
+        None
+    }
+
     /// The program a context runs, as its `CTX_PROGRAM` register reads
     /// (0 none, else 1 + its index in the scenario's program table).
     fn ctx_program(&self, _ctx: CtxId) -> Option<u32> {
@@ -256,6 +262,8 @@ pub struct HealthSnapshot {
     pub tenant_errors: u64,
     /// Tenant counter pages.
     pub pages: PageStats,
+    /// Runtime-instrumentation sessions and their groups.
+    pub ri: crate::ri::RiCounts,
 }
 
 /// Counts of the tenant counter pages (`crate::pages`).

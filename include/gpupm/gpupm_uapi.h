@@ -72,11 +72,12 @@
  * see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
  * range and call-graph debug ledgers — see `docs/ranges.md`;
  * per-context lost sample records, `SAMP_LOST_SELECT` and
- * `BUF_LOST_SELECTED` — see `docs/sampling.md`).
+ * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
+ * runtime-instrumentation sessions — see `docs/ri.md`).
  */
-#define GPUPM_ABI_MINOR 6
+#define GPUPM_ABI_MINOR 7
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10006 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10007 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -1110,6 +1111,23 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_TENANT_MAX_SESSION_RECORDS 1048576
 /** The VM is confidential (`key_epoch` and `session` are meaningful). */
 #define GPUPM_TENANT_KEY_FLAGS_CONFIDENTIAL 0x1
+#define GPUPM_TENANT_RI_MODE_CYCLE 1
+#define GPUPM_TENANT_RI_MODE_INSTRUCTION 2
+#define GPUPM_TENANT_RI_MODE_DIRECTED 3
+#define GPUPM_TENANT_RI_CONTROLS_EMIT 0x1
+#define GPUPM_TENANT_RI_CONTROLS_ABORT 0x2
+#define GPUPM_TENANT_RI_CONTROLS_SUPPRESS_PRIMARY 0x4
+#define GPUPM_TENANT_RI_CONTROLS_SUPPRESS_SECONDARY 0x8
+#define GPUPM_TENANT_RI_CONTROLS_ALL 0xf
+#define GPUPM_TENANT_RI_STATE_ENABLED 0x1
+#define GPUPM_TENANT_RI_STATE_HALTED 0x4
+#define GPUPM_TENANT_RI_STATE_ENDED 0x8
+#define GPUPM_TENANT_RI_ENTRY_GROUP 1
+#define GPUPM_TENANT_RI_ENTRY_HALT 2
+#define GPUPM_TENANT_RI_RGS_MAX 7
+#define GPUPM_TENANT_RI_SF_MAX 1073741824
+#define GPUPM_TENANT_DEFAULT_RI_QUEUE_GROUPS 4096
+#define GPUPM_TENANT_MAX_RI_QUEUE_GROUPS 65536
 /** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
 /** struct gpupm_tenant_list_contexts. */
@@ -1132,6 +1150,12 @@ static const char *const gpupm_intr_source_names[15] = {
 #define TENANT_IOC_KEY_STATE 0xc0205409U
 /** struct gpupm_tenant_rekey (ABI 1.5). */
 #define TENANT_IOC_REKEY 0x4048540a
+/** struct gpupm_tenant_open_ri (ABI 1.7): make the handle a runtime-instrumentation session. */
+#define TENANT_IOC_OPEN_RI 0xc0505410U
+/** struct gpupm_tenant_ri_emit (ABI 1.7): RIEMIT into the handle's RI session. */
+#define TENANT_IOC_RI_EMIT 0x40105411
+/** struct gpupm_tenant_ri_status (ABI 1.7): the handle's RI session. */
+#define TENANT_IOC_RI_STATUS 0xc0485412U
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
@@ -2907,6 +2931,212 @@ struct gpupm_tenant_rekey {
 };
 
 /**
+ * `TENANT_IOC_OPEN_RI`: make this handle an RI session of context `ctx`.
+ *
+ * Input: `version`, `ctx`, `mode` (one of GPUPM_TENANT_RI_MODE_*), `sf`
+ * (`0..=RI_SF_MAX`; the device loads 0 as 1 and raises one below the
+ * mode's minimum to it; must be 0 in directed mode), `rsic` (the first
+ * interval, `0..=RI_SF_MAX`, 0 = a full SF), `rgs` (`0..=RI_RGS_MAX`,
+ * not above the partition's), `controls` (GPUPM_TENANT_RI_CONTROLS_*),
+ * `buffer_groups` (0 = the block's whole span, `max_buffer_groups(rgs)`:
+ * the span is the block's alone, and a larger buffer absorbs longer
+ * bursts between drains; else
+ * `1..=max_buffer_groups(rgs)`), `queue_groups` (0 =
+ * GPUPM_TENANT_DEFAULT_RI_QUEUE_GROUPS, else `1..=MAX_RI_QUEUE_GROUPS`); `flags`
+ * and the reserved fields 0. Output: the rest.
+ */
+struct gpupm_tenant_open_ri {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * One of GPUPM_TENANT_RI_MODE_*.
+   */
+  uint32_t mode;
+  /**
+   * Bits of GPUPM_TENANT_RI_CONTROLS_*.
+   */
+  uint32_t controls;
+  /**
+   * SF: the scaling factor.
+   */
+  uint32_t sf;
+  /**
+   * RSIC: the first interval.
+   */
+  uint32_t rsic;
+  /**
+   * RGS: groups are 2^(RGS+1) records of 16 bytes.
+   */
+  uint32_t rgs;
+  /**
+   * Program-buffer size in groups.
+   */
+  uint32_t buffer_groups;
+  /**
+   * Groups the session queues before it drops (and counts) new ones.
+   */
+  uint32_t queue_groups;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+  /**
+   * Output: session id (unique while the daemon runs).
+   */
+  uint64_t session;
+  /**
+   * Output: the device control block the session uses.
+   */
+  uint32_t block;
+  /**
+   * Output: partition slot the context's VM is on.
+   */
+  uint32_t partition;
+  /**
+   * Output: that partition's capability version.
+   */
+  uint32_t partition_version;
+  /**
+   * Output: that partition's maximum RGS.
+   */
+  uint32_t partition_max_rgs;
+  /**
+   * Output: the device's maximum RGS.
+   */
+  uint32_t device_max_rgs;
+  /**
+   * Reserved, output 0.
+   */
+  uint32_t reserved2;
+};
+
+/**
+ * `TENANT_IOC_RI_EMIT`: RIEMIT, collect `value` as an emit record of the
+ * handle's session (a no-op while the session is halted or without
+ * GPUPM_TENANT_RI_CONTROLS_EMIT, as the seed says). `reserved` must be 0.
+ */
+struct gpupm_tenant_ri_emit {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * The value (the emit record's `data`).
+   */
+  uint32_t value;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+};
+
+/**
+ * `TENANT_IOC_RI_STATUS`: the handle's session as the device and the
+ * daemon see it now (after a drain). Input: `version`; every other field
+ * 0 (EINVAL otherwise). Output: the rest.
+ */
+struct gpupm_tenant_ri_status {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Output: bits of GPUPM_TENANT_RI_STATE_*.
+   */
+  uint32_t state;
+  /**
+   * Output: `ri::halt_reason` (0 none, 1 version, 2 RGS limit).
+   */
+  uint32_t halt_reason;
+  /**
+   * Output: the session's RGS.
+   */
+  uint32_t rgs;
+  /**
+   * Output: groups the device stored (NRG).
+   */
+  uint64_t groups;
+  /**
+   * Output: groups the daemon queued for the session.
+   */
+  uint64_t delivered;
+  /**
+   * Output: sample points suppressed (Y/Z).
+   */
+  uint64_t suppressed;
+  /**
+   * Output: collection records overwritten before a group carried them.
+   */
+  uint64_t overwritten;
+  /**
+   * Output: groups lost (overwritten in the program buffer before the
+   * daemon drained them, or dropped by a full queue).
+   */
+  uint64_t lost;
+  /**
+   * Output: the device's maximum RGS.
+   */
+  uint32_t device_max_rgs;
+  /**
+   * Output: the maximum RGS of the partition the VM is on now.
+   */
+  uint32_t partition_max_rgs;
+  /**
+   * Output: the version of the partition the VM is on now.
+   */
+  uint32_t partition_version;
+  /**
+   * Output: the partition the VM is on now.
+   */
+  uint32_t partition;
+};
+
+/**
+ * Header of every entry `read()` returns on an RI session.
+ */
+struct gpupm_tenant_ri_group_header {
+  /**
+   * One of GPUPM_TENANT_RI_ENTRY_*.
+   */
+  uint16_t kind;
+  /**
+   * RGS of the group.
+   */
+  uint8_t rgs;
+  /**
+   * `ri::halt_reason` for a halt marker, else 0.
+   */
+  uint8_t halt_reason;
+  /**
+   * Bytes of the entry, header included.
+   */
+  uint32_t size;
+  /**
+   * The session id.
+   */
+  uint64_t session;
+  /**
+   * The group's number in its device session (NRG, 1-based); for a
+   * halt marker, the groups stored before the halt.
+   */
+  uint64_t group;
+  /**
+   * Groups lost since the previous entry (never silent).
+   */
+  uint64_t lost_before;
+};
+
+/**
  * The cumulative totals of one scope.
  */
 struct gpupm_pmu_scope_totals {
@@ -4014,6 +4244,14 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_key_state) == 32);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_key_state) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_rekey) == 72);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_rekey) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_open_ri) == 80);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_open_ri) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_emit) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_emit) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_status) == 72);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_status) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_group_header) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_group_header) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_scope_totals) == 528);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_pmu_scope_totals) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_publish) == 8456);
@@ -4095,6 +4333,9 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_INSTANCE_RATES >> 16) & 0x3fff) == sizeof(
 GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_SAMPLING >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_sampling));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_KEY_STATE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_key_state));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_REKEY >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_rekey));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_RI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_ri));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_RI_EMIT >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_ri_emit));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_RI_STATUS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_ri_status));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);

@@ -24,6 +24,7 @@ mod plan;
 mod progress;
 mod record;
 mod report;
+mod ri;
 mod schema;
 mod signals;
 mod simulate;
@@ -73,6 +74,9 @@ enum Command {
     /// Sample one of your contexts: kernels and hot blocks with
     /// instructions, cycles and CPI.
     Cpi(cpi::Args),
+    /// Runtime instrumentation of one of your contexts: report groups of
+    /// samples, emits and aborts (seed 002).
+    Ri(ri::Args),
     /// Daemon and device health (admin).
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Command::Report(a) => report::run(a),
         Command::Plan(a) => plan::run(a).map_err(CliError::from),
         Command::Cpi(a) => cpi::run(g, a),
+        Command::Ri(a) => ri::run(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
         Command::Cc(a) => cc::run(g, a),

@@ -29,6 +29,10 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("plan", long_help::<crate::plan::PlanJson>(one)),
         ("cpi", long_help::<crate::cpi::CpiOutput>(one)),
         (
+            "ri",
+            long_help::<crate::ri::RiEntryJson>("one object per line per entry"),
+        ),
+        (
             "events",
             long_help::<Vec<crate::events::EventJson>>("one array"),
         ),

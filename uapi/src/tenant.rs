@@ -29,6 +29,11 @@
 //! and cycle sample records of the caller's own context or VM; see
 //! [`sampling`]. A daemon older than ABI 1.4 answers it with ENOTTY.
 //!
+//! # Runtime-instrumentation sessions (ABI 1.7)
+//! [`TENANT_IOC_OPEN_RI`] makes a handle a session of report groups of
+//! one of the caller's contexts (seed 002); see [`ri`]. A daemon older
+//! than ABI 1.7 answers it with ENOTTY.
+//!
 //! # Context instances
 //! The device reuses a context id once the old context is released, so a
 //! context *instance* is named by (id, created cycle), as
@@ -60,9 +65,11 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::events::MAX_EVENTS;
 
+pub mod ri;
 pub mod sampling;
 use crate::layout::{BlockSlot, StreamSlot};
 use crate::regs::{REKEY_KEY_WORDS, REKEY_NONCE_WORDS, REKEY_TAG_WORDS};
+pub use ri::{OpenRi, RiEmit, RiGroupHeader, RiStatus};
 pub use sampling::{OpenSampling, SampleHeader};
 
 /// ioctl "type" byte of the tenant node.
@@ -484,4 +491,10 @@ tenant_ioctls! {
     TENANT_IOC_KEY_STATE = read_write(0x09, KeyState);
     /// [`Rekey`] (ABI 1.5).
     TENANT_IOC_REKEY = write(0x0A, Rekey);
+    /// [`OpenRi`] (ABI 1.7): make the handle a runtime-instrumentation session.
+    TENANT_IOC_OPEN_RI = read_write(0x10, OpenRi);
+    /// [`RiEmit`] (ABI 1.7): RIEMIT into the handle's RI session.
+    TENANT_IOC_RI_EMIT = write(0x11, RiEmit);
+    /// [`RiStatus`] (ABI 1.7): the handle's RI session.
+    TENANT_IOC_RI_STATUS = read_write(0x12, RiStatus);
 }

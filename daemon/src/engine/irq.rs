@@ -129,6 +129,7 @@ fn route(recs: &[InterruptRecord], store: &Store, to: Handoff<'_>, stop: &Atomic
             source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
                 send_drain(to.samples, stop, rec.partition)
             }
+            source::RI_BUFFER_FULL | source::RI_HALT => store.ri().notify(rec.arg),
             source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
             source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
             source::DEVICE_RESET => send(work, stop, Work::Reset),

@@ -154,6 +154,14 @@ impl Engine {
             }
         }
 
+        match crate::ri::start(&store, &stop) {
+            Ok(t) => engine.threads.push(t),
+            Err(e) => {
+                engine.stop();
+                return Err(e);
+            }
+        }
+
         restore_retired(&store)?;
         let mut worker = Worker {
             dev: &dev,

@@ -296,6 +296,7 @@ impl ScrapeData {
         for (kind, n) in [("vm", h.pages.vm_pages), ("context", h.pages.ctx_pages)] {
             m.encode_family(&[("kind", kind)])?.encode_gauge(&n)?;
         }
+        crate::ri::metrics::encode(&h.ri, encoder)?;
         encoder
             .encode_descriptor(
                 "gpupm_uptime",

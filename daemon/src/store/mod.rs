@@ -131,6 +131,7 @@ pub struct Store {
     pages: OnceLock<Arc<Pages>>,
     sampler: Arc<DevSampler>,
     sampling: Arc<Plane>,
+    ri: Arc<crate::ri::RiUnit>,
 }
 
 impl Store {
@@ -146,6 +147,7 @@ impl Store {
         let sampler = Arc::new(DevSampler::new(Arc::clone(&dev), identity.clock_khz));
         let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
+            ri: crate::ri::RiUnit::new(Arc::clone(&dev)),
             sampler,
             sampling,
             dev,
@@ -187,6 +189,11 @@ impl Store {
     /// The sampling plane (sessions and routing).
     pub fn sampling_plane(&self) -> &Arc<Plane> {
         &self.sampling
+    }
+
+    /// The runtime-instrumentation control blocks and their sessions.
+    pub fn ri(&self) -> &Arc<crate::ri::RiUnit> {
+        &self.ri
     }
 
     /// The persisted retired set.

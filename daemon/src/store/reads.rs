@@ -74,6 +74,10 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
+        Some(Arc::clone(&self.ri))
+    }
+
     fn sampling(&self) -> Option<Arc<Plane>> {
         Some(Arc::clone(&self.sampling))
     }

@@ -85,6 +85,7 @@ impl HealthSource for Store {
             tenant_requests: requests,
             tenant_errors: errors,
             pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
+            ri: self.ri.stats().counts(),
         }
     }
 }

@@ -34,6 +34,12 @@ pub enum RequestError {
     /// The device refused or failed a request the daemon made for the caller.
     #[error("the device failed")]
     Device,
+    /// The request is well formed but not offered for this scope.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
+    /// Every device resource the request needs is in use.
+    #[error("no free device resource")]
+    Exhausted,
     /// The daemon's own data is inconsistent.
     #[error("internal error: {0}")]
     Internal(&'static str),
@@ -52,6 +58,8 @@ impl RequestError {
             RequestError::BadHandle => libc::EBADF,
             RequestError::ShuttingDown => libc::ENODEV,
             RequestError::Busy => libc::EBUSY,
+            RequestError::Unsupported(_) => libc::EOPNOTSUPP,
+            RequestError::Exhausted => libc::EAGAIN,
             RequestError::Device | RequestError::Internal(_) => libc::EIO,
         }
     }

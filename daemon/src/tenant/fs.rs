@@ -241,6 +241,15 @@ impl Filesystem for TenantFs {
                     Some(plane) => self.sessions.open_sampling(fh.0, grant, &plane),
                     None => Err(RequestError::UnknownIoctl),
                 },
+                Answer::Ri(grant) => match self.view.ri() {
+                    Some(unit) => self.sessions.open_ri(fh.0, grant, &unit),
+                    None => Err(RequestError::UnknownIoctl),
+                },
+                Answer::RiEmit(value) => self
+                    .sessions
+                    .ri_emit(fh.0, &identity, value)
+                    .map(|()| Vec::new()),
+                Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
             })
         } else {
             Err(RequestError::UnknownIoctl)

@@ -75,6 +75,7 @@ mod mount;
 pub mod policy;
 mod pump;
 pub mod requests;
+pub mod ri;
 pub mod sampling;
 pub mod session;
 

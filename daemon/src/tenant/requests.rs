@@ -22,6 +22,9 @@ use gpupm_uapi::tenant::{
     TENANT_IOC_READ_INSTANCE_RATES, TENANT_IOC_READ_RATES, TENANT_IOC_REKEY, TENANT_IOC_WHOAMI,
     TENANT_STRUCT_VERSION,
 };
+use gpupm_uapi::tenant::{
+    OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
+};
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
@@ -33,6 +36,8 @@ pub use super::error::RequestError;
 use super::instance::{read_instance, read_instance_rates};
 use super::keys;
 use super::policy::Identity;
+use super::ri;
+pub use super::ri::RiGrant;
 use super::sampling::open_sampling;
 pub use super::sampling::SamplingGrant;
 use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
@@ -59,6 +64,12 @@ pub enum Answer {
     Stream(StreamGrant),
     /// Turn the handle into a sampling session.
     Sampling(SamplingGrant),
+    /// Turn the handle into an RI session.
+    Ri(RiGrant),
+    /// RIEMIT this value into the handle's RI session.
+    RiEmit(u32),
+    /// Answer the handle's RI session status.
+    RiStatus,
 }
 
 /// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
@@ -94,6 +105,19 @@ pub fn dispatch(
                 return Err(RequestError::Invalid("output buffer too small"));
             }
             open_sampling(view, identity, decode(input)?).map(Answer::Sampling)
+        }
+        TENANT_IOC_OPEN_RI => {
+            if usize::try_from(out_size).map_or(true, |n| n < size_of::<OpenRi>()) {
+                return Err(RequestError::Invalid("output buffer too small"));
+            }
+            ri::open_ri(view, identity, decode(input)?).map(Answer::Ri)
+        }
+        TENANT_IOC_RI_EMIT => ri::emit(&*decode(input)?).map(Answer::RiEmit),
+        TENANT_IOC_RI_STATUS => {
+            if usize::try_from(out_size).map_or(true, |n| n < size_of::<RiStatus>()) {
+                return Err(RequestError::Invalid("output buffer too small"));
+            }
+            ri::status(&*decode(input)?).map(|()| Answer::RiStatus)
         }
         TENANT_IOC_KEY_STATE => out(keys::key_state(view, identity, decode(input)?)?.as_bytes()),
         TENANT_IOC_REKEY => {

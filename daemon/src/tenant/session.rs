@@ -126,6 +126,7 @@ fn slot_of(s: &DeltaSample, partition: u16) -> Option<StreamSlot> {
     })
 }
 
+mod ri;
 mod sampling;
 
 /// One sampling session: its queue and its hold on the samplers.
@@ -140,6 +141,7 @@ struct SampleSession {
 struct Handle {
     session: Option<Session>,
     sampling: Option<SampleSession>,
+    ri: Option<ri::RiSession>,
     readers: VecDeque<ParkedRead>,
     poll_wake: Option<PollWake>,
 }
@@ -151,6 +153,18 @@ impl Handle {
             .as_ref()
             .map(|s| s.vm)
             .or(self.sampling.as_ref().map(|s| s.vm))
+            .or(self.ri.as_ref().map(|s| s.vm))
+    }
+
+    /// Whether the handle holds a session of any kind.
+    fn has_session(&self) -> bool {
+        self.session.is_some() || self.sampling.is_some() || self.ri.is_some()
+    }
+
+    /// Whether the handle's session ended (reads return end of file after
+    /// the queue).
+    fn ended(&self) -> bool {
+        self.session.as_ref().is_some_and(|s| s.ended) || self.ri.as_ref().is_some_and(|s| s.ended)
     }
 
     /// Whether a `read()` would return now (records, or end of file).
@@ -159,6 +173,7 @@ impl Handle {
             .as_ref()
             .is_some_and(|s| !s.queue.is_empty() || s.ended)
             || self.sampling.as_ref().is_some_and(|s| !s.queue.is_empty())
+            || self.ri.as_ref().is_some_and(ri::RiSession::readable)
     }
 
     /// What a read of `max_bytes` returns now.
@@ -166,7 +181,10 @@ impl Handle {
         match (&mut self.session, &mut self.sampling) {
             (Some(s), _) => s.take(max_bytes / RECORD_SIZE),
             (None, Some(s)) => s.queue.take(max_bytes),
-            (None, None) => Vec::new(),
+            (None, None) => self
+                .ri
+                .as_mut()
+                .map_or_else(Vec::new, |s| s.queue.take(max_bytes)),
         }
     }
 
@@ -174,6 +192,8 @@ impl Handle {
     fn min_read(&self) -> usize {
         if self.sampling.is_some() {
             MAX_RECORD_BYTES
+        } else if let Some(s) = &self.ri {
+            s.min_read()
         } else {
             RECORD_SIZE
         }
@@ -290,7 +310,7 @@ impl Sessions {
         }
         let id = t.next_session;
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-        if handle.sampling.is_some() {
+        if handle.sampling.is_some() || handle.ri.is_some() {
             return Err(RequestError::Busy);
         }
         t.next_session += 1;
@@ -416,7 +436,7 @@ impl Sessions {
             return Err(RequestError::Denied);
         }
         let readable = (libc::POLLIN | libc::POLLRDNORM) as u32;
-        if handle.session.as_ref().is_some_and(|s| s.ended) {
+        if handle.ended() {
             return Ok(readable | libc::POLLHUP as u32);
         }
         if handle.readable() {
@@ -432,12 +452,14 @@ impl Sessions {
     pub fn shutdown(&self) {
         let mut actions = Vec::new();
         let mut tickets = Vec::new();
+        let mut ri_sessions = Vec::new();
         {
             let mut t = self.lock();
             t.shut = true;
             for h in t.handles.values_mut() {
                 h.session = None;
                 tickets.extend(h.sampling.take().and_then(|mut s| s.ticket.take()));
+                ri_sessions.extend(h.ri.take());
                 actions.extend(
                     h.readers
                         .drain(..)
@@ -448,6 +470,7 @@ impl Sessions {
         }
         // Withdrawing demands programs the device: not under the lock.
         drop(tickets);
+        drop(ri_sessions);
         run(actions);
     }
 

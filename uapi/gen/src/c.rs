@@ -287,6 +287,11 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
     group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
     group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
+    group!(h, dec "GPUPM_TENANT_RI_MODE_", gpupm_uapi::tenant::ri::ri_session_mode: CYCLE, INSTRUCTION, DIRECTED);
+    group!(h, hex "GPUPM_TENANT_RI_CONTROLS_", gpupm_uapi::tenant::ri::ri_controls: EMIT, ABORT, SUPPRESS_PRIMARY, SUPPRESS_SECONDARY, ALL);
+    group!(h, hex "GPUPM_TENANT_RI_STATE_", gpupm_uapi::tenant::ri::ri_state: ENABLED, HALTED, ENDED);
+    group!(h, dec "GPUPM_TENANT_RI_ENTRY_", gpupm_uapi::tenant::ri::ri_entry: GROUP, HALT);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::ri: RI_RGS_MAX, RI_SF_MAX, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }

@@ -15,6 +15,9 @@ use gpupm_uapi::page::{
     PageReply, PageRequest,
 };
 use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::ri::{
+    ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiStatus,
+};
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
 };
@@ -80,6 +83,24 @@ pub fn render() -> String {
         ("SAMPLE_KIND_CYCLE", u32::from(sample_kind::CYCLE)),
         ("SAMPLE_FLAGS_SEALED", u32::from(sample_flags::SEALED)),
         ("PC_RECORD_MAGIC", gpupm_uapi::sampling::PC_RECORD_MAGIC),
+        ("RI_MODE_CYCLE", ri_session_mode::CYCLE),
+        ("RI_MODE_INSTRUCTION", ri_session_mode::INSTRUCTION),
+        ("RI_MODE_DIRECTED", ri_session_mode::DIRECTED),
+        ("RI_CONTROLS_EMIT", ri_controls::EMIT),
+        ("RI_CONTROLS_ABORT", ri_controls::ABORT),
+        (
+            "RI_CONTROLS_SUPPRESS_PRIMARY",
+            ri_controls::SUPPRESS_PRIMARY,
+        ),
+        (
+            "RI_CONTROLS_SUPPRESS_SECONDARY",
+            ri_controls::SUPPRESS_SECONDARY,
+        ),
+        ("RI_STATE_ENABLED", ri_state::ENABLED),
+        ("RI_STATE_HALTED", ri_state::HALTED),
+        ("RI_STATE_ENDED", ri_state::ENDED),
+        ("RI_ENTRY_GROUP", u32::from(ri_entry::GROUP)),
+        ("RI_ENTRY_HALT", u32::from(ri_entry::HALT)),
     ] {
         c(name, u64::from(v));
     }
@@ -140,6 +161,14 @@ fn struct_layouts(s: &mut String) {
             queue_records, flags, reserved, session, device_period, device_dither,
             device_branch_every, clock_khz, partition, confidential, program, reserved2;
         SampleHeader => "SAMPLE_HEADER": kind, flags, size, seq, lost_before;
+        OpenRi => "OPEN_RI": version, ctx, mode, controls, sf, rsic, rgs, buffer_groups,
+            queue_groups, flags, reserved, session, block, partition, partition_version,
+            partition_max_rgs, device_max_rgs, reserved2;
+        RiEmit => "RI_EMIT": version, value, reserved;
+        RiStatus => "RI_STATUS": version, state, halt_reason, rgs, groups, delivered, suppressed,
+            overwritten, lost, device_max_rgs, partition_max_rgs, partition_version, partition;
+        RiGroupHeader => "RI_GROUP_HEADER": kind, rgs, halt_reason, size, session, group,
+            lost_before;
         PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
             block, interval;
     }

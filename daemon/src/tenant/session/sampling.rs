@@ -50,7 +50,7 @@ impl Sessions {
             }
             let id = t.next_session;
             let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-            if handle.session.is_some() || handle.sampling.is_some() {
+            if handle.has_session() {
                 return Err(RequestError::Busy);
             }
             handle.sampling = Some(SampleSession {

@@ -29,6 +29,7 @@ use gpupm_uapi::tenant::{
     ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
     Whoami,
 };
+use gpupm_uapi::tenant::{OpenRi, RiEmit, RiGroupHeader, RiStatus};
 
 use super::Header;
 
@@ -42,7 +43,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 59] {
+pub fn all_structs() -> [StructInfo; 63] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -74,6 +75,10 @@ pub fn all_structs() -> [StructInfo; 59] {
         SampleHeader => "gpupm_tenant_sample_header",
         KeyState => "gpupm_tenant_key_state",
         Rekey => "gpupm_tenant_rekey",
+        OpenRi => "gpupm_tenant_open_ri",
+        RiEmit => "gpupm_tenant_ri_emit",
+        RiStatus => "gpupm_tenant_ri_status",
+        RiGroupHeader => "gpupm_tenant_ri_group_header",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
         Wanted => "gpupm_pmu_wanted",
@@ -107,7 +112,7 @@ pub fn all_structs() -> [StructInfo; 59] {
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 24] = [
+const IOCTL_STRUCTS: [(&str, &str); 27] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -133,6 +138,9 @@ const IOCTL_STRUCTS: [(&str, &str); 24] = [
     ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
     ("TENANT_IOC_KEY_STATE", "gpupm_tenant_key_state"),
     ("TENANT_IOC_REKEY", "gpupm_tenant_rekey"),
+    ("TENANT_IOC_OPEN_RI", "gpupm_tenant_open_ri"),
+    ("TENANT_IOC_RI_EMIT", "gpupm_tenant_ri_emit"),
+    ("TENANT_IOC_RI_STATUS", "gpupm_tenant_ri_status"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
@@ -280,6 +288,10 @@ pub fn emit_structs(h: &mut Header) {
         "SampleHeader",
         "KeyState",
         "Rekey",
+        "OpenRi",
+        "RiEmit",
+        "RiStatus",
+        "RiGroupHeader",
     ]);
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);

@@ -1,0 +1,502 @@
+//! Runtime-instrumentation sessions (seed 002, `docs/ri.md`): the daemon's
+//! side of the device's 64 RI control blocks.
+//!
+//! A session ([`RiUnit::open`]) takes a free control block, programs it
+//! for one context in one register batch (`WRAP` and `INTR_ENABLE` always
+//! on, the program buffer at `[0, cap · group)` of the block's span) and
+//! hands every report group the block stores to its [`RiSink`]. Groups are
+//! drained whole ([`drain`]): on the device's `RI_BUFFER_FULL` and
+//! `RI_HALT` interrupts ([`RiUnit::notify`]), every [`DRAIN_INTERVAL`] on
+//! the unit's thread ([`run`]) and when the session ends. A group the
+//! buffer overwrote before a drain is counted lost and reported in the
+//! next entry; a halt reaches the sink once, with its reason.
+//!
+//! A block is released when its [`RiTicket`] is dropped (the handle
+//! closed), when the device unbinds it (the context was released), and by
+//! [`RiUnit::reclaim`] when a daemon starts: a daemon that died with
+//! sessions open leaks no block.
+//!
+//! Locks: the unit's table lock is held for device I/O but never while a
+//! sink runs, so a sink may take the tenant node's handle table lock.
+
+pub mod drain;
+pub mod metrics;
+pub mod plan;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use gpupm_client::ops::{read32, reg32, write32};
+use gpupm_client::{DevError, DevNode};
+use gpupm_uapi::regs as r;
+use gpupm_uapi::ri::{self as ri, ri_ctrl, RI_BLOCKS};
+
+pub use self::drain::Entry;
+
+/// Longest a stored group waits in the program buffer.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Where a session's entries go (the tenant node's handle).
+pub trait RiSink: Send + Sync + std::fmt::Debug {
+    /// Queues `entries` after `lost` groups the buffer overwrote; answers
+    /// the groups its queue had to drop, or `None` once the session is gone.
+    fn deliver(&self, lost: u64, entries: Vec<Entry>) -> Option<u64>;
+    /// The device ended the session (its context was released).
+    fn end(&self);
+}
+
+/// A session's control block, as checked by the tenant node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RiConfig {
+    /// The context.
+    pub ctx: u32,
+    /// Its VM.
+    pub vm: u32,
+    /// `ri_mode` value.
+    pub mode: u32,
+    /// `ri_ctrl` bits among EMIT, ABORT, SUPPRESS_PRIMARY, SUPPRESS_SECONDARY.
+    pub bits: u32,
+    /// SF.
+    pub sf: u32,
+    /// RSIC.
+    pub rsic: u32,
+    /// RGS.
+    pub rgs: u32,
+    /// Program-buffer groups.
+    pub buffer_groups: u32,
+}
+
+impl RiConfig {
+    fn ctrl(&self) -> u32 {
+        ri_ctrl::ENABLE
+            | self.mode << ri_ctrl::MODE_SHIFT
+            | self.rgs << ri_ctrl::RGS_SHIFT
+            | self.bits
+            | ri_ctrl::INTR_ENABLE
+            | ri_ctrl::WRAP
+    }
+}
+
+/// Why a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum RiError {
+    /// The control block does not fit the context's partition.
+    #[error("{0}")]
+    Invalid(&'static str),
+    /// Another session watches the context.
+    #[error("the context has an RI session")]
+    Busy,
+    /// Every control block is in use.
+    #[error("every RI control block is in use")]
+    NoBlock,
+    /// The device failed.
+    #[error(transparent)]
+    Device(#[from] DevError),
+}
+
+/// What a partition offers RI sessions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionCaps {
+    /// Slot.
+    pub partition: u32,
+    /// Capability version.
+    pub version: u32,
+    /// Largest RGS.
+    pub max_rgs: u32,
+    /// The device's largest RGS.
+    pub device_max_rgs: u32,
+}
+
+/// Counters of the unit (the `gpupm_ri_*` metrics).
+#[derive(Debug, Default)]
+pub struct RiStats {
+    /// Sessions open.
+    pub sessions: AtomicU64,
+    /// Groups drained.
+    pub groups: AtomicU64,
+    /// Records in those groups.
+    pub records: AtomicU64,
+    /// Groups lost (overwritten before a drain, or dropped by a queue).
+    pub lost: AtomicU64,
+    /// Halts seen.
+    pub halts: AtomicU64,
+    /// Blocks reclaimed from a previous daemon.
+    pub reclaimed: AtomicU64,
+}
+
+/// A snapshot of [`RiStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RiCounts {
+    /// Sessions open.
+    pub sessions: u64,
+    /// Groups drained.
+    pub groups: u64,
+    /// Records in them.
+    pub records: u64,
+    /// Groups lost.
+    pub lost: u64,
+    /// Halts seen.
+    pub halts: u64,
+}
+
+impl RiStats {
+    /// The counters now.
+    pub fn counts(&self) -> RiCounts {
+        RiCounts {
+            sessions: self.sessions.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+            records: self.records.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            halts: self.halts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One block's session.
+#[derive(Debug)]
+struct Slot {
+    id: u64,
+    config: RiConfig,
+    cap: u64,
+    seen: u64,
+    halt_reported: bool,
+    lost: u64,
+    delivered: u64,
+    sink: Arc<dyn RiSink>,
+}
+
+/// The RI control blocks and their sessions.
+pub struct RiUnit {
+    dev: Arc<DevNode>,
+    slots: Mutex<Vec<Option<Slot>>>,
+    next_id: AtomicU64,
+    wake: Mutex<Option<Sender<u32>>>,
+    stats: RiStats,
+}
+
+impl std::fmt::Debug for RiUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RiUnit")
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open session; dropping it ends the session and frees its block.
+#[derive(Debug)]
+pub struct RiTicket {
+    unit: Weak<RiUnit>,
+    block: u32,
+    id: u64,
+}
+
+impl RiTicket {
+    /// Session id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// The control block.
+    pub fn block(&self) -> u32 {
+        self.block
+    }
+    /// The unit, while the daemon runs.
+    pub fn unit(&self) -> Option<Arc<RiUnit>> {
+        self.unit.upgrade()
+    }
+}
+
+impl Drop for RiTicket {
+    fn drop(&mut self) {
+        if let Some(unit) = self.unit.upgrade() {
+            unit.close(self.block, self.id);
+        }
+    }
+}
+
+impl RiUnit {
+    /// A unit over `dev` with every block free.
+    pub fn new(dev: Arc<DevNode>) -> Arc<RiUnit> {
+        Arc::new(RiUnit {
+            dev,
+            slots: Mutex::new((0..RI_BLOCKS).map(|_| None).collect()),
+            next_id: AtomicU64::new(1),
+            wake: Mutex::new(None),
+            stats: RiStats::default(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Option<Slot>>> {
+        // Every update leaves the table consistent; a panic elsewhere must
+        // not wedge every session.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &RiStats {
+        &self.stats
+    }
+
+    /// Disables and unbinds every block a previous daemon left in use.
+    pub fn reclaim(&self) -> Result<u64, DevError> {
+        let _held = self.lock();
+        let mut reads: Vec<_> = (0..RI_BLOCKS)
+            .map(|i| read32(ri::ri(i, ri::RI_CTRL)))
+            .collect();
+        self.dev.batch(&mut reads)?;
+        let ctxs = self.dev.read_many(
+            &(0..RI_BLOCKS)
+                .map(|i| ri::ri(i, ri::RI_CTX))
+                .collect::<Vec<_>>(),
+        )?;
+        let mut n = 0;
+        for (i, (op, ctx)) in (0..RI_BLOCKS).zip(reads.iter().zip(ctxs)) {
+            let ctrl = reg32(op.value);
+            if ctrl & ri_ctrl::ENABLE == 0 && ctx == 0 {
+                continue;
+            }
+            self.dev.batch(&mut [
+                write32(ri::ri(i, ri::RI_CTRL), ctrl & !ri_ctrl::ENABLE),
+                write32(ri::ri(i, ri::RI_CTX), 0),
+            ])?;
+            n += 1;
+        }
+        if n > 0 {
+            tracing::info!(blocks = n, "reclaimed RI control blocks left in use");
+        }
+        self.stats.reclaimed.fetch_add(n, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// The partition VM `vm` is on, and what it offers.
+    pub fn caps(&self, vm: u32) -> Result<PartitionCaps, DevError> {
+        let partition = self.dev.read32(r::vm(vm, r::VM_PARTITION))?;
+        let v = self.dev.read_many(&[
+            ri::ri_part_version(partition),
+            ri::ri_part_max_rgs(partition),
+            ri::RI_MAX_RGS,
+        ])?;
+        Ok(PartitionCaps {
+            partition,
+            version: reg32(v[0]),
+            max_rgs: reg32(v[1]),
+            device_max_rgs: reg32(v[2]),
+        })
+    }
+
+    /// Opens a session for `config`, delivering to `sink`. On any error
+    /// nothing changes on the device or in the table.
+    pub fn open(
+        self: &Arc<Self>,
+        config: RiConfig,
+        sink: Arc<dyn RiSink>,
+    ) -> Result<(RiTicket, PartitionCaps), RiError> {
+        let caps = self.caps(config.vm)?;
+        if config.rgs > caps.max_rgs || config.rgs > caps.device_max_rgs {
+            return Err(RiError::Invalid("RGS above the partition's maximum"));
+        }
+        let mut slots = self.lock();
+        if slots.iter().flatten().any(|s| s.config.ctx == config.ctx) {
+            return Err(RiError::Busy);
+        }
+        let block = slots
+            .iter()
+            .position(Option::is_none)
+            .ok_or(RiError::NoBlock)?;
+        let block = u32::try_from(block).map_err(|_| RiError::NoBlock)?;
+        let gb = ri::group_bytes(config.rgs);
+        let limit = u64::from(config.buffer_groups) * gb - 1;
+        let mut ops = [
+            write32(ri::ri(block, ri::RI_CTX), config.ctx),
+            write32(ri::ri(block, ri::RI_SF), config.sf),
+            write32(ri::ri(block, ri::RI_RSIC), config.rsic),
+            write32(ri::ri(block, ri::RI_ROA), 0),
+            write32(
+                ri::ri(block, ri::RI_RLA),
+                u32::try_from(limit).map_err(|_| RiError::Invalid("buffer too large"))?,
+            ),
+            write32(ri::ri(block, ri::RI_CTRL), config.ctrl()),
+        ];
+        self.dev
+            .batch(&mut ops)
+            .map_err(|e| match drain::errno_of(&e) {
+                // The context stopped being active (or was never bound) after
+                // the node's checks: the device's own verdict.
+                Some(libc::EINVAL) => RiError::Invalid("the device refused the control block"),
+                _ => RiError::Device(e),
+            })?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        slots[block as usize] = Some(Slot {
+            id,
+            config,
+            cap: u64::from(config.buffer_groups),
+            seen: 0,
+            halt_reported: false,
+            lost: 0,
+            delivered: 0,
+            sink,
+        });
+        self.stats.sessions.fetch_add(1, Ordering::Relaxed);
+        let ticket = RiTicket {
+            unit: Arc::downgrade(self),
+            block,
+            id,
+        };
+        Ok((ticket, caps))
+    }
+
+    /// RIEMIT for session `id` on `block`.
+    pub fn emit(&self, block: u32, id: u64, value: u32) -> Result<(), RiError> {
+        let slots = self.lock();
+        let live = slots
+            .get(block as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.id == id);
+        if !live {
+            return Err(RiError::Invalid("the session ended"));
+        }
+        self.dev.write32(ri::ri(block, ri::RI_EMIT), value)?;
+        Ok(())
+    }
+
+    /// The session's status after a drain: `None` once it ended.
+    pub fn status(&self, block: u32, id: u64) -> Result<Option<drain::Status>, RiError> {
+        self.drain_block(block);
+        let slots = self.lock();
+        let Some(s) = slots
+            .get(block as usize)
+            .and_then(Option::as_ref)
+            .filter(|s| s.id == id)
+        else {
+            return Ok(None);
+        };
+        let mut st = drain::read_status(&self.dev, block)?;
+        st.lost = s.lost;
+        st.delivered = s.delivered;
+        st.caps = self.caps(s.config.vm)?;
+        Ok(Some(st))
+    }
+
+    /// Asks the unit's thread to drain `block` (an interrupt named it).
+    pub fn notify(&self, block: u32) {
+        let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+        // The thread only stops with the engine; a record after that is moot.
+        if let Some(Err(e)) = wake.as_ref().map(|tx| tx.send(block)) {
+            tracing::debug!(block = e.0, "the RI drain thread is gone");
+        }
+    }
+
+    fn close(&self, block: u32, id: u64) {
+        let mut slots = self.lock();
+        let Some(slot) = slots.get_mut(block as usize) else {
+            return;
+        };
+        if slot.as_ref().is_none_or(|s| s.id != id) {
+            return;
+        }
+        let ending = drain::stop(&self.dev, block).and_then(|()| {
+            let s = slot
+                .as_mut()
+                .map(|s| drain::drain(&self.dev, block, s, &self.stats));
+            drain::unbind(&self.dev, block).map(|()| s)
+        });
+        if let Err(e) = ending {
+            tracing::warn!(
+                block,
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "ending an RI session failed"
+            );
+        }
+        *slot = None;
+        self.stats.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Drains `block`'s session, if any, and runs its sink.
+    fn drain_block(&self, block: u32) {
+        let out = {
+            let mut slots = self.lock();
+            let Some(slot) = slots.get_mut(block as usize) else {
+                return;
+            };
+            let Some(s) = slot.as_mut() else {
+                return;
+            };
+            let out = drain::drain(&self.dev, block, s, &self.stats);
+            let sink = Arc::clone(&s.sink);
+            if out.as_ref().is_ok_and(|o| o.ended) {
+                *slot = None;
+                self.stats.sessions.fetch_sub(1, Ordering::Relaxed);
+            }
+            out.map(|o| (o, sink))
+        };
+        match out {
+            Ok((o, sink)) => {
+                if o.lost > 0 || !o.entries.is_empty() {
+                    let dropped = sink.deliver(o.lost, o.entries).unwrap_or(0);
+                    self.stats.lost.fetch_add(dropped, Ordering::Relaxed);
+                }
+                if o.ended {
+                    sink.end();
+                }
+            }
+            Err(e) => tracing::warn!(
+                block,
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "draining an RI block failed"
+            ),
+        }
+    }
+
+    fn active_blocks(&self) -> Vec<u32> {
+        self.lock()
+            .iter()
+            .zip(0..)
+            .filter_map(|(s, i)| s.as_ref().map(|_| i))
+            .collect()
+    }
+}
+
+/// The unit's drain thread: drains the blocks interrupts name, and every
+/// block every [`DRAIN_INTERVAL`], until `stop` is set.
+pub fn run(unit: &RiUnit, stop: &std::sync::atomic::AtomicBool) {
+    let (tx, rx): (Sender<u32>, Receiver<u32>) = std::sync::mpsc::channel();
+    *unit.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    let mut due = Instant::now() + DRAIN_INTERVAL;
+    while !stop.load(Ordering::Acquire) {
+        match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+            Ok(b) => {
+                let mut blocks = vec![b];
+                blocks.extend(rx.try_iter());
+                blocks.sort_unstable();
+                blocks.dedup();
+                for b in blocks {
+                    unit.drain_block(b);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if Instant::now() >= due {
+            for b in unit.active_blocks() {
+                unit.drain_block(b);
+            }
+            due = Instant::now() + DRAIN_INTERVAL;
+        }
+    }
+    *unit.wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Reclaims the blocks a previous daemon left in use and starts the
+/// unit's drain thread.
+pub fn start(
+    store: &Arc<crate::store::Store>,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>, crate::engine::EngineError> {
+    store.ri().reclaim()?;
+    let (unit, stop) = (Arc::clone(store.ri()), Arc::clone(stop));
+    std::thread::Builder::new()
+        .name("gpupmd-ri".into())
+        .spawn(move || run(&unit, &stop))
+        .map_err(crate::engine::EngineError::Thread)
+}

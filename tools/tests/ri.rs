@@ -1,0 +1,119 @@
+//! `gpupm ri` end to end: the real driver (step clock, `--debug-ledger`,
+//! the built-in scenario) and gpupmd, tenant A streaming report groups of
+//! its own context as JSON. Once the clock stops, every group the device
+//! stored (the RI ledger's `stored`) is printed once, numbered 1, 2, …,
+//! begin/timestamp first and the sample last, SF context cycles apart,
+//! the last at the ledger's last sample point. Another tenant's context is
+//! refused with one line and no output.
+
+use std::fs::File;
+use std::time::{Duration, Instant};
+
+use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_A, UID_B, VM_A};
+use gpupm_test_support::rawnode::sys::ioctl;
+use gpupm_uapi::ioctl::{RiLedgerQuery, GPUPM_IOC_LEDGER_RI, IOCTL_STRUCT_VERSION};
+use gpupm_uapi::regs as r;
+use gpupm_uapi::ri::RI_BLOCKS;
+use serde_json::Value;
+use zerocopy::IntoBytes;
+
+/// SF: few enough groups per 1 ms step that the default buffer never wraps.
+const SF: u64 = 100_000;
+
+fn ledger_ri(card: &File, block: u32) -> RiLedgerQuery {
+    let mut q = RiLedgerQuery {
+        version: IOCTL_STRUCT_VERSION,
+        block,
+        ..RiLedgerQuery::default()
+    };
+    ioctl(card, GPUPM_IOC_LEDGER_RI, q.as_mut_bytes()).expect("RI ledger");
+    q
+}
+
+#[test]
+fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() {
+    let mut f = Fixture::start_with("ri", &["--debug-ledger"]);
+    f.advance_ms(2);
+    let ctx = (1..r::MAX_CONTEXTS)
+        .find(|&c| {
+            let reg = |x| f.dev.read32(r::ctx(c, x)).unwrap_or(0);
+            reg(r::CTX_VM) == VM_A
+                && reg(r::CTX_STATE) == r::ctx_state::ACTIVE
+                && reg(r::CTX_PROGRAM) != 0
+        })
+        .expect("a context of VM A runs a program");
+    let card = File::options()
+        .read(true)
+        .write(true)
+        .open(f.tmp.join("dev/card0"))
+        .expect("card0");
+
+    let denied = f.gpupm_as(
+        UID_B,
+        &["ri", "--ctx", &ctx.to_string(), "--duration", "1s"],
+    );
+    assert_ne!(denied.code, 0);
+    assert!(denied.out.is_empty(), "{}", denied.out);
+    assert_eq!(denied.err.lines().count(), 1, "{}", denied.err);
+
+    let args: Vec<String> = [
+        "ri",
+        "--ctx",
+        &ctx.to_string(),
+        "--interval",
+        &SF.to_string(),
+        "--rgs",
+        "2",
+        "--json",
+        "--duration",
+        "6s",
+        "--tenant-node",
+        &f.node(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut child = spawn_as(Some(UID_A), &args);
+    // Run the clock until the session stored 20 groups, then let it rest.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let block = loop {
+        assert!(Instant::now() < deadline, "no session stored 20 groups");
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "gpupm ri exited early"
+        );
+        if let Some(b) = (0..RI_BLOCKS).find(|&b| {
+            let q = ledger_ri(&card, b);
+            q.ctx == ctx && q.stored >= 20
+        }) {
+            break b;
+        }
+        f.advance_ms(1);
+    };
+    let truth = ledger_ri(&card, block);
+    let run = finish(child);
+    assert_eq!(run.code, 0, "{}", run.err);
+    let entries: Vec<Value> = run
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(entries.len() as u64, truth.stored, "{}", run.out);
+    let mut cycles = Vec::new();
+    for (k, e) in entries.iter().enumerate() {
+        assert_eq!(
+            (e["kind"].as_str(), e["rgs"].as_u64()),
+            (Some("group"), Some(2))
+        );
+        assert_eq!(e["group"].as_u64(), Some(k as u64 + 1));
+        assert_eq!(e["lost_before"].as_u64(), Some(0));
+        let records = e["records"].as_array().unwrap();
+        let first = if k == 0 { "begin" } else { "timestamp" };
+        assert_eq!(records[0]["kind"], first);
+        let last = records.last().unwrap();
+        assert_eq!(last["kind"], "instruction");
+        cycles.push(last["ctx_cycle"].as_u64().unwrap());
+    }
+    assert!(cycles.windows(2).all(|w| w[1] - w[0] == SF), "{cycles:?}");
+    assert_eq!(*cycles.last().unwrap(), truth.last_sample_ctx_cycle);
+}
