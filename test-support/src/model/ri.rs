@@ -9,7 +9,7 @@ use gpupm_driver::scenario::{parse, Scenario};
 use gpupm_uapi::layout::ri_record;
 use gpupm_uapi::ri::{self as ri, group_bytes, ri_ctrl};
 
-use crate::scenario::builtin_program;
+pub use crate::scenario::builtin_program;
 
 /// Four slices: 1 runs VMs 1 and 2 (VM timeslices, so VM 1 is sometimes
 /// switched out) with contexts 1, 2 (VM 1, two contexts that rotate) and
