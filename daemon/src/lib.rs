@@ -7,6 +7,7 @@ pub mod health;
 pub mod kernel_pmu;
 pub mod metrics;
 pub mod pages;
+pub mod ranges;
 pub mod sampling;
 pub mod store;
 pub mod tenant;

@@ -106,6 +106,12 @@ pub trait CounterView: Send + Sync + 'static {
         None
     }
 
+    /// The range plane, when the daemon serves marked ranges (the default:
+    /// none; the node then answers the range ioctls with ENOTTY).
+    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
+        None
+    }
+
     /// The program a context runs, as its `CTX_PROGRAM` register reads
     /// (0 none, else 1 + its index in the scenario's program table).
     fn ctx_program(&self, _ctx: CtxId) -> Option<u32> {

@@ -131,6 +131,7 @@ pub struct Store {
     pages: OnceLock<Arc<Pages>>,
     sampler: Arc<DevSampler>,
     sampling: Arc<Plane>,
+    ranges: Arc<crate::ranges::RangeBook>,
 }
 
 impl Store {
@@ -146,6 +147,7 @@ impl Store {
         let sampler = Arc::new(DevSampler::new(Arc::clone(&dev), identity.clock_khz));
         let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
+            ranges: Arc::new(crate::ranges::RangeBook::new(Arc::clone(&dev))),
             sampler,
             sampling,
             dev,
@@ -187,6 +189,11 @@ impl Store {
     /// The sampling plane (sessions and routing).
     pub fn sampling_plane(&self) -> &Arc<Plane> {
         &self.sampling
+    }
+
+    /// The range plane (tenants' marked ranges and call graphs).
+    pub fn ranges(&self) -> &Arc<crate::ranges::RangeBook> {
+        &self.ranges
     }
 
     /// The persisted retired set.
@@ -472,6 +479,10 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
+        Some(Arc::clone(&self.ranges))
+    }
+
     fn sampling(&self) -> Option<Arc<Plane>> {
         Some(Arc::clone(&self.sampling))
     }

@@ -31,6 +31,13 @@ pub enum RequestError {
     /// The handle already holds a session of another kind.
     #[error("the handle already holds a session")]
     Busy,
+    /// No room: every range register of the partition is busy, or the
+    /// context holds its most ranges.
+    #[error("no room for another range")]
+    NoSpace,
+    /// Not offered for this scope (a confidential VM's context).
+    #[error("not supported for this scope")]
+    Unsupported,
     /// The device refused or failed a request the daemon made for the caller.
     #[error("the device failed")]
     Device,
@@ -52,6 +59,8 @@ impl RequestError {
             RequestError::BadHandle => libc::EBADF,
             RequestError::ShuttingDown => libc::ENODEV,
             RequestError::Busy => libc::EBUSY,
+            RequestError::NoSpace => libc::ENOSPC,
+            RequestError::Unsupported => libc::EOPNOTSUPP,
             RequestError::Device | RequestError::Internal(_) => libc::EIO,
         }
     }
