@@ -42,6 +42,7 @@ pub mod handshake;
 pub mod ops;
 pub mod page;
 pub mod paths;
+pub mod ranges;
 pub mod sampling;
 pub mod stepclock;
 pub mod sys;

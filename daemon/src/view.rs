@@ -262,6 +262,8 @@ pub struct HealthSnapshot {
     pub tenant_errors: u64,
     /// Tenant counter pages.
     pub pages: PageStats,
+    /// Marked ranges and call graphs.
+    pub ranges: crate::ranges::RangeMetrics,
 }
 
 /// Counts of the tenant counter pages (`crate::pages`).

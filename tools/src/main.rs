@@ -22,6 +22,7 @@ mod node;
 mod output;
 mod plan;
 mod progress;
+mod ranges;
 mod record;
 mod report;
 mod schema;
@@ -73,6 +74,10 @@ enum Command {
     /// Sample one of your contexts: kernels and hot blocks with
     /// instructions, cycles and CPI.
     Cpi(cpi::Args),
+    /// Marked ranges on one of your contexts: add, list (hottest first), rm.
+    Ranges(ranges::Args),
+    /// The call graph of one of your contexts, from its ranges' crossings.
+    Callgraph(ranges::GraphArgs),
     /// Daemon and device health (admin).
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
@@ -115,6 +120,8 @@ fn main() -> ExitCode {
         Command::Report(a) => report::run(a),
         Command::Plan(a) => plan::run(a).map_err(CliError::from),
         Command::Cpi(a) => cpi::run(g, a),
+        Command::Ranges(a) => ranges::run(g, a),
+        Command::Callgraph(a) => ranges::run_graph(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
         Command::Cc(a) => cc::run(g, a),

@@ -190,6 +190,47 @@ pub struct RangeStats {
     pub graphs: AtomicU64,
 }
 
+/// [`RangeStats`] at one moment (plain numbers, for health and metrics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangeMetrics {
+    /// Ranges tenants hold.
+    pub ranges: u64,
+    /// Registers armed.
+    pub registers: u64,
+    /// Crossing records drained.
+    pub records: u64,
+    /// Records the rings lost.
+    pub lost: u64,
+    /// Sealed records counted and dropped.
+    pub sealed: u64,
+    /// Records of contexts holding no range there.
+    pub unclaimed: u64,
+    /// Malformed slots and stacks.
+    pub malformed: u64,
+    /// Records added to call graphs.
+    pub graph_records: u64,
+    /// Call graphs kept.
+    pub graphs: u64,
+}
+
+impl RangeStats {
+    /// The counters now.
+    pub fn snapshot(&self) -> RangeMetrics {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RangeMetrics {
+            ranges: get(&self.ranges),
+            registers: get(&self.registers),
+            records: get(&self.records),
+            lost: get(&self.lost),
+            sealed: get(&self.sealed),
+            unclaimed: get(&self.unclaimed),
+            malformed: get(&self.malformed),
+            graph_records: get(&self.graph_records),
+            graphs: get(&self.graphs),
+        }
+    }
+}
+
 /// The range plane.
 pub struct RangeBook {
     dev: Arc<DevNode>,

@@ -740,6 +740,7 @@ impl HealthSource for Store {
             tenant_requests: requests,
             tenant_errors: errors,
             pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
+            ranges: self.ranges.stats().snapshot(),
         }
     }
 }

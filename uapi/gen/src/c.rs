@@ -523,6 +523,11 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
     group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
     group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
+    group!(h, dec "GPUPM_TENANT_RANGE_KIND_", gpupm_uapi::tenant::ranges::range_kind: CODE, DATA);
+    group!(h, dec "GPUPM_TENANT_RANGE_TRIGGER_", gpupm_uapi::tenant::ranges::range_trigger: NONE, COUNT, LATENCY);
+    group!(h, hex "GPUPM_TENANT_RANGE_ROW_FLAGS_", gpupm_uapi::tenant::ranges::range_row_flags: INEXACT);
+    group!(h, hex "GPUPM_TENANT_GRAPH_FLAGS_", gpupm_uapi::tenant::ranges::graph_flags: STACKS_DROPPED);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::ranges: MAX_CONTEXT_RANGES, MAX_GRAPH_STACKS, GRAPH_EDGE_ROWS, GRAPH_KERNEL_ROWS, GRAPH_STACK_ROWS, STACK_FRAMES);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }

@@ -15,6 +15,11 @@ use gpupm_uapi::page::{
     PageReply, PageRequest,
 };
 use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::ranges::{
+    range_kind, range_row_flags, range_trigger, AddRange, GraphEdge, GraphHeader, KernelSamples,
+    RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange,
+    StackCount,
+};
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
 };
@@ -80,6 +85,12 @@ pub fn render() -> String {
         ("SAMPLE_KIND_CYCLE", u32::from(sample_kind::CYCLE)),
         ("SAMPLE_FLAGS_SEALED", u32::from(sample_flags::SEALED)),
         ("PC_RECORD_MAGIC", gpupm_uapi::sampling::PC_RECORD_MAGIC),
+        ("RANGE_KIND_CODE", range_kind::CODE),
+        ("RANGE_KIND_DATA", range_kind::DATA),
+        ("RANGE_TRIGGER_NONE", range_trigger::NONE),
+        ("RANGE_TRIGGER_COUNT", range_trigger::COUNT),
+        ("RANGE_TRIGGER_LATENCY", range_trigger::LATENCY),
+        ("RANGE_ROW_FLAGS_INEXACT", u32::from(range_row_flags::INEXACT)),
     ] {
         c(name, u64::from(v));
     }
@@ -134,6 +145,20 @@ pub fn render() -> String {
             queue_records, flags, reserved, session, device_period, device_dither,
             device_branch_every, clock_khz, partition, confidential, program, reserved2;
         SampleHeader => "SAMPLE_HEADER": kind, flags, size, seq, lost_before;
+        AddRange => "ADD_RANGE": version, ctx, kind, event, trigger, threshold, kernel, first,
+            last, flags, handle, partition, register, shared, program, reserved;
+        RangeRow => "RANGE_ROW": handle, register, kind, event, trigger, flags, threshold,
+            kernel, first, last, entries, count, crossings, lost;
+        ReadRanges => "READ_RANGES": version, ctx, flags, reserved, count, partition, rows;
+        RemoveRange => "REMOVE_RANGE": version, ctx, handle, reserved;
+        GraphHeader => "GRAPH_HEADER": version, ctx, first, flags, count, total, crossings, lost,
+            stacks_dropped;
+        GraphEdge => "GRAPH_EDGE": kernel, call_block, callee, count;
+        ReadCallEdges => "READ_CALL_EDGES": head, rows;
+        KernelSamples => "KERNEL_SAMPLES": kernel, self_samples, inclusive;
+        ReadCallKernels => "READ_CALL_KERNELS": head, rows;
+        StackCount => "STACK_COUNT": frames_len, count, frames;
+        ReadCallStacks => "READ_CALL_STACKS": head, rows;
         PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
             block, interval;
     }

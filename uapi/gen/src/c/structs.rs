@@ -24,6 +24,10 @@ use gpupm_uapi::ranges::{
 };
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
+use gpupm_uapi::tenant::ranges::{
+    AddRange, GraphEdge, GraphHeader, KernelSamples, RangeRow, ReadCallEdges, ReadCallKernels,
+    ReadCallStacks, ReadRanges, RemoveRange, StackCount,
+};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, KeyState, ListContexts, OpenSampling, OpenStream, RateSample,
     ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
@@ -42,7 +46,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 59] {
+pub fn all_structs() -> [StructInfo; 70] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -103,11 +107,22 @@ pub fn all_structs() -> [StructInfo; 59] {
         RangeLedgerQuery => "gpupm_range_ledger_query",
         CallEdge => "gpupm_call_edge",
         CallLedgerQuery => "gpupm_call_ledger_query",
+        AddRange => "gpupm_tenant_add_range",
+        RangeRow => "gpupm_tenant_range_row",
+        ReadRanges => "gpupm_tenant_read_ranges",
+        RemoveRange => "gpupm_tenant_remove_range",
+        GraphHeader => "gpupm_tenant_graph_header",
+        GraphEdge => "gpupm_tenant_graph_edge",
+        ReadCallEdges => "gpupm_tenant_read_call_edges",
+        KernelSamples => "gpupm_tenant_kernel_samples",
+        ReadCallKernels => "gpupm_tenant_read_call_kernels",
+        StackCount => "gpupm_tenant_stack_count",
+        ReadCallStacks => "gpupm_tenant_read_call_stacks",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 24] = [
+const IOCTL_STRUCTS: [(&str, &str); 30] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -133,6 +148,12 @@ const IOCTL_STRUCTS: [(&str, &str); 24] = [
     ("TENANT_IOC_OPEN_SAMPLING", "gpupm_tenant_open_sampling"),
     ("TENANT_IOC_KEY_STATE", "gpupm_tenant_key_state"),
     ("TENANT_IOC_REKEY", "gpupm_tenant_rekey"),
+    ("TENANT_IOC_ADD_RANGE", "gpupm_tenant_add_range"),
+    ("TENANT_IOC_READ_RANGES", "gpupm_tenant_read_ranges"),
+    ("TENANT_IOC_REMOVE_RANGE", "gpupm_tenant_remove_range"),
+    ("TENANT_IOC_READ_CALL_EDGES", "gpupm_tenant_read_call_edges"),
+    ("TENANT_IOC_READ_CALL_KERNELS", "gpupm_tenant_read_call_kernels"),
+    ("TENANT_IOC_READ_CALL_STACKS", "gpupm_tenant_read_call_stacks"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
@@ -281,6 +302,11 @@ pub fn emit_structs(h: &mut Header) {
         "KeyState",
         "Rekey",
     ]);
+    h.structs(&["AddRange", "RangeRow", "ReadRanges", "RemoveRange"]);
+    h.structs_referring(
+        &["ReadCallEdges", "ReadCallKernels", "ReadCallStacks"],
+        &["GraphHeader", "GraphEdge", "KernelSamples", "StackCount"],
+    );
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
