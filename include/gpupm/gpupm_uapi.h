@@ -3120,7 +3120,7 @@ struct gpupm_tenant_read_ranges {
   /**
    * Output.
    */
-  struct gpupm_tenant_range_row rows[MAX_CONTEXT_RANGES];
+  struct gpupm_tenant_range_row rows[GPUPM_TENANT_MAX_CONTEXT_RANGES];
 };
 
 /**
@@ -3145,6 +3145,133 @@ struct gpupm_tenant_remove_range {
    */
   uint32_t reserved;
 };
+
+/**
+ * Common head of the three call-graph reads.
+ *
+ * Input: `version`, `ctx`, `first` (the first row, ≤ `total`); `flags`
+ * 0. Page with `first += count` until `first == total`.
+ */
+struct gpupm_tenant_graph_header {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * Input: first row.
+   */
+  uint32_t first;
+  /**
+   * Input 0; output bits of GPUPM_TENANT_GRAPH_FLAGS_*.
+   */
+  uint32_t flags;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: rows in all.
+   */
+  uint32_t total;
+  /**
+   * Output: crossing records of the context in the graph.
+   */
+  uint64_t crossings;
+  /**
+   * Output: crossings of the context whose record the device lost
+   * (in no graph).
+   */
+  uint64_t lost;
+  /**
+   * Output: crossings whose stack is not in struct gpupm_tenant_read_call_stacks.
+   */
+  uint64_t stacks_dropped;
+};
+
+/**
+ * A call site edge of the graph: crossings whose stack holds the call
+ * from `kernel` at `call_block` into `callee` (once per occurrence).
+ */
+struct gpupm_tenant_graph_edge {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block.
+   */
+  uint16_t call_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Crossings whose stack holds this call.
+   */
+  uint64_t count;
+};
+
+/**
+ * Samples of one kernel: `self_samples` = crossings whose innermost
+ * kernel is it; `inclusive` = crossings with it anywhere on the stack.
+ */
+struct gpupm_tenant_kernel_samples {
+  /**
+   * Kernel index.
+   */
+  uint16_t kernel;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved2;
+  /**
+   * Crossings in the kernel itself.
+   */
+  uint64_t self_samples;
+  /**
+   * Crossings with the kernel on the stack.
+   */
+  uint64_t inclusive;
+};
+
+/**
+ * One distinct call path and the crossings that had it.
+ */
+struct gpupm_tenant_stack_count {
+  /**
+   * Valid entries of `frames` (1..=GPUPM_TENANT_STACK_FRAMES).
+   */
+  uint32_t frames_len;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Crossings with this stack.
+   */
+  uint64_t count;
+  /**
+   * Kernels, outermost (the entry kernel) first; the last is where the
+   * crossing happened. Entries past `frames_len` are 0.
+   */
+  uint16_t frames[GPUPM_TENANT_STACK_FRAMES];
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved2[3];
+};
 /**
  * `TENANT_IOC_READ_CALL_EDGES`: the caller → callee edges, ascending by
  * (kernel, call_block, callee).
@@ -3157,7 +3284,7 @@ struct gpupm_tenant_read_call_edges {
   /**
    * Output.
    */
-  struct gpupm_tenant_graph_edge rows[GRAPH_EDGE_ROWS];
+  struct gpupm_tenant_graph_edge rows[GPUPM_TENANT_GRAPH_EDGE_ROWS];
 };
 
 /**
@@ -3172,7 +3299,7 @@ struct gpupm_tenant_read_call_kernels {
   /**
    * Output.
    */
-  struct gpupm_tenant_kernel_samples rows[GRAPH_KERNEL_ROWS];
+  struct gpupm_tenant_kernel_samples rows[GPUPM_TENANT_GRAPH_KERNEL_ROWS];
 };
 
 /**
@@ -3187,7 +3314,7 @@ struct gpupm_tenant_read_call_stacks {
   /**
    * Output.
    */
-  struct gpupm_tenant_stack_count rows[GRAPH_STACK_ROWS];
+  struct gpupm_tenant_stack_count rows[GPUPM_TENANT_GRAPH_STACK_ROWS];
 };
 
 /**

@@ -159,7 +159,7 @@ const IOCTL_STRUCTS: [(&str, &str); 30] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 17] = [
+const ARRAY_LENGTHS: [(&str, &str); 22] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -177,6 +177,11 @@ const ARRAY_LENGTHS: [(&str, &str); 17] = [
     ("RANGE_STACK_DEPTH", "GPUPM_RANGE_STACK_DEPTH"),
     ("RANGE_LEDGER_ROWS", "GPUPM_RANGE_LEDGER_ROWS"),
     ("CALL_LEDGER_ROWS", "GPUPM_CALL_LEDGER_ROWS"),
+    ("MAX_CONTEXT_RANGES", "GPUPM_TENANT_MAX_CONTEXT_RANGES"),
+    ("GRAPH_EDGE_ROWS", "GPUPM_TENANT_GRAPH_EDGE_ROWS"),
+    ("GRAPH_KERNEL_ROWS", "GPUPM_TENANT_GRAPH_KERNEL_ROWS"),
+    ("GRAPH_STACK_ROWS", "GPUPM_TENANT_GRAPH_STACK_ROWS"),
+    ("STACK_FRAMES", "GPUPM_TENANT_STACK_FRAMES"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -302,7 +307,16 @@ pub fn emit_structs(h: &mut Header) {
         "KeyState",
         "Rekey",
     ]);
-    h.structs(&["AddRange", "RangeRow", "ReadRanges", "RemoveRange"]);
+    h.structs(&[
+        "AddRange",
+        "RangeRow",
+        "ReadRanges",
+        "RemoveRange",
+        "GraphHeader",
+        "GraphEdge",
+        "KernelSamples",
+        "StackCount",
+    ]);
     h.structs_referring(
         &["ReadCallEdges", "ReadCallKernels", "ReadCallStacks"],
         &["GraphHeader", "GraphEdge", "KernelSamples", "StackCount"],
