@@ -34,6 +34,12 @@ pub struct CallGraphData {
     pub stacks: BTreeMap<Vec<u16>, u64>,
 }
 
+/// The rows an answer says it filled (never more than it has).
+fn filled<T>(rows: &[T], count: u32) -> &[T] {
+    let n = usize::try_from(count).map_or(rows.len(), |n| n.min(rows.len()));
+    &rows[..n]
+}
+
 fn head(ctx: u32, first: u32) -> GraphHeader {
     GraphHeader {
         version: TENANT_STRUCT_VERSION,
@@ -59,7 +65,7 @@ impl TenantClient {
         let mut arg = ReadRanges::new_zeroed();
         (arg.version, arg.ctx) = (TENANT_STRUCT_VERSION, ctx);
         self.call("TENANT_IOC_READ_RANGES", TENANT_IOC_READ_RANGES, &mut arg)?;
-        Ok(arg.rows[..arg.count.min(arg.rows.len() as u32) as usize].to_vec())
+        Ok(filled(&arg.rows, arg.count).to_vec())
     }
 
     /// Removes range `handle` of context `ctx`.
@@ -80,10 +86,14 @@ impl TenantClient {
         loop {
             let mut arg = ReadCallEdges::new_zeroed();
             arg.head = head(ctx, first);
-            self.call("TENANT_IOC_READ_CALL_EDGES", TENANT_IOC_READ_CALL_EDGES, &mut arg)?;
+            self.call(
+                "TENANT_IOC_READ_CALL_EDGES",
+                TENANT_IOC_READ_CALL_EDGES,
+                &mut arg,
+            )?;
             (g.crossings, g.lost, g.stacks_dropped) =
                 (arg.head.crossings, arg.head.lost, arg.head.stacks_dropped);
-            for e in &arg.rows[..arg.head.count as usize] {
+            for e in filled(&arg.rows, arg.head.count) {
                 g.edges.insert((e.kernel, e.call_block, e.callee), e.count);
             }
             first += arg.head.count;
@@ -95,8 +105,12 @@ impl TenantClient {
         loop {
             let mut arg = ReadCallKernels::new_zeroed();
             arg.head = head(ctx, first);
-            self.call("TENANT_IOC_READ_CALL_KERNELS", TENANT_IOC_READ_CALL_KERNELS, &mut arg)?;
-            for k in &arg.rows[..arg.head.count as usize] {
+            self.call(
+                "TENANT_IOC_READ_CALL_KERNELS",
+                TENANT_IOC_READ_CALL_KERNELS,
+                &mut arg,
+            )?;
+            for k in filled(&arg.rows, arg.head.count) {
                 g.kernels.insert(k.kernel, (k.self_samples, k.inclusive));
             }
             first += arg.head.count;
@@ -108,10 +122,14 @@ impl TenantClient {
         loop {
             let mut arg = ReadCallStacks::new_zeroed();
             arg.head = head(ctx, first);
-            self.call("TENANT_IOC_READ_CALL_STACKS", TENANT_IOC_READ_CALL_STACKS, &mut arg)?;
-            for s in &arg.rows[..arg.head.count as usize] {
-                let n = (s.frames_len as usize).min(s.frames.len());
-                g.stacks.insert(s.frames[..n].to_vec(), s.count);
+            self.call(
+                "TENANT_IOC_READ_CALL_STACKS",
+                TENANT_IOC_READ_CALL_STACKS,
+                &mut arg,
+            )?;
+            for s in filled(&arg.rows, arg.head.count) {
+                g.stacks
+                    .insert(filled(&s.frames, s.frames_len).to_vec(), s.count);
             }
             first += arg.head.count;
             if arg.head.count == 0 || first >= arg.head.total {

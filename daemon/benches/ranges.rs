@@ -117,7 +117,11 @@ fn crossings(node: &TenantClient, ctx: u32) -> u64 {
     arg.head.crossings
 }
 
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, clippy::cast_precision_loss)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
 fn pct(v: &[u64], p: f64) -> u64 {
     if v.is_empty() {
         return 0;
@@ -261,7 +265,10 @@ fn main() {
     println!("range_irq_to_tenant_p99_us {p99} (goal < 5000)");
     println!("crossings_per_s {rate:.0}");
     println!("daemon_cpu_pct {cpu:.1} (baseline without thresholds {baseline_cpu:.1})");
-    println!("load average before {load_before}, after {}", load_average());
+    println!(
+        "load average before {load_before}, after {}",
+        load_average()
+    );
     println!(
         "{{\"range_irq_to_tenant_p50_us\":{p50},\"range_irq_to_tenant_p99_us\":{p99},\
          \"crossings\":{},\"crossings_per_s\":{rate:.1},\"daemon_cpu_pct\":{cpu:.2},\

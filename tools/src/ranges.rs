@@ -121,7 +121,11 @@ fn to_json(r: &RangeRow) -> RangeJson {
     RangeJson {
         handle: r.handle,
         register: r.register,
-        kind: if u32::from(r.kind) == range_kind::DATA { "data" } else { "code" },
+        kind: if u32::from(r.kind) == range_kind::DATA {
+            "data"
+        } else {
+            "code"
+        },
         event: event_name(r.event),
         trigger: match u32::from(r.trigger) {
             range_trigger::COUNT => "count",
@@ -165,7 +169,11 @@ fn request(ctx: u32, a: &AddArgs) -> CliResult<AddRange> {
             (range_kind::CODE, number(k)?, span(blocks)?)
         }
         (None, Some(data)) => (range_kind::DATA, 0, span(data)?),
-        _ => return Err(CliError::usage("give --code KERNEL:FIRST-LAST or --data START-END")),
+        _ => {
+            return Err(CliError::usage(
+                "give --code KERNEL:FIRST-LAST or --data START-END",
+            ))
+        }
     };
     let event = match a.event.as_str() {
         "cycles" => range_event::CYCLES,
@@ -207,7 +215,9 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             .map_err(|e| fail(&node, e, scope))?,
         Action::List => {}
     }
-    let mut rows = client.read_ranges(args.ctx).map_err(|e| fail(&node, e, scope))?;
+    let mut rows = client
+        .read_ranges(args.ctx)
+        .map_err(|e| fail(&node, e, scope))?;
     rows.sort_by(|a, b| b.count.cmp(&a.count).then(a.handle.cmp(&b.handle)));
     let out = RangesJson {
         ctx: args.ctx,
@@ -215,7 +225,10 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         ranges: rows.iter().map(to_json).collect(),
     };
     if args.json {
-        println!("{}", serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?
+        );
     } else {
         print_table(&out);
     }
@@ -238,7 +251,15 @@ fn print_table(out: &RangesJson) {
         };
         println!(
             "{:>6} {:>3} {:<5} {:<12} {:<14} {:>12} {:>16} {:>9} {:>6}{}",
-            r.handle, r.register, r.kind, r.event, place, r.entries, r.count, r.crossings, r.lost,
+            r.handle,
+            r.register,
+            r.kind,
+            r.event,
+            place,
+            r.entries,
+            r.count,
+            r.crossings,
+            r.lost,
             if r.inexact { " (inexact)" } else { "" }
         );
     }
@@ -375,7 +396,10 @@ pub fn run_graph(g: &Global, args: &GraphArgs) -> CliResult<ExitCode> {
         print!("{}", graph.folded(|k| format!("k{k}")));
     } else if args.json {
         let out = graph_json(args.ctx, &graph);
-        println!("{}", serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?
+        );
     } else {
         println!(
             "ctx {}: {} crossings, {} lost, {} stacks dropped",

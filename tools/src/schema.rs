@@ -31,7 +31,9 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("ranges", long_help::<crate::ranges::RangesJson>(one)),
         (
             "callgraph",
-            long_help::<crate::ranges::GraphJson>("one object; --folded prints `k0;k1 COUNT` lines instead"),
+            long_help::<crate::ranges::GraphJson>(
+                "one object; --folded prints `k0;k1 COUNT` lines instead",
+            ),
         ),
         (
             "events",

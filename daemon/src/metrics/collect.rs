@@ -316,12 +316,36 @@ fn encode_ranges(
     r: &crate::ranges::RangeMetrics,
 ) -> Result<(), std::fmt::Error> {
     let counters = [
-        ("gpupm_range_records", "Range crossing records drained.", r.records),
-        ("gpupm_range_lost", "Range crossing records the device rings lost (sequence gaps).", r.lost),
-        ("gpupm_range_sealed", "Sealed (confidential) range records counted and dropped.", r.sealed),
-        ("gpupm_range_unclaimed", "Range records of contexts holding no range on the register.", r.unclaimed),
-        ("gpupm_range_malformed", "Range ring slots or stacks that were no record or call path.", r.malformed),
-        ("gpupm_callgraph_records", "Crossing records added to call graphs.", r.graph_records),
+        (
+            "gpupm_range_records",
+            "Range crossing records drained.",
+            r.records,
+        ),
+        (
+            "gpupm_range_lost",
+            "Range crossing records the device rings lost (sequence gaps).",
+            r.lost,
+        ),
+        (
+            "gpupm_range_sealed",
+            "Sealed (confidential) range records counted and dropped.",
+            r.sealed,
+        ),
+        (
+            "gpupm_range_unclaimed",
+            "Range records of contexts holding no range on the register.",
+            r.unclaimed,
+        ),
+        (
+            "gpupm_range_malformed",
+            "Range ring slots or stacks that were no record or call path.",
+            r.malformed,
+        ),
+        (
+            "gpupm_callgraph_records",
+            "Crossing records added to call graphs.",
+            r.graph_records,
+        ),
     ];
     for (name, help, v) in counters {
         encoder
@@ -329,9 +353,21 @@ fn encode_ranges(
             .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }
     let gauges = [
-        ("gpupm_range_ranges", "Marked ranges tenants hold.", r.ranges),
-        ("gpupm_range_registers", "Range registers armed.", r.registers),
-        ("gpupm_callgraph_graphs", "Per-context call graphs kept.", r.graphs),
+        (
+            "gpupm_range_ranges",
+            "Marked ranges tenants hold.",
+            r.ranges,
+        ),
+        (
+            "gpupm_range_registers",
+            "Range registers armed.",
+            r.registers,
+        ),
+        (
+            "gpupm_callgraph_graphs",
+            "Per-context call graphs kept.",
+            r.graphs,
+        ),
     ];
     for (name, help, v) in gauges {
         encoder

@@ -112,7 +112,7 @@ mod tests {
     fn rec(kernel: u16, calls: &[(u16, u16, u16)]) -> RangeRecord {
         let mut r = RangeRecord::new_zeroed();
         r.kernel = kernel;
-        r.depth = calls.len() as u32;
+        r.depth = u32::try_from(calls.len()).unwrap();
         for (slot, &(k, b, callee)) in r.stack.iter_mut().zip(calls) {
             *slot = StackEntry {
                 kernel: k,

@@ -134,8 +134,11 @@ fn graph_from_ring(dev: &DevNode, ctx: u32) -> (CallGraphData, u64) {
     let mut g = CallGraphData::default();
     let mut buf = vec![0u8; size_of::<RangeSlot>()];
     for k in 0..head {
-        dev.window(range_span_offset(1) + u64::from(k) * buf.len() as u64, &mut buf)
-            .expect("window");
+        dev.window(
+            range_span_offset(1) + u64::from(k) * buf.len() as u64,
+            &mut buf,
+        )
+        .expect("window");
         let slot = RangeSlot::read_from_bytes(&buf).expect("slot");
         let rec = RangeRecord::read_from_bytes(&slot.payload).expect("record");
         if rec.ctx != ctx {
@@ -146,7 +149,9 @@ fn graph_from_ring(dev: &DevNode, ctx: u32) -> (CallGraphData, u64) {
         let mut path: Vec<u16> = calls.iter().map(|c| c.kernel).collect();
         path.push(rec.kernel);
         for c in calls {
-            *g.edges.entry((c.kernel, c.call_block, c.callee)).or_default() += 1;
+            *g.edges
+                .entry((c.kernel, c.call_block, c.callee))
+                .or_default() += 1;
         }
         g.kernels.entry(rec.kernel).or_default().0 += 1;
         let mut distinct = path.clone();
@@ -165,8 +170,16 @@ fn tenant_graph(node: &std::path::Path, uid: u32, ctx: u32) -> CallGraphData {
     let v = run_as(&Cred::user(uid), move || {
         let c = TenantClient::open(&node).expect("open");
         let g = c.call_graph(ctx).expect("graph");
-        let edges: Vec<Value> = g.edges.iter().map(|(k, v)| json!([k.0, k.1, k.2, v])).collect();
-        let kernels: Vec<Value> = g.kernels.iter().map(|(k, v)| json!([k, v.0, v.1])).collect();
+        let edges: Vec<Value> = g
+            .edges
+            .iter()
+            .map(|(k, v)| json!([k.0, k.1, k.2, v]))
+            .collect();
+        let kernels: Vec<Value> = g
+            .kernels
+            .iter()
+            .map(|(k, v)| json!([k, v.0, v.1]))
+            .collect();
         let stacks: Vec<Value> = g.stacks.iter().map(|(k, v)| json!([k, v])).collect();
         json!({"crossings": g.crossings, "lost": g.lost, "dropped": g.stacks_dropped,
                "edges": edges, "kernels": kernels, "stacks": stacks})
@@ -180,7 +193,8 @@ fn tenant_graph(node: &std::path::Path, uid: u32, ctx: u32) -> CallGraphData {
         ..CallGraphData::default()
     };
     for e in v["edges"].as_array().expect("edges") {
-        g.edges.insert((k16(&e[0]), k16(&e[1]), k16(&e[2])), n(&e[3]));
+        g.edges
+            .insert((k16(&e[0]), k16(&e[1]), k16(&e[2])), n(&e[3]));
     }
     for k in v["kernels"].as_array().expect("kernels") {
         g.kernels.insert(k16(&k[0]), (n(&k[1]), n(&k[2])));
@@ -221,8 +235,11 @@ fn only_registers(dev: &DevNode, ctx: u32, regs: &[u8]) -> CallGraphData {
     let mut buf = vec![0u8; size_of::<RangeSlot>()];
     let mut keep = Vec::new();
     for k in 0..head {
-        dev.window(range_span_offset(1) + u64::from(k) * buf.len() as u64, &mut buf)
-            .expect("window");
+        dev.window(
+            range_span_offset(1) + u64::from(k) * buf.len() as u64,
+            &mut buf,
+        )
+        .expect("window");
         let rec = RangeRecord::read_from_bytes(&RangeSlot::read_from_bytes(&buf).unwrap().payload)
             .unwrap();
         keep.push(rec.ctx == ctx && regs.contains(&rec.range));
@@ -246,7 +263,9 @@ fn only_registers(dev: &DevNode, ctx: u32, regs: &[u8]) -> CallGraphData {
         let mut path: Vec<u16> = calls.iter().map(|c| c.kernel).collect();
         path.push(rec.kernel);
         for c in calls {
-            *g.edges.entry((c.kernel, c.call_block, c.callee)).or_default() += 1;
+            *g.edges
+                .entry((c.kernel, c.call_block, c.callee))
+                .or_default() += 1;
         }
         g.kernels.entry(rec.kernel).or_default().0 += 1;
         let mut distinct = path.clone();
@@ -275,7 +294,9 @@ fn assert_call_paths(g: &CallGraphData, calls: &CallLedgerQuery, who: &str) {
         assert_eq!(path[0], 0, "{who}: stack {path:?} does not start at main");
         for w in path.windows(2) {
             assert!(
-                sites.iter().any(|&(k, _, callee)| k == w[0] && callee == w[1]),
+                sites
+                    .iter()
+                    .any(|&(k, _, callee)| k == w[0] && callee == w[1]),
                 "{who}: stack {path:?} is no call path"
             );
         }
@@ -305,8 +326,12 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
         let s2 = c.add_range(&store_range(a2, 500)).expect("a2 store");
         let l1 = c.add_range(&loop_range(a1)).expect("a1 loop");
         let foreign = errno_of(&c.add_range(&store_range(b1, 500)));
-        json!([[s1.handle, s1.register, s1.shared], [s2.handle, s2.register, s2.shared],
-               [l1.handle, l1.register, l1.shared], foreign])
+        json!([
+            [s1.handle, s1.register, s1.shared],
+            [s2.handle, s2.register, s2.shared],
+            [l1.handle, l1.register, l1.shared],
+            foreign
+        ])
     });
     let h = |i: usize| u32::try_from(got[i][0].as_u64().unwrap()).unwrap();
     let reg = |i: usize| u8::try_from(got[i][1].as_u64().unwrap()).unwrap();
@@ -324,18 +349,25 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     let got = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
         let s = c.add_range(&store_range(b1, 500)).expect("b1 store");
-        json!([s.handle, s.register, s.shared,
+        json!([
+            s.handle,
+            s.register,
+            s.shared,
             errno_of(&c.add_range(&store_range(a1, 500))),
             errno_of(&c.read_ranges(a1)),
             errno_of(&c.remove_range(a1, a1_store)),
             errno_of(&c.remove_range(b1, a1_store)),
             errno_of(&c.call_graph(a1)),
             errno_of(&c.read_ranges(4000)),
-            errno_of(&c.remove_range(b1, 999_999))])
+            errno_of(&c.remove_range(b1, 999_999))
+        ])
     });
     assert_eq!(got[1], json!(store_reg));
     assert_eq!(got[2], json!(1));
-    assert_eq!(got.as_array().unwrap()[3..], vec![json!(libc::EACCES); 7][..]);
+    assert_eq!(
+        got.as_array().unwrap()[3..],
+        vec![json!(libc::EACCES); 7][..]
+    );
     let b1_store = u32::try_from(got[0].as_u64().unwrap()).unwrap();
 
     // Baselines: the ledger rows when each range was added (no cycle ran
@@ -384,7 +416,12 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
         let device = only_registers(&dev, *ctx, &regs);
         let g = tenant_graph(&node, *uid, *ctx);
         assert_eq!(g.crossings, crossings, "ctx {ctx}: graph crossings");
-        called += g.stacks.iter().filter(|(path, _)| path.len() > 1).map(|(_, n)| n).sum::<u64>();
+        called += g
+            .stacks
+            .iter()
+            .filter(|(path, _)| path.len() > 1)
+            .map(|(_, n)| n)
+            .sum::<u64>();
         assert_eq!(g.edges, device.edges, "ctx {ctx}: edges");
         assert_eq!(g.kernels, device.kernels, "ctx {ctx}: self/inclusive");
         assert_eq!(g.stacks, device.stacks, "ctx {ctx}: stacks");
@@ -396,10 +433,20 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     cli_folded_and_json_agree(&node, a1);
     assert_eq!(dev.read32(rring(1, rg::RRING_LOST)).unwrap(), 0);
 
-    removal_disarms_only_the_last_user(&node, &dev, (a1, a2, b1), (a1_store, a2_store, b1_store), store_reg);
+    removal_disarms_only_the_last_user(
+        &node,
+        &dev,
+        (a1, a2, b1),
+        (a1_store, a2_store, b1_store),
+        store_reg,
+    );
 
     // A restarted daemon disarms the ranges it does not know (a1's loop).
-    assert_ne!(dev.read32(range_reg(1, u32::from(loop_reg), rg::RANGE_CTRL)).unwrap(), 0);
+    assert_ne!(
+        dev.read32(range_reg(1, u32::from(loop_reg), rg::RANGE_CTRL))
+            .unwrap(),
+        0
+    );
     daemon.signal_and_wait(nix::sys::signal::Signal::SIGKILL);
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
     daemon.wait_for("READY=1");
@@ -418,12 +465,18 @@ fn removal_disarms_only_the_last_user(
     (h1, h2, hb): (u32, u32, u32),
     reg: u8,
 ) {
-    let ctrl = || dev.read32(range_reg(1, u32::from(reg), rg::RANGE_CTRL)).unwrap();
+    let ctrl = || {
+        dev.read32(range_reg(1, u32::from(reg), rg::RANGE_CTRL))
+            .unwrap()
+    };
     let n = node.to_owned();
     let got = run_as(&Cred::user(UID_A), move || {
         let c = TenantClient::open(&n).expect("open");
-        json!([errno_of(&c.remove_range(a1, h1)), errno_of(&c.remove_range(a2, h2)),
-               errno_of(&c.remove_range(a2, h2))])
+        json!([
+            errno_of(&c.remove_range(a1, h1)),
+            errno_of(&c.remove_range(a2, h2)),
+            errno_of(&c.remove_range(a2, h2))
+        ])
     });
     assert_eq!(got, json!([0, 0, libc::EACCES]));
     assert_ne!(ctrl(), 0, "b1 still uses the register");
@@ -466,10 +519,17 @@ fn malformed_and_fuzzed_requests_change_nothing(
     a1_store: u32,
 ) {
     let metrics = || {
-        ["gpupm_range_ranges", "gpupm_range_registers", "gpupm_callgraph_graphs"]
-            .map(|m| daemon.metric(m))
+        [
+            "gpupm_range_ranges",
+            "gpupm_range_registers",
+            "gpupm_callgraph_graphs",
+        ]
+        .map(|m| daemon.metric(m))
     };
-    let (metrics0, errors0) = (metrics(), daemon.metric("gpupm_tenant_request_errors_total"));
+    let (metrics0, errors0) = (
+        metrics(),
+        daemon.metric("gpupm_tenant_request_errors_total"),
+    );
     use gpupm_uapi::ioc;
     use gpupm_uapi::tenant::ranges::{GraphHeader, ReadCallEdges, ReadRanges, RemoveRange};
     use gpupm_uapi::tenant::{
@@ -481,21 +541,113 @@ fn malformed_and_fuzzed_requests_change_nothing(
     let got = run_as(&Cred::user(UID_A), move || {
         let c = TenantClient::open(&n).expect("open");
         let spoiled: Vec<(&str, AddRange)> = vec![
-            ("version", AddRange { version: 2, ..store_range(a1, 500) }),
-            ("flags", AddRange { flags: 1, ..store_range(a1, 500) }),
-            ("reserved", AddRange { reserved: 1, ..store_range(a1, 500) }),
-            ("kind", AddRange { kind: 3, ..store_range(a1, 500) }),
-            ("event", AddRange { event: 3, ..store_range(a1, 500) }),
-            ("trigger", AddRange { trigger: 3, ..store_range(a1, 500) }),
-            ("threshold 0", AddRange { threshold: 0, ..store_range(a1, 500) }),
-            ("threshold without trigger", AddRange { trigger: 0, ..store_range(a1, 500) }),
-            ("first > last", AddRange { first: 2, last: 1, ..store_range(a1, 500) }),
-            ("kernel > u16", AddRange { kernel: 70_000, ..store_range(a1, 500) }),
-            ("block > u16", AddRange { last: 70_000, ..store_range(a1, 500) }),
-            ("data with kernel", AddRange { kind: range_kind::DATA, ..store_range(a1, 500) }),
-            ("no such kernel", AddRange { kernel: 5, ..store_range(a1, 500) }),
-            ("no such block", AddRange { first: 0, last: 9, ..store_range(a1, 500) }),
-            ("ctx 0", AddRange { ctx: 0, ..store_range(a1, 500) }),
+            (
+                "version",
+                AddRange {
+                    version: 2,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "flags",
+                AddRange {
+                    flags: 1,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "reserved",
+                AddRange {
+                    reserved: 1,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "kind",
+                AddRange {
+                    kind: 3,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "event",
+                AddRange {
+                    event: 3,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "trigger",
+                AddRange {
+                    trigger: 3,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "threshold 0",
+                AddRange {
+                    threshold: 0,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "threshold without trigger",
+                AddRange {
+                    trigger: 0,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "first > last",
+                AddRange {
+                    first: 2,
+                    last: 1,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "kernel > u16",
+                AddRange {
+                    kernel: 70_000,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "block > u16",
+                AddRange {
+                    last: 70_000,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "data with kernel",
+                AddRange {
+                    kind: range_kind::DATA,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "no such kernel",
+                AddRange {
+                    kernel: 5,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "no such block",
+                AddRange {
+                    first: 0,
+                    last: 9,
+                    ..store_range(a1, 500)
+                },
+            ),
+            (
+                "ctx 0",
+                AddRange {
+                    ctx: 0,
+                    ..store_range(a1, 500)
+                },
+            ),
         ];
         let mut out = serde_json::Map::new();
         for (name, mut arg) in spoiled {
@@ -506,13 +658,26 @@ fn malformed_and_fuzzed_requests_change_nothing(
         (rr.version, rr.ctx, rr.flags) = (TENANT_STRUCT_VERSION, a1, 1);
         let r = raw(&c, TENANT_IOC_READ_RANGES, rr.as_mut_bytes());
         out.insert("read flags".into(), json!(r.err().map(|e| e as i32)));
-        let mut rm = RemoveRange { version: TENANT_STRUCT_VERSION, ctx: a1, handle: a1_store, reserved: 1 };
+        let mut rm = RemoveRange {
+            version: TENANT_STRUCT_VERSION,
+            ctx: a1,
+            handle: a1_store,
+            reserved: 1,
+        };
         let r = raw(&c, TENANT_IOC_REMOVE_RANGE, rm.as_mut_bytes());
         out.insert("remove reserved".into(), json!(r.err().map(|e| e as i32)));
         let mut ge = ReadCallEdges::new_zeroed();
-        ge.head = GraphHeader { version: TENANT_STRUCT_VERSION, ctx: a1, first: 1000, ..GraphHeader::default() };
+        ge.head = GraphHeader {
+            version: TENANT_STRUCT_VERSION,
+            ctx: a1,
+            first: 1000,
+            ..GraphHeader::default()
+        };
         let r = raw(&c, TENANT_IOC_READ_CALL_EDGES, ge.as_mut_bytes());
-        out.insert("first past the end".into(), json!(r.err().map(|e| e as i32)));
+        out.insert(
+            "first past the end".into(),
+            json!(r.err().map(|e| e as i32)),
+        );
         let mut short = vec![0u8; 60];
         let r = raw(&c, ioc::read_write(b'T', 0x18, 60), &mut short);
         out.insert("short".into(), json!(r.err().map(|e| e as i32)));
@@ -521,7 +686,11 @@ fn malformed_and_fuzzed_requests_change_nothing(
         json!(out)
     });
     for (name, errno) in got.as_object().unwrap() {
-        let want = if name == "unknown nr" { libc::ENOTTY } else { libc::EINVAL };
+        let want = if name == "unknown nr" {
+            libc::ENOTTY
+        } else {
+            libc::EINVAL
+        };
         assert_eq!(errno, &json!(want), "{name}: {got}");
     }
 
@@ -531,38 +700,57 @@ fn malformed_and_fuzzed_requests_change_nothing(
         let mut rng = gpupm_test_support::rng::Rng(0x5eed_0013);
         let (mut ok, mut calls) = (0u64, 0u64);
         let valid: [(u32, Vec<u8>); 4] = [
-            (TENANT_IOC_ADD_RANGE, store_range(a1, 500).as_bytes().to_vec()),
+            (
+                TENANT_IOC_ADD_RANGE,
+                store_range(a1, 500).as_bytes().to_vec(),
+            ),
             (TENANT_IOC_READ_RANGES, {
                 let mut rr = ReadRanges::new_zeroed();
                 (rr.version, rr.ctx) = (TENANT_STRUCT_VERSION, a1);
                 rr.as_bytes().to_vec()
             }),
-            (TENANT_IOC_REMOVE_RANGE, RemoveRange { version: TENANT_STRUCT_VERSION, ctx: a1,
-                handle: a1_store, reserved: 0 }.as_bytes().to_vec()),
+            (
+                TENANT_IOC_REMOVE_RANGE,
+                RemoveRange {
+                    version: TENANT_STRUCT_VERSION,
+                    ctx: a1,
+                    handle: a1_store,
+                    reserved: 0,
+                }
+                .as_bytes()
+                .to_vec(),
+            ),
             (TENANT_IOC_READ_CALL_EDGES, {
                 let mut ge = ReadCallEdges::new_zeroed();
-                ge.head = GraphHeader { version: TENANT_STRUCT_VERSION, ctx: a1, ..GraphHeader::default() };
+                ge.head = GraphHeader {
+                    version: TENANT_STRUCT_VERSION,
+                    ctx: a1,
+                    ..GraphHeader::default()
+                };
                 ge.as_bytes().to_vec()
             }),
         ];
         while calls < 50_000 {
             let (cmd, mut buf) = if rng.below(2) == 0 {
                 // A's valid request with one 32-bit word spoiled.
-                let (cmd, bytes) = &valid[rng.below(4) as usize];
+                let (cmd, bytes) = &valid[usize::try_from(rng.below(4)).unwrap()];
                 let mut b = bytes.clone();
-                let w = rng.below((b.len() / 4) as u64) as usize * 4;
+                let w = usize::try_from(rng.below((b.len() / 4) as u64)).unwrap() * 4;
                 let v = u32::try_from(rng.below(1 << 32)).unwrap();
                 b[w..w + 4].copy_from_slice(&v.to_le_bytes());
                 (*cmd, b)
             } else {
                 let nr = 0x18 + u8::try_from(rng.below(8)).unwrap();
-                let size = [16usize, 24, 48, 56, 64, 536, 1072, 1584, 1840][rng.below(9) as usize];
+                let size = [16usize, 24, 48, 56, 64, 536, 1072, 1584, 1840]
+                    [usize::try_from(rng.below(9)).unwrap()];
                 let cmd = match rng.below(3) {
                     0 => ioc::read_write(b'T', nr, size),
                     1 => ioc::write(b'T', nr, size),
                     _ => ioc::read(b'T', nr, size),
                 };
-                let b: Vec<u8> = (0..size).map(|_| rng.below(256) as u8).collect();
+                let b: Vec<u8> = (0..size)
+                    .map(|_| u8::try_from(rng.below(256)).unwrap())
+                    .collect();
                 (cmd, b)
             };
             calls += 1;
@@ -574,9 +762,16 @@ fn malformed_and_fuzzed_requests_change_nothing(
     });
     assert_eq!(fuzz, json!([50_000, 0]), "a fuzzed call of B succeeded");
     let refused = daemon.metric("gpupm_tenant_request_errors_total") - errors0;
-    assert!(refused >= 50_000, "only {refused} requests reached the daemon");
+    assert!(
+        refused >= 50_000,
+        "only {refused} requests reached the daemon"
+    );
     assert_eq!(metrics(), metrics0, "the range metrics changed");
-    assert_eq!(visible(node, dev, a1, b1), before, "a refused request changed something");
+    assert_eq!(
+        visible(node, dev, a1, b1),
+        before,
+        "a refused request changed something"
+    );
 }
 
 /// Distinct programmings take the free registers; the ninth is ENOSPC
@@ -588,7 +783,11 @@ fn registers_run_out_with_enospc(node: &std::path::Path, dev: &DevNode, b1: u32)
     let got = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
         let handles: Vec<u32> = (0..free)
-            .map(|k| c.add_range(&store_range(b1, 10_000 + k as u32)).expect("free register").handle)
+            .map(|k| {
+                c.add_range(&store_range(b1, 10_000 + u32::try_from(k).unwrap()))
+                    .expect("free register")
+                    .handle
+            })
             .collect();
         let full = errno_of(&c.add_range(&store_range(b1, 99_999)));
         json!([handles, full])
@@ -599,7 +798,10 @@ fn registers_run_out_with_enospc(node: &std::path::Path, dev: &DevNode, b1: u32)
     let handles = got[0].clone();
     let removed = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
-        json!(handles.as_array().unwrap().iter()
+        json!(handles
+            .as_array()
+            .unwrap()
+            .iter()
             .map(|h| errno_of(&c.remove_range(b1, u32::try_from(h.as_u64().unwrap()).unwrap())))
             .collect::<Vec<_>>())
     });
@@ -622,7 +824,11 @@ fn cli_folded_and_json_agree(node: &std::path::Path, ctx: u32) {
             .args(args)
             .output()
             .expect("gpupm runs");
-        assert!(out.status.success(), "gpupm {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "gpupm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).expect("utf-8")
     };
     let ctx_s = ctx.to_string();
@@ -634,16 +840,28 @@ fn cli_folded_and_json_agree(node: &std::path::Path, ctx: u32) {
         let (path, count) = line.rsplit_once(' ').expect("`PATH COUNT`");
         let frames = path
             .split(';')
-            .map(|k| k.strip_prefix('k').expect("k<index>").parse().expect("index"))
+            .map(|k| {
+                k.strip_prefix('k')
+                    .expect("k<index>")
+                    .parse()
+                    .expect("index")
+            })
             .collect();
-        assert!(from_folded.insert(frames, count.parse().expect("count")).is_none());
+        assert!(from_folded
+            .insert(frames, count.parse().expect("count"))
+            .is_none());
     }
     let from_json: BTreeMap<Vec<u64>, u64> = json["stacks"]
         .as_array()
         .expect("stacks")
         .iter()
         .map(|s| {
-            let frames = s["frames"].as_array().unwrap().iter().map(|f| f.as_u64().unwrap()).collect();
+            let frames = s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_u64().unwrap())
+                .collect();
             (frames, s["count"].as_u64().unwrap())
         })
         .collect();
@@ -655,7 +873,15 @@ fn cli_folded_and_json_agree(node: &std::path::Path, ctx: u32) {
     );
     let list: Value =
         serde_json::from_str(&run(&["ranges", "--ctx", &ctx_s, "list", "--json"])).expect("JSON");
-    let counts: Vec<u64> = list["ranges"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).collect();
+    let counts: Vec<u64> = list["ranges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["count"].as_u64().unwrap())
+        .collect();
     assert_eq!(counts.len(), 2);
-    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "not hottest first: {counts:?}");
+    assert!(
+        counts.windows(2).all(|w| w[0] >= w[1]),
+        "not hottest first: {counts:?}"
+    );
 }

@@ -17,8 +17,7 @@ use gpupm_uapi::page::{
 use gpupm_uapi::sampling::PcRecord;
 use gpupm_uapi::tenant::ranges::{
     range_kind, range_row_flags, range_trigger, AddRange, GraphEdge, GraphHeader, KernelSamples,
-    RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange,
-    StackCount,
+    RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange, StackCount,
 };
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
@@ -90,7 +89,10 @@ pub fn render() -> String {
         ("RANGE_TRIGGER_NONE", range_trigger::NONE),
         ("RANGE_TRIGGER_COUNT", range_trigger::COUNT),
         ("RANGE_TRIGGER_LATENCY", range_trigger::LATENCY),
-        ("RANGE_ROW_FLAGS_INEXACT", u32::from(range_row_flags::INEXACT)),
+        (
+            "RANGE_ROW_FLAGS_INEXACT",
+            u32::from(range_row_flags::INEXACT),
+        ),
     ] {
         c(name, u64::from(v));
     }

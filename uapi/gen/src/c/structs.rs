@@ -152,8 +152,14 @@ const IOCTL_STRUCTS: [(&str, &str); 30] = [
     ("TENANT_IOC_READ_RANGES", "gpupm_tenant_read_ranges"),
     ("TENANT_IOC_REMOVE_RANGE", "gpupm_tenant_remove_range"),
     ("TENANT_IOC_READ_CALL_EDGES", "gpupm_tenant_read_call_edges"),
-    ("TENANT_IOC_READ_CALL_KERNELS", "gpupm_tenant_read_call_kernels"),
-    ("TENANT_IOC_READ_CALL_STACKS", "gpupm_tenant_read_call_stacks"),
+    (
+        "TENANT_IOC_READ_CALL_KERNELS",
+        "gpupm_tenant_read_call_kernels",
+    ),
+    (
+        "TENANT_IOC_READ_CALL_STACKS",
+        "gpupm_tenant_read_call_stacks",
+    ),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
