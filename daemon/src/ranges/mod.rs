@@ -30,6 +30,7 @@
 pub mod attrib;
 pub mod device;
 pub mod graph;
+mod records;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,13 +39,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::intr::{source, InterruptRecord, RANGE_IRQ_LOST};
 use gpupm_uapi::ranges::{code_item, range_ctrl, RANGES_PER_PARTITION};
-use gpupm_uapi::tenant::ranges::{
-    range_kind, range_row_flags, range_trigger, RangeRow, MAX_CONTEXT_RANGES,
-};
+use gpupm_uapi::tenant::ranges::{range_kind, range_trigger, RangeRow, MAX_CONTEXT_RANGES};
 
 use self::attrib::{Counts, Ledger};
-use self::device::{Drained, Programming};
+use self::device::Programming;
 pub use self::graph::CallGraph;
+use self::records::{book_lost, row};
 
 /// A range as a tenant asked for it (checked by the tenant node).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -532,54 +532,6 @@ impl RangeBook {
         }
     }
 
-    /// Drains partition `p`'s ring into the handles and graphs.
-    fn drain(&self, st: &mut State, p: u32) -> Result<(), DevError> {
-        let mut scratch = std::mem::take(&mut st.scratch);
-        let drained = device::drain(&self.dev, p, &mut scratch);
-        st.scratch = scratch;
-        let (records, _) = drained?;
-        for d in records {
-            match d {
-                Drained::Plain(rec) => self.take_record(st, p, &rec),
-                Drained::Sealed(_) => {
-                    self.stats.sealed.fetch_add(1, Ordering::Relaxed);
-                }
-                Drained::Garbage => {
-                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn take_record(&self, st: &mut State, p: u32, rec: &gpupm_uapi::ranges::RangeRecord) {
-        self.stats.records.fetch_add(1, Ordering::Relaxed);
-        let part = st.parts.entry(p).or_default();
-        if rec.seq > part.last_seq.saturating_add(1) {
-            let gap = rec.seq - part.last_seq - 1;
-            self.stats.lost.fetch_add(gap, Ordering::Relaxed);
-        }
-        part.last_seq = rec.seq;
-        let mut claimed = false;
-        for h in st.handles.values_mut() {
-            if h.partition == p && h.register == u32::from(rec.range) && h.ctx == rec.ctx {
-                h.crossings += 1;
-                claimed = true;
-            }
-        }
-        if !claimed {
-            self.stats.unclaimed.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let Some(g) = st.graphs.get_mut(&rec.ctx) else {
-            return;
-        };
-        match g.add(rec) {
-            Ok(()) => self.stats.graph_records.fetch_add(1, Ordering::Relaxed),
-            Err(_) => self.stats.malformed.fetch_add(1, Ordering::Relaxed),
-        };
-    }
-
     fn publish(&self, st: &State) {
         let regs: usize = st.parts.values().map(|p| p.armed().len()).sum();
         self.stats.registers.store(regs as u64, Ordering::Relaxed);
@@ -589,45 +541,6 @@ impl RangeBook {
         self.stats
             .graphs
             .store(st.graphs.len() as u64, Ordering::Relaxed);
-    }
-}
-
-/// A lost crossing of `ctx` on register `i` of partition `p`.
-fn book_lost(st: &mut State, p: u32, i: u32, ctx: u32) {
-    let mut claimed = false;
-    for h in st.handles.values_mut() {
-        if h.partition == p && h.register == i && h.ctx == ctx {
-            h.lost += 1;
-            claimed = true;
-        }
-    }
-    if claimed {
-        if let Some(g) = st.graphs.get_mut(&ctx) {
-            g.lost += 1;
-        }
-    }
-}
-
-fn row(handle: u32, h: &Handle, ledger: &Ledger) -> RangeRow {
-    let now = ledger.of(h.ctx);
-    let inexact = ledger.unattributed() != h.base_unattributed;
-    RangeRow {
-        handle,
-        register: u16::try_from(h.register).unwrap_or(u16::MAX),
-        kind: u8::try_from(h.spec.kind).unwrap_or(0),
-        event: u8::try_from(h.spec.event).unwrap_or(0),
-        trigger: u8::try_from(h.spec.trigger).unwrap_or(0),
-        flags: if inexact { range_row_flags::INEXACT } else { 0 },
-        reserved: 0,
-        threshold: h.spec.threshold,
-        kernel: u32::from(h.spec.kernel),
-        first: h.spec.first,
-        last: h.spec.last,
-        reserved2: 0,
-        entries: now.entries.saturating_sub(h.base.entries),
-        count: now.count.saturating_sub(h.base.count),
-        crossings: h.crossings,
-        lost: h.lost,
     }
 }
 
