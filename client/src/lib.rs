@@ -43,6 +43,7 @@ pub mod ops;
 pub mod page;
 pub mod paths;
 pub mod ri;
+pub mod ranges;
 pub mod sampling;
 pub mod stepclock;
 pub mod sys;

@@ -8,6 +8,7 @@ pub mod kernel_pmu;
 pub mod metrics;
 pub mod pages;
 pub mod ri;
+pub mod ranges;
 pub mod sampling;
 pub mod store;
 pub mod tenant;

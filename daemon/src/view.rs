@@ -109,6 +109,9 @@ pub trait CounterView: Send + Sync + 'static {
     /// The runtime-instrumentation unit, when the daemon has a device
     /// (the default: none; the node then answers the RI ioctls with ENOTTY).
     fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
+    /// The range plane, when the daemon serves marked ranges (the default:
+    /// none; the node then answers the range ioctls with ENOTTY).
+    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
         None
     }
 
@@ -264,6 +267,8 @@ pub struct HealthSnapshot {
     pub pages: PageStats,
     /// Runtime-instrumentation sessions and their groups.
     pub ri: crate::ri::RiCounts,
+    /// Marked ranges and call graphs.
+    pub ranges: crate::ranges::RangeMetrics,
 }
 
 /// Counts of the tenant counter pages (`crate::pages`).

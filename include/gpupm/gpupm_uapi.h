@@ -73,7 +73,8 @@
  * range and call-graph debug ledgers — see `docs/ranges.md`;
  * per-context lost sample records, `SAMP_LOST_SELECT` and
  * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
- * runtime-instrumentation sessions — see `docs/ri.md`).
+ * runtime-instrumentation sessions — see `docs/ri.md` — and its
+ * marked-range and call-graph ioctls — see `docs/ranges.md`).
  */
 #define GPUPM_ABI_MINOR 7
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -1128,6 +1129,19 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_TENANT_RI_SF_MAX 1073741824
 #define GPUPM_TENANT_DEFAULT_RI_QUEUE_GROUPS 4096
 #define GPUPM_TENANT_MAX_RI_QUEUE_GROUPS 65536
+#define GPUPM_TENANT_RANGE_KIND_CODE 1
+#define GPUPM_TENANT_RANGE_KIND_DATA 2
+#define GPUPM_TENANT_RANGE_TRIGGER_NONE 0
+#define GPUPM_TENANT_RANGE_TRIGGER_COUNT 1
+#define GPUPM_TENANT_RANGE_TRIGGER_LATENCY 2
+#define GPUPM_TENANT_RANGE_ROW_FLAGS_INEXACT 0x1
+#define GPUPM_TENANT_GRAPH_FLAGS_STACKS_DROPPED 0x1
+#define GPUPM_TENANT_MAX_CONTEXT_RANGES 8
+#define GPUPM_TENANT_MAX_GRAPH_STACKS 4096
+#define GPUPM_TENANT_GRAPH_EDGE_ROWS 64
+#define GPUPM_TENANT_GRAPH_KERNEL_ROWS 64
+#define GPUPM_TENANT_GRAPH_STACK_ROWS 32
+#define GPUPM_TENANT_STACK_FRAMES 17
 /** Read struct gpupm_tenant_whoami. */
 #define TENANT_IOC_WHOAMI 0xc1105400U
 /** struct gpupm_tenant_list_contexts. */
@@ -1156,6 +1170,18 @@ static const char *const gpupm_intr_source_names[15] = {
 #define TENANT_IOC_RI_EMIT 0x40105411
 /** struct gpupm_tenant_ri_status (ABI 1.7): the handle's RI session. */
 #define TENANT_IOC_RI_STATUS 0xc0485412U
+/** struct gpupm_tenant_add_range (ABI 1.7): program a range for one of the caller's contexts. */
+#define TENANT_IOC_ADD_RANGE 0xc0405418U
+/** struct gpupm_tenant_read_ranges (ABI 1.7). */
+#define TENANT_IOC_READ_RANGES 0xc2185419U
+/** struct gpupm_tenant_remove_range (ABI 1.7). */
+#define TENANT_IOC_REMOVE_RANGE 0x4010541a
+/** struct gpupm_tenant_read_call_edges (ABI 1.7). */
+#define TENANT_IOC_READ_CALL_EDGES 0xc430541bU
+/** struct gpupm_tenant_read_call_kernels (ABI 1.7). */
+#define TENANT_IOC_READ_CALL_KERNELS 0xc630541cU
+/** struct gpupm_tenant_read_call_stacks (ABI 1.7). */
+#define TENANT_IOC_READ_CALL_STACKS 0xc730541dU
 
 /* Perf PMU module: event config fields and the publication device (uapi/src/pmu.rs) */
 
@@ -3135,6 +3161,391 @@ struct gpupm_tenant_ri_group_header {
    */
   uint64_t lost_before;
 };
+/**
+ * `TENANT_IOC_ADD_RANGE`: program a range for context `ctx`.
+ *
+ * Input: `version`, `ctx`, `kind` (GPUPM_TENANT_RANGE_KIND_*), `event`
+ * (`ranges::range_event`), `trigger` (GPUPM_TENANT_RANGE_TRIGGER_*), `threshold`
+ * (0 with GPUPM_TENANT_RANGE_TRIGGER_NONE, else ≥ 1), `kernel` (code ranges:
+ * ≤ 0xFFFF; data ranges: 0), `first` ≤ `last` (code: block indices ≤
+ * 0xFFFF; data: addresses); `flags` and `reserved` 0. The output fields
+ * are overwritten.
+ *
+ * The range counts the context's program only (the daemon programs the
+ * register with the context's program id). Two ranges with the same
+ * programming on one partition share a register (`shared` = 1); each
+ * still reads only its own context's counts since it was added.
+ */
+struct gpupm_tenant_add_range {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * One of GPUPM_TENANT_RANGE_KIND_*.
+   */
+  uint32_t kind;
+  /**
+   * One of `ranges::range_event`.
+   */
+  uint32_t event;
+  /**
+   * One of GPUPM_TENANT_RANGE_TRIGGER_*.
+   */
+  uint32_t trigger;
+  /**
+   * Threshold T of the trigger.
+   */
+  uint32_t threshold;
+  /**
+   * Kernel of a code range.
+   */
+  uint32_t kernel;
+  /**
+   * First block (code) or address (data), inclusive.
+   */
+  uint32_t first;
+  /**
+   * Last block (code) or address (data), inclusive.
+   */
+  uint32_t last;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Output: the range's handle (unique while the daemon runs).
+   */
+  uint32_t handle;
+  /**
+   * Output: partition slot of the context's VM.
+   */
+  uint32_t partition;
+  /**
+   * Output: the range register (0..8) the range uses.
+   */
+  uint32_t register_;
+  /**
+   * Output: 1 when the register was already armed with this
+   * programming for another range.
+   */
+  uint32_t shared;
+  /**
+   * Output: the program the range counts (`regs::CTX_PROGRAM`).
+   */
+  uint32_t program;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+};
+
+/**
+ * One range of a struct gpupm_tenant_read_ranges answer.
+ */
+struct gpupm_tenant_range_row {
+  /**
+   * The range's handle.
+   */
+  uint32_t handle;
+  /**
+   * Range register (0..8) of the partition.
+   */
+  uint16_t register_;
+  /**
+   * GPUPM_TENANT_RANGE_KIND_* (as u8).
+   */
+  uint8_t kind;
+  /**
+   * `ranges::range_event` (as u8).
+   */
+  uint8_t event;
+  /**
+   * GPUPM_TENANT_RANGE_TRIGGER_* (as u8).
+   */
+  uint8_t trigger;
+  /**
+   * Bits of GPUPM_TENANT_RANGE_ROW_FLAGS_*.
+   */
+  uint8_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Threshold.
+   */
+  uint32_t threshold;
+  /**
+   * Kernel (code ranges).
+   */
+  uint32_t kernel;
+  /**
+   * First block or address.
+   */
+  uint32_t first;
+  /**
+   * Last block or address.
+   */
+  uint32_t last;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved2;
+  /**
+   * Entries of the context into the range since the range was added.
+   */
+  uint64_t entries;
+  /**
+   * The event counted inside the range for the context since then.
+   */
+  uint64_t count;
+  /**
+   * Crossing records of the context the daemon received.
+   */
+  uint64_t crossings;
+  /**
+   * Crossings of the context whose record the full device ring lost.
+   */
+  uint64_t lost;
+};
+
+/**
+ * `TENANT_IOC_READ_RANGES`: the ranges of context `ctx`, by handle.
+ *
+ * Input: `version`, `ctx`; `flags` and `reserved` 0. Output: `count`
+ * rows ascending by handle, `partition`. The counts are the context's
+ * exact share of each register up to the read (crossings once their
+ * records were drained). Hot ranges: sort the rows by `count`.
+ */
+struct gpupm_tenant_read_ranges {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: partition slot.
+   */
+  uint32_t partition;
+  /**
+   * Output.
+   */
+  struct gpupm_tenant_range_row rows[GPUPM_TENANT_MAX_CONTEXT_RANGES];
+};
+
+/**
+ * `TENANT_IOC_REMOVE_RANGE`: remove range `handle` of context `ctx`
+ * (the register is disarmed when no other range uses it). `reserved` 0.
+ */
+struct gpupm_tenant_remove_range {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * The handle struct gpupm_tenant_add_range answered.
+   */
+  uint32_t handle;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+};
+
+/**
+ * Common head of the three call-graph reads.
+ *
+ * Input: `version`, `ctx`, `first` (the first row, ≤ `total`); `flags`
+ * 0. Page with `first += count` until `first == total`.
+ */
+struct gpupm_tenant_graph_header {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Context id.
+   */
+  uint32_t ctx;
+  /**
+   * Input: first row.
+   */
+  uint32_t first;
+  /**
+   * Input 0; output bits of GPUPM_TENANT_GRAPH_FLAGS_*.
+   */
+  uint32_t flags;
+  /**
+   * Output: rows filled.
+   */
+  uint32_t count;
+  /**
+   * Output: rows in all.
+   */
+  uint32_t total;
+  /**
+   * Output: crossing records of the context in the graph.
+   */
+  uint64_t crossings;
+  /**
+   * Output: crossings of the context whose record the device lost
+   * (in no graph).
+   */
+  uint64_t lost;
+  /**
+   * Output: crossings whose stack is not in struct gpupm_tenant_read_call_stacks.
+   */
+  uint64_t stacks_dropped;
+};
+
+/**
+ * A call site edge of the graph: crossings whose stack holds the call
+ * from `kernel` at `call_block` into `callee` (once per occurrence).
+ */
+struct gpupm_tenant_graph_edge {
+  /**
+   * Calling kernel.
+   */
+  uint16_t kernel;
+  /**
+   * Calling block.
+   */
+  uint16_t call_block;
+  /**
+   * Called kernel.
+   */
+  uint16_t callee;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Crossings whose stack holds this call.
+   */
+  uint64_t count;
+};
+
+/**
+ * Samples of one kernel: `self_samples` = crossings whose innermost
+ * kernel is it; `inclusive` = crossings with it anywhere on the stack.
+ */
+struct gpupm_tenant_kernel_samples {
+  /**
+   * Kernel index.
+   */
+  uint16_t kernel;
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved2;
+  /**
+   * Crossings in the kernel itself.
+   */
+  uint64_t self_samples;
+  /**
+   * Crossings with the kernel on the stack.
+   */
+  uint64_t inclusive;
+};
+
+/**
+ * One distinct call path and the crossings that had it.
+ */
+struct gpupm_tenant_stack_count {
+  /**
+   * Valid entries of `frames` (1..=GPUPM_TENANT_STACK_FRAMES).
+   */
+  uint32_t frames_len;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * Crossings with this stack.
+   */
+  uint64_t count;
+  /**
+   * Kernels, outermost (the entry kernel) first; the last is where the
+   * crossing happened. Entries past `frames_len` are 0.
+   */
+  uint16_t frames[GPUPM_TENANT_STACK_FRAMES];
+  /**
+   * Reserved, 0.
+   */
+  uint16_t reserved2[3];
+};
+/**
+ * `TENANT_IOC_READ_CALL_EDGES`: the caller → callee edges, ascending by
+ * (kernel, call_block, callee).
+ */
+struct gpupm_tenant_read_call_edges {
+  /**
+   * Head.
+   */
+  struct gpupm_tenant_graph_header head;
+  /**
+   * Output.
+   */
+  struct gpupm_tenant_graph_edge rows[GPUPM_TENANT_GRAPH_EDGE_ROWS];
+};
+
+/**
+ * `TENANT_IOC_READ_CALL_KERNELS`: self and inclusive samples per kernel,
+ * ascending by kernel.
+ */
+struct gpupm_tenant_read_call_kernels {
+  /**
+   * Head.
+   */
+  struct gpupm_tenant_graph_header head;
+  /**
+   * Output.
+   */
+  struct gpupm_tenant_kernel_samples rows[GPUPM_TENANT_GRAPH_KERNEL_ROWS];
+};
+
+/**
+ * `TENANT_IOC_READ_CALL_STACKS`: the distinct stacks with their counts
+ * (the folded-stack profile), ascending by frames.
+ */
+struct gpupm_tenant_read_call_stacks {
+  /**
+   * Head.
+   */
+  struct gpupm_tenant_graph_header head;
+  /**
+   * Output.
+   */
+  struct gpupm_tenant_stack_count rows[GPUPM_TENANT_GRAPH_STACK_ROWS];
+};
 
 /**
  * The cumulative totals of one scope.
@@ -4310,6 +4721,28 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_edge) == 16);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_edge) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_call_ledger_query) == 1096);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_call_ledger_query) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_add_range) == 64);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_add_range) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_range_row) == 64);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_range_row) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_ranges) == 536);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_ranges) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_remove_range) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_remove_range) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_graph_header) == 48);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_graph_header) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_graph_edge) == 16);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_graph_edge) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_call_edges) == 1072);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_call_edges) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_kernel_samples) == 24);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_kernel_samples) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_call_kernels) == 1584);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_call_kernels) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_stack_count) == 56);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_stack_count) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_call_stacks) == 1840);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_call_stacks) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
@@ -4336,6 +4769,12 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_REKEY >> 16) & 0x3fff) == sizeof(struct gpupm_t
 GPUPM_STATIC_ASSERT(((TENANT_IOC_OPEN_RI >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_open_ri));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_RI_EMIT >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_ri_emit));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_RI_STATUS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_ri_status));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_ADD_RANGE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_add_range));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_RANGES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_ranges));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_REMOVE_RANGE >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_remove_range));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_EDGES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_edges));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_KERNELS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_kernels));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_STACKS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_stacks));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);

@@ -22,6 +22,7 @@ mod node;
 mod output;
 mod plan;
 mod progress;
+mod ranges;
 mod record;
 mod report;
 mod ri;
@@ -77,6 +78,10 @@ enum Command {
     /// Runtime instrumentation of one of your contexts: report groups of
     /// samples, emits and aborts (seed 002).
     Ri(ri::Args),
+    /// Marked ranges on one of your contexts: add, list (hottest first), rm.
+    Ranges(ranges::Args),
+    /// The call graph of one of your contexts, from its ranges' crossings.
+    Callgraph(ranges::GraphArgs),
     /// Daemon and device health (admin).
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
@@ -120,6 +125,8 @@ fn main() -> ExitCode {
         Command::Plan(a) => plan::run(a).map_err(CliError::from),
         Command::Cpi(a) => cpi::run(g, a),
         Command::Ri(a) => ri::run(g, a),
+        Command::Ranges(a) => ranges::run(g, a),
+        Command::Callgraph(a) => ranges::run_graph(g, a),
         Command::Health(a) => health::run(g, a),
         Command::Bmc(a) => bmc::run(g, a),
         Command::Cc(a) => cc::run(g, a),

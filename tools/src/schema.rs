@@ -28,6 +28,13 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
         ("simulate", long_help::<crate::simulate::SimulateJson>(one)),
         ("plan", long_help::<crate::plan::PlanJson>(one)),
         ("cpi", long_help::<crate::cpi::CpiOutput>(one)),
+        ("ranges", long_help::<crate::ranges::RangesJson>(one)),
+        (
+            "callgraph",
+            long_help::<crate::ranges::GraphJson>(
+                "one object; --folded prints `k0;k1 COUNT` lines instead",
+            ),
+        ),
         (
             "ri",
             long_help::<crate::ri::RiEntryJson>("one object per line per entry"),

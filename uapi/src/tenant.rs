@@ -34,6 +34,12 @@
 //! one of the caller's contexts (seed 002); see [`ri`]. A daemon older
 //! than ABI 1.7 answers it with ENOTTY.
 //!
+//! # Marked ranges and call graphs (ABI 1.7)
+//! [`TENANT_IOC_ADD_RANGE`] … [`TENANT_IOC_READ_CALL_STACKS`] program
+//! marked ranges for the caller's own context and read its exact share of
+//! their counts and its call graph; see [`ranges`]. A daemon older than
+//! ABI 1.7 answers them with ENOTTY.
+//!
 //! # Context instances
 //! The device reuses a context id once the old context is released, so a
 //! context *instance* is named by (id, created cycle), as
@@ -65,10 +71,14 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::events::MAX_EVENTS;
 
+pub mod ranges;
 pub mod ri;
 pub mod sampling;
 use crate::layout::{BlockSlot, StreamSlot};
 use crate::regs::{REKEY_KEY_WORDS, REKEY_NONCE_WORDS, REKEY_TAG_WORDS};
+pub use ranges::{
+    AddRange, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange,
+};
 pub use ri::{OpenRi, RiEmit, RiGroupHeader, RiStatus};
 pub use sampling::{OpenSampling, SampleHeader};
 
@@ -497,4 +507,16 @@ tenant_ioctls! {
     TENANT_IOC_RI_EMIT = write(0x11, RiEmit);
     /// [`RiStatus`] (ABI 1.7): the handle's RI session.
     TENANT_IOC_RI_STATUS = read_write(0x12, RiStatus);
+    /// [`AddRange`] (ABI 1.7): program a range for one of the caller's contexts.
+    TENANT_IOC_ADD_RANGE = read_write(0x18, AddRange);
+    /// [`ReadRanges`] (ABI 1.7).
+    TENANT_IOC_READ_RANGES = read_write(0x19, ReadRanges);
+    /// [`RemoveRange`] (ABI 1.7).
+    TENANT_IOC_REMOVE_RANGE = write(0x1A, RemoveRange);
+    /// [`ReadCallEdges`] (ABI 1.7).
+    TENANT_IOC_READ_CALL_EDGES = read_write(0x1B, ReadCallEdges);
+    /// [`ReadCallKernels`] (ABI 1.7).
+    TENANT_IOC_READ_CALL_KERNELS = read_write(0x1C, ReadCallKernels);
+    /// [`ReadCallStacks`] (ABI 1.7).
+    TENANT_IOC_READ_CALL_STACKS = read_write(0x1D, ReadCallStacks);
 }

@@ -92,7 +92,10 @@ pub fn run(
             record(store, step, &mut awaiting);
         }
         let requested = slots(source::SWITCH_REQUESTED);
-        for step in handshakes::pause_and_flush(dev, &requested, t0, &mut unacked) {
+        let steps = handshakes::pause_and_flush(dev, &requested, t0, &mut unacked);
+        // The outgoing contexts are paused: their range counts are final.
+        store.ranges().snapshot(&requested);
+        for step in steps {
             record(store, step, &mut awaiting);
         }
         if batch.missed > 0 {
@@ -104,6 +107,7 @@ pub fn run(
             send(work, stop, Work::Resync);
         }
         route(&recs, store, to, stop);
+        store.ranges().on_interrupts(&recs);
         // What no batch carried: a switch still awaiting its acks carries
         // it soon; otherwise it is written now.
         if unacked != 0 && awaiting.is_empty() {

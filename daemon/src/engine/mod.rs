@@ -115,6 +115,7 @@ impl Engine {
         let partitions = program::configured_partitions(&dev)?;
         store.set_topology(Default::default(), partitions.clone());
         program::program(&dev, &program, store.identity().clock_khz, &partitions)?;
+        store.ranges().start(&partitions)?;
         tracing::info!(?program, "device programmed");
 
         let stop = Arc::new(AtomicBool::new(false));

@@ -22,6 +22,8 @@
 //! | `gpupm_pages` | gauge | `kind` (`vm`, `context`): tenant pages published |
 //! | `gpupm_page_updates_total`, `gpupm_page_refreshes_total` | counter | |
 //! | `gpupm_page_requests_total`, `gpupm_page_request_errors_total` | counter | |
+//! | `gpupm_range_records_total`, `gpupm_range_lost_total`, `gpupm_range_sealed_total`, `gpupm_range_unclaimed_total`, `gpupm_range_malformed_total`, `gpupm_callgraph_records_total` | counter | |
+//! | `gpupm_range_ranges`, `gpupm_range_registers`, `gpupm_callgraph_graphs` | gauge | |
 //!
 //! # Context cardinality
 //! Per VM, the `max_contexts_per_vm` most recently created contexts (by
@@ -305,8 +307,75 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&h.uptime_s)?;
-        Ok(())
+        encode_ranges(encoder, &h.ranges)
     }
+}
+
+/// The range plane's families (`gpupm_range_*`, `gpupm_callgraph_*`).
+fn encode_ranges(
+    encoder: &mut DescriptorEncoder,
+    r: &crate::ranges::RangeMetrics,
+) -> Result<(), std::fmt::Error> {
+    let counters = [
+        (
+            "gpupm_range_records",
+            "Range crossing records drained.",
+            r.records,
+        ),
+        (
+            "gpupm_range_lost",
+            "Range crossing records the device rings lost (sequence gaps).",
+            r.lost,
+        ),
+        (
+            "gpupm_range_sealed",
+            "Sealed (confidential) range records counted and dropped.",
+            r.sealed,
+        ),
+        (
+            "gpupm_range_unclaimed",
+            "Range records of contexts holding no range on the register.",
+            r.unclaimed,
+        ),
+        (
+            "gpupm_range_malformed",
+            "Range ring slots or stacks that were no record or call path.",
+            r.malformed,
+        ),
+        (
+            "gpupm_callgraph_records",
+            "Crossing records added to call graphs.",
+            r.graph_records,
+        ),
+    ];
+    for (name, help, v) in counters {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Counter)?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+    }
+    let gauges = [
+        (
+            "gpupm_range_ranges",
+            "Marked ranges tenants hold.",
+            r.ranges,
+        ),
+        (
+            "gpupm_range_registers",
+            "Range registers armed.",
+            r.registers,
+        ),
+        (
+            "gpupm_callgraph_graphs",
+            "Per-context call graphs kept.",
+            r.graphs,
+        ),
+    ];
+    for (name, help, v) in gauges {
+        encoder
+            .encode_descriptor(name, help, None, MetricType::Gauge)?
+            .encode_gauge(&v)?;
+    }
+    Ok(())
 }
 
 /// The daemon's work counters as (name, help, value).

@@ -132,6 +132,7 @@ pub struct Store {
     sampler: Arc<DevSampler>,
     sampling: Arc<Plane>,
     ri: Arc<crate::ri::RiUnit>,
+    ranges: Arc<crate::ranges::RangeBook>,
 }
 
 impl Store {
@@ -148,6 +149,7 @@ impl Store {
         let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
             ri: crate::ri::RiUnit::new(Arc::clone(&dev)),
+            ranges: Arc::new(crate::ranges::RangeBook::new(Arc::clone(&dev))),
             sampler,
             sampling,
             dev,
@@ -194,6 +196,11 @@ impl Store {
     /// The runtime-instrumentation control blocks and their sessions.
     pub fn ri(&self) -> &Arc<crate::ri::RiUnit> {
         &self.ri
+    }
+
+    /// The range plane (tenants' marked ranges and call graphs).
+    pub fn ranges(&self) -> &Arc<crate::ranges::RangeBook> {
+        &self.ranges
     }
 
     /// The persisted retired set.

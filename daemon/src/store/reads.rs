@@ -74,6 +74,10 @@ impl Store {
 }
 
 impl CounterView for Store {
+    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
+        Some(Arc::clone(&self.ranges))
+    }
+
     fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
         Some(Arc::clone(&self.ri))
     }

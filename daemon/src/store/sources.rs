@@ -86,6 +86,7 @@ impl HealthSource for Store {
             tenant_errors: errors,
             pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
             ri: self.ri.stats().counts(),
+            ranges: self.ranges.stats().snapshot(),
         }
     }
 }

@@ -31,6 +31,10 @@ pub enum RequestError {
     /// The handle already holds a session of another kind.
     #[error("the handle already holds a session")]
     Busy,
+    /// No room: every range register of the partition is busy, or the
+    /// context holds its most ranges.
+    #[error("no room for another range")]
+    NoSpace,
     /// The device refused or failed a request the daemon made for the caller.
     #[error("the device failed")]
     Device,
@@ -60,6 +64,7 @@ impl RequestError {
             RequestError::Busy => libc::EBUSY,
             RequestError::Unsupported(_) => libc::EOPNOTSUPP,
             RequestError::Exhausted => libc::EAGAIN,
+            RequestError::NoSpace => libc::ENOSPC,
             RequestError::Device | RequestError::Internal(_) => libc::EIO,
         }
     }

@@ -74,6 +74,7 @@ mod keys;
 mod mount;
 pub mod policy;
 mod pump;
+pub mod ranges;
 pub mod requests;
 pub mod ri;
 pub mod sampling;

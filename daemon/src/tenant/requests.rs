@@ -38,9 +38,14 @@ use super::keys;
 use super::policy::Identity;
 use super::ri;
 pub use super::ri::RiGrant;
+use super::ranges;
 use super::sampling::open_sampling;
 pub use super::sampling::SamplingGrant;
 use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
+use gpupm_uapi::tenant::{
+    TENANT_IOC_ADD_RANGE, TENANT_IOC_READ_CALL_EDGES, TENANT_IOC_READ_CALL_KERNELS,
+    TENANT_IOC_READ_CALL_STACKS, TENANT_IOC_READ_RANGES, TENANT_IOC_REMOVE_RANGE,
+};
 
 /// A stream session the caller was granted.
 #[derive(Debug)]
@@ -122,6 +127,21 @@ pub fn dispatch(
         TENANT_IOC_KEY_STATE => out(keys::key_state(view, identity, decode(input)?)?.as_bytes()),
         TENANT_IOC_REKEY => {
             keys::rekey(view, identity, &*decode(input)?).map(|()| Answer::Data(Vec::new()))
+        }
+        TENANT_IOC_ADD_RANGE => out(ranges::add_range(view, identity, decode(input)?)?.as_bytes()),
+        TENANT_IOC_READ_RANGES => {
+            out(ranges::read_ranges(view, identity, decode(input)?)?.as_bytes())
+        }
+        TENANT_IOC_REMOVE_RANGE => ranges::remove_range(view, identity, &*decode(input)?)
+            .map(|()| Answer::Data(Vec::new())),
+        TENANT_IOC_READ_CALL_EDGES => {
+            out(ranges::read_call_edges(view, identity, decode(input)?)?.as_bytes())
+        }
+        TENANT_IOC_READ_CALL_KERNELS => {
+            out(ranges::read_call_kernels(view, identity, decode(input)?)?.as_bytes())
+        }
+        TENANT_IOC_READ_CALL_STACKS => {
+            out(ranges::read_call_stacks(view, identity, decode(input)?)?.as_bytes())
         }
         // The type byte 'T' is shared with the legacy terminal ioctls
         // (0x54xx, no direction), which must stay ENOTTY.

@@ -292,6 +292,11 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_RI_STATE_", gpupm_uapi::tenant::ri::ri_state: ENABLED, HALTED, ENDED);
     group!(h, dec "GPUPM_TENANT_RI_ENTRY_", gpupm_uapi::tenant::ri::ri_entry: GROUP, HALT);
     group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::ri: RI_RGS_MAX, RI_SF_MAX, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS);
+    group!(h, dec "GPUPM_TENANT_RANGE_KIND_", gpupm_uapi::tenant::ranges::range_kind: CODE, DATA);
+    group!(h, dec "GPUPM_TENANT_RANGE_TRIGGER_", gpupm_uapi::tenant::ranges::range_trigger: NONE, COUNT, LATENCY);
+    group!(h, hex "GPUPM_TENANT_RANGE_ROW_FLAGS_", gpupm_uapi::tenant::ranges::range_row_flags: INEXACT);
+    group!(h, hex "GPUPM_TENANT_GRAPH_FLAGS_", gpupm_uapi::tenant::ranges::graph_flags: STACKS_DROPPED);
+    group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::ranges: MAX_CONTEXT_RANGES, MAX_GRAPH_STACKS, GRAPH_EDGE_ROWS, GRAPH_KERNEL_ROWS, GRAPH_STACK_ROWS, STACK_FRAMES);
     for &(name, cmd) in tenant::TENANT_IOCTLS {
         h.item(&format!("tenant::{name}"), name, cmd, true, "");
     }

@@ -15,6 +15,10 @@ use gpupm_uapi::page::{
     PageReply, PageRequest,
 };
 use gpupm_uapi::sampling::PcRecord;
+use gpupm_uapi::tenant::ranges::{
+    range_kind, range_row_flags, range_trigger, AddRange, GraphEdge, GraphHeader, KernelSamples,
+    RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange, StackCount,
+};
 use gpupm_uapi::tenant::ri::{
     ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiStatus,
 };
@@ -101,6 +105,15 @@ pub fn render() -> String {
         ("RI_STATE_ENDED", ri_state::ENDED),
         ("RI_ENTRY_GROUP", u32::from(ri_entry::GROUP)),
         ("RI_ENTRY_HALT", u32::from(ri_entry::HALT)),
+        ("RANGE_KIND_CODE", range_kind::CODE),
+        ("RANGE_KIND_DATA", range_kind::DATA),
+        ("RANGE_TRIGGER_NONE", range_trigger::NONE),
+        ("RANGE_TRIGGER_COUNT", range_trigger::COUNT),
+        ("RANGE_TRIGGER_LATENCY", range_trigger::LATENCY),
+        (
+            "RANGE_ROW_FLAGS_INEXACT",
+            u32::from(range_row_flags::INEXACT),
+        ),
     ] {
         c(name, u64::from(v));
     }
@@ -169,6 +182,20 @@ fn struct_layouts(s: &mut String) {
             overwritten, lost, device_max_rgs, partition_max_rgs, partition_version, partition;
         RiGroupHeader => "RI_GROUP_HEADER": kind, rgs, halt_reason, size, session, group,
             lost_before;
+        AddRange => "ADD_RANGE": version, ctx, kind, event, trigger, threshold, kernel, first,
+            last, flags, handle, partition, register, shared, program, reserved;
+        RangeRow => "RANGE_ROW": handle, register, kind, event, trigger, flags, threshold,
+            kernel, first, last, entries, count, crossings, lost;
+        ReadRanges => "READ_RANGES": version, ctx, flags, reserved, count, partition, rows;
+        RemoveRange => "REMOVE_RANGE": version, ctx, handle, reserved;
+        GraphHeader => "GRAPH_HEADER": version, ctx, first, flags, count, total, crossings, lost,
+            stacks_dropped;
+        GraphEdge => "GRAPH_EDGE": kernel, call_block, callee, count;
+        ReadCallEdges => "READ_CALL_EDGES": head, rows;
+        KernelSamples => "KERNEL_SAMPLES": kernel, self_samples, inclusive;
+        ReadCallKernels => "READ_CALL_KERNELS": head, rows;
+        StackCount => "STACK_COUNT": frames_len, count, frames;
+        ReadCallStacks => "READ_CALL_STACKS": head, rows;
         PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
             block, interval;
     }

@@ -24,6 +24,10 @@ use gpupm_uapi::ranges::{
 };
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{BranchEntry, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
+use gpupm_uapi::tenant::ranges::{
+    AddRange, GraphEdge, GraphHeader, KernelSamples, RangeRow, ReadCallEdges, ReadCallKernels,
+    ReadCallStacks, ReadRanges, RemoveRange, StackCount,
+};
 use gpupm_uapi::tenant::{
     CtxEntry, EventInfo, KeyState, ListContexts, OpenSampling, OpenStream, RateSample,
     ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
@@ -43,7 +47,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 63] {
+pub fn all_structs() -> [StructInfo; 74] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -108,11 +112,22 @@ pub fn all_structs() -> [StructInfo; 63] {
         RangeLedgerQuery => "gpupm_range_ledger_query",
         CallEdge => "gpupm_call_edge",
         CallLedgerQuery => "gpupm_call_ledger_query",
+        AddRange => "gpupm_tenant_add_range",
+        RangeRow => "gpupm_tenant_range_row",
+        ReadRanges => "gpupm_tenant_read_ranges",
+        RemoveRange => "gpupm_tenant_remove_range",
+        GraphHeader => "gpupm_tenant_graph_header",
+        GraphEdge => "gpupm_tenant_graph_edge",
+        ReadCallEdges => "gpupm_tenant_read_call_edges",
+        KernelSamples => "gpupm_tenant_kernel_samples",
+        ReadCallKernels => "gpupm_tenant_read_call_kernels",
+        StackCount => "gpupm_tenant_stack_count",
+        ReadCallStacks => "gpupm_tenant_read_call_stacks",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 27] = [
+const IOCTL_STRUCTS: [(&str, &str); 33] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -141,12 +156,24 @@ const IOCTL_STRUCTS: [(&str, &str); 27] = [
     ("TENANT_IOC_OPEN_RI", "gpupm_tenant_open_ri"),
     ("TENANT_IOC_RI_EMIT", "gpupm_tenant_ri_emit"),
     ("TENANT_IOC_RI_STATUS", "gpupm_tenant_ri_status"),
+    ("TENANT_IOC_ADD_RANGE", "gpupm_tenant_add_range"),
+    ("TENANT_IOC_READ_RANGES", "gpupm_tenant_read_ranges"),
+    ("TENANT_IOC_REMOVE_RANGE", "gpupm_tenant_remove_range"),
+    ("TENANT_IOC_READ_CALL_EDGES", "gpupm_tenant_read_call_edges"),
+    (
+        "TENANT_IOC_READ_CALL_KERNELS",
+        "gpupm_tenant_read_call_kernels",
+    ),
+    (
+        "TENANT_IOC_READ_CALL_STACKS",
+        "gpupm_tenant_read_call_stacks",
+    ),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 17] = [
+const ARRAY_LENGTHS: [(&str, &str); 22] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -164,6 +191,11 @@ const ARRAY_LENGTHS: [(&str, &str); 17] = [
     ("RANGE_STACK_DEPTH", "GPUPM_RANGE_STACK_DEPTH"),
     ("RANGE_LEDGER_ROWS", "GPUPM_RANGE_LEDGER_ROWS"),
     ("CALL_LEDGER_ROWS", "GPUPM_CALL_LEDGER_ROWS"),
+    ("MAX_CONTEXT_RANGES", "GPUPM_TENANT_MAX_CONTEXT_RANGES"),
+    ("GRAPH_EDGE_ROWS", "GPUPM_TENANT_GRAPH_EDGE_ROWS"),
+    ("GRAPH_KERNEL_ROWS", "GPUPM_TENANT_GRAPH_KERNEL_ROWS"),
+    ("GRAPH_STACK_ROWS", "GPUPM_TENANT_GRAPH_STACK_ROWS"),
+    ("STACK_FRAMES", "GPUPM_TENANT_STACK_FRAMES"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -293,6 +325,20 @@ pub fn emit_structs(h: &mut Header) {
         "RiStatus",
         "RiGroupHeader",
     ]);
+    h.structs(&[
+        "AddRange",
+        "RangeRow",
+        "ReadRanges",
+        "RemoveRange",
+        "GraphHeader",
+        "GraphEdge",
+        "KernelSamples",
+        "StackCount",
+    ]);
+    h.structs_referring(
+        &["ReadCallEdges", "ReadCallKernels", "ReadCallStacks"],
+        &["GraphHeader", "GraphEdge", "KernelSamples", "StackCount"],
+    );
     h.line("");
     h.structs(&["ScopeTotals", "Publish", "Wanted"]);
     super::page_c::emit_structs(h);
