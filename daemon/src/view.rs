@@ -109,6 +109,9 @@ pub trait CounterView: Send + Sync + 'static {
     /// The runtime-instrumentation unit, when the daemon has a device
     /// (the default: none; the node then answers the RI ioctls with ENOTTY).
     fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
+        None
+    }
+
     /// The range plane, when the daemon serves marked ranges (the default:
     /// none; the node then answers the range ioctls with ENOTTY).
     fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
