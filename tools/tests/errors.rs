@@ -127,17 +127,31 @@ fn demo_without_its_binaries_says_where_it_looked() {
     let dir = gpupm_test_support::Scratch::world_writable("cli-errors-demo");
     let copy = dir.join("gpupm");
     std::fs::copy(gpupm_test_support::bin!(Cli), &copy).unwrap();
-    let o = Command::new(&copy)
-        .args(["demo", "--headless"])
-        .env("PATH", "")
-        .output()
-        .unwrap();
+    let o = output_of_fresh_copy(
+        Command::new(&copy)
+            .args(["demo", "--headless"])
+            .env("PATH", ""),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         err,
         format!("gpupm: cannot find gpupm-driver next to {} or on PATH (build it: cargo build -p gpupm-driver -p gpupmd)\n", dir.path().display())
     );
+}
+
+/// Runs a binary this test just wrote. Another test thread's fork can
+/// briefly hold an inherited copy of the write descriptor (until that
+/// child's exec closes it), and exec then fails with ETXTBSY; that window
+/// closes by itself, so the spawn is retried, a bounded number of times.
+fn output_of_fresh_copy(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..1000 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => std::thread::yield_now(),
+            other => return other.unwrap(),
+        }
+    }
+    panic!("the copied binary stayed busy (ETXTBSY) for 1000 attempts");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Runtime-instrumentation sessions on 64 contexts at once.
 //!
-//! `cargo bench -p gpupmd --bench ri` starts the real `gpupm-driver` on a
+//! This part of `cargo bench -p gpupmd --bench ri` starts the real `gpupm-driver` on a
 //! real-time clock with the reference load (`test_support::load`, 8
 //! partitions, 512 contexts) running the built-in `gemm` program, and the
 //! real `gpupmd`. It measures the daemon's CPU (% of one core, utime +
@@ -13,7 +13,7 @@
 //! thread over the same time. It prints groups and records per second,
 //! groups lost (`lost_before` and the daemon's `gpupm_ri_lost_groups_total`),
 //! the daemon's CPU with and without sessions and the difference per
-//! 100,000 records/s. The last line is JSON.
+//! 100,000 records/s, and returns the figures for the bench's JSON line.
 
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use nix::sys::signal::Signal;
 
 const SESSIONS: u32 = 64;
 
-fn env_u64(name: &str, default: u64) -> u64 {
+pub fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|s| s.parse().ok())
@@ -74,7 +74,8 @@ fn read_all(clients: &[TenantClient], until: Instant) -> (u64, u64, u64) {
 }
 
 #[allow(clippy::cast_precision_loss)]
-fn main() {
+/// Runs the sessions part; the figures as JSON members.
+pub fn run() -> String {
     let secs = env_u64("GPUPM_BENCH_SECS", 10);
     let sf = u32::try_from(env_u64("GPUPM_BENCH_RI_SF", 200_000)).expect("SF fits 32 bits");
     let buffer = u32::try_from(env_u64("GPUPM_BENCH_RI_BUFFER", 0)).expect("buffer groups");
@@ -152,7 +153,7 @@ fn main() {
     println!(
         "RI cost                   {extra_pct:.2} % of one core, {per_100k:.2} % per 100k records/s"
     );
-    println!(
-        "{{\"bench\":\"ri\",\"sessions\":{SESSIONS},\"sf\":{sf},\"buffer_groups\":{buffer},\"secs\":{secs},\"groups_per_s\":{groups_per_s:.1},\"records_per_s\":{records_per_s:.1},\"lost\":{lost},\"daemon_lost\":{daemon_lost},\"daemon_cpu_pct\":{with_pct:.3},\"baseline_daemon_cpu_pct\":{baseline_pct:.3},\"daemon_cpu_pct_per_100k_records\":{per_100k:.3}}}"
-    );
+    format!(
+        "\"sessions\":{SESSIONS},\"sf\":{sf},\"buffer_groups\":{buffer},\"secs\":{secs},\"groups_per_s\":{groups_per_s:.1},\"records_per_s\":{records_per_s:.1},\"lost\":{lost},\"daemon_lost\":{daemon_lost},\"daemon_cpu_pct\":{with_pct:.3},\"baseline_daemon_cpu_pct\":{baseline_pct:.3},\"daemon_cpu_pct_per_100k_records\":{per_100k:.3}"
+    )
 }

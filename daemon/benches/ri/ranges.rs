@@ -1,7 +1,7 @@
 //! Threshold interrupt → tenant-visible call-graph update, against a
 //! baseline without thresholds.
 //!
-//! `cargo bench -p gpupmd --bench ranges` starts the real `gpupm-driver`
+//! This part of `cargo bench -p gpupmd --bench ri` starts the real `gpupm-driver`
 //! on a real-time clock (one partition, two VMs, three contexts of the
 //! built-in GEMM switching every 10,000 cycles) and the real `gpupmd`,
 //! and as the admin (root) programs two ranges on one context: `store`
@@ -21,7 +21,7 @@
 //!   (goal p99 < 5 ms), with the crossings per second and the daemon's
 //!   CPU; `cpu_over_baseline_pct` is the difference.
 //!
-//! The last line is JSON.
+//! Its figures join the bench's JSON line.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -139,7 +139,13 @@ struct Stamps {
     missed: u64,
 }
 
-fn measure(dev: &DevNode, node: &TenantClient, ctx: u32, secs: u64) -> Stamps {
+fn measure(
+    dev: &DevNode,
+    node: &TenantClient,
+    node_file: &std::path::Path,
+    ctx: u32,
+    secs: u64,
+) -> Stamps {
     let stop = Arc::new(AtomicBool::new(false));
     let visible = Arc::new(Mutex::new(Vec::new()));
     // The interrupt handle first: every crossing after `base` then has its
@@ -148,7 +154,7 @@ fn measure(dev: &DevNode, node: &TenantClient, ctx: u32, secs: u64) -> Stamps {
     let base = crossings(node, ctx);
     let reader = {
         let (stop, visible) = (Arc::clone(&stop), Arc::clone(&visible));
-        let node = TenantClient::open(node_path()).expect("tenant node");
+        let node = TenantClient::open(node_file).expect("tenant node");
         std::thread::spawn(move || {
             let mut seen = base;
             while !stop.load(Ordering::Acquire) {
@@ -195,13 +201,8 @@ fn measure(dev: &DevNode, node: &TenantClient, ctx: u32, secs: u64) -> Stamps {
     }
 }
 
-fn node_path() -> std::path::PathBuf {
-    std::env::var_os("GPUPM_BENCH_TENANT_NODE")
-        .map(Into::into)
-        .expect("the tenant node path")
-}
-
-fn main() {
+/// Runs the ranges part; the figures as JSON members.
+pub fn run() -> String {
     let load_before = load_average();
     let secs: u64 = std::env::var("GPUPM_BENCH_SECS")
         .ok()
@@ -224,7 +225,6 @@ fn main() {
     );
     daemon.wait_for("READY=1");
     let node_file = tmp.join("tenant").join("node");
-    std::env::set_var("GPUPM_BENCH_TENANT_NODE", &node_file);
     let node = TenantClient::open(&node_file).expect("tenant node");
     let dev = driver.node();
     let ctx = first_context(&dev);
@@ -242,7 +242,9 @@ fn main() {
         node.add_range(&a).expect("add");
     }
     let mut stamps = None;
-    let (cpu, wall) = cpu_during(pid, tck, || stamps = Some(measure(&dev, &node, ctx, secs)));
+    let (cpu, wall) = cpu_during(pid, tck, || {
+        stamps = Some(measure(&dev, &node, &node_file, ctx, secs))
+    });
     let stamps = stamps.expect("measured");
     let n = stamps.irq.len().min(stamps.visible.len());
     let mut lat: Vec<u64> = (0..n)
@@ -269,14 +271,15 @@ fn main() {
         "load average before {load_before}, after {}",
         load_average()
     );
-    println!(
-        "{{\"range_irq_to_tenant_p50_us\":{p50},\"range_irq_to_tenant_p99_us\":{p99},\
-         \"crossings\":{},\"crossings_per_s\":{rate:.1},\"daemon_cpu_pct\":{cpu:.2},\
-         \"baseline_daemon_cpu_pct\":{baseline_cpu:.2},\"cpu_over_baseline_pct\":{:.2},\"missed\":{},\"secs\":{secs}}}",
+    let json = format!(
+        "\"range_irq_to_tenant_p50_us\":{p50},\"range_irq_to_tenant_p99_us\":{p99},\
+         \"range_crossings\":{},\"range_crossings_per_s\":{rate:.1},\"range_daemon_cpu_pct\":{cpu:.2},\
+         \"range_baseline_daemon_cpu_pct\":{baseline_cpu:.2},\"range_cpu_over_baseline_pct\":{:.2},\"range_missed\":{},\"range_secs\":{secs}",
         stamps.irq.len(),
         cpu - baseline_cpu,
         stamps.missed
     );
     daemon.stop();
     driver.stop();
+    json
 }
