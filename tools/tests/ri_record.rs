@@ -179,6 +179,23 @@ fn a_recorded_ri_session_reports_every_group_the_ledger_counts() {
     assert_eq!(ri["emits_marker"].as_u64(), Some(marker_emits.len() as u64));
     assert_eq!(summary["records"].as_u64(), Some(lines.len() as u64));
 
+    let text = f.gpupm(&["report", &file]);
+    assert_eq!(text.code, 0, "{}", text.err);
+    let want = format!(
+        "runtime instrumentation: {} report groups, 0 halts, 0 groups lost",
+        truth.stored
+    );
+    assert!(text.out.contains(&want), "{}", text.out);
+    let trace = f.gpupm(&["report", &file, "--trace"]);
+    assert_eq!(trace.code, 0, "{}", trace.err);
+    // A header line, then one line per record, the group visible.
+    assert_eq!(trace.out.lines().count(), lines.len() + 1, "{}", trace.out);
+    assert!(trace
+        .out
+        .lines()
+        .skip(1)
+        .all(|l| l.contains(" ri_record ") && l.contains(" group ")));
+
     torn_and_corrupt_ri_frames_give_one_line_errors(&f, &file);
     f.stop();
 }

@@ -92,3 +92,68 @@ pub fn decode(f: &Frame<'_>) -> CliResult<RiFrame> {
         records,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use gpupm_uapi::layout::{RiInstructionRecord, RiTimestampRecord};
+    use zerocopy::{FromZeros, IntoBytes};
+
+    use super::*;
+
+    fn entry(kind: u16, rgs: u8, records: &[[u8; 16]]) -> Vec<u8> {
+        let header = RiGroupHeader {
+            kind,
+            rgs,
+            size: u32::try_from(32 + 16 * records.len()).unwrap(),
+            group: 7,
+            ..RiGroupHeader::default()
+        };
+        let mut b = header.as_bytes().to_vec();
+        b.extend(records.iter().flatten());
+        b
+    }
+
+    #[test]
+    fn a_group_takes_its_timestamp_and_skips_fill_and_a_bad_entry_is_refused() {
+        let mut ts = RiTimestampRecord::new_zeroed();
+        ts.kind = ri_record::TIMESTAMP;
+        ts.time = 5_000;
+        let mut ins = RiInstructionRecord::new_zeroed();
+        ins.kind = ri_record::INSTRUCTION;
+        ins.ctx_cycle = 42;
+        let mut recs = [[0u8; 16]; 4]; // RGS 1: 4 records, two of them fill.
+        recs[0].copy_from_slice(ts.as_bytes());
+        recs[3].copy_from_slice(ins.as_bytes());
+        let body = entry(ri_entry::GROUP, 1, &recs);
+        let f = Frame {
+            kind: 4,
+            body: &body,
+            offset: 64,
+        };
+        let d = decode(&f).unwrap();
+        assert_eq!(d.time, Some(5_000));
+        let kinds: Vec<&str> = d
+            .records
+            .iter()
+            .map(|r| r.record.as_ref().unwrap().kind)
+            .collect();
+        assert_eq!(kinds, ["timestamp", "instruction"]);
+        assert!(d.records.iter().all(|r| r.group == 7));
+
+        let halt = entry(ri_entry::HALT, 1, &[]);
+        let h = decode(&Frame { body: &halt, ..f }).unwrap();
+        assert_eq!((h.time, h.records.len()), (None, 1));
+        assert!(h.records[0].record.is_none());
+
+        for bad in [
+            entry(ri_entry::GROUP, 2, &recs), // 4 records do not fill RGS 2
+            entry(ri_entry::HALT, 1, &recs),  // a halt with records
+            entry(3, 1, &recs),               // unknown entry kind
+            body[..40].to_vec(),              // size is not the frame's
+            body[..20].to_vec(),              // shorter than the header
+        ] {
+            let e = decode(&Frame { body: &bad, ..f }).err().expect("refused");
+            assert!(e.msg.starts_with("corrupt frame at byte 64"), "{}", e.msg);
+        }
+    }
+}
