@@ -1,8 +1,10 @@
 //! `gpupm ri --ctx ID`: a runtime-instrumentation session (seed 002,
 //! `docs/ri.md`) on one of the caller's contexts through the tenant node;
 //! streams the report groups gpupmd drains, one line per record (or one
-//! JSON object per entry with `--json`), until `--duration` passes, the
-//! session ends (the context was released) or the command is interrupted.
+//! JSON object per entry with `--json`), or with `-o FILE` records each
+//! entry as read into a `gpupm record` file (frame kind 4, for `gpupm
+//! report`), until `--duration` passes, the session ends (the context was
+//! released) or the command is interrupted.
 
 use std::io::Write;
 use std::os::fd::AsFd;
@@ -20,10 +22,12 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use schemars::JsonSchema;
 use serde::Serialize;
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::{CliError, CliResult};
 use crate::node::{Global, Node};
+use crate::record::format::frame_kind;
+use crate::record::{new_header, Output};
 
 /// Sampling modes of `--mode`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -72,8 +76,9 @@ pub struct Args {
     /// Stop after this long (e.g. 500ms, 5s, 2m); until interrupted if omitted.
     #[arg(long, value_parser = crate::duration::parse)]
     duration: Option<Duration>,
-    /// Write to FILE instead of standard output.
-    #[arg(short = 'o', long, value_name = "FILE")]
+    /// Record the entries into FILE (a `gpupm record` file, format 2,
+    /// frame kind 4: read it with `gpupm report`) instead of printing them.
+    #[arg(short = 'o', long, value_name = "FILE", conflicts_with = "json")]
     output: Option<PathBuf>,
     /// One JSON object per line per entry instead of text.
     #[arg(long)]
@@ -101,7 +106,7 @@ pub struct RiEntryJson {
 }
 
 /// One record of a report group.
-#[derive(Serialize, JsonSchema, Debug, PartialEq, Eq)]
+#[derive(Serialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
 pub struct RiRecordJson {
     /// "begin", "timestamp", "emit", "abort", "instruction" or "unknown".
     pub kind: &'static str,
@@ -314,19 +319,81 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         Some(Errno::EAGAIN) => CliError::runtime("every RI control block is in use"),
         _ => node.fail(e, Some(scope)),
     })?;
-    let mut out: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(
-            std::fs::File::create(p)
-                .map_err(|e| CliError::runtime(format!("cannot create {}: {e}", p.display())))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
-    };
-    let deadline = args.duration.map(|d| Instant::now() + d);
+    match &args.output {
+        Some(path) => record(&node, args, path),
+        None => print(&node, args),
+    }
+}
+
+/// Prints every entry to standard output, as text or JSON lines.
+fn print(node: &Node, args: &Args) -> CliResult<ExitCode> {
+    let mut out = std::io::stdout().lock();
     let write_err = |e: std::io::Error| CliError::runtime(format!("writing output: {e}"));
+    each_batch(node, args, |entries| {
+        for e in entries {
+            let j = entry_json(e);
+            if args.json {
+                let line = serde_json::to_string(&j)
+                    .map_err(|e| CliError::runtime(format!("encoding JSON: {e}")))?;
+                writeln!(out, "{line}").map_err(write_err)?;
+            } else {
+                for line in entry_lines(&j) {
+                    writeln!(out, "{line}").map_err(write_err)?;
+                }
+            }
+        }
+        out.flush().map_err(write_err)
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Records every entry, as read, as one frame of kind
+/// [`frame_kind::RI_GROUP`]; the file is flushed after every batch, so a
+/// recording cut short still reads up to its last whole entry.
+fn record(node: &Node, args: &Args, path: &PathBuf) -> CliResult<ExitCode> {
+    let who = node.whoami()?;
+    let clock_khz = node.clock_khz(&who)?;
+    let header = new_header(Scope::Ctx(args.ctx), clock_khz, 1 << frame_kind::RI_GROUP);
+    let mut out = Output::create(path, header)?;
+    out.flush()?;
+    let (mut groups, mut halts) = (0u64, 0u64);
+    let mut body = Vec::new();
+    each_batch(node, args, |entries| {
+        for e in entries {
+            body.clear();
+            body.extend_from_slice(e.header.as_bytes());
+            body.extend(e.records.iter().flatten());
+            out.frame(frame_kind::RI_GROUP, &body, e.header.lost_before)?;
+            if e.is_halt() {
+                halts += 1;
+            } else {
+                groups += 1;
+            }
+        }
+        out.flush()
+    })?;
+    let h = out.finish()?;
+    eprintln!(
+        "gpupm: recorded {groups} report groups, {halts} halts ({} groups lost) to {}",
+        h.lost,
+        path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Hands `f` each batch of entries the session delivers, until
+/// `--duration` passes or the session ends.
+fn each_batch(
+    node: &Node,
+    args: &Args,
+    mut f: impl FnMut(&[RiEntry]) -> CliResult<()>,
+) -> CliResult<()> {
+    let scope = Scope::Ctx(args.ctx);
+    let deadline = args.duration.map(|d| Instant::now() + d);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         if left.is_some_and(|l| l.is_zero()) {
-            break;
+            return Ok(());
         }
         let wait = left
             .unwrap_or(Duration::from_millis(200))
@@ -344,29 +411,15 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         let entries = client.read_ri().map_err(|e| node.fail(e, Some(scope)))?;
         drop(client);
         if entries.is_empty() {
-            break; // The session ended: the context was released.
+            return Ok(()); // The session ended: the context was released.
         }
-        for e in &entries {
-            let j = entry_json(e);
-            if args.json {
-                let line = serde_json::to_string(&j)
-                    .map_err(|e| CliError::runtime(format!("encoding JSON: {e}")))?;
-                writeln!(out, "{line}").map_err(write_err)?;
-            } else {
-                for line in entry_lines(&j) {
-                    writeln!(out, "{line}").map_err(write_err)?;
-                }
-            }
-        }
-        out.flush().map_err(write_err)?;
+        f(&entries)?;
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zerocopy::IntoBytes;
 
     #[test]
     fn records_decode_by_their_type_code_and_fill_is_omitted() {

@@ -20,12 +20,16 @@
 //!   the tenant's sampling session exactly as `read()` returned it — the
 //!   24-byte `SampleHeader` and the device's record (or, flagged
 //!   `SEALED`, the confidential VM's whole sealed slot);
+//! - [`frame_kind::RI_GROUP`]: one entry of a runtime-instrumentation
+//!   session (`gpupm ri -o`) exactly as `read()` returned it — the 32-byte
+//!   `RiGroupHeader` and, for a group, its 2^(RGS+1) records of 16 bytes;
+//!   a halt marker is the header alone (`docs/ri.md`);
 //! - [`frame_kind::SAMPLING_SESSION`]: metadata, not a trace record: the
 //!   session's `OpenSampling` answer (80 bytes: what the device runs).
 //!
 //! A frame kind this reader does not know is skipped whole (its size says
-//! how far) and counted, so a later record type (the runtime-instrumentation
-//! report groups of issue #13 take kind 4) does not break older readers.
+//! how far) and counted, so a later record type does not break older
+//! readers.
 //!
 //! Invariants:
 //! - `magic` is `b"GPUPMREC"`; readers refuse other magics and versions they
@@ -65,6 +69,8 @@ pub mod frame_kind {
     pub const BRANCH_STACK: u16 = 2;
     /// A PC (cycle) sample of the sampling session.
     pub const PC_SAMPLE: u16 = 3;
+    /// A runtime-instrumentation entry: a report group or a halt marker.
+    pub const RI_GROUP: u16 = 4;
     /// The sampling session's `OpenSampling` answer (metadata).
     pub const SAMPLING_SESSION: u16 = 16;
 }
@@ -354,7 +360,7 @@ mod tests {
     fn version_2_frames_round_trip_and_unknown_kinds_are_kept_for_the_caller() {
         let mut bytes = header(VERSION, 3).as_bytes().to_vec();
         encode_frame(&mut bytes, frame_kind::PC_SAMPLE, &[1, 2, 3]);
-        encode_frame(&mut bytes, 4, &[9; 16]);
+        encode_frame(&mut bytes, 9, &[9; 16]);
         encode_frame(&mut bytes, frame_kind::BRANCH_STACK, &[]);
         let d = decode(&bytes).unwrap();
         let kinds: Vec<(u16, &[u8])> = d.frames.iter().map(|f| (f.kind, f.body)).collect();
@@ -362,7 +368,7 @@ mod tests {
             kinds,
             [
                 (frame_kind::PC_SAMPLE, &[1u8, 2, 3][..]),
-                (4, &[9u8; 16][..]),
+                (9, &[9u8; 16][..]),
                 (frame_kind::BRANCH_STACK, &[][..])
             ]
         );

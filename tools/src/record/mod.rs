@@ -61,8 +61,8 @@ impl Args {
     }
 }
 
-/// The file being written: header, frames, counts.
-struct Output {
+/// The file being written: header, frames, counts (also `gpupm ri -o`).
+pub(crate) struct Output {
     path: PathBuf,
     out: BufWriter<File>,
     header: FileHeader,
@@ -71,7 +71,7 @@ struct Output {
 
 impl Output {
     /// Creates the file with `header` marked unfinished.
-    fn create(path: &PathBuf, header: FileHeader) -> CliResult<Output> {
+    pub(crate) fn create(path: &PathBuf, header: FileHeader) -> CliResult<Output> {
         let file = File::create(path)
             .map_err(|e| CliError::usage(format!("cannot create {}: {e}", path.display())))?;
         let mut o = Output {
@@ -95,7 +95,7 @@ impl Output {
     }
 
     /// Appends a record frame of `kind`.
-    fn frame(&mut self, kind: u16, body: &[u8], lost_before: u64) -> CliResult<()> {
+    pub(crate) fn frame(&mut self, kind: u16, body: &[u8], lost_before: u64) -> CliResult<()> {
         self.scratch.clear();
         encode_frame(&mut self.scratch, kind, body);
         self.out
@@ -108,12 +108,12 @@ impl Output {
         Ok(())
     }
 
-    fn flush(&mut self) -> CliResult<()> {
+    pub(crate) fn flush(&mut self) -> CliResult<()> {
         self.out.flush().map_err(|e| self.werr(e))
     }
 
     /// Writes the final header.
-    fn finish(mut self) -> CliResult<FileHeader> {
+    pub(crate) fn finish(mut self) -> CliResult<FileHeader> {
         let h = self.header;
         self.out
             .seek(SeekFrom::Start(0))
@@ -125,7 +125,7 @@ impl Output {
 }
 
 /// The header of a new recording of `scope` (no frames yet).
-fn new_header(scope: Scope, clock_khz: u32, kinds: u64) -> FileHeader {
+pub(crate) fn new_header(scope: Scope, clock_khz: u32, kinds: u64) -> FileHeader {
     let (kind, id) = scope_code(scope);
     FileHeader {
         magic: MAGIC,

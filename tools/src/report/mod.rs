@@ -2,12 +2,14 @@
 //! into one trace ordered by (cycle, sequence) ([`crate::trace`]) and
 //! summarises it — counter deltas per context (top N by warp
 //! instructions) and per interval of device time, record counts per type,
-//! samples per context and block — or prints it (`--trace`).
+//! samples per context and block, runtime-instrumentation groups — or
+//! prints it (`--trace`).
 //!
 //! JSON (stable): [`ReportJson`] (`gpupm report --help` shows the
 //! schema), and with `--trace` one [`trace_lines::TraceLine`] per line (the `--trace`
 //! help lists its fields).
 
+mod ri;
 mod samples;
 mod trace_lines;
 
@@ -45,8 +47,11 @@ pub struct Args {
     /// Print the merged trace, one line per record, instead of the
     /// summary. With --json, one object per record and line: cycle,
     /// sequence (the merge key), type (counter_delta, branch_stack,
-    /// pc_sample), session_seq, lost_before, sealed, vm, ctx, and when
-    /// known kernel, block, device_seq, span (docs/sampling.md).
+    /// pc_sample, ri_record), session_seq, lost_before, sealed, vm, ctx,
+    /// and when known kernel, block, device_seq, span (docs/sampling.md),
+    /// and for RI records ri {session, group, rgs, halt_reason, record
+    /// {kind, time, version, kernel, block, ctx_cycle, data, source,
+    /// flags}} (docs/ri.md); an RI record's cycle is its group's time.
     #[arg(long)]
     trace: bool,
     /// Open a confidential VM's sealed records with its key file (see
@@ -130,6 +135,9 @@ pub struct ReportJson {
     pub finished: bool,
     /// Samples per context (most PC samples first), kernel and block.
     pub samples: Vec<ContextSamples>,
+    /// Runtime-instrumentation entries (`gpupm ri -o`): groups, halts,
+    /// lost groups, records by type.
+    pub ri: ri::RiSummary,
     /// First device cycle covered.
     pub first_cycle: u64,
     /// Last device cycle covered.
@@ -221,7 +229,7 @@ fn summarise<'a>(
                 s.sealed += 1;
                 continue;
             }
-            Body::Branch(_) | Body::Pc(_) => continue,
+            Body::Branch(_) | Body::Pc(_) | Body::Ri(_) => continue,
         };
         s.first = s.first.min(r.start_cycle);
         s.last = s.last.max(r.end_cycle);
@@ -245,9 +253,12 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         .as_deref()
         .map(crate::keyfile::load)
         .transpose()?;
-    let streams = crate::trace::decode::decode(&decoded.frames, key.as_ref())
+    let mut streams = crate::trace::decode::decode(&decoded.frames, key.as_ref())
         .map_err(|e| shown(e.msg.clone()))?;
     let h = decoded.header;
+    if h.scope == scope::CONTEXT {
+        streams.set_ri_context(h.id);
+    }
     if args.trace {
         let merged = streams.into_trace();
         emit(&trace_lines::render(&merged, args.json)?)?;
@@ -261,6 +272,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
     let sum = summarise(counters.iter(), h.clock_khz.max(1), args.interval_ms);
     let types = samples::per_type(&streams);
     let ctx_samples = samples::per_context(&streams);
+    let ri_summary = ri::summary(&streams);
     let mut order: Vec<(&u32, &Acc)> = sum.ctxs.iter().collect();
     order.sort_by(|a, b| b.1.totals.get(3).cmp(&a.1.totals.get(3)).then(a.0.cmp(b.0)));
     order.truncate(args.top);
@@ -282,6 +294,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         report.finished = decoded.finished;
         report.types = types;
         report.samples = ctx_samples;
+        report.ri = ri_summary;
         emit(&crate::output::json_line(&report)?)?;
     } else {
         let kind = if scope == RecordedScope::Ctx {
@@ -297,6 +310,7 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
             );
         }
         t += &samples::text(&types, &ctx_samples, 5);
+        t += &ri::text(&ri_summary);
         emit(&t)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -329,6 +343,7 @@ fn to_json(
         unknown_records: 0,
         finished: true,
         samples: Vec::new(),
+        ri: ri::RiSummary::default(),
         first_cycle: sum.first,
         last_cycle: sum.last,
         contexts: order

@@ -13,7 +13,8 @@ use crate::trace::{Body, RecordType};
 /// One record type's counts.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct TypeSummary {
-    /// `counter_delta`, `branch_stack` or `pc_sample`.
+    /// `counter_delta`, `branch_stack`, `pc_sample` or `ri_record` (the
+    /// records of RI report groups and halt markers; lost: groups).
     #[serde(rename = "type")]
     pub record_type: &'static str,
     /// Records of the type in the recording.
@@ -89,7 +90,7 @@ pub fn per_context(s: &Streams) -> Vec<ContextSamples> {
                 *blocks.entry((r.ctx, pc.kernel, pc.block)).or_default() += 1;
             }
             Body::Branch(_) => entry.branch_stacks += 1,
-            Body::Counter(_) | Body::Sealed => {}
+            Body::Counter(_) | Body::Ri(_) | Body::Sealed => {}
         }
     }
     for ((ctx, kernel, block), n) in blocks {

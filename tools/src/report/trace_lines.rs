@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::error::CliResult;
+use crate::ri::RiRecordJson;
 use crate::trace::{Body, TraceRecord};
 
 /// One line of `gpupm report --trace --json`.
@@ -14,7 +15,7 @@ pub struct TraceLine {
     pub cycle: u64,
     /// Ordinal of the record in the file (the merge key's second part).
     pub sequence: u64,
-    /// `counter_delta`, `branch_stack` or `pc_sample`.
+    /// `counter_delta`, `branch_stack`, `pc_sample` or `ri_record`.
     #[serde(rename = "type")]
     pub record_type: &'static str,
     /// Sequence number in its session.
@@ -29,7 +30,7 @@ pub struct TraceLine {
     /// Context (0 when sealed).
     pub ctx: u32,
     /// PC samples: kernel; branch stacks: kernel of the capturing branch's
-    /// target.
+    /// target; RI emit, abort and instruction records: their kernel.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kernel: Option<u16>,
     /// PC samples: block; branch stacks: the capturing branch's target.
@@ -43,6 +44,47 @@ pub struct TraceLine {
     /// entries; counter deltas: the cycles the commit covers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub span: Option<u64>,
+    /// RI records: the group (or halt marker) and the record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ri: Option<RiLine>,
+}
+
+/// The RI part of a [`TraceLine`].
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RiLine {
+    /// Session id.
+    pub session: u64,
+    /// The group's number in the device session (1-based); for a halt, the
+    /// groups stored before it.
+    pub group: u64,
+    /// RGS of the group.
+    pub rgs: u8,
+    /// Halt reason (1 version, 2 RGS limit) of a halt marker; 0 in a group.
+    pub halt_reason: u8,
+    /// The record (as `gpupm ri --json` prints it); absent for a halt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<RiRecordJson>,
+}
+
+impl RiLine {
+    fn text(&self) -> String {
+        let Some(r) = &self.record else {
+            return format!(
+                " halt after group {} (reason {})",
+                self.group, self.halt_reason
+            );
+        };
+        let opt = |name: &str, v: Option<u64>| v.map_or(String::new(), |v| format!(" {name} {v}"));
+        format!(
+            " group {} {}{}{}{}{}",
+            self.group,
+            r.kind,
+            r.source.map_or(String::new(), |s| format!(" {s}")),
+            opt("data", r.data),
+            opt("time", r.time),
+            opt("ctx_cycle", r.ctx_cycle)
+        )
+    }
 }
 
 impl TraceLine {
@@ -71,7 +113,23 @@ impl TraceLine {
                 Some(c.seq),
                 Some(c.end_cycle.saturating_sub(c.start_cycle)),
             ),
+            Body::Ri(ri) => (
+                ri.record.as_ref().and_then(|r| r.kernel),
+                ri.record.as_ref().and_then(|r| r.block),
+                None,
+                None,
+            ),
             Body::Sealed => (None, None, None, None),
+        };
+        let ri = match &r.body {
+            Body::Ri(ri) => Some(RiLine {
+                session: ri.session,
+                group: ri.group,
+                rgs: ri.rgs,
+                halt_reason: ri.halt_reason,
+                record: ri.record.clone(),
+            }),
+            _ => None,
         };
         TraceLine {
             cycle: r.key.cycle,
@@ -86,6 +144,7 @@ impl TraceLine {
             block,
             device_seq,
             span,
+            ri,
         }
     }
 
@@ -96,7 +155,7 @@ impl TraceLine {
             _ => "-".into(),
         };
         format!(
-            "{:>16} {:>8} {:<13} {:>4} {:>6} {:<9} {:>10} {:>8} {:>6}{}\n",
+            "{:>16} {:>8} {:<13} {:>4} {:>6} {:<9} {:>10} {:>8} {:>6}{}{}\n",
             self.cycle,
             self.sequence,
             self.record_type,
@@ -106,7 +165,8 @@ impl TraceLine {
             opt(self.device_seq),
             opt(self.span),
             self.lost_before,
-            if self.sealed { " sealed" } else { "" }
+            if self.sealed { " sealed" } else { "" },
+            self.ri.as_ref().map_or(String::new(), RiLine::text)
         )
     }
 }

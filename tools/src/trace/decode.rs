@@ -24,9 +24,30 @@ pub struct Streams {
     pub session: Option<OpenSampling>,
     /// Frames of record types this gpupm does not know (skipped).
     pub unknown: u64,
+    /// Runtime-instrumentation entries (frames of kind 4).
+    pub ri: RiTally,
+}
+
+/// Runtime-instrumentation entries of a recording.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RiTally {
+    /// Report groups.
+    pub groups: u64,
+    /// Halt markers.
+    pub halts: u64,
+    /// Groups the session lost (Σ `lost_before`).
+    pub lost: u64,
 }
 
 impl Streams {
+    /// Gives the RI records the recording's context: an RI entry does not
+    /// carry it, the file header does (`gpupm ri -o` records one context).
+    pub fn set_ri_context(&mut self, ctx: u32) {
+        for r in self.streams.get_mut(&RecordType::Ri).into_iter().flatten() {
+            r.ctx = ctx;
+        }
+    }
+
     /// The streams, to [`super::merge`].
     pub fn into_trace(self) -> Vec<TraceRecord> {
         super::merge(self.streams.into_values().collect(), |r| r.key)
@@ -47,6 +68,36 @@ pub fn decode(frames: &[Frame<'_>], key: Option<&Key>) -> CliResult<Streams> {
         let rec = match f.kind {
             frame_kind::COUNTER_DELTA => counter(f, key)?,
             frame_kind::BRANCH_STACK | frame_kind::PC_SAMPLE => sample(f, key)?,
+            frame_kind::RI_GROUP => {
+                let ri = super::ri::decode(f)?;
+                let tally = &mut out.ri;
+                tally.lost += ri.header.lost_before;
+                if ri.header.kind == gpupm_uapi::tenant::ri::ri_entry::HALT {
+                    tally.halts += 1;
+                } else {
+                    tally.groups += 1;
+                }
+                let kind = RecordType::Ri;
+                let cycle = ri
+                    .time
+                    .unwrap_or_else(|| last_cycle.get(&kind).copied().unwrap_or(0));
+                last_cycle.insert(kind, cycle);
+                let mut lost_before = ri.header.lost_before;
+                for rec in ri.records {
+                    out.streams.entry(kind).or_default().push(TraceRecord {
+                        kind,
+                        key: TraceKey { cycle, sequence },
+                        session_seq: rec.group,
+                        // The group's loss, once: on its first record.
+                        lost_before: std::mem::take(&mut lost_before),
+                        vm: 0,
+                        ctx: 0,
+                        body: Body::Ri(Box::new(rec)),
+                    });
+                    sequence += 1;
+                }
+                continue;
+            }
             frame_kind::SAMPLING_SESSION => {
                 let s = OpenSampling::read_from_bytes(f.body)
                     .map_err(|_| corrupt(f, "a sampling-session frame of the wrong size"))?;
@@ -174,6 +225,8 @@ mod tests {
             Just(24 + 560),
             Just(24 + 96),
             Just(80),
+            Just(32),
+            Just(32 + 64),
             0usize..700
         ]
     }
@@ -185,7 +238,7 @@ mod tests {
         #[test]
         fn decoding_any_frames_never_panics(
             frames in prop::collection::vec(
-                (prop_oneof![Just(1u16), Just(2), Just(3), Just(16), 0u16..20],
+                (prop_oneof![Just(1u16), Just(2), Just(3), Just(4), Just(16), 0u16..20],
                  body_len().prop_flat_map(|n| prop::collection::vec(any::<u8>(), n))),
                 0..8),
         ) {
@@ -197,7 +250,13 @@ mod tests {
             match decode(&owned, None) {
                 Ok(s) => {
                     let records: usize = s.streams.values().map(Vec::len).sum();
-                    prop_assert!(records as u64 + s.unknown <= owned.len() as u64);
+                    let ri = s.streams.get(&RecordType::Ri).map_or(0, Vec::len);
+                    let entries = s.ri.groups + s.ri.halts;
+                    prop_assert!(
+                        (records - ri) as u64 + entries + s.unknown <= owned.len() as u64
+                    );
+                    // A group holds at most 2^(7+1) records, a halt one.
+                    prop_assert!(ri as u64 <= 256 * s.ri.groups + s.ri.halts);
                 }
                 Err(e) => prop_assert!(e.msg.contains("corrupt frame at byte")),
             }

@@ -8,12 +8,17 @@
 //! the frames into [`TraceRecord`]s, grouped into one stream per record
 //! type; [`merge`] orders any number of streams into one trace by
 //! [`TraceKey`] — (cycle, sequence) — without knowing what the records
-//! are. A later record type (the runtime-instrumentation report groups of
-//! issue #13) plugs in as another stream: a [`RecordType`], a decoder arm
-//! that gives its records a cycle, and nothing else changes.
+//! are. Runtime-instrumentation report groups (issue #13) plug in as
+//! another stream ([`RecordType::Ri`], [`ri`]): one record per non-fill
+//! record of a group, plus one per halt marker.
 //!
 //! Keys: `cycle` is the device cycle the record describes (a PC sample's
-//! and a branch stack's `cycle`, a counter delta's commit `end_cycle`);
+//! and a branch stack's `cycle`, a counter delta's commit `end_cycle`, and
+//! for every record of an RI report group the group's `time` — the device
+//! cycle its begin or timestamp record says it was stored; an instruction
+//! record's `ctx_cycle` counts the context's own cycles, another clock, so
+//! it cannot order it among the other types. A halt marker, and a group
+//! without a begin or timestamp record, take the previous group's time);
 //! `sequence` is the record's ordinal among the file's records (the order
 //! the recorder received them), unique, so the order is total. A sealed
 //! record (a confidential VM's, without its key) shows no cycle: it takes
@@ -21,6 +26,7 @@
 //! arrived in its stream.
 
 pub mod decode;
+pub mod ri;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -37,14 +43,17 @@ pub enum RecordType {
     BranchStack,
     /// PC (cycle) samples.
     PcSample,
+    /// Runtime-instrumentation records (a report group's, or a halt).
+    Ri,
 }
 
 impl RecordType {
     /// Every type, in the order summaries list them.
-    pub const ALL: [RecordType; 3] = [
+    pub const ALL: [RecordType; 4] = [
         RecordType::CounterDelta,
         RecordType::BranchStack,
         RecordType::PcSample,
+        RecordType::Ri,
     ];
 
     /// The name traces and JSON show.
@@ -53,6 +62,7 @@ impl RecordType {
             RecordType::CounterDelta => "counter_delta",
             RecordType::BranchStack => "branch_stack",
             RecordType::PcSample => "pc_sample",
+            RecordType::Ri => "ri_record",
         }
     }
 }
@@ -75,6 +85,8 @@ pub enum Body {
     Branch(Box<BranchStackRecord>),
     /// A PC sample.
     Pc(PcRecord),
+    /// A runtime-instrumentation record or halt marker.
+    Ri(Box<ri::RiTrace>),
     /// Ciphertext of a confidential VM's record.
     Sealed,
 }
