@@ -146,6 +146,38 @@ impl Fixture {
         }
     }
 
+    /// Advances the clock 1 ms at a time until a runtime-instrumentation
+    /// block bound to `ctx` has stored `groups` groups (the device's RI
+    /// ledger says so), while `child` — the `gpupm ri` under test — keeps
+    /// running; answers the block. Needs `--debug-ledger`; `card` is a
+    /// handle on the device node.
+    pub fn advance_until_ri_stored(
+        &mut self,
+        card: &fs::File,
+        ctx: u32,
+        groups: u64,
+        child: &mut Child,
+    ) -> u32 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no session stored {groups} groups"
+            );
+            assert!(
+                child.try_wait().expect("try_wait").is_none(),
+                "gpupm ri exited early"
+            );
+            if let Some(b) = (0..gpupm_uapi::ri::RI_BLOCKS).find(|&b| {
+                let q = ledger_ri(card, b);
+                q.ctx == ctx && q.stored >= groups
+            }) {
+                return b;
+            }
+            self.advance_ms(1);
+        }
+    }
+
     /// Waits until every partition's handshake is idle.
     pub fn wait_idle(&mut self) {
         let daemon = &mut self.daemon;
@@ -234,4 +266,22 @@ pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// What runtime-instrumentation block `block` did since its session began
+/// (`GPUPM_IOC_LEDGER_RI`; the driver needs `--debug-ledger`).
+pub fn ledger_ri(card: &fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedgerQuery {
+    use zerocopy::IntoBytes;
+    let mut q = gpupm_uapi::ioctl::RiLedgerQuery {
+        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
+        block,
+        ..Default::default()
+    };
+    crate::rawnode::sys::ioctl(
+        card,
+        gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
+        q.as_mut_bytes(),
+    )
+    .expect("RI ledger");
+    q
 }

@@ -7,28 +7,13 @@
 //! refused with one line and no output.
 
 use std::fs::File;
-use std::time::{Duration, Instant};
 
-use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_A, UID_B, VM_A};
-use gpupm_test_support::rawnode::sys::ioctl;
-use gpupm_uapi::ioctl::{RiLedgerQuery, GPUPM_IOC_LEDGER_RI, IOCTL_STRUCT_VERSION};
+use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, UID_B, VM_A};
 use gpupm_uapi::regs as r;
-use gpupm_uapi::ri::RI_BLOCKS;
 use serde_json::Value;
-use zerocopy::IntoBytes;
 
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
 const SF: u64 = 100_000;
-
-fn ledger_ri(card: &File, block: u32) -> RiLedgerQuery {
-    let mut q = RiLedgerQuery {
-        version: IOCTL_STRUCT_VERSION,
-        block,
-        ..RiLedgerQuery::default()
-    };
-    ioctl(card, GPUPM_IOC_LEDGER_RI, q.as_mut_bytes()).expect("RI ledger");
-    q
-}
 
 #[test]
 fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() {
@@ -75,21 +60,7 @@ fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() 
     .collect();
     let mut child = spawn_as(Some(UID_A), &args);
     // Run the clock until the session stored 20 groups, then let it rest.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let block = loop {
-        assert!(Instant::now() < deadline, "no session stored 20 groups");
-        assert!(
-            child.try_wait().expect("try_wait").is_none(),
-            "gpupm ri exited early"
-        );
-        if let Some(b) = (0..RI_BLOCKS).find(|&b| {
-            let q = ledger_ri(&card, b);
-            q.ctx == ctx && q.stored >= 20
-        }) {
-            break b;
-        }
-        f.advance_ms(1);
-    };
+    let block = f.advance_until_ri_stored(&card, ctx, 20, &mut child);
     let truth = ledger_ri(&card, block);
     let run = finish(child);
     assert_eq!(run.code, 0, "{}", run.err);

@@ -9,30 +9,16 @@
 //! the same. A torn or corrupt kind-4 frame gives one clean error line.
 
 use std::fs::File;
-use std::time::{Duration, Instant};
 
-use gpupm_test_support::cli::{finish, spawn_as, Fixture, UID_A, VM_A};
-use gpupm_test_support::rawnode::sys::ioctl;
-use gpupm_uapi::ioctl::{RiLedgerQuery, GPUPM_IOC_LEDGER_RI, IOCTL_STRUCT_VERSION};
+use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, VM_A};
+use gpupm_uapi::ioctl::RiLedgerQuery;
 use gpupm_uapi::regs as r;
-use gpupm_uapi::ri::RI_BLOCKS;
 use serde_json::Value;
-use zerocopy::IntoBytes;
 
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
 const SF: u64 = 100_000;
 /// RGS 3: 16 records a group, room for the emits collected between samples.
 const RGS: u8 = 3;
-
-fn ledger_ri(card: &File, block: u32) -> RiLedgerQuery {
-    let mut q = RiLedgerQuery {
-        version: IOCTL_STRUCT_VERSION,
-        block,
-        ..RiLedgerQuery::default()
-    };
-    ioctl(card, GPUPM_IOC_LEDGER_RI, q.as_mut_bytes()).expect("RI ledger");
-    q
-}
 
 /// Records a session of a context of VM A until the device stored 20
 /// groups; answers the file and the ledger once the clock stopped.
@@ -72,21 +58,7 @@ fn record(f: &mut Fixture) -> (String, RiLedgerQuery) {
     .map(|s| s.to_string())
     .collect();
     let mut child = spawn_as(Some(UID_A), &args);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let block = loop {
-        assert!(Instant::now() < deadline, "no session stored 20 groups");
-        assert!(
-            child.try_wait().expect("try_wait").is_none(),
-            "gpupm ri exited early"
-        );
-        if let Some(b) = (0..RI_BLOCKS).find(|&b| {
-            let q = ledger_ri(&card, b);
-            q.ctx == ctx && q.stored >= 20
-        }) {
-            break b;
-        }
-        f.advance_ms(1);
-    };
+    let block = f.advance_until_ri_stored(&card, ctx, 20, &mut child);
     let truth = ledger_ri(&card, block);
     let run = finish(child);
     assert_eq!(run.code, 0, "{}", run.err);
