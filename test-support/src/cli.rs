@@ -146,6 +146,28 @@ impl Fixture {
         }
     }
 
+    /// An active context of VM `vm` that runs a program (panics if none).
+    pub fn program_context(&self, vm: u32) -> u32 {
+        use gpupm_uapi::regs as r;
+        (1..r::MAX_CONTEXTS)
+            .find(|&c| {
+                let reg = |x| self.dev.read32(r::ctx(c, x)).unwrap_or(0);
+                reg(r::CTX_VM) == vm
+                    && reg(r::CTX_STATE) == r::ctx_state::ACTIVE
+                    && reg(r::CTX_PROGRAM) != 0
+            })
+            .unwrap_or_else(|| panic!("no context of VM {vm} runs a program"))
+    }
+
+    /// A read-write handle on the device node `card0` (for ioctls).
+    pub fn card(&self) -> fs::File {
+        fs::File::options()
+            .read(true)
+            .write(true)
+            .open(self.tmp.join("dev/card0"))
+            .expect("card0")
+    }
+
     /// Advances the clock 1 ms at a time until a runtime-instrumentation
     /// block bound to `ctx` has stored `groups` groups (the device's RI
     /// ledger says so), while `child` — the `gpupm ri` under test — keeps

@@ -6,10 +6,7 @@
 //! the last at the ledger's last sample point. Another tenant's context is
 //! refused with one line and no output.
 
-use std::fs::File;
-
 use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, UID_B, VM_A};
-use gpupm_uapi::regs as r;
 use serde_json::Value;
 
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
@@ -19,19 +16,8 @@ const SF: u64 = 100_000;
 fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() {
     let mut f = Fixture::start_with("ri", &["--debug-ledger"]);
     f.advance_ms(2);
-    let ctx = (1..r::MAX_CONTEXTS)
-        .find(|&c| {
-            let reg = |x| f.dev.read32(r::ctx(c, x)).unwrap_or(0);
-            reg(r::CTX_VM) == VM_A
-                && reg(r::CTX_STATE) == r::ctx_state::ACTIVE
-                && reg(r::CTX_PROGRAM) != 0
-        })
-        .expect("a context of VM A runs a program");
-    let card = File::options()
-        .read(true)
-        .write(true)
-        .open(f.tmp.join("dev/card0"))
-        .expect("card0");
+    let ctx = f.program_context(VM_A);
+    let card = f.card();
 
     let denied = f.gpupm_as(
         UID_B,

@@ -8,11 +8,8 @@
 //! the marker emits in the order they were collected; the summary counts
 //! the same. A torn or corrupt kind-4 frame gives one clean error line.
 
-use std::fs::File;
-
 use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, VM_A};
 use gpupm_uapi::ioctl::RiLedgerQuery;
-use gpupm_uapi::regs as r;
 use serde_json::Value;
 
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
@@ -24,19 +21,8 @@ const RGS: u8 = 3;
 /// groups; answers the file and the ledger once the clock stopped.
 fn record(f: &mut Fixture) -> (String, RiLedgerQuery) {
     f.advance_ms(2);
-    let ctx = (1..r::MAX_CONTEXTS)
-        .find(|&c| {
-            let reg = |x| f.dev.read32(r::ctx(c, x)).unwrap_or(0);
-            reg(r::CTX_VM) == VM_A
-                && reg(r::CTX_STATE) == r::ctx_state::ACTIVE
-                && reg(r::CTX_PROGRAM) != 0
-        })
-        .expect("a context of VM A runs a program");
-    let card = File::options()
-        .read(true)
-        .write(true)
-        .open(f.tmp.join("dev/card0"))
-        .expect("card0");
+    let ctx = f.program_context(VM_A);
+    let card = f.card();
     let file = f.tmp.join("ri.gpupm").to_str().unwrap().to_string();
     let args: Vec<String> = [
         "ri",

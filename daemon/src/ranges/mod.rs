@@ -167,6 +167,17 @@ struct State {
     scratch: Vec<u8>,
 }
 
+impl State {
+    /// The partitions where context `ctx` holds ranges.
+    fn partitions_of(&self, ctx: u32) -> BTreeSet<u32> {
+        self.handles
+            .values()
+            .filter(|h| h.ctx == ctx)
+            .map(|h| h.partition)
+            .collect()
+    }
+}
+
 /// Counters of the plane (metrics `gpupm_range_*`, `gpupm_callgraph_*`).
 #[derive(Debug, Default)]
 pub struct RangeStats {
@@ -427,12 +438,7 @@ impl RangeBook {
     /// their counts up to now and every crossing drained so far.
     pub fn read(&self, ctx: u32) -> Result<Vec<RangeRow>, RangeError> {
         let mut st = self.lock();
-        let parts: BTreeSet<u32> = st
-            .handles
-            .values()
-            .filter(|h| h.ctx == ctx)
-            .map(|h| h.partition)
-            .collect();
+        let parts = st.partitions_of(ctx);
         for &p in &parts {
             self.drain(&mut st, p)?;
             if let Some(part) = st.parts.get_mut(&p) {
@@ -461,12 +467,7 @@ impl RangeBook {
         f: impl FnOnce(&CallGraph) -> T,
     ) -> Result<Option<T>, RangeError> {
         let mut st = self.lock();
-        let parts: BTreeSet<u32> = st
-            .handles
-            .values()
-            .filter(|h| h.ctx == ctx)
-            .map(|h| h.partition)
-            .collect();
+        let parts = st.partitions_of(ctx);
         for &p in &parts {
             self.drain(&mut st, p)?;
         }
