@@ -320,3 +320,20 @@ pub fn one_slice_running(program: &str) -> String {
         builtin_program(program)
     )
 }
+
+/// Partition 1 shared by VM 1 (two contexts) and VM 2 (one), all running
+/// the built-in `gemm`, switching contexts every 10,000 cycles and VMs
+/// every 30,000: the marked-range tests' and bench's device.
+pub fn shared_gemm_partition() -> String {
+    format!(
+        "seed = 5\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
+         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
+         ctx_timeslice_cycles = 10000\nvm_timeslice_cycles = 30000\n\
+         [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
+         [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
+         rates = {{ sm_cycles_elapsed = 1.0 }}\n\
+         [[context]]\nvm = 1\nprofile = \"g\"\n[[context]]\nvm = 1\nprofile = \"g\"\n\
+         [[context]]\nvm = 2\nprofile = \"g\"\n{}",
+        builtin_program("gemm")
+    )
+}

@@ -38,22 +38,6 @@ use gpupm_uapi::tenant::ranges::{range_kind, range_trigger, AddRange, GraphHeade
 use gpupm_uapi::tenant::{TENANT_IOC_READ_CALL_EDGES, TENANT_STRUCT_VERSION};
 use zerocopy::FromZeros;
 
-fn scenario() -> String {
-    let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin.find("# Tiled GEMM").expect("gemm program")..];
-    let program = &program[..program.find("# Strided reduction").expect("reduce follows")];
-    format!(
-        "seed = 5\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
-         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-         ctx_timeslice_cycles = 10000\nvm_timeslice_cycles = 30000\n\
-         [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
-         [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
-         rates = {{ sm_cycles_elapsed = 1.0 }}\n\
-         [[context]]\nvm = 1\nprofile = \"g\"\n[[context]]\nvm = 1\nprofile = \"g\"\n\
-         [[context]]\nvm = 2\nprofile = \"g\"\n{program}"
-    )
-}
-
 fn ranges(ctx: u32, thresholds: bool) -> [AddRange; 2] {
     let trig = |t: u32| {
         if thresholds {
@@ -214,7 +198,7 @@ pub fn run() -> String {
         &tmp,
         DriverOptions {
             clock: "realtime",
-            ..DriverOptions::system(scenario())
+            ..DriverOptions::system(gpupm_test_support::scenario::shared_gemm_partition())
         },
     );
     let mut daemon = spawn_daemon(

@@ -22,24 +22,6 @@ use zerocopy::{FromBytes, FromZeros, IntoBytes};
 pub(crate) const UID_A: u32 = 61501;
 pub(crate) const UID_B: u32 = 61502;
 
-/// Partition 1 shared by VM 1 (two GEMM contexts) and VM 2 (one),
-/// switching contexts every 10,000 cycles and VMs every 30,000.
-pub(crate) fn scenario() -> String {
-    let builtin = gpupm_driver::scenario::BUILTIN_TOML;
-    let program = &builtin[builtin.find("# Tiled GEMM").expect("gemm program")..];
-    let program = &program[..program.find("# Strided reduction").expect("reduce follows")];
-    format!(
-        "seed = 5\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
-         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-         ctx_timeslice_cycles = 10000\nvm_timeslice_cycles = 30000\n\
-         [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
-         [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
-         rates = {{ sm_cycles_elapsed = 1.0 }}\n\
-         [[context]]\nvm = 1\nprofile = \"g\"\n[[context]]\nvm = 1\nprofile = \"g\"\n\
-         [[context]]\nvm = 2\nprofile = \"g\"\n{program}"
-    )
-}
-
 pub(crate) fn tenants() -> String {
     format!("[[tenant]]\nvm = 1\nuid = {UID_A}\n[[tenant]]\nvm = 2\nuid = {UID_B}\n")
 }

@@ -28,7 +28,7 @@ use serde_json::json;
 use crate::cli::cli_folded_and_json_agree;
 use crate::fixture::{
     assert_call_paths, contexts, ledger_calls, ledger_ranges, loop_range, only_registers,
-    registers, scenario, store_range, tenant_graph, tenant_rows, tenants, UID_A, UID_B,
+    registers, store_range, tenant_graph, tenant_rows, tenants, UID_A, UID_B,
 };
 use crate::refusals::{
     malformed_and_fuzzed_requests_change_nothing, registers_run_out_with_enospc,
@@ -37,7 +37,10 @@ use crate::refusals::{
 #[test]
 fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     let tmp = Scratch::new("ranges");
-    let driver = Driver::start_in(&tmp, DriverOptions::system(scenario()));
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions::system(gpupm_test_support::scenario::shared_gemm_partition()),
+    );
     let dev = driver.node();
     let card = driver.card();
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
