@@ -38,6 +38,7 @@ import os
 import socket
 import struct
 import sys
+import time
 
 import gpupm_tenant as abi
 
@@ -99,16 +100,25 @@ def read_page(page):
     page is busy or no longer kept."""
     seq_at = abi.OFF_PAGE_SEQ
     start = abi.OFF_PAGE_DATA + abi.OFF_PAGE_DATA_COUNTERS
-    for _ in range(abi.PAGE_READ_ATTEMPTS):
+    attempts, yielding_since = 0, None
+    while True:
         (s1,) = struct.unpack_from("<Q", page, seq_at)
-        if s1 & 1:
+        if not s1 & 1:
+            counters = page[start : start + abi.SIZEOF_PAGE_COUNTERS]
+            (s2,) = struct.unpack_from("<Q", page, seq_at)
+            if s1 == s2:
+                break
+        # Spin briefly, then give the processor away: a writer preempted
+        # mid-update needs it back; busy only after PAGE_BUSY_MS of that.
+        attempts += 1
+        if attempts < abi.PAGE_READ_SPINS:
             continue
-        counters = page[start : start + abi.SIZEOF_PAGE_COUNTERS]
-        (s2,) = struct.unpack_from("<Q", page, seq_at)
-        if s1 == s2:
-            break
-    else:
-        return None
+        now = time.monotonic()
+        if yielding_since is None:
+            yielding_since = now
+        elif now - yielding_since >= abi.PAGE_BUSY_MS / 1000:
+            return None
+        os.sched_yield()
     (state,) = struct.unpack_from("<I", counters, abi.OFF_PAGE_COUNTERS_STATE)
     if state not in (abi.PAGE_STATE_ACTIVE, abi.PAGE_STATE_DESTROYED):
         return None

@@ -31,9 +31,11 @@
 #ifndef GPUPM_UAPI_H
 #define GPUPM_UAPI_H
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #if defined(__cplusplus)
 #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)
@@ -1236,10 +1238,21 @@ static const char *const gpupm_intr_source_names[15] = {
 /** Byte offset of gpupm_page.data, the words the sequence lock protects. */
 #define GPUPM_PAGE_DATA_OFFSET 72
 /**
- * Most attempts the reference readers make before they report the page
- * busy (a writer that died mid-update leaves `seq` odd for good).
+ * Attempts the reference readers make spinning before they start
+ * yielding the processor between attempts: a writer holds the lock for
+ * well under a microsecond unless it is preempted, and then only giving
+ * the processor away lets it finish (on a busy host the reader may be
+ * what keeps it off its core).
  */
-#define GPUPM_PAGE_READ_ATTEMPTS 65536
+#define GPUPM_PAGE_READ_SPINS 256
+/**
+ * How long the reference readers keep failing before they report the
+ * page busy, in milliseconds: long enough for a preempted writer on a
+ * loaded host to be scheduled again; a writer that died mid-update
+ * leaves `seq` odd for good, and only its successor's republication
+ * ends that.
+ */
+#define GPUPM_PAGE_BUSY_MS 1000
 /** Bytes after gpupm_page.data up to GPUPM_PAGE_SIZE. */
 #define GPUPM_PAGE_TAIL 1736
 /** gpupm_page_header.magic: "gPAG". */
@@ -3820,26 +3833,43 @@ struct gpupm_page_reply {
  * the ordering comes from the two acquire fences, which pair with the
  * writer's release fence and release store. GCC and Clang builtins.
  *
- * Returns 0, or -1 when the page stayed busy for GPUPM_PAGE_READ_ATTEMPTS
- * attempts (a daemon that died while writing: its successor republishes).
+ * A failed attempt is retried at once GPUPM_PAGE_READ_SPINS times, then
+ * after sched_yield(): a writer preempted mid-update on a loaded host
+ * needs the processor back to finish. Returns 0, or -1 when the page
+ * stayed locked or kept changing for GPUPM_PAGE_BUSY_MS after that (a
+ * daemon that died while writing: its successor republishes). The time is
+ * C11's timespec_get, read only once spinning failed.
  */
 static inline int gpupm_page_copy(const struct gpupm_page *page, void *out, size_t words)
 {
 	const uint64_t *src = (const uint64_t *)(const void *)&page->data;
-	for (uint32_t attempt = 0; attempt < GPUPM_PAGE_READ_ATTEMPTS; attempt++) {
+	struct timespec since = { 0, 0 };
+	int yielding = 0;
+	for (uint32_t attempt = 1;; attempt++) {
 		uint64_t s1 = __atomic_load_n(&page->seq, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (s1 & 1)
-			continue;
-		for (size_t i = 0; i < words; i++) {
-			uint64_t v = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-			memcpy((char *)out + 8 * i, &v, sizeof(v));
+		if (!(s1 & 1)) {
+			for (size_t i = 0; i < words; i++) {
+				uint64_t v = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+				memcpy((char *)out + 8 * i, &v, sizeof(v));
+			}
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == s1)
+				return 0;
 		}
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == s1)
-			return 0;
+		if (!yielding && attempt < GPUPM_PAGE_READ_SPINS)
+			continue;
+		struct timespec now;
+		timespec_get(&now, TIME_UTC);
+		if (!yielding) {
+			since = now;
+			yielding = 1;
+		} else if ((now.tv_sec - since.tv_sec) * 1000 + (now.tv_nsec - since.tv_nsec) / 1000000 >=
+			   GPUPM_PAGE_BUSY_MS) {
+			return -1;
+		}
+		sched_yield();
 	}
-	return -1;
 }
 
 /* The counters only (totals, state, generation): 552 bytes. */

@@ -62,9 +62,18 @@ pub const PAGES_SOCKET_NAME: &str = "socket";
 pub const PAGE_SEQ_OFFSET: usize = 64;
 /// Byte offset of [`Page::data`], the words the sequence lock protects.
 pub const PAGE_DATA_OFFSET: usize = 72;
-/// Most attempts the reference readers make before they report the page
-/// busy (a writer that died mid-update leaves `seq` odd for good).
-pub const PAGE_READ_ATTEMPTS: u32 = 1 << 16;
+/// Attempts the reference readers make spinning before they start
+/// yielding the processor between attempts: a writer holds the lock for
+/// well under a microsecond unless it is preempted, and then only giving
+/// the processor away lets it finish (on a busy host the reader may be
+/// what keeps it off its core).
+pub const PAGE_READ_SPINS: u32 = 256;
+/// How long the reference readers keep failing before they report the
+/// page busy, in milliseconds: long enough for a preempted writer on a
+/// loaded host to be scheduled again; a writer that died mid-update
+/// leaves `seq` odd for good, and only its successor's republication
+/// ends that.
+pub const PAGE_BUSY_MS: u32 = 1000;
 
 /// Values of [`PageCounters::state`]: a context page follows its context;
 /// a VM page is [`ACTIVE`](page_state::ACTIVE) until it is withdrawn.

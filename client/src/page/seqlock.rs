@@ -29,8 +29,9 @@
 //! than from acquire loads.
 
 use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
 
-use gpupm_uapi::page::{PAGE_DATA_OFFSET, PAGE_READ_ATTEMPTS, PAGE_SEQ_OFFSET};
+use gpupm_uapi::page::{PAGE_BUSY_MS, PAGE_DATA_OFFSET, PAGE_READ_SPINS, PAGE_SEQ_OFFSET};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use super::sys::PageWords;
@@ -40,11 +41,43 @@ const SEQ: usize = PAGE_SEQ_OFFSET / 8;
 /// Word index of the first protected word.
 const DATA: usize = PAGE_DATA_OFFSET / 8;
 
-/// The page stayed locked (odd) or kept changing for
-/// [`PAGE_READ_ATTEMPTS`] attempts.
+/// The page stayed locked (odd) or kept changing for [`PAGE_BUSY_MS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("the page kept changing or stayed locked for {PAGE_READ_ATTEMPTS} attempts (its writer may have died mid-update)")]
+#[error("the page kept changing or stayed locked for {PAGE_BUSY_MS} ms (its writer may have died mid-update)")]
 pub struct Busy;
+
+/// What a reader does after a failed attempt: spin for the first
+/// [`PAGE_READ_SPINS`], then yield until [`PAGE_BUSY_MS`] have passed
+/// since the spinning ended. The clock is read only once spinning
+/// failed, so an uncontended read never pays for it.
+struct Patience {
+    attempts: u32,
+    yielding_since: Option<Instant>,
+}
+
+impl Patience {
+    fn new() -> Self {
+        Self {
+            attempts: 0,
+            yielding_since: None,
+        }
+    }
+
+    /// Waits before the next attempt; `false` once the page counts as busy.
+    fn wait(&mut self) -> bool {
+        self.attempts = self.attempts.saturating_add(1);
+        if self.attempts < PAGE_READ_SPINS {
+            std::hint::spin_loop();
+            return true;
+        }
+        let since = *self.yielding_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= Duration::from_millis(u64::from(PAGE_BUSY_MS)) {
+            return false;
+        }
+        std::thread::yield_now();
+        true
+    }
+}
 
 /// Words `first..first + out.len() / 8` of the protected data, copied
 /// consistently into `out` (whose size is a multiple of 8 bytes, checked
@@ -59,22 +92,23 @@ pub fn read<T: FromBytes + IntoBytes>(
     let words = page
         .get(DATA + first..DATA + first + dst.len() / 8)
         .ok_or(Busy)?;
-    for _ in 0..PAGE_READ_ATTEMPTS {
+    let mut patience = Patience::new();
+    loop {
         let s1 = page[SEQ].load(Ordering::Relaxed);
         fence(Ordering::Acquire);
-        if s1 & 1 == 1 {
-            std::hint::spin_loop();
-            continue;
+        if s1 & 1 == 0 {
+            for (d, w) in dst.chunks_exact_mut(8).zip(words) {
+                d.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+            }
+            fence(Ordering::Acquire);
+            if page[SEQ].load(Ordering::Relaxed) == s1 {
+                return Ok(s1);
+            }
         }
-        for (d, w) in dst.chunks_exact_mut(8).zip(words) {
-            d.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
-        }
-        fence(Ordering::Acquire);
-        if page[SEQ].load(Ordering::Relaxed) == s1 {
-            return Ok(s1);
+        if !patience.wait() {
+            return Err(Busy);
         }
     }
-    Err(Busy)
 }
 
 /// The current sequence value (odd while a write is in progress).
@@ -147,6 +181,31 @@ mod tests {
         assert_eq!(back, c);
         assert_eq!(write(&p, 0, &c), 4);
         assert_eq!(PAGE_SIZE / 8, p.len());
+    }
+
+    /// A writer preempted between its two `seq` stores on a loaded host
+    /// (the CI failure this guards against: 65,536 spins ran out while the
+    /// daemon's writer waited for a core) is waited out, not reported busy.
+    #[test]
+    fn a_reader_waits_out_a_writer_preempted_mid_update() {
+        let p = std::sync::Arc::new(page());
+        p[SEQ].store(5, Ordering::Relaxed);
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let reader = {
+            let p = std::sync::Arc::clone(&p);
+            std::thread::spawn(move || {
+                started_tx.send(()).unwrap();
+                let mut back = PageCounters::new_zeroed();
+                read(&p, 0, &mut back).map(|seq| (seq, back.generation))
+            })
+        };
+        started.recv().unwrap();
+        // The preemption being modelled: far longer than any spin budget.
+        std::thread::sleep(Duration::from_millis(200));
+        let mut c = PageCounters::new_zeroed();
+        c.generation = 3;
+        assert_eq!(write(&p, 0, &c), 8);
+        assert_eq!(reader.join().unwrap(), Ok((8, 3)));
     }
 
     #[test]

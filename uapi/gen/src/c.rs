@@ -352,9 +352,11 @@ fn render_pass(names: Names) -> Header {
     h.line(
         "#ifndef GPUPM_UAPI_H\n\
          #define GPUPM_UAPI_H\n\n\
+         #include <sched.h>\n\
          #include <stddef.h>\n\
          #include <stdint.h>\n\
-         #include <string.h>\n\n\
+         #include <string.h>\n\
+         #include <time.h>\n\n\
          #if defined(__cplusplus)\n\
          #define GPUPM_STATIC_ASSERT(cond) static_assert(cond, #cond)\n\
          #define GPUPM_ALIGNOF(t) alignof(t)\n\

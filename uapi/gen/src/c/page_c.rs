@@ -17,26 +17,43 @@ const READER: &str = r#"
  * the ordering comes from the two acquire fences, which pair with the
  * writer's release fence and release store. GCC and Clang builtins.
  *
- * Returns 0, or -1 when the page stayed busy for GPUPM_PAGE_READ_ATTEMPTS
- * attempts (a daemon that died while writing: its successor republishes).
+ * A failed attempt is retried at once GPUPM_PAGE_READ_SPINS times, then
+ * after sched_yield(): a writer preempted mid-update on a loaded host
+ * needs the processor back to finish. Returns 0, or -1 when the page
+ * stayed locked or kept changing for GPUPM_PAGE_BUSY_MS after that (a
+ * daemon that died while writing: its successor republishes). The time is
+ * C11's timespec_get, read only once spinning failed.
  */
 static inline int gpupm_page_copy(const struct gpupm_page *page, void *out, size_t words)
 {
 	const uint64_t *src = (const uint64_t *)(const void *)&page->data;
-	for (uint32_t attempt = 0; attempt < GPUPM_PAGE_READ_ATTEMPTS; attempt++) {
+	struct timespec since = { 0, 0 };
+	int yielding = 0;
+	for (uint32_t attempt = 1;; attempt++) {
 		uint64_t s1 = __atomic_load_n(&page->seq, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (s1 & 1)
-			continue;
-		for (size_t i = 0; i < words; i++) {
-			uint64_t v = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-			memcpy((char *)out + 8 * i, &v, sizeof(v));
+		if (!(s1 & 1)) {
+			for (size_t i = 0; i < words; i++) {
+				uint64_t v = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+				memcpy((char *)out + 8 * i, &v, sizeof(v));
+			}
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == s1)
+				return 0;
 		}
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (__atomic_load_n(&page->seq, __ATOMIC_RELAXED) == s1)
-			return 0;
+		if (!yielding && attempt < GPUPM_PAGE_READ_SPINS)
+			continue;
+		struct timespec now;
+		timespec_get(&now, TIME_UTC);
+		if (!yielding) {
+			since = now;
+			yielding = 1;
+		} else if ((now.tv_sec - since.tv_sec) * 1000 + (now.tv_nsec - since.tv_nsec) / 1000000 >=
+			   GPUPM_PAGE_BUSY_MS) {
+			return -1;
+		}
+		sched_yield();
 	}
-	return -1;
 }
 
 /* The counters only (totals, state, generation): 552 bytes. */
@@ -57,7 +74,7 @@ pub fn emit_defines(h: &mut Header) {
     h.section("Tenant counter pages (uapi/src/page.rs, docs/pages.md)", "");
     group!(h, dec "GPUPM_", gpupm_uapi::page:
         PAGE_SIZE, PAGE_VERSION, PAGE_STRUCT_VERSION, PAGE_SEQ_OFFSET, PAGE_DATA_OFFSET,
-        PAGE_READ_ATTEMPTS, PAGE_TAIL);
+        PAGE_READ_SPINS, PAGE_BUSY_MS, PAGE_TAIL);
     h.item(
         "page::PAGE_MAGIC",
         "GPUPM_PAGE_MAGIC",
