@@ -10,6 +10,7 @@
 //! registers busy is ENOSPC; a restarted daemon disarms what it does not
 //! know.
 mod cli;
+mod examples;
 mod fixture;
 mod refusals;
 
