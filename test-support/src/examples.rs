@@ -145,9 +145,12 @@ fn wait_at_most(child: Child, limit: Duration) -> Output {
             out.expect("wait")
         }
         Err(_) => {
-            // Our own child: it is ours to end.
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            panic!("the example did not end within {limit:?} of the clock standing still");
+            // Our own child: it is ours to end (it may have just exited).
+            let killed = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            panic!(
+                "the example did not end within {limit:?} of the clock standing still \
+                 (killed: {killed:?})"
+            );
         }
     }
 }
@@ -156,7 +159,10 @@ fn wait_at_most(child: Child, limit: Duration) -> Output {
 /// (`range 3 count 7` → `{"range": 3, "count": 7}`).
 pub fn fields(line: &str) -> std::collections::BTreeMap<String, u64> {
     let words: Vec<&str> = line.split(' ').collect();
-    assert!(words.len() % 2 == 0, "not `key value` pairs: {line:?}");
+    assert!(
+        words.len().is_multiple_of(2),
+        "not `key value` pairs: {line:?}"
+    );
     words
         .chunks(2)
         .map(|kv| {
