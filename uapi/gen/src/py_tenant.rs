@@ -20,7 +20,8 @@ use gpupm_uapi::tenant::ranges::{
     RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange, StackCount,
 };
 use gpupm_uapi::tenant::ri::{
-    ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiStatus,
+    ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiResume,
+    RiStatus,
 };
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
@@ -181,6 +182,8 @@ fn struct_layouts(s: &mut String) {
         RiEmit => "RI_EMIT": version, value, reserved;
         RiStatus => "RI_STATUS": version, state, halt_reason, rgs, groups, delivered, suppressed,
             overwritten, lost, device_max_rgs, partition_max_rgs, partition_version, partition;
+        RiResume => "RI_RESUME": version, flags, partition, partition_version, partition_max_rgs,
+            reserved;
         RiGroupHeader => "RI_GROUP_HEADER": kind, rgs, halt_reason, size, session, group,
             lost_before;
         AddRange => "ADD_RANGE": version, ctx, kind, event, trigger, threshold, kernel, first,
