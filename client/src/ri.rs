@@ -5,9 +5,10 @@
 use std::io::Read;
 
 use gpupm_uapi::layout::ri_record;
-use gpupm_uapi::tenant::ri::{ri_entry, OpenRi, RiEmit, RiGroupHeader, RiStatus};
+use gpupm_uapi::tenant::ri::{ri_entry, OpenRi, RiEmit, RiGroupHeader, RiResume, RiStatus};
 use gpupm_uapi::tenant::{
-    TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS, TENANT_STRUCT_VERSION,
+    TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_RESUME, TENANT_IOC_RI_STATUS,
+    TENANT_STRUCT_VERSION,
 };
 use zerocopy::FromBytes;
 
@@ -76,6 +77,17 @@ impl TenantClient {
             ..RiStatus::default()
         };
         self.call("RI status", TENANT_IOC_RI_STATUS, &mut arg)?;
+        Ok(arg)
+    }
+
+    /// Re-enables the handle's halted RI session on the partition its VM
+    /// runs on now (ABI 1.8); answers that partition.
+    pub fn ri_resume(&self) -> Result<RiResume, ClientError> {
+        let mut arg = RiResume {
+            version: TENANT_STRUCT_VERSION,
+            ..RiResume::default()
+        };
+        self.call("RI resume", TENANT_IOC_RI_RESUME, &mut arg)?;
         Ok(arg)
     }
 

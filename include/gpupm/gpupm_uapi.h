@@ -76,11 +76,12 @@
  * per-context lost sample records, `SAMP_LOST_SELECT` and
  * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
  * runtime-instrumentation sessions — see `docs/ri.md` — and its
- * marked-range and call-graph ioctls — see `docs/ranges.md`).
+ * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
+ * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md`).
  */
-#define GPUPM_ABI_MINOR 7
+#define GPUPM_ABI_MINOR 8
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10007 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10008 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -1172,6 +1173,8 @@ static const char *const gpupm_intr_source_names[15] = {
 #define TENANT_IOC_RI_EMIT 0x40105411
 /** struct gpupm_tenant_ri_status (ABI 1.7): the handle's RI session. */
 #define TENANT_IOC_RI_STATUS 0xc0485412U
+/** struct gpupm_tenant_ri_resume (ABI 1.8): re-enable the handle's halted RI session. */
+#define TENANT_IOC_RI_RESUME 0xc0185413U
 /** struct gpupm_tenant_add_range (ABI 1.7): program a range for one of the caller's contexts. */
 #define TENANT_IOC_ADD_RANGE 0xc0405418U
 /** struct gpupm_tenant_read_ranges (ABI 1.7). */
@@ -3141,6 +3144,42 @@ struct gpupm_tenant_ri_status {
 };
 
 /**
+ * `TENANT_IOC_RI_RESUME` (ABI 1.8): re-enable the handle's halted
+ * session in place, on the partition its VM runs on now. Input:
+ * `version`; every other field 0 (EINVAL otherwise). Output: that
+ * partition. Refused, changing nothing: a session that is not halted, or
+ * an RGS above the partition's maximum (EINVAL); a partition whose
+ * capability version is not the one the session began on (EOPNOTSUPP:
+ * its records would mix two versions in one buffer).
+ */
+struct gpupm_tenant_ri_resume {
+  /**
+   * TENANT_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Input 0.
+   */
+  uint32_t flags;
+  /**
+   * Output: the partition the session runs on again.
+   */
+  uint32_t partition;
+  /**
+   * Output: its capability version.
+   */
+  uint32_t partition_version;
+  /**
+   * Output: its maximum RGS.
+   */
+  uint32_t partition_max_rgs;
+  /**
+   * Input and output 0.
+   */
+  uint32_t reserved;
+};
+
+/**
  * Header of every entry `read()` returns on an RI session.
  */
 struct gpupm_tenant_ri_group_header {
@@ -4691,6 +4730,8 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_emit) == 16);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_emit) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_status) == 72);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_status) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_resume) == 24);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_resume) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_ri_group_header) == 32);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_ri_group_header) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_pmu_scope_totals) == 528);

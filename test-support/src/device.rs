@@ -71,6 +71,22 @@ pub fn step(dev: &DevNode, cycles: u64, daemon: &mut Proc) {
     );
 }
 
+/// Migrates VM `vm` to partition slot `slot` through the device node
+/// (`RI_MIGRATE_VM`, `RI_MIGRATE`), stepping the clock while the VM is
+/// current or incoming on its partition (the device refuses then).
+pub fn migrate(dev: &DevNode, vm: u32, slot: u32, daemon: &mut Proc) {
+    use gpupm_uapi::ri;
+    dev.write32(ri::RI_MIGRATE_VM, vm).expect("stage the VM");
+    for _ in 0..500 {
+        if dev.write32(ri::RI_MIGRATE, slot).is_ok() {
+            assert_eq!(dev.read32(r::vm(vm, r::VM_PARTITION)).unwrap(), slot);
+            return;
+        }
+        step(dev, crate::scenario::STEP, daemon);
+    }
+    panic!("VM {vm} never stopped running");
+}
+
 /// Tracks context instances from the test's own interrupt handle.
 #[derive(Debug)]
 pub struct Instances {

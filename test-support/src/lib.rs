@@ -16,6 +16,7 @@ pub mod bins;
 pub mod cc;
 pub mod cli;
 pub mod device;
+pub mod examples;
 pub mod journald;
 pub mod load;
 pub mod model;

@@ -36,8 +36,9 @@ pub const ABI_MAJOR: u16 = 1;
 /// per-context lost sample records, `SAMP_LOST_SELECT` and
 /// `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
 /// runtime-instrumentation sessions — see `docs/ri.md` — and its
-/// marked-range and call-graph ioctls — see `docs/ranges.md`).
-pub const ABI_MINOR: u16 = 7;
+/// marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
+/// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md`).
+pub const ABI_MINOR: u16 = 8;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

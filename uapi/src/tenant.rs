@@ -79,7 +79,7 @@ use crate::regs::{REKEY_KEY_WORDS, REKEY_NONCE_WORDS, REKEY_TAG_WORDS};
 pub use ranges::{
     AddRange, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange,
 };
-pub use ri::{OpenRi, RiEmit, RiGroupHeader, RiStatus};
+pub use ri::{OpenRi, RiEmit, RiGroupHeader, RiResume, RiStatus};
 pub use sampling::{OpenSampling, SampleHeader};
 
 /// ioctl "type" byte of the tenant node.
@@ -507,6 +507,8 @@ tenant_ioctls! {
     TENANT_IOC_RI_EMIT = write(0x11, RiEmit);
     /// [`RiStatus`] (ABI 1.7): the handle's RI session.
     TENANT_IOC_RI_STATUS = read_write(0x12, RiStatus);
+    /// [`RiResume`] (ABI 1.8): re-enable the handle's halted RI session.
+    TENANT_IOC_RI_RESUME = read_write(0x13, RiResume);
     /// [`AddRange`] (ABI 1.7): program a range for one of the caller's contexts.
     TENANT_IOC_ADD_RANGE = read_write(0x18, AddRange);
     /// [`ReadRanges`] (ABI 1.7).

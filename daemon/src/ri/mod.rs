@@ -22,6 +22,7 @@
 pub mod drain;
 pub mod metrics;
 pub mod plan;
+mod resume;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -88,6 +89,9 @@ pub enum RiError {
     /// Another session watches the context.
     #[error("the context has an RI session")]
     Busy,
+    /// The partition cannot take the session (ABI 1.8 resume).
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// Every control block is in use.
     #[error("every RI control block is in use")]
     NoBlock,
@@ -160,6 +164,8 @@ struct Slot {
     id: u64,
     config: RiConfig,
     cap: u64,
+    /// Capability version of the partition the session began on.
+    version: u32,
     seen: u64,
     halt_reported: bool,
     lost: u64,
@@ -331,6 +337,7 @@ impl RiUnit {
             id,
             config,
             cap: u64::from(config.buffer_groups),
+            version: caps.version,
             seen: 0,
             halt_reported: false,
             lost: 0,

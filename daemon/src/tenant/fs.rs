@@ -250,6 +250,7 @@ impl Filesystem for TenantFs {
                     .ri_emit(fh.0, &identity, value)
                     .map(|()| Vec::new()),
                 Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
+                Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
             })
         } else {
             Err(RequestError::UnknownIoctl)

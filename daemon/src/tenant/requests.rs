@@ -25,6 +25,7 @@ use gpupm_uapi::tenant::{
 use gpupm_uapi::tenant::{
     OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
 };
+use gpupm_uapi::tenant::{RiResume, TENANT_IOC_RI_RESUME};
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
@@ -75,6 +76,8 @@ pub enum Answer {
     RiEmit(u32),
     /// Answer the handle's RI session status.
     RiStatus,
+    /// Re-enable the handle's halted RI session (ABI 1.8).
+    RiResume,
 }
 
 /// Answers ioctl `cmd` with argument bytes `input` (as the kernel copied
@@ -123,6 +126,12 @@ pub fn dispatch(
                 return Err(RequestError::Invalid("output buffer too small"));
             }
             ri::status(&*decode(input)?).map(|()| Answer::RiStatus)
+        }
+        TENANT_IOC_RI_RESUME => {
+            if usize::try_from(out_size).map_or(true, |n| n < size_of::<RiResume>()) {
+                return Err(RequestError::Invalid("output buffer too small"));
+            }
+            ri::resume(&*decode(input)?).map(|()| Answer::RiResume)
         }
         TENANT_IOC_KEY_STATE => out(keys::key_state(view, identity, decode(input)?)?.as_bytes()),
         TENANT_IOC_REKEY => {

@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 use gpupm_uapi::ri::{ri_ctrl, ri_mode};
 use gpupm_uapi::tenant::ri::{
     max_buffer_groups, ri_controls, ri_entry, ri_session_mode, OpenRi, RiEmit, RiGroupHeader,
-    RiStatus, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS, RI_RGS_MAX, RI_SF_MAX,
+    RiResume, RiStatus, DEFAULT_RI_QUEUE_GROUPS, MAX_RI_QUEUE_GROUPS, RI_RGS_MAX, RI_SF_MAX,
 };
 use gpupm_uapi::tenant::scope;
 use zerocopy::{FromZeros, IntoBytes};
@@ -126,6 +126,17 @@ pub(super) fn status(arg: &RiStatus) -> Result<(), RequestError> {
     let blank = RiStatus {
         version: arg.version,
         ..RiStatus::new_zeroed()
+    };
+    check_reserved(u32::from(*arg != blank))
+}
+
+/// Checks `TENANT_IOC_RI_RESUME` (ABI 1.8): every field but `version`
+/// is output or reserved.
+pub(super) fn resume(arg: &RiResume) -> Result<(), RequestError> {
+    check_version(arg.version)?;
+    let blank = RiResume {
+        version: arg.version,
+        ..RiResume::new_zeroed()
     };
     check_reserved(u32::from(*arg != blank))
 }

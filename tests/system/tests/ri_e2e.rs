@@ -91,15 +91,7 @@ impl Rig {
 
     /// Migrates `vm` to `slot`, stepping the clock while it runs.
     fn migrate(&mut self, vm: u32, slot: u32) {
-        self.dev.write32(ri::RI_MIGRATE_VM, vm).expect("stage");
-        for _ in 0..500 {
-            if self.dev.write32(ri::RI_MIGRATE, slot).is_ok() {
-                assert_eq!(self.dev.read32(r::vm(vm, r::VM_PARTITION)).unwrap(), slot);
-                return;
-            }
-            self.steps(1);
-        }
-        panic!("VM {vm} never stopped running");
+        gpupm_test_support::device::migrate(&self.dev, vm, slot, &mut self.daemon);
     }
 
     fn card(&self) -> File {

@@ -20,7 +20,8 @@ use gpupm_uapi::tenant::ranges::{
     RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges, RemoveRange, StackCount,
 };
 use gpupm_uapi::tenant::ri::{
-    ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiStatus,
+    ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiResume,
+    RiStatus,
 };
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
@@ -140,6 +141,7 @@ pub fn render() -> String {
     }
     s.push_str(")\n\n");
     struct_layouts(&mut s);
+    record_and_graph_constants(&mut s);
     s
 }
 
@@ -181,6 +183,8 @@ fn struct_layouts(s: &mut String) {
         RiEmit => "RI_EMIT": version, value, reserved;
         RiStatus => "RI_STATUS": version, state, halt_reason, rgs, groups, delivered, suppressed,
             overwritten, lost, device_max_rgs, partition_max_rgs, partition_version, partition;
+        RiResume => "RI_RESUME": version, flags, partition, partition_version, partition_max_rgs,
+            reserved;
         RiGroupHeader => "RI_GROUP_HEADER": kind, rgs, halt_reason, size, session, group,
             lost_before;
         AddRange => "ADD_RANGE": version, ctx, kind, event, trigger, threshold, kernel, first,
@@ -199,5 +203,77 @@ fn struct_layouts(s: &mut String) {
         ReadCallStacks => "READ_CALL_STACKS": head, rows;
         PcRecord => "PC_RECORD": magic, partition, flags, vm, ctx, seq, cycle, ctx_cycle, kernel,
             block, interval;
+    }
+}
+
+/// What a tenant needs to walk a report group's records (`docs/ri.md`)
+/// and to page a call graph (`docs/ranges.md`): record kinds, flags,
+/// halt reasons, range events, page sizes and the record layouts.
+fn record_and_graph_constants(s: &mut String) {
+    use gpupm_uapi::layout::{
+        ri_emit_source, ri_group_flags, ri_record, ri_sample_flags, RiAbortRecord, RiBeginRecord,
+        RiEmitRecord, RiInstructionRecord, RiTimestampRecord,
+    };
+    use gpupm_uapi::ranges::range_event;
+    use gpupm_uapi::ri::{halt_reason, RI_RECORD_SIZE};
+    use gpupm_uapi::tenant::ranges::{
+        graph_flags, GRAPH_EDGE_ROWS, GRAPH_KERNEL_ROWS, GRAPH_STACK_ROWS, MAX_CONTEXT_RANGES,
+        MAX_GRAPH_STACKS, STACK_FRAMES,
+    };
+    use gpupm_uapi::tenant::ri::{RI_RGS_MAX, RI_SF_MAX};
+
+    s.push_str("\n# Report-group records (docs/ri.md) and call-graph pages (docs/ranges.md).\n");
+    for (name, v) in [
+        ("RI_RECORD_FILL", ri_record::FILL),
+        ("RI_RECORD_BEGIN", ri_record::BEGIN),
+        ("RI_RECORD_TIMESTAMP", ri_record::TIMESTAMP),
+        ("RI_RECORD_INSTRUCTION", ri_record::INSTRUCTION),
+        ("RI_RECORD_EMIT", ri_record::EMIT),
+        ("RI_RECORD_ABORT", ri_record::ABORT),
+        ("RI_GROUP_FLAGS_SECONDARY", ri_group_flags::SECONDARY),
+        ("RI_GROUP_FLAGS_STOPPED", ri_group_flags::STOPPED),
+        ("RI_GROUP_FLAGS_HALTED", ri_group_flags::HALTED),
+        ("RI_SAMPLE_FLAGS_DIRECTED", ri_sample_flags::DIRECTED),
+        ("RI_SAMPLE_FLAGS_SECONDARY", ri_sample_flags::SECONDARY),
+        ("RI_EMIT_SOURCE_REGISTER", ri_emit_source::REGISTER),
+        ("RI_EMIT_SOURCE_MARKER", ri_emit_source::MARKER),
+    ] {
+        writeln!(s, "{name} = {v:#x}").expect("write to String");
+    }
+    for (name, v) in [
+        ("RI_HALT_NONE", halt_reason::NONE),
+        ("RI_HALT_VERSION", halt_reason::VERSION),
+        ("RI_HALT_RGS_LIMIT", halt_reason::RGS_LIMIT),
+        ("RANGE_EVENT_INSTRUCTIONS", range_event::INSTRUCTIONS),
+        ("RANGE_EVENT_CYCLES", range_event::CYCLES),
+        ("RANGE_EVENT_MEMORY", range_event::MEMORY),
+        ("GRAPH_FLAGS_STACKS_DROPPED", graph_flags::STACKS_DROPPED),
+    ] {
+        writeln!(s, "{name} = {v:#x}").expect("write to String");
+    }
+    for (name, v) in [
+        ("RI_RECORD_SIZE", RI_RECORD_SIZE),
+        ("RI_RGS_MAX", u64::from(RI_RGS_MAX)),
+        ("RI_SF_MAX", u64::from(RI_SF_MAX)),
+        ("MAX_GRAPH_STACKS", u64::from(MAX_GRAPH_STACKS)),
+    ] {
+        writeln!(s, "{name} = {v}").expect("write to String");
+    }
+    for (name, v) in [
+        ("MAX_CONTEXT_RANGES", MAX_CONTEXT_RANGES),
+        ("GRAPH_EDGE_ROWS", GRAPH_EDGE_ROWS),
+        ("GRAPH_KERNEL_ROWS", GRAPH_KERNEL_ROWS),
+        ("GRAPH_STACK_ROWS", GRAPH_STACK_ROWS),
+        ("STACK_FRAMES", STACK_FRAMES),
+    ] {
+        writeln!(s, "{name} = {v}").expect("write to String");
+    }
+    layout! { s,
+        RiBeginRecord => "RI_BEGIN_RECORD": kind, flags, rgs, version, groups, time;
+        RiTimestampRecord => "RI_TIMESTAMP_RECORD": kind, flags, reserved, version, group, time;
+        RiInstructionRecord => "RI_INSTRUCTION_RECORD": kind, flags, kernel, block, partition,
+            ctx_cycle;
+        RiEmitRecord => "RI_EMIT_RECORD": kind, source, kernel, block, reserved, data;
+        RiAbortRecord => "RI_ABORT_RECORD": kind, reserved, kernel, block, partition, ctx_cycle;
     }
 }

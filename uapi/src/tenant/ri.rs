@@ -192,6 +192,33 @@ pub struct RiStatus {
 }
 const _: () = assert!(core::mem::size_of::<RiStatus>() == 72);
 
+/// `TENANT_IOC_RI_RESUME` (ABI 1.8): re-enable the handle's halted
+/// session in place, on the partition its VM runs on now. Input:
+/// `version`; every other field 0 (EINVAL otherwise). Output: that
+/// partition. Refused, changing nothing: a session that is not halted, or
+/// an RGS above the partition's maximum (EINVAL); a partition whose
+/// capability version is not the one the session began on (EOPNOTSUPP:
+/// its records would mix two versions in one buffer).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
+)]
+pub struct RiResume {
+    /// [`super::TENANT_STRUCT_VERSION`].
+    pub version: u32,
+    /// Input 0.
+    pub flags: u32,
+    /// Output: the partition the session runs on again.
+    pub partition: u32,
+    /// Output: its capability version.
+    pub partition_version: u32,
+    /// Output: its maximum RGS.
+    pub partition_max_rgs: u32,
+    /// Input and output 0.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<RiResume>() == 24);
+
 /// Values of [`RiGroupHeader::kind`].
 pub mod ri_entry {
     /// A report group follows: 2^(RGS+1) records of 16 bytes.

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use gpupm_uapi::ri::{group_bytes, ri_status};
-use gpupm_uapi::tenant::ri::{ri_state, RiGroupHeader, RiStatus};
+use gpupm_uapi::tenant::ri::{ri_state, RiGroupHeader, RiResume, RiStatus};
 use gpupm_uapi::tenant::TENANT_STRUCT_VERSION;
 use zerocopy::IntoBytes;
 
@@ -75,6 +75,7 @@ fn refused(e: RiError) -> RequestError {
     match e {
         RiError::Invalid(why) => RequestError::Invalid(why),
         RiError::Busy => RequestError::Busy,
+        RiError::Unsupported(why) => RequestError::Unsupported(why),
         RiError::NoBlock => RequestError::Exhausted,
         RiError::Device(e) => {
             tracing::warn!(
@@ -218,6 +219,22 @@ impl Sessions {
         let (target, _) = self.ri_target(fh, identity)?;
         let (unit, block, id) = target.ok_or(RequestError::Invalid("the session ended"))?;
         unit.emit(block, id, value).map_err(refused)
+    }
+
+    /// Re-enables `fh`'s halted RI session (ABI 1.8); answers the
+    /// filled-in request.
+    pub fn ri_resume(&self, fh: u64, identity: &Identity) -> Result<Vec<u8>, RequestError> {
+        let (target, _) = self.ri_target(fh, identity)?;
+        let (unit, block, id) = target.ok_or(RequestError::Invalid("the session ended"))?;
+        let caps = unit.resume(block, id).map_err(refused)?;
+        let out = RiResume {
+            version: TENANT_STRUCT_VERSION,
+            partition: caps.partition,
+            partition_version: caps.version,
+            partition_max_rgs: caps.max_rgs,
+            ..RiResume::default()
+        };
+        Ok(out.as_bytes().to_vec())
     }
 
     /// `fh`'s RI session status, encoded.

@@ -31,7 +31,7 @@ use gpupm_deploy_tests::repo;
 const BINARIES: [&str; 4] = ["gpupm", "gpupmd", "gpupm-driver", "gpupm-mount"];
 
 /// `(repository file, installed path)`: shipped unchanged.
-const SHIPPED_AS_IS: [(&str, &str); 14] = [
+const SHIPPED_AS_IS: [(&str, &str); 18] = [
     (
         "systemd/gpupm-driver.service",
         "/usr/lib/systemd/system/gpupm-driver.service",
@@ -63,6 +63,22 @@ const SHIPPED_AS_IS: [(&str, &str); 14] = [
     (
         "examples/python/tenant_stat.py",
         "/usr/share/doc/gpupm/examples/python/tenant_stat.py",
+    ),
+    (
+        "examples/c/tenant_ri.c",
+        "/usr/share/doc/gpupm/examples/c/tenant_ri.c",
+    ),
+    (
+        "examples/c/tenant_ranges.c",
+        "/usr/share/doc/gpupm/examples/c/tenant_ranges.c",
+    ),
+    (
+        "examples/python/tenant_ri.py",
+        "/usr/share/doc/gpupm/examples/python/tenant_ri.py",
+    ),
+    (
+        "examples/python/tenant_ranges.py",
+        "/usr/share/doc/gpupm/examples/python/tenant_ranges.py",
     ),
     (
         "deploy/prometheus/gpupm-recording.rules.yml",

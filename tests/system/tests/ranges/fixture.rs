@@ -98,11 +98,16 @@ pub(crate) fn contexts(dev: &DevNode) -> (u32, u32, u32) {
 /// The call graph of `ctx` as the device's records in partition 1's ring
 /// say (the ring did not wrap: fewer records than its slots).
 pub(crate) fn graph_from_ring(dev: &DevNode, ctx: u32) -> (CallGraphData, u64) {
+    graph_from_ring_since(dev, ctx, 0)
+}
+
+/// [`graph_from_ring`] of the records from index `from` on.
+pub(crate) fn graph_from_ring_since(dev: &DevNode, ctx: u32, from: u32) -> (CallGraphData, u64) {
     let head = dev.read32(rring(1, rg::RRING_HEAD)).expect("head");
     assert!(head < 4096, "the ring wrapped: {head} records");
     let mut g = CallGraphData::default();
     let mut buf = vec![0u8; size_of::<RangeSlot>()];
-    for k in 0..head {
+    for k in from..head {
         dev.window(
             range_span_offset(1) + u64::from(k) * buf.len() as u64,
             &mut buf,

@@ -9,7 +9,9 @@
 //! ranges; malformed and fuzzed requests change no register; all eight
 //! registers busy is ENOSPC; a restarted daemon disarms what it does not
 //! know.
+mod cleanup;
 mod cli;
+mod examples;
 mod fixture;
 mod refusals;
 

@@ -33,7 +33,7 @@ use gpupm_uapi::tenant::{
     ReadCounters, ReadInstance, ReadInstanceRates, ReadRates, Rekey, SampleHeader, TenantDelta,
     Whoami,
 };
-use gpupm_uapi::tenant::{OpenRi, RiEmit, RiGroupHeader, RiStatus};
+use gpupm_uapi::tenant::{OpenRi, RiEmit, RiGroupHeader, RiResume, RiStatus};
 
 use super::Header;
 
@@ -47,7 +47,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 74] {
+pub fn all_structs() -> [StructInfo; 75] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -82,6 +82,7 @@ pub fn all_structs() -> [StructInfo; 74] {
         OpenRi => "gpupm_tenant_open_ri",
         RiEmit => "gpupm_tenant_ri_emit",
         RiStatus => "gpupm_tenant_ri_status",
+        RiResume => "gpupm_tenant_ri_resume",
         RiGroupHeader => "gpupm_tenant_ri_group_header",
         ScopeTotals => "gpupm_pmu_scope_totals",
         Publish => "gpupm_pmu_publish",
@@ -323,6 +324,7 @@ pub fn emit_structs(h: &mut Header) {
         "OpenRi",
         "RiEmit",
         "RiStatus",
+        "RiResume",
         "RiGroupHeader",
     ]);
     h.structs(&[
