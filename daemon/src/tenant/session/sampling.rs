@@ -2,28 +2,13 @@
 //! queueing the records the plane routes to it.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use super::reserve::HandleSink;
 use super::{run, serve_readers, SampleQueue, SampleSession, Sessions};
 use crate::sampling::{Outgoing, Plane, SampleSink};
 use crate::tenant::error::RequestError;
 use crate::tenant::sampling::SamplingGrant;
-
-/// A sampling session's sink: queues into its handle of the node.
-struct HandleSink {
-    sessions: Weak<Sessions>,
-    fh: u64,
-    id: u64,
-}
-
-impl std::fmt::Debug for HandleSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandleSink")
-            .field("fh", &self.fh)
-            .field("id", &self.id)
-            .finish()
-    }
-}
 
 impl SampleSink for HandleSink {
     fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool {
@@ -43,30 +28,15 @@ impl Sessions {
         grant: SamplingGrant,
         plane: &Arc<Plane>,
     ) -> Result<Vec<u8>, RequestError> {
-        let id = {
-            let mut t = self.lock();
-            if t.shut {
-                return Err(RequestError::ShuttingDown);
-            }
-            let id = t.next_session;
-            let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-            if handle.has_session() {
-                return Err(RequestError::Busy);
-            }
+        let sink = self.reserve_session(fh, |handle, id| {
             handle.sampling = Some(SampleSession {
                 id,
                 vm: grant.target.vm,
                 queue: SampleQueue::new(grant.queue_records),
                 ticket: None,
             });
-            t.next_session += 1;
-            id
-        };
-        let sink = Arc::new(HandleSink {
-            sessions: Arc::downgrade(self),
-            fh,
-            id,
-        });
+        })?;
+        let id = sink.id;
         let opened = plane.open(grant.target, grant.demand, sink);
         let mut t = self.lock();
         let slot = t
