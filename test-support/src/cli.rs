@@ -168,20 +168,28 @@ impl Fixture {
             .expect("card0")
     }
 
-    /// Advances the clock 1 ms at a time until a runtime-instrumentation
+    /// Runs `gpupm ri --ctx CTX ARGS --tenant-node NODE` as tenant `uid`
+    /// and advances the clock 1 ms at a time until a runtime-instrumentation
     /// block bound to `ctx` has stored `groups` groups (the device's RI
-    /// ledger says so), while `child` — the `gpupm ri` under test — keeps
-    /// running; answers the block. Needs `--debug-ledger`; `card` is a
-    /// handle on the device node.
-    pub fn advance_until_ri_stored(
+    /// ledger says so) while that `gpupm ri` keeps running; answers its run
+    /// and the block's ledger once the clock stopped. Needs
+    /// `--debug-ledger`; `ARGS` ends the run (`--duration`).
+    pub fn ri_until_stored(
         &mut self,
-        card: &fs::File,
+        uid: u32,
         ctx: u32,
+        args: &[&str],
         groups: u64,
-        child: &mut Child,
-    ) -> u32 {
+    ) -> (Run, gpupm_uapi::ioctl::RiLedgerQuery) {
+        let card = self.card();
+        let ctx_arg = ctx.to_string();
+        let node = self.node();
+        let mut argv: Vec<String> = ["ri", "--ctx", &ctx_arg].map(String::from).to_vec();
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.extend(["--tenant-node".to_string(), node]);
+        let mut child = spawn_as(Some(uid), &argv);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
+        let block = loop {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no session stored {groups} groups"
@@ -191,13 +199,15 @@ impl Fixture {
                 "gpupm ri exited early"
             );
             if let Some(b) = (0..gpupm_uapi::ri::RI_BLOCKS).find(|&b| {
-                let q = ledger_ri(card, b);
+                let q = ledger_ri(&card, b);
                 q.ctx == ctx && q.stored >= groups
             }) {
-                return b;
+                break b;
             }
             self.advance_ms(1);
-        }
+        };
+        let truth = ledger_ri(&card, block);
+        (finish(child), truth)
     }
 
     /// Waits until every partition's handshake is idle.
