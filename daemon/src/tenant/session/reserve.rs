@@ -1,6 +1,7 @@
 //! What opening an RI or a sampling session on a handle shares: the
-//! reservation of the handle under the table lock (before the unit is
-//! programmed without it), and the sink that queues into that handle.
+//! reservation of the handle under the table lock, the sink that queues
+//! into that handle, and settling the session once its unit was
+//! programmed without the lock (the handle may have been closed meanwhile).
 
 use std::sync::{Arc, Weak};
 
@@ -51,4 +52,48 @@ impl Sessions {
             id,
         }))
     }
+
+    /// Settles session `id` of `fh` once its unit answered `opened`:
+    /// `place` is where the session sits on a handle. Still there: `accept`
+    /// takes the unit's grant into it and answers the request. Closed
+    /// meanwhile: the grant is dropped after the lock is released (it
+    /// withdraws what it holds) and the answer is EBADF. Refused: the
+    /// reserved session goes and the answer is `refused`'s.
+    pub(super) fn settle_session<S: Reserved, G, E>(
+        &self,
+        fh: u64,
+        id: u64,
+        opened: Result<G, E>,
+        place: impl Fn(&mut Handle) -> &mut Option<S>,
+        accept: impl FnOnce(&mut S, G) -> Vec<u8>,
+        refused: impl FnOnce(E) -> RequestError,
+    ) -> Result<Vec<u8>, RequestError> {
+        let mut t = self.lock();
+        let slot = t
+            .handles
+            .get_mut(&fh)
+            .and_then(|h| place(h).as_mut())
+            .filter(|s| s.id() == id);
+        match (opened, slot) {
+            (Ok(grant), Some(s)) => Ok(accept(s, grant)),
+            (Ok(grant), None) => {
+                drop(t);
+                drop(grant);
+                Err(RequestError::BadHandle)
+            }
+            (Err(e), slot) => {
+                if slot.is_some() {
+                    if let Some(h) = t.handles.get_mut(&fh) {
+                        *place(h) = None;
+                    }
+                }
+                Err(refused(e))
+            }
+        }
+    }
+}
+
+/// A session reserved on a handle, known by its id.
+pub(super) trait Reserved {
+    fn id(&self) -> u64;
 }

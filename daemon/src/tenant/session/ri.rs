@@ -9,7 +9,7 @@ use gpupm_uapi::tenant::ri::{ri_state, RiGroupHeader, RiStatus};
 use gpupm_uapi::tenant::TENANT_STRUCT_VERSION;
 use zerocopy::IntoBytes;
 
-use super::reserve::HandleSink;
+use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, Sessions};
 use crate::ri::{drain::Status, Entry, RiError, RiSink, RiTicket, RiUnit};
 use crate::tenant::error::RequestError;
@@ -25,6 +25,12 @@ pub(super) struct RiSession {
     pub(super) queue: RiQueue,
     pub(super) ended: bool,
     ticket: Option<RiTicket>,
+}
+
+impl Reserved for RiSession {
+    fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 impl RiSession {
@@ -93,14 +99,12 @@ impl Sessions {
         })?;
         let id = sink.id;
         let opened = unit.open(grant.config, sink);
-        let mut t = self.lock();
-        let slot = t
-            .handles
-            .get_mut(&fh)
-            .and_then(|h| h.ri.as_mut())
-            .filter(|s| s.id == id);
-        match (opened, slot) {
-            (Ok((ticket, caps)), Some(s)) => {
+        self.settle_session(
+            fh,
+            id,
+            opened,
+            |h| &mut h.ri,
+            |s, (ticket, caps)| {
                 let mut answer = grant.answer;
                 answer.session = ticket.id();
                 answer.block = ticket.block();
@@ -111,22 +115,10 @@ impl Sessions {
                 answer.reserved2 = 0;
                 s.queue.session = ticket.id();
                 s.ticket = Some(ticket);
-                Ok(answer.as_bytes().to_vec())
-            }
-            (Ok((ticket, _)), None) => {
-                drop(t);
-                drop(ticket);
-                Err(RequestError::BadHandle)
-            }
-            (Err(e), slot) => {
-                if slot.is_some() {
-                    if let Some(h) = t.handles.get_mut(&fh) {
-                        h.ri = None;
-                    }
-                }
-                Err(refused(e))
-            }
-        }
+                answer.as_bytes().to_vec()
+            },
+            refused,
+        )
     }
 
     /// Queues entries for RI session `id` of `fh` (and marks it ended);

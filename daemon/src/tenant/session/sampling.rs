@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::reserve::HandleSink;
+use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, SampleQueue, SampleSession, Sessions};
 use crate::sampling::{Outgoing, Plane, SampleSink};
 use crate::tenant::error::RequestError;
@@ -15,6 +15,12 @@ impl SampleSink for HandleSink {
         self.sessions
             .upgrade()
             .is_some_and(|s| s.deliver_samples(self.fh, self.id, kind, lost, records))
+    }
+}
+
+impl Reserved for SampleSession {
+    fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -38,14 +44,12 @@ impl Sessions {
         })?;
         let id = sink.id;
         let opened = plane.open(grant.target, grant.demand, sink);
-        let mut t = self.lock();
-        let slot = t
-            .handles
-            .get_mut(&fh)
-            .and_then(|h| h.sampling.as_mut())
-            .filter(|s| s.id == id);
-        match (opened, slot) {
-            (Ok(ticket), Some(s)) => {
+        self.settle_session(
+            fh,
+            id,
+            opened,
+            |h| &mut h.sampling,
+            |s, ticket| {
                 let mut answer = grant.answer;
                 let settings = ticket.settings();
                 answer.session = ticket.id();
@@ -53,28 +57,16 @@ impl Sessions {
                 answer.device_branch_every = settings.branch_every.unwrap_or(0);
                 answer.clock_khz = plane.clock_khz();
                 s.ticket = Some(ticket);
-                Ok(zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec())
-            }
-            // Closed meanwhile: the ticket withdraws the demand (after
-            // the lock is released).
-            (Ok(ticket), None) => {
-                drop(t);
-                drop(ticket);
-                Err(RequestError::BadHandle)
-            }
-            (Err(e), slot) => {
-                if slot.is_some() {
-                    if let Some(h) = t.handles.get_mut(&fh) {
-                        h.sampling = None;
-                    }
-                }
+                zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec()
+            },
+            |e| {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
                     "programming the samplers failed"
                 );
-                Err(RequestError::Device)
-            }
-        }
+                RequestError::Device
+            },
+        )
     }
 
     /// Queues records for sampling session `id` of `fh`; false once that
