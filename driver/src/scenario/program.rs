@@ -2,6 +2,8 @@
 //! of basic blocks with a control-flow graph, in their resolved form, and
 //! the programs generated for churn contexts.
 
+use gpupm_client::sampling::reconstruct::{KernelShape, ProgramShape};
+
 /// Most frames on a program's call stack (the entry kernel's included).
 pub const CALL_DEPTH: usize = 16;
 /// Programs generated for churn contexts whose profile names none.
@@ -94,6 +96,25 @@ pub enum Exit {
 }
 
 impl ProgramSpec {
+    /// What a sample reconstruction needs of the program: its kernels'
+    /// names and instructions per block.
+    pub fn shape(&self) -> ProgramShape {
+        ProgramShape {
+            kernels: self
+                .kernels
+                .iter()
+                .map(|k| KernelShape {
+                    name: k.name.clone(),
+                    block_instructions: k
+                        .blocks
+                        .iter()
+                        .map(|b| u64::from(b.instructions))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
     /// The fewest cycles a block of this program can take: a lower bound
     /// on the context cycles between two taken branches.
     pub fn min_branch_gap(&self) -> u64 {
