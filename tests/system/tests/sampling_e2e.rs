@@ -14,7 +14,7 @@ use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_driver::scenario::BUILTIN_TOML;
-use gpupm_test_support::device::{block_truth, builtin_shape, context_running, wait_idle};
+use gpupm_test_support::device::{block_truth, builtin_shape, context_running, step};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, spawn_as, Cred};
@@ -151,12 +151,7 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
     let node = tmp.join("tenant").join("node");
     // Let the scenario's contexts exist.
     for _ in 0..64 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
     let (gemm, gemm_prog) = context_running(&dev, Some(1), "gemm");
     let (res, res_prog) = context_running(&dev, Some(2), "resonant");
@@ -219,12 +214,7 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
     let (gemm0, res0) = (block_truth(&dev, gemm), block_truth(&dev, res));
     let mut steps = 0;
     while !(a.done() && b.done()) {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
         steps += 1;
         assert!(
             steps < 2_000_000,
@@ -276,12 +266,7 @@ fn run_while_advancing(
         .expect("setpriv (util-linux) runs the example");
     let mut steps = 0;
     while child.try_wait().expect("wait").is_none() {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(dev, STEP, daemon);
         steps += 1;
         assert!(steps < 1_000_000, "{argv:?} never finished");
     }
@@ -323,12 +308,7 @@ fn the_c_and_python_session_examples_read_their_contexts_samples() {
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
     daemon.wait_for("READY=1");
     for _ in 0..64 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
     let (gemm, _) = context_running(&dev, Some(1), "gemm");
     let root = gpupm_test_support::workspace_root();
