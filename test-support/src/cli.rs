@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use gpupm_client::DevNode;
 
+use crate::device::ledger_ri;
 use crate::process::Proc;
 use crate::scratch::Scratch;
 use crate::users::{Cred, Run};
@@ -298,22 +299,4 @@ pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// What runtime-instrumentation block `block` did since its session began
-/// (`GPUPM_IOC_LEDGER_RI`; the driver needs `--debug-ledger`).
-pub fn ledger_ri(card: &fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedgerQuery {
-    use zerocopy::IntoBytes;
-    let mut q = gpupm_uapi::ioctl::RiLedgerQuery {
-        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
-        block,
-        ..Default::default()
-    };
-    crate::rawnode::sys::ioctl(
-        card,
-        gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
-        q.as_mut_bytes(),
-    )
-    .expect("RI ledger");
-    q
 }

@@ -240,3 +240,21 @@ pub fn context_running(dev: &DevNode, vm: Option<u32>, name: &str) -> (u32, u32)
 pub fn builtin_shape(program: u32) -> gpupm_client::sampling::reconstruct::ProgramShape {
     gpupm_driver::scenario::builtin().program_table()[program as usize - 1].shape()
 }
+
+/// What runtime-instrumentation block `block` did since its session began
+/// (`GPUPM_IOC_LEDGER_RI`; the driver needs `--debug-ledger`).
+pub fn ledger_ri(card: &std::fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedgerQuery {
+    use zerocopy::IntoBytes;
+    let mut q = gpupm_uapi::ioctl::RiLedgerQuery {
+        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
+        block,
+        ..Default::default()
+    };
+    crate::rawnode::sys::ioctl(
+        card,
+        gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
+        q.as_mut_bytes(),
+    )
+    .expect("RI ledger");
+    q
+}
