@@ -45,6 +45,7 @@ pub mod paths;
 pub mod ranges;
 pub mod ri;
 pub mod sampling;
+pub mod splitmix;
 pub mod stepclock;
 pub mod sys;
 pub mod tenant;

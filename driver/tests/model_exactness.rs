@@ -5,7 +5,8 @@
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
 use gpupm_driver::host::{self, Host};
-use gpupm_driver::model::EngineKind;
+use gpupm_driver::model::{Device, EngineKind};
+use gpupm_driver::scenario::Scenario;
 use gpupm_test_support::model::*;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::ioctl::ledger_scope;
@@ -13,12 +14,7 @@ use gpupm_uapi::layout::{self, StreamRecord, StreamSlot, SYSTEM_BLOCK_SLOT};
 use gpupm_uapi::regs::{self as r, hs_state, part_ctrl};
 use zerocopy::FromBytes;
 
-fn run_serviced(
-    dev: &mut gpupm_driver::model::Device,
-    host: &mut Host,
-    total: u64,
-    step: u64,
-) -> u64 {
+fn run_serviced(dev: &mut Device, host: &mut Host, total: u64, step: u64) -> u64 {
     let mut handshakes = 0;
     let end = dev.now() + total;
     while dev.now() < end {
@@ -26,6 +22,16 @@ fn run_serviced(
         handshakes += host.service(dev).unwrap().handshakes;
     }
     handshakes
+}
+
+/// The small scenario on the batched engine after `total` cycles in
+/// `step`s, the host servicing every interrupt.
+fn serviced(total: u64, step: u64) -> (Scenario, Device, Host) {
+    let s = small_scenario();
+    let mut dev = device(&s, EngineKind::Batched);
+    let mut host = Host::new();
+    run_serviced(&mut dev, &mut host, total, step);
+    (s, dev, host)
 }
 
 #[test]
@@ -130,10 +136,7 @@ fn nothing_is_counted_while_a_switch_window_is_open() {
 
 #[test]
 fn confidential_vm_blocks_leave_the_device_only_as_ciphertext() {
-    let s = small_scenario();
-    let mut dev = device(&s, EngineKind::Batched);
-    let mut host = Host::new();
-    run_serviced(&mut dev, &mut host, 500_000, 5_000);
+    let (s, mut dev, _) = serviced(500_000, 5_000);
     host::flush_all(&mut dev).unwrap();
     let key = s.vms[2].confidential_key.unwrap();
     let mut raw = vec![0u8; layout::BLOCK_SLOT_SIZE as usize];
@@ -301,10 +304,7 @@ fn drained_stream_deltas_add_up_to_each_context_block() {
 
 #[test]
 fn reset_zeroes_counts_and_exactness_continues_from_there() {
-    let s = small_scenario();
-    let mut dev = device(&s, EngineKind::Batched);
-    let mut host = Host::new();
-    run_serviced(&mut dev, &mut host, 300_000, 3_000);
+    let (s, mut dev, mut host) = serviced(300_000, 3_000);
     dev.write_reg(r::RESET, 4, u64::from(r::RESET_MAGIC))
         .unwrap();
     assert!(dev
@@ -326,10 +326,7 @@ fn reset_zeroes_counts_and_exactness_continues_from_there() {
 
 #[test]
 fn oob_mailbox_reads_system_counters_without_the_daemon() {
-    let s = small_scenario();
-    let mut dev = device(&s, EngineKind::Batched);
-    let mut host = Host::new();
-    run_serviced(&mut dev, &mut host, 200_000, 2_000);
+    let (_, mut dev, _) = serviced(200_000, 2_000);
     host::flush_all(&mut dev).unwrap();
     let e = ev("sm_inst_executed");
     dev.write_reg(r::MBOX_ARG, 4, u64::from(e)).unwrap();

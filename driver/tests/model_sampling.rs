@@ -150,6 +150,23 @@ fn samp_regs(dev: &Device, p: u32) -> Vec<u64> {
         .collect()
 }
 
+/// Each (offset, value) write fails and leaves partition 1's sampling
+/// registers and the device's digest as they were.
+fn refused_without_change(dev: &mut Device, writes: &[(u64, u32)]) {
+    for &(off, v) in writes {
+        let before = (samp_regs(dev, 1), digest(dev));
+        assert!(
+            dev.write_reg(off, 4, u64::from(v)).is_err(),
+            "{off:#x} <- {v} accepted"
+        );
+        assert_eq!(
+            (samp_regs(dev, 1), digest(dev)),
+            before,
+            "{off:#x} <- {v} changed state"
+        );
+    }
+}
+
 #[test]
 fn every_bad_sampling_write_fails_and_changes_nothing() {
     let sc = small_with_programs();
@@ -184,41 +201,22 @@ fn every_bad_sampling_write_fails_and_changes_nothing() {
         (samp(3, s::SAMP_CTRL), 1), // unconfigured slot
         (samp(0, s::SAMP_CTRL), 1), // the system slot runs no programs
     ];
-    for (off, v) in bad {
-        let before = (samp_regs(&dev, 1), digest(&dev));
-        assert!(
-            dev.write_reg(off, 4, u64::from(v)).is_err(),
-            "{off:#x} <- {v} accepted"
-        );
-        assert_eq!(
-            (samp_regs(&dev, 1), digest(&dev)),
-            before,
-            "{off:#x} <- {v} changed state"
-        );
-    }
+    refused_without_change(&mut dev, &bad);
     // With the samplers off, placement is checked: misaligned, not a power
     // of two, outside the span, overlapping; enabling with no buffer.
     dev.write_reg(samp(1, s::SAMP_CTRL), 4, 0).unwrap();
     let span = u32::try_from(s::SAMPLE_SPAN).unwrap();
-    for (off, v) in [
-        (pc(s::BUF_BASE), 100),
-        (pc(s::BUF_CAP), 3),
-        (pc(s::BUF_BASE), span),
-        (pc(s::BUF_CAP), 1 << 20),
-        (pc(s::BUF_BASE), 0), // onto the branch buffer
-        (br(s::BUF_CAP), 1 << 12),
-    ] {
-        let before = (samp_regs(&dev, 1), digest(&dev));
-        assert!(
-            dev.write_reg(off, 4, u64::from(v)).is_err(),
-            "{off:#x} <- {v} accepted"
-        );
-        assert_eq!(
-            (samp_regs(&dev, 1), digest(&dev)),
-            before,
-            "{off:#x} <- {v} changed state"
-        );
-    }
+    refused_without_change(
+        &mut dev,
+        &[
+            (pc(s::BUF_BASE), 100),
+            (pc(s::BUF_CAP), 3),
+            (pc(s::BUF_BASE), span),
+            (pc(s::BUF_CAP), 1 << 20),
+            (pc(s::BUF_BASE), 0), // onto the branch buffer
+            (br(s::BUF_CAP), 1 << 12),
+        ],
+    );
     dev.write_reg(pc(s::BUF_CAP), 4, 0).unwrap();
     let before = samp_regs(&dev, 1);
     assert!(dev

@@ -41,10 +41,7 @@ fn run(card: &mut File, cycles: u64) {
 
 #[test]
 fn without_debug_ledger_the_ledger_ioctl_does_not_exist() {
-    let d = Driver::start_with(DriverOptions {
-        debug_ledger: false,
-        ..DriverOptions::default()
-    });
+    let d = Driver::start_with(DriverOptions::default().without_ledger());
     let card = d.card();
     advance(&card, 50_000).unwrap();
     for (scope, id) in [

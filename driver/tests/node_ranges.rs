@@ -114,10 +114,7 @@ fn ranges_count_through_the_node_and_the_ledgers_answer_only_in_debug() {
     assert_eq!(errno(&calls_query(&card, 0).unwrap_err()), libc::EINVAL);
     d.stop();
 
-    let d = Driver::start_with(DriverOptions {
-        debug_ledger: false,
-        ..DriverOptions::toml(scenario())
-    });
+    let d = Driver::start_with(DriverOptions::toml(scenario()).without_ledger());
     let card = d.card();
     advance(&card, 10_000).unwrap();
     assert_eq!(errno(&ranges_query(&card, 1, 1).unwrap_err()), libc::ENOTTY);

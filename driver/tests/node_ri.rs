@@ -150,10 +150,7 @@ fn sessions_store_groups_and_halt_on_migration_through_the_node() {
     );
     d.stop();
 
-    let d = Driver::start_with(DriverOptions {
-        debug_ledger: false,
-        ..DriverOptions::toml(toml())
-    });
+    let d = Driver::start_with(DriverOptions::toml(toml()).without_ledger());
     let card = d.card();
     assert_eq!(errno(&ledger_ri(&card, 0).unwrap_err()), libc::ENOTTY);
     d.stop();

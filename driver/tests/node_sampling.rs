@@ -80,10 +80,7 @@ fn pc_records_reach_the_window_and_the_block_ledger_answers_only_in_debug() {
     assert_eq!(errno(&blocks_query(&card, 7).unwrap_err()), libc::EINVAL);
     d.stop();
 
-    let d = Driver::start_with(DriverOptions {
-        debug_ledger: false,
-        ..DriverOptions::toml(scenario())
-    });
+    let d = Driver::start_with(DriverOptions::toml(scenario()).without_ledger());
     let card = d.card();
     advance(&card, 10_000).unwrap();
     assert_eq!(errno(&blocks_query(&card, 1).unwrap_err()), libc::ENOTTY);

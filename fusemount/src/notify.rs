@@ -98,6 +98,23 @@ impl NotifyListener {
         })
     }
 
+    /// One datagram if one comes within 200 ms, `None` if none does (the
+    /// waits around it check their deadline and the sender in between).
+    fn poll_once(&self) -> io::Result<Option<Notification>> {
+        match self.recv(Duration::from_millis(200)) {
+            Ok(n) => Ok(Some(n)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Receives until a notification has line `line`, answering barriers on
     /// the way; gives up after `timeout` or when `alive` says the sender is
     /// gone.
@@ -128,17 +145,11 @@ impl NotifyListener {
     ) -> io::Result<Notification> {
         let deadline = Instant::now() + timeout;
         loop {
-            match self.recv(Duration::from_millis(200)) {
+            match self.poll_once()? {
                 // Dropping the barrier's descriptor is the answer.
-                Ok(n) if n.has("BARRIER=1") => {}
-                Ok(n) if done(&n) => return Ok(n),
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(e),
+                Some(n) if n.has("BARRIER=1") => {}
+                Some(n) if done(&n) => return Ok(n),
+                _ => {}
             }
             if !alive() {
                 return Err(io::Error::other(format!("the sender ended before {what}")));
@@ -171,15 +182,8 @@ impl NotifyListener {
         let fd = stored.fds.remove(0);
         let deadline = Instant::now() + timeout;
         loop {
-            match self.recv(Duration::from_millis(200)) {
-                Ok(n) if n.has("BARRIER=1") => return Ok((name, fd)),
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(e),
+            if self.poll_once()?.is_some_and(|n| n.has("BARRIER=1")) {
+                return Ok((name, fd));
             }
             if !alive() || Instant::now() >= deadline {
                 return Err(io::Error::other("no BARRIER=1 after FDSTORE=1"));

@@ -18,6 +18,8 @@ use gpupm_uapi::regs::{self as r, hs_state, part_status, trig_cmd};
 use gpupm_uapi::tenant::counter_flags;
 use zerocopy::IntoBytes;
 
+use crate::scenario::{hex, one_gpc_partitions};
+
 /// The confidential VM (partition 2).
 pub const CC_VM: u32 = 2;
 /// Its provisioned key.
@@ -41,7 +43,6 @@ pub const STEP: u64 = 8192;
 /// confidential and its contexts run the profile "cc", whose rates are
 /// `cc_rate` times the plain VMs'. Periodic and threshold triggers.
 pub fn scenario(cc_rate: f64) -> String {
-    let hex: String = CC_KEY.iter().map(|b| format!("{b:02x}")).collect();
     let rates = |k: f64| {
         format!(
             "{{ sm_cycles_active = {}, sm_inst_executed = {}, l2_read_req = {}, l2_hit = {}, fb_bytes = {}, pcie_rx_bytes = {} }}",
@@ -88,17 +89,11 @@ rates = {{ nvlink_rx_flits = 0.25, nvlink_tx_flits = 0.5 }}
         rates(1.0),
         rates(cc_rate)
     );
-    for p in PARTS {
-        s += &format!(
-            "[[partition]]\nslot = {p}\ngpcs = [{}]\nmemory_slices = [{}]\nctx_timeslice_cycles = 6000\nvm_timeslice_cycles = 15000\n",
-            p - 1,
-            p - 1
-        );
-    }
+    one_gpc_partitions(&mut s, *PARTS.end());
     for vm in PARTS {
         s += &format!("[[vm]]\nid = {vm}\npartition = {vm}\n");
         if vm == CC_VM {
-            s += &format!("confidential_key = \"{hex}\"\n");
+            s += &format!("confidential_key = \"{}\"\n", hex(&CC_KEY));
         }
         let profile = if vm == CC_VM { "cc" } else { "busy" };
         for _ in 0..2 {

@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 
 use gpupm_client::DevNode;
 
+use crate::device::ledger_ri;
 use crate::process::Proc;
 use crate::scratch::Scratch;
 use crate::users::{Cred, Run};
@@ -168,20 +169,28 @@ impl Fixture {
             .expect("card0")
     }
 
-    /// Advances the clock 1 ms at a time until a runtime-instrumentation
+    /// Runs `gpupm ri --ctx CTX ARGS --tenant-node NODE` as tenant `uid`
+    /// and advances the clock 1 ms at a time until a runtime-instrumentation
     /// block bound to `ctx` has stored `groups` groups (the device's RI
-    /// ledger says so), while `child` — the `gpupm ri` under test — keeps
-    /// running; answers the block. Needs `--debug-ledger`; `card` is a
-    /// handle on the device node.
-    pub fn advance_until_ri_stored(
+    /// ledger says so) while that `gpupm ri` keeps running; answers its run
+    /// and the block's ledger once the clock stopped. Needs
+    /// `--debug-ledger`; `ARGS` ends the run (`--duration`).
+    pub fn ri_until_stored(
         &mut self,
-        card: &fs::File,
+        uid: u32,
         ctx: u32,
+        args: &[&str],
         groups: u64,
-        child: &mut Child,
-    ) -> u32 {
+    ) -> (Run, gpupm_uapi::ioctl::RiLedgerQuery) {
+        let card = self.card();
+        let ctx_arg = ctx.to_string();
+        let node = self.node();
+        let mut argv: Vec<String> = ["ri", "--ctx", &ctx_arg].map(String::from).to_vec();
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv.extend(["--tenant-node".to_string(), node]);
+        let mut child = spawn_as(Some(uid), &argv);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
+        let block = loop {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no session stored {groups} groups"
@@ -191,13 +200,15 @@ impl Fixture {
                 "gpupm ri exited early"
             );
             if let Some(b) = (0..gpupm_uapi::ri::RI_BLOCKS).find(|&b| {
-                let q = ledger_ri(card, b);
+                let q = ledger_ri(&card, b);
                 q.ctx == ctx && q.stored >= groups
             }) {
-                return b;
+                break b;
             }
             self.advance_ms(1);
-        }
+        };
+        let truth = ledger_ri(&card, block);
+        (finish(child), truth)
     }
 
     /// Waits until every partition's handshake is idle.
@@ -288,22 +299,4 @@ pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// What runtime-instrumentation block `block` did since its session began
-/// (`GPUPM_IOC_LEDGER_RI`; the driver needs `--debug-ledger`).
-pub fn ledger_ri(card: &fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedgerQuery {
-    use zerocopy::IntoBytes;
-    let mut q = gpupm_uapi::ioctl::RiLedgerQuery {
-        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
-        block,
-        ..Default::default()
-    };
-    crate::rawnode::sys::ioctl(
-        card,
-        gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
-        q.as_mut_bytes(),
-    )
-    .expect("RI ledger");
-    q
 }

@@ -219,3 +219,58 @@ pub fn sample_buffer(dev: &DevNode, p: u32, kind: u32) -> [u64; 4] {
         .expect("buffer registers");
     [v[0], v[1], v[2], v[3]]
 }
+
+/// What the block ledger of `ctx` (`--debug-ledger`, not sealed) holds:
+/// per (kernel, block), (instructions, cycles) so far.
+pub fn block_truth(dev: &DevNode, ctx: u32) -> BTreeMap<(u32, u32), (u64, u64)> {
+    let (pages, _) = dev
+        .ledger_blocks(ctx)
+        .expect("ledger blocks (--debug-ledger)");
+    pages
+        .iter()
+        .flat_map(|p| p.rows[..p.count as usize].iter())
+        .map(|row| {
+            let key = (u32::from(row.kernel), u32::from(row.block));
+            (key, (row.instructions, row.cycles))
+        })
+        .collect()
+}
+
+/// An active context (of `vm`, or of any VM) running the built-in
+/// scenario's program `name`: (context, program number).
+pub fn context_running(dev: &DevNode, vm: Option<u32>, name: &str) -> (u32, u32) {
+    let table = gpupm_driver::scenario::builtin().program_table();
+    (1..MAX_CONTEXTS)
+        .find_map(|c| {
+            let reg = |x| dev.read32(r::ctx(c, x)).ok();
+            let program = reg(r::CTX_PROGRAM)?;
+            let runs = program > 0 && table[program as usize - 1].name == name;
+            let on_vm = vm.is_none_or(|vm| reg(r::CTX_VM) == Some(vm));
+            (reg(r::CTX_STATE)? == ctx_state::ACTIVE && on_vm && runs).then_some((c, program))
+        })
+        .unwrap_or_else(|| panic!("no context of VM {vm:?} runs {name}"))
+}
+
+/// The reconstruction's shape of the built-in scenario's program number
+/// `program`.
+pub fn builtin_shape(program: u32) -> gpupm_client::sampling::reconstruct::ProgramShape {
+    gpupm_driver::scenario::builtin().program_table()[program as usize - 1].shape()
+}
+
+/// What runtime-instrumentation block `block` did since its session began
+/// (`GPUPM_IOC_LEDGER_RI`; the driver needs `--debug-ledger`).
+pub fn ledger_ri(card: &std::fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedgerQuery {
+    use zerocopy::IntoBytes;
+    let mut q = gpupm_uapi::ioctl::RiLedgerQuery {
+        version: gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION,
+        block,
+        ..Default::default()
+    };
+    crate::rawnode::sys::ioctl(
+        card,
+        gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
+        q.as_mut_bytes(),
+    )
+    .expect("RI ledger");
+    q
+}

@@ -213,7 +213,7 @@ rates = {{ nvlink_rx_flits = 0.25, nvlink_tx_flits = 0.5 }}
 
 /// Partition slots `1..=n`, each on GPC and memory slice `slot - 1`, with
 /// 6,000-cycle context and 15,000-cycle VM timeslices.
-fn one_gpc_partitions(s: &mut String, n: u32) {
+pub(crate) fn one_gpc_partitions(s: &mut String, n: u32) {
     for p in 1..=n {
         writeln!(
             s,

@@ -69,6 +69,15 @@ impl DriverOptions {
         }
     }
 
+    /// These options without `--debug-ledger` (the ledger ioctls answer
+    /// ENOTTY).
+    pub fn without_ledger(self) -> DriverOptions {
+        DriverOptions {
+            debug_ledger: false,
+            ..self
+        }
+    }
+
     /// The built-in scenario on a step clock, logging at `info`.
     pub fn builtin() -> DriverOptions {
         DriverOptions {

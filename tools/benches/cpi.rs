@@ -20,13 +20,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpupm_client::sampling::reconstruct::{Estimator, KernelShape, ProgramShape, Scale};
+use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::{DevNode, Scope, TenantClient};
-use gpupm_driver::scenario;
 use gpupm_test_support::cli::Fixture;
+use gpupm_test_support::device::{block_truth, builtin_shape, context_running};
 use gpupm_test_support::procfs;
-use gpupm_uapi::regs as r;
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 use gpupm_uapi::tenant::sampling::{sample_kind, SampleHeader};
 use zerocopy::FromBytes;
@@ -36,57 +35,14 @@ const ACCURACY_SAMPLES: u64 = 100_000;
 /// Device time of the throughput run, ms.
 const THROUGHPUT_MS: u64 = 100;
 
-type Truth = BTreeMap<(u32, u32), (u64, u64)>;
-
-fn truth(dev: &DevNode, ctx: u32) -> Truth {
-    let (pages, _) = dev
-        .ledger_blocks(ctx)
-        .expect("ledger blocks (--debug-ledger)");
-    pages
-        .iter()
-        .flat_map(|p| p.rows[..p.count as usize].iter())
-        .map(|row| {
-            (
-                (u32::from(row.kernel), u32::from(row.block)),
-                (row.instructions, row.cycles),
-            )
-        })
-        .collect()
-}
-
-fn resonant_ctx(dev: &DevNode) -> (u32, u32) {
-    let table = scenario::builtin().program_table();
-    (1..r::MAX_CONTEXTS)
-        .find_map(|c| {
-            let p = dev.read32(r::ctx(c, r::CTX_PROGRAM)).ok()?;
-            let active = dev.read32(r::ctx(c, r::CTX_STATE)).ok()? == r::ctx_state::ACTIVE;
-            (active && p > 0 && table[p as usize - 1].name == "resonant").then_some((c, p))
-        })
-        .expect("the built-in scenario's resonant context")
-}
-
-fn shape(program: u32) -> ProgramShape {
-    let spec = &scenario::builtin().program_table()[program as usize - 1];
-    ProgramShape {
-        kernels: spec
-            .kernels
-            .iter()
-            .map(|k| KernelShape {
-                name: k.name.clone(),
-                block_instructions: k.blocks.iter().map(|b| u64::from(b.instructions)).collect(),
-            })
-            .collect(),
-    }
-}
-
 /// (mean, max) relative CPI error in percent over the blocks with ≥ 1 %
 /// of the window's exact cycles, and the samples used.
 fn accuracy(f: &mut Fixture, ctx: u32, program: u32, dither: u32) -> (f64, f64, u64) {
     let node = TenantClient::open_nonblocking(f.node()).expect("open the tenant node");
     let req = SamplingRequest::cycles(Scope::Ctx(ctx), 4096, dither).with_branches(64);
     node.open_sampling(&req).expect("open a session");
-    let before = truth(&f.dev, ctx);
-    let mut est = Estimator::new(shape(program)).with_branch_every(64);
+    let before = block_truth(&f.dev, ctx);
+    let mut est = Estimator::new(builtin_shape(program)).with_branch_every(64);
     let (mut samples, mut stacks) = (0u64, 0u64);
     while samples < ACCURACY_SAMPLES {
         f.advance_ms(1);
@@ -114,7 +70,7 @@ fn accuracy(f: &mut Fixture, ctx: u32, program: u32, dither: u32) -> (f64, f64, 
             }
         }
     }
-    let after = truth(&f.dev, ctx);
+    let after = block_truth(&f.dev, ctx);
     drop(node);
     let e = est.estimate(Scale::Rates {
         branch_records: stacks as f64,
@@ -276,7 +232,7 @@ fn throughput(f: &mut Fixture) -> Throughput {
 fn main() {
     let mut f = Fixture::start_with("cpi-bench", &["--debug-ledger"]);
     f.advance_ms(3);
-    let (ctx, program) = resonant_ctx(&f.dev);
+    let (ctx, program) = context_running(&f.dev, None, "resonant");
     eprintln!("resonant loop: context {ctx}");
     let (fixed_mean, fixed_max, fixed_n) = accuracy(&mut f, ctx, program, 0);
     let (dither_mean, dither_max, dither_n) = accuracy(&mut f, ctx, program, 255);

@@ -15,18 +15,13 @@ use crate::error::CliResult;
 use crate::node::Global;
 use crate::output::emit;
 use crate::top::sample::{Row, Sampler};
+use crate::top::IntervalArgs;
 
 /// Arguments of `gpupm dmon`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Interval in milliseconds.
-    #[arg(
-        short = 'I',
-        long = "interval",
-        value_name = "MS",
-        default_value_t = 1000
-    )]
-    interval_ms: u64,
+    #[command(flatten)]
+    interval: IntervalArgs,
     /// Number of intervals (default: until interrupted).
     #[arg(long, value_name = "K")]
     count: Option<u64>,
@@ -103,7 +98,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             "vm", "sm%", "ipc", "inst/s", "l2hit%", "dramMB/s", "pcieMB/s"
         ))?;
     }
-    let period = Duration::from_millis(args.interval_ms.max(1));
+    let period = Duration::from_millis(args.interval.ms.max(1));
     let mut next = Instant::now() + period;
     let mut n = 0;
     while args.count.is_none_or(|k| n < k) {

@@ -93,14 +93,7 @@ fn cpi(f: &mut Fixture, ctx: u32, extra: &[&str]) -> gpupm_test_support::users::
 fn a_confidential_tenant_opens_its_samples_with_its_key_and_the_cpi_matches_the_ledger() {
     let mut f = Fixture::start_with_tenants("cpi-cc", &["--debug-ledger"], &[(VM, UID_VM4)]);
     f.advance_ms(5);
-    let ctx = (1..r::MAX_CONTEXTS)
-        .find(|&c| {
-            let reg = |x| f.dev.read32(r::ctx(c, x)).unwrap_or(0);
-            reg(r::CTX_VM) == VM
-                && reg(r::CTX_STATE) == r::ctx_state::ACTIVE
-                && reg(r::CTX_PROGRAM) != 0
-        })
-        .expect("a context of the confidential VM runs a program");
+    let ctx = f.program_context(VM);
 
     // Without a key, or with the wrong one: one line, no estimate.
     let wrong = key_file(&f, "wrong.key", &"00".repeat(32));

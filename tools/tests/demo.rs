@@ -12,14 +12,7 @@ fn demo_totals_equal_the_ledger_and_every_vm_is_the_sum_of_its_contexts() {
     gpupm_test_support::require_root_and_fuse("the gpupm CLI tests");
     gpupm_test_support::bins::build_once();
     let before: Vec<String> = tmp_demo_dirs();
-    let out = Command::new(gpupm_test_support::bin!(Cli))
-        .args(["demo", "--headless", "--duration", "2s", "--json"])
-        .output()
-        .expect("run demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    assert_eq!(doc["ledger_match"], true);
+    let doc = demo("2s", &mut Command::new(gpupm_test_support::bin!(Cli)));
     let keys: Vec<&str> = doc
         .as_object()
         .unwrap()
@@ -67,6 +60,20 @@ fn demo_totals_equal_the_ledger_and_every_vm_is_the_sum_of_its_contexts() {
     assert_eq!(tmp_demo_dirs(), before, "the demo removed its directories");
 }
 
+/// Runs `gpupm demo --headless --json` for `duration` through `cmd`; it
+/// must succeed and say its totals match the ledger. Answers its document.
+fn demo(duration: &str, cmd: &mut Command) -> serde_json::Value {
+    let out = cmd
+        .args(["demo", "--headless", "--duration", duration, "--json"])
+        .output()
+        .expect("run demo");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["ledger_match"], true);
+    doc
+}
+
 fn tmp_demo_dirs() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -98,15 +105,10 @@ fn demo_ignores_directories_and_links_planted_in_the_temp_dir() {
     std::os::unix::fs::symlink(&victim, &planted_link).unwrap();
     std::fs::create_dir(&planted_dir).unwrap();
     std::fs::write(planted_dir.join("dev"), "not a directory").unwrap();
-    let out = Command::new(gpupm_test_support::bin!(Cli))
-        .args(["demo", "--headless", "--duration", "1s", "--json"])
-        .env("TMPDIR", &tmp)
-        .output()
-        .expect("run demo");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    assert_eq!(doc["ledger_match"], true);
+    demo(
+        "1s",
+        Command::new(gpupm_test_support::bin!(Cli)).env("TMPDIR", &tmp),
+    );
     assert_eq!(
         std::fs::read_dir(&victim).unwrap().count(),
         0,

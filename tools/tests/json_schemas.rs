@@ -190,14 +190,7 @@ fn every_json_output_is_an_instance_of_the_schema_its_help_shows() {
     check("health", &ok(&f, &["health", "--config", &cfg, "--json"]));
     check("bmc", &ok(&f, &["bmc", "--json"]));
     // `gpupm cpi` as tenant A on its own context that runs a program.
-    let ctx = (1..gpupm_uapi::regs::MAX_CONTEXTS)
-        .find(|&c| {
-            let reg = |r| f.dev.read32(gpupm_uapi::regs::ctx(c, r)).unwrap_or(0);
-            reg(gpupm_uapi::regs::CTX_VM) == gpupm_test_support::cli::VM_A
-                && reg(gpupm_uapi::regs::CTX_STATE) == gpupm_uapi::regs::ctx_state::ACTIVE
-                && reg(gpupm_uapi::regs::CTX_PROGRAM) != 0
-        })
-        .expect("a context of VM A runs a program");
+    let ctx = f.program_context(gpupm_test_support::cli::VM_A);
     let args: Vec<String> = [
         "cpi",
         "--ctx",

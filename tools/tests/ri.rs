@@ -6,7 +6,7 @@
 //! the last at the ledger's last sample point. Another tenant's context is
 //! refused with one line and no output.
 
-use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, UID_B, VM_A};
+use gpupm_test_support::cli::{Fixture, UID_A, UID_B, VM_A};
 use serde_json::Value;
 
 /// SF: few enough groups per 1 ms step that the default buffer never wraps.
@@ -17,7 +17,6 @@ fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() 
     let mut f = Fixture::start_with("ri", &["--debug-ledger"]);
     f.advance_ms(2);
     let ctx = f.program_context(VM_A);
-    let card = f.card();
 
     let denied = f.gpupm_as(
         UID_B,
@@ -27,28 +26,22 @@ fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() 
     assert!(denied.out.is_empty(), "{}", denied.out);
     assert_eq!(denied.err.lines().count(), 1, "{}", denied.err);
 
-    let args: Vec<String> = [
-        "ri",
-        "--ctx",
-        &ctx.to_string(),
-        "--interval",
-        &SF.to_string(),
-        "--rgs",
-        "2",
-        "--json",
-        "--duration",
-        "6s",
-        "--tenant-node",
-        &f.node(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut child = spawn_as(Some(UID_A), &args);
     // Run the clock until the session stored 20 groups, then let it rest.
-    let block = f.advance_until_ri_stored(&card, ctx, 20, &mut child);
-    let truth = ledger_ri(&card, block);
-    let run = finish(child);
+    let sf = SF.to_string();
+    let (run, truth) = f.ri_until_stored(
+        UID_A,
+        ctx,
+        &[
+            "--interval",
+            &sf,
+            "--rgs",
+            "2",
+            "--json",
+            "--duration",
+            "6s",
+        ],
+        20,
+    );
     assert_eq!(run.code, 0, "{}", run.err);
     let entries: Vec<Value> = run
         .out

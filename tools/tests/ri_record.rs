@@ -8,7 +8,7 @@
 //! the marker emits in the order they were collected; the summary counts
 //! the same. A torn or corrupt kind-4 frame gives one clean error line.
 
-use gpupm_test_support::cli::{finish, ledger_ri, spawn_as, Fixture, UID_A, VM_A};
+use gpupm_test_support::cli::{Fixture, UID_A, VM_A};
 use gpupm_uapi::ioctl::RiLedgerQuery;
 use serde_json::Value;
 
@@ -22,31 +22,24 @@ const RGS: u8 = 3;
 fn record(f: &mut Fixture) -> (String, RiLedgerQuery) {
     f.advance_ms(2);
     let ctx = f.program_context(VM_A);
-    let card = f.card();
     let file = f.tmp.join("ri.gpupm").to_str().unwrap().to_string();
-    let args: Vec<String> = [
-        "ri",
-        "--ctx",
-        &ctx.to_string(),
-        "--interval",
-        &SF.to_string(),
-        "--rgs",
-        &RGS.to_string(),
-        "--emit-markers",
-        "-o",
-        &file,
-        "--duration",
-        "6s",
-        "--tenant-node",
-        &f.node(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let mut child = spawn_as(Some(UID_A), &args);
-    let block = f.advance_until_ri_stored(&card, ctx, 20, &mut child);
-    let truth = ledger_ri(&card, block);
-    let run = finish(child);
+    let (sf, rgs) = (SF.to_string(), RGS.to_string());
+    let (run, truth) = f.ri_until_stored(
+        UID_A,
+        ctx,
+        &[
+            "--interval",
+            &sf,
+            "--rgs",
+            &rgs,
+            "--emit-markers",
+            "-o",
+            &file,
+            "--duration",
+            "6s",
+        ],
+        20,
+    );
     assert_eq!(run.code, 0, "{}", run.err);
     assert!(run.out.is_empty(), "{}", run.out);
     (file, truth)

@@ -4,6 +4,7 @@
 //! the estimates are scored against the exact per-block counts.
 
 use super::reconstruct::{BlockRef, Estimator, KernelShape, ProgramShape, Scale, TakenBranch};
+use crate::splitmix::SplitMix64;
 
 fn b(kernel: u32, block: u32) -> BlockRef {
     BlockRef { kernel, block }
@@ -76,19 +77,9 @@ fn walks_count_every_block_between_consecutive_taken_branches() {
     assert_eq!(est.walks, 7);
 }
 
-/// splitmix64: deterministic and good enough to drive the test program.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
-    }
+/// True with probability `p`, drawn from `rng`.
+fn chance(rng: &mut SplitMix64, p: f64) -> bool {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
 }
 
 /// Cycles per instruction of the test program's blocks.
@@ -108,7 +99,7 @@ struct Run {
 fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
     let shape = shape();
     let inst = &shape.kernels[0].block_instructions;
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     let mut run = Run {
         executions: [0; 6],
         cycles: [0; 6],
@@ -117,7 +108,7 @@ fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
     };
     let mut stack: Vec<TakenBranch> = Vec::new();
     let (mut cycle, mut block, mut since_capture) = (0u64, 0usize, 0u32);
-    let mut interval = period + rng.next() % (r_max + 1);
+    let mut interval = period + rng.next_u64() % (r_max + 1);
     let mut next_sample = interval;
     while cycle < total {
         let spent = inst[block] * CPI[block];
@@ -125,13 +116,13 @@ fn run(total: u64, n: u32, period: u64, r_max: u64, seed: u64) -> Run {
         run.cycles[block] += spent;
         while next_sample < cycle + spent {
             run.estimator.add_sample(b(0, idx(block)), interval);
-            interval = period + rng.next() % (r_max + 1);
+            interval = period + rng.next_u64() % (r_max + 1);
             next_sample += interval;
         }
         cycle += spent;
         let taken = match block {
-            2 if rng.chance(0.3) => Some(4),
-            4 if rng.chance(0.9) => Some(1),
+            2 if chance(&mut rng, 0.3) => Some(4),
+            4 if chance(&mut rng, 0.9) => Some(1),
             5 => Some(0),
             _ => None,
         };

@@ -16,6 +16,35 @@
 mod ranges;
 mod sessions;
 
+use gpupm_test_support::services::{daemon_config, start_daemon};
+use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
+
+/// `name`'s value as a number, `default` when unset or not a number.
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The real driver serving `scenario` on the real-time clock and the real
+/// daemon (its health summary once a day, out of the measured phases),
+/// both ready.
+fn start_services(tmp: &Scratch, scenario: String) -> (Driver, Proc) {
+    let driver = Driver::start_in(
+        tmp,
+        DriverOptions {
+            clock: "realtime",
+            ..DriverOptions::system(scenario)
+        },
+    );
+    let daemon = start_daemon(
+        tmp,
+        &daemon_config(tmp, "[health]\nsummary_interval_s = 86400\n"),
+    );
+    (driver, daemon)
+}
+
 fn main() {
     let parts = std::env::var("GPUPM_BENCH_RI_PARTS").unwrap_or_else(|_| "sessions,ranges".into());
     let mut members = vec!["\"bench\":\"ri\"".to_string()];

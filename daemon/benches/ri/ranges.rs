@@ -29,14 +29,15 @@ use std::time::{Duration, Instant};
 
 use gpupm_client::{DevNode, TenantClient};
 use gpupm_test_support::procfs::{self, cpu_during, load_average};
-use gpupm_test_support::services::{daemon_config, spawn_daemon};
-use gpupm_test_support::{Driver, DriverOptions, Scratch};
+use gpupm_test_support::Scratch;
 use gpupm_uapi::intr::{source, InterruptRecord, RANGE_IRQ_LOST};
 use gpupm_uapi::ranges::range_event;
 use gpupm_uapi::regs as r;
 use gpupm_uapi::tenant::ranges::{range_kind, range_trigger, AddRange, GraphHeader, ReadCallEdges};
 use gpupm_uapi::tenant::{TENANT_IOC_READ_CALL_EDGES, TENANT_STRUCT_VERSION};
 use zerocopy::FromZeros;
+
+use crate::{env_u64, start_services};
 
 fn ranges(ctx: u32, thresholds: bool) -> [AddRange; 2] {
     let trig = |t: u32| {
@@ -188,26 +189,11 @@ fn measure(
 /// Runs the ranges part; the figures as JSON members.
 pub fn run() -> String {
     let load_before = load_average();
-    let secs: u64 = std::env::var("GPUPM_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10);
+    let secs = env_u64("GPUPM_BENCH_SECS", 10);
     let tck = procfs::ticks_per_s();
     let tmp = Scratch::new("bench-ranges");
-    let driver = Driver::start_in(
-        &tmp,
-        DriverOptions {
-            clock: "realtime",
-            ..DriverOptions::system(gpupm_test_support::scenario::shared_gemm_partition())
-        },
-    );
-    let mut daemon = spawn_daemon(
-        &tmp,
-        &daemon_config(&tmp, "[health]\nsummary_interval_s = 86400\n"),
-        &[],
-        &[],
-    );
-    daemon.wait_for("READY=1");
+    let (driver, mut daemon) =
+        start_services(&tmp, gpupm_test_support::scenario::shared_gemm_partition());
     let node_file = tmp.join("tenant").join("node");
     let node = TenantClient::open(&node_file).expect("tenant node");
     let dev = driver.node();

@@ -21,20 +21,14 @@ use std::time::{Duration, Instant};
 use gpupm_client::TenantClient;
 use gpupm_test_support::model::ri::builtin_program;
 use gpupm_test_support::procfs::{self, cpu_during, load_average};
-use gpupm_test_support::services::{daemon_config, spawn_daemon};
-use gpupm_test_support::{load, Driver, DriverOptions, Scratch};
+use gpupm_test_support::{load, Scratch};
 use gpupm_uapi::tenant::ri::{max_buffer_groups, ri_session_mode, OpenRi};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 
-const SESSIONS: u32 = 64;
+use crate::{env_u64, start_services};
 
-pub fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
-}
+const SESSIONS: u32 = 64;
 
 /// The reference load with every context running `gemm`.
 fn scenario() -> String {
@@ -82,20 +76,7 @@ pub fn run() -> String {
     let load_before = load_average();
     let tck = procfs::ticks_per_s();
     let tmp = Scratch::new("bench-ri");
-    let driver = Driver::start_in(
-        &tmp,
-        DriverOptions {
-            clock: "realtime",
-            ..DriverOptions::system(scenario())
-        },
-    );
-    let mut daemon = spawn_daemon(
-        &tmp,
-        &daemon_config(&tmp, "[health]\nsummary_interval_s = 86400\n"),
-        &[],
-        &[],
-    );
-    daemon.wait_for("READY=1");
+    let (driver, mut daemon) = start_services(&tmp, scenario());
     let node = tmp.join("tenant").join("node");
     let pid = daemon.pid().as_raw();
     let (baseline_pct, _) = cpu_during(pid, tck, || std::thread::sleep(Duration::from_secs(secs)));

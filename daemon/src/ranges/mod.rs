@@ -1,7 +1,7 @@
 //! The range plane: tenants' marked ranges multiplexed onto the device's
 //! range registers, each register's counts attributed per context
 //! ([`attrib`]), crossing records drained from the partition rings and
-//! turned into per-context call graphs ([`graph`]).
+//! turned into per-context call graphs ([`CallGraphData`]).
 //!
 //! A tenant range ([`RangeBook::add`]) names a context and a range of its
 //! program; ranges of one partition with the same programming share a
@@ -20,7 +20,7 @@
 //! Memory: per partition at most 8 registers, each with one attribution
 //! row per context that ran its program while armed; at most
 //! [`MAX_CONTEXT_RANGES`] ranges per context; one call graph per context
-//! holding ranges (bounded as [`graph`] says). All of it goes when the
+//! holding ranges (bounded as [`gpupm_client::ranges::graph`] says). All of it goes when the
 //! ranges go; a restarted daemon starts empty and disarms every register
 //! ([`RangeBook::start`]).
 //!
@@ -29,13 +29,13 @@
 
 pub mod attrib;
 pub mod device;
-pub mod graph;
 mod records;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use gpupm_client::ranges::CallGraphData;
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::intr::{source, InterruptRecord, RANGE_IRQ_LOST};
 use gpupm_uapi::ranges::{code_item, range_ctrl, RANGES_PER_PARTITION};
@@ -43,7 +43,6 @@ use gpupm_uapi::tenant::ranges::{range_kind, range_trigger, RangeRow, MAX_CONTEX
 
 use self::attrib::{Counts, Ledger};
 use self::device::Programming;
-pub use self::graph::CallGraph;
 use self::records::{book_lost, row};
 
 /// A range as a tenant asked for it (checked by the tenant node).
@@ -162,7 +161,7 @@ struct Handle {
 struct State {
     parts: BTreeMap<u32, Partition>,
     handles: BTreeMap<u32, Handle>,
-    graphs: BTreeMap<u32, CallGraph>,
+    graphs: BTreeMap<u32, CallGraphData>,
     next_handle: u32,
     scratch: Vec<u8>,
 }
@@ -464,7 +463,7 @@ impl RangeBook {
     pub fn with_graph<T>(
         &self,
         ctx: u32,
-        f: impl FnOnce(&CallGraph) -> T,
+        f: impl FnOnce(&CallGraphData) -> T,
     ) -> Result<Option<T>, RangeError> {
         let mut st = self.lock();
         let parts = st.partitions_of(ctx);

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 
+use gpupm_client::splitmix;
 use gpupm_uapi::tenant::sampling::sample_kind;
 
 /// One session's request.
@@ -129,11 +130,8 @@ impl Thinning {
 
     /// splitmix64: the session's own dither, independent of the device's.
     fn next_random(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.rng = self.rng.wrapping_add(splitmix::GAMMA);
+        splitmix::mix(self.rng)
     }
 }
 

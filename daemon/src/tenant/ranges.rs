@@ -14,7 +14,7 @@ use super::answer::{check_reserved, check_version};
 use super::authz::{recheck, resolve};
 use super::error::RequestError;
 use super::policy::Identity;
-use crate::ranges::{CallGraph, RangeBook, RangeError, RangeSpec};
+use crate::ranges::{CallGraphData, RangeBook, RangeError, RangeSpec};
 use crate::view::{CounterView, Scope, Totals};
 use std::sync::Arc;
 
@@ -177,7 +177,7 @@ fn graph_read(
     view: &dyn CounterView,
     identity: &Identity,
     head: &mut GraphHeader,
-    fill: impl FnOnce(&CallGraph, usize) -> Result<(usize, usize), RequestError>,
+    fill: impl FnOnce(&CallGraphData, usize) -> Result<(usize, usize), RequestError>,
 ) -> Result<(), RequestError> {
     check_version(head.version)?;
     if head.flags != 0 {

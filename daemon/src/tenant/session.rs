@@ -126,6 +126,7 @@ fn slot_of(s: &DeltaSample, partition: u16) -> Option<StreamSlot> {
     })
 }
 
+mod reserve;
 mod ri;
 mod sampling;
 

@@ -7,19 +7,15 @@
 //! hash (SplitMix64's finaliser over the mixed keys) gives that; a stream RNG
 //! such as ChaCha would tie values to call order.
 
+use gpupm_client::splitmix::{mix, GAMMA};
+
 /// Mixes `keys` into `seed` and returns 64 well-distributed bits.
 pub fn hash(seed: u64, keys: &[u64]) -> u64 {
-    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut x = seed ^ GAMMA;
     for &k in keys {
-        x = mix(x ^ mix(k.wrapping_add(0x9E37_79B9_7F4A_7C15)));
+        x = mix(x ^ mix(k.wrapping_add(GAMMA)));
     }
     x
-}
-
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 /// A factor in Q16 fixed point, uniform in `[lo, hi]` (both Q16).

@@ -2,6 +2,9 @@
 //! of basic blocks with a control-flow graph, in their resolved form, and
 //! the programs generated for churn contexts.
 
+use gpupm_client::sampling::reconstruct::{KernelShape, ProgramShape};
+use gpupm_client::splitmix::{mix, GAMMA};
+
 /// Most frames on a program's call stack (the entry kernel's included).
 pub const CALL_DEPTH: usize = 16;
 /// Programs generated for churn contexts whose profile names none.
@@ -94,6 +97,25 @@ pub enum Exit {
 }
 
 impl ProgramSpec {
+    /// What a sample reconstruction needs of the program: its kernels'
+    /// names and instructions per block.
+    pub fn shape(&self) -> ProgramShape {
+        ProgramShape {
+            kernels: self
+                .kernels
+                .iter()
+                .map(|k| KernelShape {
+                    name: k.name.clone(),
+                    block_instructions: k
+                        .blocks
+                        .iter()
+                        .map(|b| u64::from(b.instructions))
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
     /// The fewest cycles a block of this program can take: a lower bound
     /// on the context cycles between two taken branches.
     pub fn min_branch_gap(&self) -> u64 {
@@ -179,13 +201,10 @@ pub fn generate(seed: u64, k: u32) -> ProgramSpec {
     }
 }
 
-/// SplitMix64's finaliser (the scenario layer does not reach into the
-/// model's `rng`).
+/// SplitMix64's step from state `x` (the scenario layer does not reach
+/// into the model's `rng`).
 fn splitmix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    mix(x.wrapping_add(GAMMA))
 }
 
 #[cfg(test)]

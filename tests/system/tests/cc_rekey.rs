@@ -206,29 +206,28 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
         json!([einval, einval, einval, einval, einval]),
         "malformed requests"
     );
-    let cli = |uid: u32, key: &Path, new_key: &Path| {
-        gpupm_as(
-            uid,
-            &node,
-            &[
-                "cc",
-                "rekey",
-                "--vm",
-                "2",
-                "--key-file",
-                key.to_str().expect("path"),
-                "--new-key-file",
-                new_key.to_str().expect("path"),
-            ],
-        )
+    // `gpupm cc rekey --vm 2` as `uid` from `key` to `new_key`.
+    let cli = |uid: u32, key: &Path, new_key: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "cc",
+            "rekey",
+            "--vm",
+            "2",
+            "--key-file",
+            key.to_str().expect("path"),
+            "--new-key-file",
+            new_key.to_str().expect("path"),
+        ];
+        args.extend_from_slice(extra);
+        gpupm_as(uid, &node, &args)
     };
-    let (code, _, err) = cli(UID_CC, &wrong, &new);
+    let (code, _, err) = cli(UID_CC, &wrong, &new, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("the device refused the new key"), "{err}");
-    let (code, _, err) = cli(UID_CC, &loose, &new);
+    let (code, _, err) = cli(UID_CC, &loose, &new, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("accessible by others"), "{err}");
-    let (code, _, err) = cli(UID_OTHER, &other_old, &other_new);
+    let (code, _, err) = cli(UID_OTHER, &other_old, &other_new, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no VM 2 visible to you"), "{err}");
     assert!(
@@ -252,21 +251,7 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
     );
 
     // `gpupm cc rekey`, then the tenant reads with the newest key.
-    let (code, out, err) = gpupm_as(
-        UID_CC,
-        &node,
-        &[
-            "cc",
-            "rekey",
-            "--vm",
-            "2",
-            "--key-file",
-            new.to_str().expect("path"),
-            "--new-key-file",
-            newer.to_str().expect("path"),
-            "--json",
-        ],
-    );
+    let (code, out, err) = cli(UID_CC, &new, &newer, &["--json"]);
     assert_eq!(code, 0, "{err}");
     let done: Value = serde_json::from_str(&out).expect("rekey JSON");
     assert_eq!(

@@ -13,16 +13,14 @@ use std::fs::File;
 
 use gpupm_client::ri::RiEntry;
 use gpupm_client::{DevNode, TenantClient};
-use gpupm_test_support::device::step;
+use gpupm_test_support::device::{ledger_ri, step};
 use gpupm_test_support::model::ri::scenario_toml;
 use gpupm_test_support::process::Proc;
-use gpupm_test_support::rawnode::sys::ioctl;
 use gpupm_test_support::rng::Rng;
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, spawn_as, Cred};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
-use gpupm_uapi::ioctl::{RiLedgerQuery, GPUPM_IOC_LEDGER_RI, IOCTL_STRUCT_VERSION};
 use gpupm_uapi::layout::{ri_record, RiInstructionRecord};
 use gpupm_uapi::regs as r;
 use gpupm_uapi::ri::{self as ri, halt_reason, ri_ctrl, RI_BLOCKS};
@@ -109,16 +107,6 @@ impl Rig {
             .collect();
         self.dev.read_many(&offsets).expect("RI registers")
     }
-}
-
-fn ledger_ri(card: &File, block: u32) -> RiLedgerQuery {
-    let mut q = RiLedgerQuery {
-        version: IOCTL_STRUCT_VERSION,
-        block,
-        ..RiLedgerQuery::default()
-    };
-    ioctl(card, GPUPM_IOC_LEDGER_RI, q.as_mut_bytes()).expect("RI ledger");
-    q
 }
 
 fn cycle_session(ctx: u32) -> OpenRi {

@@ -10,16 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use gpupm_client::sampling::reconstruct::{Estimator, KernelShape, ProgramShape, Scale};
+use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::{DevNode, Scope, TenantClient};
-use gpupm_driver::scenario::{self, BUILTIN_TOML};
-use gpupm_test_support::device::wait_idle;
+use gpupm_driver::scenario::BUILTIN_TOML;
+use gpupm_test_support::device::{block_truth, builtin_shape, context_running, step};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, spawn_as, Cred};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
-use gpupm_uapi::regs as r;
 use gpupm_uapi::sampling::{self as s, buf_kind, samp};
 use gpupm_uapi::tenant::sampling::OpenSampling;
 use gpupm_uapi::tenant::{scope, TENANT_IOC_OPEN_SAMPLING, TENANT_STRUCT_VERSION};
@@ -38,46 +37,6 @@ fn tenants() -> String {
 }
 
 /// The first context of `vm` running program `name` of the built-in table.
-fn ctx_running(dev: &DevNode, vm: u32, name: &str) -> (u32, u32) {
-    let table = scenario::builtin().program_table();
-    (1..r::MAX_CONTEXTS)
-        .find_map(|c| {
-            let state = dev.read32(r::ctx(c, r::CTX_STATE)).ok()?;
-            let on_vm = dev.read32(r::ctx(c, r::CTX_VM)).ok()? == vm;
-            let program = dev.read32(r::ctx(c, r::CTX_PROGRAM)).ok()?;
-            let runs = program > 0 && table[program as usize - 1].name == name;
-            (state == r::ctx_state::ACTIVE && on_vm && runs).then_some((c, program))
-        })
-        .unwrap_or_else(|| panic!("no context of VM {vm} runs {name}"))
-}
-
-fn shape(program: u32) -> ProgramShape {
-    let spec = &scenario::builtin().program_table()[program as usize - 1];
-    ProgramShape {
-        kernels: spec
-            .kernels
-            .iter()
-            .map(|k| KernelShape {
-                name: k.name.clone(),
-                block_instructions: k.blocks.iter().map(|b| u64::from(b.instructions)).collect(),
-            })
-            .collect(),
-    }
-}
-
-/// Per (kernel, block): (instructions, cycles) so far.
-fn truth(dev: &DevNode, ctx: u32) -> BTreeMap<(u32, u32), (u64, u64)> {
-    let (pages, _) = dev.ledger_blocks(ctx).expect("ledger blocks");
-    pages
-        .iter()
-        .flat_map(|p| p.rows[..p.count as usize].iter())
-        .map(|row| {
-            let key = (u32::from(row.kernel), u32::from(row.block));
-            (key, (row.instructions, row.cycles))
-        })
-        .collect()
-}
-
 /// A tenant child: samples `ctx` until [`SAMPLES`] cycle samples, answers
 /// per-block estimates, foreign records and losses.
 fn sampler(
@@ -92,7 +51,7 @@ fn sampler(
         let req = SamplingRequest::cycles(Scope::Ctx(ctx), 4096, 255).with_branches(64);
         let opened = c.open_sampling(&req).expect("own context");
         ctl.ready();
-        let mut est = Estimator::new(shape(program)).with_branch_every(64);
+        let mut est = Estimator::new(builtin_shape(program)).with_branch_every(64);
         let (mut samples, mut stacks, mut lost, mut foreign) = (0u64, 0u64, 0u64, 0u64);
         while samples < SAMPLES {
             for rec in c.read_samples().expect("read") {
@@ -192,15 +151,10 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
     let node = tmp.join("tenant").join("node");
     // Let the scenario's contexts exist.
     for _ in 0..64 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
-    let (gemm, gemm_prog) = ctx_running(&dev, 1, "gemm");
-    let (res, res_prog) = ctx_running(&dev, 2, "resonant");
+    let (gemm, gemm_prog) = context_running(&dev, Some(1), "gemm");
+    let (res, res_prog) = context_running(&dev, Some(2), "resonant");
 
     // Tenant A cannot sample B's context; a malformed request changes no
     // sampling register.
@@ -257,22 +211,17 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
         0,
         "samplers of partition 1 off"
     );
-    let (gemm0, res0) = (truth(&dev, gemm), truth(&dev, res));
+    let (gemm0, res0) = (block_truth(&dev, gemm), block_truth(&dev, res));
     let mut steps = 0;
     while !(a.done() && b.done()) {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
         steps += 1;
         assert!(
             steps < 2_000_000,
             "the tenants did not get {SAMPLES} samples"
         );
     }
-    let (gemm1, res1) = (truth(&dev, gemm), truth(&dev, res));
+    let (gemm1, res1) = (block_truth(&dev, gemm), block_truth(&dev, res));
     let (got_a, got_b) = (a.finish(), b.finish());
     eprintln!("{steps} steps");
     assert!(score("gemm", &got_a, &gemm0, &gemm1) >= 2);
@@ -317,12 +266,7 @@ fn run_while_advancing(
         .expect("setpriv (util-linux) runs the example");
     let mut steps = 0;
     while child.try_wait().expect("wait").is_none() {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(dev, STEP, daemon);
         steps += 1;
         assert!(steps < 1_000_000, "{argv:?} never finished");
     }
@@ -364,14 +308,9 @@ fn the_c_and_python_session_examples_read_their_contexts_samples() {
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
     daemon.wait_for("READY=1");
     for _ in 0..64 {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(&dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        step(&dev, STEP, &mut daemon);
     }
-    let (gemm, _) = ctx_running(&dev, 1, "gemm");
+    let (gemm, _) = context_running(&dev, Some(1), "gemm");
     let root = gpupm_test_support::workspace_root();
     let exe = tmp.join("tenant_sample");
     let built = std::process::Command::new("cc")

@@ -24,11 +24,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use gpupm_client::sampling::reconstruct::{Estimator, KernelShape, ProgramShape, Scale};
+use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::Scope;
 use gpupm_driver::model::cc::Key;
-use gpupm_driver::scenario::{self, program::ProgramSpec};
+use gpupm_driver::scenario;
 use gpupm_uapi::sampling::{DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, DEFAULT_DITHER};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -84,20 +84,6 @@ pub struct Collected {
     pub lost: u64,
     /// Branch stacks lost.
     pub stacks_lost: u64,
-}
-
-/// The reconstruction's shape of a program of the scenario.
-pub fn shape_of(spec: &ProgramSpec) -> ProgramShape {
-    ProgramShape {
-        kernels: spec
-            .kernels
-            .iter()
-            .map(|k| KernelShape {
-                name: k.name.clone(),
-                block_instructions: k.blocks.iter().map(|b| u64::from(b.instructions)).collect(),
-            })
-            .collect(),
-    }
 }
 
 /// Where the records go and which are the context's.
@@ -203,7 +189,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                 args.ctx, opened.program
             ))
         })?;
-    let mut est = Estimator::new(shape_of(spec)).with_branch_every(args.branch_every);
+    let mut est = Estimator::new(spec.shape()).with_branch_every(args.branch_every);
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
     let sink = Sink {
         est: &mut est,

@@ -19,17 +19,24 @@ use self::sample::Sampler;
 use crate::error::{CliError, CliResult};
 use crate::node::Global;
 
-/// Arguments of `gpupm top`.
+/// `-I/--interval MS` of `gpupm top` and `gpupm dmon`.
 #[derive(clap::Args, Debug)]
-pub struct Args {
-    /// Refresh interval in milliseconds.
+pub struct IntervalArgs {
+    /// Milliseconds between two samples.
     #[arg(
         short = 'I',
         long = "interval",
         value_name = "MS",
         default_value_t = 1000
     )]
-    interval_ms: u64,
+    pub ms: u64,
+}
+
+/// Arguments of `gpupm top`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    interval: IntervalArgs,
     /// Initial sort key.
     #[arg(long, value_enum, default_value_t = SortKey::Sm)]
     sort: SortKey,
@@ -62,12 +69,12 @@ pub struct LiveOpts {
 pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let sampler = Sampler::new(g.node()?)?;
     let opts = LiveOpts {
-        interval: Duration::from_millis(args.interval_ms.max(50)),
+        interval: Duration::from_millis(args.interval.ms.max(50)),
         sort: args.sort,
         contexts: !args.no_contexts,
         headless_frames: args.headless_frames,
         title: format!("gpupm top — {}", g.tenant_node.display()),
-        hook_every: Duration::from_millis(args.interval_ms.max(50)),
+        hook_every: Duration::from_millis(args.interval.ms.max(50)),
     };
     live(sampler, &opts, &mut || Ok(true))?;
     Ok(ExitCode::SUCCESS)

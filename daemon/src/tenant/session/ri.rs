@@ -2,13 +2,14 @@
 //! entries the unit drains for it, RIEMIT and the status.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use gpupm_uapi::ri::{group_bytes, ri_status};
 use gpupm_uapi::tenant::ri::{ri_state, RiGroupHeader, RiResume, RiStatus};
 use gpupm_uapi::tenant::TENANT_STRUCT_VERSION;
 use zerocopy::IntoBytes;
 
+use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, Sessions};
 use crate::ri::{drain::Status, Entry, RiError, RiSink, RiTicket, RiUnit};
 use crate::tenant::error::RequestError;
@@ -26,6 +27,12 @@ pub(super) struct RiSession {
     ticket: Option<RiTicket>,
 }
 
+impl Reserved for RiSession {
+    fn id(&self) -> u64 {
+        self.id
+    }
+}
+
 impl RiSession {
     pub(super) fn readable(&self) -> bool {
         !self.queue.is_empty() || self.ended
@@ -40,22 +47,6 @@ impl RiSession {
 /// Where a session's requests go: the unit, the block and the session id
 /// (`None` once the daemon's unit is gone).
 type RiTarget = (Arc<RiUnit>, u32, u64);
-
-/// An RI session's sink: queues into its handle of the node.
-struct HandleSink {
-    sessions: Weak<Sessions>,
-    fh: u64,
-    id: u64,
-}
-
-impl std::fmt::Debug for HandleSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandleSink")
-            .field("fh", &self.fh)
-            .field("id", &self.id)
-            .finish()
-    }
-}
 
 impl RiSink for HandleSink {
     fn deliver(&self, lost: u64, entries: Vec<Entry>) -> Option<u64> {
@@ -97,16 +88,7 @@ impl Sessions {
         grant: RiGrant,
         unit: &Arc<RiUnit>,
     ) -> Result<Vec<u8>, RequestError> {
-        let id = {
-            let mut t = self.lock();
-            if t.shut {
-                return Err(RequestError::ShuttingDown);
-            }
-            let id = t.next_session;
-            let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-            if handle.has_session() {
-                return Err(RequestError::Busy);
-            }
+        let sink = self.reserve_session(fh, |handle, id| {
             handle.ri = Some(RiSession {
                 id,
                 vm: grant.config.vm,
@@ -115,23 +97,15 @@ impl Sessions {
                 ended: false,
                 ticket: None,
             });
-            t.next_session += 1;
-            id
-        };
-        let sink = Arc::new(HandleSink {
-            sessions: Arc::downgrade(self),
+        })?;
+        let id = sink.id;
+        let opened = unit.open(grant.config, sink);
+        self.settle_session(
             fh,
             id,
-        });
-        let opened = unit.open(grant.config, sink);
-        let mut t = self.lock();
-        let slot = t
-            .handles
-            .get_mut(&fh)
-            .and_then(|h| h.ri.as_mut())
-            .filter(|s| s.id == id);
-        match (opened, slot) {
-            (Ok((ticket, caps)), Some(s)) => {
+            opened,
+            |h| &mut h.ri,
+            |s, (ticket, caps)| {
                 let mut answer = grant.answer;
                 answer.session = ticket.id();
                 answer.block = ticket.block();
@@ -142,22 +116,10 @@ impl Sessions {
                 answer.reserved2 = 0;
                 s.queue.session = ticket.id();
                 s.ticket = Some(ticket);
-                Ok(answer.as_bytes().to_vec())
-            }
-            (Ok((ticket, _)), None) => {
-                drop(t);
-                drop(ticket);
-                Err(RequestError::BadHandle)
-            }
-            (Err(e), slot) => {
-                if slot.is_some() {
-                    if let Some(h) = t.handles.get_mut(&fh) {
-                        h.ri = None;
-                    }
-                }
-                Err(refused(e))
-            }
-        }
+                answer.as_bytes().to_vec()
+            },
+            refused,
+        )
     }
 
     /// Queues entries for RI session `id` of `fh` (and marks it ended);

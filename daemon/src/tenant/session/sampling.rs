@@ -2,34 +2,25 @@
 //! queueing the records the plane routes to it.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
+use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, SampleQueue, SampleSession, Sessions};
 use crate::sampling::{Outgoing, Plane, SampleSink};
 use crate::tenant::error::RequestError;
 use crate::tenant::sampling::SamplingGrant;
-
-/// A sampling session's sink: queues into its handle of the node.
-struct HandleSink {
-    sessions: Weak<Sessions>,
-    fh: u64,
-    id: u64,
-}
-
-impl std::fmt::Debug for HandleSink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandleSink")
-            .field("fh", &self.fh)
-            .field("id", &self.id)
-            .finish()
-    }
-}
 
 impl SampleSink for HandleSink {
     fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool {
         self.sessions
             .upgrade()
             .is_some_and(|s| s.deliver_samples(self.fh, self.id, kind, lost, records))
+    }
+}
+
+impl Reserved for SampleSession {
+    fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -43,39 +34,22 @@ impl Sessions {
         grant: SamplingGrant,
         plane: &Arc<Plane>,
     ) -> Result<Vec<u8>, RequestError> {
-        let id = {
-            let mut t = self.lock();
-            if t.shut {
-                return Err(RequestError::ShuttingDown);
-            }
-            let id = t.next_session;
-            let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
-            if handle.has_session() {
-                return Err(RequestError::Busy);
-            }
+        let sink = self.reserve_session(fh, |handle, id| {
             handle.sampling = Some(SampleSession {
                 id,
                 vm: grant.target.vm,
                 queue: SampleQueue::new(grant.queue_records),
                 ticket: None,
             });
-            t.next_session += 1;
-            id
-        };
-        let sink = Arc::new(HandleSink {
-            sessions: Arc::downgrade(self),
+        })?;
+        let id = sink.id;
+        let opened = plane.open(grant.target, grant.demand, sink);
+        self.settle_session(
             fh,
             id,
-        });
-        let opened = plane.open(grant.target, grant.demand, sink);
-        let mut t = self.lock();
-        let slot = t
-            .handles
-            .get_mut(&fh)
-            .and_then(|h| h.sampling.as_mut())
-            .filter(|s| s.id == id);
-        match (opened, slot) {
-            (Ok(ticket), Some(s)) => {
+            opened,
+            |h| &mut h.sampling,
+            |s, ticket| {
                 let mut answer = grant.answer;
                 let settings = ticket.settings();
                 answer.session = ticket.id();
@@ -83,28 +57,16 @@ impl Sessions {
                 answer.device_branch_every = settings.branch_every.unwrap_or(0);
                 answer.clock_khz = plane.clock_khz();
                 s.ticket = Some(ticket);
-                Ok(zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec())
-            }
-            // Closed meanwhile: the ticket withdraws the demand (after
-            // the lock is released).
-            (Ok(ticket), None) => {
-                drop(t);
-                drop(ticket);
-                Err(RequestError::BadHandle)
-            }
-            (Err(e), slot) => {
-                if slot.is_some() {
-                    if let Some(h) = t.handles.get_mut(&fh) {
-                        h.sampling = None;
-                    }
-                }
+                zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec()
+            },
+            |e| {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
                     "programming the samplers failed"
                 );
-                Err(RequestError::Device)
-            }
-        }
+                RequestError::Device
+            },
+        )
     }
 
     /// Queues records for sampling session `id` of `fh`; false once that

@@ -22,7 +22,7 @@ use zerocopy::IntoBytes;
 
 pub use self::boot::{BootIds, EntropyError};
 pub use self::rekey::{RekeyBlob, RekeyStaging};
-pub use self::session::{open, seal, session_key, Key, OpenError, VmCipher};
+pub use self::session::{open, seal, seal_into_slot, session_key, Key, OpenError, VmCipher};
 use super::access::{r32, r64, RegValue, Reject};
 
 /// A VM's key registers: the cipher of a confidential VM.

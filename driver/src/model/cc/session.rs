@@ -169,6 +169,19 @@ pub fn seal(
     }
 }
 
+/// Copies `record` into a host-visible ring `slot` (envelope, payload,
+/// 16-byte tag) and seals it as [`seal`] does.
+pub fn seal_into_slot(slot: &mut [u8], record: &[u8], vm: u32, cipher: Option<&mut VmCipher>) {
+    let (env_bytes, rest) = slot.split_at_mut(core::mem::size_of::<Envelope>());
+    let (payload, tag) = rest.split_at_mut(record.len());
+    payload.copy_from_slice(record);
+    let mut envelope = Envelope::default();
+    let mut tag16 = [0u8; 16];
+    seal(&mut envelope, payload, &mut tag16, vm, cipher);
+    env_bytes.copy_from_slice(envelope.as_bytes());
+    tag.copy_from_slice(&tag16);
+}
+
 /// Why a sealed slot did not open.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OpenError {

@@ -121,13 +121,7 @@ impl Device {
         let ri = self.ri.watching(ctx).map(|session| RiWatcher {
             session,
             partition: p,
-            env: Env {
-                ctx_base: 0,
-                dev_base: 0,
-                phase: 0,
-                throttle: &[],
-                seed: 0,
-            },
+            env: blank_env(),
         });
         let confidential = self.vms.confidential(c.vm);
         let program = u32::try_from(run.program + 1).unwrap_or(0);
@@ -141,13 +135,7 @@ impl Device {
             ctx,
             vm: c.vm,
             serial: c.serial,
-            env: Env {
-                ctx_base: 0,
-                dev_base: 0,
-                phase: 0,
-                throttle: &[],
-                seed: 0,
-            },
+            env: blank_env(),
             cipher: self.vms.cipher(c.vm).map(|k: &mut VmCipher| k),
         });
         let Some(prog) = self.programs.get(run.program) else {

@@ -2,12 +2,10 @@
 //! drained through `RRING_TAIL`; a full ring counts the record as lost,
 //! never silently (the crossing's interrupt says so, and `seq` advances).
 
-use gpupm_uapi::layout::Envelope;
 use gpupm_uapi::ranges::{RangeSlot, RRING_MAX_RECORDS};
-use zerocopy::IntoBytes;
 
 use crate::model::access::Reject;
-use crate::model::cc::{seal, VmCipher};
+use crate::model::cc::{seal_into_slot, VmCipher};
 
 /// Bytes of one slot.
 const SLOT: usize = core::mem::size_of::<RangeSlot>();
@@ -76,15 +74,7 @@ impl RecordRing {
             return false;
         }
         let at = (self.head & (self.cap - 1)) as usize * SLOT;
-        let slot = &mut self.bytes[at..at + SLOT];
-        let (env_bytes, rest) = slot.split_at_mut(core::mem::size_of::<Envelope>());
-        let (payload, tag) = rest.split_at_mut(record.len());
-        payload.copy_from_slice(record);
-        let mut envelope = Envelope::default();
-        let mut tag16 = [0u8; 16];
-        seal(&mut envelope, payload, &mut tag16, vm, cipher);
-        env_bytes.copy_from_slice(envelope.as_bytes());
-        tag.copy_from_slice(&tag16);
+        seal_into_slot(&mut self.bytes[at..at + SLOT], record, vm, cipher);
         self.head = self.head.wrapping_add(1);
         true
     }

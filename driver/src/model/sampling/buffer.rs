@@ -4,13 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use gpupm_uapi::layout::Envelope;
 use gpupm_uapi::sampling::lost_select;
 use gpupm_uapi::sampling::{self as s, BUF_ALIGN, SAMPLE_SPAN};
-use zerocopy::IntoBytes;
 
 use crate::model::access::{r32, r64, RegValue, Reject};
-use crate::model::cc::{seal, VmCipher};
+use crate::model::cc::{seal_into_slot, VmCipher};
 
 /// An interrupt a push raises.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,15 +124,7 @@ impl SampleBuffer {
         }
         let size = usize::try_from(self.slot_size()).unwrap_or(0);
         let at = usize::try_from(self.head & (self.cap - 1)).unwrap_or(0) * size;
-        let slot = &mut self.bytes[at..at + size];
-        let (env_bytes, rest) = slot.split_at_mut(core::mem::size_of::<Envelope>());
-        let (payload, tag) = rest.split_at_mut(record.len());
-        payload.copy_from_slice(record);
-        let mut envelope = Envelope::default();
-        let mut tag16 = [0u8; 16];
-        seal(&mut envelope, payload, &mut tag16, vm, cipher);
-        env_bytes.copy_from_slice(envelope.as_bytes());
-        tag.copy_from_slice(&tag16);
+        seal_into_slot(&mut self.bytes[at..at + size], record, vm, cipher);
         self.head = self.head.wrapping_add(1);
         self.overflow_reported = false;
         let fill = self.head.wrapping_sub(self.tail);

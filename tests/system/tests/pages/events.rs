@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::fixture::{config, connect, device_slot, wait_current, NO_BACKSTOP_MS, VM_CC};
 use gpupm_client::page::MappedPage;
 use gpupm_client::DevNode;
-use gpupm_test_support::device::{self, wait_idle, wait_none_destroyed};
+use gpupm_test_support::device::{self, wait_none_destroyed};
 use gpupm_test_support::scenario::STEP;
 use gpupm_test_support::services::spawn_daemon;
 use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
@@ -18,12 +18,7 @@ use gpupm_uapi::regs::{self as r, ctx_state};
 
 fn run_steps(dev: &DevNode, daemon: &mut Proc, n: u32) {
     for _ in 0..n {
-        dev.advance(STEP).expect("advance");
-        assert!(
-            wait_idle(dev, || !daemon.alive()),
-            "gpupmd died:\n{}",
-            daemon.log()
-        );
+        device::step(dev, STEP, daemon);
     }
 }
 

@@ -17,28 +17,14 @@ use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 use nix::errno::Errno;
 use perf_event_open_sys::bindings::perf_event_attr;
 
+use gpupm_client::splitmix::SplitMix64 as Rng;
+
 use crate::pmu::Pmu;
 use crate::sys;
 
-/// splitmix64: a seeded, dependency-free generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// True in `percent` % of the draws from `rng`.
+fn chance(rng: &mut Rng, percent: u64) -> bool {
+    rng.below(100) < percent
 }
 
 /// One generated call.
@@ -52,14 +38,14 @@ struct Case {
 
 fn small_or_wild(rng: &mut Rng, small: u64) -> u64 {
     match rng.below(10) {
-        0 => rng.next(),
+        0 => rng.next_u64(),
         1 => 0,
         _ => rng.below(small),
     }
 }
 
 fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
-    let in_model = rng.chance(80);
+    let in_model = chance(rng, 80);
     let mut attr = perf_event_attr {
         type_: pmu.kind,
         size: sys::attr_size(),
@@ -67,36 +53,36 @@ fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
     };
     let event = small_or_wild(rng, EVENT_COUNT as u64 + 8);
     let scope_v = small_or_wild(rng, 6);
-    let vm = if rng.chance(50) {
+    let vm = if chance(rng, 50) {
         small_or_wild(rng, u64::from(MAX_VMS) + 4)
     } else {
         0
     };
-    let ctx = if rng.chance(30) {
+    let ctx = if chance(rng, 30) {
         small_or_wild(rng, u64::from(MAX_CONTEXTS) + 4)
     } else {
         0
     };
     attr.config = FIELD_EVENT.put(event) | FIELD_SCOPE.put(scope_v);
     attr.__bindgen_anon_3.config1 = FIELD_VM.put(vm) | FIELD_CTX.put(ctx);
-    if rng.chance(5) {
-        attr.config |= rng.next() & !CONFIG_USED;
+    if chance(rng, 5) {
+        attr.config |= rng.next_u64() & !CONFIG_USED;
     }
-    if rng.chance(5) {
-        attr.__bindgen_anon_3.config1 = sys::config1(&attr) | (rng.next() & !CONFIG1_USED);
+    if chance(rng, 5) {
+        attr.__bindgen_anon_3.config1 = sys::config1(&attr) | (rng.next_u64() & !CONFIG1_USED);
     }
-    if rng.chance(3) {
-        attr.__bindgen_anon_4.config2 = rng.next();
+    if chance(rng, 3) {
+        attr.__bindgen_anon_4.config2 = rng.next_u64();
     }
-    if rng.chance(15) {
+    if chance(rng, 15) {
         attr.__bindgen_anon_1.sample_period = 1 + rng.below(1_000_000);
     }
-    if rng.chance(10) {
+    if chance(rng, 10) {
         attr.set_exclude_user(1);
     }
-    attr.set_disabled(u64::from(rng.chance(30)));
-    let pid = if rng.chance(15) { 0 } else { -1 };
-    let cpu = if pid == 0 && rng.chance(50) {
+    attr.set_disabled(u64::from(chance(rng, 30)));
+    let pid = if chance(rng, 15) { 0 } else { -1 };
+    let cpu = if pid == 0 && chance(rng, 50) {
         -1
     } else {
         i32::try_from(rng.below(cpus as u64)).unwrap_or(0)
@@ -105,14 +91,14 @@ fn generate(rng: &mut Rng, pmu: &Pmu, cpus: i32) -> Case {
         match rng.below(5) {
             0 => attr.type_ = u32::try_from(rng.below(64)).unwrap_or(0),
             1 => attr.size = u32::try_from(rng.below(200)).unwrap_or(0),
-            2 => attr.__bindgen_anon_1.sample_period = rng.next(),
-            3 => attr.read_format = rng.next(),
+            2 => attr.__bindgen_anon_1.sample_period = rng.next_u64(),
+            3 => attr.read_format = rng.next_u64(),
             _ => attr.set_inherit(1),
         }
         return Case {
             attr,
             pid,
-            cpu: if rng.chance(20) {
+            cpu: if chance(rng, 20) {
                 i32::try_from(rng.below(64)).unwrap_or(0) - 2
             } else {
                 cpu

@@ -54,24 +54,26 @@ pub fn frames(rec: &RangeRecord) -> Result<Vec<u16>, BadStack> {
     Ok(out)
 }
 
-/// One context's graph.
-#[derive(Clone, Debug, Default)]
-pub struct CallGraph {
-    /// Records in the graph.
+/// A context's call graph: built record by record ([`CallGraphData::add`],
+/// the daemon) or read from the tenant node with every page
+/// ([`TenantClient::call_graph`](crate::tenant::TenantClient::call_graph)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallGraphData {
+    /// Crossing records in the graph.
     pub crossings: u64,
     /// Crossings whose record the device lost.
     pub lost: u64,
-    /// Records whose stack was not kept in `stacks`.
+    /// Crossings whose stack is not in `stacks`.
     pub stacks_dropped: u64,
     /// (kernel, call block, callee) → records whose stack holds the call.
     pub edges: BTreeMap<(u16, u16, u16), u64>,
     /// kernel → (self, inclusive).
     pub kernels: BTreeMap<u16, (u64, u64)>,
-    /// Kernel path → records.
+    /// Kernel path (outermost first) → records.
     pub stacks: BTreeMap<Vec<u16>, u64>,
 }
 
-impl CallGraph {
+impl CallGraphData {
     /// Adds one record.
     pub fn add(&mut self, rec: &RangeRecord) -> Result<(), BadStack> {
         let path = frames(rec)?;
@@ -100,6 +102,20 @@ impl CallGraph {
         }
         Ok(())
     }
+
+    /// The folded-stack profile flame-graph tools read: one
+    /// `k0;k1;…;kn COUNT` line per stack, kernels named by `name`.
+    pub fn folded(&self, name: impl Fn(u16) -> String) -> String {
+        let mut out = String::new();
+        for (path, count) in &self.stacks {
+            let names: Vec<String> = path.iter().map(|&k| name(k)).collect();
+            out.push_str(&names.join(";"));
+            out.push(' ');
+            out.push_str(&count.to_string());
+            out.push('\n');
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -126,7 +142,7 @@ mod tests {
 
     #[test]
     fn edges_self_and_inclusive_follow_the_stacks() {
-        let mut g = CallGraph::default();
+        let mut g = CallGraphData::default();
         g.add(&rec(2, &[(0, 1, 1), (1, 0, 2)])).unwrap();
         g.add(&rec(1, &[(0, 1, 1)])).unwrap();
         g.add(&rec(0, &[])).unwrap();
@@ -145,7 +161,7 @@ mod tests {
 
     #[test]
     fn broken_stacks_are_refused_and_change_nothing() {
-        let mut g = CallGraph::default();
+        let mut g = CallGraphData::default();
         assert_eq!(g.add(&rec(3, &[(0, 1, 1)])), Err(BadStack::Broken));
         assert_eq!(
             g.add(&rec(2, &[(0, 1, 1), (2, 0, 2)])),

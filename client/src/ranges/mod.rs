@@ -2,8 +2,6 @@
 //! requests of `gpupm_uapi::tenant::ranges` on a [`TenantClient`], with
 //! the call-graph reads paged into one [`CallGraphData`].
 
-use std::collections::BTreeMap;
-
 use gpupm_uapi::tenant::ranges::{
     AddRange, GraphHeader, RangeRow, ReadCallEdges, ReadCallKernels, ReadCallStacks, ReadRanges,
     RemoveRange,
@@ -15,24 +13,10 @@ use gpupm_uapi::tenant::{
 };
 use zerocopy::FromZeros;
 
-use crate::tenant::{ClientError, TenantClient};
+pub mod graph;
 
-/// A context's call graph, all pages read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CallGraphData {
-    /// Crossing records in the graph.
-    pub crossings: u64,
-    /// Crossings whose record the device lost.
-    pub lost: u64,
-    /// Crossings whose stack is not in `stacks`.
-    pub stacks_dropped: u64,
-    /// (kernel, call block, callee) → count.
-    pub edges: BTreeMap<(u16, u16, u16), u64>,
-    /// kernel → (self, inclusive).
-    pub kernels: BTreeMap<u16, (u64, u64)>,
-    /// Kernel path (outermost first) → count.
-    pub stacks: BTreeMap<Vec<u16>, u64>,
-}
+pub use self::graph::{BadStack, CallGraphData};
+use crate::tenant::{ClientError, TenantClient};
 
 /// The rows an answer says it filled (never more than it has).
 fn filled<T>(rows: &[T], count: u32) -> &[T] {
@@ -137,21 +121,5 @@ impl TenantClient {
             }
         }
         Ok(g)
-    }
-}
-
-impl CallGraphData {
-    /// The folded-stack profile flame-graph tools read: one
-    /// `k0;k1;…;kn COUNT` line per stack, kernels named by `name`.
-    pub fn folded(&self, name: impl Fn(u16) -> String) -> String {
-        let mut out = String::new();
-        for (path, count) in &self.stacks {
-            let names: Vec<String> = path.iter().map(|&k| name(k)).collect();
-            out.push_str(&names.join(";"));
-            out.push(' ');
-            out.push_str(&count.to_string());
-            out.push('\n');
-        }
-        out
     }
 }
