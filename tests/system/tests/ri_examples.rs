@@ -13,8 +13,7 @@ use std::fs::File;
 use std::time::{Duration, Instant};
 
 use gpupm_client::DevNode;
-use gpupm_test_support::cli::ledger_ri;
-use gpupm_test_support::device::{migrate, step};
+use gpupm_test_support::device::{ledger_ri, migrate, step};
 use gpupm_test_support::examples::{fields, run_all_while, Example};
 use gpupm_test_support::model::ri::scenario_toml;
 use gpupm_test_support::process::Proc;

@@ -12,8 +12,7 @@ use std::fs::File;
 
 use gpupm_client::ri::RiEntry;
 use gpupm_client::{DevNode, TenantClient};
-use gpupm_test_support::cli::ledger_ri;
-use gpupm_test_support::device::{migrate, step};
+use gpupm_test_support::device::{ledger_ri, migrate, step};
 use gpupm_test_support::process::Proc;
 use gpupm_test_support::scenario::{builtin_program, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
