@@ -74,11 +74,12 @@
  * per-context lost sample records, `SAMP_LOST_SELECT` and
  * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
  * runtime-instrumentation sessions — see `docs/ri.md` — and its
- * marked-range and call-graph ioctls — see `docs/ranges.md`).
+ * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
+ * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`).
  */
-#define GPUPM_ABI_MINOR 7
+#define GPUPM_ABI_MINOR 8
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10007 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10008 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -1000,6 +1001,10 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_WINDOW_READ_NR 7
 /** Most bytes one window read returns. */
 #define GPUPM_WINDOW_READ_MAX 12288
+/** Most block slots one wait returns. */
+#define GPUPM_WAIT_COMMIT_MAX_BLOCKS 24
+/** Longest timeout, in microseconds (10 s). */
+#define GPUPM_WAIT_COMMIT_MAX_TIMEOUT_US 10000000
 /** Largest gpupm_advance.cycles. */
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 /** Read the register into `value`. */
@@ -1047,6 +1052,11 @@ static const char *const gpupm_intr_source_names[15] = {
  * only; CallLedgerQuery).
  */
 #define GPUPM_IOC_LEDGER_CALLS 0xc448470dU
+/**
+ * Wait for the next periodic commit and read blocks in the same
+ * reply (ABI 1.8; WaitCommit).
+ */
+#define GPUPM_IOC_WAIT_COMMIT 0xf8104710U
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
