@@ -68,7 +68,8 @@ impl Pages {
     /// Refresher hook: `moved` pages' blocks moved; follows them (wakes the
     /// waiter if it was idle).
     pub(super) fn follow(&self, moved: &[Key]) {
-        if moved.is_empty() || !self.periodic.load(Ordering::Acquire) {
+        let on = self.periodic.load(Ordering::Acquire) && self.commit_wait.load(Ordering::Acquire);
+        if moved.is_empty() || !on {
             return;
         }
         let mut followed = self.lock_followed();
@@ -183,6 +184,18 @@ fn run(pages: &Pages, stop: &AtomicBool) {
         match wait_once(pages, &mut arg, &wanted) {
             Ok(false) => {}
             Ok(true) => pages.stop_following(),
+            Err(DevError::Ioctl {
+                source: nix::errno::Errno::ENOTTY,
+                ..
+            }) => {
+                tracing::warn!(
+                    "the device node has no GPUPM_IOC_WAIT_COMMIT (ABI < 1.8): \
+                     pages follow events only"
+                );
+                pages.commit_wait.store(false, Ordering::Release);
+                pages.stop_following();
+                return;
+            }
             Err(e) => {
                 if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
                     tracing::warn!(

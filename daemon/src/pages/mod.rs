@@ -144,6 +144,8 @@ pub struct Pages {
     /// Periodic triggers are on (`TRIG_CTRL`, read at every full refresh):
     /// only then are commits followed.
     periodic: AtomicBool,
+    /// The node answers `GPUPM_IOC_WAIT_COMMIT` (cleared at its ENOTTY).
+    commit_wait: AtomicBool,
     /// The pages the commit waiter follows ([`commits`]).
     followed: Mutex<commits::Followed>,
     /// The commit waiter thread, unparked when pages start moving.
@@ -183,6 +185,7 @@ impl Pages {
             refresher: OnceLock::new(),
             following: AtomicBool::new(false),
             periodic: AtomicBool::new(false),
+            commit_wait: AtomicBool::new(true),
             followed: Mutex::default(),
             waiter: OnceLock::new(),
             reading: Mutex::new(()),
