@@ -21,6 +21,9 @@ use gpupm_uapi::regs;
 use serde_json::json;
 use zerocopy::{FromZeros, IntoBytes};
 
+/// Makes a good wait argument bad.
+type Spoiler = fn(&mut WaitCommit);
+
 /// The small scenario's periodic trigger (dithered by up to 255 cycles).
 const PERIOD: u64 = 20_000;
 
@@ -141,7 +144,7 @@ fn malformed_waits_are_einval_and_change_nothing() {
     let card = d.card();
     advance(&card, PERIOD + 256).unwrap();
     let after = sequence(&card);
-    let bad: [(&str, fn(&mut WaitCommit)); 9] = [
+    let bad: [(&str, Spoiler); 9] = [
         ("version 2", |a| a.version = 2),
         ("flags", |a| a.flags = 1),
         ("reserved", |a| a.reserved = 1),

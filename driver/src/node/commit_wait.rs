@@ -138,7 +138,7 @@ mod tests {
             |a| a.flags = 1,
             |a| a.reserved = 1,
             |a| a.count = 0,
-            |a| a.count = WAIT_COMMIT_MAX_BLOCKS as u32 + 1,
+            |a| a.count = u32::try_from(WAIT_COMMIT_MAX_BLOCKS).unwrap() + 1,
             |a| a.timeout_us = 0,
             |a| a.timeout_us = WAIT_COMMIT_MAX_TIMEOUT_US + 1,
             |a| a.slots[1] = CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS,
