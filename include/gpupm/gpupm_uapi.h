@@ -77,7 +77,8 @@
  * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
  * runtime-instrumentation sessions — see `docs/ri.md` — and its
  * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
- * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md`).
+ * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
+ * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`).
  */
 #define GPUPM_ABI_MINOR 8
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -1003,6 +1004,10 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_WINDOW_READ_NR 7
 /** Most bytes one window read returns. */
 #define GPUPM_WINDOW_READ_MAX 12288
+/** Most block slots one wait returns. */
+#define GPUPM_WAIT_COMMIT_MAX_BLOCKS 24
+/** Longest timeout, in microseconds (10 s). */
+#define GPUPM_WAIT_COMMIT_MAX_TIMEOUT_US 10000000
 /** Largest gpupm_advance.cycles. */
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 /** Read the register into `value`. */
@@ -1050,6 +1055,11 @@ static const char *const gpupm_intr_source_names[15] = {
  * only; CallLedgerQuery).
  */
 #define GPUPM_IOC_LEDGER_CALLS 0xc448470dU
+/**
+ * Wait for the next periodic commit and read blocks in the same
+ * reply (ABI 1.8; WaitCommit).
+ */
+#define GPUPM_IOC_WAIT_COMMIT 0xf8104710U
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -2328,6 +2338,69 @@ struct gpupm_block_slot {
   uint8_t tag[16];
 };
 GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_block_slot *)0)->payload) == sizeof(struct gpupm_block));
+/**
+ * The argument of `GPUPM_IOC_WAIT_COMMIT`.
+ *
+ * The node answers as soon as the device's periodic trigger count
+ * (`TRIG_COUNT_PERIODIC`; the device commits every partition's counts at
+ * each periodic trigger) differs from `after` — at once if it already
+ * does — or when `timeout_us` has passed (within one device-clock tick:
+ * 250 µs on a real-time clock, 20 ms on a step clock). The reply carries
+ * the count (`seq`), the device cycle, and the `count` block slots named
+ * in `slots` as the memory window holds them at that moment (ciphertext
+ * for a confidential VM's, as a window read returns them). A timeout is
+ * not an error: the reply then has `seq == after`.
+ *
+ * Errors (nothing changes, nothing is parked): EINVAL for a wrong
+ * `version`, non-zero `flags` or `reserved`, `count` outside
+ * `1..=WAIT_COMMIT_MAX_BLOCKS`, `timeout_us` outside
+ * `1..=WAIT_COMMIT_MAX_TIMEOUT_US`, a slot index beyond the block slots;
+ * the node's usual EACCES for a caller it does not serve; EINTR when the
+ * waiter is killed or interrupted.
+ */
+struct gpupm_wait_commit {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Longest wait in microseconds (1..=GPUPM_WAIT_COMMIT_MAX_TIMEOUT_US).
+   */
+  uint32_t timeout_us;
+  /**
+   * Valid entries of `slots` (1..=GPUPM_WAIT_COMMIT_MAX_BLOCKS).
+   */
+  uint32_t count;
+  /**
+   * In: the last `seq` the caller saw (0 at first).
+   */
+  uint64_t after;
+  /**
+   * Out: `TRIG_COUNT_PERIODIC` when answered.
+   */
+  uint64_t seq;
+  /**
+   * Out: the device cycle when answered.
+   */
+  uint64_t cycle;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+  /**
+   * In: block slot indices (`layout::block_slot_offset`), below
+   * `CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS`.
+   */
+  uint32_t slots[GPUPM_WAIT_COMMIT_MAX_BLOCKS];
+  /**
+   * Out: the slots' contents, in the order of `slots`.
+   */
+  struct gpupm_block_slot blocks[GPUPM_WAIT_COMMIT_MAX_BLOCKS];
+};
 
 /**
  * A stream-ring slot in the memory window: envelope, gpupm_stream_record bytes (ciphertext when
@@ -4692,6 +4765,8 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_window_read) == 16);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_window_read) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_wait_commit) == 14352);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_wait_commit) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_stream_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_whoami) == 272);

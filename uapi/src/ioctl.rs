@@ -406,4 +406,7 @@ ioctl_numbers! {
     /// Read the call-graph ground truth of a context's program (debug
     /// only; [`crate::ranges::CallLedgerQuery`]).
     GPUPM_IOC_LEDGER_CALLS = read_write(0x0D, crate::ranges::CallLedgerQuery);
+    /// Wait for the next periodic commit and read blocks in the same
+    /// reply (ABI 1.8; [`crate::commit_wait::WaitCommit`]).
+    GPUPM_IOC_WAIT_COMMIT = read_write(0x10, crate::commit_wait::WaitCommit);
 }

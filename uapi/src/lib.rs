@@ -5,6 +5,7 @@
 //! and nothing that depends on how they are served. A C header is generated
 //! from it, so every type here has a fixed, explicitly padded layout.
 
+pub mod commit_wait;
 pub mod events;
 pub mod intr;
 pub mod ioc;
@@ -37,7 +38,8 @@ pub const ABI_MAJOR: u16 = 1;
 /// `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
 /// runtime-instrumentation sessions — see `docs/ri.md` — and its
 /// marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
-/// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md`).
+/// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
+/// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`).
 pub const ABI_MINOR: u16 = 8;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;

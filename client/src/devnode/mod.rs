@@ -359,6 +359,21 @@ impl DevNode {
         }
     }
 
+    /// `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8): blocks until the device's
+    /// periodic commit sequence differs from `arg.after` or `arg.timeout_us`
+    /// passes, and fills `arg.seq`, `arg.cycle` and the blocks of
+    /// `arg.slots` as they are then (`docs/pages.md`).
+    pub fn wait_commit(
+        &self,
+        arg: &mut gpupm_uapi::commit_wait::WaitCommit,
+    ) -> Result<(), DevError> {
+        self.ioctl(
+            "GPUPM_IOC_WAIT_COMMIT",
+            gpupm_uapi::ioctl::GPUPM_IOC_WAIT_COMMIT,
+            arg,
+        )
+    }
+
     /// `GPUPM_IOC_RESET`.
     pub fn reset(&self) -> Result<(), DevError> {
         let mut arg = Reset {

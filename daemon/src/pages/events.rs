@@ -66,11 +66,10 @@ impl Pages {
     }
 
     /// Wakes the refresher thread (a no-op before it starts: it looks at
-    /// what is pending before it first parks), unless it follows the
-    /// periodic commits: then it takes what is pending at its next due
-    /// read, at most a period away, and a wake-up per hook would only cost
-    /// CPU. (If it stops following meanwhile, it looks at what is pending
-    /// before it parks.)
+    /// what is pending before it first parks), unless the commit waiter
+    /// follows the periodic commits: then its next wait, at most a period
+    /// away, takes the marked pages, and a wake-up per hook would only cost
+    /// CPU. (When it stops following, it wakes the refresher.)
     pub(super) fn unpark(&self) {
         if !self.following.load(Ordering::Acquire) {
             self.unpark_now();
@@ -107,16 +106,22 @@ impl Pages {
     /// included (their pages are marked now); clears it.
     pub(super) fn take_wake(&self) -> Wake {
         let mut inner = self.lock();
+        self.collect_switches(&mut inner);
+        std::mem::take(&mut inner.wake)
+    }
+
+    /// Marks the pages of the switches the interrupt thread left (the
+    /// refresher's and the commit waiter's first step).
+    pub(super) fn collect_switches(&self, inner: &mut Inner) {
         for (p, slot) in (0u32..).zip(&self.switches.0) {
             let v = slot.swap(0, Ordering::AcqRel);
             if v != 0 {
                 let known = v & SWITCH_KNOWN != 0 && v & SWITCH_MISSED == 0;
                 #[allow(clippy::cast_possible_truncation)] // the low 32 bits
                 let incoming = known.then_some(v as u32);
-                self.mark_switch(&mut inner, p, incoming);
+                self.mark_switch(inner, p, incoming);
             }
         }
-        std::mem::take(&mut inner.wake)
     }
 
     /// Marks every page for which `hit` holds; wakes the refresher if any.

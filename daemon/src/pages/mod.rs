@@ -10,6 +10,8 @@
 //!   (drained commits, a switch's commit) and wake the refresher;
 //! - `refresh`: the thread that reads the blocks of the marked pages (of
 //!   every page, every backstop period) and rewrites those that changed;
+//! - `commits`: the thread that follows the periodic commits of moving
+//!   pages with the device's `GPUPM_IOC_WAIT_COMMIT`;
 //! - `server`: the page socket (who may have which page, `SCM_RIGHTS`);
 //! - `files`: the pages directory; `table`: entries and block decoding;
 //!   `sys`: the module's `unsafe` (accepted descriptors, peer groups).
@@ -33,9 +35,9 @@
 //! see the new generation at the first refresh; the rest are withdrawn
 //! (or, for a context retired meanwhile, finished with its final totals).
 
+mod commits;
 mod events;
 mod files;
-mod follow;
 mod refresh;
 mod server;
 mod sys;
@@ -135,10 +137,23 @@ pub struct Pages {
     switches: events::Switches,
     /// The refresher thread, unparked when a hook marks pages.
     refresher: OnceLock<std::thread::Thread>,
-    /// The refresher follows the periodic commits: it reads at its next
-    /// due time (at most a period away) whatever hooks mark meanwhile, so
-    /// they need not wake it.
+    /// The commit waiter follows the periodic commits: its next wait (at
+    /// most a period away) carries the pages hooks mark meanwhile, so they
+    /// need not wake the refresher.
     following: AtomicBool,
+    /// Periodic triggers are on (`TRIG_CTRL`, read at every full refresh):
+    /// only then are commits followed.
+    periodic: AtomicBool,
+    /// The node answers `GPUPM_IOC_WAIT_COMMIT` (cleared at its ENOTTY).
+    commit_wait: AtomicBool,
+    /// The pages the commit waiter follows ([`commits`]).
+    followed: Mutex<commits::Followed>,
+    /// The commit waiter thread, unparked when pages start moving.
+    waiter: OnceLock<std::thread::Thread>,
+    /// Held across a refresh's device read and its application, and across
+    /// applying a commit wait's reply: refreshes are applied in the order
+    /// they read (a block gone backwards then means a device reset).
+    reading: Mutex<()>,
     counters: Counters,
 }
 
@@ -169,6 +184,11 @@ impl Pages {
             switches: events::Switches::default(),
             refresher: OnceLock::new(),
             following: AtomicBool::new(false),
+            periodic: AtomicBool::new(false),
+            commit_wait: AtomicBool::new(true),
+            followed: Mutex::default(),
+            waiter: OnceLock::new(),
+            reading: Mutex::new(()),
             counters: Counters::default(),
         }))
     }
@@ -177,6 +197,10 @@ impl Pages {
         // Every update leaves the table consistent; a panic elsewhere must
         // not stop the pages.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_reading(&self) -> MutexGuard<'_, ()> {
+        self.reading.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The pages directory.

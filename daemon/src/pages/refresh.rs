@@ -1,7 +1,9 @@
 //! The refresher: a thread that sleeps until a hook marks pages
 //! (`events`), reads exactly those pages' block slots and rewrites the
 //! pages whose blocks changed; and, every backstop period, reads every
-//! page's slot (a full refresh) for whatever bypassed the events.
+//! page's slot (a full refresh) for whatever bypassed the events. Pages it
+//! finds moving are handed to the commit waiter (`commits`) on a real-time
+//! clock.
 //!
 //! A refresh costs device round trips, not work per reader: the slots are
 //! read in as few window reads as their offsets allow (VM blocks are
@@ -19,7 +21,7 @@ use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use gpupm_uapi::regs::{self as r, trig_ctrl};
 use zerocopy::FromBytes;
 
-use super::follow::Follow;
+use super::commits::Waiter;
 use super::table::{self, Key, Stale};
 use super::Pages;
 
@@ -35,31 +37,23 @@ const COALESCE: Duration = Duration::from_millis(5);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What the refresher keeps between refreshes.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct State {
     /// Window read buffer, kept across refreshes.
     buf: Vec<u8>,
-    /// Following the device's periodic commits ([`super::follow`]).
-    follow: Follow,
-}
-
-impl Default for State {
-    /// A state that reads on events only (a step clock).
-    fn default() -> Self {
-        State {
-            buf: Vec::new(),
-            follow: Follow::new(false, 0),
-        }
-    }
+    /// Pages found moving are followed ([`super::commits`]); off (the
+    /// default) on a step clock, whose commits land only when its owner
+    /// advances it.
+    follow: bool,
 }
 
 impl State {
     /// A state that also follows the periodic commits of a real-time
-    /// device clock of `clock_khz`.
-    pub fn following(clock_khz: u32) -> Self {
+    /// device clock (of `_clock_khz`; the device says when they land).
+    pub fn following(_clock_khz: u32) -> Self {
         State {
             buf: Vec::new(),
-            follow: Follow::new(true, clock_khz),
+            follow: true,
         }
     }
 }
@@ -70,9 +64,7 @@ pub(super) struct Applied {
     /// A VM block went backwards (a device reset).
     reset: bool,
     /// Pages whose block moved (a newer commit).
-    moved: Vec<Key>,
-    /// Their blocks' last commit cycles.
-    cycles: Vec<u64>,
+    pub(super) moved: Vec<Key>,
 }
 
 impl Pages {
@@ -91,7 +83,7 @@ impl Pages {
     }
 
     /// Marks `keys` again (their read failed).
-    fn remark(&self, keys: &[(Key, u64)]) {
+    pub(super) fn remark(&self, keys: &[(Key, u64)]) {
         let mut inner = self.lock();
         for (key, _) in keys {
             if let Some(e) = inner.table.pages.get_mut(key) {
@@ -100,19 +92,11 @@ impl Pages {
         }
     }
 
-    /// Marks `keys` (the followed pages, at their due time).
-    fn mark(&self, keys: &[Key]) {
-        let mut inner = self.lock();
-        for key in keys {
-            if let Some(e) = inner.table.pages.get_mut(key) {
-                e.dirty = true;
-            }
-        }
-    }
-
     /// Folds the blocks read into the pages: which moved, and whether a
-    /// VM block went backwards (a device reset).
-    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)]) -> Applied {
+    /// VM block went backwards (a device reset). A commit wait's reply
+    /// (`waited`) may be older than what a refresh showed meanwhile: its
+    /// blocks that went backwards are skipped.
+    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)], waited: bool) -> Applied {
         let mut inner = self.lock();
         let generation = inner.generation;
         let mut out = Applied::default();
@@ -132,14 +116,13 @@ impl Pages {
                     let (was, now) = (e.shown.counters.commit_seq, next.counters.commit_seq);
                     if now > was && e.shown.counters.generation == generation {
                         out.moved.push(*key);
-                        out.cycles.push(next.counters.cycle);
                     }
                     let next = table::with_rates(next, e);
                     e.rate = None;
                     e.sealed_rate = None;
                     self.show(generation, e, next);
                 }
-                Err(Stale::Backwards) if matches!(key, Key::Vm(_)) => out.reset = true,
+                Err(Stale::Backwards) if !waited && matches!(key, Key::Vm(_)) => out.reset = true,
                 Err(_) => {}
             }
         }
@@ -159,28 +142,20 @@ impl Pages {
     }
 
     fn refresh_wanted(&self, state: &mut State, all: bool) -> Result<usize, DevError> {
-        // A commit seen was in the block when the device served the read,
-        // some time after the read started: the start is the observation
-        // (an early estimate is corrected by the read that finds nothing).
-        let started = Instant::now();
-        let result = self.read_and_apply(state, all);
-        let applied = match &result {
-            Ok((_, applied)) => applied,
-            Err(_) => &Applied::default(),
+        let (reads, applied) = {
+            let _reading = self.lock_reading();
+            self.read_and_apply(state, all)?
         };
-        // A failed or empty read counts as nothing new: following retries
-        // a few times and then stops, rather than spinning on a deadline.
-        state
-            .follow
-            .observe(started, &applied.moved, &applied.cycles);
-        self.following
-            .store(state.follow.due().is_some(), Ordering::Release);
-        result.map(|(reads, _)| reads)
+        if state.follow {
+            self.follow(&applied.moved);
+        }
+        Ok(reads)
     }
 
     fn read_and_apply(&self, state: &mut State, all: bool) -> Result<(usize, Applied), DevError> {
         if all {
-            state.follow.set_period(self.trigger_period()?);
+            let on = self.trigger_period()?.is_some();
+            self.periodic.store(on, Ordering::Release);
         }
         let wanted = self.take_wanted(all);
         if wanted.is_empty() {
@@ -193,7 +168,7 @@ impl Pages {
                 return Err(e);
             }
         };
-        let applied = self.apply(&blocks);
+        let applied = self.apply(&blocks, false);
         if applied.reset {
             self.device_reset();
         }
@@ -272,14 +247,18 @@ pub struct Refresher {
     pages: Arc<Pages>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The commit waiter, when commits are followed.
+    waiter: Option<Waiter>,
 }
 
 impl Refresher {
     /// Runs the refresher on a thread of its own, starting from `state`
     /// (the first full refresh's, made before start): a refresh of the
     /// marked pages whenever a hook wakes it, a full refresh when a hook
-    /// asks for one and every `backstop`.
+    /// asks for one and every `backstop`; and, when `state` follows
+    /// commits, the commit waiter.
     pub fn start(pages: Arc<Pages>, backstop: Duration, mut state: State) -> std::io::Result<Self> {
+        let waiter = state.follow.then(|| Waiter::start(&pages)).transpose()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (pages, stop) = (Arc::clone(&pages), Arc::clone(&stop));
@@ -294,28 +273,22 @@ impl Refresher {
             pages,
             stop,
             thread: Some(thread),
+            waiter,
         })
     }
 }
 
-/// The refresher's loop: while following the periodic commits
-/// ([`super::follow`]), one read of the followed and marked pages at each
-/// due time, events waiting for it (it is at most a period away);
-/// otherwise a read of the marked pages when a hook wakes it (after
-/// letting the burst gather), a full read every `backstop`.
+/// The refresher's loop: a read of the marked pages when a hook wakes it
+/// (after letting the burst gather), a full read every `backstop`. (While
+/// the commit waiter follows the periodic commits, hooks leave the marked
+/// pages to its next wait.)
 fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) {
     let mut next_full = Instant::now() + backstop;
     let mut logged: Option<Instant> = None;
     let mut settled = false;
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
-        if let Some(due) = state.follow.due() {
-            if now < due && now < next_full {
-                thread::park_timeout(due.min(next_full) - now);
-                continue;
-            }
-            pages.mark(state.follow.keys());
-        } else if !settled && pages.has_events() {
+        if !settled && now < next_full && pages.has_events() {
             // Let the burst that woke us finish (a switch comes with the
             // other partitions' switches and their handshakes, a drain
             // with the other rings'): one refresh for all, and no device
@@ -329,7 +302,7 @@ fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) 
         let result = if wake.full || now >= next_full {
             next_full = now + backstop;
             pages.refresh(state)
-        } else if wake.pending || state.follow.due().is_some() {
+        } else if wake.pending {
             pages.refresh_marked(state)
         } else {
             // A hook's unpark before this park makes it return at once:
@@ -351,6 +324,7 @@ fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) 
 
 impl Drop for Refresher {
     fn drop(&mut self) {
+        self.waiter = None;
         self.stop.store(true, Ordering::Release);
         self.pages.unpark_now();
         if let Some(t) = self.thread.take() {

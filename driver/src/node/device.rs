@@ -17,6 +17,7 @@ use zerocopy::IntoBytes;
 
 use super::access::{AccessPolicy, Caller};
 use super::backend::DeviceBackend;
+use super::commit_wait::{self, IoctlCompletion, ParkedWait};
 use super::error::{malformed, NodeError};
 use super::ioctl::{self, IoctlReply};
 use super::reg_access::reg_access;
@@ -41,6 +42,8 @@ struct Handle {
     /// Sequence number of the next interrupt record this handle reads.
     cursor: u64,
     readers: VecDeque<ParkedRead>,
+    /// `GPUPM_IOC_WAIT_COMMIT` requests waiting for a commit.
+    waits: Vec<ParkedWait>,
     poll_wake: Option<PollWake>,
 }
 
@@ -54,6 +57,7 @@ struct Inner {
 /// Deferred work that must run without the device lock held.
 enum Action {
     Complete(ReadCompletion, Result<Vec<u8>, NodeError>),
+    Answer(IoctlCompletion, Result<IoctlReply, NodeError>),
     Wake(PollWake),
 }
 
@@ -114,6 +118,7 @@ impl NodeCore {
                 kind,
                 cursor,
                 readers: VecDeque::new(),
+                waits: Vec::new(),
                 poll_wake: None,
             },
         );
@@ -126,6 +131,9 @@ impl NodeCore {
         if let Some(handle) = handle {
             for r in handle.readers {
                 (r.complete)(Err(NodeError::Interrupted));
+            }
+            for w in handle.waits {
+                (w.complete)(Err(NodeError::Interrupted));
             }
         }
     }
@@ -254,6 +262,69 @@ impl NodeCore {
         res
     }
 
+    /// An ioctl that may be answered later: `GPUPM_IOC_WAIT_COMMIT` parks
+    /// until the device's next periodic commit or its timeout; every other
+    /// ioctl is answered now, as [`Self::ioctl`]. `complete` runs exactly
+    /// once: now, when the wait is answered, or with EINTR when the waiter
+    /// (thread `pid`) is killed or interrupted or the handle released.
+    pub fn ioctl_deferred(
+        &self,
+        fh: u64,
+        cmd: u32,
+        input: &[u8],
+        out_size: u32,
+        pid: u32,
+        complete: IoctlCompletion,
+    ) {
+        if cmd != gpupm_uapi::ioctl::GPUPM_IOC_WAIT_COMMIT {
+            return complete(self.ioctl(fh, cmd, input, out_size));
+        }
+        let mut slot = Some(complete);
+        let res = self.wait_or_park(fh, input, pid, &mut slot);
+        if let (Some(res), Some(complete)) = (res, slot) {
+            complete(res);
+        }
+    }
+
+    /// Answers a wait now (`Some`) or parks `slot`'s completion (`None`).
+    fn wait_or_park(
+        &self,
+        fh: u64,
+        input: &[u8],
+        pid: u32,
+        slot: &mut Option<IoctlCompletion>,
+    ) -> Option<Result<IoctlReply, NodeError>> {
+        let now = Instant::now();
+        let arg = match commit_wait::parse(input) {
+            Ok(arg) => arg,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let Some(handle) = inner.handles.get_mut(&fh) else {
+            return Some(Err(NodeError::NotFound));
+        };
+        if handle.kind != NodeKind::Card {
+            return Some(Err(NodeError::NotOnThisNode("ioctl")));
+        }
+        let seq = match commit_wait::sequence(inner.backend.as_mut()) {
+            Ok(seq) => seq,
+            Err(e) => return Some(Err(e)),
+        };
+        let deadline = commit_wait::deadline(&arg, now);
+        if commit_wait::due(arg.after, seq, deadline, now) {
+            return Some(commit_wait::answer(inner.backend.as_mut(), arg, seq));
+        }
+        let complete = slot.take()?;
+        handle.waits.push(ParkedWait {
+            pid,
+            arg,
+            deadline,
+            complete,
+        });
+        None
+    }
+
     /// Poll readiness: `POLLIN` when the handle has unread records, `POLLPRI`
     /// (if asked for) while an unmasked interrupt source is latched. When
     /// nothing is ready and `wake` is given, it runs once when a record arrives.
@@ -315,6 +386,7 @@ impl NodeCore {
                     }
                 }
             }
+            answer_waits(inner, &mut actions);
         }
         run(actions);
     }
@@ -323,7 +395,7 @@ impl NodeCore {
     /// EINTR: the transport learnt that the reader took a signal (CUSE's
     /// `FUSE_INTERRUPT`). Returns whether one was parked.
     pub fn interrupt_reads(&self, fh: u64, pid: u32) -> bool {
-        let interrupted: Vec<ParkedRead> = {
+        let (interrupted, waits): (Vec<ParkedRead>, Vec<ParkedWait>) = {
             let mut inner = self.lock();
             let Some(handle) = inner.handles.get_mut(&fh) else {
                 return false;
@@ -331,11 +403,17 @@ impl NodeCore {
             let (hit, kept): (VecDeque<_>, VecDeque<_>) =
                 handle.readers.drain(..).partition(|r| r.pid == pid);
             handle.readers = kept;
-            hit.into_iter().collect()
+            let (waits, kept): (Vec<_>, Vec<_>) =
+                handle.waits.drain(..).partition(|w| w.pid == pid);
+            handle.waits = kept;
+            (hit.into_iter().collect(), waits)
         };
-        let any = !interrupted.is_empty();
+        let any = !interrupted.is_empty() || !waits.is_empty();
         for r in interrupted {
             (r.complete)(Err(NodeError::Interrupted));
+        }
+        for w in waits {
+            (w.complete)(Err(NodeError::Interrupted));
         }
         any
     }
@@ -356,6 +434,15 @@ impl NodeCore {
                     dead.into_iter()
                         .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
                 );
+                let (dead, alive): (Vec<_>, Vec<_>) = handle
+                    .waits
+                    .drain(..)
+                    .partition(|w| gpupm_fusemount::procfs::fatal_signal_pending(w.pid));
+                handle.waits = alive;
+                actions.extend(
+                    dead.into_iter()
+                        .map(|w| Action::Answer(w.complete, Err(NodeError::Interrupted))),
+                );
             }
         }
         run(actions);
@@ -366,7 +453,33 @@ fn run(actions: Vec<Action>) {
     for a in actions {
         match a {
             Action::Complete(complete, res) => complete(res),
+            Action::Answer(complete, res) => complete(res),
             Action::Wake(wake) => wake(),
+        }
+    }
+}
+
+/// Answers the parked waits that are due: a newer periodic commit, or
+/// their deadline passed.
+fn answer_waits(inner: &mut Inner, actions: &mut Vec<Action>) {
+    if inner.handles.values().all(|h| h.waits.is_empty()) {
+        return;
+    }
+    let backend = inner.backend.as_mut();
+    let seq = match commit_wait::sequence(backend) {
+        Ok(seq) => seq,
+        Err(e) => return tracing::warn!(error = %e, "periodic commit count unreadable"),
+    };
+    let now = Instant::now();
+    for handle in inner.handles.values_mut() {
+        let (due, kept): (Vec<_>, Vec<_>) = handle
+            .waits
+            .drain(..)
+            .partition(|w| commit_wait::due(w.arg.after, seq, w.deadline, now));
+        handle.waits = kept;
+        for w in due {
+            let reply = commit_wait::answer(backend, w.arg, seq);
+            actions.push(Action::Answer(w.complete, reply));
         }
     }
 }

@@ -20,7 +20,8 @@
 //! stays atomic and handle cursors stay consistent whatever the thread
 //! count. A blocking interrupt read never holds a thread: its reply is
 //! parked in [`NodeCore`] and sent from whichever thread delivers the next
-//! record.
+//! record; so is a `GPUPM_IOC_WAIT_COMMIT`'s, sent by the thread whose
+//! tick or request made the commit it waited for.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -451,16 +452,25 @@ impl Filesystem for FuseFs {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        match self.core.ioctl(fh.0, cmd, in_data, out_size) {
-            Ok(r) => {
-                let n = r.data.len().min(out_size as usize);
-                reply.ioctl(r.result, &r.data[..n]);
-            }
-            Err(e) => {
-                tracing::debug!(cmd = format_args!("{cmd:#010x}"), error = %e, "ioctl refused");
-                reply.error(errno(&e));
-            }
-        }
+        // A commit wait's reply is kept and sent by the thread that
+        // answers it (fuser's replies are `Send`): no serving thread waits.
+        self.core.ioctl_deferred(
+            fh.0,
+            cmd,
+            in_data,
+            out_size,
+            req.pid(),
+            Box::new(move |res| match res {
+                Ok(r) => {
+                    let n = r.data.len().min(out_size as usize);
+                    reply.ioctl(r.result, &r.data[..n]);
+                }
+                Err(e) => {
+                    tracing::debug!(cmd = format_args!("{cmd:#010x}"), error = %e, "ioctl refused");
+                    reply.error(errno(&e));
+                }
+            }),
+        );
     }
 
     fn poll(

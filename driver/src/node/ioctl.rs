@@ -14,8 +14,9 @@ use gpupm_uapi::ioctl::{
     reg_op, Advance, Identity, RegAccess, RegBatch, Reset, WindowRead, DEVICE_IOCTLS,
     GPUPM_IOC_ADVANCE, GPUPM_IOC_IDENTITY, GPUPM_IOC_LEDGER, GPUPM_IOC_LEDGER_BLOCKS,
     GPUPM_IOC_LEDGER_CALLS, GPUPM_IOC_LEDGER_RANGES, GPUPM_IOC_LEDGER_RI, GPUPM_IOC_REG_BATCH,
-    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, IOCTL_STRUCT_VERSION, IOC_MAGIC,
-    MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX, WINDOW_READ_NR,
+    GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET, GPUPM_IOC_WAIT_COMMIT,
+    IOCTL_STRUCT_VERSION, IOC_MAGIC, MAX_ADVANCE_CYCLES, MAX_BATCH_OPS, WINDOW_READ_MAX,
+    WINDOW_READ_NR,
 };
 use gpupm_uapi::regs;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -68,6 +69,8 @@ pub fn dispatch(
         GPUPM_IOC_LEDGER_RANGES => ledger::ranges(backend, decode(input)?),
         GPUPM_IOC_LEDGER_CALLS => ledger::calls(backend, decode(input)?),
         GPUPM_IOC_RESET => reset(backend, decode(input)?),
+        // Parks until a commit: only `NodeCore::ioctl_deferred` serves it.
+        GPUPM_IOC_WAIT_COMMIT => Err(malformed("a commit wait cannot be answered at once")),
         _ if ioc::ty(cmd) == IOC_MAGIC
             && DEVICE_IOCTLS
                 .iter()

@@ -34,6 +34,7 @@
 
 pub mod access;
 pub mod backend;
+pub mod commit_wait;
 pub mod cuse;
 pub mod device;
 pub mod error;

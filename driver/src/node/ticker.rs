@@ -1,6 +1,6 @@
 //! The clock thread: advances a real-time device, delivers interrupt
-//! records to waiting readers and pollers, and fails reads of killed
-//! processes.
+//! records to waiting readers and pollers, answers commit waits that are
+//! due, and fails reads and waits of killed processes.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +43,10 @@ impl Ticker {
                     let now = Instant::now();
                     if realtime {
                         core.tick(now);
+                    } else {
+                        // Times out `GPUPM_IOC_WAIT_COMMIT`s (a step clock
+                        // delivers only when its owner advances it).
+                        core.deliver();
                     }
                     if now.duration_since(last_reap) >= REAP_PERIOD {
                         core.reap_killed_readers();

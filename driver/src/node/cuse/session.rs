@@ -7,8 +7,9 @@
 //! are: `open`; `read()` of whole interrupt records (a parked blocking
 //! read is answered later, from whichever thread delivers the next
 //! record); `poll()` with wake-up notifications; the ioctls, register and
-//! window access included; `release`. `write()` fails with EINVAL. A
-//! `FUSE_INTERRUPT` fails the interrupted read with EINTR.
+//! window access included (a `GPUPM_IOC_WAIT_COMMIT` is parked and
+//! answered like a blocking read); `release`. `write()` fails with EINVAL.
+//! A `FUSE_INTERRUPT` fails the interrupted read or wait with EINTR.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -210,7 +211,7 @@ impl Session {
             opcode::IOCTL => {
                 self.allowed(header)?;
                 let (ioctl, data) = abi::split::<IoctlIn>(body)?;
-                self.ioctl(unique, ioctl, data)?;
+                self.ioctl(header, ioctl, data)?;
             }
             opcode::POLL => {
                 self.allowed(header)?;
@@ -273,7 +274,11 @@ impl Session {
         );
     }
 
-    fn ioctl(&self, unique: u64, ioctl: &IoctlIn, data: &[u8]) -> Result<(), NodeError> {
+    /// An ioctl; a `GPUPM_IOC_WAIT_COMMIT` may be answered later, from
+    /// the thread that makes the commit (parked like a read, so that a
+    /// `FUSE_INTERRUPT` finds it).
+    fn ioctl(&self, header: &InHeader, ioctl: &IoctlIn, data: &[u8]) -> Result<(), NodeError> {
+        let unique = header.unique;
         if ioctl.flags & IOCTL_UNRESTRICTED != 0 {
             return Err(malformed("unrestricted ioctl"));
         }
@@ -284,19 +289,36 @@ impl Session {
                 ioctl.in_size
             )));
         }
-        let reply = self
-            .core
-            .ioctl(ioctl.fh, ioctl.cmd, data, ioctl.out_size)
-            .inspect_err(|e| {
-                tracing::debug!(cmd = format_args!("{:#010x}", ioctl.cmd), error = %e, "ioctl refused");
-            })?;
-        let n = reply.data.len().min(ioctl.out_size as usize);
-        let out = IoctlOut {
-            result: reply.result,
-            ..IoctlOut::default()
-        };
-        self.channel
-            .reply(unique, &[out.as_bytes(), &reply.data[..n]]);
+        self.lock_parked().insert(unique, (ioctl.fh, header.pid));
+        let (channel, parked) = (Arc::clone(&self.channel), Arc::clone(&self.parked));
+        let (cmd, out_size) = (ioctl.cmd, ioctl.out_size as usize);
+        self.core.ioctl_deferred(
+            ioctl.fh,
+            cmd,
+            data,
+            ioctl.out_size,
+            header.pid,
+            Box::new(move |res| {
+                parked
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&unique);
+                match res {
+                    Ok(reply) => {
+                        let n = reply.data.len().min(out_size);
+                        let out = IoctlOut {
+                            result: reply.result,
+                            ..IoctlOut::default()
+                        };
+                        channel.reply(unique, &[out.as_bytes(), &reply.data[..n]]);
+                    }
+                    Err(e) => {
+                        tracing::debug!(cmd = format_args!("{cmd:#010x}"), error = %e, "ioctl refused");
+                        channel.reply_error(unique, e.errno());
+                    }
+                }
+            }),
+        );
         Ok(())
     }
 

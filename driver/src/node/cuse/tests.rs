@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gpupm_client::ops::access as reg_access;
+use gpupm_uapi::commit_wait::WaitCommit;
 use gpupm_uapi::ioctl::{
-    RegAccess, Reset, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE, GPUPM_IOC_RESET,
-    IOCTL_STRUCT_VERSION,
+    Advance, RegAccess, Reset, GPUPM_IOC_ADVANCE, GPUPM_IOC_REG_READ, GPUPM_IOC_REG_WRITE,
+    GPUPM_IOC_RESET, GPUPM_IOC_WAIT_COMMIT, IOCTL_STRUCT_VERSION,
 };
 use gpupm_uapi::regs;
 use proptest::prelude::{any, proptest};
@@ -356,6 +357,71 @@ fn a_parked_read_gets_the_next_record_and_a_poller_its_wakeup() {
         .0;
     assert_eq!(record.source, gpupm_uapi::intr::source::DEVICE_RESET);
     assert!(find(reset_id, 0).is_some(), "the reset was answered");
+}
+
+/// A `GPUPM_IOC_WAIT_COMMIT` for commits after `after`, VM 1's slot.
+fn wait_commit(after: u64) -> WaitCommit {
+    let mut arg = <WaitCommit as zerocopy::FromZeros>::new_zeroed();
+    arg.version = IOCTL_STRUCT_VERSION;
+    arg.timeout_us = 10_000_000;
+    arg.count = 1;
+    arg.after = after;
+    arg.slots[0] = 1;
+    arg
+}
+
+#[test]
+fn a_parked_commit_wait_is_answered_by_the_commit_an_advance_makes() {
+    let mut rig = Rig::new();
+    let fh = rig.open();
+    let after = rig.reg(fh, regs::TRIG_COUNT_PERIODIC, 8);
+    let wait = wait_commit(after);
+    let size = u32::try_from(wait.as_bytes().len()).unwrap();
+    let head = IoctlIn {
+        out_size: size,
+        ..IoctlIn::read_from_bytes(&ioctl_head(fh, GPUPM_IOC_WAIT_COMMIT, size)).unwrap()
+    };
+    let parked = rig.send(opcode::IOCTL, ROOT, head.as_bytes(), wait.as_bytes());
+    // The built-in scenario triggers every 1 ms of device time.
+    let advance = Advance {
+        version: IOCTL_STRUCT_VERSION,
+        flags: 0,
+        cycles: 4_000_000,
+        now: 0,
+    };
+    let advanced = rig.send(
+        opcode::IOCTL,
+        ROOT,
+        &ioctl_head(fh, GPUPM_IOC_ADVANCE, 24),
+        advance.as_bytes(),
+    );
+    // The wait's reply comes first: the advance's delivery sends it.
+    let (out, body) = rig.reply();
+    assert_eq!((out.unique, out.error), (parked, 0));
+    let (out, _) = rig.reply();
+    assert_eq!((out.unique, out.error), (advanced, 0));
+    let (_, data) = IoctlOut::read_from_prefix(&body).expect("ioctl reply");
+    let answer = WaitCommit::read_from_bytes(data).expect("the whole argument");
+    assert_eq!(answer.seq, rig.reg(fh, regs::TRIG_COUNT_PERIODIC, 8));
+    assert!(answer.seq > after);
+
+    let interrupted = rig.send(
+        opcode::IOCTL,
+        ROOT,
+        head.as_bytes(),
+        wait_commit(answer.seq).as_bytes(),
+    );
+    rig.send(
+        opcode::INTERRUPT,
+        ROOT,
+        InterruptIn {
+            unique: interrupted,
+        }
+        .as_bytes(),
+        &[],
+    );
+    let (out, _) = rig.reply();
+    assert_eq!((out.unique, out.error), (interrupted, -libc::EINTR));
 }
 
 fn ioctl_head(fh: u64, cmd: u32, size: u32) -> Vec<u8> {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::mem::{align_of, size_of};
 
 use cbindgen::{Builder, Config, ItemType, Language, Style};
+use gpupm_uapi::commit_wait::WaitCommit;
 use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{
@@ -47,7 +48,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 75] {
+pub fn all_structs() -> [StructInfo; 76] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -63,6 +64,7 @@ pub fn all_structs() -> [StructInfo; 75] {
         RegAccess => "gpupm_reg_access",
         WindowRead => "gpupm_window_read",
         BlockSlot => "gpupm_block_slot",
+        WaitCommit => "gpupm_wait_commit",
         StreamSlot => "gpupm_stream_slot",
         Whoami => "gpupm_tenant_whoami",
         CtxEntry => "gpupm_tenant_ctx_entry",
@@ -174,7 +176,7 @@ const IOCTL_STRUCTS: [(&str, &str); 33] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 22] = [
+const ARRAY_LENGTHS: [(&str, &str); 23] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -197,6 +199,7 @@ const ARRAY_LENGTHS: [(&str, &str); 22] = [
     ("GRAPH_KERNEL_ROWS", "GPUPM_TENANT_GRAPH_KERNEL_ROWS"),
     ("GRAPH_STACK_ROWS", "GPUPM_TENANT_GRAPH_STACK_ROWS"),
     ("STACK_FRAMES", "GPUPM_TENANT_STACK_FRAMES"),
+    ("WAIT_COMMIT_MAX_BLOCKS", "GPUPM_WAIT_COMMIT_MAX_BLOCKS"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -297,6 +300,7 @@ pub fn emit_structs(h: &mut Header) {
         ("gpupm_block", size_of::<Block>()),
         size_of::<BlockSlot>(),
     );
+    h.structs(&["WaitCommit"]);
     slot_struct(
         h,
         "gpupm_stream_slot",

@@ -1,0 +1,279 @@
+//! Following the device's periodic commits: a thread (`gpupmd-commits`)
+//! blocked in `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8) with the slots of the
+//! pages whose blocks are moving, which the node answers when the next
+//! periodic commit has landed, with those blocks read at that moment. One
+//! device round trip per commit both waits and carries the data; a thread
+//! that falls behind gets the latest blocks at once (its sequence is
+//! already old), so bursts coalesce.
+//!
+//! What is followed: every page a refresh found moving (handed over by
+//! [`Pages::follow`]); a page is dropped after [`KEY_MISSES`] answers in a
+//! row in which it did not move (a partition paused for a switch misses a
+//! commit or two; an idle one stops). A wait answered by its timeout means
+//! no periodic commit for [`WAIT_TIMEOUT_US`]: following stops until a
+//! refresh sees pages move again. So an idle device costs no wait at all.
+//!
+//! Pages the hooks mark meanwhile ride in the next wait (plaintext ones, up
+//! to the slots left); the rest are left marked and the refresher woken.
+//!
+//! The reply was read by the node before this thread takes the read lock,
+//! so a refresh may have shown a newer block meanwhile: a block older than
+//! the page (commit count lower) is skipped here, never taken for a device
+//! reset — the refresher, whose reads are ordered by the lock, decides
+//! resets. Sealed pages are never waited for (their order cannot be told
+//! from ciphertext).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use gpupm_client::DevError;
+use gpupm_uapi::commit_wait::{WaitCommit, WAIT_COMMIT_MAX_BLOCKS};
+use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
+use gpupm_uapi::layout::BLOCK_SLOT_SIZE;
+use zerocopy::FromZeros;
+
+use super::table::Key;
+use super::Pages;
+
+/// Answers in a row in which a followed page did not move before it is
+/// no longer followed.
+const KEY_MISSES: u32 = 8;
+/// Longest wait: without a periodic commit for this long, following stops.
+const WAIT_TIMEOUT_US: u32 = 50_000;
+/// At most this often a failing wait is logged.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The followed pages, each with the answers in a row it did not move.
+#[derive(Debug, Default)]
+pub(super) struct Followed(BTreeMap<Key, u32>);
+
+impl Followed {
+    /// Counts an answer: `moved` pages are followed (again), the others
+    /// miss once; those that missed too often are dropped.
+    fn answered(&mut self, moved: &[Key]) {
+        for n in self.0.values_mut() {
+            *n += 1;
+        }
+        for &k in moved {
+            self.0.insert(k, 0);
+        }
+        self.0.retain(|_, n| *n <= KEY_MISSES);
+    }
+}
+
+impl Pages {
+    /// Refresher hook: `moved` pages' blocks moved; follows them (wakes the
+    /// waiter if it was idle).
+    pub(super) fn follow(&self, moved: &[Key]) {
+        let on = self.periodic.load(Ordering::Acquire) && self.commit_wait.load(Ordering::Acquire);
+        if moved.is_empty() || !on {
+            return;
+        }
+        let mut followed = self.lock_followed();
+        for &k in moved {
+            followed.0.entry(k).or_insert(0);
+        }
+        self.following.store(true, Ordering::Release);
+        drop(followed);
+        if let Some(t) = self.waiter.get() {
+            t.unpark();
+        }
+    }
+
+    fn lock_followed(&self) -> std::sync::MutexGuard<'_, Followed> {
+        self.followed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops following; the refresher takes what the hooks mark.
+    fn stop_following(&self) {
+        self.lock_followed().0.clear();
+        self.following.store(false, Ordering::Release);
+        self.unpark_now();
+    }
+
+    /// The slots to wait for: the followed pages' and the marked plaintext
+    /// pages' (their marks taken), at most [`WAIT_COMMIT_MAX_BLOCKS`].
+    /// Marked pages that do not fit stay marked for the refresher.
+    fn wait_list(&self) -> Vec<(Key, u64)> {
+        let followed: Vec<Key> = self.lock_followed().0.keys().copied().collect();
+        let mut inner = self.lock();
+        self.collect_switches(&mut inner);
+        if inner.wake.full {
+            self.unpark_now();
+        }
+        let mut out = Vec::with_capacity(WAIT_COMMIT_MAX_BLOCKS);
+        for key in followed {
+            if let Some(e) = inner.table.pages.get_mut(&key) {
+                if out.len() < WAIT_COMMIT_MAX_BLOCKS && !e.source.confidential {
+                    e.dirty = false;
+                    out.push((key, e.source.block_offset));
+                }
+            }
+        }
+        let mut left = false;
+        for (key, e) in inner.table.pages.iter_mut().filter(|(_, e)| e.dirty) {
+            if out.len() < WAIT_COMMIT_MAX_BLOCKS && !e.source.confidential {
+                e.dirty = false;
+                out.push((*key, e.source.block_offset));
+            } else {
+                left = true;
+            }
+        }
+        drop(inner);
+        if left {
+            self.unpark_now();
+        }
+        out
+    }
+}
+
+/// Waits for the next commit with `wanted`'s slots; applies the reply.
+/// Returns whether the wait timed out.
+fn wait_once(pages: &Pages, arg: &mut WaitCommit, wanted: &[(Key, u64)]) -> Result<bool, DevError> {
+    arg.count = u32::try_from(wanted.len()).unwrap_or(0);
+    for (slot, &(_, off)) in arg.slots.iter_mut().zip(wanted) {
+        *slot = u32::try_from(off / BLOCK_SLOT_SIZE).unwrap_or(u32::MAX);
+    }
+    let after = arg.after;
+    if let Err(e) = pages.dev.wait_commit(arg) {
+        pages.remark(wanted);
+        return Err(e);
+    }
+    let blocks: Vec<_> = wanted
+        .iter()
+        .zip(&arg.blocks)
+        .map(|(&(key, off), slot)| (key, off, *slot))
+        .collect();
+    let moved = {
+        let _reading = pages.lock_reading();
+        let applied = pages.apply(&blocks, true);
+        pages.counters.refreshes.fetch_add(1, Ordering::Relaxed);
+        applied.moved
+    };
+    pages.lock_followed().answered(&moved);
+    arg.after = arg.seq;
+    Ok(arg.seq == after)
+}
+
+/// The waiter's loop: parked while nothing is followed, else one wait per
+/// periodic commit.
+fn run(pages: &Pages, stop: &AtomicBool) {
+    let mut arg = WaitCommit::new_zeroed();
+    arg.version = IOCTL_STRUCT_VERSION;
+    arg.timeout_us = WAIT_TIMEOUT_US;
+    let mut logged: Option<Instant> = None;
+    while !stop.load(Ordering::Acquire) {
+        let idle = pages.lock_followed().0.is_empty() || !pages.periodic.load(Ordering::Acquire);
+        if idle {
+            if pages.following.swap(false, Ordering::AcqRel) {
+                pages.unpark_now();
+            }
+            // A `follow` before this park makes it return at once.
+            thread::park();
+            continue;
+        }
+        pages.following.store(true, Ordering::Release);
+        let wanted = pages.wait_list();
+        if wanted.is_empty() {
+            pages.stop_following();
+            continue;
+        }
+        match wait_once(pages, &mut arg, &wanted) {
+            Ok(false) => {}
+            Ok(true) => pages.stop_following(),
+            Err(DevError::Ioctl {
+                source: nix::errno::Errno::ENOTTY,
+                ..
+            }) => {
+                tracing::warn!(
+                    "the device node has no GPUPM_IOC_WAIT_COMMIT (ABI < 1.8): \
+                     pages follow events only"
+                );
+                pages.commit_wait.store(false, Ordering::Release);
+                pages.stop_following();
+                return;
+            }
+            Err(e) => {
+                if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                    tracing::warn!(
+                        error = format!("{:#}", anyhow::Error::new(e)),
+                        "waiting for the device's commits failed; pages follow events only"
+                    );
+                    logged = Some(Instant::now());
+                }
+                pages.stop_following();
+            }
+        }
+    }
+}
+
+/// The waiter thread; stops and joins when dropped (within one wait's
+/// timeout).
+#[derive(Debug)]
+pub(super) struct Waiter {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Waiter {
+    /// Starts the waiter for `pages`.
+    pub(super) fn start(pages: &Arc<Pages>) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (pages, stop) = (Arc::clone(pages), Arc::clone(&stop));
+            thread::Builder::new()
+                .name("gpupmd-commits".into())
+                .spawn(move || run(&pages, &stop))?
+        };
+        if pages.waiter.set(thread.thread().clone()).is_err() {
+            tracing::debug!("a commit waiter was already started");
+        }
+        Ok(Waiter {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            if t.join().is_err() {
+                tracing::error!("the commit waiter panicked");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_that_stop_moving_are_dropped_and_moving_ones_kept() {
+        let (a, b) = (Key::Vm(1), Key::Vm(2));
+        let mut f = Followed::default();
+        f.answered(&[a, b]);
+        for _ in 0..KEY_MISSES {
+            f.answered(&[b]);
+        }
+        assert_eq!(
+            f.0.keys().copied().collect::<Vec<_>>(),
+            [a, b],
+            "a missed {KEY_MISSES}: kept"
+        );
+        f.answered(&[b]);
+        assert_eq!(
+            f.0.keys().copied().collect::<Vec<_>>(),
+            [b],
+            "one more: a dropped"
+        );
+        f.answered(&[a]);
+        assert_eq!(f.0.get(&a), Some(&0), "a moved again: followed again");
+    }
+}
