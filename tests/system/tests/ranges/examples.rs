@@ -78,17 +78,31 @@ fn parse(out: &str) -> Printed {
 
 /// The ledger row of the armed register once `ctx` crossed
 /// [`CROSSINGS`] times there (none before a range is armed).
+///
+/// The registers are read before the ledger: arming zeroes a register's
+/// ledger row in the same write, so a register seen armed has its new
+/// row in the ledger read after. Read the other way round, an example
+/// arming the register the previous one used, between the two reads,
+/// paired the new arming with the previous example's crossings and
+/// stopped the clock too early (a CI run).
 fn crossed(
     dev: &gpupm_client::DevNode,
     card: &std::fs::File,
     ctx: u32,
 ) -> Option<(u32, RangeLedgerQuery)> {
+    let armed: Vec<u32> = (0..rg::RANGES_PER_PARTITION)
+        .filter(|&i| {
+            dev.read32(range_reg(1, i, rg::RANGE_CTRL)).expect("ctrl") & range_ctrl::ENABLE != 0
+        })
+        .collect();
+    if armed.is_empty() {
+        return None;
+    }
     let q = ledger_ranges(card, ctx);
-    (0..rg::RANGES_PER_PARTITION).find_map(|i| {
-        let armed =
-            dev.read32(range_reg(1, i, rg::RANGE_CTRL)).expect("ctrl") & range_ctrl::ENABLE != 0;
-        (armed && q.rows[i as usize].crossings >= CROSSINGS).then_some((i, q))
-    })
+    armed
+        .into_iter()
+        .find(|&i| q.rows[i as usize].crossings >= CROSSINGS)
+        .map(|i| (i, q))
 }
 
 #[test]
