@@ -86,6 +86,21 @@ impl Example {
         self.spawn_as(uid, args).wait_with_output().expect("wait")
     }
 
+    /// Runs the example with `args` as `uid` to its end (the clock
+    /// standing still) and fails unless it exits 1 with `Permission
+    /// denied` (EACCES) in its stderr: how an example reports a context
+    /// that is not the tenant's.
+    pub fn assert_denied_as(&self, uid: u32, args: &[String]) {
+        let out = self.run_as(uid, args);
+        assert_eq!(out.status.code(), Some(1), "{}: {out:?}", self.language);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("Permission denied"),
+            "{}: EACCES: {err}",
+            self.language
+        );
+    }
+
     /// Runs the example with `args` as `uid`, calling `advance` while it
     /// runs; once `advance` answers false (the device holds what the test
     /// wants) the clock stands still until the example ends. Answers its

@@ -325,6 +325,16 @@ pub fn one_slice_running(program: &str) -> String {
 /// the built-in `gemm`, switching contexts every 10,000 cycles and VMs
 /// every 30,000: the marked-range tests' and bench's device.
 pub fn shared_gemm_partition() -> String {
+    shared_gemm_partition_with(
+        "[[context]]\nvm = 1\nprofile = \"g\"\n[[context]]\nvm = 1\nprofile = \"g\"\n\
+         [[context]]\nvm = 2\nprofile = \"g\"\n",
+    )
+}
+
+/// [`shared_gemm_partition`]'s device (VMs 1 and 2 on partition 1, the
+/// built-in `gemm` as profile `g`) with the `[[context]]` tables
+/// `contexts` instead of its three.
+pub fn shared_gemm_partition_with(contexts: &str) -> String {
     format!(
         "seed = 5\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
          [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
@@ -332,8 +342,7 @@ pub fn shared_gemm_partition() -> String {
          [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
          [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
          rates = {{ sm_cycles_elapsed = 1.0 }}\n\
-         [[context]]\nvm = 1\nprofile = \"g\"\n[[context]]\nvm = 1\nprofile = \"g\"\n\
-         [[context]]\nvm = 2\nprofile = \"g\"\n{}",
+         {contexts}{}",
         builtin_program("gemm")
     )
 }

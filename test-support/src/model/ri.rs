@@ -3,6 +3,8 @@
 //! through registers, reading and checking its report groups.
 
 use gpupm_client::ops::write32 as write;
+use gpupm_client::ri::RiEntry;
+use gpupm_client::TenantClient;
 use gpupm_driver::host::Host;
 use gpupm_driver::model::Device;
 use gpupm_driver::scenario::{parse, Scenario};
@@ -161,4 +163,20 @@ pub fn check_group(g: &[[u8; 16]], rgs: u32, at_origin: bool) -> Result<(), Stri
         return Err("a non-fill record after the fill".into());
     }
     Ok(())
+}
+
+/// Reads a tenant's RI session entries through `c` until `done` says the
+/// session has all it needs (given every entry read so far); fails at
+/// end of file before then.
+pub fn read_entries_until(
+    c: &TenantClient,
+    mut done: impl FnMut(&[RiEntry]) -> bool,
+) -> Vec<RiEntry> {
+    let mut all = Vec::new();
+    while !done(&all) {
+        let got = c.read_ri().expect("read");
+        assert!(!got.is_empty(), "end of file before the session was done");
+        all.extend(got);
+    }
+    all
 }

@@ -14,7 +14,7 @@ use std::fs::File;
 use gpupm_client::ri::RiEntry;
 use gpupm_client::{DevNode, TenantClient};
 use gpupm_test_support::device::{ledger_ri, step};
-use gpupm_test_support::model::ri::scenario_toml;
+use gpupm_test_support::model::ri::{read_entries_until, scenario_toml};
 use gpupm_test_support::process::Proc;
 use gpupm_test_support::rng::Rng;
 use gpupm_test_support::scenario::STEP;
@@ -153,17 +153,6 @@ fn digest(entries: &[RiEntry]) -> Value {
     json!({ "groups": groups, "halts": halts })
 }
 
-/// Reads entries until `done` says the session has all it needs.
-fn read_until(c: &TenantClient, mut done: impl FnMut(&[RiEntry]) -> bool) -> Vec<RiEntry> {
-    let mut all = Vec::new();
-    while !done(&all) {
-        let got = c.read_ri().expect("read");
-        assert!(!got.is_empty(), "end of file before the session was done");
-        all.extend(got);
-    }
-    all
-}
-
 fn groups_and_lost(entries: &[RiEntry]) -> u64 {
     entries
         .iter()
@@ -223,10 +212,10 @@ fn groups_match_the_ledger_emits_arrive_once_and_a_migration_halts_the_session()
         ctl.wait_go();
         // The clock stands still: the status drains everything stored.
         let st = c.ri_status().expect("status");
-        let first = read_until(&c, |e| groups_and_lost(e) == st.groups);
+        let first = read_entries_until(&c, |e| groups_and_lost(e) == st.groups);
         ctl.ready();
         ctl.wait_go();
-        let rest = read_until(&c, |e| e.iter().any(RiEntry::is_halt));
+        let rest = read_entries_until(&c, |e| e.iter().any(RiEntry::is_halt));
         let halted = c.ri_status().expect("status");
         let all: Vec<RiEntry> = first.into_iter().chain(rest).collect();
         json!({

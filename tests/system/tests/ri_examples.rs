@@ -263,14 +263,7 @@ fn the_c_and_python_ri_examples_read_what_the_device_stored() {
             "1".into(),
             node.clone(),
         ];
-        let out = example.run_as(UID_B, &args);
-        assert_eq!(out.status.code(), Some(1), "{}: {out:?}", example.language);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("Permission denied"),
-            "{}: EACCES: {err}",
-            example.language
-        );
+        example.assert_denied_as(UID_B, &args);
     }
     assert_eq!(daemon.metric("gpupm_ri_sessions"), 0);
     daemon.stop();

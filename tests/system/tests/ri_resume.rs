@@ -13,6 +13,7 @@ use std::fs::File;
 use gpupm_client::ri::RiEntry;
 use gpupm_client::{DevNode, TenantClient};
 use gpupm_test_support::device::{ledger_ri, migrate, step};
+use gpupm_test_support::model::ri::read_entries_until;
 use gpupm_test_support::process::Proc;
 use gpupm_test_support::scenario::{builtin_program, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
@@ -81,16 +82,6 @@ fn session(ctx: u32) -> OpenRi {
         buffer_groups: 1024,
         ..OpenRi::default()
     }
-}
-
-fn read_until(c: &TenantClient, mut done: impl FnMut(&[RiEntry]) -> bool) -> Vec<RiEntry> {
-    let mut all = Vec::new();
-    while !done(&all) {
-        let got = c.read_ri().expect("read");
-        assert!(!got.is_empty(), "end of file before the session was done");
-        all.extend(got);
-    }
-    all
 }
 
 fn groups(entries: &[RiEntry]) -> Vec<Value> {
@@ -176,7 +167,7 @@ fn tenant(node: std::path::PathBuf, ctx: u32) -> Child {
         ctl.ready();
         ctl.wait_go();
         // Halted on a partition of version 2.
-        let first = read_until(&c, |e| e.iter().any(RiEntry::is_halt));
+        let first = read_entries_until(&c, |e| e.iter().any(RiEntry::is_halt));
         let wrong_version = errno_of(&c.ri_resume());
         let halted = c.ri_status().expect("status");
         ctl.ready();
@@ -186,11 +177,11 @@ fn tenant(node: std::path::PathBuf, ctx: u32) -> Child {
         ctl.ready();
         ctl.wait_go();
         let st = c.ri_status().expect("status");
-        let after = read_until(&c, |e| groups(e).len() as u64 == st.groups);
+        let after = read_entries_until(&c, |e| groups(e).len() as u64 == st.groups);
         ctl.ready();
         ctl.wait_go();
         // Halted on a partition whose maximum RGS is 2.
-        let second = read_until(&c, |e| e.iter().any(RiEntry::is_halt));
+        let second = read_entries_until(&c, |e| e.iter().any(RiEntry::is_halt));
         let rgs_limit = errno_of(&c.ri_resume());
         json!({
             "block": opened.block, "running": running, "malformed": malformed,

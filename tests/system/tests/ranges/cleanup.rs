@@ -10,7 +10,7 @@ use std::time::Duration;
 use gpupm_client::{DevNode, TenantClient};
 use gpupm_test_support::device::step;
 use gpupm_test_support::process::Proc;
-use gpupm_test_support::scenario::{builtin_program, STEP};
+use gpupm_test_support::scenario::{shared_gemm_partition_with, STEP};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, Cred};
 use gpupm_test_support::{wait_until, Driver, DriverOptions, Scratch};
@@ -24,17 +24,10 @@ use crate::fixture::{registers, store_range, tenants, UID_A, UID_B};
 /// context each; A's is destroyed at `destroy_at` cycles, if given.
 fn scenario(destroy_at: Option<u64>) -> String {
     let destroy = destroy_at.map_or(String::new(), |c| format!("destroy_at_cycles = {c}\n"));
-    format!(
-        "seed = 5\n[topology]\nsms_per_gpc = [2]\nmemory_slices = 1\nnvlinks = 0\n\
-         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
-         ctx_timeslice_cycles = 10000\nvm_timeslice_cycles = 30000\n\
-         [[vm]]\nid = 1\npartition = 1\n[[vm]]\nid = 2\npartition = 1\n\
-         [[profile]]\nname = \"g\"\nprogram = \"gemm\"\n[[profile.phase]]\nduration_cycles = 1000000\n\
-         rates = {{ sm_cycles_elapsed = 1.0 }}\n\
-         [[context]]\nvm = 1\nprofile = \"g\"\n{destroy}\
-         [[context]]\nvm = 2\nprofile = \"g\"\n{}",
-        builtin_program("gemm")
-    )
+    shared_gemm_partition_with(&format!(
+        "[[context]]\nvm = 1\nprofile = \"g\"\n{destroy}\
+         [[context]]\nvm = 2\nprofile = \"g\"\n"
+    ))
 }
 
 struct Rig {

@@ -182,14 +182,7 @@ fn the_c_and_python_ranges_examples_print_the_ledger_and_the_ring_call_graph() {
         Example::c("tenant_ranges", tmp.path()),
         Example::python("tenant_ranges", tmp.path()),
     ] {
-        let out = example.run_as(UID_B, &args);
-        assert_eq!(out.status.code(), Some(1), "{}: {out:?}", example.language);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("Permission denied"),
-            "{}: EACCES: {err}",
-            example.language
-        );
+        example.assert_denied_as(UID_B, &args);
     }
     assert!(
         registers(&dev).iter().step_by(4).all(|&ctrl| ctrl == 0),
