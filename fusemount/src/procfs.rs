@@ -20,6 +20,17 @@ pub struct Caller {
     pub pid: u32,
 }
 
+impl Caller {
+    /// The credentials the kernel sent with `req`.
+    pub fn of(req: &fuser::Request) -> Caller {
+        Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: req.pid(),
+        }
+    }
+}
+
 /// Supplementary groups of process `pid` (`Groups:`); empty when the
 /// process is gone, unreadable, or `pid` is 0 (a request the kernel sent on
 /// its own behalf).

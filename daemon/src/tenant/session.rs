@@ -30,8 +30,7 @@ pub const RECORD_SIZE: usize = size_of::<TenantDelta>();
 
 /// Completes a read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, RequestError>) + Send>;
-/// Tells the kernel's poller that a handle became ready.
-pub type PollWake = Box<dyn FnOnce() + Send>;
+pub use gpupm_fusemount::flat::PollWake;
 
 struct ParkedRead {
     pid: u32,

@@ -28,8 +28,7 @@ pub const RECORD_SIZE: usize = core::mem::size_of::<InterruptRecord>();
 
 /// Completes a parked blocking read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, NodeError>) + Send>;
-/// Tells the transport's poller that a handle became ready.
-pub type PollWake = Box<dyn FnOnce() + Send>;
+pub use gpupm_fusemount::flat::PollWake;
 
 struct ParkedRead {
     pid: u32,
