@@ -401,60 +401,26 @@ mod tests {
 
     #[test]
     fn missing_scopes_are_enoent_for_the_admin_and_eacces_for_a_tenant() {
+        let open = |identity: &Identity, arg: &OpenStream| {
+            errno(identity, TENANT_IOC_OPEN_STREAM, arg.as_bytes())
+        };
         let mut arg = OpenStream {
             version: TENANT_STRUCT_VERSION,
             scope: scope::VM,
             id: 5,
             flags: 0,
         };
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::ENOENT
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EACCES);
+        assert_eq!(open(&Identity::Tenant(vec![]), &arg), libc::EACCES);
         arg.scope = scope::CONTEXT;
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::ENOENT
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EACCES);
         arg.id = 0;
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EINVAL
-        );
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EINVAL);
         arg.id = 5;
         arg.flags = 1;
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::EINVAL
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::EINVAL);
     }
 
     #[test]
