@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpupm_fusemount::procfs::fatal_signal_pending;
+use gpupm_fusemount::procfs::take_killed;
 use gpupm_uapi::layout::{envelope_flags, Envelope, StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
 use tokio::sync::broadcast;
@@ -481,16 +481,8 @@ impl Sessions {
         {
             let mut t = self.lock();
             for h in t.handles.values_mut() {
-                if h.readers.iter().all(|r| !fatal_signal_pending(r.pid)) {
-                    continue;
-                }
-                let (dead, alive): (VecDeque<_>, VecDeque<_>) = h
-                    .readers
-                    .drain(..)
-                    .partition(|r| fatal_signal_pending(r.pid));
-                h.readers = alive;
                 actions.extend(
-                    dead.into_iter()
+                    take_killed(&mut h.readers, |r| r.pid)
                         .map(|r| Action::Complete(r.complete, Err(RequestError::Interrupted))),
                 );
             }

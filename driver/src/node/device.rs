@@ -425,30 +425,17 @@ impl NodeCore {
             let mut inner = self.lock();
             for handle in inner.handles.values_mut() {
                 actions.extend(
-                    take_killed(&mut handle.readers, |r| r.pid)
+                    gpupm_fusemount::procfs::take_killed(&mut handle.readers, |r| r.pid)
                         .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
                 );
                 actions.extend(
-                    take_killed(&mut handle.waits, |w| w.pid)
+                    gpupm_fusemount::procfs::take_killed(&mut handle.waits, |w| w.pid)
                         .map(|w| Action::Answer(w.complete, Err(NodeError::Interrupted))),
                 );
             }
         }
         run(actions);
     }
-}
-
-/// Takes out of `parked` the requests whose process has a fatal signal
-/// pending (`pid_of` names each one's process); the others stay, in order.
-fn take_killed<Q>(parked: &mut Q, pid_of: impl Fn(&Q::Item) -> u32) -> Q::IntoIter
-where
-    Q: Default + IntoIterator + Extend<Q::Item>,
-{
-    let (killed, alive): (Q, Q) = std::mem::take(parked)
-        .into_iter()
-        .partition(|r| gpupm_fusemount::procfs::fatal_signal_pending(pid_of(r)));
-    *parked = alive;
-    killed.into_iter()
 }
 
 fn run(actions: Vec<Action>) {
@@ -506,32 +493,4 @@ fn take_records(
         None => handle.cursor = handle.cursor.max(next),
     }
     taken.as_bytes().to_vec()
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::VecDeque;
-
-    use super::take_killed;
-
-    /// The pid of a process that has exited and been reaped.
-    fn gone_pid() -> u32 {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        child.wait().unwrap();
-        child.id()
-    }
-
-    #[test]
-    fn take_killed_takes_the_gone_and_keeps_the_living_in_order() {
-        let (me, gone) = (std::process::id(), gone_pid());
-        let mut parked: VecDeque<(u32, &str)> =
-            VecDeque::from([(me, "a"), (gone, "b"), (0, "c"), (gone, "d"), (me, "e")]);
-        let killed: Vec<_> = take_killed(&mut parked, |r| r.0).collect();
-        assert_eq!(killed, [(gone, "b"), (gone, "d")]);
-        assert_eq!(parked, [(me, "a"), (0, "c"), (me, "e")]);
-
-        let mut none_killed = vec![(me, "x")];
-        assert_eq!(take_killed(&mut none_killed, |r| r.0).count(), 0);
-        assert_eq!(none_killed, [(me, "x")]);
-    }
 }
