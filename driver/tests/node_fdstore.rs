@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use gpupm_fusemount::notify::NotifyListener;
 use gpupm_test_support::rawnode::rd32;
-use gpupm_test_support::scratch::is_mounted;
+use gpupm_test_support::scratch::{is_mounted, mount_type};
 use gpupm_test_support::{bin, Scratch};
 use gpupm_uapi::regs;
 use nix::sys::signal::{kill, Signal};
@@ -33,15 +33,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn mount_helper() -> PathBuf {
     bin!(Mount)
-}
-
-fn mount_type(dir: &Path) -> Option<String> {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let dir = dir.to_string_lossy();
-    info.lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(&*dir))
-        .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
 }
 
 /// Runs `gpupm-mount --dir DIR --fdname node` with `NOTIFY_SOCKET` on our

@@ -42,8 +42,8 @@ mod sys;
 pub mod systemd;
 
 pub use mount::{
-    clone_device, detach, is_mounted, mount, recover_stale_mount, unmount, Connection, MountError,
-    MountOptions,
+    clone_device, detach, is_mounted, mount, mount_type, recover_stale_mount, unmount, Connection,
+    MountError, MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
 pub use procfs::Caller;
