@@ -30,7 +30,8 @@ use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::answer::{
-    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples, CounterAnswer,
+    check_no_flags, check_reserved, check_version, checked_events, ctx_state_code,
+    fill_rate_samples, CounterAnswer,
 };
 use super::authz::{missing, recheck, resolve};
 pub use super::error::RequestError;
@@ -286,9 +287,7 @@ fn open_stream(
     arg: OpenStream,
 ) -> Result<StreamGrant, RequestError> {
     check_version(arg.version)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     let r = resolve(view, identity, arg.scope, arg.id, false)?;
     let vm =
         r.vm.ok_or(RequestError::Internal("stream scope without a VM"))?;
