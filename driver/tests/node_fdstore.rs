@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use gpupm_fusemount::notify::NotifyListener;
 use gpupm_test_support::rawnode::rd32;
-use gpupm_test_support::scratch::is_mounted;
+use gpupm_test_support::scratch::{is_mounted, mount_type};
 use gpupm_test_support::{bin, Scratch};
 use gpupm_uapi::regs;
 use nix::sys::signal::{kill, Signal};
@@ -33,15 +33,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn mount_helper() -> PathBuf {
     bin!(Mount)
-}
-
-fn mount_type(dir: &Path) -> Option<String> {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let dir = dir.to_string_lossy();
-    info.lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(&*dir))
-        .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
 }
 
 /// Runs `gpupm-mount --dir DIR --fdname node` with `NOTIFY_SOCKET` on our
@@ -122,6 +113,27 @@ fn start_driver(
     cmd.spawn().expect("spawn gpupm-driver through sh")
 }
 
+/// [`start_driver`] with a notify socket of ours, once the driver said
+/// `READY=1`; the socket stays open as long as the caller keeps it.
+fn start_ready_driver(
+    tmp: &Scratch,
+    dir: &Path,
+    fd: &OwnedFd,
+    private_dev: bool,
+) -> (Child, NotifyListener) {
+    let ready = NotifyListener::bind(tmp.join("ready.sock")).unwrap();
+    let mut driver = start_driver(tmp, dir, fd, &ready, private_dev);
+    ready
+        .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
+        .unwrap_or_else(|e| panic!("{e}\n{}", driver_log(tmp)));
+    (driver, ready)
+}
+
+/// What the driver of [`start_driver`] logged so far.
+fn driver_log(tmp: &Scratch) -> String {
+    fs::read_to_string(tmp.join("driver.log")).unwrap_or_default()
+}
+
 #[test]
 fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     assert!(
@@ -133,12 +145,8 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     let fd = mount_and_store(&tmp, &dir);
     assert_eq!(mount_type(&dir).as_deref(), Some("fuse.gpupm-node"));
 
-    let ready = NotifyListener::bind(tmp.join("ready.sock")).unwrap();
-    let mut driver = start_driver(&tmp, &dir, &fd, &ready, false);
-    let log = || fs::read_to_string(tmp.join("driver.log")).unwrap_or_default();
-    ready
-        .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
-        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    let (driver, _ready) = start_ready_driver(&tmp, &dir, &fd, false);
+    let log = || driver_log(&tmp);
     assert!(
         log().contains("serving the node descriptor the service manager passed"),
         "{}",
@@ -148,9 +156,7 @@ fn driver_serves_the_stored_descriptor_and_leaves_the_mount_to_the_helper() {
     let card = File::open(dir.join("card0")).unwrap();
     assert_eq!(rd32(&card, regs::ID).unwrap(), regs::DEVICE_MAGIC);
     drop(card);
-    let (names, fuse_fds) = threads_and_fuse_fds(driver.id());
-    let loops = names.iter().filter(|n| n.starts_with("fuser-")).count();
-    assert_eq!(loops, 2, "two event loops (the default): {names:?}");
+    let fuse_fds = fuse_fds_of_two_loops(driver.id());
     assert_eq!(fuse_fds, 2, "the passed descriptor and one clone of it");
 
     stop_then_unmount(driver, &dir, &log);
@@ -183,16 +189,17 @@ fn stop_then_unmount(mut driver: Child, dir: &Path, log: &dyn Fn() -> String) {
     assert!(!is_mounted(dir));
 }
 
-/// Names of `pid`'s threads (once both default event loops run) and how
-/// many of its descriptors are `/dev/fuse`.
-fn threads_and_fuse_fds(pid: u32) -> (Vec<String>, usize) {
+/// How many of `pid`'s descriptors are `/dev/fuse`, once both default
+/// event loops run (and checked to be two).
+fn fuse_fds_of_two_loops(pid: u32) -> usize {
     let names = gpupm_test_support::rawnode::thread_names_once_loops_run(pid, 2, WAIT);
-    let fuse = fs::read_dir(format!("/proc/{pid}/fd"))
+    let loops = names.iter().filter(|n| n.starts_with("fuser-")).count();
+    assert_eq!(loops, 2, "two event loops (the default): {names:?}");
+    fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| fs::read_link(e.ok()?.path()).ok())
         .filter(|target| target.as_os_str() == "/dev/fuse")
-        .count();
-    (names, fuse)
+        .count()
 }
 
 #[test]
@@ -204,20 +211,14 @@ fn without_dev_fuse_the_serving_threads_share_the_stored_descriptor() {
     let tmp = Scratch::new("fdstore-privdev");
     let dir = tmp.join("dev");
     let fd = mount_and_store(&tmp, &dir);
-    let ready = NotifyListener::bind(tmp.join("ready.sock")).unwrap();
-    let mut driver = start_driver(&tmp, &dir, &fd, &ready, true);
-    let log = || fs::read_to_string(tmp.join("driver.log")).unwrap_or_default();
-    ready
-        .wait_for("READY=1", WAIT, || driver.try_wait().unwrap().is_none())
-        .unwrap_or_else(|e| panic!("{e}\n{}", log()));
+    let (driver, _ready) = start_ready_driver(&tmp, &dir, &fd, true);
+    let log = || driver_log(&tmp);
     assert!(
         log().contains("the serving threads share it"),
         "the clone must have failed without /dev/fuse:\n{}",
         log()
     );
-    let (names, fuse_fds) = threads_and_fuse_fds(driver.id());
-    let loops = names.iter().filter(|n| n.starts_with("fuser-")).count();
-    assert_eq!(loops, 2, "two event loops (the default): {names:?}");
+    let fuse_fds = fuse_fds_of_two_loops(driver.id());
     assert_eq!(fuse_fds, 1, "one shared descriptor, no clones");
 
     // Requests from several client threads are answered through the one

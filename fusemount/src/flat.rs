@@ -6,14 +6,32 @@ use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr,
-    ReplyDirectory, ReplyEntry, ReplyOpen,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, PollFlags,
+    PollNotifier, ReplyAttr, ReplyDirectory, ReplyEntry, ReplyOpen,
 };
 
 /// The root directory's inode.
 pub const ROOT_INO: INodeNo = INodeNo::ROOT;
 /// How long the kernel may cache an entry or attribute.
 pub const TTL: Duration = Duration::from_secs(1);
+
+/// Tells a poller that its handle became ready.
+pub type PollWake = Box<dyn FnOnce() + Send>;
+
+/// What wakes the poller of a `poll` request: a notification through `ph`
+/// when the kernel asked for one (`FUSE_POLL_SCHEDULE_NOTIFY`), else
+/// nothing, since the poller is not waiting.
+pub fn poll_wake(ph: PollNotifier, flags: PollFlags) -> Option<PollWake> {
+    flags
+        .contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)
+        .then(|| {
+            Box::new(move || {
+                if let Err(e) = ph.notify() {
+                    tracing::debug!(error = %e, "poll notification failed");
+                }
+            }) as PollWake
+        })
+}
 
 /// A root directory and its files (inode, name).
 #[derive(Debug)]

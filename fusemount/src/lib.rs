@@ -6,11 +6,13 @@
 //!   by a crashed server, refusing a live one, lazily detaching a mount
 //!   (then aborting its connection through fusectl), and cloning a mounted
 //!   descriptor ([`clone_device`]) so that several threads serve it.
-//! - [`flat`]: the one root directory of a few files both nodes serve.
+//! - [`flat`]: the one root directory of a few files both nodes serve, and
+//!   the notifier both hand a `poll` request ([`flat::poll_wake`]).
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
-//!   says about it (supplementary groups, a pending SIGKILL).
+//!   says about it (supplementary groups, a pending SIGKILL, and so which
+//!   parked requests to fail: [`procfs::take_killed`]).
 //! - [`logging`]: the services' log setup (journald when its socket
 //!   exists, else stderr), one for `gpupm-driver` and `gpupmd`.
 //! - [`notify`]: the service manager's end of `$NOTIFY_SOCKET`, for
@@ -42,8 +44,8 @@ mod sys;
 pub mod systemd;
 
 pub use mount::{
-    clone_device, detach, is_mounted, mount, recover_stale_mount, unmount, Connection, MountError,
-    MountOptions,
+    clone_device, detach, is_mounted, mount, mount_type, recover_stale_mount, unmount, Connection,
+    MountError, MountOptions,
 };
 pub use namespace::{join_mount_namespace, NamespaceError};
 pub use procfs::Caller;

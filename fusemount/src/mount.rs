@@ -248,6 +248,13 @@ pub fn is_mounted(dir: &Path) -> Result<bool, MountError> {
     Ok(mount_at(dir)?.is_some())
 }
 
+/// The file-system type (`fuse.gpupm-node`, `tmpfs`, ...) of the topmost
+/// mount at `dir`, per `/proc/self/mountinfo`; `None` when nothing is
+/// mounted there.
+pub fn mount_type(dir: &Path) -> Result<Option<String>, MountError> {
+    Ok(mount_at(dir)?.map(|m| m.fstype))
+}
+
 /// One line of `/proc/self/mountinfo`, the parts used here.
 #[derive(Debug, PartialEq, Eq)]
 struct MountEntry {

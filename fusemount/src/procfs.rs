@@ -20,6 +20,17 @@ pub struct Caller {
     pub pid: u32,
 }
 
+impl Caller {
+    /// The credentials the kernel sent with `req`.
+    pub fn of(req: &fuser::Request) -> Caller {
+        Caller {
+            uid: req.uid(),
+            gid: req.gid(),
+            pid: req.pid(),
+        }
+    }
+}
+
 /// Supplementary groups of process `pid` (`Groups:`); empty when the
 /// process is gone, unreadable, or `pid` is 0 (a request the kernel sent on
 /// its own behalf).
@@ -34,6 +45,20 @@ pub fn fatal_signal_pending(pid: u32) -> bool {
         return false;
     }
     status(pid).is_none_or(|s| sigkill_pending(&s))
+}
+
+/// Takes out of `parked` the requests whose process has a fatal signal
+/// pending or is gone ([`fatal_signal_pending`]; `pid_of` names each one's
+/// process), for the server to fail them; the others stay, in order.
+pub fn take_killed<Q>(parked: &mut Q, pid_of: impl Fn(&Q::Item) -> u32) -> Q::IntoIter
+where
+    Q: Default + IntoIterator + Extend<Q::Item>,
+{
+    let (killed, alive): (Q, Q) = std::mem::take(parked)
+        .into_iter()
+        .partition(|r| fatal_signal_pending(pid_of(r)));
+    *parked = alive;
+    killed.into_iter()
 }
 
 fn status(pid: u32) -> Option<String> {
@@ -69,6 +94,8 @@ fn sigkill_pending(status: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+
     use super::*;
 
     #[test]
@@ -87,5 +114,19 @@ mod tests {
         assert!(!fatal_signal_pending(0));
         assert!(supplementary_groups(0).is_empty());
         assert!(fatal_signal_pending(u32::MAX));
+    }
+
+    #[test]
+    fn take_killed_takes_the_gone_and_keeps_the_living_in_order() {
+        // No process has pid u32::MAX (pid_max is at most 2^22).
+        let (me, gone) = (std::process::id(), u32::MAX);
+        let mut parked = VecDeque::from([(me, "a"), (gone, "b"), (0, "c"), (gone, "d"), (me, "e")]);
+        let killed: Vec<_> = take_killed(&mut parked, |r| r.0).collect();
+        assert_eq!(killed, [(gone, "b"), (gone, "d")]);
+        assert_eq!(parked, [(me, "a"), (0, "c"), (me, "e")]);
+
+        let mut none_killed = vec![(me, "x")];
+        assert_eq!(take_killed(&mut none_killed, |r| r.0).count(), 0);
+        assert_eq!(none_killed, [(me, "x")]);
     }
 }

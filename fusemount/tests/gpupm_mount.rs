@@ -70,7 +70,14 @@ fn is_mounted(dir: &Path) -> bool {
 }
 
 fn fs_type(dir: &Path) -> Option<String> {
-    let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    fs_type_in("/proc/self/mountinfo", dir)
+}
+
+/// The type of the topmost mount at `dir` per `mountinfo` (a process's
+/// `/proc/PID/mountinfo`), read here rather than through the crate under
+/// test.
+fn fs_type_in(mountinfo: &str, dir: &Path) -> Option<String> {
+    let info = fs::read_to_string(mountinfo).unwrap();
     let dir = dir.to_string_lossy();
     info.lines()
         .rev()
@@ -214,12 +221,7 @@ impl OtherNamespace {
     }
 
     fn fs_type(&self, dir: &Path) -> Option<String> {
-        let info = fs::read_to_string(format!("/proc/{}/mountinfo", self.0.id())).unwrap();
-        let dir = dir.to_string_lossy();
-        info.lines()
-            .rev()
-            .find(|l| l.split(' ').nth(4) == Some(&*dir))
-            .and_then(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_owned))
+        fs_type_in(&format!("/proc/{}/mountinfo", self.0.id()), dir)
     }
 }
 

@@ -84,6 +84,11 @@ pub fn is_mounted(dir: &Path) -> bool {
     gpupm_fusemount::is_mounted(dir).unwrap_or_else(|e| panic!("mountinfo: {e}"))
 }
 
+/// The file-system type of the topmost mount at `dir`, if any.
+pub fn mount_type(dir: &Path) -> Option<String> {
+    gpupm_fusemount::mount_type(dir).unwrap_or_else(|e| panic!("mountinfo: {e}"))
+}
+
 /// Takes every mount at `dir` away, topmost first: a FUSE mount is
 /// detached and its connection aborted, any other only detached.
 pub fn force_unmount(dir: &Path) {

@@ -93,6 +93,13 @@ fn header_of(map: &sys::Mapping) -> PageHeader {
     h
 }
 
+/// A consistent copy of everything the lock of `map`'s page protects.
+fn data_of(map: &sys::Mapping) -> Result<Box<PageData>, Busy> {
+    let mut d = Box::new(PageData::new_zeroed());
+    seqlock::read(map.words(), 0, &mut *d)?;
+    Ok(d)
+}
+
 /// A page mapped read-only.
 #[derive(Debug)]
 pub struct MappedPage {
@@ -137,9 +144,7 @@ impl MappedPage {
 
     /// A consistent copy of everything the lock protects.
     pub fn read(&self) -> Result<Box<PageData>, Busy> {
-        let mut d = Box::new(PageData::new_zeroed());
-        seqlock::read(self.map.words(), 0, &mut *d)?;
-        Ok(d)
+        data_of(&self.map)
     }
 
     /// The sequence value now (odd while the daemon writes).
@@ -187,9 +192,7 @@ impl WritablePage {
     /// What the page holds now (the writer reading its own page, or a
     /// page a previous writer left; `Busy` if that one died mid-update).
     pub fn read(&self) -> Result<Box<PageData>, Busy> {
-        let mut d = Box::new(PageData::new_zeroed());
-        seqlock::read(self.map.words(), 0, &mut *d)?;
-        Ok(d)
+        data_of(&self.map)
     }
 
     /// The sequence value now.

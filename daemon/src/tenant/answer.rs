@@ -29,6 +29,15 @@ pub(super) fn check_reserved(reserved: u32) -> Result<(), RequestError> {
     }
 }
 
+/// A request's `flags` field, where no flag is defined yet.
+pub(super) fn check_no_flags(flags: u32) -> Result<(), RequestError> {
+    if flags == 0 {
+        Ok(())
+    } else {
+        Err(RequestError::Invalid("unknown flags"))
+    }
+}
+
 pub(super) fn ctx_state_code(state: CtxState) -> u32 {
     match state {
         CtxState::Active => ctx_state::ACTIVE,

@@ -15,10 +15,10 @@ use fuser::{
 
 use super::policy::{Identity, Policy};
 use super::requests::{self, Answer, RequestError};
-use super::session::{PollWake, Sessions};
+use super::session::Sessions;
 use super::{TenantStats, NODE_NAME};
 use crate::view::{Caller, CounterView};
-use gpupm_fusemount::flat::{FileAccess, FlatDir, ROOT_INO};
+use gpupm_fusemount::flat::{poll_wake, FileAccess, FlatDir, ROOT_INO};
 
 /// Inode of `node`.
 pub(super) const NODE_INO: INodeNo = INodeNo(2);
@@ -59,11 +59,7 @@ impl TenantFs {
     }
 
     fn identify(&self, req: &Request) -> (Caller, Identity) {
-        let caller = Caller {
-            uid: req.uid(),
-            gid: req.gid(),
-            pid: req.pid(),
-        };
+        let caller = Caller::of(req);
         (caller, self.policy.identify(caller))
     }
 
@@ -279,14 +275,7 @@ impl Filesystem for TenantFs {
             Ok((_, identity)) => identity,
             Err(e) => return reply.error(errno(&e)),
         };
-        let wake = (flags.contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)).then(|| {
-            Box::new(move || {
-                if let Err(e) = ph.notify() {
-                    tracing::debug!(error = %e, "poll notification failed");
-                }
-            }) as PollWake
-        });
-        match self.sessions.poll(fh.0, &identity, wake) {
+        match self.sessions.poll(fh.0, &identity, poll_wake(ph, flags)) {
             Ok(revents) => reply.poll(PollEvents::from_bits_retain(revents)),
             Err(e) => reply.error(errno(&e)),
         }

@@ -17,7 +17,7 @@
 
 use gpupm_uapi::tenant::{key_flags, scope, KeyState, Rekey};
 
-use super::answer::{check_reserved, check_version};
+use super::answer::{check_no_flags, check_reserved, check_version};
 use super::authz::{check_vm_id, resolve};
 use super::error::RequestError;
 use super::policy::Identity;
@@ -70,9 +70,7 @@ pub(super) fn rekey(
     arg: &Rekey,
 ) -> Result<(), RequestError> {
     check_version(arg.version)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     check_reserved(arg.reserved)?;
     check_vm_id(arg.vm)?;
     if identity.is_admin() {

@@ -10,7 +10,7 @@ use gpupm_uapi::tenant::ranges::{
 };
 use gpupm_uapi::tenant::scope;
 
-use super::answer::{check_reserved, check_version};
+use super::answer::{check_no_flags, check_reserved, check_version};
 use super::authz::{recheck, resolve};
 use super::error::RequestError;
 use super::policy::Identity;
@@ -70,9 +70,7 @@ fn range_error(e: RangeError, identity: &Identity) -> RequestError {
 fn checked_spec(arg: &AddRange) -> Result<RangeSpec, RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     if arg.event >= range_event::COUNT {
         return Err(RequestError::Invalid("event out of range"));
     }
@@ -143,9 +141,7 @@ pub(super) fn read_ranges(
 ) -> Result<Box<ReadRanges>, RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     let t = target(view, identity, arg.ctx)?;
     let rows = t.book.read(t.ctx).map_err(|e| range_error(e, identity))?;
     arg.count = 0;
@@ -180,9 +176,7 @@ fn graph_read(
     fill: impl FnOnce(&CallGraphData, usize) -> Result<(usize, usize), RequestError>,
 ) -> Result<(), RequestError> {
     check_version(head.version)?;
-    if head.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(head.flags)?;
     let t = target(view, identity, head.ctx)?;
     let first = usize::try_from(head.first).unwrap_or(usize::MAX);
     let answered = t

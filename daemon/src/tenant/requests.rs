@@ -30,7 +30,8 @@ use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::answer::{
-    check_reserved, check_version, checked_events, ctx_state_code, fill_rate_samples, CounterAnswer,
+    check_no_flags, check_reserved, check_version, checked_events, ctx_state_code,
+    fill_rate_samples, CounterAnswer,
 };
 use super::authz::{missing, recheck, resolve};
 pub use super::error::RequestError;
@@ -286,9 +287,7 @@ fn open_stream(
     arg: OpenStream,
 ) -> Result<StreamGrant, RequestError> {
     check_version(arg.version)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     let r = resolve(view, identity, arg.scope, arg.id, false)?;
     let vm =
         r.vm.ok_or(RequestError::Internal("stream scope without a VM"))?;
@@ -401,60 +400,26 @@ mod tests {
 
     #[test]
     fn missing_scopes_are_enoent_for_the_admin_and_eacces_for_a_tenant() {
+        let open = |identity: &Identity, arg: &OpenStream| {
+            errno(identity, TENANT_IOC_OPEN_STREAM, arg.as_bytes())
+        };
         let mut arg = OpenStream {
             version: TENANT_STRUCT_VERSION,
             scope: scope::VM,
             id: 5,
             flags: 0,
         };
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::ENOENT
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EACCES);
+        assert_eq!(open(&Identity::Tenant(vec![]), &arg), libc::EACCES);
         arg.scope = scope::CONTEXT;
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::ENOENT
-        );
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EACCES
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::ENOENT);
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EACCES);
         arg.id = 0;
-        assert_eq!(
-            errno(
-                &Identity::Tenant(vec![5]),
-                TENANT_IOC_OPEN_STREAM,
-                arg.as_bytes()
-            ),
-            libc::EINVAL
-        );
+        assert_eq!(open(&Identity::Tenant(vec![5]), &arg), libc::EINVAL);
         arg.id = 5;
         arg.flags = 1;
-        assert_eq!(
-            errno(&Identity::Admin, TENANT_IOC_OPEN_STREAM, arg.as_bytes()),
-            libc::EINVAL
-        );
+        assert_eq!(open(&Identity::Admin, &arg), libc::EINVAL);
     }
 
     #[test]

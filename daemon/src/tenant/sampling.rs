@@ -16,7 +16,7 @@ use gpupm_uapi::tenant::sampling::{
 };
 use zerocopy::IntoBytes;
 
-use super::answer::{check_reserved, check_version};
+use super::answer::{check_no_flags, check_reserved, check_version};
 use super::authz::{recheck, resolve};
 use super::error::RequestError;
 use super::policy::Identity;
@@ -49,9 +49,7 @@ pub(super) fn open_sampling(
 ) -> Result<SamplingGrant, RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
-    if arg.flags != 0 {
-        return Err(RequestError::Invalid("unknown flags"));
-    }
+    check_no_flags(arg.flags)?;
     let demand = checked_demand(&arg)?;
     if arg.queue_records > MAX_SESSION_RECORDS {
         return Err(RequestError::Invalid("queue_records too large"));

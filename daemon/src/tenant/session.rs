@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use gpupm_fusemount::procfs::fatal_signal_pending;
+use gpupm_fusemount::procfs::take_killed;
 use gpupm_uapi::layout::{envelope_flags, Envelope, StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
 use tokio::sync::broadcast;
@@ -30,8 +30,7 @@ pub const RECORD_SIZE: usize = size_of::<TenantDelta>();
 
 /// Completes a read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, RequestError>) + Send>;
-/// Tells the kernel's poller that a handle became ready.
-pub type PollWake = Box<dyn FnOnce() + Send>;
+pub use gpupm_fusemount::flat::PollWake;
 
 struct ParkedRead {
     pid: u32,
@@ -482,16 +481,8 @@ impl Sessions {
         {
             let mut t = self.lock();
             for h in t.handles.values_mut() {
-                if h.readers.iter().all(|r| !fatal_signal_pending(r.pid)) {
-                    continue;
-                }
-                let (dead, alive): (VecDeque<_>, VecDeque<_>) = h
-                    .readers
-                    .drain(..)
-                    .partition(|r| fatal_signal_pending(r.pid));
-                h.readers = alive;
                 actions.extend(
-                    dead.into_iter()
+                    take_killed(&mut h.readers, |r| r.pid)
                         .map(|r| Action::Complete(r.complete, Err(RequestError::Interrupted))),
                 );
             }

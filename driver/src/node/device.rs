@@ -28,8 +28,7 @@ pub const RECORD_SIZE: usize = core::mem::size_of::<InterruptRecord>();
 
 /// Completes a parked blocking read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, NodeError>) + Send>;
-/// Tells the transport's poller that a handle became ready.
-pub type PollWake = Box<dyn FnOnce() + Send>;
+pub use gpupm_fusemount::flat::PollWake;
 
 struct ParkedRead {
     pid: u32,
@@ -425,22 +424,12 @@ impl NodeCore {
         {
             let mut inner = self.lock();
             for handle in inner.handles.values_mut() {
-                let (dead, alive): (VecDeque<_>, VecDeque<_>) = handle
-                    .readers
-                    .drain(..)
-                    .partition(|r| gpupm_fusemount::procfs::fatal_signal_pending(r.pid));
-                handle.readers = alive;
                 actions.extend(
-                    dead.into_iter()
+                    gpupm_fusemount::procfs::take_killed(&mut handle.readers, |r| r.pid)
                         .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
                 );
-                let (dead, alive): (Vec<_>, Vec<_>) = handle
-                    .waits
-                    .drain(..)
-                    .partition(|w| gpupm_fusemount::procfs::fatal_signal_pending(w.pid));
-                handle.waits = alive;
                 actions.extend(
-                    dead.into_iter()
+                    gpupm_fusemount::procfs::take_killed(&mut handle.waits, |w| w.pid)
                         .map(|w| Action::Answer(w.complete, Err(NodeError::Interrupted))),
                 );
             }

@@ -40,7 +40,7 @@ use fuser::{
     ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, Session, SessionACL,
     WriteFlags,
 };
-use gpupm_fusemount::flat::{FileAccess, FlatDir, ROOT_INO};
+use gpupm_fusemount::flat::{poll_wake, FileAccess, FlatDir, ROOT_INO};
 use gpupm_fusemount::{MountError, MountOptions};
 use gpupm_uapi::regs;
 
@@ -300,12 +300,7 @@ impl FuseFs {
 
     /// Checks the request's credentials; on refusal the caller replies EACCES.
     fn allowed(&self, req: &Request) -> Result<(), Errno> {
-        let caller = Caller {
-            uid: req.uid(),
-            gid: req.gid(),
-            pid: req.pid(),
-        };
-        self.core.check(caller).map_err(|e| {
+        self.core.check(Caller::of(req)).map_err(|e| {
             tracing::debug!(error = %e, "request refused");
             errno(&e)
         })
@@ -486,16 +481,7 @@ impl Filesystem for FuseFs {
         if let Err(e) = self.allowed(req) {
             return reply.error(e);
         }
-        let wake = flags
-            .contains(PollFlags::FUSE_POLL_SCHEDULE_NOTIFY)
-            .then(|| {
-                Box::new(move || {
-                    if let Err(e) = ph.notify() {
-                        tracing::debug!(error = %e, "poll notification failed");
-                    }
-                }) as Box<dyn FnOnce() + Send>
-            });
-        match self.core.poll(fh.0, events.bits(), wake) {
+        match self.core.poll(fh.0, events.bits(), poll_wake(ph, flags)) {
             Ok(revents) => reply.poll(PollEvents::from_bits_retain(revents)),
             Err(e) => reply.error(errno(&e)),
         }

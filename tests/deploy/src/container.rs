@@ -77,24 +77,14 @@ impl Container {
 
     /// What `systemctl show` says about `unit`.
     pub fn unit(&self, unit: &str) -> UnitState {
-        let out = self.inner.ok(&[
-            "systemctl",
-            "show",
-            "-p",
-            "LoadState,ActiveState,SubState,MainPID",
-            unit,
-        ]);
-        let get = |k: &str| {
-            out.lines()
-                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-                .unwrap_or("")
-                .to_owned()
-        };
+        let p = self
+            .inner
+            .unit_properties(unit, &["LoadState", "ActiveState", "SubState", "MainPID"]);
         UnitState {
-            load: get("LoadState"),
-            active: get("ActiveState"),
-            sub: get("SubState"),
-            main_pid: get("MainPID").parse().unwrap_or(0),
+            load: p.get("LoadState").to_owned(),
+            active: p.get("ActiveState").to_owned(),
+            sub: p.get("SubState").to_owned(),
+            main_pid: p.number("MainPID"),
         }
     }
 

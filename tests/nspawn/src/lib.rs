@@ -185,6 +185,11 @@ impl Container {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// What `systemctl show` says of `unit`'s `properties`.
+    pub fn unit_properties(&self, unit: &str, properties: &[&str]) -> UnitProperties {
+        UnitProperties(self.ok(&["systemctl", "show", "-p", &properties.join(","), unit]))
+    }
+
     /// `path` inside the container as the host reaches it (through the
     /// leader's root).
     pub fn host_path(&self, path: &str) -> PathBuf {
@@ -323,5 +328,25 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
                 collect_dirs(&e.path(), out);
             }
         }
+    }
+}
+
+/// `systemctl show` output: one `Name=value` line a property.
+#[derive(Debug)]
+pub struct UnitProperties(String);
+
+impl UnitProperties {
+    /// The value of property `name` ("" when it was not shown).
+    pub fn get(&self, name: &str) -> &str {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or("")
+    }
+
+    /// The value of numeric property `name` (0 when not shown or not a
+    /// number, as systemd shows `[not set]`).
+    pub fn number(&self, name: &str) -> u32 {
+        self.get(name).parse().unwrap_or(0)
     }
 }

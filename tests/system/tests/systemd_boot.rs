@@ -223,27 +223,24 @@ struct UnitState {
 
 impl UnitState {
     fn of(c: &Container, unit: &str) -> UnitState {
-        let out = c.ok(&[
-            "systemctl",
-            "show",
-            "-p",
-            "ActiveState,SubState,MainPID,NRestarts,NFileDescriptorStore,StatusText",
+        let p = c.unit_properties(
             unit,
-        ]);
-        let get = |k: &str| {
-            out.lines()
-                .find_map(|l| l.strip_prefix(k)?.strip_prefix('='))
-                .unwrap_or("")
-                .to_owned()
-        };
-        let num = |k: &str| get(k).parse().unwrap_or(0);
+            &[
+                "ActiveState",
+                "SubState",
+                "MainPID",
+                "NRestarts",
+                "NFileDescriptorStore",
+                "StatusText",
+            ],
+        );
         UnitState {
-            active: get("ActiveState"),
-            sub: get("SubState"),
-            main_pid: num("MainPID"),
-            restarts: num("NRestarts"),
-            stored_fds: num("NFileDescriptorStore"),
-            status: get("StatusText"),
+            active: p.get("ActiveState").to_owned(),
+            sub: p.get("SubState").to_owned(),
+            main_pid: p.number("MainPID"),
+            restarts: p.number("NRestarts"),
+            stored_fds: p.number("NFileDescriptorStore"),
+            status: p.get("StatusText").to_owned(),
         }
     }
 }

@@ -125,6 +125,23 @@ fn log_send_failure(unique: u64, res: io::Result<()>) {
 /// `FUSE_INTERRUPT` needs to find them.
 type ParkedReads = Mutex<HashMap<u64, (u64, u32)>>;
 
+/// A request parked in the core: its entry in [`ParkedReads`], which
+/// the request's callback removes once it answers.
+struct Parked {
+    reads: Arc<ParkedReads>,
+    unique: u64,
+}
+
+impl Parked {
+    /// The request is answered: an interrupt no longer finds it.
+    fn answered(&self) {
+        self.reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.unique);
+    }
+}
+
 /// The request handling shared by the serving threads.
 #[derive(Debug)]
 pub struct Session {
@@ -252,8 +269,8 @@ impl Session {
             return self.channel.reply_error(unique, e.errno());
         }
         let nonblock = read.flags & (libc::O_NONBLOCK as u32) != 0;
-        self.lock_parked().insert(unique, (read.fh, header.pid));
-        let (channel, parked) = (Arc::clone(&self.channel), Arc::clone(&self.parked));
+        let parked = self.park(unique, read.fh, header.pid);
+        let channel = Arc::clone(&self.channel);
         // The offset is ignored for a read of interrupt records.
         self.core.read(
             read.fh,
@@ -262,10 +279,7 @@ impl Session {
             nonblock,
             header.pid,
             Box::new(move |res| {
-                parked
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&unique);
+                parked.answered();
                 match res {
                     Ok(bytes) => channel.reply(unique, &[&bytes]),
                     Err(e) => channel.reply_error(unique, e.errno()),
@@ -289,8 +303,8 @@ impl Session {
                 ioctl.in_size
             )));
         }
-        self.lock_parked().insert(unique, (ioctl.fh, header.pid));
-        let (channel, parked) = (Arc::clone(&self.channel), Arc::clone(&self.parked));
+        let parked = self.park(unique, ioctl.fh, header.pid);
+        let channel = Arc::clone(&self.channel);
         let (cmd, out_size) = (ioctl.cmd, ioctl.out_size as usize);
         self.core.ioctl_deferred(
             ioctl.fh,
@@ -299,10 +313,7 @@ impl Session {
             ioctl.out_size,
             header.pid,
             Box::new(move |res| {
-                parked
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&unique);
+                parked.answered();
                 match res {
                     Ok(reply) => {
                         let n = reply.data.len().min(out_size);
@@ -348,6 +359,16 @@ impl Session {
             }
         }
         self.channel.reply_error(unique | INT_REQ_BIT, libc::EAGAIN);
+    }
+
+    /// Parks request `unique` (of `pid`, on `fh`) until its callback
+    /// answers it, so that a `FUSE_INTERRUPT` finds it meanwhile.
+    fn park(&self, unique: u64, fh: u64, pid: u32) -> Parked {
+        self.lock_parked().insert(unique, (fh, pid));
+        Parked {
+            reads: Arc::clone(&self.parked),
+            unique,
+        }
     }
 
     fn lock_parked(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u64, u32)>> {

@@ -129,16 +129,21 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// `gpupm list` and `gpupm stat` as root, an admin.
-fn check_admin_view(c: &Container) {
-    let list = json(&c.ok(&["gpupm", "list", "--json"]));
-    assert_eq!(list["admin"], true, "{list}");
-    let vms: Vec<u64> = list["vms"]
+/// The VM ids of a `gpupm list --json` answer.
+fn listed_vms(list: &Value) -> Vec<u64> {
+    list["vms"]
         .as_array()
         .expect("vms")
         .iter()
         .filter_map(|v| v["vm"].as_u64())
-        .collect();
+        .collect()
+}
+
+/// `gpupm list` and `gpupm stat` as root, an admin.
+fn check_admin_view(c: &Container) {
+    let list = json(&c.ok(&["gpupm", "list", "--json"]));
+    assert_eq!(list["admin"], true, "{list}");
+    let vms = listed_vms(&list);
     assert_eq!(
         vms,
         [1, 2, 3, 4, 5, 6],
@@ -188,12 +193,7 @@ fn configure_tenant(c: &Container, daemon_pid: u32) {
     let list = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(list["admin"], false, "{list}");
     assert!(list.get("partitions").is_none(), "{list}");
-    let vms: Vec<u64> = list["vms"]
-        .as_array()
-        .expect("vms")
-        .iter()
-        .filter_map(|v| v["vm"].as_u64())
-        .collect();
+    let vms = listed_vms(&list);
     assert_eq!(vms, [1], "{list}");
     let out = as_tenant(
         c,

@@ -9,8 +9,7 @@
 use std::collections::BTreeMap;
 
 use crate::fixture::{
-    config, connect, device_slot, open_sealed, scenario, sealed_ledger, wait_current,
-    NO_BACKSTOP_MS, VMS, VM_CC,
+    assert_sealed_page, config, connect, scenario, wait_current, NO_BACKSTOP_MS, VMS, VM_CC,
 };
 use gpupm_client::page::MappedPage;
 use gpupm_client::{Scope, TenantClient};
@@ -151,16 +150,7 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         if vm == VM_CC {
             assert_ne!(d.counters.flags & page_flags::SEALED, 0);
             assert_eq!(d.counters.totals, [0; 64]);
-            assert_eq!(
-                d.sealed,
-                device_slot(&dev, p),
-                "VM {vm}: the device's ciphertext"
-            );
-            assert_eq!(
-                open_sealed(&d.sealed),
-                sealed_ledger(&dev, ledger_scope::VM, vm),
-                "VM {vm}: the opened page"
-            );
+            assert_sealed_page(&dev, p, &d, (ledger_scope::VM, vm), &format!("VM {vm}"));
             continue;
         }
         let want = expected(&dev.ledger(ledger_scope::VM, vm).unwrap());
@@ -192,16 +182,8 @@ fn every_vm_and_context_page_equals_the_ledger_at_a_quiescent_point() {
         let d = p.read().unwrap();
         assert_eq!(d.counters.state, page_state::ACTIVE);
         if h.vm == VM_CC {
-            assert_eq!(
-                d.sealed,
-                device_slot(&dev, p),
-                "ctx {ctx}: the device's ciphertext"
-            );
-            assert_eq!(
-                open_sealed(&d.sealed),
-                sealed_ledger(&dev, ledger_scope::CONTEXT, ctx),
-                "ctx {ctx}: the opened page"
-            );
+            let who = format!("ctx {ctx}");
+            assert_sealed_page(&dev, p, &d, (ledger_scope::CONTEXT, ctx), &who);
             continue;
         }
         let want = expected(&dev.ledger(ledger_scope::CONTEXT, ctx).unwrap());

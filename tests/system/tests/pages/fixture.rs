@@ -11,7 +11,7 @@ use gpupm_driver::model::cc;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::ioctl::ledger_flags;
 use gpupm_uapi::layout::{envelope_flags, Block, BlockSlot};
-use gpupm_uapi::page::PAGES_SOCKET_NAME;
+use gpupm_uapi::page::{PageData, PAGES_SOCKET_NAME};
 use gpupm_uapi::regs as r;
 use gpupm_uapi::tenant::scope;
 
@@ -134,6 +134,28 @@ pub fn open_sealed(slot: &BlockSlot) -> [u64; MAX_EVENTS] {
     cc::open(&KEY_CC, &slot.envelope, &mut payload, &slot.tag)
         .expect("the tenant's key opens the sealed slot");
     Block::read_from_bytes(&payload).expect("a block").counters
+}
+
+/// A confidential scope's page `data` (of `page`) holds the device's
+/// ciphertext, and its tenant's key opens it to the ledger's totals of
+/// (`ledger_scope`, `id`); `who` names the page in a failure.
+pub fn assert_sealed_page(
+    dev: &DevNode,
+    page: &MappedPage,
+    data: &PageData,
+    (ledger_scope, id): (u32, u32),
+    who: &str,
+) {
+    assert_eq!(
+        data.sealed,
+        device_slot(dev, page),
+        "{who}: the device's ciphertext"
+    );
+    assert_eq!(
+        open_sealed(&data.sealed),
+        sealed_ledger(dev, ledger_scope, id),
+        "{who}: the opened page"
+    );
 }
 
 /// The ledger's totals of a confidential scope: the device seals the

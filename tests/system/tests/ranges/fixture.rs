@@ -96,47 +96,59 @@ pub(crate) fn contexts(dev: &DevNode) -> (u32, u32, u32) {
 }
 
 /// The call graph of `ctx` as the device's records in partition 1's ring
-/// say (the ring did not wrap: fewer records than its slots).
-pub(crate) fn graph_from_ring(dev: &DevNode, ctx: u32) -> (CallGraphData, u64) {
-    graph_from_ring_since(dev, ctx, 0)
-}
-
-/// [`graph_from_ring`] of the records from index `from` on.
+/// from index `from` on say (the ring did not wrap: fewer records than its
+/// slots), and the ring's head.
 pub(crate) fn graph_from_ring_since(dev: &DevNode, ctx: u32, from: u32) -> (CallGraphData, u64) {
-    let head = dev.read32(rring(1, rg::RRING_HEAD)).expect("head");
-    assert!(head < 4096, "the ring wrapped: {head} records");
+    let head = ring_head(dev);
     let mut g = CallGraphData::default();
-    let mut buf = vec![0u8; size_of::<RangeSlot>()];
-    for k in from..head {
-        dev.window(
-            range_span_offset(1) + u64::from(k) * buf.len() as u64,
-            &mut buf,
-        )
-        .expect("window");
-        let slot = RangeSlot::read_from_bytes(&buf).expect("slot");
-        let rec = RangeRecord::read_from_bytes(&slot.payload).expect("record");
-        if rec.ctx != ctx {
-            continue;
+    for rec in (from..head).map(|k| ring_record(dev, k)) {
+        if rec.ctx == ctx {
+            add_crossing(&mut g, &rec);
         }
-        g.crossings += 1;
-        let calls = &rec.stack[..rec.depth as usize];
-        let mut path: Vec<u16> = calls.iter().map(|c| c.kernel).collect();
-        path.push(rec.kernel);
-        for c in calls {
-            *g.edges
-                .entry((c.kernel, c.call_block, c.callee))
-                .or_default() += 1;
-        }
-        g.kernels.entry(rec.kernel).or_default().0 += 1;
-        let mut distinct = path.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        for k in distinct {
-            g.kernels.entry(k).or_default().1 += 1;
-        }
-        *g.stacks.entry(path).or_default() += 1;
     }
     (g, u64::from(head))
+}
+
+/// Records in partition 1's ring; it must not have wrapped.
+fn ring_head(dev: &DevNode) -> u32 {
+    let head = dev.read32(rring(1, rg::RRING_HEAD)).expect("head");
+    assert!(head < 4096, "the ring wrapped: {head} records");
+    head
+}
+
+/// Record `k` of partition 1's ring.
+fn ring_record(dev: &DevNode, k: u32) -> RangeRecord {
+    let mut buf = vec![0u8; size_of::<RangeSlot>()];
+    dev.window(
+        range_span_offset(1) + u64::from(k) * buf.len() as u64,
+        &mut buf,
+    )
+    .expect("window");
+    let slot = RangeSlot::read_from_bytes(&buf).expect("slot");
+    RangeRecord::read_from_bytes(&slot.payload).expect("record")
+}
+
+/// Adds one crossing record to the graph: its call edges, the self sample
+/// of its innermost kernel, an inclusive sample of every kernel on its
+/// stack (once each) and its stack.
+fn add_crossing(g: &mut CallGraphData, rec: &RangeRecord) {
+    g.crossings += 1;
+    let calls = &rec.stack[..rec.depth as usize];
+    let mut path: Vec<u16> = calls.iter().map(|c| c.kernel).collect();
+    path.push(rec.kernel);
+    for c in calls {
+        *g.edges
+            .entry((c.kernel, c.call_block, c.callee))
+            .or_default() += 1;
+    }
+    g.kernels.entry(rec.kernel).or_default().0 += 1;
+    let mut distinct = path.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    for k in distinct {
+        g.kernels.entry(k).or_default().1 += 1;
+    }
+    *g.stacks.entry(path).or_default() += 1;
 }
 
 pub(crate) fn tenant_graph(node: &std::path::Path, uid: u32, ctx: u32) -> CallGraphData {
@@ -202,53 +214,14 @@ pub(crate) fn tenant_rows(node: &std::path::Path, uid: u32, ctx: u32) -> BTreeMa
         .collect()
 }
 
-/// Drops the records of registers `regs` from a ring graph: the others
-/// belong to ranges the context does not hold.
+/// The ring graph of `ctx` from the records of registers `regs` only: the
+/// others belong to ranges the context does not hold.
 pub(crate) fn only_registers(dev: &DevNode, ctx: u32, regs: &[u8]) -> CallGraphData {
-    let head = dev.read32(rring(1, rg::RRING_HEAD)).expect("head");
-    let mut buf = vec![0u8; size_of::<RangeSlot>()];
-    let mut keep = Vec::new();
-    for k in 0..head {
-        dev.window(
-            range_span_offset(1) + u64::from(k) * buf.len() as u64,
-            &mut buf,
-        )
-        .expect("window");
-        let rec = RangeRecord::read_from_bytes(&RangeSlot::read_from_bytes(&buf).unwrap().payload)
-            .unwrap();
-        keep.push(rec.ctx == ctx && regs.contains(&rec.range));
-    }
-    let (full, _) = graph_from_ring(dev, ctx);
-    if keep.iter().all(|&k| k) || full.crossings == keep.iter().filter(|&&k| k).count() as u64 {
-        return full;
-    }
-    // Rebuild from the kept records only.
     let mut g = CallGraphData::default();
-    for (k, kept) in keep.into_iter().enumerate() {
-        if !kept {
-            continue;
+    for rec in (0..ring_head(dev)).map(|k| ring_record(dev, k)) {
+        if rec.ctx == ctx && regs.contains(&rec.range) {
+            add_crossing(&mut g, &rec);
         }
-        dev.window(range_span_offset(1) + k as u64 * buf.len() as u64, &mut buf)
-            .expect("window");
-        let rec = RangeRecord::read_from_bytes(&RangeSlot::read_from_bytes(&buf).unwrap().payload)
-            .unwrap();
-        g.crossings += 1;
-        let calls = &rec.stack[..rec.depth as usize];
-        let mut path: Vec<u16> = calls.iter().map(|c| c.kernel).collect();
-        path.push(rec.kernel);
-        for c in calls {
-            *g.edges
-                .entry((c.kernel, c.call_block, c.callee))
-                .or_default() += 1;
-        }
-        g.kernels.entry(rec.kernel).or_default().0 += 1;
-        let mut distinct = path.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        for kk in distinct {
-            g.kernels.entry(kk).or_default().1 += 1;
-        }
-        *g.stacks.entry(path).or_default() += 1;
     }
     g
 }
