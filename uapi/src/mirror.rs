@@ -50,9 +50,10 @@
 //! sees the waiter or the waiter sees the new doorbell value (and
 //! `FUTEX_WAIT` itself refuses to sleep on a changed value).
 //!
-//! A device reset or a driver that re-creates the mirror changes
-//! [`MirrorHeader::generation`]; `commit_seq` restarts with the device's
-//! `TRIG_COUNT_PERIODIC`.
+//! A device reset changes [`MirrorHeader::generation`] (in the commit
+//! that publishes the blocks the reset zeroed); a driver that starts
+//! again creates a new file (a new inode) with a new generation, and the
+//! old file, which readers may still map, stops changing.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
