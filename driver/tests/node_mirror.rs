@@ -94,15 +94,31 @@ fn the_mirror_holds_what_a_commit_wait_returns_and_the_whole_window() {
     );
 
     // Quiescent (a step clock): every slot equals the window's.
+    assert_holds_the_window(&mirror, &card);
+    d.stop();
+}
+
+/// Every slot of the mirror equals the window's.
+fn assert_holds_the_window(mirror: &MirrorReader, card: &File) {
     let all: Vec<u32> = (0..MIRROR_SLOTS).collect();
     let mut copy = vec![BlockSlot::new_zeroed(); all.len()];
     mirror.read(&all, &mut copy).unwrap();
-    let window = window_slots(&card);
+    let window = window_slots(card);
     let differ: Vec<usize> = (0..all.len()).filter(|&i| copy[i] != window[i]).collect();
     assert!(
         differ.is_empty(),
         "slots differing from the window: {differ:?}"
     );
+}
+
+#[test]
+fn a_new_mirror_holds_the_window_before_any_commit() {
+    let d = Driver::start();
+    let card = d.card();
+    assert_eq!(sequence(&card), 0, "no periodic commit yet");
+    let mirror = MirrorReader::open(&mirror_info(&card).unwrap()).unwrap();
+    assert_eq!(mirror.doorbell(), 1, "published once, at creation");
+    assert_holds_the_window(&mirror, &card);
     d.stop();
 }
 

@@ -54,11 +54,10 @@ pub(super) struct Follower {
 pub(super) fn offer(dev: &DevNode, current: Option<Box<Follower>>) -> Offer {
     let info = match dev.mirror_info() {
         Ok(info) => info,
-        Err(DevError::Ioctl { source, .. })
-            if matches!(source, Errno::ENOTTY | Errno::ENODEV | Errno::EOPNOTSUPP) =>
-        {
-            return Offer::None;
-        }
+        Err(DevError::Ioctl {
+            source: Errno::ENOTTY | Errno::ENODEV | Errno::EOPNOTSUPP,
+            ..
+        }) => return Offer::None,
         Err(e) => return Offer::Failed(e),
     };
     let path = MirrorInfo::path_of(&info.path).unwrap_or_default().to_vec();

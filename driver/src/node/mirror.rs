@@ -49,7 +49,9 @@ impl Mirror {
     pub fn create(dir: &Path, generation: u64) -> std::io::Result<Mirror> {
         Ok(Mirror {
             writer: MirrorWriter::create(dir, generation)?,
-            last_seq: 0,
+            // No count matches: the first delivery publishes every block
+            // initialised so far.
+            last_seq: u64::MAX,
             last_resets: 0,
             slots: Vec::new(),
             block: BlockSlot::new_zeroed(),

@@ -88,7 +88,10 @@ fn a_mirror_others_may_read_is_refused_and_the_wait_followed() {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .expect("chmod the mirror");
     });
-    assert!(!log.contains(VIA_MIRROR), "a mode 0644 mirror was used:\n{log}");
+    assert!(
+        !log.contains(VIA_MIRROR),
+        "a mode 0644 mirror was used:\n{log}"
+    );
     assert!(log.contains(REFUSED) && log.contains("mode 644"), "{log}");
 }
 
@@ -97,7 +100,10 @@ fn a_mirror_not_owned_by_root_is_refused_and_the_wait_followed() {
     let log = follow_with("pages-follow-owner", &[], |p| {
         std::os::unix::fs::chown(p, Some(65534), Some(65534)).expect("chown the mirror");
     });
-    assert!(!log.contains(VIA_MIRROR), "a mirror owned by 65534 was used:\n{log}");
+    assert!(
+        !log.contains(VIA_MIRROR),
+        "a mirror owned by 65534 was used:\n{log}"
+    );
     assert!(log.contains(REFUSED) && log.contains("uid 65534"), "{log}");
 }
 
