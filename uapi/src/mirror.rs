@@ -19,9 +19,9 @@
 //! [`crate::layout::BlockSlot`] per block slot of the memory window, in
 //! window order (slot `i` at `MIRROR_HEADER_SIZE + i * BLOCK_SLOT_SIZE`).
 //! Every access to the mapping, by the device and by readers, is an aligned
-//! atomic access (32-bit for [`MirrorHeader::doorbell`] and
-//! [`MirrorHeader::waiters`], 64-bit for every other word), so no access
-//! is a data race.
+//! atomic access (32-bit for [`MirrorHeader::doorbell`] and the waiter
+//! file's word, 64-bit for every other word), so no access is a data
+//! race.
 //!
 //! # The sequence lock
 //! The device writes a commit as: store `seq + 1` (relaxed), release
