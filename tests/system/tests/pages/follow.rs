@@ -107,6 +107,57 @@ fn a_mirror_not_owned_by_root_is_refused_and_the_wait_followed() {
     assert!(log.contains(REFUSED) && log.contains("uid 65534"), "{log}");
 }
 
+/// Through the mirror, a followed page is exact: once the periodic
+/// trigger is off and the threshold at its maximum (no commit follows
+/// for seconds), the page shows the VM block's last commit, totals
+/// included.
+#[test]
+fn through_the_mirror_a_page_ends_exactly_at_the_last_commit() {
+    let tmp = Scratch::new("pages-follow-exact");
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions {
+            clock: "realtime",
+            ..DriverOptions::system(scenario())
+        },
+    );
+    let dev = driver.node();
+    let extra = "[stream]\ndrain_interval_ms = 0\n";
+    let mut daemon = spawn_daemon(&tmp, &config(&tmp, NO_BACKSTOP_MS, extra), &[], &[]);
+    daemon.wait_for("READY=1");
+    let page = connect(&tmp).map_vm(1).expect("map VM 1's page");
+    let first = page.read_counters().expect("read the page").commit_seq;
+    wait_until("the page shows 100 more commits", &mut daemon, |_| {
+        page.read_counters().expect("read the page").commit_seq >= first + 100
+    });
+    dev.write32(r::TRIG_THRESHOLD, r::TRIG_THRESHOLD_MAX)
+        .expect("the highest threshold");
+    dev.write32(r::TRIG_CTRL, trig_ctrl::THRESHOLD_ENABLE)
+        .expect("periodic triggers off");
+    let block = || {
+        dev.block_slot(dev.read64(r::vm(1, r::VM_BLOCK)).expect("VM block"))
+            .expect("read the block")
+            .plain_block()
+            .expect("a plaintext block")
+    };
+    wait_until(
+        "the page shows the block's last commit",
+        &mut daemon,
+        |_| page.read_counters().expect("read the page").commit_seq >= block().commit_seq,
+    );
+    let (shown, last) = (page.read_counters().expect("read the page"), block());
+    assert_eq!(
+        (shown.totals, shown.commit_seq, shown.cycle),
+        (last.counters, last.commit_seq, last.last_commit_cycle),
+        "the page is the block"
+    );
+    let log = daemon.log();
+    assert!(log.contains(VIA_MIRROR), "the mirror was not used:\n{log}");
+    let exit = daemon.signal_and_wait(Signal::SIGTERM);
+    assert!(exit.success(), "gpupmd exit {exit}:\n{}", daemon.log());
+    driver.stop();
+}
+
 /// A VM page follows the periodic commits with no event, and the
 /// refresher stops once they stop; returns the daemon's log.
 fn follows_and_stops(tmp: &Scratch, driver: &Driver) -> String {
