@@ -1,11 +1,11 @@
 //! Following the device's periodic commits: a thread (`gpupmd-commits`)
-//! asleep on the device's commit mirror's doorbell (ABI 1.9, [`mirror`]),
-//! reading the followed slots from the mirror, or — when the node offers
-//! no usable mirror — blocked in `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8) with the slots of the
-//! pages whose blocks are moving, which the node answers when the next
-//! periodic commit has landed, with those blocks read at that moment. One
-//! device round trip per commit both waits and carries the data; a thread
-//! that falls behind gets the latest blocks at once (its sequence is
+//! asleep on the doorbell of the device's commit mirror (ABI 1.9,
+//! [`mirror`]) that then reads the moving pages' slots from the mirror —
+//! no request to the node per commit — or, when the node offers no usable
+//! mirror, blocked in `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8) with those slots,
+//! which the node answers when the next periodic commit has landed, with
+//! the blocks read at that moment. Either way a thread that falls behind
+//! gets the latest blocks at once (the doorbell or sequence it last saw is
 //! already old), so bursts coalesce.
 //!
 //! What is followed: every page a refresh found moving (handed over by
@@ -17,12 +17,14 @@
 //!
 //! Pages the hooks mark meanwhile ride in the next wait (plaintext ones, up
 //! to the slots left); the rest are left marked and the refresher woken.
+//! (A "wait" below is either kind; a mirror wait that times out gives the
+//! marks back.)
 //!
-//! The reply was read by the node before this thread takes the read lock,
-//! so a refresh may have shown a newer block meanwhile: a block older than
-//! the page (commit count lower) is skipped here, never taken for a device
-//! reset — the refresher, whose reads are ordered by the lock, decides
-//! resets. Sealed pages are never waited for (their order cannot be told
+//! The reply (or the mirror's copy) was read before this thread takes the
+//! read lock, so a refresh may have shown a newer block meanwhile: a block
+//! older than the page (commit count lower) is skipped here, never taken
+//! for a device reset — the refresher, whose reads are ordered by the
+//! lock, decides resets. Sealed pages are never waited for (their order cannot be told
 //! from ciphertext).
 
 use std::collections::BTreeMap;
