@@ -39,6 +39,7 @@
 pub mod config;
 pub mod devnode;
 pub mod handshake;
+pub mod mirror;
 pub mod ops;
 pub mod page;
 pub mod paths;

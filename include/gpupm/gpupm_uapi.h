@@ -78,11 +78,12 @@
  * runtime-instrumentation sessions — see `docs/ri.md` — and its
  * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
  * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
- * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`).
+ * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
+ * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`).
  */
-#define GPUPM_ABI_MINOR 8
+#define GPUPM_ABI_MINOR 9
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10008 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x10009 /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -1008,6 +1009,26 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_WAIT_COMMIT_MAX_BLOCKS 24
 /** Longest timeout, in microseconds (10 s). */
 #define GPUPM_WAIT_COMMIT_MAX_TIMEOUT_US 10000000
+/** gpupm_mirror_header.magic: "GPMM" little-endian. */
+#define GPUPM_MIRROR_MAGIC 0x4d4d5047
+/** Layout version of this header and slot array. */
+#define GPUPM_MIRROR_VERSION 1
+/** Bytes before the first block slot (one cache line). */
+#define GPUPM_MIRROR_HEADER_SIZE 64
+/** Longest path struct gpupm_mirror_info carries, NUL included. */
+#define GPUPM_MIRROR_PATH_MAX 256
+/** Size of the waiter file: one page, holding the `waiters` word at 0. */
+#define GPUPM_MIRROR_WAITERS_SIZE 4096
+/** generation. */
+#define GPUPM_MIRROR_OFFSET_GENERATION 16
+/** seq. */
+#define GPUPM_MIRROR_OFFSET_SEQ 24
+/** commit_seq. */
+#define GPUPM_MIRROR_OFFSET_COMMIT_SEQ 32
+/** cycle. */
+#define GPUPM_MIRROR_OFFSET_CYCLE 40
+/** doorbell. */
+#define GPUPM_MIRROR_OFFSET_DOORBELL 48
 /** Largest gpupm_advance.cycles. */
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 /** Read the register into `value`. */
@@ -1060,6 +1081,11 @@ static const char *const gpupm_intr_source_names[15] = {
  * reply (ABI 1.8; WaitCommit).
  */
 #define GPUPM_IOC_WAIT_COMMIT 0xf8104710U
+/**
+ * Where the commit mirror is and its layout (ABI 1.9;
+ * MirrorInfo).
+ */
+#define GPUPM_IOC_MIRROR_INFO 0xc2204711U
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -2400,6 +2426,97 @@ struct gpupm_wait_commit {
    * Out: the slots' contents, in the order of `slots`.
    */
   struct gpupm_block_slot blocks[GPUPM_WAIT_COMMIT_MAX_BLOCKS];
+};
+
+/**
+ * The first GPUPM_MIRROR_HEADER_SIZE bytes of the mirror file.
+ */
+struct gpupm_mirror_header {
+  /**
+   * GPUPM_MIRROR_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * GPUPM_MIRROR_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Block slots that follow (`CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS`).
+   */
+  uint32_t slot_count;
+  /**
+   * Bytes per slot (`sizeof(struct gpupm_block_slot)`).
+   */
+  uint32_t slot_size;
+  /**
+   * Changes when the mirror is (re)created or the device is reset.
+   */
+  uint64_t generation;
+  /**
+   * Sequence lock: odd while the device writes.
+   */
+  uint64_t seq;
+  /**
+   * `TRIG_COUNT_PERIODIC` of the last commit copied.
+   */
+  uint64_t commit_seq;
+  /**
+   * The device cycle when it was copied.
+   */
+  uint64_t cycle;
+  /**
+   * Incremented after every copied commit; the futex word.
+   */
+  uint32_t doorbell;
+  /**
+   * Reserved, 0 (the readers' `waiters` word is in the waiter file).
+   */
+  uint32_t reserved0;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+};
+
+/**
+ * The argument of `GPUPM_IOC_MIRROR_INFO`: the caller sets `version` (and
+ * zeroes the rest); the node fills the other fields. ENODEV when the
+ * driver keeps no mirror; EINVAL for a wrong `version` or non-zero
+ * `flags`.
+ */
+struct gpupm_mirror_info {
+  /**
+   * GPUPM_IOCTL_STRUCT_VERSION.
+   */
+  uint32_t version;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Out: GPUPM_MIRROR_VERSION.
+   */
+  uint32_t mirror_version;
+  /**
+   * Out: block slots in the mirror.
+   */
+  uint32_t slot_count;
+  /**
+   * Out: bytes of the mirror file.
+   */
+  uint64_t size;
+  /**
+   * Out: gpupm_mirror_header.generation now.
+   */
+  uint64_t generation;
+  /**
+   * Out: the mirror file's absolute path, NUL-terminated.
+   */
+  uint8_t path[GPUPM_MIRROR_PATH_MAX];
+  /**
+   * Out: the waiter file's absolute path, NUL-terminated.
+   */
+  uint8_t waiters_path[GPUPM_MIRROR_PATH_MAX];
 };
 
 /**
@@ -4767,6 +4884,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block_slot) == 592);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_block_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_wait_commit) == 14352);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_wait_commit) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_header) == 64);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_header) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_info) == 544);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_info) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_stream_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_whoami) == 272);

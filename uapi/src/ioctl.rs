@@ -409,4 +409,7 @@ ioctl_numbers! {
     /// Wait for the next periodic commit and read blocks in the same
     /// reply (ABI 1.8; [`crate::commit_wait::WaitCommit`]).
     GPUPM_IOC_WAIT_COMMIT = read_write(0x10, crate::commit_wait::WaitCommit);
+    /// Where the commit mirror is and its layout (ABI 1.9;
+    /// [`crate::mirror::MirrorInfo`]).
+    GPUPM_IOC_MIRROR_INFO = read_write(0x11, crate::mirror::MirrorInfo);
 }

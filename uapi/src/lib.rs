@@ -11,6 +11,7 @@ pub mod intr;
 pub mod ioc;
 pub mod ioctl;
 pub mod layout;
+pub mod mirror;
 pub mod page;
 pub mod pmu;
 pub mod ranges;
@@ -39,8 +40,9 @@ pub const ABI_MAJOR: u16 = 1;
 /// runtime-instrumentation sessions — see `docs/ri.md` — and its
 /// marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
 /// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
-/// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`).
-pub const ABI_MINOR: u16 = 8;
+/// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
+/// commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`).
+pub const ABI_MINOR: u16 = 9;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 

@@ -374,6 +374,19 @@ impl DevNode {
         )
     }
 
+    /// `GPUPM_IOC_MIRROR_INFO` (ABI 1.9): where the device's commit mirror
+    /// is (`docs/pages.md`); ENODEV when it keeps none, ENOTTY before 1.9.
+    pub fn mirror_info(&self) -> Result<gpupm_uapi::mirror::MirrorInfo, DevError> {
+        let mut arg = gpupm_uapi::mirror::MirrorInfo::new_zeroed();
+        arg.version = IOCTL_STRUCT_VERSION;
+        self.ioctl(
+            "GPUPM_IOC_MIRROR_INFO",
+            gpupm_uapi::ioctl::GPUPM_IOC_MIRROR_INFO,
+            &mut arg,
+        )?;
+        Ok(arg)
+    }
+
     /// `GPUPM_IOC_RESET`.
     pub fn reset(&self) -> Result<(), DevError> {
         let mut arg = Reset {

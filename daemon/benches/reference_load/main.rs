@@ -51,6 +51,9 @@
 //!
 //! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
 //! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
+//! `GPUPM_BENCH_NO_MIRROR=1` starts the driver with `--no-mirror`, so the
+//! daemon follows commits with `GPUPM_IOC_WAIT_COMMIT` (the baseline of
+//! the commit mirror).
 //! The load average is printed before and after. The last line is JSON.
 
 // Page and ioctl readers, visibility probes.
@@ -185,8 +188,11 @@ fn main() {
     let backstop = std::env::var("GPUPM_BENCH_PAGE_BACKSTOP_MS").ok();
     let drain_ms = std::env::var("GPUPM_BENCH_DRAIN_MS").ok();
     let tmp = Scratch::new("bench");
-    let driver_args: Vec<String> =
+    let mut driver_args: Vec<String> =
         node_threads.map_or_else(Vec::new, |n| vec!["--threads".into(), n.to_string()]);
+    if std::env::var("GPUPM_BENCH_NO_MIRROR").is_ok_and(|v| v == "1") {
+        driver_args.push("--no-mirror".into());
+    }
     let driver = Driver::start_in(
         &tmp,
         DriverOptions {

@@ -1,9 +1,11 @@
 //! Following the device's periodic commits: a thread (`gpupmd-commits`)
-//! blocked in `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8) with the slots of the
-//! pages whose blocks are moving, which the node answers when the next
-//! periodic commit has landed, with those blocks read at that moment. One
-//! device round trip per commit both waits and carries the data; a thread
-//! that falls behind gets the latest blocks at once (its sequence is
+//! asleep on the doorbell of the device's commit mirror (ABI 1.9,
+//! [`mirror`]) that then reads the moving pages' slots from the mirror —
+//! no request to the node per commit — or, when the node offers no usable
+//! mirror, blocked in `GPUPM_IOC_WAIT_COMMIT` (ABI 1.8) with those slots,
+//! which the node answers when the next periodic commit has landed, with
+//! the blocks read at that moment. Either way a thread that falls behind
+//! gets the latest blocks at once (the doorbell or sequence it last saw is
 //! already old), so bursts coalesce.
 //!
 //! What is followed: every page a refresh found moving (handed over by
@@ -15,12 +17,14 @@
 //!
 //! Pages the hooks mark meanwhile ride in the next wait (plaintext ones, up
 //! to the slots left); the rest are left marked and the refresher woken.
+//! (A "wait" below is either kind; a mirror wait that times out gives the
+//! marks back.)
 //!
-//! The reply was read by the node before this thread takes the read lock,
-//! so a refresh may have shown a newer block meanwhile: a block older than
-//! the page (commit count lower) is skipped here, never taken for a device
-//! reset — the refresher, whose reads are ordered by the lock, decides
-//! resets. Sealed pages are never waited for (their order cannot be told
+//! The reply (or the mirror's copy) was read before this thread takes the
+//! read lock, so a refresh may have shown a newer block meanwhile: a block
+//! older than the page (commit count lower) is skipped here, never taken
+//! for a device reset — the refresher, whose reads are ordered by the
+//! lock, decides resets. Sealed pages are never waited for (their order cannot be told
 //! from ciphertext).
 
 use std::collections::BTreeMap;
@@ -29,12 +33,14 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gpupm_client::mirror::MirrorError;
 use gpupm_client::DevError;
 use gpupm_uapi::commit_wait::{WaitCommit, WAIT_COMMIT_MAX_BLOCKS};
 use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
-use gpupm_uapi::layout::BLOCK_SLOT_SIZE;
+use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use zerocopy::FromZeros;
 
+use super::mirror::{self, Follower, Offer};
 use super::table::Key;
 use super::Pages;
 
@@ -94,22 +100,24 @@ impl Pages {
         self.unpark_now();
     }
 
-    /// The slots to wait for: the followed pages' and the marked plaintext
-    /// pages' (their marks taken), at most [`WAIT_COMMIT_MAX_BLOCKS`].
-    /// Marked pages that do not fit stay marked for the refresher.
-    fn wait_list(&self) -> Vec<(Key, u64)> {
-        let followed: Vec<Key> = self.lock_followed().0.keys().copied().collect();
+    /// The slots to wait for, into `out`: the followed pages' and the
+    /// marked plaintext pages' (their marks taken), at most
+    /// [`WAIT_COMMIT_MAX_BLOCKS`]. Marked pages that do not fit stay marked
+    /// for the refresher. `keys` is scratch space (both reused per commit).
+    fn wait_list(&self, keys: &mut Vec<Key>, out: &mut Vec<(Key, u64)>) {
+        keys.clear();
+        keys.extend(self.lock_followed().0.keys().copied());
+        out.clear();
         let mut inner = self.lock();
         self.collect_switches(&mut inner);
         if inner.wake.full {
             self.unpark_now();
         }
-        let mut out = Vec::with_capacity(WAIT_COMMIT_MAX_BLOCKS);
-        for key in followed {
-            if let Some(e) = inner.table.pages.get_mut(&key) {
+        for key in keys.iter() {
+            if let Some(e) = inner.table.pages.get_mut(key) {
                 if out.len() < WAIT_COMMIT_MAX_BLOCKS && !e.source.confidential {
                     e.dirty = false;
-                    out.push((key, e.source.block_offset));
+                    out.push((*key, e.source.block_offset));
                 }
             }
         }
@@ -126,13 +134,29 @@ impl Pages {
         if left {
             self.unpark_now();
         }
-        out
+    }
+
+    /// Applies a commit's blocks (a wait's reply or the mirror's) and
+    /// counts which pages moved.
+    fn apply_commit(&self, blocks: &[(Key, u64, BlockSlot)]) {
+        let moved = {
+            let _reading = self.lock_reading();
+            let applied = self.apply(blocks, true);
+            self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
+            applied.moved
+        };
+        self.lock_followed().answered(&moved);
     }
 }
 
 /// Waits for the next commit with `wanted`'s slots; applies the reply.
 /// Returns whether the wait timed out.
-fn wait_once(pages: &Pages, arg: &mut WaitCommit, wanted: &[(Key, u64)]) -> Result<bool, DevError> {
+fn wait_once(
+    pages: &Pages,
+    arg: &mut WaitCommit,
+    wanted: &[(Key, u64)],
+    blocks: &mut Vec<(Key, u64, BlockSlot)>,
+) -> Result<bool, DevError> {
     arg.count = u32::try_from(wanted.len()).unwrap_or(0);
     for (slot, &(_, off)) in arg.slots.iter_mut().zip(wanted) {
         *slot = u32::try_from(off / BLOCK_SLOT_SIZE).unwrap_or(u32::MAX);
@@ -142,29 +166,115 @@ fn wait_once(pages: &Pages, arg: &mut WaitCommit, wanted: &[(Key, u64)]) -> Resu
         pages.remark(wanted);
         return Err(e);
     }
-    let blocks: Vec<_> = wanted
-        .iter()
-        .zip(&arg.blocks)
-        .map(|(&(key, off), slot)| (key, off, *slot))
-        .collect();
-    let moved = {
-        let _reading = pages.lock_reading();
-        let applied = pages.apply(&blocks, true);
-        pages.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-        applied.moved
-    };
-    pages.lock_followed().answered(&moved);
+    blocks.clear();
+    blocks.extend(
+        wanted
+            .iter()
+            .zip(&arg.blocks)
+            .map(|(&(key, off), slot)| (key, off, *slot)),
+    );
+    pages.apply_commit(blocks);
     arg.after = arg.seq;
     Ok(arg.seq == after)
 }
 
+/// Waits for the mirror's next commit and applies `wanted`'s slots from
+/// it. Returns whether the wait timed out.
+fn mirror_once(
+    pages: &Pages,
+    follower: &mut Follower,
+    wanted: &[(Key, u64)],
+    blocks: &mut Vec<(Key, u64, BlockSlot)>,
+) -> Result<bool, MirrorError> {
+    if !follower.next_commit(Duration::from_micros(u64::from(WAIT_TIMEOUT_US))) {
+        pages.remark(wanted);
+        return Ok(true);
+    }
+    if let Err(e) = follower.read(wanted, blocks) {
+        pages.remark(wanted);
+        return Err(e);
+    }
+    pages.apply_commit(blocks);
+    Ok(false)
+}
+
+/// How the commits are followed.
+#[derive(Debug)]
+enum Via {
+    /// Through the device's commit mirror.
+    Mirror(Box<Follower>),
+    /// With `GPUPM_IOC_WAIT_COMMIT`.
+    Wait,
+}
+
+/// At a start of following: the mirror if the node offers a usable one
+/// (the one in `via` when the node still names it), else the wait.
+fn choose(pages: &Pages, via: Via, logged: &mut Option<Instant>) -> Via {
+    let current = match via {
+        Via::Mirror(f) => Some(f),
+        Via::Wait => None,
+    };
+    let had = current.as_ref().map(|f| f.path());
+    match mirror::offer(&pages.dev, current) {
+        Offer::Mirror(f) => {
+            if had.as_deref() != Some(&f.path()) {
+                tracing::info!(path = %f.path(), "following the device's commits through its mirror");
+            }
+            Via::Mirror(f)
+        }
+        Offer::None => Via::Wait,
+        Offer::Refused(e) => {
+            if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "the device's commit mirror is refused; following its commits with GPUPM_IOC_WAIT_COMMIT"
+                );
+                *logged = Some(Instant::now());
+            }
+            Via::Wait
+        }
+        Offer::Failed(e) => {
+            tracing::debug!(error = %e, "asking for the commit mirror failed");
+            Via::Wait
+        }
+    }
+}
+
+/// One commit followed `via`: whether it timed out, or the wait's error.
+/// A mirror that fails is dropped for the wait.
+fn follow_once(
+    pages: &Pages,
+    via: &mut Via,
+    arg: &mut WaitCommit,
+    wanted: &[(Key, u64)],
+    blocks: &mut Vec<(Key, u64, BlockSlot)>,
+) -> Result<bool, DevError> {
+    let Via::Mirror(follower) = via else {
+        return wait_once(pages, arg, wanted, blocks);
+    };
+    match mirror_once(pages, follower, wanted, blocks) {
+        Ok(timed_out) => Ok(timed_out),
+        Err(e) => {
+            tracing::warn!(
+                error = format!("{:#}", anyhow::Error::new(e)),
+                "reading the commit mirror failed; following commits with GPUPM_IOC_WAIT_COMMIT"
+            );
+            *via = Via::Wait;
+            Ok(true)
+        }
+    }
+}
+
 /// The waiter's loop: parked while nothing is followed, else one wait per
-/// periodic commit.
+/// periodic commit (on the mirror's doorbell when the node offers one).
 fn run(pages: &Pages, stop: &AtomicBool) {
     let mut arg = WaitCommit::new_zeroed();
     arg.version = IOCTL_STRUCT_VERSION;
     arg.timeout_us = WAIT_TIMEOUT_US;
     let mut logged: Option<Instant> = None;
+    let (mut keys, mut wanted, mut blocks) = (Vec::new(), Vec::new(), Vec::new());
+    let mut via = Via::Wait;
+    let mut starting = true;
     while !stop.load(Ordering::Acquire) {
         let idle = pages.lock_followed().0.is_empty() || !pages.periodic.load(Ordering::Acquire);
         if idle {
@@ -173,15 +283,19 @@ fn run(pages: &Pages, stop: &AtomicBool) {
             }
             // A `follow` before this park makes it return at once.
             thread::park();
+            starting = true;
             continue;
         }
+        if std::mem::take(&mut starting) {
+            via = choose(pages, via, &mut logged);
+        }
         pages.following.store(true, Ordering::Release);
-        let wanted = pages.wait_list();
+        pages.wait_list(&mut keys, &mut wanted);
         if wanted.is_empty() {
             pages.stop_following();
             continue;
         }
-        match wait_once(pages, &mut arg, &wanted) {
+        match follow_once(pages, &mut via, &mut arg, &wanted, &mut blocks) {
             Ok(false) => {}
             Ok(true) => pages.stop_following(),
             Err(DevError::Ioctl {

@@ -38,6 +38,7 @@
 mod commits;
 mod events;
 mod files;
+mod mirror;
 mod refresh;
 mod server;
 mod sys;

@@ -27,6 +27,7 @@ use gpupm_driver::node::backend::DeviceBackend;
 use gpupm_driver::node::cuse::CuseTransport;
 use gpupm_driver::node::device::NodeCore;
 use gpupm_driver::node::fuse::FuseTransport;
+use gpupm_driver::node::mirror::{Mirror, DEFAULT_MIRROR_DIR};
 use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::ticker::Ticker;
 use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR, DEFAULT_THREADS};
@@ -82,6 +83,16 @@ struct Args {
     /// confidential VM's answers are sealed under its session key.
     #[arg(long)]
     debug_ledger: bool,
+    /// Directory of the commit mirror (root-only; created mode 0700 if
+    /// missing, refused if group or others may enter it). Default: next to
+    /// the node directory (`NODE_DIR.mirror`) for FUSE, so that nodes on
+    /// one host keep theirs apart; `/run/gpupm/mirror` for CUSE.
+    #[arg(long, value_name = "DIR")]
+    mirror_dir: Option<PathBuf>,
+    /// Keep no commit mirror (`GPUPM_IOC_MIRROR_INFO` answers ENODEV):
+    /// hosts follow commits with `GPUPM_IOC_WAIT_COMMIT`.
+    #[arg(long)]
+    no_mirror: bool,
 }
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
@@ -218,6 +229,43 @@ fn supervise(
     }
 }
 
+/// The commit mirror's directory `args` ask for.
+fn mirror_dir(args: &Args) -> PathBuf {
+    if let Some(dir) = &args.mirror_dir {
+        return dir.clone();
+    }
+    match args.transport {
+        TransportKind::Fuse => {
+            // Rebuilt from its components: no trailing slash.
+            let mut dir = args
+                .node_dir
+                .components()
+                .collect::<PathBuf>()
+                .into_os_string();
+            dir.push(".mirror");
+            PathBuf::from(dir)
+        }
+        TransportKind::Cuse => PathBuf::from(DEFAULT_MIRROR_DIR),
+    }
+}
+
+/// Creates the commit mirror in `dir`; without it (a failure is logged)
+/// hosts fall back to `GPUPM_IOC_WAIT_COMMIT`.
+fn start_mirror(core: &NodeCore, dir: &Path) {
+    // A new generation per driver start: readers of a previous driver's
+    // mirror see it change.
+    let generation = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    match Mirror::create(dir, generation) {
+        Ok(m) => {
+            tracing::info!(path = %m.path().display(), "commit mirror created");
+            core.set_mirror(m);
+        }
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror"),
+    }
+}
+
 fn run(args: &Args) -> Result<(), DriverError> {
     // Reads and unsets LISTEN_*: before any thread starts.
     let inherited = gpupm_fusemount::inherited_fd(NODE_FDNAME);
@@ -230,6 +278,9 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .admin_gid
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
+    if !args.no_mirror {
+        start_mirror(&core, &mirror_dir(args));
+    }
     let mut transport = make_transport(args, &core, inherited)?;
     transport.mount()?;
     if let Err(e) = transport.serve() {

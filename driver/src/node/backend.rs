@@ -40,6 +40,11 @@ pub trait DeviceBackend: Send + 'static {
     /// Read from the memory window; `offset` is relative to the window start
     /// (node file offset minus `layout::MEM_WINDOW_OFFSET`).
     fn read_mem(&mut self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+    /// Appends the block slots whose window bytes changed since the last
+    /// call to `out`, each once (what the commit mirror copies).
+    fn take_written_block_slots(&mut self, out: &mut Vec<u32>);
+    /// Device resets so far.
+    fn resets(&self) -> u64;
     /// Atomic batch: all ops or none; on error returns the failing index.
     fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, BackendError)>;
     /// Step clock only; returns the new cycle.

@@ -20,6 +20,7 @@ use super::backend::DeviceBackend;
 use super::commit_wait::{self, IoctlCompletion, ParkedWait};
 use super::error::{malformed, NodeError};
 use super::ioctl::{self, IoctlReply};
+use super::mirror::Mirror;
 use super::reg_access::reg_access;
 pub use super::reg_access::NodeKind;
 
@@ -51,6 +52,8 @@ struct Inner {
     handles: HashMap<u64, Handle>,
     next_fh: u64,
     scratch: Vec<InterruptRecord>,
+    /// The commit mirror, when the driver keeps one.
+    mirror: Option<Mirror>,
 }
 
 /// Deferred work that must run without the device lock held.
@@ -84,9 +87,17 @@ impl NodeCore {
                 handles: HashMap::new(),
                 next_fh: 1,
                 scratch: Vec::new(),
+                mirror: None,
             }),
             policy,
         })
+    }
+
+    /// Keeps `mirror` current from now on and answers
+    /// `GPUPM_IOC_MIRROR_INFO` with it.
+    pub fn set_mirror(&self, mirror: Mirror) {
+        self.lock().mirror = Some(mirror);
+        self.deliver();
     }
 
     /// The access policy.
@@ -255,6 +266,9 @@ impl NodeCore {
             if kind != NodeKind::Card {
                 return Err(NodeError::NotOnThisNode("ioctl"));
             }
+            if cmd == gpupm_uapi::ioctl::GPUPM_IOC_MIRROR_INFO {
+                return Mirror::info(inner.mirror.as_ref(), input);
+            }
             ioctl::dispatch(inner.backend.as_mut(), cmd, input, out_size)
         };
         self.deliver();
@@ -386,6 +400,11 @@ impl NodeCore {
                 }
             }
             answer_waits(inner, &mut actions);
+            if let Some(m) = inner.mirror.as_mut() {
+                if let Err(e) = m.publish(inner.backend.as_mut()) {
+                    tracing::warn!(error = %e, "commit mirror not updated");
+                }
+            }
         }
         run(actions);
     }

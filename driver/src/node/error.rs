@@ -36,6 +36,9 @@ pub enum NodeError {
     /// Unknown inode or file handle (a transport bookkeeping error).
     #[error("no such node or handle")]
     NotFound,
+    /// The device keeps no commit mirror (`GPUPM_IOC_MIRROR_INFO`).
+    #[error("the device keeps no commit mirror")]
+    NoMirror,
 }
 
 impl NodeError {
@@ -53,6 +56,7 @@ impl NodeError {
             NodeError::WouldBlock => libc::EAGAIN,
             NodeError::Interrupted => libc::EINTR,
             NodeError::NotFound => libc::ENOENT,
+            NodeError::NoMirror => libc::ENODEV,
         }
     }
 }

@@ -71,6 +71,8 @@ pub fn dispatch(
         GPUPM_IOC_RESET => reset(backend, decode(input)?),
         // Parks until a commit: only `NodeCore::ioctl_deferred` serves it.
         GPUPM_IOC_WAIT_COMMIT => Err(malformed("a commit wait cannot be answered at once")),
+        // The mirror is the node's: `NodeCore::ioctl` answers it.
+        gpupm_uapi::ioctl::GPUPM_IOC_MIRROR_INFO => Err(NodeError::NoMirror),
         _ if ioc::ty(cmd) == IOC_MAGIC
             && DEVICE_IOCTLS
                 .iter()

@@ -40,6 +40,7 @@ pub mod device;
 pub mod error;
 pub mod fuse;
 pub mod ioctl;
+pub mod mirror;
 pub mod model_backend;
 pub mod reg_access;
 pub mod ticker;

@@ -76,6 +76,14 @@ impl DeviceBackend for ModelBackend {
         self.dev.read_window(offset, buf).map_err(invalid)
     }
 
+    fn take_written_block_slots(&mut self, out: &mut Vec<u32>) {
+        self.dev.take_written_block_slots(out);
+    }
+
+    fn resets(&self) -> u64 {
+        self.dev.resets()
+    }
+
     fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), (usize, BackendError)> {
         self.dev.batch(ops).map_err(|(i, e)| (i, from_device(e)))
     }

@@ -114,6 +114,17 @@ impl Device {
         Ok(())
     }
 
+    /// Device resets so far.
+    pub fn resets(&self) -> u64 {
+        self.resets
+    }
+
+    /// Appends the block slots whose host-visible bytes changed since the
+    /// last call to `out` (each once): what the commit mirror copies.
+    pub fn take_written_block_slots(&mut self, out: &mut Vec<u32>) {
+        self.mem.take_written(out);
+    }
+
     /// Reads host-visible device memory at window offset `offset`.
     pub fn read_window(&self, offset: u64, buf: &mut [u8]) -> Result<(), WindowError> {
         if offset >= gpupm_uapi::ranges::RANGE_REGION {

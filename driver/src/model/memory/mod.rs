@@ -39,6 +39,11 @@ pub struct Memory {
     blocks: Vec<Block>,
     host_blocks: Vec<BlockSlot>,
     free_ctx_slots: std::collections::BTreeSet<u32>,
+    /// Host-visible block slots changed since [`Memory::take_written`]
+    /// last ran (each once), and their marks: what the node copies into
+    /// the commit mirror.
+    written: Vec<u32>,
+    written_mark: Vec<bool>,
     /// Stream ring per partition slot (index = slot).
     pub rings: Vec<Ring>,
 }
@@ -54,6 +59,8 @@ impl Memory {
             blocks: vec![Block::new_zeroed(); BLOCK_SLOTS as usize],
             host_blocks: vec![BlockSlot::new_zeroed(); BLOCK_SLOTS as usize],
             free_ctx_slots: (CTX_BLOCK_SLOT_BASE..BLOCK_SLOTS).collect(),
+            written: Vec::new(),
+            written_mark: vec![false; BLOCK_SLOTS as usize],
             rings: (0..ring_slots)
                 .map(|p| {
                     let (cap, watermark) = size(p);
@@ -91,7 +98,27 @@ impl Memory {
     pub fn release_ctx_slot(&mut self, slot: u32) {
         self.blocks[slot as usize] = Block::new_zeroed();
         self.host_blocks[slot as usize] = BlockSlot::new_zeroed();
+        self.mark_written(slot);
         self.free_ctx_slots.insert(slot);
+    }
+
+    fn mark_written(&mut self, slot: u32) {
+        if let Some(m) = self.written_mark.get_mut(slot as usize) {
+            if !*m {
+                *m = true;
+                self.written.push(slot);
+            }
+        }
+    }
+
+    /// Appends the block slots whose host-visible bytes changed since the
+    /// last call to `out` (each once, in the order first changed) and
+    /// forgets them. At most one entry per slot is ever held.
+    pub fn take_written(&mut self, out: &mut Vec<u32>) {
+        for &slot in &self.written {
+            self.written_mark[slot as usize] = false;
+        }
+        out.append(&mut self.written);
     }
 
     /// Atomically adds `deltas` into block `slot` and republishes it.
@@ -156,6 +183,7 @@ impl Memory {
             vm,
             cipher,
         );
+        self.mark_written(slot);
     }
 
     /// Copies host-visible bytes at window `offset` into `buf`.

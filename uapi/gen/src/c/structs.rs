@@ -18,6 +18,7 @@ use gpupm_uapi::layout::{
     self, Block, BlockSlot, CcuRecord, Envelope, RiAbortRecord, RiBeginRecord, RiEmitRecord,
     RiInstructionRecord, RiTimestampRecord, StreamRecord, StreamSlot,
 };
+use gpupm_uapi::mirror::{MirrorHeader, MirrorInfo};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::ranges::{
@@ -48,7 +49,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 76] {
+pub fn all_structs() -> [StructInfo; 78] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -65,6 +66,8 @@ pub fn all_structs() -> [StructInfo; 76] {
         WindowRead => "gpupm_window_read",
         BlockSlot => "gpupm_block_slot",
         WaitCommit => "gpupm_wait_commit",
+        MirrorHeader => "gpupm_mirror_header",
+        MirrorInfo => "gpupm_mirror_info",
         StreamSlot => "gpupm_stream_slot",
         Whoami => "gpupm_tenant_whoami",
         CtxEntry => "gpupm_tenant_ctx_entry",
@@ -176,7 +179,7 @@ const IOCTL_STRUCTS: [(&str, &str); 33] = [
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 23] = [
+const ARRAY_LENGTHS: [(&str, &str); 24] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -200,6 +203,7 @@ const ARRAY_LENGTHS: [(&str, &str); 23] = [
     ("GRAPH_STACK_ROWS", "GPUPM_TENANT_GRAPH_STACK_ROWS"),
     ("STACK_FRAMES", "GPUPM_TENANT_STACK_FRAMES"),
     ("WAIT_COMMIT_MAX_BLOCKS", "GPUPM_WAIT_COMMIT_MAX_BLOCKS"),
+    ("MIRROR_PATH_MAX", "GPUPM_MIRROR_PATH_MAX"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -300,7 +304,7 @@ pub fn emit_structs(h: &mut Header) {
         ("gpupm_block", size_of::<Block>()),
         size_of::<BlockSlot>(),
     );
-    h.structs(&["WaitCommit"]);
+    h.structs(&["WaitCommit", "MirrorHeader", "MirrorInfo"]);
     slot_struct(
         h,
         "gpupm_stream_slot",

@@ -1,0 +1,202 @@
+//! The reader's half of the mirror: opening and checking the files the
+//! node names, sleeping on the doorbell, and copying slots consistently.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
+use gpupm_uapi::mirror::{
+    mirror_slot_offset, offset, MirrorInfo, MIRROR_HEADER_SIZE, MIRROR_MAGIC, MIRROR_VERSION,
+    MIRROR_WAITERS_SIZE,
+};
+use zerocopy::IntoBytes;
+
+use super::open_checked;
+use super::sys::{futex_wait, Shared};
+
+/// Attempts a read spins before it starts yielding.
+const SPINS: u32 = 1_000;
+/// A sequence that stays odd (or keeps changing) this long means the
+/// writer died mid-update or the mirror is unusable.
+const BUSY: Duration = Duration::from_millis(5);
+
+/// Why the mirror cannot be used or read.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    /// The node's answer or the file is not a usable mirror.
+    #[error("the commit mirror is unusable: {0}")]
+    Invalid(String),
+    /// Opening, checking or mapping a file failed (`PermissionDenied` for
+    /// one not root's or with group/other access).
+    #[error("the commit mirror could not be opened")]
+    Io(#[from] io::Error),
+    /// The sequence stayed odd or kept changing.
+    #[error("the commit mirror stayed locked or kept changing for {BUSY:?}")]
+    Busy,
+}
+
+/// The header words of one consistent read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// [`gpupm_uapi::mirror::MirrorHeader::generation`].
+    pub generation: u64,
+    /// `TRIG_COUNT_PERIODIC` of the commit the slots belong to.
+    pub commit_seq: u64,
+    /// Its device cycle.
+    pub cycle: u64,
+    /// The (even) sequence value read.
+    pub seq: u64,
+}
+
+/// The mirror mapped read-only, and the waiter word mapped writable.
+#[derive(Debug)]
+pub struct MirrorReader {
+    map: Shared,
+    waiters: Shared,
+    slot_count: u32,
+    ino: u64,
+}
+
+fn path_of(bytes: &[u8; gpupm_uapi::mirror::MIRROR_PATH_MAX]) -> Result<&Path, MirrorError> {
+    let p = MirrorInfo::path_of(bytes).ok_or_else(|| MirrorError::Invalid("no path".into()))?;
+    let p = Path::new(std::ffi::OsStr::from_bytes(p));
+    if !p.is_absolute() {
+        return Err(MirrorError::Invalid(format!(
+            "{} is not absolute",
+            p.display()
+        )));
+    }
+    Ok(p)
+}
+
+impl MirrorReader {
+    /// Opens the mirror `info` names: both files must pass
+    /// [`open_checked`]; the layout must be this version's.
+    pub fn open(info: &MirrorInfo) -> Result<MirrorReader, MirrorError> {
+        let slot_bytes = u64::from(info.slot_count) * BLOCK_SLOT_SIZE;
+        if info.mirror_version != MIRROR_VERSION
+            || info.slot_count == 0
+            || info.size < MIRROR_HEADER_SIZE + slot_bytes
+        {
+            return Err(MirrorError::Invalid(format!(
+                "layout version {}, {} slots in {} bytes",
+                info.mirror_version, info.slot_count, info.size
+            )));
+        }
+        let (file, ino) = open_checked(path_of(&info.path)?, false, info.size)?;
+        let (wfile, _) = open_checked(path_of(&info.waiters_path)?, true, MIRROR_WAITERS_SIZE)?;
+        let len = usize::try_from(info.size).map_err(|_| MirrorError::Invalid("size".into()))?;
+        let map = Shared::map(file.as_fd(), len, false)?;
+        let waiters = Shared::map(wfile.as_fd(), 4, true)?;
+        let magic = map.u64_at(0).map_or(0, |w| w.load(Ordering::Relaxed));
+        if magic != u64::from(MIRROR_MAGIC) | u64::from(MIRROR_VERSION) << 32 {
+            return Err(MirrorError::Invalid(format!("header {magic:#x}")));
+        }
+        Ok(MirrorReader {
+            map,
+            waiters,
+            slot_count: info.slot_count,
+            ino,
+        })
+    }
+
+    /// The mirror file's inode number (a re-created mirror has another).
+    pub fn ino(&self) -> u64 {
+        self.ino
+    }
+
+    /// Readers registered as sleeping on the doorbell now.
+    pub fn waiters(&self) -> u32 {
+        self.waiters
+            .u32_at(0)
+            .map_or(0, |w| w.load(Ordering::SeqCst))
+    }
+
+    /// The doorbell now.
+    pub fn doorbell(&self) -> u32 {
+        self.map
+            .u32_at(offset::DOORBELL)
+            .map_or(0, |w| w.load(Ordering::SeqCst))
+    }
+
+    /// Sleeps until the doorbell differs from `seen` or `timeout` passed
+    /// (or a spurious wake-up: the caller re-reads the doorbell).
+    pub fn wait(&self, seen: u32, timeout: Duration) -> io::Result<()> {
+        let (Some(doorbell), Some(waiters)) =
+            (self.map.u32_at(offset::DOORBELL), self.waiters.u32_at(0))
+        else {
+            return Ok(());
+        };
+        waiters.fetch_add(1, Ordering::SeqCst);
+        let res = if doorbell.load(Ordering::SeqCst) == seen {
+            futex_wait(doorbell, seen, timeout)
+        } else {
+            Ok(())
+        };
+        waiters.fetch_sub(1, Ordering::SeqCst);
+        res
+    }
+
+    /// Copies slots `slots[i]` into `out[i]` (`out` at least as long) and
+    /// the header words, consistently (the sequence lock). A slot beyond
+    /// the mirror is refused.
+    pub fn read(&self, slots: &[u32], out: &mut [BlockSlot]) -> Result<Snapshot, MirrorError> {
+        if out.len() < slots.len() {
+            return Err(MirrorError::Invalid(
+                "output shorter than the slot list".into(),
+            ));
+        }
+        if let Some(s) = slots.iter().find(|&&s| s >= self.slot_count) {
+            return Err(MirrorError::Invalid(format!("slot {s} beyond the mirror")));
+        }
+        let load = |at: usize| self.map.u64_at(at).map_or(0, |w| w.load(Ordering::Relaxed));
+        let mut attempts = 0u32;
+        let mut yielding_since: Option<Instant> = None;
+        loop {
+            let s1 = load(offset::SEQ);
+            fence(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let snap = Snapshot {
+                    generation: load(offset::GENERATION),
+                    commit_seq: load(offset::COMMIT_SEQ),
+                    cycle: load(offset::CYCLE),
+                    seq: s1,
+                };
+                for (&slot, dst) in slots.iter().zip(out.iter_mut()) {
+                    self.copy_slot(slot, dst);
+                }
+                fence(Ordering::Acquire);
+                if load(offset::SEQ) == s1 {
+                    return Ok(snap);
+                }
+            }
+            attempts = attempts.saturating_add(1);
+            if attempts < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            if yielding_since.get_or_insert_with(Instant::now).elapsed() >= BUSY {
+                return Err(MirrorError::Busy);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// One slot's words (relaxed loads; the caller holds the lock).
+    fn copy_slot(&self, slot: u32, dst: &mut BlockSlot) {
+        let Ok(base) = usize::try_from(mirror_slot_offset(slot)) else {
+            return;
+        };
+        for (i, d) in dst.as_mut_bytes().chunks_exact_mut(8).enumerate() {
+            let w = self
+                .map
+                .u64_at(base + i * 8)
+                .map_or(0, |w| w.load(Ordering::Relaxed));
+            d.copy_from_slice(&w.to_le_bytes());
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! The device's half of the mirror: creating the files root-only and
+//! publishing a commit under the sequence lock, then ringing the doorbell.
+
+use std::fs::{self, DirBuilder, File};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, Ordering};
+
+use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
+use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
+use gpupm_uapi::mirror::{
+    mirror_slot_offset, offset, MirrorHeader, MirrorInfo, MIRROR_MAGIC, MIRROR_PATH_MAX,
+    MIRROR_VERSION, MIRROR_WAITERS_SIZE,
+};
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::sys::{futex_wake, Shared};
+use super::{MIRROR_FILE, MIRROR_SIZE, MIRROR_SLOTS, WAITERS_FILE};
+
+/// The mirror as its one writer (the driver) holds it.
+#[derive(Debug)]
+pub struct MirrorWriter {
+    map: Shared,
+    waiters: Shared,
+    path: PathBuf,
+    waiters_path: PathBuf,
+    generation: u64,
+    wakes: u64,
+}
+
+/// Checks that `dir` is a root-owned directory (not a symlink) with no
+/// group or other access, creating it (mode 0700) when missing.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.file_type().is_dir() || meta.uid() != 0 || meta.mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: the mirror's directory must be root's, mode 0700, not a symlink",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Creates `path` afresh (a stale file from an earlier driver is removed:
+/// its readers keep their mapping of the old inode, which stops changing)
+/// root-only and `size` bytes long, and maps it writable.
+fn create_file(path: &Path, size: u64) -> io::Result<Shared> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    file.set_len(size)?;
+    let len = usize::try_from(size).map_err(|_| io::ErrorKind::InvalidInput)?;
+    Shared::map(file.as_fd(), len, true)
+}
+
+/// `path` as [`MirrorInfo`]'s NUL-terminated array.
+fn path_bytes(path: &Path) -> io::Result<[u8; MIRROR_PATH_MAX]> {
+    let bytes = path.as_os_str().as_bytes();
+    let mut out = [0u8; MIRROR_PATH_MAX];
+    if bytes.len() >= MIRROR_PATH_MAX || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{}: a mirror path must be shorter than {MIRROR_PATH_MAX} bytes",
+                path.display()
+            ),
+        ));
+    }
+    out[..bytes.len()].copy_from_slice(bytes);
+    Ok(out)
+}
+
+/// A commit being published: the sequence is odd until [`MirrorCommit::finish`].
+#[derive(Debug)]
+pub struct MirrorCommit<'a> {
+    writer: &'a mut MirrorWriter,
+    odd: u64,
+}
+
+impl MirrorWriter {
+    /// Creates the mirror and its waiter file in `dir` (made root-only if
+    /// missing, refused if not root-only), with `generation`.
+    pub fn create(dir: &Path, generation: u64) -> io::Result<MirrorWriter> {
+        private_dir(dir)?;
+        let dir = fs::canonicalize(dir)?;
+        let (path, waiters_path) = (dir.join(MIRROR_FILE), dir.join(WAITERS_FILE));
+        path_bytes(&path)?;
+        path_bytes(&waiters_path)?;
+        let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE)?;
+        let map = create_file(&path, MIRROR_SIZE)?;
+        let mut head = MirrorHeader::new_zeroed();
+        head.magic = MIRROR_MAGIC;
+        head.version = MIRROR_VERSION;
+        head.slot_count = MIRROR_SLOTS;
+        head.slot_size = u32::try_from(BLOCK_SLOT_SIZE).unwrap_or(u32::MAX);
+        head.generation = generation;
+        for (i, word) in head.as_bytes().chunks_exact(8).enumerate() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(word);
+            if let Some(w) = map.u64_at(i * 8) {
+                w.store(u64::from_le_bytes(v), Ordering::Relaxed);
+            }
+        }
+        Ok(MirrorWriter {
+            map,
+            waiters,
+            path,
+            waiters_path,
+            generation,
+            wakes: 0,
+        })
+    }
+
+    /// What `GPUPM_IOC_MIRROR_INFO` answers.
+    pub fn info(&self) -> MirrorInfo {
+        let mut info = MirrorInfo::new_zeroed();
+        info.version = IOCTL_STRUCT_VERSION;
+        info.mirror_version = MIRROR_VERSION;
+        info.slot_count = MIRROR_SLOTS;
+        info.size = MIRROR_SIZE;
+        info.generation = self.generation;
+        // Both were checked by `create`.
+        info.path = path_bytes(&self.path).unwrap_or([0; MIRROR_PATH_MAX]);
+        info.waiters_path = path_bytes(&self.waiters_path).unwrap_or([0; MIRROR_PATH_MAX]);
+        info
+    }
+
+    /// The mirror file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current generation.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Futex wakes made so far (a doorbell rung while a reader waited).
+    pub fn wakes(&self) -> u64 {
+        self.wakes
+    }
+
+    /// Starts publishing a commit: the sequence turns odd.
+    pub fn begin(&mut self) -> MirrorCommit<'_> {
+        let seq = self
+            .map
+            .u64_at(offset::SEQ)
+            .map_or(0, |w| w.load(Ordering::Relaxed));
+        // A writer that died mid-update left it odd; move past it.
+        let odd = if seq & 1 == 0 { seq + 1 } else { seq + 2 };
+        if let Some(w) = self.map.u64_at(offset::SEQ) {
+            w.store(odd, Ordering::Relaxed);
+        }
+        fence(Ordering::Release);
+        MirrorCommit { writer: self, odd }
+    }
+}
+
+impl MirrorCommit<'_> {
+    /// Copies `block` into mirror slot `slot` (ignored beyond the slots).
+    pub fn slot(&self, slot: u32, block: &BlockSlot) {
+        let Ok(base) = usize::try_from(mirror_slot_offset(slot)) else {
+            return;
+        };
+        for (i, word) in block.as_bytes().chunks_exact(8).enumerate() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(word);
+            if let Some(w) = self.writer.map.u64_at(base + i * 8) {
+                w.store(u64::from_le_bytes(v), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Changes the generation (a device reset) within this commit.
+    pub fn set_generation(&mut self, generation: u64) {
+        self.writer.generation = generation;
+        self.store(offset::GENERATION, generation);
+    }
+
+    fn store(&self, at: usize, v: u64) {
+        if let Some(w) = self.writer.map.u64_at(at) {
+            w.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Stores the commit's sequence and cycle, ends the write (even
+    /// sequence, release), rings the doorbell and wakes its sleepers if
+    /// any registered. Returns whether a wake was made.
+    pub fn finish(self, commit_seq: u64, cycle: u64) -> bool {
+        self.store(offset::COMMIT_SEQ, commit_seq);
+        self.store(offset::CYCLE, cycle);
+        let map = &self.writer.map;
+        if let Some(w) = map.u64_at(offset::SEQ) {
+            w.store(self.odd + 1, Ordering::Release);
+        }
+        let Some(doorbell) = map.u32_at(offset::DOORBELL) else {
+            return false;
+        };
+        doorbell.fetch_add(1, Ordering::SeqCst);
+        let waiting = self
+            .writer
+            .waiters
+            .u32_at(0)
+            .is_some_and(|w| w.load(Ordering::SeqCst) != 0);
+        if waiting && futex_wake(doorbell).is_ok() {
+            self.writer.wakes += 1;
+            return true;
+        }
+        false
+    }
+}

@@ -1,0 +1,188 @@
+//! The commit mirror (ABI 1.9): a root-only shared-memory file into which
+//! the device copies, after every periodic commit, the block slots that
+//! commit wrote — the emulated form of a GPU writing its
+//! performance-monitor output into host memory by DMA. A host that keeps
+//! copies of blocks current (the daemon's tenant pages) reads them there
+//! instead of asking the node (`GPUPM_IOC_WAIT_COMMIT`) once per commit.
+//!
+//! # Finding it
+//! `GPUPM_IOC_MIRROR_INFO` on the device node ([`MirrorInfo`]) answers the
+//! file's path, size, layout version and generation; ENODEV when the
+//! driver keeps no mirror. The file is created by the driver, owned by
+//! root, mode 0600, in a root-owned 0700 directory; a reader opens it
+//! `O_RDONLY | O_NOFOLLOW`, checks with `fstat` that it is a regular file
+//! owned by root with no group or other access and at least
+//! [`MirrorInfo::size`] bytes, and maps it read-only and shared.
+//!
+//! # Layout
+//! A [`MirrorHeader`] of [`MIRROR_HEADER_SIZE`] bytes, then one
+//! [`crate::layout::BlockSlot`] per block slot of the memory window, in
+//! window order (slot `i` at `MIRROR_HEADER_SIZE + i * BLOCK_SLOT_SIZE`).
+//! Every access to the mapping, by the device and by readers, is an aligned
+//! atomic access (32-bit for [`MirrorHeader::doorbell`] and the waiter
+//! file's word, 64-bit for every other word), so no access is a data
+//! race.
+//!
+//! # The sequence lock
+//! The device writes a commit as: store `seq + 1` (relaxed), release
+//! fence, copy the written block slots and store `commit_seq`, `cycle`
+//! (relaxed atomic stores), store `seq + 2` (release). A reader: load
+//! `seq`, acquire fence, retry while odd; load the words it wants
+//! (relaxed); acquire fence; load `seq` again; the copy is consistent if
+//! both loads are equal (the protocol of the counter pages,
+//! docs/pages.md).
+//!
+//! # The doorbell
+//! After `seq + 2`, the device adds 1 to [`MirrorHeader::doorbell`]
+//! (sequentially consistent) and, when the `waiters` word (read after the
+//! doorbell store, sequentially consistent) is not zero, wakes
+//! the doorbell's waiters with a shared `FUTEX_WAKE` (not
+//! `FUTEX_PRIVATE_FLAG`: the readers are other processes). A reader
+//! remembers the doorbell value it has seen, reads the mirror, and sleeps
+//! with `FUTEX_WAIT` on the doorbell for that value. `waiters` is the
+//! first 32-bit word of a separate waiter file ([`MirrorInfo`]'s
+//! `waiters_path`, root-only like the mirror, [`MIRROR_WAITERS_SIZE`]
+//! bytes), which a root reader maps writable — so the mirror itself stays
+//! read-only to every reader and a reader can at most cause or save wake
+//! calls. A reader registers (+1, sequentially consistent)
+//! before it re-checks the doorbell and sleeps, and deregisters after. By
+//! the order of the two sequentially consistent pairs either the device
+//! sees the waiter or the waiter sees the new doorbell value (and
+//! `FUTEX_WAIT` itself refuses to sleep on a changed value).
+//!
+//! A device reset changes [`MirrorHeader::generation`] (in the commit
+//! that publishes the blocks the reset zeroed); a driver that starts
+//! again creates a new file (a new inode) with a new generation, and the
+//! old file, which readers may still map, stops changing.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// [`MirrorHeader::magic`]: "GPMM" little-endian.
+pub const MIRROR_MAGIC: u32 = u32::from_le_bytes(*b"GPMM");
+/// Layout version of this header and slot array.
+pub const MIRROR_VERSION: u32 = 1;
+/// Bytes before the first block slot (one cache line).
+pub const MIRROR_HEADER_SIZE: u64 = 64;
+/// Longest path [`MirrorInfo`] carries, NUL included.
+pub const MIRROR_PATH_MAX: usize = 256;
+/// Size of the waiter file: one page, holding the `waiters` word at 0.
+pub const MIRROR_WAITERS_SIZE: u64 = 4096;
+
+/// The first [`MIRROR_HEADER_SIZE`] bytes of the mirror file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MirrorHeader {
+    /// [`MIRROR_MAGIC`].
+    pub magic: u32,
+    /// [`MIRROR_VERSION`].
+    pub version: u32,
+    /// Block slots that follow (`CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS`).
+    pub slot_count: u32,
+    /// Bytes per slot (`sizeof(struct gpupm_block_slot)`).
+    pub slot_size: u32,
+    /// Changes when the mirror is (re)created or the device is reset.
+    pub generation: u64,
+    /// Sequence lock: odd while the device writes.
+    pub seq: u64,
+    /// `TRIG_COUNT_PERIODIC` of the last commit copied.
+    pub commit_seq: u64,
+    /// The device cycle when it was copied.
+    pub cycle: u64,
+    /// Incremented after every copied commit; the futex word.
+    pub doorbell: u32,
+    /// Reserved, 0 (the readers' `waiters` word is in the waiter file).
+    pub reserved0: u32,
+    /// Reserved, 0.
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<MirrorHeader>() as u64 == MIRROR_HEADER_SIZE);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, generation) == 16);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, seq) == 24);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, commit_seq) == 32);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, cycle) == 40);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, doorbell) == 48);
+
+/// Byte offsets of the header's words, for atomic access to a mapping.
+pub mod offset {
+    /// [`super::MirrorHeader::generation`].
+    pub const GENERATION: usize = core::mem::offset_of!(super::MirrorHeader, generation);
+    /// [`super::MirrorHeader::seq`].
+    pub const SEQ: usize = core::mem::offset_of!(super::MirrorHeader, seq);
+    /// [`super::MirrorHeader::commit_seq`].
+    pub const COMMIT_SEQ: usize = core::mem::offset_of!(super::MirrorHeader, commit_seq);
+    /// [`super::MirrorHeader::cycle`].
+    pub const CYCLE: usize = core::mem::offset_of!(super::MirrorHeader, cycle);
+    /// [`super::MirrorHeader::doorbell`].
+    pub const DOORBELL: usize = core::mem::offset_of!(super::MirrorHeader, doorbell);
+}
+
+/// Byte offset of block slot `slot` in the mirror file.
+pub const fn mirror_slot_offset(slot: u32) -> u64 {
+    MIRROR_HEADER_SIZE + slot as u64 * crate::layout::BLOCK_SLOT_SIZE
+}
+
+/// The argument of `GPUPM_IOC_MIRROR_INFO`: the caller sets `version` (and
+/// zeroes the rest); the node fills the other fields. ENODEV when the
+/// driver keeps no mirror; EINVAL for a wrong `version` or non-zero
+/// `flags`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MirrorInfo {
+    /// [`crate::ioctl::IOCTL_STRUCT_VERSION`].
+    pub version: u32,
+    /// Must be 0.
+    pub flags: u32,
+    /// Out: [`MIRROR_VERSION`].
+    pub mirror_version: u32,
+    /// Out: block slots in the mirror.
+    pub slot_count: u32,
+    /// Out: bytes of the mirror file.
+    pub size: u64,
+    /// Out: [`MirrorHeader::generation`] now.
+    pub generation: u64,
+    /// Out: the mirror file's absolute path, NUL-terminated.
+    pub path: [u8; MIRROR_PATH_MAX],
+    /// Out: the waiter file's absolute path, NUL-terminated.
+    pub waiters_path: [u8; MIRROR_PATH_MAX],
+}
+const _: () = assert!(core::mem::size_of::<MirrorInfo>() == 32 + 2 * MIRROR_PATH_MAX);
+
+impl MirrorInfo {
+    /// `bytes` as a path: up to its first NUL; `None` without one or when
+    /// empty.
+    pub fn path_of(bytes: &[u8; MIRROR_PATH_MAX]) -> Option<&[u8]> {
+        let end = bytes.iter().position(|&b| b == 0)?;
+        (end > 0).then(|| &bytes[..end])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{BlockSlot, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE};
+    use zerocopy::FromZeros;
+
+    #[test]
+    fn slots_follow_the_header_in_window_order_and_stay_word_aligned() {
+        assert_eq!(mirror_slot_offset(0), MIRROR_HEADER_SIZE);
+        assert_eq!(
+            mirror_slot_offset(CTX_BLOCK_SLOT_BASE + 1),
+            64 + 65 * core::mem::size_of::<BlockSlot>() as u64
+        );
+        assert_eq!(BLOCK_SLOT_SIZE % 8, 0, "64-bit atomics cover a slot");
+        let last = mirror_slot_offset(CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS);
+        assert_eq!(last, 64 + 4160 * 592, "the file's size");
+    }
+
+    #[test]
+    fn a_path_ends_at_its_nul_and_an_unterminated_or_empty_one_is_refused() {
+        let mut p = [0u8; MIRROR_PATH_MAX];
+        assert_eq!(MirrorInfo::path_of(&p), None);
+        p[..4].copy_from_slice(b"/m/x");
+        assert_eq!(MirrorInfo::path_of(&p), Some(&b"/m/x"[..]));
+        let full = [b'a'; MIRROR_PATH_MAX];
+        assert_eq!(MirrorInfo::path_of(&full), None);
+        let info = MirrorInfo::new_zeroed();
+        assert_eq!(info.as_bytes().len(), 544);
+    }
+}
