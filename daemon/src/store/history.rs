@@ -107,7 +107,7 @@ fn pack(deltas: &[u64; MAX_EVENTS], out: &mut [u8; MAX_PACKED]) -> (u64, usize) 
             v >>= 7;
             n += 1;
         }
-        out[n] = v as u8;
+        out[n] = (v & 0x7f) as u8;
         n += 1;
     }
     (present, n)
@@ -271,13 +271,13 @@ mod tests {
     fn varied(seq: u64) -> DeltaSample {
         let mut s = sample(seq, 4, 9);
         s.lost_before = seq % 3;
-        if seq % 7 == 0 {
-            s.sealed = Some((0..seq % 40).map(|b| b as u8).collect());
+        if seq.is_multiple_of(7) {
+            s.sealed = Some((0..(seq % 40) as u8).collect());
             return s;
         }
         for (e, d) in s.deltas.iter_mut().enumerate() {
             let e = e as u64;
-            if (e + seq) % 5 != 0 {
+            if !(e + seq).is_multiple_of(5) {
                 *d = (seq + 1) << ((e * seq) % 60);
             }
         }
