@@ -172,7 +172,7 @@ impl Engine {
             dev: &dev,
             store: &store,
             program: &program,
-            rings: Rings::default(),
+            rings: Rings::new(drain_interval.is_some()),
         };
         if let Err(e) = worker.resync() {
             engine.stop();
