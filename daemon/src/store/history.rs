@@ -129,6 +129,19 @@ impl Ring {
                 self.bytes.drain(..oldest.len);
             }
         }
+        // Grown by an eighth, not doubled: there is a ring per context
+        // instance, most of them partly filled, and doubling left up to
+        // half of each unused (~10 MiB more RSS at the reference load).
+        if self.bytes.capacity() - self.bytes.len() < bytes.len() {
+            let more = bytes.len().max(self.bytes.len() / 8);
+            self.bytes.reserve_exact(more);
+        }
+        if self.heads.capacity() == self.heads.len() {
+            // At most up to `cap`, which the ring never exceeds.
+            let room = cap.saturating_sub(self.heads.len()).max(1);
+            let more = (self.heads.len() / 8).max(4).min(room);
+            self.heads.reserve_exact(more);
+        }
         self.bytes.extend(bytes);
         self.heads.push_back(head);
     }
