@@ -129,18 +129,22 @@ impl Ring {
                 self.bytes.drain(..oldest.len);
             }
         }
-        // Grown by an eighth, not doubled: there is a ring per context
-        // instance, most of them partly filled, and doubling left up to
-        // half of each unused (~10 MiB more RSS at the reference load).
-        if self.bytes.capacity() - self.bytes.len() < bytes.len() {
-            let more = bytes.len().max(self.bytes.len() / 8);
-            self.bytes.reserve_exact(more);
+        // Doubled, but never far past what a full ring of samples like
+        // these needs: there is a ring per context instance, and plain
+        // doubling left up to half of each unused (~10 MiB more RSS at the
+        // reference load); growing by small steps instead copied the
+        // rings over and over.
+        let need = self.bytes.len() + bytes.len();
+        if need > self.bytes.capacity() {
+            let per_sample = need / (self.heads.len() + 1);
+            let full = per_sample * cap + per_sample * cap / 8;
+            let want = (2 * self.bytes.len()).min(full).max(need);
+            self.bytes.reserve_exact(want - self.bytes.len());
         }
-        if self.heads.capacity() == self.heads.len() {
-            // At most up to `cap`, which the ring never exceeds.
-            let room = cap.saturating_sub(self.heads.len()).max(1);
-            let more = (self.heads.len() / 8).max(4).min(room);
-            self.heads.reserve_exact(more);
+        if self.heads.len() == self.heads.capacity() {
+            let want = (2 * self.heads.len()).clamp(4, cap.max(4));
+            self.heads
+                .reserve_exact(want.saturating_sub(self.heads.len()).max(1));
         }
         self.bytes.extend(bytes);
         self.heads.push_back(head);
