@@ -1,6 +1,7 @@
 //! Draining the per-partition stream rings: read the records between tail
 //! and head from the window, turn them into [`DeltaSample`]s, advance
-//! `PART_STREAM_TAIL`, and repeat until the ring is empty.
+//! `PART_STREAM_TAIL`, and repeat until the ring is empty (or, with a
+//! periodic drain, below its watermark).
 //!
 //! # Why a drain loops, and why there is a periodic drain too
 //! `STREAM_WATERMARK` is edge-triggered: the device raises it at the first
@@ -15,8 +16,16 @@
 //! armed, and the next record that reaches the watermark raises it.
 //!
 //! Records below the watermark raise nothing by design; the periodic
-//! drain ([`drain_nonempty`], every `[stream] drain_interval_ms`) picks
-//! them up, one register batch when every ring is empty.
+//! drain ([`drain_rings`], every `[stream] drain_interval_ms`) picks
+//! them up: one register batch reads every ring, one window read per ring
+//! holding records, one batch writes every tail. So when there is
+//! a periodic drain, a drain also stops once its tail write leaves the
+//! ring below its watermark (re-armed): what is left is in the same place
+//! as any record below the watermark, taken by the next watermark or the
+//! periodic drain. Without that stop, a busy ring (RC0's gets a record
+//! per trigger of every partition) took a round — a window read and a
+//! register batch — for the one or two records committed during the
+//! previous round, up to [`MAX_ROUNDS`] times per drain.
 //!
 //! Records the device lost to a full ring (`PART_STREAM_LOST`) are
 //! attributed to the next record read, as `lost_before`: a ring only loses
@@ -36,10 +45,12 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::store::Store;
 use crate::view::DeltaSample;
 
-/// Slots read per window access.
-const CHUNK: u32 = 64;
 /// Bytes of one ring slot.
 const SLOT: usize = size_of::<StreamSlot>();
+/// Slots read per window access (311 KiB): the records a drain finds at
+/// the default watermark (512) in one read, since each access is a round
+/// trip through the node (64 took eight).
+const CHUNK: u32 = 512;
 /// Most rounds of one drain. A ring that still is not empty after this
 /// many is being filled as fast as it is read; the last tail write
 /// re-armed its watermark, and the periodic drain comes back to it.
@@ -48,6 +59,9 @@ const MAX_ROUNDS: u32 = 16;
 /// Per-ring drain state.
 #[derive(Debug, Default)]
 pub struct Rings {
+    /// A periodic drain runs: a drain may stop with the ring below its
+    /// watermark instead of empty.
+    periodic: bool,
     last_lost: [Option<u64>; MAX_PARTITION_SLOTS as usize],
     pending_lost: [u64; MAX_PARTITION_SLOTS as usize],
     /// Window read buffer, kept across drains (the drain loop is hot).
@@ -55,6 +69,15 @@ pub struct Rings {
 }
 
 impl Rings {
+    /// Drain state for a daemon that also drains periodically (`periodic`)
+    /// or only on interrupts.
+    pub fn new(periodic: bool) -> Rings {
+        Rings {
+            periodic,
+            ..Rings::default()
+        }
+    }
+
     /// Forgets what was seen (after a device reset).
     pub fn reset(&mut self) {
         self.last_lost = Default::default();
@@ -77,47 +100,107 @@ struct Position {
     lost: u64,
 }
 
-/// Drains partition slot `p`'s ring until it is empty (or
-/// [`MAX_ROUNDS`] rounds); returns the records consumed.
-pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<u64, DevError> {
-    let Some(i) = usize::try_from(p)
+/// A ring's position and layout, as one batch read it.
+#[derive(Clone, Copy, Debug)]
+struct RingState {
+    at: Position,
+    cap: u32,
+    base: u64,
+    watermark: u32,
+}
+
+/// Register reads per ring of [`RingState::ops`].
+const STATE_OPS: usize = 6;
+/// Register operations per ring of [`tail_ops`].
+const TAIL_OPS: usize = 3;
+
+impl RingState {
+    /// The reads of ring `p`'s state, in one batch.
+    fn ops(p: u32) -> [RegOp; STATE_OPS] {
+        [
+            read32(r::part(p, r::PART_STREAM_HEAD)),
+            read32(r::part(p, r::PART_STREAM_TAIL)),
+            read64(r::part(p, r::PART_STREAM_LOST)),
+            read32(r::part(p, r::PART_STREAM_CAP)),
+            read64(r::part(p, r::PART_STREAM_BASE)),
+            read32(r::part(p, r::PART_STREAM_WATERMARK)),
+        ]
+    }
+
+    /// The state the executed [`RingState::ops`] read.
+    fn of(ops: &[RegOp]) -> RingState {
+        RingState {
+            at: Position {
+                head: reg32(ops[0].value),
+                tail: reg32(ops[1].value),
+                lost: ops[2].value,
+            },
+            cap: reg32(ops[3].value),
+            base: ops[4].value,
+            watermark: reg32(ops[5].value),
+        }
+    }
+
+    fn fill(&self, at: Position) -> u32 {
+        at.head.wrapping_sub(at.tail).min(self.cap)
+    }
+}
+
+/// Ring index of partition slot `p` (`None` past the device's slots).
+fn ring_index(p: u32) -> Option<usize> {
+    usize::try_from(p)
         .ok()
         .filter(|&i| i < MAX_PARTITION_SLOTS as usize)
-    else {
+}
+
+impl Rings {
+    /// Whether a drain may stop at `after`, the position its tail write
+    /// left (`lost_before`: `PART_STREAM_LOST` before that write). Empty:
+    /// always. Below the watermark, re-armed: when a periodic drain comes
+    /// back, and the ring lost nothing meanwhile (a loss is attributed to
+    /// the next record read, so it must come after the records it
+    /// followed).
+    fn may_stop(&self, ring: &RingState, lost_before: u64, after: Position) -> bool {
+        let left = after.head.wrapping_sub(after.tail);
+        left == 0 || (self.periodic && left < ring.watermark && after.lost == lost_before)
+    }
+}
+
+/// Drains partition slot `p`'s ring until [`Rings::may_stop`] (or
+/// [`MAX_ROUNDS`] rounds); returns the records consumed.
+pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<u64, DevError> {
+    let Some(i) = ring_index(p) else {
         return Ok(0);
     };
-    let mut regs = [
-        read32(r::part(p, r::PART_STREAM_HEAD)),
-        read32(r::part(p, r::PART_STREAM_TAIL)),
-        read64(r::part(p, r::PART_STREAM_LOST)),
-        read32(r::part(p, r::PART_STREAM_CAP)),
-        read64(r::part(p, r::PART_STREAM_BASE)),
-    ];
-    dev.batch(&mut regs)?;
-    let (cap, base) = (reg32(regs[3].value), regs[4].value);
-    if cap == 0 {
+    let mut ops = RingState::ops(p);
+    dev.batch(&mut ops)?;
+    let ring = RingState::of(&ops);
+    if ring.cap == 0 {
         return Ok(0);
     }
-    let mut at = Position {
-        head: reg32(regs[0].value),
-        tail: reg32(regs[1].value),
-        lost: regs[2].value,
-    };
-    let first_fill = at.head.wrapping_sub(at.tail).min(cap);
+    drain_from(dev, store, rings, (p, i), ring)
+}
+
+/// The rounds of a drain of ring `(p, i)` from `ring`'s position.
+fn drain_from(
+    dev: &DevNode,
+    store: &Store,
+    rings: &mut Rings,
+    (p, i): (u32, usize),
+    ring: RingState,
+) -> Result<u64, DevError> {
+    let mut at = ring.at;
+    let first_fill = ring.fill(at);
     let mut consumed = 0u64;
     for _ in 0..MAX_ROUNDS {
-        let fill = at.head.wrapping_sub(at.tail).min(cap);
-        let samples = read_records(dev, rings, i, base, cap, at.tail, fill)?;
-        if !samples.is_empty() {
-            store.record_samples(samples);
-        }
-        rings.note_lost(i, at.lost);
+        let fill = consume(dev, store, rings, i, &ring, at)?;
         consumed += u64::from(fill);
         if fill == 0 {
             break;
         }
+        let lost_before = at.lost;
         at = advance_tail(dev, p, at.tail.wrapping_add(fill))?;
-        if at.head == at.tail {
+        if rings.may_stop(&ring, lost_before, at) {
             break;
         }
     }
@@ -126,21 +209,107 @@ pub fn drain(dev: &DevNode, store: &Store, rings: &mut Rings, p: u32) -> Result<
     Ok(consumed)
 }
 
-/// Writes the tail and, in the same atomic batch, reads where the ring
-/// stands after it: nothing can be committed in between, so a head equal
-/// to the new tail means the ring was empty with its watermark re-armed.
-fn advance_tail(dev: &DevNode, p: u32, tail: u32) -> Result<Position, DevError> {
-    let mut ops = [
+/// Reads and records the records of ring `i` between `at`'s tail and
+/// head, and takes `at`'s loss count; returns how many were read.
+fn consume(
+    dev: &DevNode,
+    store: &Store,
+    rings: &mut Rings,
+    i: usize,
+    ring: &RingState,
+    at: Position,
+) -> Result<u32, DevError> {
+    let fill = ring.fill(at);
+    let samples = read_records(dev, rings, i, ring.base, ring.cap, at.tail, fill)?;
+    if !samples.is_empty() {
+        store.record_samples(samples);
+    }
+    rings.note_lost(i, at.lost);
+    Ok(fill)
+}
+
+/// Drains the rings of `partitions` together: one register batch reads
+/// where every ring stands, each ring holding records is read (its window
+/// reads), then one batch writes every tail, each with a fresh read of its
+/// head (so each ring's tail write and head read stay atomic). A ring
+/// that may not stop there ([`Rings::may_stop`]) goes on alone. Used for
+/// the interrupts' drains and the periodic one alike: under load every
+/// ring holds records at each periodic drain, which cost three round
+/// trips per ring drained alone.
+pub fn drain_rings(
+    dev: &DevNode,
+    store: &Store,
+    rings: &mut Rings,
+    partitions: &[u32],
+) -> Result<u64, DevError> {
+    let slots: Vec<(u32, usize)> = partitions
+        .iter()
+        .filter_map(|&p| Some((p, ring_index(p)?)))
+        .collect();
+    let mut consumed = 0;
+    for group in slots.chunks(gpupm_uapi::ioctl::MAX_BATCH_OPS / STATE_OPS) {
+        let mut ops: Vec<RegOp> = group.iter().flat_map(|&(p, _)| RingState::ops(p)).collect();
+        dev.batch(&mut ops)?;
+        let mut read = Vec::with_capacity(group.len());
+        for (&slot, ops) in group.iter().zip(ops.chunks_exact(STATE_OPS)) {
+            let ring = RingState::of(ops);
+            if ring.cap == 0 {
+                continue;
+            }
+            let fill = consume(dev, store, rings, slot.1, &ring, ring.at)?;
+            consumed += u64::from(fill);
+            if fill > 0 {
+                read.push((slot, ring, fill));
+            }
+        }
+        if read.is_empty() {
+            continue;
+        }
+        let mut ops: Vec<RegOp> = read
+            .iter()
+            .flat_map(|&((p, _), ring, fill)| tail_ops(p, ring.at.tail.wrapping_add(fill)))
+            .collect();
+        dev.batch(&mut ops)?;
+        for (&((p, i), ring, fill), ops) in read.iter().zip(ops.chunks_exact(TAIL_OPS)) {
+            store.record_drain(u64::from(fill), u64::from(fill));
+            let after = position_after_tail(ops, ring.at.tail.wrapping_add(fill));
+            if rings.may_stop(&ring, ring.at.lost, after) {
+                rings.note_lost(i, after.lost);
+            } else {
+                let rest = RingState { at: after, ..ring };
+                consumed += drain_from(dev, store, rings, (p, i), rest)?;
+            }
+        }
+    }
+    Ok(consumed)
+}
+
+/// Writes ring `p`'s tail and, in the same atomic batch, reads where the
+/// ring stands after it: nothing can be committed in between, so a head
+/// equal to the new tail means the ring was empty with its watermark
+/// re-armed.
+fn tail_ops(p: u32, tail: u32) -> [RegOp; TAIL_OPS] {
+    [
         write32(r::part(p, r::PART_STREAM_TAIL), tail),
         read32(r::part(p, r::PART_STREAM_HEAD)),
         read64(r::part(p, r::PART_STREAM_LOST)),
-    ];
-    dev.batch(&mut ops)?;
-    Ok(Position {
+    ]
+}
+
+/// The position the executed [`tail_ops`] writing `tail` left.
+fn position_after_tail(ops: &[RegOp], tail: u32) -> Position {
+    Position {
         head: reg32(ops[1].value),
         tail,
         lost: ops[2].value,
-    })
+    }
+}
+
+/// [`tail_ops`] as a batch of its own.
+fn advance_tail(dev: &DevNode, p: u32, tail: u32) -> Result<Position, DevError> {
+    let mut ops = tail_ops(p, tail);
+    dev.batch(&mut ops)?;
+    Ok(position_after_tail(&ops, tail))
 }
 
 /// The samples of the `fill` records from ring index `tail` on.
@@ -182,36 +351,6 @@ fn read_records(
     res.map(|()| samples)
 }
 
-/// Drains every ring of `partitions` that holds records, found with one
-/// register batch (the periodic backstop for records below the watermark).
-pub fn drain_nonempty(
-    dev: &DevNode,
-    store: &Store,
-    rings: &mut Rings,
-    partitions: &[u32],
-) -> Result<u64, DevError> {
-    let mut consumed = 0;
-    // Two reads per ring; a batch holds 64 ops, every slot fits in one.
-    for group in partitions.chunks(gpupm_uapi::ioctl::MAX_BATCH_OPS / 2) {
-        let mut ops: Vec<RegOp> = group
-            .iter()
-            .flat_map(|&p| {
-                [
-                    read32(r::part(p, r::PART_STREAM_HEAD)),
-                    read32(r::part(p, r::PART_STREAM_TAIL)),
-                ]
-            })
-            .collect();
-        dev.batch(&mut ops)?;
-        for (&p, pos) in group.iter().zip(ops.chunks_exact(2)) {
-            if pos[0].value != pos[1].value {
-                consumed += drain(dev, store, rings, p)?;
-            }
-        }
-    }
-    Ok(consumed)
-}
-
 /// The sample of one published slot (`None` for an empty or corrupt slot).
 fn sample(slot: &StreamSlot) -> Option<DeltaSample> {
     if slot.envelope.flags & envelope_flags::VALID == 0 {
@@ -247,4 +386,58 @@ fn sample(slot: &StreamSlot) -> Option<DeltaSample> {
         deltas: rec.deltas,
         sealed: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(watermark: u32) -> RingState {
+        RingState {
+            at: Position {
+                head: 600,
+                tail: 0,
+                lost: 7,
+            },
+            cap: 1024,
+            base: 0,
+            watermark,
+        }
+    }
+
+    fn after(head: u32, lost: u64) -> Position {
+        Position {
+            head,
+            tail: 600,
+            lost,
+        }
+    }
+
+    #[test]
+    fn a_drain_stops_below_the_watermark_only_with_a_periodic_drain_and_no_loss() {
+        let (periodic, interrupts_only) = (Rings::new(true), Rings::new(false));
+        let r = ring(512);
+        for rings in [&periodic, &interrupts_only] {
+            assert!(rings.may_stop(&r, 7, after(600, 7)), "empty");
+            assert!(rings.may_stop(&r, 7, after(600, 9)), "empty after a loss");
+            assert!(
+                !rings.may_stop(&r, 7, after(600 + 512, 7)),
+                "at the watermark"
+            );
+        }
+        assert!(periodic.may_stop(&r, 7, after(600 + 511, 7)));
+        assert!(!interrupts_only.may_stop(&r, 7, after(601, 7)));
+        assert!(
+            !periodic.may_stop(&r, 7, after(601, 8)),
+            "records lost meanwhile"
+        );
+        // Head indices wrap modulo 2^32.
+        let wrapped = Position {
+            head: 5,
+            tail: u32::MAX - 4,
+            lost: 7,
+        };
+        assert!(periodic.may_stop(&r, 7, wrapped));
+        assert!(!periodic.may_stop(&ring(10), 7, wrapped));
+    }
 }

@@ -36,6 +36,7 @@ use std::time::{Duration, Instant};
 use self::drain::Rings;
 use self::worker::{Work, Worker};
 use crate::config::Programming;
+use crate::sampling::drain::DevSampler;
 use crate::store::retired::RetiredError;
 use crate::store::Store;
 
@@ -85,6 +86,8 @@ pub enum EngineError {
 #[derive(Debug)]
 pub struct Engine {
     dev: Arc<DevNode>,
+    /// Woken at stop: the sampling thread may sleep on it.
+    sampler: Arc<DevSampler>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -137,6 +140,7 @@ impl Engine {
         };
         let mut engine = Engine {
             dev: Arc::clone(&dev),
+            sampler: Arc::clone(store.sampler()),
             stop: Arc::clone(&stop),
             threads: vec![irq],
         };
@@ -168,7 +172,7 @@ impl Engine {
             dev: &dev,
             store: &store,
             program: &program,
-            rings: Rings::default(),
+            rings: Rings::new(drain_interval.is_some()),
         };
         if let Err(e) = worker.resync() {
             engine.stop();
@@ -205,6 +209,7 @@ impl Engine {
         self.stop.store(true, Ordering::Release);
         if !self.threads.is_empty() {
             irq::wake(&self.dev);
+            self.sampler.wake();
         }
         for t in self.threads.drain(..) {
             if t.join().is_err() {

@@ -2,7 +2,8 @@
 //! the interrupt thread reports a watermark or an overflow, and at least
 //! every [`DRAIN_INTERVAL`] (the interval the buffers are sized for), and
 //! routes the records to the tenants' sessions. It has its own thread so
-//! that a burst of samples never delays ring drains or retiring.
+//! that a burst of samples never delays ring drains or retiring. While no
+//! buffer is programmed (no sampling session) it sleeps until one is.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,10 @@ pub fn run(store: &Store, rx: &Receiver<u32>, stop: &AtomicBool) {
     let mut failures = 0;
     let mut due = Instant::now() + DRAIN_INTERVAL;
     while !stop.load(Ordering::Acquire) {
+        if store.sampler().wait_for_buffers(stop) {
+            due = Instant::now() + DRAIN_INTERVAL;
+            continue;
+        }
         let mut parts = BTreeSet::new();
         match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
             Ok(p) => {

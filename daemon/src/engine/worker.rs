@@ -116,20 +116,20 @@ impl Worker<'_> {
         self.drain(&mut pending)
     }
 
-    /// Runs and clears the pending drains: the rings asked for, then (for a
-    /// sweep) every other ring that holds records.
+    /// Runs and clears the pending drains: the rings asked for and, for a
+    /// sweep, every other ring, together ([`drain::drain_rings`]).
     fn drain(&mut self, pending: &mut PendingDrains) -> Result<(), EngineError> {
-        for &p in &pending.rings {
-            drain::drain(self.dev, self.store, &mut self.rings, p)?;
-        }
+        let mut parts: Vec<u32> = pending.rings.iter().copied().collect();
         if pending.sweep {
-            let rest: Vec<u32> = self
-                .store
-                .partitions()
-                .into_iter()
-                .filter(|p| !pending.rings.contains(p))
-                .collect();
-            drain::drain_nonempty(self.dev, self.store, &mut self.rings, &rest)?;
+            parts.extend(
+                self.store
+                    .partitions()
+                    .into_iter()
+                    .filter(|p| !pending.rings.contains(p)),
+            );
+        }
+        if !parts.is_empty() {
+            drain::drain_rings(self.dev, self.store, &mut self.rings, &parts)?;
         }
         *pending = PendingDrains::default();
         Ok(())

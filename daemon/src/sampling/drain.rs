@@ -18,7 +18,8 @@
 //! One lock ([`DevSampler`]'s) serialises programming and draining of the
 //! buffers; routing runs after it is released.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use gpupm_client::ops::{read32, read64, reg32, write32};
@@ -81,6 +82,9 @@ pub struct DevSampler {
     dev: Arc<DevNode>,
     clock_khz: u32,
     state: Mutex<State>,
+    /// Notified when a buffer is programmed (and when the engine stops):
+    /// the sampling thread sleeps on it while no buffer exists.
+    programmed: Condvar,
 }
 
 /// `sample_kind` of buffer kind `k`.
@@ -99,7 +103,27 @@ impl DevSampler {
             dev,
             clock_khz,
             state: Mutex::new(State::default()),
+            programmed: Condvar::new(),
         }
+    }
+
+    /// Returns at once while a buffer is programmed; otherwise sleeps
+    /// until one is or `stop` is set (and [`DevSampler::wake`] called).
+    /// Returns whether it slept.
+    pub fn wait_for_buffers(&self, stop: &AtomicBool) -> bool {
+        let mut st = self.lock();
+        let mut slept = false;
+        while !stop.load(Ordering::Acquire) && !st.bufs.values().any(|b| b.cap > 0) {
+            st = self.programmed.wait(st).unwrap_or_else(|e| e.into_inner());
+            slept = true;
+        }
+        slept
+    }
+
+    /// Wakes [`DevSampler::wait_for_buffers`] to look at its stop flag.
+    pub fn wake(&self) {
+        let _st = self.lock();
+        self.programmed.notify_all();
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -270,7 +294,10 @@ impl SamplerDevice for DevSampler {
             ctrl |= samp_ctrl::CYCLE_ENABLE;
         }
         ops.push(write32(samp(p, s::SAMP_CTRL), ctrl));
-        self.dev.batch(&mut ops)
+        let res = self.dev.batch(&mut ops);
+        // Even after an error: `bufs` says what the daemon programmed.
+        self.programmed.notify_all();
+        res
     }
 
     fn watch_lost(&self, p: u32, scope: LostScope, on: bool) -> Result<(), DevError> {

@@ -2,9 +2,13 @@
 //! (tokio broadcast) per subscribed scope.
 //!
 //! Samples are kept compact (only the non-zero deltas, LEB128-encoded,
-//! behind a bitmap of the events present), one copy shared by the VM ring
-//! and the context ring: with 512 contexts × 256 samples, full 64-event
-//! samples would need ~80 MiB; compact ones need a fifth of that.
+//! behind a bitmap of the events present): with 512 contexts × 256
+//! samples, full 64-event samples would need ~80 MiB; compact ones need a
+//! fifth of that. Each ring keeps its samples' bytes in one buffer of its
+//! own, so recording a sample (thousands per second from the drains)
+//! allocates nothing once the ring is full: a sample is packed once into
+//! a scratch buffer and copied into its VM's ring and its context's ring.
+//! The VM rings are few (one per VM), so the second copy costs little.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -15,9 +19,12 @@ use gpupm_uapi::events::MAX_EVENTS;
 
 use crate::view::{CtxId, DeltaSample, Scope};
 
-/// A [`DeltaSample`] with its deltas packed.
-#[derive(Debug)]
-struct Packed {
+/// Longest packed deltas of one sample: every event, ten LEB128 bytes each.
+const MAX_PACKED: usize = MAX_EVENTS * 10;
+
+/// What a ring keeps of a [`DeltaSample`] besides its packed bytes.
+#[derive(Clone, Copy, Debug)]
+struct Head {
     seq: u64,
     vm: u32,
     ctx: u32,
@@ -25,41 +32,17 @@ struct Packed {
     end_cycle: u64,
     lost_before: u64,
     flags: u16,
-    /// Bit `e` set: event `e` has a non-zero delta in `values`.
+    /// Bit `e` set: event `e` has a non-zero delta in the packed bytes.
     present: u64,
-    /// LEB128 deltas of the present events in id order, or the sealed
-    /// slot bytes.
-    values: Box<[u8]>,
+    /// Bytes of this sample in its ring's buffer: LEB128 deltas of the
+    /// present events in id order, or the sealed slot bytes.
+    len: usize,
     sealed: bool,
 }
 
-impl Packed {
-    fn pack(s: &DeltaSample) -> Packed {
-        let mut present = 0u64;
-        let values: Box<[u8]> = match &s.sealed {
-            Some(bytes) => bytes.as_slice().into(),
-            None => {
-                // Sized exactly up front: one allocation per sample, no
-                // growth, no shrink (drains pack thousands per second).
-                let len = s.deltas.iter().map(|&d| leb128_len(d)).sum();
-                let mut out = Vec::with_capacity(len);
-                for (e, &d) in s.deltas.iter().enumerate().filter(|(_, &d)| d != 0) {
-                    present |= 1 << e;
-                    let mut v = d;
-                    loop {
-                        let byte = u8::try_from(v & 0x7f).unwrap_or(0);
-                        v >>= 7;
-                        if v == 0 {
-                            out.push(byte);
-                            break;
-                        }
-                        out.push(byte | 0x80);
-                    }
-                }
-                out.into_boxed_slice()
-            }
-        };
-        Packed {
+impl Head {
+    fn of(s: &DeltaSample, present: u64, len: usize) -> Head {
+        Head {
             seq: s.seq,
             vm: s.vm,
             ctx: s.ctx,
@@ -68,15 +51,17 @@ impl Packed {
             lost_before: s.lost_before,
             flags: s.flags,
             present,
-            values,
+            len,
             sealed: s.sealed.is_some(),
         }
     }
 
-    fn unpack(&self) -> DeltaSample {
+    /// The sample, from its `len` packed bytes.
+    fn unpack<'a>(&self, mut bytes: impl Iterator<Item = &'a u8>) -> DeltaSample {
         let mut deltas = [0u64; MAX_EVENTS];
-        if !self.sealed {
-            let mut bytes = self.values.iter();
+        let sealed = if self.sealed {
+            Some(bytes.copied().collect())
+        } else {
             for (e, d) in deltas.iter_mut().enumerate() {
                 if self.present & (1 << e) == 0 {
                     continue;
@@ -90,7 +75,8 @@ impl Packed {
                     }
                 }
             }
-        }
+            None
+        };
         DeltaSample {
             seq: self.seq,
             vm: self.vm,
@@ -100,14 +86,84 @@ impl Packed {
             flags: self.flags,
             lost_before: self.lost_before,
             deltas,
-            sealed: self.sealed.then(|| self.values.to_vec()),
+            sealed,
         }
     }
 }
 
-/// Bytes of `v` in LEB128; a zero delta is not stored at all.
-fn leb128_len(v: u64) -> usize {
-    (64 - v.leading_zeros() as usize).div_ceil(7)
+/// Packs the non-zero `deltas` into `out` (LEB128, in event order);
+/// returns the bitmap of the events present and the bytes written.
+fn pack(deltas: &[u64; MAX_EVENTS], out: &mut [u8; MAX_PACKED]) -> (u64, usize) {
+    let mut present = 0u64;
+    let mut n = 0;
+    for (e, &d) in deltas.iter().enumerate() {
+        if d == 0 {
+            continue;
+        }
+        present |= 1 << e;
+        let mut v = d;
+        while v >= 0x80 {
+            out[n] = (v & 0x7f) as u8 | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        out[n] = (v & 0x7f) as u8;
+        n += 1;
+    }
+    (present, n)
+}
+
+/// One scope's samples, oldest first.
+#[derive(Debug, Default)]
+struct Ring {
+    heads: VecDeque<Head>,
+    /// The packed bytes of `heads`, back to back in the same order.
+    bytes: VecDeque<u8>,
+}
+
+impl Ring {
+    /// Appends a sample, dropping the oldest one when `cap` are kept.
+    fn push(&mut self, cap: usize, head: Head, bytes: &[u8]) {
+        if self.heads.len() >= cap {
+            if let Some(oldest) = self.heads.pop_front() {
+                self.bytes.drain(..oldest.len);
+            }
+        }
+        // Doubled, but never far past what a full ring of samples like
+        // these needs: there is a ring per context instance, and plain
+        // doubling left up to half of each unused (~10 MiB more RSS at the
+        // reference load); growing by small steps instead copied the
+        // rings over and over.
+        let need = self.bytes.len() + bytes.len();
+        if need > self.bytes.capacity() {
+            let per_sample = need / (self.heads.len() + 1);
+            let full = per_sample * cap + per_sample * cap / 8;
+            let want = (2 * self.bytes.len()).min(full).max(need);
+            self.bytes.reserve_exact(want - self.bytes.len());
+        }
+        if self.heads.len() == self.heads.capacity() {
+            let want = (2 * self.heads.len()).clamp(4, cap.max(4));
+            self.heads
+                .reserve_exact(want.saturating_sub(self.heads.len()).max(1));
+        }
+        self.bytes.extend(bytes);
+        self.heads.push_back(head);
+    }
+
+    /// The most recent `max` samples, oldest first.
+    fn recent(&self, max: usize) -> Vec<DeltaSample> {
+        let skip = self.heads.len().saturating_sub(max);
+        let mut at: usize = self.heads.iter().take(skip).map(|h| h.len).sum();
+        self.heads
+            .iter()
+            .skip(skip)
+            .map(|h| {
+                let s = h.unpack(self.bytes.range(at..at + h.len));
+                at += h.len;
+                s
+            })
+            .collect()
+    }
 }
 
 /// Capacity of each live feed; a subscriber that lags further loses the
@@ -118,8 +174,10 @@ const FEED_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct History {
     cap: usize,
-    rings: HashMap<Scope, VecDeque<Arc<Packed>>>,
+    rings: HashMap<Scope, Ring>,
     feeds: HashMap<Scope, broadcast::Sender<Arc<DeltaSample>>>,
+    /// Where a sample is packed before it is copied into its rings.
+    scratch: Box<[u8; MAX_PACKED]>,
 }
 
 impl History {
@@ -129,44 +187,42 @@ impl History {
             cap: cap.max(1),
             rings: HashMap::new(),
             feeds: HashMap::new(),
+            scratch: Box::new([0; MAX_PACKED]),
         }
     }
 
     /// Adds a sample to the scopes it belongs to: its VM (or the system
     /// scope for VM 0) and its context, if any.
-    pub fn push(&mut self, sample: DeltaSample) {
-        let packed = Arc::new(Packed::pack(&sample));
+    pub fn push(&mut self, sample: &DeltaSample) {
         let vm_scope = if sample.vm == 0 {
             Scope::System
         } else {
             Scope::Vm(sample.vm)
         };
         let ctx_scope = (sample.ctx != 0).then_some(Scope::Ctx(sample.ctx));
-        // Live feeds are rare; the shared unpacked copy is only made for one.
-        let fed = !self.feeds.is_empty()
-            && (self.feeds.contains_key(&vm_scope)
-                || ctx_scope.is_some_and(|c| self.feeds.contains_key(&c)));
-        let sample = fed.then(|| Arc::new(sample));
-        self.push_scope(vm_scope, &packed, sample.as_ref());
-        if let Some(ctx_scope) = ctx_scope {
-            self.push_scope(ctx_scope, &packed, sample.as_ref());
+        let (present, len) = match &sample.sealed {
+            Some(bytes) => (0, bytes.len()),
+            None => pack(&sample.deltas, &mut self.scratch),
+        };
+        let head = Head::of(sample, present, len);
+        let bytes = sample.sealed.as_deref().unwrap_or(&self.scratch[..len]);
+        for scope in std::iter::once(vm_scope).chain(ctx_scope) {
+            self.rings
+                .entry(scope)
+                .or_default()
+                .push(self.cap, head, bytes);
         }
-    }
-
-    fn push_scope(
-        &mut self,
-        scope: Scope,
-        packed: &Arc<Packed>,
-        sample: Option<&Arc<DeltaSample>>,
-    ) {
-        let ring = self.rings.entry(scope).or_default();
-        if ring.len() == self.cap {
-            ring.pop_front();
+        // Live feeds are rare; the shared copy is only made for one.
+        if self.feeds.is_empty() {
+            return;
         }
-        ring.push_back(Arc::clone(packed));
-        let Some(sample) = sample else { return };
-        if let Some(tx) = self.feeds.get(&scope) {
-            if tx.send(Arc::clone(sample)).is_err() {
+        let mut shared = None;
+        for scope in std::iter::once(vm_scope).chain(ctx_scope) {
+            let Some(tx) = self.feeds.get(&scope) else {
+                continue;
+            };
+            let s = shared.get_or_insert_with(|| Arc::new(sample.clone()));
+            if tx.send(Arc::clone(s)).is_err() {
                 // No receiver left: drop the feed until someone subscribes.
                 self.feeds.remove(&scope);
             }
@@ -180,11 +236,9 @@ impl History {
 
     /// The most recent `max` samples, oldest first.
     pub fn recent(&self, scope: Scope, max: usize) -> Vec<DeltaSample> {
-        let Some(ring) = self.rings.get(&scope) else {
-            return Vec::new();
-        };
-        let skip = ring.len().saturating_sub(max);
-        ring.iter().skip(skip).map(|s| s.unpack()).collect()
+        self.rings
+            .get(&scope)
+            .map_or_else(Vec::new, |ring| ring.recent(max))
     }
 
     /// A live feed of `scope`.
@@ -195,7 +249,6 @@ impl History {
             .subscribe()
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,15 +269,51 @@ mod tests {
 
     #[test]
     fn packed_sizes_match_the_encoding() {
-        assert_eq!(leb128_len(0), 0);
-        assert_eq!(leb128_len(127), 1);
-        assert_eq!(leb128_len(128), 2);
-        assert_eq!(leb128_len(u64::MAX), 10);
-        let mut s = sample(1, 1, 0);
-        s.deltas[0] = u64::MAX;
-        s.deltas[5] = 300;
-        s.deltas[9] = 127;
-        assert_eq!(Packed::pack(&s).values.len(), 10 + 2 + 1);
+        let mut out = [0u8; MAX_PACKED];
+        assert_eq!(pack(&[0; MAX_EVENTS], &mut out), (0, 0));
+        let mut deltas = [0u64; MAX_EVENTS];
+        deltas[0] = u64::MAX;
+        deltas[5] = 300;
+        deltas[9] = 127;
+        assert_eq!(pack(&deltas, &mut out), (1 | 1 << 5 | 1 << 9, 10 + 2 + 1));
+        assert_eq!(&out[10..13], &[0xac, 0x02, 0x7f]);
+        assert_eq!(
+            pack(&[u64::MAX; MAX_EVENTS], &mut out),
+            (u64::MAX, MAX_PACKED)
+        );
+    }
+
+    /// A sample whose packed size depends on `seq` (sealed every 7th), so
+    /// that the rings drop samples of every size.
+    fn varied(seq: u64) -> DeltaSample {
+        let mut s = sample(seq, 4, 9);
+        s.lost_before = seq % 3;
+        if seq.is_multiple_of(7) {
+            s.sealed = Some((0..(seq % 40) as u8).collect());
+            return s;
+        }
+        for (e, d) in s.deltas.iter_mut().enumerate() {
+            let e = e as u64;
+            if !(e + seq).is_multiple_of(5) {
+                *d = (seq + 1) << ((e * seq) % 60);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn full_rings_keep_the_newest_samples_whole() {
+        let mut h = History::new(5);
+        let all: Vec<DeltaSample> = (0..60).map(varied).collect();
+        for (n, s) in all.iter().enumerate() {
+            h.push(s);
+            let kept = &all[(n + 1).saturating_sub(5)..=n];
+            assert_eq!(h.recent(Scope::Vm(4), 10), kept);
+            assert_eq!(h.recent(Scope::Ctx(9), 10), kept);
+            let last_two = &all[n.saturating_sub(1)..=n];
+            assert_eq!(h.recent(Scope::Ctx(9), 2), last_two);
+        }
+        assert!(h.recent(Scope::Vm(4), 0).is_empty());
     }
 
     #[test]
@@ -232,7 +321,7 @@ mod tests {
         let mut h = History::new(2);
         let mut rx = h.subscribe(Scope::Ctx(5));
         for seq in 0..3 {
-            h.push(sample(seq, 1, 5));
+            h.push(&sample(seq, 1, 5));
         }
         let seqs: Vec<u64> = h.recent(Scope::Vm(1), 10).iter().map(|s| s.seq).collect();
         assert_eq!(seqs, vec![1, 2]);
@@ -242,13 +331,13 @@ mod tests {
         big.deltas[0] = u64::MAX;
         big.deltas[5] = 300;
         big.deltas[63] = 1;
-        h.push(big.clone());
+        h.push(&big);
         assert_eq!(h.recent(Scope::Vm(2), 1), vec![big]);
         let mut sealed = sample(0, 3, 0);
         sealed.sealed = Some(vec![1, 2, 3]);
-        h.push(sealed.clone());
+        h.push(&sealed);
         assert_eq!(h.recent(Scope::Vm(3), 1), vec![sealed]);
-        h.push(sample(9, 0, 0));
+        h.push(&sample(9, 0, 0));
         assert_eq!(h.recent(Scope::System, 5).len(), 1);
         h.forget_ctx(5);
         assert!(h.recent(Scope::Ctx(5), 5).is_empty());

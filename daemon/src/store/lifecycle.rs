@@ -141,7 +141,7 @@ impl Store {
             p.samples(&samples);
         }
         let mut h = self.hist();
-        for s in samples {
+        for s in &samples {
             h.push(s);
         }
     }
