@@ -219,6 +219,20 @@ fn a_directory_open_to_others_or_group_writable_or_anothers_is_refused_by_the_wr
 }
 
 #[test]
+fn a_failed_creation_leaves_no_file_behind() {
+    let dir = scratch();
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o700);
+    // The mirror's name taken by a directory: its stale-file removal fails
+    // after the waiter file was made.
+    std::fs::create_dir(dir.join(MIRROR_FILE)).unwrap();
+    MirrorWriter::create(&dir, 1).unwrap_err();
+    assert!(!dir.join(WAITERS_FILE).exists(), "the waiter file was left");
+    assert!(dir.join(MIRROR_FILE).is_dir(), "the directory is untouched");
+    fs_remove(&dir);
+}
+
+#[test]
 fn a_writer_that_died_mid_commit_reads_busy_until_the_next_commit() {
     let dir = scratch();
     let mut w = MirrorWriter::create(&dir, 1).unwrap();

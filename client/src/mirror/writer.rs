@@ -97,10 +97,20 @@ fn create_file(path: &Path, size: u64, mode: u32, gid: u32) -> io::Result<Shared
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
+    let made = finish_file(&file, size, mode, gid);
+    if made.is_err() {
+        // No half-made file is left behind.
+        fs::remove_file(path).ok();
+    }
+    made
+}
+
+/// Gives the new `file` its group, mode and size, and maps it.
+fn finish_file(file: &File, size: u64, mode: u32, gid: u32) -> io::Result<Shared> {
     // A set-group-ID directory already gave the file its group, and then no
     // chown is made (the driver's unit forbids the @chown system calls).
     if file.metadata()?.gid() != gid {
-        fchown(&file, None, Some(gid))?;
+        fchown(file, None, Some(gid))?;
     }
     file.set_permissions(fs::Permissions::from_mode(mode))?;
     file.set_len(size)?;
@@ -143,7 +153,9 @@ impl MirrorWriter {
         path_bytes(&path)?;
         path_bytes(&waiters_path)?;
         let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE, modes.waiters, modes.gid)?;
-        let map = create_file(&path, MIRROR_SIZE, modes.commits, modes.gid)?;
+        let map = create_file(&path, MIRROR_SIZE, modes.commits, modes.gid).inspect_err(|_| {
+            fs::remove_file(&waiters_path).ok();
+        })?;
         let mut head = MirrorHeader::new_zeroed();
         head.magic = MIRROR_MAGIC;
         head.version = MIRROR_VERSION;
