@@ -1,4 +1,4 @@
-//! The commit mirror (ABI 1.9): a root-only shared-memory file into which
+//! The commit mirror (ABI 1.9): a privileged shared-memory file into which
 //! the device copies, after every periodic commit, the block slots that
 //! commit wrote — the emulated form of a GPU writing its
 //! performance-monitor output into host memory by DMA. A host that keeps
@@ -8,11 +8,15 @@
 //! # Finding it
 //! `GPUPM_IOC_MIRROR_INFO` on the device node ([`MirrorInfo`]) answers the
 //! file's path, size, layout version and generation; ENODEV when the
-//! driver keeps no mirror. The file is created by the driver, owned by
-//! root, mode 0600, in a root-owned 0700 directory; a reader opens it
-//! `O_RDONLY | O_NOFOLLOW`, checks with `fstat` that it is a regular file
-//! owned by root with no group or other access and at least
-//! [`MirrorInfo::size`] bytes, and maps it read-only and shared.
+//! driver keeps no mirror. The file is created by the driver in a
+//! directory owned by root or by the driver's uid with no group write and
+//! no other access: mode 0600, or 0640 with the directory's group when
+//! that group may search it (the shipped units: `gpupm-driver`,
+//! `gpupm-admin`). A reader opens the directory and the file in it
+//! (`O_NOFOLLOW`), checks with `fstat` that the file is a regular file of
+//! at least [`MirrorInfo::size`] bytes with its directory's owner, no
+//! other access and no group write, in a directory no group or other may
+//! write, and maps it read-only and shared (docs/pages.md, "Security").
 //!
 //! # Layout
 //! A [`MirrorHeader`] of [`MIRROR_HEADER_SIZE`] bytes, then one
@@ -41,10 +45,10 @@
 //! remembers the doorbell value it has seen, reads the mirror, and sleeps
 //! with `FUTEX_WAIT` on the doorbell for that value. `waiters` is the
 //! first 32-bit word of a separate waiter file ([`MirrorInfo`]'s
-//! `waiters_path`, root-only like the mirror, [`MIRROR_WAITERS_SIZE`]
-//! bytes), which a root reader maps writable — so the mirror itself stays
-//! read-only to every reader and a reader can at most cause or save wake
-//! calls. A reader registers (+1, sequentially consistent)
+//! `waiters_path`, like the mirror but group-writable when shared,
+//! [`MIRROR_WAITERS_SIZE`] bytes), which a reader maps writable — so the
+//! mirror itself stays read-only to every reader and a reader can at
+//! most cause or save wake calls. A reader registers (+1, sequentially consistent)
 //! before it re-checks the doorbell and sleeps, and deregisters after. By
 //! the order of the two sequentially consistent pairs either the device
 //! sees the waiter or the waiter sees the new doorbell value (and

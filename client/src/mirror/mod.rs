@@ -1,13 +1,14 @@
 //! The commit mirror (`gpupm_uapi::mirror`, docs/pages.md): the driver's
-//! root-only shared-memory copy of the block slots each periodic commit
-//! wrote, with a sequence lock and a futex doorbell.
+//! shared-memory copy (readable by its owner, or also by its directory's
+//! group) of the block slots each periodic commit wrote, with a sequence
+//! lock and a futex doorbell.
 //!
 //! - [`MirrorWriter`]: creates the files and publishes commits (the
 //!   driver);
 //! - [`MirrorReader`]: opens and checks them, sleeps on the doorbell and
 //!   reads slots consistently (the daemon's commit follower);
-//! - `sys`: the module's `unsafe` (shared mappings, atomics on them, the
-//!   futex calls).
+//! - `sys`: the module's `unsafe` (`openat`, shared mappings, atomics on
+//!   them, the futex calls).
 
 mod reader;
 mod sys;
@@ -33,17 +34,45 @@ pub const MIRROR_FILE: &str = "commits";
 /// File name of the waiter word's file in the same directory.
 pub const WAITERS_FILE: &str = "commits.waiters";
 
-/// Opens `path` without following a final symlink and checks, on the open
-/// descriptor (so nothing can be swapped in between), that it is a regular
-/// file owned by root, with no group or other access, at least `min_size`
-/// bytes long. `PermissionDenied` for a file that fails the owner or mode
-/// check, `InvalidData` for one of the wrong type or size.
-pub fn open_checked(path: &Path, writable: bool, min_size: u64) -> io::Result<(File, u64)> {
-    let file = File::options()
+/// Which of the two mirror files is opened: what may be done with it and
+/// which mode bits it may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MirrorFile {
+    /// The mirror itself: mapped read-only; no group write.
+    Commits,
+    /// The waiter word: mapped writable by the reader, so the group the
+    /// directory shares it with may write it.
+    Waiters,
+}
+
+/// The mode bits a mirror directory may not carry for its reader: write
+/// by group or other (anyone who may write it could plant a file).
+const DIR_FORBIDDEN: u32 = 0o022;
+
+/// Opens `path` and checks it, on open descriptors (so nothing can be
+/// swapped in between): its directory is opened first (not through a
+/// final symlink) and must not be writable by group or other; the file
+/// is then opened in that directory without following a symlink and must
+/// be a regular file of at least
+/// `min_size` bytes with the directory's owner (root, or the node's
+/// server running unprivileged), no access for other, and, for
+/// [`MirrorFile::Commits`], no group write. So only root and the
+/// directory's owner can have placed it. `PermissionDenied` for a file or
+/// directory that fails the owner or mode check, `InvalidData` for one of
+/// the wrong type or size.
+pub fn open_checked(path: &Path, which: MirrorFile, min_size: u64) -> io::Result<(File, u64)> {
+    let (Some(dir_path), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not a file in a directory", path.display()),
+        ));
+    };
+    let dir = File::options()
         .read(true)
-        .write(writable)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir_path)?;
+    let dir_meta = dir.metadata()?;
+    let file = sys::open_in(&dir, name, which == MirrorFile::Waiters)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() || meta.len() < min_size {
         return Err(io::Error::new(
@@ -54,14 +83,25 @@ pub fn open_checked(path: &Path, writable: bool, min_size: u64) -> io::Result<(F
             ),
         ));
     }
-    if meta.uid() != 0 || meta.mode() & 0o077 != 0 {
+    let forbidden = match which {
+        MirrorFile::Commits => 0o027,
+        MirrorFile::Waiters => 0o007,
+    };
+    if meta.uid() != dir_meta.uid()
+        || dir_meta.mode() & DIR_FORBIDDEN != 0
+        || meta.mode() & forbidden != 0
+    {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "{}: owned by uid {} with mode {:o}; a mirror must be root's, mode 0600",
+                "{}: owned by uid {} with mode {:o} in a directory of uid {} with mode {:o}; \
+                 a mirror must have its directory's owner, no other access and no group write, \
+                 its directory no group or other write",
                 path.display(),
                 meta.uid(),
-                meta.mode() & 0o7777
+                meta.mode() & 0o7777,
+                dir_meta.uid(),
+                dir_meta.mode() & 0o7777
             ),
         ));
     }

@@ -15,8 +15,8 @@ use gpupm_uapi::mirror::{
 };
 use zerocopy::IntoBytes;
 
-use super::open_checked;
 use super::sys::{futex_wait, Shared};
+use super::{open_checked, MirrorFile};
 
 /// Attempts a read spins before it starts yielding.
 const SPINS: u32 = 1_000;
@@ -31,7 +31,7 @@ pub enum MirrorError {
     #[error("the commit mirror is unusable: {0}")]
     Invalid(String),
     /// Opening, checking or mapping a file failed (`PermissionDenied` for
-    /// one not root's or with group/other access).
+    /// one that fails [`super::open_checked`]'s owner or mode check).
     #[error("the commit mirror could not be opened")]
     Io(#[from] io::Error),
     /// The sequence stayed odd or kept changing.
@@ -87,8 +87,12 @@ impl MirrorReader {
                 info.mirror_version, info.slot_count, info.size
             )));
         }
-        let (file, ino) = open_checked(path_of(&info.path)?, false, info.size)?;
-        let (wfile, _) = open_checked(path_of(&info.waiters_path)?, true, MIRROR_WAITERS_SIZE)?;
+        let (file, ino) = open_checked(path_of(&info.path)?, MirrorFile::Commits, info.size)?;
+        let (wfile, _) = open_checked(
+            path_of(&info.waiters_path)?,
+            MirrorFile::Waiters,
+            MIRROR_WAITERS_SIZE,
+        )?;
         let len = usize::try_from(info.size).map_err(|_| MirrorError::Invalid("size".into()))?;
         let map = Shared::map(file.as_fd(), len, false)?;
         let waiters = Shared::map(wfile.as_fd(), 4, true)?;

@@ -1,15 +1,36 @@
-//! The commit mirror's `unsafe`: mapping a file shared, viewing words of
-//! the mapping as atomics, unmapping it, and the shared (cross-process)
-//! futex calls on the doorbell, which neither nix nor libc wrap.
+//! The commit mirror's `unsafe`: opening a file relative to a directory
+//! descriptor, mapping a file shared, viewing words of the mapping as
+//! atomics, unmapping it, and the shared (cross-process) futex calls on
+//! the doorbell, which neither nix nor libc wrap.
 
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io;
 use std::num::NonZeroUsize;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::time::Duration;
 
+use nix::fcntl::{openat, OFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use nix::sys::stat::Mode;
+
+/// Opens the existing entry `name` of the directory `dir` (`openat`, so
+/// the file is the one in the directory already checked), read-only or
+/// read-write, without following a symlink (ELOOP).
+pub fn open_in(dir: &File, name: &OsStr, writable: bool) -> io::Result<File> {
+    let access = if writable {
+        OFlag::O_RDWR
+    } else {
+        OFlag::O_RDONLY
+    };
+    let flags = access | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+    let fd = openat(Some(dir.as_raw_fd()), name, flags, Mode::empty())?;
+    // SAFETY: `openat` just returned `fd`, an open descriptor that nothing
+    // else owns or will close.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
 
 /// `len` bytes of a file mapped `MAP_SHARED`, unmapped on drop. Every
 /// access goes through [`Shared::u64_at`] / [`Shared::u32_at`].

@@ -1,5 +1,6 @@
 //! The writer and the reader together, on real files in a private
-//! directory (the tests run as root, as the driver and daemon do).
+//! directory (the tests run as root, so that they can give the files and
+//! directories to other uids and groups).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -64,24 +65,94 @@ fn a_commit_is_read_back_whole_with_its_sequence_cycle_and_doorbell() {
     fs_remove(&dir);
 }
 
+/// Whether opening the mirror `w` names is refused as `PermissionDenied`.
+fn refused(w: &MirrorWriter) -> bool {
+    match MirrorReader::open(&w.info()) {
+        Err(MirrorError::Io(e)) => e.kind() == io::ErrorKind::PermissionDenied,
+        Err(e) => panic!("refused for another reason: {e:?}"),
+        Ok(_) => false,
+    }
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), None).unwrap();
+}
+
+/// A writer in a fresh directory, with the directory and both files then
+/// given to `uid` (the node's server running unprivileged).
+fn owned_by(uid: u32) -> (PathBuf, MirrorWriter) {
+    let dir = scratch();
+    let w = MirrorWriter::create(&dir, 1).unwrap();
+    for p in [&dir, &dir.join(MIRROR_FILE), &dir.join(WAITERS_FILE)] {
+        chown(p, uid);
+    }
+    (dir, w)
+}
+
 #[test]
-fn a_file_not_roots_or_open_to_others_is_refused_and_a_symlink_not_followed() {
+fn a_mirror_with_its_directorys_owner_is_accepted_root_or_not() {
+    let dir = scratch();
+    let w = MirrorWriter::create(&dir, 1).unwrap();
+    assert!(!refused(&w), "root's directory and files");
+    fs_remove(&dir);
+    let (dir, w) = owned_by(65534);
+    assert!(!refused(&w), "uid 65534's directory and files");
+    // Shared with the directory's group as the shipped units do it: the
+    // mirror group-readable, the waiter word group-writable.
+    chmod(&dir, 0o750);
+    chmod(&dir.join(MIRROR_FILE), 0o640);
+    chmod(&dir.join(WAITERS_FILE), 0o660);
+    assert!(!refused(&w), "group read, group-writable waiter word");
+    fs_remove(&dir);
+}
+
+#[test]
+fn a_mirror_others_may_read_or_its_group_write_is_refused() {
+    for (file, mode) in [
+        (MIRROR_FILE, 0o644),
+        (MIRROR_FILE, 0o604),
+        (MIRROR_FILE, 0o660),
+        (WAITERS_FILE, 0o664),
+        (WAITERS_FILE, 0o606),
+    ] {
+        let (dir, w) = owned_by(65534);
+        chmod(&dir.join(file), mode);
+        assert!(refused(&w), "{file} mode {mode:o} was accepted");
+        fs_remove(&dir);
+    }
+}
+
+#[test]
+fn a_mirror_in_a_directory_its_group_or_others_may_write_is_refused() {
+    for mode in [0o770, 0o702, 0o1777] {
+        let (dir, w) = owned_by(65534);
+        chmod(&dir, mode);
+        assert!(refused(&w), "directory mode {mode:o} was accepted");
+        fs_remove(&dir);
+    }
+}
+
+#[test]
+fn a_file_of_another_owner_than_its_directorys_is_refused() {
+    // A third uid's file in a non-root directory, a non-root file in
+    // root's directory, root's file in a non-root directory.
+    for (dir_uid, file_uid) in [(65534, 65533), (0, 65534), (65534, 0)] {
+        let (dir, w) = owned_by(dir_uid);
+        chown(&dir.join(MIRROR_FILE), file_uid);
+        assert!(refused(&w), "dir {dir_uid}, file {file_uid} was accepted");
+        fs_remove(&dir);
+    }
+}
+
+#[test]
+fn a_symlink_is_not_followed_for_the_file_or_its_directory() {
     let dir = scratch();
     let w = MirrorWriter::create(&dir, 1).unwrap();
     let path = w.path().to_path_buf();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-    let e = MirrorReader::open(&w.info()).unwrap_err();
-    assert!(
-        matches!(&e, MirrorError::Io(e) if e.kind() == io::ErrorKind::PermissionDenied),
-        "{e:?}"
-    );
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
-    let e = MirrorReader::open(&w.info()).unwrap_err();
-    assert!(
-        matches!(&e, MirrorError::Io(e) if e.kind() == io::ErrorKind::PermissionDenied),
-        "{e:?}"
-    );
     std::fs::remove_file(&path).unwrap();
     std::os::unix::fs::symlink(dir.join(WAITERS_FILE), &path).unwrap();
     let e = MirrorReader::open(&w.info()).unwrap_err();
@@ -90,16 +161,74 @@ fn a_file_not_roots_or_open_to_others_is_refused_and_a_symlink_not_followed() {
         "{e:?}"
     );
     fs_remove(&dir);
+    // The directory itself a symlink to a good one.
+    let real = scratch();
+    let w = MirrorWriter::create(&real, 1).unwrap();
+    let moved = real.with_extension("real");
+    std::fs::rename(&real, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &real).unwrap();
+    let e = MirrorReader::open(&w.info()).unwrap_err();
+    assert!(
+        matches!(&e, MirrorError::Io(e) if e.raw_os_error() == Some(libc::ENOTDIR)),
+        "{e:?}"
+    );
+    std::fs::remove_file(&real).unwrap();
+    fs_remove(&moved);
 }
 
 #[test]
-fn a_directory_open_to_others_is_refused_by_the_writer() {
+fn a_directory_its_group_may_search_gets_group_shared_files() {
+    use std::os::unix::fs::MetadataExt;
+    let mode_gid = |dir: &Path, name: &str| {
+        let m = std::fs::symlink_metadata(dir.join(name)).unwrap();
+        (m.mode() & 0o7777, m.gid(), m.uid())
+    };
     let dir = scratch();
     std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let e = MirrorWriter::create(&dir, 1).unwrap_err();
-    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
-    assert!(!dir.join(MIRROR_FILE).exists(), "nothing created");
+    chmod(&dir, 0o750);
+    std::os::unix::fs::chown(&dir, None, Some(65534)).unwrap();
+    let w = MirrorWriter::create(&dir, 1).unwrap();
+    assert_eq!(mode_gid(&dir, MIRROR_FILE), (0o640, 65534, 0));
+    assert_eq!(mode_gid(&dir, WAITERS_FILE), (0o660, 65534, 0));
+    assert!(!refused(&w));
+    fs_remove(&dir);
+    // An owner-only directory keeps owner-only files.
+    let dir = scratch();
+    let w = MirrorWriter::create(&dir, 1).unwrap();
+    let dir_mode = std::fs::symlink_metadata(&dir).unwrap().mode() & 0o7777;
+    assert_eq!(dir_mode & 0o077, 0, "created owner-only: {dir_mode:o}");
+    assert_eq!(mode_gid(&dir, MIRROR_FILE).0, 0o600);
+    assert_eq!(mode_gid(&dir, WAITERS_FILE).0, 0o600);
+    drop(w);
+    fs_remove(&dir);
+}
+
+#[test]
+fn a_directory_open_to_others_or_group_writable_or_anothers_is_refused_by_the_writer() {
+    for (mode, uid) in [(0o755, 0), (0o701, 0), (0o770, 0), (0o700, 65534)] {
+        let dir = scratch();
+        std::fs::create_dir(&dir).unwrap();
+        chmod(&dir, mode);
+        chown(&dir, uid);
+        let e = MirrorWriter::create(&dir, 1).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{mode:o} {uid}");
+        assert!(!dir.join(MIRROR_FILE).exists(), "nothing created");
+        assert!(!dir.join(WAITERS_FILE).exists(), "nothing created");
+        fs_remove(&dir);
+    }
+}
+
+#[test]
+fn a_failed_creation_leaves_no_file_behind() {
+    let dir = scratch();
+    std::fs::create_dir(&dir).unwrap();
+    chmod(&dir, 0o700);
+    // The mirror's name taken by a directory: its stale-file removal fails
+    // after the waiter file was made.
+    std::fs::create_dir(dir.join(MIRROR_FILE)).unwrap();
+    MirrorWriter::create(&dir, 1).unwrap_err();
+    assert!(!dir.join(WAITERS_FILE).exists(), "the waiter file was left");
+    assert!(dir.join(MIRROR_FILE).is_dir(), "the directory is untouched");
     fs_remove(&dir);
 }
 

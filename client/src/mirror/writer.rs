@@ -1,11 +1,12 @@
-//! The device's half of the mirror: creating the files root-only and
+//! The device's half of the mirror: creating the files (owner-only, or
+//! shared with the directory's group) and
 //! publishing a commit under the sequence lock, then ringing the doorbell.
 
 use std::fs::{self, DirBuilder, File};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{fchown, DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{fence, Ordering};
 
@@ -15,6 +16,7 @@ use gpupm_uapi::mirror::{
     mirror_slot_offset, offset, MirrorHeader, MirrorInfo, MIRROR_MAGIC, MIRROR_PATH_MAX,
     MIRROR_VERSION, MIRROR_WAITERS_SIZE,
 };
+use nix::unistd::geteuid;
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::sys::{futex_wake, Shared};
@@ -31,31 +33,58 @@ pub struct MirrorWriter {
     wakes: u64,
 }
 
-/// Checks that `dir` is a root-owned directory (not a symlink) with no
-/// group or other access, creating it (mode 0700) when missing.
-fn private_dir(dir: &Path) -> io::Result<()> {
+/// The mode bits a mirror directory may not carry for its writer: any
+/// access by other, and group write (group read and search share the
+/// files with the directory's group).
+const DIR_FORBIDDEN: u32 = 0o027;
+
+/// The modes of the two files: root-only unless the directory lets its
+/// group search it (the shipped units' `/run/gpupm/mirror`, group
+/// `gpupm-admin`), then the mirror readable and the waiter word (which
+/// readers write) writable by that group.
+#[derive(Clone, Copy, Debug)]
+struct FileModes {
+    commits: u32,
+    waiters: u32,
+    gid: u32,
+}
+
+/// Checks that `dir` is a directory (not a symlink) owned by root or by
+/// this process's effective uid, with no access for other and no group
+/// write, creating it (mode 0700) when missing; returns the files' modes
+/// and group.
+fn checked_dir(dir: &Path) -> io::Result<FileModes> {
     match DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
     let meta = fs::symlink_metadata(dir)?;
-    if !meta.file_type().is_dir() || meta.uid() != 0 || meta.mode() & 0o077 != 0 {
+    let owner_ok = meta.uid() == 0 || meta.uid() == geteuid().as_raw();
+    if !meta.file_type().is_dir() || !owner_ok || meta.mode() & DIR_FORBIDDEN != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "{}: the mirror's directory must be root's, mode 0700, not a symlink",
+                "{}: the mirror's directory must be root's or the driver's, \
+                 with no group write and no other access, not a symlink",
                 dir.display()
             ),
         ));
     }
-    Ok(())
+    let shared = meta.mode() & 0o010 != 0;
+    Ok(FileModes {
+        commits: if shared { 0o640 } else { 0o600 },
+        waiters: if shared { 0o660 } else { 0o600 },
+        gid: meta.gid(),
+    })
 }
 
 /// Creates `path` afresh (a stale file from an earlier driver is removed:
 /// its readers keep their mapping of the old inode, which stops changing)
-/// root-only and `size` bytes long, and maps it writable.
-fn create_file(path: &Path, size: u64) -> io::Result<Shared> {
+/// `size` bytes long, with group `gid` and exactly `mode` (set on the
+/// descriptor, so the umask does not matter; the file is owner-only until
+/// its group is set), and maps it writable.
+fn create_file(path: &Path, size: u64, mode: u32, gid: u32) -> io::Result<Shared> {
     match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -68,6 +97,22 @@ fn create_file(path: &Path, size: u64) -> io::Result<Shared> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)?;
+    let made = finish_file(&file, size, mode, gid);
+    if made.is_err() {
+        // No half-made file is left behind.
+        fs::remove_file(path).ok();
+    }
+    made
+}
+
+/// Gives the new `file` its group, mode and size, and maps it.
+fn finish_file(file: &File, size: u64, mode: u32, gid: u32) -> io::Result<Shared> {
+    // A set-group-ID directory already gave the file its group, and then no
+    // chown is made (the driver's unit forbids the @chown system calls).
+    if file.metadata()?.gid() != gid {
+        fchown(file, None, Some(gid))?;
+    }
+    file.set_permissions(fs::Permissions::from_mode(mode))?;
     file.set_len(size)?;
     let len = usize::try_from(size).map_err(|_| io::ErrorKind::InvalidInput)?;
     Shared::map(file.as_fd(), len, true)
@@ -98,16 +143,19 @@ pub struct MirrorCommit<'a> {
 }
 
 impl MirrorWriter {
-    /// Creates the mirror and its waiter file in `dir` (made root-only if
-    /// missing, refused if not root-only), with `generation`.
+    /// Creates the mirror and its waiter file in `dir` (made owner-only if
+    /// missing; see `checked_dir` for what is refused and the files'
+    /// modes), with `generation`.
     pub fn create(dir: &Path, generation: u64) -> io::Result<MirrorWriter> {
-        private_dir(dir)?;
+        let modes = checked_dir(dir)?;
         let dir = fs::canonicalize(dir)?;
         let (path, waiters_path) = (dir.join(MIRROR_FILE), dir.join(WAITERS_FILE));
         path_bytes(&path)?;
         path_bytes(&waiters_path)?;
-        let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE)?;
-        let map = create_file(&path, MIRROR_SIZE)?;
+        let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE, modes.waiters, modes.gid)?;
+        let map = create_file(&path, MIRROR_SIZE, modes.commits, modes.gid).inspect_err(|_| {
+            fs::remove_file(&waiters_path).ok();
+        })?;
         let mut head = MirrorHeader::new_zeroed();
         head.magic = MIRROR_MAGIC;
         head.version = MIRROR_VERSION;

@@ -5,9 +5,11 @@
 //! under its sequence lock — no system call per commit but the wake-up.
 //!
 //! The node names the mirror (`GPUPM_IOC_MIRROR_INFO`); it is used only if
-//! both its files are regular files owned by root with no group or other
-//! access ([`gpupm_client::mirror::open_checked`]): a file anyone else
-//! could have written is never taken for the device's. Without a mirror
+//! both its files pass [`gpupm_client::mirror::open_checked`]: regular
+//! files with their directory's owner (root, or the unprivileged driver),
+//! no other access, no group write on the mirror, in a directory no group
+//! or other may write — a file anyone else could have written is never
+//! taken for the device's. Without a mirror
 //! (an older node: ENOTTY; a driver with none: ENODEV), or with one that
 //! is refused or stays busy, commits are followed with the wait as before.
 //! The node is asked again at each start of following, so a driver that

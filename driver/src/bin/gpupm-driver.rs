@@ -83,8 +83,10 @@ struct Args {
     /// confidential VM's answers are sealed under its session key.
     #[arg(long)]
     debug_ledger: bool,
-    /// Directory of the commit mirror (root-only; created mode 0700 if
-    /// missing, refused if group or others may enter it). Default: next to
+    /// Directory of the commit mirror (root's or this process's, created
+    /// mode 0700 if missing, refused if others may enter it or its group
+    /// write it; files shared with its group when that group may search
+    /// it, as in the shipped units' /run/gpupm/mirror). Default: next to
     /// the node directory (`NODE_DIR.mirror`) for FUSE, so that nodes on
     /// one host keep theirs apart; `/run/gpupm/mirror` for CUSE.
     #[arg(long, value_name = "DIR")]

@@ -1,6 +1,6 @@
 //! The commit mirror ([`gpupm_uapi::mirror`]): after every periodic commit
 //! the node copies the block slots whose window bytes changed since the
-//! previous one into a root-only shared-memory file and rings its
+//! previous one into a privileged shared-memory file and rings its
 //! doorbell — the emulated form of a GPU writing its performance-monitor
 //! output to host memory by DMA — so a host that follows commits reads
 //! them there instead of parking a `GPUPM_IOC_WAIT_COMMIT` per commit.

@@ -12,6 +12,9 @@
 //! * `systemctl restart gpupm-driver` and a SIGKILL of the driver (with
 //!   `Restart=on-failure`) both come back with working nodes, and gpupmd
 //!   (`Requires=`) with them;
+//! * the driver keeps its commit mirror in `/run/gpupm/mirror` (modes and
+//!   group as the units' comments say), gpupmd follows commits through it
+//!   and an unprivileged user can read none of it;
 //! * `systemctl stop` unmounts both nodes and empties the descriptor stores;
 //! * the units' journal holds no error apart from the crash window.
 //!
@@ -47,6 +50,8 @@ const BINARIES: [&str; 4] = ["gpupm-driver", "gpupmd", "gpupm-mount", "gpupm"];
 const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
 /// Longest boot, unit start or state change.
 const DEADLINE: Duration = Duration::from_secs(60);
+/// gpupmd's journal line when it follows commits through the mirror.
+const MIRROR_FOLLOWED: &str = "following the device's commits through its mirror";
 
 /// CLOCK_MONOTONIC in µs: the clock of the journal's
 /// `__MONOTONIC_TIMESTAMP` (the container shares the kernel).
@@ -115,6 +120,84 @@ impl Booted {
                 self.journal()
             );
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until the units' journal holds `line`; fails with the journal
+    /// at the deadline.
+    fn wait_journal(&self, line: &str) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let journal = self.journal();
+            if journal.contains(line) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {line:?} within {DEADLINE:?}\n{journal}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The commit mirror under the units: the driver, unprivileged, made it
+    /// in the tmpfiles directory, shared with gpupm-admin only; gpupmd
+    /// follows through it the pages the CLI's reads made; an unprivileged
+    /// user can neither list the directory nor read a file in it.
+    fn check_mirror(&self) {
+        let modes = self.ok(&[
+            "stat",
+            "-c",
+            "%a %U %G %n",
+            "/run/gpupm/mirror",
+            "/run/gpupm/mirror/commits",
+            "/run/gpupm/mirror/commits.waiters",
+        ]);
+        assert_eq!(
+            modes.lines().collect::<Vec<_>>(),
+            [
+                "2750 gpupm-driver gpupm-admin /run/gpupm/mirror",
+                "640 gpupm-driver gpupm-admin /run/gpupm/mirror/commits",
+                "660 gpupm-driver gpupm-admin /run/gpupm/mirror/commits.waiters",
+            ]
+        );
+        // A page is made by its first read and followed once it moves;
+        // sealed ones are never followed, and there is no system page.
+        let list = self.gpupm(&["list", "--json"]);
+        let list: serde_json::Value = serde_json::from_str(&list).expect("list --json");
+        let plain: Vec<String> = list["vms"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|v| v["sealed"] == false)
+            .filter_map(|v| v["vm"].as_u64().map(|n| n.to_string()))
+            .collect();
+        assert!(!plain.is_empty(), "no plaintext VM: {list}");
+        for vm in &plain {
+            self.gpupm(&["stat", "--vm", vm, "-e", "sm_inst_executed", "--json"]);
+        }
+        self.wait_journal(MIRROR_FOLLOWED);
+        for argv in [
+            &["ls", "/run/gpupm/mirror"][..],
+            &["cat", "/run/gpupm/mirror/commits"],
+            &["cat", "/run/gpupm/mirror/commits.waiters"],
+        ] {
+            let mut all = vec![
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ];
+            all.extend_from_slice(argv);
+            let out = self.run(&all);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && err.contains("Permission denied"),
+                "{argv:?} as uid 65534: {}\nstdout: {}\nstderr: {err}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout)
+            );
         }
     }
 
@@ -380,6 +463,7 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
         assert!(journal.contains(line), "no {line:?} in\n{journal}");
     }
     c.check_nodes_serve();
+    c.check_mirror();
     let started = t0.elapsed();
 
     // Restart: a fresh mount and descriptor; gpupmd (Requires=) restarts too.
