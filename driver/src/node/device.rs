@@ -401,9 +401,7 @@ impl NodeCore {
             }
             answer_waits(inner, &mut actions);
             if let Some(m) = inner.mirror.as_mut() {
-                if let Err(e) = m.publish(inner.backend.as_mut()) {
-                    tracing::warn!(error = %e, "commit mirror not updated");
-                }
+                m.publish(inner.backend.as_mut());
             }
         }
         run(actions);

@@ -41,6 +41,9 @@ pub struct Mirror {
     /// Reused list of changed slots (no allocation per commit).
     slots: Vec<u32>,
     block: BlockSlot,
+    /// The last publication failed (logged once per run of failures:
+    /// publishing is tried at every delivery, thousands per second).
+    failing: bool,
 }
 
 impl Mirror {
@@ -55,6 +58,7 @@ impl Mirror {
             last_resets: 0,
             slots: Vec::new(),
             block: BlockSlot::new_zeroed(),
+            failing: false,
         })
     }
 
@@ -63,8 +67,24 @@ impl Mirror {
         self.writer.path()
     }
 
-    /// Publishes a commit if the periodic count moved since the last one.
-    pub fn publish(&mut self, backend: &mut dyn DeviceBackend) -> Result<(), NodeError> {
+    /// Publishes a commit if the periodic count moved since the last one;
+    /// logs the first failure of a run and the recovery after it.
+    pub fn publish(&mut self, backend: &mut dyn DeviceBackend) {
+        match self.try_publish(backend) {
+            Ok(()) if self.failing => {
+                self.failing = false;
+                tracing::info!("commit mirror updated again");
+            }
+            Ok(()) => {}
+            Err(e) if !self.failing => {
+                self.failing = true;
+                tracing::warn!(error = %e, "commit mirror not updated");
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn try_publish(&mut self, backend: &mut dyn DeviceBackend) -> Result<(), NodeError> {
         let seq = commit_wait::sequence(backend)?;
         let resets = backend.resets();
         if seq == self.last_seq && resets == self.last_resets {
