@@ -192,15 +192,17 @@ impl MirrorReader {
 
     /// One slot's words (relaxed loads; the caller holds the lock).
     fn copy_slot(&self, slot: u32, dst: &mut BlockSlot) {
-        let Ok(base) = usize::try_from(mirror_slot_offset(slot)) else {
+        let dst = dst.as_mut_bytes();
+        let words = usize::try_from(mirror_slot_offset(slot))
+            .ok()
+            .and_then(|base| self.map.u64s_at(base, dst.len() / 8));
+        let Some(words) = words else {
+            // Not reached: `read` checked the slot against the mapping.
+            dst.fill(0);
             return;
         };
-        for (i, d) in dst.as_mut_bytes().chunks_exact_mut(8).enumerate() {
-            let w = self
-                .map
-                .u64_at(base + i * 8)
-                .map_or(0, |w| w.load(Ordering::Relaxed));
-            d.copy_from_slice(&w.to_le_bytes());
+        for (d, w) in dst.chunks_exact_mut(8).zip(words) {
+            d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
     }
 }

@@ -83,6 +83,22 @@ impl Shared {
         Some(unsafe { &*self.ptr.as_ptr().add(offset).cast::<AtomicU64>() })
     }
 
+    /// The `count` 64-bit words from byte `offset`; as [`Shared::u64_at`]
+    /// for each (one bounds check for a whole slot).
+    pub fn u64s_at(&self, offset: usize, count: usize) -> Option<&[AtomicU64]> {
+        let end = offset.checked_add(count.checked_mul(8)?)?;
+        if !offset.is_multiple_of(8) || end > self.len {
+            return None;
+        }
+        // SAFETY: `offset + 8 * count <= len` (checked), so the words lie
+        // inside the live mapping, 8-aligned as in `u64_at`; each is
+        // accessed only as a 64-bit atomic by every process (as there),
+        // and the slice lives no longer than `self`.
+        Some(unsafe {
+            std::slice::from_raw_parts(self.ptr.as_ptr().add(offset).cast::<AtomicU64>(), count)
+        })
+    }
+
     /// The 32-bit word at byte `offset`; as [`Shared::u64_at`].
     pub fn u32_at(&self, offset: usize) -> Option<&AtomicU32> {
         if !offset.is_multiple_of(4) || offset.checked_add(4)? > self.len {

@@ -41,6 +41,7 @@ use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use zerocopy::FromZeros;
 
 use super::mirror::{self, Follower, Offer};
+use super::refresh::Applied;
 use super::table::Key;
 use super::Pages;
 
@@ -122,13 +123,16 @@ impl Pages {
             }
         }
         let mut left = false;
-        for (key, e) in inner.table.pages.iter_mut().filter(|(_, e)| e.dirty) {
-            if out.len() < WAIT_COMMIT_MAX_BLOCKS && !e.source.confidential {
-                e.dirty = false;
-                out.push((*key, e.source.block_offset));
-            } else {
-                left = true;
+        if inner.marks {
+            for (key, e) in inner.table.pages.iter_mut().filter(|(_, e)| e.dirty) {
+                if out.len() < WAIT_COMMIT_MAX_BLOCKS && !e.source.confidential {
+                    e.dirty = false;
+                    out.push((*key, e.source.block_offset));
+                } else {
+                    left = true;
+                }
             }
+            inner.marks = left;
         }
         drop(inner);
         if left {
@@ -137,43 +141,50 @@ impl Pages {
     }
 
     /// Applies a commit's blocks (a wait's reply or the mirror's) and
-    /// counts which pages moved.
-    fn apply_commit(&self, blocks: &[(Key, u64, BlockSlot)]) {
-        let moved = {
+    /// counts which pages moved (`applied` is scratch space kept across
+    /// commits).
+    fn apply_commit<'a>(
+        &self,
+        blocks: impl IntoIterator<Item = (Key, u64, &'a BlockSlot)>,
+        applied: &mut Applied,
+    ) {
+        {
             let _reading = self.lock_reading();
-            let applied = self.apply(blocks, true);
+            self.apply(blocks, true, applied);
             self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
-            applied.moved
-        };
-        self.lock_followed().answered(&moved);
+        }
+        self.lock_followed().answered(&applied.moved);
     }
+}
+
+/// What one followed commit needs besides the pages: the wait's argument
+/// and the scratch space kept across commits, so that following a commit
+/// allocates nothing.
+struct Scratch {
+    arg: WaitCommit,
+    keys: Vec<Key>,
+    wanted: Vec<(Key, u64)>,
+    applied: Applied,
 }
 
 /// Waits for the next commit with `wanted`'s slots; applies the reply.
 /// Returns whether the wait timed out.
-fn wait_once(
-    pages: &Pages,
-    arg: &mut WaitCommit,
-    wanted: &[(Key, u64)],
-    blocks: &mut Vec<(Key, u64, BlockSlot)>,
-) -> Result<bool, DevError> {
-    arg.count = u32::try_from(wanted.len()).unwrap_or(0);
-    for (slot, &(_, off)) in arg.slots.iter_mut().zip(wanted) {
+fn wait_once(pages: &Pages, s: &mut Scratch) -> Result<bool, DevError> {
+    let arg = &mut s.arg;
+    arg.count = u32::try_from(s.wanted.len()).unwrap_or(0);
+    for (slot, &(_, off)) in arg.slots.iter_mut().zip(&s.wanted) {
         *slot = u32::try_from(off / BLOCK_SLOT_SIZE).unwrap_or(u32::MAX);
     }
     let after = arg.after;
     if let Err(e) = pages.dev.wait_commit(arg) {
-        pages.remark(wanted);
+        pages.remark(&s.wanted);
         return Err(e);
     }
-    blocks.clear();
-    blocks.extend(
-        wanted
-            .iter()
-            .zip(&arg.blocks)
-            .map(|(&(key, off), slot)| (key, off, *slot)),
+    let blocks = s.wanted.iter().zip(&arg.blocks);
+    pages.apply_commit(
+        blocks.map(|(&(key, off), slot)| (key, off, slot)),
+        &mut s.applied,
     );
-    pages.apply_commit(blocks);
     arg.after = arg.seq;
     Ok(arg.seq == after)
 }
@@ -183,18 +194,24 @@ fn wait_once(
 fn mirror_once(
     pages: &Pages,
     follower: &mut Follower,
-    wanted: &[(Key, u64)],
-    blocks: &mut Vec<(Key, u64, BlockSlot)>,
+    s: &mut Scratch,
 ) -> Result<bool, MirrorError> {
     if !follower.next_commit(Duration::from_micros(u64::from(WAIT_TIMEOUT_US))) {
-        pages.remark(wanted);
+        pages.remark(&s.wanted);
         return Ok(true);
     }
-    if let Err(e) = follower.read(wanted, blocks) {
-        pages.remark(wanted);
-        return Err(e);
-    }
-    pages.apply_commit(blocks);
+    let slots = match follower.read(&s.wanted) {
+        Ok(slots) => slots,
+        Err(e) => {
+            pages.remark(&s.wanted);
+            return Err(e);
+        }
+    };
+    let blocks = s.wanted.iter().zip(slots);
+    pages.apply_commit(
+        blocks.map(|(&(key, off), slot)| (key, off, slot)),
+        &mut s.applied,
+    );
     Ok(false)
 }
 
@@ -242,17 +259,11 @@ fn choose(pages: &Pages, via: Via, logged: &mut Option<Instant>) -> Via {
 
 /// One commit followed `via`: whether it timed out, or the wait's error.
 /// A mirror that fails is dropped for the wait.
-fn follow_once(
-    pages: &Pages,
-    via: &mut Via,
-    arg: &mut WaitCommit,
-    wanted: &[(Key, u64)],
-    blocks: &mut Vec<(Key, u64, BlockSlot)>,
-) -> Result<bool, DevError> {
+fn follow_once(pages: &Pages, via: &mut Via, s: &mut Scratch) -> Result<bool, DevError> {
     let Via::Mirror(follower) = via else {
-        return wait_once(pages, arg, wanted, blocks);
+        return wait_once(pages, s);
     };
-    match mirror_once(pages, follower, wanted, blocks) {
+    match mirror_once(pages, follower, s) {
         Ok(timed_out) => Ok(timed_out),
         Err(e) => {
             tracing::warn!(
@@ -268,11 +279,15 @@ fn follow_once(
 /// The waiter's loop: parked while nothing is followed, else one wait per
 /// periodic commit (on the mirror's doorbell when the node offers one).
 fn run(pages: &Pages, stop: &AtomicBool) {
-    let mut arg = WaitCommit::new_zeroed();
-    arg.version = IOCTL_STRUCT_VERSION;
-    arg.timeout_us = WAIT_TIMEOUT_US;
+    let mut s = Scratch {
+        arg: WaitCommit::new_zeroed(),
+        keys: Vec::new(),
+        wanted: Vec::new(),
+        applied: Applied::default(),
+    };
+    s.arg.version = IOCTL_STRUCT_VERSION;
+    s.arg.timeout_us = WAIT_TIMEOUT_US;
     let mut logged: Option<Instant> = None;
-    let (mut keys, mut wanted, mut blocks) = (Vec::new(), Vec::new(), Vec::new());
     let mut via = Via::Wait;
     let mut starting = true;
     while !stop.load(Ordering::Acquire) {
@@ -290,12 +305,12 @@ fn run(pages: &Pages, stop: &AtomicBool) {
             via = choose(pages, via, &mut logged);
         }
         pages.following.store(true, Ordering::Release);
-        pages.wait_list(&mut keys, &mut wanted);
-        if wanted.is_empty() {
+        pages.wait_list(&mut s.keys, &mut s.wanted);
+        if s.wanted.is_empty() {
             pages.stop_following();
             continue;
         }
-        match follow_once(pages, &mut via, &mut arg, &wanted, &mut blocks) {
+        match follow_once(pages, &mut via, &mut s) {
             Ok(false) => {}
             Ok(true) => pages.stop_following(),
             Err(DevError::Ioctl {

@@ -62,6 +62,7 @@ impl Pages {
     /// Marks `inner`'s wake-up as pending and wakes the refresher.
     pub(super) fn wake(&self, inner: &mut Inner) {
         inner.wake.pending = true;
+        inner.marks = true;
         self.unpark();
     }
 

@@ -17,7 +17,7 @@
 
 use std::time::{Duration, Instant};
 
-use gpupm_client::mirror::{MirrorError, MirrorReader, Snapshot};
+use gpupm_client::mirror::{MirrorError, MirrorReader};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use gpupm_uapi::mirror::MirrorInfo;
@@ -112,13 +112,9 @@ impl Follower {
         }
     }
 
-    /// The `wanted` pages' slots as the mirror holds them, appended to
-    /// `out` (cleared first) as [`super::Pages::apply`] takes them.
-    pub(super) fn read(
-        &mut self,
-        wanted: &[(Key, u64)],
-        out: &mut Vec<(Key, u64, BlockSlot)>,
-    ) -> Result<Snapshot, MirrorError> {
+    /// The `wanted` pages' slots as the mirror holds them, in `wanted`'s
+    /// order.
+    pub(super) fn read(&mut self, wanted: &[(Key, u64)]) -> Result<&[BlockSlot], MirrorError> {
         self.slots.clear();
         self.slots.extend(
             wanted
@@ -126,14 +122,7 @@ impl Follower {
                 .map(|&(_, off)| u32::try_from(off / BLOCK_SLOT_SIZE).unwrap_or(u32::MAX)),
         );
         self.blocks.resize(wanted.len(), BlockSlot::new_zeroed());
-        let snap = self.reader.read(&self.slots, &mut self.blocks)?;
-        out.clear();
-        out.extend(
-            wanted
-                .iter()
-                .zip(&self.blocks)
-                .map(|(&(key, off), slot)| (key, off, *slot)),
-        );
-        Ok(snap)
+        self.reader.read(&self.slots, &mut self.blocks)?;
+        Ok(&self.blocks)
     }
 }

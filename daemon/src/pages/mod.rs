@@ -53,7 +53,9 @@ use gpupm_client::config::TenantPolicy;
 use gpupm_client::page::WritablePage;
 use gpupm_client::DevNode;
 use gpupm_uapi::layout::BlockSlot;
-use gpupm_uapi::page::{page_state, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION};
+use gpupm_uapi::page::{
+    page_state, PageCounters, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION,
+};
 use gpupm_uapi::tenant::scope;
 use zerocopy::FromZeros;
 
@@ -124,6 +126,12 @@ struct Inner {
     wake: events::Wake,
     /// The context each partition's last switch brought in.
     running: BTreeMap<u32, CtxId>,
+    /// Some page may have been marked since the commit waiter last looked
+    /// through every page: set with every mark (they all go through
+    /// [`Pages::wake`] or [`Pages::remark`]), so that the waiter, once
+    /// per commit, walks the whole table only when there is something to
+    /// find.
+    marks: bool,
 }
 
 /// The daemon's pages.
@@ -181,6 +189,7 @@ impl Pages {
                 orphans,
                 wake: events::Wake::default(),
                 running: BTreeMap::new(),
+                marks: false,
             }),
             switches: events::Switches::default(),
             refresher: OnceLock::new(),
@@ -259,6 +268,19 @@ impl Pages {
         if next != *e.shown {
             e.page.publish(&next);
             *e.shown = next;
+            self.counters.updates.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// [`Self::show`] for a change of the counters alone: only they are
+    /// compared and republished.
+    fn show_counters(&self, generation: u64, e: &mut Entry, mut next: PageCounters) {
+        next.generation = generation;
+        next.state = e.state;
+        next.clock_khz = self.clock_khz;
+        if next != e.shown.counters {
+            e.page.publish_counters(&next);
+            e.shown.counters = next;
             self.counters.updates.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -432,6 +454,7 @@ impl Pages {
             page.publish(&last);
             self.dir.remove(key);
         }
+        inner.marks |= adopted > 0;
         tracing::info!(
             adopted,
             finished,

@@ -22,7 +22,7 @@ use gpupm_uapi::regs::{self as r, trig_ctrl};
 use zerocopy::FromBytes;
 
 use super::commits::Waiter;
-use super::table::{self, Key, Stale};
+use super::table::{self, Key, Next, Stale};
 use super::Pages;
 
 /// Gap (bytes) up to which two blocks are read in one window read rather
@@ -90,43 +90,54 @@ impl Pages {
                 e.dirty = true;
             }
         }
+        inner.marks = true;
     }
 
     /// Folds the blocks read into the pages: which moved, and whether a
-    /// VM block went backwards (a device reset). A commit wait's reply
-    /// (`waited`) may be older than what a refresh showed meanwhile: its
-    /// blocks that went backwards are skipped.
-    pub(super) fn apply(&self, blocks: &[(Key, u64, BlockSlot)], waited: bool) -> Applied {
+    /// VM block went backwards (a device reset), into `out` (cleared
+    /// first; the commit waiter keeps one across commits). A commit wait's
+    /// reply (`waited`) may be older than what a refresh showed meanwhile:
+    /// its blocks that went backwards are skipped.
+    pub(super) fn apply<'a>(
+        &self,
+        blocks: impl IntoIterator<Item = (Key, u64, &'a BlockSlot)>,
+        waited: bool,
+        out: &mut Applied,
+    ) {
+        out.reset = false;
+        out.moved.clear();
         let mut inner = self.lock();
         let generation = inner.generation;
-        let mut out = Applied::default();
         for (key, offset, slot) in blocks {
-            let Some(e) = inner.table.pages.get_mut(key) else {
+            let Some(e) = inner.table.pages.get_mut(&key) else {
                 continue;
             };
-            if e.source.block_offset != *offset {
+            if e.source.block_offset != offset {
                 continue;
             }
             let pending = e.rate.is_some() || e.sealed_rate.is_some();
-            if !pending && table::shows(*key, &e.source, &e.shown, generation, slot) {
+            if !pending && table::shows(key, &e.source, &e.shown, generation, slot) {
                 continue;
             }
-            match table::with_slot(*key, &e.source, &e.shown, slot) {
+            match table::next_of(key, e, slot) {
                 Ok(next) => {
-                    let (was, now) = (e.shown.counters.commit_seq, next.counters.commit_seq);
-                    if now > was && e.shown.counters.generation == generation {
-                        out.moved.push(*key);
+                    let was = e.shown.counters.commit_seq;
+                    if next.commit_seq() > was && e.shown.counters.generation == generation {
+                        out.moved.push(key);
                     }
-                    let next = table::with_rates(next, e);
-                    e.rate = None;
-                    e.sealed_rate = None;
-                    self.show(generation, e, next);
+                    match next {
+                        Next::Counters(c) => self.show_counters(generation, e, c),
+                        Next::Page(page) => {
+                            e.rate = None;
+                            e.sealed_rate = None;
+                            self.show(generation, e, *page);
+                        }
+                    }
                 }
                 Err(Stale::Backwards) if !waited && matches!(key, Key::Vm(_)) => out.reset = true,
                 Err(_) => {}
             }
         }
-        out
     }
 
     /// A full refresh: reads every page's block slot and rewrites the
@@ -168,7 +179,12 @@ impl Pages {
                 return Err(e);
             }
         };
-        let applied = self.apply(&blocks, false);
+        let mut applied = Applied::default();
+        self.apply(
+            blocks.iter().map(|(k, o, s)| (*k, *o, s)),
+            false,
+            &mut applied,
+        );
         if applied.reset {
             self.device_reset();
         }

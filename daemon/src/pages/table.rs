@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use gpupm_client::page::WritablePage;
 use gpupm_uapi::layout::{block_kind, envelope_flags, BlockSlot, StreamSlot};
-use gpupm_uapi::page::{page_flags, PageData};
+use gpupm_uapi::page::{page_flags, PageCounters, PageData};
 use gpupm_uapi::tenant::RateSample;
 use zerocopy::FromZeros;
 
@@ -124,11 +124,11 @@ pub fn with_slot(
     slot: &BlockSlot,
 ) -> Result<PageData, Stale> {
     let mut next = *shown;
-    let c = &mut next.counters;
     if source.confidential || slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
         if slot.envelope.flags & envelope_flags::VALID == 0 || slot.envelope.vm != source.vm {
             return Err(Stale::NotThisScope);
         }
+        let c = &mut next.counters;
         c.flags |= page_flags::SEALED;
         c.totals = [0; gpupm_uapi::events::MAX_EVENTS];
         c.commit_seq = 0;
@@ -136,19 +136,68 @@ pub fn with_slot(
         next.sealed = *slot;
         return Ok(next);
     }
+    next.counters = plain_counters(key, source, &shown.counters, slot)?;
+    next.sealed = BlockSlot::new_zeroed();
+    Ok(next)
+}
+
+/// The counters a plaintext `slot` gives a page that shows `shown`.
+fn plain_counters(
+    key: Key,
+    source: &Source,
+    shown: &PageCounters,
+    slot: &BlockSlot,
+) -> Result<PageCounters, Stale> {
     let block = slot.plain_block().ok_or(Stale::NotThisScope)?;
     if block.kind != key.block_kind() || block.id != key.block_id() || block.vm != source.vm {
         return Err(Stale::NotThisScope);
     }
-    if block.commit_seq < c.commit_seq {
+    if block.commit_seq < shown.commit_seq {
         return Err(Stale::Backwards);
     }
+    let mut c = *shown;
     c.flags &= !page_flags::SEALED;
     c.totals = block.counters;
     c.commit_seq = block.commit_seq;
     c.cycle = block.last_commit_cycle;
-    next.sealed = BlockSlot::new_zeroed();
-    Ok(next)
+    Ok(c)
+}
+
+/// What a block slot changes on a page.
+// The counters stay inline: a `Next` lives on the stack for one page, and
+// boxing them would allocate at every periodic commit of every page.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Next {
+    /// Only the counters: a plaintext block on a plaintext page with no
+    /// rate sample pending — what every periodic commit brings, so only
+    /// these 552 bytes are rebuilt and republished, not the whole page.
+    Counters(PageCounters),
+    /// The whole page.
+    Page(Box<PageData>),
+}
+
+impl Next {
+    /// The commit count the page shows next.
+    pub fn commit_seq(&self) -> u64 {
+        match self {
+            Next::Counters(c) => c.commit_seq,
+            Next::Page(p) => p.counters.commit_seq,
+        }
+    }
+}
+
+/// What `slot` changes on the page `e`, its pending rate samples folded in.
+pub fn next_of(key: Key, e: &Entry, slot: &BlockSlot) -> Result<Next, Stale> {
+    let pending = e.rate.is_some() || e.sealed_rate.is_some();
+    let sealed = e.source.confidential
+        || slot.envelope.flags & envelope_flags::ENCRYPTED != 0
+        || e.shown.counters.flags & page_flags::SEALED != 0;
+    if pending || sealed {
+        let next = with_slot(key, &e.source, &e.shown, slot)?;
+        return Ok(Next::Page(Box::new(with_rates(next, e))));
+    }
+    plain_counters(key, &e.source, &e.shown.counters, slot).map(Next::Counters)
 }
 
 /// Whether the page already shows `slot` under `generation` (a cheap
@@ -301,6 +350,107 @@ mod tests {
             &slot(block_kind::CONTEXT, 6, 2, 4)
         ));
         assert!(!shows(key, &SRC, &next, 9, &slot(block_kind::VM, 5, 2, 4)));
+    }
+
+    /// An entry showing `shown`, on a page file that is unlinked at once.
+    fn entry(shown: PageData) -> Entry {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("gpupmd-table-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        file.set_len(gpupm_uapi::page::PAGE_SIZE as u64).unwrap();
+        Entry {
+            page: WritablePage::map(std::os::fd::AsFd::as_fd(&file)).unwrap(),
+            source: SRC,
+            state: 0,
+            shown: Box::new(shown),
+            dirty: false,
+            rate: None,
+            sealed_rate: None,
+        }
+    }
+
+    /// The page a commit leaves, however `next_of` says to publish it.
+    fn applied(shown: &PageData, next: Next) -> PageData {
+        match next {
+            Next::Counters(c) => PageData {
+                counters: c,
+                ..*shown
+            },
+            Next::Page(p) => *p,
+        }
+    }
+
+    #[test]
+    fn a_commit_republishes_only_the_counters_exactly_when_nothing_else_changes() {
+        let key = Key::Ctx(5, 100);
+        let s4 = slot(block_kind::CONTEXT, 5, 2, 4);
+        let s5 = slot(block_kind::CONTEXT, 5, 2, 5);
+        let mut shown = with_slot(key, &SRC, &PageData::new_zeroed(), &s4).unwrap();
+        shown.counters.flags |= page_flags::RATE;
+        shown.rate.deltas[1] = 11;
+        let mut e = entry(shown);
+        let whole = with_slot(key, &SRC, &e.shown, &s5).unwrap();
+
+        let next = next_of(key, &e, &s5).unwrap();
+        assert!(
+            matches!(next, Next::Counters(_)),
+            "a plain commit: counters only"
+        );
+        assert_eq!(
+            applied(&e.shown, next),
+            whole,
+            "the same page as a whole rebuild"
+        );
+        assert_eq!(whole.rate, shown.rate, "the shown rate stays");
+        assert!(matches!(next_of(key, &e, &s4), Ok(Next::Counters(_))));
+        assert_eq!(
+            next_of(key, &e, &slot(block_kind::CONTEXT, 5, 2, 3)).map(|_| ()),
+            Err(Stale::Backwards)
+        );
+        assert_eq!(
+            next_of(key, &e, &slot(block_kind::CONTEXT, 6, 2, 9)).map(|_| ()),
+            Err(Stale::NotThisScope)
+        );
+
+        let mut rate = shown.rate;
+        rate.deltas[1] = 12;
+        e.rate = Some(rate);
+        let next = next_of(key, &e, &s5).unwrap();
+        assert!(
+            matches!(next, Next::Page(_)),
+            "a pending rate: the whole page"
+        );
+        let page = applied(&e.shown, next);
+        assert_eq!(page, with_rates(whole, &e));
+        assert_eq!(page.rate.deltas[1], 12);
+    }
+
+    #[test]
+    fn a_page_that_shows_or_gets_a_sealed_slot_is_rewritten_whole() {
+        let key = Key::Vm(2);
+        let plain = slot(block_kind::VM, 2, 2, 4);
+        let mut sealed = slot(block_kind::VM, 2, 2, 4);
+        sealed.envelope.flags |= envelope_flags::ENCRYPTED;
+        let e = entry(PageData::new_zeroed());
+        let next = next_of(key, &e, &sealed).unwrap();
+        assert!(matches!(next, Next::Page(_)));
+        let now_sealed = applied(&e.shown, next);
+        assert_eq!(now_sealed.sealed, sealed);
+
+        let e = entry(now_sealed);
+        let next = next_of(key, &e, &plain).unwrap();
+        assert!(matches!(next, Next::Page(_)), "the sealed bytes must go");
+        let back = applied(&e.shown, next);
+        assert_eq!(back.counters.flags & page_flags::SEALED, 0);
+        assert_eq!(back.sealed, BlockSlot::new_zeroed());
+        assert_eq!(back.counters.commit_seq, 4);
     }
 
     #[test]
