@@ -123,13 +123,17 @@ impl Booted {
         }
     }
 
-    /// Waits until the units' journal holds `line`; fails with the journal
-    /// at the deadline.
-    fn wait_journal(&self, line: &str) {
+    /// Waits until the units' journal holds a line with `line` logged by
+    /// `who` (its syslog identifier and pid, e.g. `gpupmd[123]`); fails
+    /// with the journal at the deadline.
+    fn wait_journal_of(&self, who: &str, line: &str) {
         let deadline = Instant::now() + DEADLINE;
         loop {
             let journal = self.journal();
-            if journal.contains(line) {
+            if journal
+                .lines()
+                .any(|l| l.contains(line) && l.contains(&format!("{who}:")))
+            {
                 return;
             }
             assert!(
@@ -142,9 +146,11 @@ impl Booted {
 
     /// The commit mirror under the units: the driver, unprivileged, made it
     /// in the tmpfiles directory, shared with gpupm-admin only; gpupmd
-    /// follows through it the pages the CLI's reads made; an unprivileged
-    /// user can neither list the directory nor read a file in it.
-    fn check_mirror(&self) {
+    /// follows through it (the instance `daemon`, so also after a restart
+    /// of the driver, whose new mirror is a new file) the pages the CLI's
+    /// reads made; an unprivileged user can neither list the directory nor
+    /// read a file in it.
+    fn check_mirror(&self, daemon: &UnitState) {
         let modes = self.ok(&[
             "stat",
             "-c",
@@ -176,7 +182,7 @@ impl Booted {
         for vm in &plain {
             self.gpupm(&["stat", "--vm", vm, "-e", "sm_inst_executed", "--json"]);
         }
-        self.wait_journal(MIRROR_FOLLOWED);
+        self.wait_journal_of(&format!("gpupmd[{}]", daemon.main_pid), MIRROR_FOLLOWED);
         for argv in [
             &["ls", "/run/gpupm/mirror"][..],
             &["cat", "/run/gpupm/mirror/commits"],
@@ -463,7 +469,7 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
         assert!(journal.contains(line), "no {line:?} in\n{journal}");
     }
     c.check_nodes_serve();
-    c.check_mirror();
+    c.check_mirror(&daemon);
     let started = t0.elapsed();
 
     // Restart: a fresh mount and descriptor; gpupmd (Requires=) restarts too.
@@ -477,6 +483,7 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
     assert_eq!((driver2.stored_fds, daemon2.stored_fds), (1, 1));
     assert_eq!(c.gpupm_mounts().len(), 2, "{:?}", c.gpupm_mounts());
     c.check_nodes_serve();
+    c.check_mirror(&daemon2);
 
     // Crash: SIGKILL the driver; Restart=on-failure brings it back, and
     // the stop path drops the dead connection's descriptor so that gpupmd's
@@ -492,12 +499,13 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
     let driver3 = c.wait_unit(UNITS[0], "restarted after SIGKILL", |s| {
         s.restarts == 1 && s.sub == "running" && s.main_pid != driver2.main_pid
     });
-    c.wait_unit(UNITS[1], "restarted after the driver's crash", |s| {
+    let daemon3 = c.wait_unit(UNITS[1], "restarted after the driver's crash", |s| {
         s.sub == "running" && s.main_pid != 0 && s.main_pid != daemon2.main_pid
     });
     let crash_until = monotonic_us();
     assert_eq!(driver3.stored_fds, 1);
     c.check_nodes_serve();
+    c.check_mirror(&daemon3);
     let journal = c.journal();
     assert!(
         journal.contains("unmounted /run/gpupm/dev and dropped the stored descriptor \"node\""),
