@@ -1,6 +1,7 @@
 //! The daemon's CPU time and the machine's load, from `/proc`, for the
 //! benches.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::time::Instant;
 
@@ -37,4 +38,45 @@ pub fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// Nanoseconds each thread of `pid` has run so far, summed by thread
+/// name (`/proc/<pid>/task/*/schedstat`: the scheduler's own accounting,
+/// to the nanosecond, where `stat`'s ticks are 10 ms). A thread that
+/// exits between two calls is missing from the second.
+pub fn thread_run_ns(pid: i32) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let comm = fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let run = fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        if let Some(ns) = run {
+            *out.entry(comm.trim().to_owned()).or_insert(0) += ns;
+        }
+    }
+    out
+}
+
+/// Each thread name's CPU % of one core between two [`thread_run_ns`]
+/// snapshots `wall` seconds apart, busiest first.
+#[allow(clippy::cast_precision_loss)]
+pub fn thread_cpu_pct(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    wall: f64,
+) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = after
+        .iter()
+        .map(|(name, &ns)| {
+            let ran = ns.saturating_sub(before.get(name).copied().unwrap_or(0));
+            (name.clone(), ran as f64 / 1e9 / wall * 100.0)
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
 }

@@ -20,7 +20,9 @@
 //! and prints:
 //!
 //! - daemon CPU % of one core: utime + stime from `/proc/<pid>/stat` over
-//!   each phase (after READY);
+//!   each phase (after READY), and by thread over the phase's client
+//!   window (each thread's run time from `/proc/<pid>/task/*/schedstat`,
+//!   by thread name; `page_threads_cpu_pct` in the JSON);
 //! - daemon RSS (VmRSS at the end, VmHWM beside it);
 //! - handshake latency p50/p99 as the daemon measures it: from the
 //!   interrupt `read()` returning to the unpause register write completing
@@ -117,6 +119,8 @@ fn env_u64(var: &str, default: u64) -> u64 {
 /// probe added for `probe_secs`.
 struct Phase {
     cpu_pct: f64,
+    /// CPU % of one core by daemon thread (name) over the same window.
+    threads: Vec<(String, f64)>,
     cpu_probe_pct: f64,
     wall: f64,
     reads: Vec<u64>,
@@ -136,7 +140,9 @@ fn phase(
 ) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
     let readers = clients::spawn_readers(clients, via, paths, &stop);
+    let threads0 = procfs::thread_run_ns(pid);
     let (cpu_pct, wall) = cpu_during(pid, tck, || std::thread::sleep(Duration::from_secs(secs)));
+    let threads = procfs::thread_cpu_pct(&threads0, &procfs::thread_run_ns(pid), wall);
     let probe_stop = Arc::new(AtomicBool::new(false));
     let poll = match via {
         Via::Page => Duration::from_micros(100),
@@ -150,6 +156,7 @@ fn phase(
     stop.store(true, Ordering::Relaxed);
     Phase {
         cpu_pct,
+        threads,
         cpu_probe_pct,
         wall,
         reads: clients::collect(readers),
@@ -280,6 +287,7 @@ fn main() {
         "daemon CPU, page clients  {:.2} % of one core (goal < 2 %); {:.2} % with the page probe",
         paged.cpu_pct, paged.cpu_probe_pct
     );
+    println!("  by thread               {}", by_thread(&paged.threads));
     println!(
         "page refreshes            {:.0}/s in the page phase",
         page_refreshes as f64 / (paged.wall + probe_secs as f64)
@@ -288,6 +296,7 @@ fn main() {
         "daemon CPU, ioctl clients {:.2} % of one core; {:.2} % with the 1 kHz ioctl probe",
         ioctl.cpu_pct, ioctl.cpu_probe_pct
     );
+    println!("  by thread               {}", by_thread(&ioctl.threads));
     println!("daemon RSS                {rss_mib:.1} MiB (peak {hwm_mib:.1} MiB; goal < 64 MiB)");
     println!(
         "handshake latency         p50 {hs_p50:.1} µs   p99 {hs_p99:.1} µs (goal p99 < 500 µs)"
@@ -335,7 +344,8 @@ fn main() {
          \"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\"visible_p99_ms\":{:.3},\
          \"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
          \"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\
-         \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\"}}",
+         \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\",\
+         \"page_threads_cpu_pct\":{{{}}}}}",
         paged.cpu_pct,
         paged.cpu_probe_pct,
         ms(pvis_p50),
@@ -346,6 +356,23 @@ fn main() {
         ioctl.cpu_pct,
         ioctl.cpu_probe_pct,
         ms(vis_p99),
-        switches_paged as f64 / paged.wall
+        switches_paged as f64 / paged.wall,
+        paged
+            .threads
+            .iter()
+            .filter(|(_, pct)| *pct >= 0.005)
+            .map(|(name, pct)| format!("\"{name}\":{pct:.3}"))
+            .collect::<Vec<_>>()
+            .join(",")
     );
+}
+
+/// The threads that used at least 0.005 % of a core, busiest first.
+fn by_thread(threads: &[(String, f64)]) -> String {
+    threads
+        .iter()
+        .filter(|(_, pct)| *pct >= 0.005)
+        .map(|(name, pct)| format!("{name} {pct:.2} %"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
