@@ -88,6 +88,8 @@ pub struct Engine {
     dev: Arc<DevNode>,
     /// Woken at stop: the sampling thread may sleep on it.
     sampler: Arc<DevSampler>,
+    /// Woken at stop: the RI drain thread sleeps while no session is open.
+    ri: Arc<crate::ri::RiUnit>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -141,6 +143,7 @@ impl Engine {
         let mut engine = Engine {
             dev: Arc::clone(&dev),
             sampler: Arc::clone(store.sampler()),
+            ri: Arc::clone(store.ri()),
             stop: Arc::clone(&stop),
             threads: vec![irq],
         };
@@ -210,6 +213,7 @@ impl Engine {
         if !self.threads.is_empty() {
             irq::wake(&self.dev);
             self.sampler.wake();
+            self.ri.wake();
         }
         for t in self.threads.drain(..) {
             if t.join().is_err() {

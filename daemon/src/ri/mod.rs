@@ -7,7 +7,8 @@
 //! hands every report group the block stores to its [`RiSink`]. Groups are
 //! drained whole ([`drain`]): on the device's `RI_BUFFER_FULL` and
 //! `RI_HALT` interrupts ([`RiUnit::notify`]), every [`DRAIN_INTERVAL`] on
-//! the unit's thread ([`run`]) and when the session ends. A group the
+//! the unit's thread ([`run`]; it sleeps while no session is open) and
+//! when the session ends. A group the
 //! buffer overwrote before a drain is counted lost and reported in the
 //! next entry; a halt reaches the sink once, with its reason.
 //!
@@ -23,11 +24,12 @@ pub mod drain;
 pub mod metrics;
 pub mod plan;
 mod resume;
+mod thread;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpupm_client::ops::{read32, reg32, write32};
 use gpupm_client::{DevError, DevNode};
@@ -35,6 +37,8 @@ use gpupm_uapi::regs as r;
 use gpupm_uapi::ri::{self as ri, ri_ctrl, RI_BLOCKS};
 
 pub use self::drain::Entry;
+use self::thread::Wake;
+pub use self::thread::{run, start};
 
 /// Longest a stored group waits in the program buffer.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
@@ -178,7 +182,8 @@ pub struct RiUnit {
     dev: Arc<DevNode>,
     slots: Mutex<Vec<Option<Slot>>>,
     next_id: AtomicU64,
-    wake: Mutex<Option<Sender<u32>>>,
+    /// The drain thread's doorbell, while it runs.
+    wake: Mutex<Option<Sender<Wake>>>,
     stats: RiStats,
 }
 
@@ -345,6 +350,9 @@ impl RiUnit {
             sink,
         });
         self.stats.sessions.fetch_add(1, Ordering::Relaxed);
+        drop(slots);
+        // The drain thread sleeps while no session is open.
+        self.ring(Wake::Look);
         let ticket = RiTicket {
             unit: Arc::downgrade(self),
             block,
@@ -387,10 +395,19 @@ impl RiUnit {
 
     /// Asks the unit's thread to drain `block` (an interrupt named it).
     pub fn notify(&self, block: u32) {
+        self.ring(Wake::Drain(block));
+    }
+
+    /// Wakes the unit's thread to look at its stop flag (the engine stops).
+    pub fn wake(&self) {
+        self.ring(Wake::Look);
+    }
+
+    fn ring(&self, why: Wake) {
         let wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
-        // The thread only stops with the engine; a record after that is moot.
-        if let Some(Err(e)) = wake.as_ref().map(|tx| tx.send(block)) {
-            tracing::debug!(block = e.0, "the RI drain thread is gone");
+        // The thread only stops with the engine; a wake after that is moot.
+        if let Some(Err(e)) = wake.as_ref().map(|tx| tx.send(why)) {
+            tracing::debug!(wake = ?e.0, "the RI drain thread is gone");
         }
     }
 
@@ -462,48 +479,4 @@ impl RiUnit {
             .filter_map(|(s, i)| s.as_ref().map(|_| i))
             .collect()
     }
-}
-
-/// The unit's drain thread: drains the blocks interrupts name, and every
-/// block every [`DRAIN_INTERVAL`], until `stop` is set.
-pub fn run(unit: &RiUnit, stop: &std::sync::atomic::AtomicBool) {
-    let (tx, rx): (Sender<u32>, Receiver<u32>) = std::sync::mpsc::channel();
-    *unit.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-    let mut due = Instant::now() + DRAIN_INTERVAL;
-    while !stop.load(Ordering::Acquire) {
-        match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
-            Ok(b) => {
-                let mut blocks = vec![b];
-                blocks.extend(rx.try_iter());
-                blocks.sort_unstable();
-                blocks.dedup();
-                for b in blocks {
-                    unit.drain_block(b);
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if Instant::now() >= due {
-            for b in unit.active_blocks() {
-                unit.drain_block(b);
-            }
-            due = Instant::now() + DRAIN_INTERVAL;
-        }
-    }
-    *unit.wake.lock().unwrap_or_else(|e| e.into_inner()) = None;
-}
-
-/// Reclaims the blocks a previous daemon left in use and starts the
-/// unit's drain thread.
-pub fn start(
-    store: &Arc<crate::store::Store>,
-    stop: &Arc<std::sync::atomic::AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, crate::engine::EngineError> {
-    store.ri().reclaim()?;
-    let (unit, stop) = (Arc::clone(store.ri()), Arc::clone(stop));
-    std::thread::Builder::new()
-        .name("gpupmd-ri".into())
-        .spawn(move || run(&unit, &stop))
-        .map_err(crate::engine::EngineError::Thread)
 }

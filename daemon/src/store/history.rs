@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 
 use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 
 use crate::view::{CtxId, DeltaSample, Scope};
 
@@ -166,6 +167,72 @@ impl Ring {
     }
 }
 
+/// Every scope's ring, found by index: a drain records each sample into
+/// two rings, thousands of times a second, and hashing the scope for a
+/// map (SipHash) cost more than the copies into the rings.
+#[derive(Debug, Default)]
+struct ScopeRings {
+    system: Ring,
+    /// VM `v`'s ring at `v`, grown to the largest VM id seen.
+    vms: Vec<Ring>,
+    /// Context id `c`'s ring at `c`, grown to the largest id seen (at most
+    /// [`MAX_CONTEXTS`] empty rings, 256 KiB).
+    ctxs: Vec<Ring>,
+    /// Ids past the device's limits, which a conforming device never
+    /// records: kept all the same.
+    beyond: HashMap<Scope, Ring>,
+}
+
+/// Index of id `id` in a table of at most `max` entries.
+fn table_index(id: u32, max: u32) -> Option<usize> {
+    (id < max).then(|| usize::try_from(id).ok()).flatten()
+}
+
+impl ScopeRings {
+    fn get(&self, scope: Scope) -> Option<&Ring> {
+        match scope {
+            Scope::System => Some(&self.system),
+            Scope::Vm(v) => match table_index(v, MAX_VMS) {
+                Some(i) => self.vms.get(i),
+                None => self.beyond.get(&scope),
+            },
+            Scope::Ctx(c) => match table_index(c, MAX_CONTEXTS) {
+                Some(i) => self.ctxs.get(i),
+                None => self.beyond.get(&scope),
+            },
+        }
+    }
+
+    fn get_or_insert(&mut self, scope: Scope) -> &mut Ring {
+        let (table, i) = match scope {
+            Scope::System => return &mut self.system,
+            Scope::Vm(v) => (&mut self.vms, table_index(v, MAX_VMS)),
+            Scope::Ctx(c) => (&mut self.ctxs, table_index(c, MAX_CONTEXTS)),
+        };
+        let Some(i) = i else {
+            return self.beyond.entry(scope).or_default();
+        };
+        if table.len() <= i {
+            table.resize_with(i + 1, Ring::default);
+        }
+        &mut table[i]
+    }
+
+    fn remove(&mut self, scope: Scope) {
+        let table_slot = match scope {
+            Scope::System => Some(&mut self.system),
+            Scope::Vm(v) => table_index(v, MAX_VMS).and_then(|i| self.vms.get_mut(i)),
+            Scope::Ctx(c) => table_index(c, MAX_CONTEXTS).and_then(|i| self.ctxs.get_mut(i)),
+        };
+        match table_slot {
+            Some(ring) => *ring = Ring::default(),
+            None => {
+                self.beyond.remove(&scope);
+            }
+        }
+    }
+}
+
 /// Capacity of each live feed; a subscriber that lags further loses the
 /// oldest samples (and sees `RecvError::Lagged` with the count).
 const FEED_CAPACITY: usize = 1024;
@@ -174,7 +241,7 @@ const FEED_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct History {
     cap: usize,
-    rings: HashMap<Scope, Ring>,
+    rings: ScopeRings,
     feeds: HashMap<Scope, broadcast::Sender<Arc<DeltaSample>>>,
     /// Where a sample is packed before it is copied into its rings.
     scratch: Box<[u8; MAX_PACKED]>,
@@ -185,7 +252,7 @@ impl History {
     pub fn new(cap: usize) -> History {
         History {
             cap: cap.max(1),
-            rings: HashMap::new(),
+            rings: ScopeRings::default(),
             feeds: HashMap::new(),
             scratch: Box::new([0; MAX_PACKED]),
         }
@@ -207,10 +274,7 @@ impl History {
         let head = Head::of(sample, present, len);
         let bytes = sample.sealed.as_deref().unwrap_or(&self.scratch[..len]);
         for scope in std::iter::once(vm_scope).chain(ctx_scope) {
-            self.rings
-                .entry(scope)
-                .or_default()
-                .push(self.cap, head, bytes);
+            self.rings.get_or_insert(scope).push(self.cap, head, bytes);
         }
         // Live feeds are rare; the shared copy is only made for one.
         if self.feeds.is_empty() {
@@ -231,13 +295,13 @@ impl History {
 
     /// Forgets a context id's samples (the id names a new instance now).
     pub fn forget_ctx(&mut self, ctx: CtxId) {
-        self.rings.remove(&Scope::Ctx(ctx));
+        self.rings.remove(Scope::Ctx(ctx));
     }
 
     /// The most recent `max` samples, oldest first.
     pub fn recent(&self, scope: Scope, max: usize) -> Vec<DeltaSample> {
         self.rings
-            .get(&scope)
+            .get(scope)
             .map_or_else(Vec::new, |ring| ring.recent(max))
     }
 
@@ -314,6 +378,42 @@ mod tests {
             assert_eq!(h.recent(Scope::Ctx(9), 2), last_two);
         }
         assert!(h.recent(Scope::Vm(4), 0).is_empty());
+    }
+
+    #[test]
+    fn every_scope_keeps_its_own_samples_inside_and_beyond_the_device_limits() {
+        let mut h = History::new(8);
+        let (big_vm, big_ctx) = (MAX_VMS + 5, MAX_CONTEXTS + 1);
+        let pushed = [
+            sample(1, 3, MAX_CONTEXTS - 1),
+            sample(2, big_vm, big_ctx),
+            sample(3, 3, 0),
+            sample(4, 0, 7),
+            sample(5, big_vm, 7),
+        ];
+        for s in &pushed {
+            h.push(s);
+        }
+        let seqs = |h: &History, scope| -> Vec<u64> {
+            h.recent(scope, 10).iter().map(|s| s.seq).collect()
+        };
+        assert_eq!(seqs(&h, Scope::Vm(3)), [1, 3]);
+        assert_eq!(seqs(&h, Scope::Vm(big_vm)), [2, 5]);
+        assert_eq!(seqs(&h, Scope::System), [4]);
+        assert_eq!(seqs(&h, Scope::Ctx(MAX_CONTEXTS - 1)), [1]);
+        assert_eq!(seqs(&h, Scope::Ctx(big_ctx)), [2]);
+        assert_eq!(seqs(&h, Scope::Ctx(7)), [4, 5]);
+        assert!(seqs(&h, Scope::Vm(4)).is_empty());
+        assert!(seqs(&h, Scope::Ctx(MAX_CONTEXTS)).is_empty());
+
+        h.forget_ctx(big_ctx);
+        h.forget_ctx(7);
+        assert!(seqs(&h, Scope::Ctx(big_ctx)).is_empty());
+        assert!(seqs(&h, Scope::Ctx(7)).is_empty());
+        assert_eq!(seqs(&h, Scope::Ctx(MAX_CONTEXTS - 1)), [1], "others kept");
+        assert_eq!(seqs(&h, Scope::Vm(big_vm)), [2, 5], "VM rings kept");
+        h.push(&sample(6, 0, 7));
+        assert_eq!(seqs(&h, Scope::Ctx(7)), [6], "a new instance starts empty");
     }
 
     #[test]

@@ -136,12 +136,12 @@ impl Store {
 
     /// Adds stream deltas to the history and feeds (and the pages'
     /// latest rate samples).
-    pub fn record_samples(&self, samples: Vec<DeltaSample>) {
+    pub fn record_samples(&self, samples: &[DeltaSample]) {
         if let Some(p) = self.pages.get() {
-            p.samples(&samples);
+            p.samples(samples);
         }
         let mut h = self.hist();
-        for s in &samples {
+        for s in samples {
             h.push(s);
         }
     }
