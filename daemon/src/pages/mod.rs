@@ -53,9 +53,7 @@ use gpupm_client::config::TenantPolicy;
 use gpupm_client::page::WritablePage;
 use gpupm_client::DevNode;
 use gpupm_uapi::layout::BlockSlot;
-use gpupm_uapi::page::{
-    page_state, PageCounters, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION,
-};
+use gpupm_uapi::page::{page_state, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION};
 use gpupm_uapi::tenant::scope;
 use zerocopy::FromZeros;
 
@@ -272,17 +270,16 @@ impl Pages {
         }
     }
 
-    /// [`Self::show`] for a change of the counters alone: only they are
-    /// compared and republished.
-    fn show_counters(&self, generation: u64, e: &mut Entry, mut next: PageCounters) {
-        next.generation = generation;
-        next.state = e.state;
-        next.clock_khz = self.clock_khz;
-        if next != e.shown.counters {
-            e.page.publish_counters(&next);
-            e.shown.counters = next;
-            self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        }
+    /// [`Self::show`] for counters already folded into `e.shown` (by
+    /// [`table::next_of`], which found them changed): stamps and
+    /// republishes them alone.
+    fn show_counters(&self, generation: u64, e: &mut Entry) {
+        let c = &mut e.shown.counters;
+        c.generation = generation;
+        c.state = e.state;
+        c.clock_khz = self.clock_khz;
+        e.page.publish_counters(c);
+        self.counters.updates.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Publishes `state` with the page's current values.

@@ -119,14 +119,18 @@ impl Pages {
             if !pending && table::shows(key, &e.source, &e.shown, generation, slot) {
                 continue;
             }
+            let (was, was_generation) = (e.shown.counters.commit_seq, e.shown.counters.generation);
             match table::next_of(key, e, slot) {
                 Ok(next) => {
-                    let was = e.shown.counters.commit_seq;
-                    if next.commit_seq() > was && e.shown.counters.generation == generation {
+                    let now = match &next {
+                        Next::Counters => e.shown.counters.commit_seq,
+                        Next::Page(page) => page.counters.commit_seq,
+                    };
+                    if now > was && was_generation == generation {
                         out.moved.push(key);
                     }
                     match next {
-                        Next::Counters(c) => self.show_counters(generation, e, c),
+                        Next::Counters => self.show_counters(generation, e),
                         Next::Page(page) => {
                             e.rate = None;
                             e.sealed_rate = None;

@@ -2,10 +2,12 @@
 //! device, and what each page holds; turning a block slot read from the
 //! device into page data.
 
+use core::mem::{offset_of, size_of};
 use std::collections::BTreeMap;
 
 use gpupm_client::page::WritablePage;
-use gpupm_uapi::layout::{block_kind, envelope_flags, BlockSlot, StreamSlot};
+use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::layout::{block_kind, envelope_flags, Block, BlockSlot, StreamSlot, BLOCK_MAGIC};
 use gpupm_uapi::page::{page_flags, PageCounters, PageData};
 use gpupm_uapi::tenant::RateSample;
 use zerocopy::FromZeros;
@@ -130,65 +132,34 @@ pub fn with_slot(
         }
         let c = &mut next.counters;
         c.flags |= page_flags::SEALED;
-        c.totals = [0; gpupm_uapi::events::MAX_EVENTS];
+        c.totals = [0; MAX_EVENTS];
         c.commit_seq = 0;
         c.cycle = 0;
         next.sealed = *slot;
         return Ok(next);
     }
-    next.counters = plain_counters(key, source, &shown.counters, slot)?;
+    fold_plain(key, source, &mut next.counters, slot)?;
     next.sealed = BlockSlot::new_zeroed();
     Ok(next)
 }
 
-/// The counters a plaintext `slot` gives a page that shows `shown`.
-fn plain_counters(
-    key: Key,
-    source: &Source,
-    shown: &PageCounters,
-    slot: &BlockSlot,
-) -> Result<PageCounters, Stale> {
-    let block = slot.plain_block().ok_or(Stale::NotThisScope)?;
-    if block.kind != key.block_kind() || block.id != key.block_id() || block.vm != source.vm {
-        return Err(Stale::NotThisScope);
-    }
-    if block.commit_seq < shown.commit_seq {
-        return Err(Stale::Backwards);
-    }
-    let mut c = *shown;
-    c.flags &= !page_flags::SEALED;
-    c.totals = block.counters;
-    c.commit_seq = block.commit_seq;
-    c.cycle = block.last_commit_cycle;
-    Ok(c)
-}
-
 /// What a block slot changes on a page.
-// The counters stay inline: a `Next` lives on the stack for one page, and
-// boxing them would allocate at every periodic commit of every page.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Next {
-    /// Only the counters: a plaintext block on a plaintext page with no
-    /// rate sample pending — what every periodic commit brings, so only
-    /// these 552 bytes are rebuilt and republished, not the whole page.
-    Counters(PageCounters),
+    /// Only the counters, already folded into the entry's shown page:
+    /// a plaintext block on a plaintext page with no rate sample pending
+    /// — what every periodic commit brings — so only these 552 bytes are
+    /// rewritten and republished, in place, not the whole page.
+    Counters,
     /// The whole page.
     Page(Box<PageData>),
 }
 
-impl Next {
-    /// The commit count the page shows next.
-    pub fn commit_seq(&self) -> u64 {
-        match self {
-            Next::Counters(c) => c.commit_seq,
-            Next::Page(p) => p.counters.commit_seq,
-        }
-    }
-}
-
-/// What `slot` changes on the page `e`, its pending rate samples folded in.
-pub fn next_of(key: Key, e: &Entry, slot: &BlockSlot) -> Result<Next, Stale> {
+/// What `slot` changes on the page `e`, its pending rate samples folded
+/// in: the counters are folded into `e.shown` at once ([`Next::Counters`];
+/// `e.shown` is untouched on an error), the whole page returned
+/// otherwise.
+pub fn next_of(key: Key, e: &mut Entry, slot: &BlockSlot) -> Result<Next, Stale> {
     let pending = e.rate.is_some() || e.sealed_rate.is_some();
     let sealed = e.source.confidential
         || slot.envelope.flags & envelope_flags::ENCRYPTED != 0
@@ -197,7 +168,82 @@ pub fn next_of(key: Key, e: &Entry, slot: &BlockSlot) -> Result<Next, Stale> {
         let next = with_slot(key, &e.source, &e.shown, slot)?;
         return Ok(Next::Page(Box::new(with_rates(next, e))));
     }
-    plain_counters(key, &e.source, &e.shown.counters, slot).map(Next::Counters)
+    fold_plain(key, &e.source, &mut e.shown.counters, slot)?;
+    Ok(Next::Counters)
+}
+
+/// Folds a plaintext `slot` into `shown` where it lies (no copy of the
+/// block or of the counters); `shown` is untouched on an error.
+fn fold_plain(
+    key: Key,
+    source: &Source,
+    shown: &mut PageCounters,
+    slot: &BlockSlot,
+) -> Result<(), Stale> {
+    let block = PlainView::of(slot).ok_or(Stale::NotThisScope)?;
+    if !block.is_of(key, source) {
+        return Err(Stale::NotThisScope);
+    }
+    if block.commit_seq < shown.commit_seq {
+        return Err(Stale::Backwards);
+    }
+    shown.flags &= !page_flags::SEALED;
+    shown.commit_seq = block.commit_seq;
+    shown.cycle = block.cycle;
+    for (total, bytes) in shown.totals.iter_mut().zip(block.counters.chunks_exact(8)) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(bytes);
+        *total = u64::from_ne_bytes(word);
+    }
+    Ok(())
+}
+
+/// A plaintext slot's block header and counter bytes, read where they lie
+/// in the slot (whose payload is only 4-aligned, so no `&Block`), as
+/// [`BlockSlot::plain_block`] would copy them.
+struct PlainView<'a> {
+    kind: u16,
+    id: u32,
+    vm: u32,
+    commit_seq: u64,
+    cycle: u64,
+    counters: &'a [u8],
+}
+
+impl<'a> PlainView<'a> {
+    /// `None` when the slot is encrypted, empty or corrupt.
+    fn of(slot: &'a BlockSlot) -> Option<Self> {
+        if slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
+            return None;
+        }
+        let p = &slot.payload;
+        let bytes = |at: usize, n: usize| p.get(at..at + n);
+        let u16_at = |at| bytes(at, 2).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+        let u32_at = |at| bytes(at, 4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        let u64_at = |at| {
+            bytes(at, 8).map(|b| {
+                let mut w = [0u8; 8];
+                w.copy_from_slice(b);
+                u64::from_ne_bytes(w)
+            })
+        };
+        if u32_at(offset_of!(Block, magic))? != BLOCK_MAGIC {
+            return None;
+        }
+        Some(PlainView {
+            kind: u16_at(offset_of!(Block, kind))?,
+            id: u32_at(offset_of!(Block, id))?,
+            vm: u32_at(offset_of!(Block, vm))?,
+            commit_seq: u64_at(offset_of!(Block, commit_seq))?,
+            cycle: u64_at(offset_of!(Block, last_commit_cycle))?,
+            counters: bytes(offset_of!(Block, counters), size_of::<[u64; MAX_EVENTS]>())?,
+        })
+    }
+
+    /// Whether the block is `key`'s, of `source`'s VM.
+    fn is_of(&self, key: Key, source: &Source) -> bool {
+        self.kind == key.block_kind() && self.id == key.block_id() && self.vm == source.vm
+    }
 }
 
 /// Whether the page already shows `slot` under `generation` (a cheap
@@ -217,28 +263,12 @@ pub fn shows(
     if source.confidential || slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
         return c.flags & page_flags::SEALED != 0 && shown.sealed == *slot;
     }
-    let p = &slot.payload;
-    let u32_at = |at: usize| {
-        p.get(at..at + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let u64_at = |at: usize| {
-        p.get(at..at + 8).map(|b| {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(b);
-            u64::from_le_bytes(w)
-        })
-    };
-    // Block header: magic, kind (u16) and version (u16), id, vm,
-    // commit_seq, last_commit_cycle (uapi::layout::Block).
-    let kind = p.get(4..6).map(|b| u16::from_le_bytes([b[0], b[1]]));
-    u32_at(0) == Some(gpupm_uapi::layout::BLOCK_MAGIC)
-        && kind == Some(key.block_kind())
-        && u32_at(8) == Some(key.block_id())
-        && u32_at(12) == Some(source.vm)
-        && u64_at(16) == Some(c.commit_seq)
-        && u64_at(24) == Some(c.cycle)
-        && c.flags & page_flags::SEALED == 0
+    PlainView::of(slot).is_some_and(|b| {
+        b.is_of(key, source)
+            && b.commit_seq == c.commit_seq
+            && b.cycle == c.cycle
+            && c.flags & page_flags::SEALED == 0
+    })
 }
 
 /// `next` with the entry's pending rate samples folded in.
@@ -269,6 +299,9 @@ mod tests {
         b.vm = vm;
         b.commit_seq = commit_seq;
         b.last_commit_cycle = commit_seq * 10;
+        for (i, c) in (1u64..).zip(b.counters.iter_mut()) {
+            *c = commit_seq * i;
+        }
         b.counters[3] = commit_seq * 7;
         let mut s = BlockSlot::new_zeroed();
         s.envelope.flags = envelope_flags::VALID;
@@ -376,14 +409,20 @@ mod tests {
         }
     }
 
-    /// The page a commit leaves, however `next_of` says to publish it.
-    fn applied(shown: &PageData, next: Next) -> PageData {
-        match next {
-            Next::Counters(c) => PageData {
-                counters: c,
-                ..*shown
-            },
-            Next::Page(p) => *p,
+    /// The page a commit leaves on `e`, however `next_of` says to publish
+    /// it (`None`: its error, `e` checked unchanged).
+    fn applied(key: Key, e: &mut Entry, slot: &BlockSlot) -> Result<(PageData, bool), Stale> {
+        let before = *e.shown;
+        match next_of(key, e, slot) {
+            Ok(Next::Counters) => Ok((*e.shown, true)),
+            Ok(Next::Page(p)) => {
+                assert_eq!(*e.shown, before, "a whole page is published by the caller");
+                Ok((*p, false))
+            }
+            Err(err) => {
+                assert_eq!(*e.shown, before, "{err:?} changed the page");
+                Err(err)
+            }
         }
     }
 
@@ -397,39 +436,36 @@ mod tests {
         shown.rate.deltas[1] = 11;
         let mut e = entry(shown);
         let whole = with_slot(key, &SRC, &e.shown, &s5).unwrap();
-
-        let next = next_of(key, &e, &s5).unwrap();
-        assert!(
-            matches!(next, Next::Counters(_)),
-            "a plain commit: counters only"
-        );
-        assert_eq!(
-            applied(&e.shown, next),
-            whole,
-            "the same page as a whole rebuild"
-        );
+        assert_eq!(whole.counters.totals[63], 5 * 64, "every total is taken");
         assert_eq!(whole.rate, shown.rate, "the shown rate stays");
-        assert!(matches!(next_of(key, &e, &s4), Ok(Next::Counters(_))));
+
+        for wrong in [
+            slot(block_kind::CONTEXT, 6, 2, 9),
+            slot(block_kind::CONTEXT, 5, 3, 9),
+            slot(block_kind::VM, 5, 2, 9),
+            BlockSlot::new_zeroed(),
+        ] {
+            assert_eq!(applied(key, &mut e, &wrong), Err(Stale::NotThisScope));
+        }
+        let old = slot(block_kind::CONTEXT, 5, 2, 3);
+        assert_eq!(applied(key, &mut e, &old), Err(Stale::Backwards));
         assert_eq!(
-            next_of(key, &e, &slot(block_kind::CONTEXT, 5, 2, 3)).map(|_| ()),
-            Err(Stale::Backwards)
-        );
-        assert_eq!(
-            next_of(key, &e, &slot(block_kind::CONTEXT, 6, 2, 9)).map(|_| ()),
-            Err(Stale::NotThisScope)
+            applied(key, &mut e, &s5),
+            Ok((whole, true)),
+            "a plain commit: the counters alone, as a whole rebuild makes them"
         );
 
         let mut rate = shown.rate;
         rate.deltas[1] = 12;
         e.rate = Some(rate);
-        let next = next_of(key, &e, &s5).unwrap();
-        assert!(
-            matches!(next, Next::Page(_)),
+        let s6 = slot(block_kind::CONTEXT, 5, 2, 6);
+        let whole = with_rates(with_slot(key, &SRC, &e.shown, &s6).unwrap(), &e);
+        assert_eq!(whole.rate.deltas[1], 12);
+        assert_eq!(
+            applied(key, &mut e, &s6),
+            Ok((whole, false)),
             "a pending rate: the whole page"
         );
-        let page = applied(&e.shown, next);
-        assert_eq!(page, with_rates(whole, &e));
-        assert_eq!(page.rate.deltas[1], 12);
     }
 
     #[test]
@@ -438,19 +474,18 @@ mod tests {
         let plain = slot(block_kind::VM, 2, 2, 4);
         let mut sealed = slot(block_kind::VM, 2, 2, 4);
         sealed.envelope.flags |= envelope_flags::ENCRYPTED;
-        let e = entry(PageData::new_zeroed());
-        let next = next_of(key, &e, &sealed).unwrap();
-        assert!(matches!(next, Next::Page(_)));
-        let now_sealed = applied(&e.shown, next);
+        let mut e = entry(PageData::new_zeroed());
+        let (now_sealed, counters_only) = applied(key, &mut e, &sealed).unwrap();
+        assert!(!counters_only);
         assert_eq!(now_sealed.sealed, sealed);
 
-        let e = entry(now_sealed);
-        let next = next_of(key, &e, &plain).unwrap();
-        assert!(matches!(next, Next::Page(_)), "the sealed bytes must go");
-        let back = applied(&e.shown, next);
+        let mut e = entry(now_sealed);
+        let (back, counters_only) = applied(key, &mut e, &plain).unwrap();
+        assert!(!counters_only, "the sealed bytes must go");
         assert_eq!(back.counters.flags & page_flags::SEALED, 0);
         assert_eq!(back.sealed, BlockSlot::new_zeroed());
         assert_eq!(back.counters.commit_seq, 4);
+        assert_eq!(back.counters.totals[9], 40);
     }
 
     #[test]
