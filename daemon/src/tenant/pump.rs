@@ -1,5 +1,7 @@
 //! The thread that feeds stream sessions and fails parked reads of killed
-//! processes: a small single-threaded tokio runtime owned by the node.
+//! processes (every [`REAP_PERIOD`] while a read is parked; it sleeps
+//! while none is): a small single-threaded tokio runtime owned by the
+//! node.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -55,9 +57,18 @@ impl Pump {
                     reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     let mut stop_rx = stop_rx;
                     loop {
-                        tokio::select! {
-                            _ = &mut stop_rx => break,
-                            _ = reap.tick() => sessions.reap_killed_readers(),
+                        // With no read parked there is nothing to reap:
+                        // sleep until one parks rather than tick.
+                        if sessions.has_parked_readers() {
+                            tokio::select! {
+                                _ = &mut stop_rx => break,
+                                _ = reap.tick() => sessions.reap_killed_readers(),
+                            }
+                        } else {
+                            tokio::select! {
+                                _ = &mut stop_rx => break,
+                                () = sessions.read_parked() => {}
+                            }
                         }
                     }
                 });

@@ -243,6 +243,9 @@ fn serve_readers(handle: &mut Handle, actions: &mut Vec<Action>) {
 pub struct Sessions {
     table: Mutex<Table>,
     stats: Arc<TenantStats>,
+    /// Notified when a read parks, so that the reaper (`pump`) runs only
+    /// while some read is parked.
+    parked: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -263,6 +266,7 @@ impl Sessions {
                 ..Table::default()
             }),
             stats,
+            parked: tokio::sync::Notify::new(),
         })
     }
 
@@ -408,6 +412,7 @@ impl Sessions {
                             max_bytes: size as usize,
                             complete,
                         });
+                        self.parked.notify_one();
                         return;
                     }
                 },
@@ -472,6 +477,17 @@ impl Sessions {
         drop(tickets);
         drop(ri_sessions);
         run(actions);
+    }
+
+    /// Whether some read is parked.
+    pub(super) fn has_parked_readers(&self) -> bool {
+        self.lock().handles.values().any(|h| !h.readers.is_empty())
+    }
+
+    /// Completes once a read parked since the last call (or at once if
+    /// one did before the first).
+    pub(super) async fn read_parked(&self) {
+        self.parked.notified().await;
     }
 
     /// Fails parked reads whose process has a fatal signal pending: the
