@@ -126,9 +126,9 @@ struct Inner {
     running: BTreeMap<u32, CtxId>,
     /// Some page may have been marked since the commit waiter last looked
     /// through every page: set with every mark (they all go through
-    /// [`Pages::wake`] or [`Pages::remark`]), so that the waiter, once
-    /// per commit, walks the whole table only when there is something to
-    /// find.
+    /// [`Pages::wake`], [`Pages::remark`] or `adopt`), so that the
+    /// waiter, once per commit, walks the whole table only when there is
+    /// something to find.
     marks: bool,
 }
 
