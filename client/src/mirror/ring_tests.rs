@@ -68,6 +68,9 @@ fn records_are_read_back_once_in_ring_order_across_the_wrap() {
         w.info().size >= MIRROR_SIZE + 80 * STREAM_SLOT_SIZE,
         "the slots past the block slots"
     );
+    // Ring 2's records must survive ring 0's.
+    w.copy_ring_records(2, 0, &records(0, 64, 9));
+    w.publish_ring_head(2, 64);
     // Three publications of ring 0 (cap 16): 10, then 12, then 9 records,
     // each drained before the next, so indices 16.. overwrite 0..
     let mut tail = 0u32;
@@ -84,10 +87,34 @@ fn records_are_read_back_once_in_ring_order_across_the_wrap() {
     let want: Vec<StreamSlot> = (0..31).map(|i| record(i, 7)).collect();
     assert_eq!(seen, want, "each record once, in order, across the wrap");
     // The other rings were not touched.
-    assert_eq!(r.ring_head(2), Some(0));
-    assert_eq!(read(&r, (2, LARGE), 0, 0), (RingRead::Taken(0), vec![]));
+    let (res, got) = read(&r, (2, LARGE), 0, 64);
+    assert_eq!(res, RingRead::Taken(64));
+    assert_eq!(got, (0..64).map(|i| record(i, 9)).collect::<Vec<_>>());
     assert_eq!(read(&r, (1, UNUSED), 0, 0).0, RingRead::Unusable);
+    assert_file_layout(&w, 0, 31, 7);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The file as a C reader sees it (`docs/abi.md`): the header's `rings`,
+/// ring `ring`'s descriptor, and ring index `i`'s slot at `slots + (i %
+/// cap) * slot_size` holding `record(i, tag)` for the newest `cap` of
+/// `head` records.
+fn assert_file_layout(w: &MirrorWriter, ring: u32, head: u32, tag: u32) {
+    use gpupm_uapi::mirror::{mirror_ring_offset, MirrorHeader, MirrorRing, MirrorRings};
+    use zerocopy::FromBytes;
+    let bytes = std::fs::read(w.path()).unwrap();
+    let header = MirrorHeader::read_from_prefix(&bytes).unwrap().0;
+    let at = usize::try_from(header.rings).unwrap();
+    let area = MirrorRings::read_from_prefix(&bytes[at..]).unwrap().0;
+    assert_eq!((area.ring_size, area.slot_size), (32, 608));
+    assert_eq!(at as u64 + area.area_size, bytes.len() as u64);
+    let d = usize::try_from(mirror_ring_offset(header.rings, ring)).unwrap();
+    let desc = MirrorRing::read_from_prefix(&bytes[d..]).unwrap().0;
+    assert_eq!(desc.head, head);
+    for i in head.saturating_sub(desc.cap)..head {
+        let s = usize::try_from(desc.slots + u64::from(i % desc.cap) * 608).unwrap();
+        assert_eq!(&bytes[s..s + 608], record(i, tag).as_bytes(), "index {i}");
+    }
 }
 
 #[test]
