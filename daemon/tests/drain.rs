@@ -13,7 +13,7 @@ use gpupm_client::mirror::{MirrorReader, MirrorWriter, RingLayout};
 use gpupm_client::DevNode;
 use gpupm_test_support::scenario::{small, STEP};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
-use gpupm_uapi::layout::STREAM_SLOT_SIZE;
+use gpupm_uapi::layout::{StreamSlot, STREAM_SLOT_SIZE};
 use gpupm_uapi::regs::{self as r, vm_flags, MAX_PARTITION_SLOTS, MAX_VMS};
 use gpupmd::engine::drain::{self, Rings};
 use gpupmd::engine::program;
@@ -111,12 +111,14 @@ struct Lagging {
 impl Lagging {
     fn new(dir: &std::path::Path, dev: &DevNode, partitions: &[u32]) -> (Lagging, Arc<OpenMirror>) {
         let layouts: Vec<RingLayout> = (0..MAX_PARTITION_SLOTS)
-            .map(|p| match partitions.contains(&p) {
-                true => RingLayout {
+            .map(|p| {
+                if !partitions.contains(&p) {
+                    return RingLayout::default();
+                }
+                RingLayout {
                     cap: dev.read32(r::part(p, r::PART_STREAM_CAP)).unwrap(),
                     window_base: dev.read64(r::part(p, r::PART_STREAM_BASE)).unwrap(),
-                },
-                false => RingLayout::default(),
+                }
             })
             .collect();
         let writer = MirrorWriter::create_with_rings(dir, 1, &layouts).expect("a mirror");
@@ -138,7 +140,7 @@ impl Lagging {
         let head = dev.read32(r::part(p, r::PART_STREAM_HEAD)).unwrap();
         let (i, layout) = (p as usize, self.layouts[p as usize]);
         let target = head.saturating_sub(lag).max(self.published[i]);
-        let mut slot = vec![0u8; STREAM_SLOT_SIZE as usize];
+        let mut slot = vec![0u8; size_of::<StreamSlot>()];
         for index in self.published[i]..target {
             let at = layout.window_base + u64::from(index % layout.cap) * STREAM_SLOT_SIZE;
             dev.window(at, &mut slot).unwrap();

@@ -11,6 +11,9 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use super::sys::Shared;
 
+/// Bytes of one stream slot.
+const SLOT_BYTES: usize = size_of::<StreamSlot>();
+
 /// Most rings a ring area may describe (a reader refuses more).
 pub const MAX_MIRROR_RINGS: u32 = 64;
 
@@ -83,8 +86,14 @@ impl RingArea {
         };
         let count = u32::try_from(self.rings.len()).unwrap_or(u32::MAX);
         store32(self.at, count);
-        store32(self.at + 4, MIRROR_RING_SIZE as u32);
-        store32(self.at + 8, STREAM_SLOT_SIZE as u32);
+        store32(
+            self.at + 4,
+            u32::try_from(MIRROR_RING_SIZE).unwrap_or(u32::MAX),
+        );
+        store32(
+            self.at + 8,
+            u32::try_from(STREAM_SLOT_SIZE).unwrap_or(u32::MAX),
+        );
         store64(self.at + 16, self.size);
         for (r, ring) in (0u32..).zip(&self.rings) {
             let d = mirror_ring_offset(self.at, r);
@@ -174,13 +183,13 @@ impl RingArea {
             return None;
         }
         let at = ring.slots + u64::from(index % ring.layout.cap) * STREAM_SLOT_SIZE;
-        Some((usize::try_from(at).ok()?, STREAM_SLOT_SIZE as usize / 8))
+        Some((usize::try_from(at).ok()?, SLOT_BYTES / 8))
     }
 
     /// Copies `records` (whole stream slots) into ring `r` from ring index
     /// `first` on, wrapping at its capacity (relaxed 64-bit stores).
     pub(super) fn store_records(&self, map: &Shared, r: u32, first: u32, records: &[u8]) {
-        for (k, record) in (0u32..).zip(records.chunks_exact(STREAM_SLOT_SIZE as usize)) {
+        for (k, record) in (0u32..).zip(records.chunks_exact(SLOT_BYTES)) {
             let words = self
                 .slot_at(r, first.wrapping_add(k))
                 .and_then(|(at, n)| map.u64s_at(at, n));

@@ -24,7 +24,7 @@ use std::path::Path;
 
 use gpupm_client::mirror::{MirrorWriter, RingLayout};
 use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
-use gpupm_uapi::layout::{block_slot_offset, BlockSlot, STREAM_SLOT_SIZE};
+use gpupm_uapi::layout::{block_slot_offset, BlockSlot, StreamSlot, STREAM_SLOT_SIZE};
 use gpupm_uapi::mirror::MirrorInfo;
 use gpupm_uapi::regs::{self as r, CYCLE, MAX_PARTITION_SLOTS};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
@@ -101,7 +101,7 @@ impl Mirror {
         Ok(Mirror {
             writer: MirrorWriter::create_with_rings(dir, generation, rings)?,
             rings: rings.iter().map(|&l| (l, 0)).collect(),
-            records: vec![0; RECORDS_PER_READ as usize * STREAM_SLOT_SIZE as usize],
+            records: vec![0; RECORDS_PER_READ as usize * size_of::<StreamSlot>()],
             // No count matches: the first delivery publishes every block
             // initialised so far.
             last_seq: u64::MAX,
@@ -202,7 +202,7 @@ impl Mirror {
                 let index = first.wrapping_add(done);
                 let at = index % layout.cap;
                 let count = (n - done).min(layout.cap - at).min(RECORDS_PER_READ);
-                let bytes = &mut self.records[..count as usize * STREAM_SLOT_SIZE as usize];
+                let bytes = &mut self.records[..count as usize * size_of::<StreamSlot>()];
                 backend.read_mem(layout.window_base + u64::from(at) * STREAM_SLOT_SIZE, bytes)?;
                 self.writer.copy_ring_records(ring, index, bytes);
                 done += count;
