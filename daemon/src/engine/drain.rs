@@ -118,7 +118,7 @@ impl Rings {
             Offer::Refused(e) => {
                 tracing::warn!(
                     error = format!("{:#}", anyhow::Error::new(e)),
-                    "the device's commit mirror is refused; drains read the window"
+                    "the commit mirror is refused for the drains; they read the window"
                 );
                 None
             }
