@@ -73,9 +73,10 @@
 //!
 //! A 1.9 reader stays valid: the layout version is still 1, the header
 //! and block slots keep their place and meaning, the word `rings` was
-//! reserved (1.9 readers do not read it) and the area lies past the
-//! block slots, which they do not map beyond [`MirrorInfo::size`]
-//! requires (the file is only larger). A 1.10 reader of a 1.9 driver's
+//! reserved (1.9 readers do not read it), and the area lies past the
+//! block slots: the file and [`MirrorInfo::size`] are only larger (a 1.9
+//! reader checks `size >= 64 + slot_count * slot size` and maps `size`
+//! bytes, reading none past the slots). A 1.10 reader of a 1.9 driver's
 //! mirror finds `rings == 0`: no ring area.
 //!
 //! ## Its ordering
