@@ -6,6 +6,7 @@ pub mod engine;
 pub mod health;
 pub mod kernel_pmu;
 pub mod metrics;
+pub mod mirror;
 pub mod pages;
 pub mod ranges;
 pub mod ri;

@@ -214,6 +214,7 @@ fn open_pages(
     match Pages::open(
         settings.pages.dir.clone(),
         Arc::clone(dev),
+        Arc::clone(store.mirror()),
         settings.policy.clone(),
         identity.clock_khz,
     ) {

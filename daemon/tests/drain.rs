@@ -2,17 +2,22 @@
 //! running): drains of every size, alternating the periodic sweep of every
 //! ring and the drain of one ring, reuse the drain's window and sample
 //! buffers from one ring and one drain to the next, and still record every
-//! record the device wrote exactly once, in order.
+//! record the device wrote exactly once, in order — reading the records
+//! from the device's commit mirror, through the window without one
+//! (`--no-mirror`), and from a mirror that lags the device (both).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gpupm_client::mirror::{MirrorReader, MirrorWriter, RingLayout};
 use gpupm_client::DevNode;
 use gpupm_test_support::scenario::{small, STEP};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
-use gpupm_uapi::regs::{self as r, vm_flags, MAX_VMS};
+use gpupm_uapi::layout::{StreamSlot, STREAM_SLOT_SIZE};
+use gpupm_uapi::regs::{self as r, vm_flags, MAX_PARTITION_SLOTS, MAX_VMS};
 use gpupmd::engine::drain::{self, Rings};
 use gpupmd::engine::program;
+use gpupmd::mirror::OpenMirror;
 use gpupmd::store::retention::Retention;
 use gpupmd::store::retired::RetiredStore;
 use gpupmd::store::{Store, VmInfo};
@@ -61,10 +66,99 @@ fn seqs<'a>(samples: impl IntoIterator<Item = &'a DeltaSample>) -> Vec<u64> {
         .collect()
 }
 
+/// Where the drains read the records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// The driver's commit mirror, current after every request.
+    Mirror,
+    /// The window only: the driver keeps no mirror.
+    Window,
+    /// A mirror of the test's own that publishes up to four fewer
+    /// records per ring than the device holds at each drain.
+    LaggingMirror,
+}
+
 #[test]
-fn drains_reusing_their_buffers_record_every_record_once() {
+fn drains_from_the_mirror_record_every_record_once() {
+    let rings = drains_record_every_record_once(Source::Mirror);
+    assert!(rings.mirrored_records() > 0);
+    assert_eq!(rings.window_records(), 0, "the mirror is current");
+    assert_eq!(rings.mirror_fallbacks(), 0);
+}
+
+#[test]
+fn drains_without_a_mirror_record_every_record_once() {
+    let rings = drains_record_every_record_once(Source::Window);
+    assert_eq!(rings.mirrored_records(), 0);
+    assert!(rings.window_records() > 0);
+}
+
+#[test]
+fn drains_from_a_lagging_mirror_read_the_rest_through_the_window() {
+    let rings = drains_record_every_record_once(Source::LaggingMirror);
+    assert!(rings.mirrored_records() > 0, "from the mirror");
+    assert!(rings.window_records() > 0, "past the mirror's head");
+}
+
+/// A mirror the test publishes: the device's ring layout, and the records
+/// copied from the window up to a head the test chooses.
+struct Lagging {
+    writer: MirrorWriter,
+    published: Vec<u32>,
+    layouts: Vec<RingLayout>,
+}
+
+impl Lagging {
+    fn new(dir: &std::path::Path, dev: &DevNode, partitions: &[u32]) -> (Lagging, Arc<OpenMirror>) {
+        let layouts: Vec<RingLayout> = (0..MAX_PARTITION_SLOTS)
+            .map(|p| {
+                if !partitions.contains(&p) {
+                    return RingLayout::default();
+                }
+                RingLayout {
+                    cap: dev.read32(r::part(p, r::PART_STREAM_CAP)).unwrap(),
+                    window_base: dev.read64(r::part(p, r::PART_STREAM_BASE)).unwrap(),
+                }
+            })
+            .collect();
+        let writer = MirrorWriter::create_with_rings(dir, 1, &layouts).expect("a mirror");
+        let reader = MirrorReader::open(&writer.info()).expect("open it");
+        let open = Arc::new(OpenMirror::new(reader, "lagging"));
+        let published = vec![0; layouts.len()];
+        (
+            Lagging {
+                writer,
+                published,
+                layouts,
+            },
+            open,
+        )
+    }
+
+    /// Publishes ring `p` up to `lag` records short of the device's head.
+    fn publish(&mut self, dev: &DevNode, p: u32, lag: u32) {
+        let head = dev.read32(r::part(p, r::PART_STREAM_HEAD)).unwrap();
+        let (i, layout) = (p as usize, self.layouts[p as usize]);
+        let target = head.saturating_sub(lag).max(self.published[i]);
+        let mut slot = vec![0u8; size_of::<StreamSlot>()];
+        for index in self.published[i]..target {
+            let at = layout.window_base + u64::from(index % layout.cap) * STREAM_SLOT_SIZE;
+            dev.window(at, &mut slot).unwrap();
+            self.writer.copy_ring_records(p, index, &slot);
+        }
+        self.writer.publish_ring_head(p, target);
+        self.published[i] = target;
+    }
+}
+
+/// Drains of every size against `source`; every record recorded once.
+fn drains_record_every_record_once(source: Source) -> Rings {
     let tmp = Scratch::new("drain");
-    let driver = Driver::start_in(&tmp, DriverOptions::system(small()));
+    let mut opts = DriverOptions::system(small());
+    if source == Source::Window {
+        opts.args.push("--no-mirror".into());
+    }
+    let driver = Driver::start_in(&tmp, opts);
     let dev = Arc::new(driver.node());
     let (identity, step_clock) = program::identify(&dev).expect("identify");
     assert!(step_clock, "the test owns the step clock");
@@ -81,6 +175,16 @@ fn drains_reusing_their_buffers_record_every_record_once() {
     store.set_topology(vms.clone(), partitions.clone());
 
     let mut rings = Rings::new(true);
+    let mut lagging = None;
+    match source {
+        Source::Mirror => assert!(rings.follow(store.mirror()), "the driver's mirror"),
+        Source::Window => assert!(!rings.follow(store.mirror()), "--no-mirror"),
+        Source::LaggingMirror => {
+            let (l, open) = Lagging::new(&tmp.join("lagging"), &dev, &partitions);
+            assert!(rings.follow_mirror(open));
+            lagging = Some(l);
+        }
+    }
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
     let mut largest_fill = 0;
     for round in 0..ROUNDS {
@@ -92,6 +196,11 @@ fn drains_reusing_their_buffers_record_every_record_once() {
             let (fill, lost) = fill_and_lost(&dev, p);
             assert_eq!(lost, 0, "ring {p} overflowed: the test must drain sooner");
             largest_fill = largest_fill.max(fill);
+        }
+        if let Some(l) = lagging.as_mut() {
+            for &p in &partitions {
+                l.publish(&dev, p, u32::try_from(rng % 5).unwrap());
+            }
         }
         if round % 3 == 2 {
             for &p in &partitions {
@@ -167,6 +276,7 @@ fn drains_reusing_their_buffers_record_every_record_once() {
         sealed_written,
         "confidential rings' records"
     );
+    rings
 }
 
 /// Removes one occurrence of each of `want` from the sorted `pool`.

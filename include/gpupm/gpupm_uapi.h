@@ -79,11 +79,12 @@
  * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
  * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
  * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
- * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`).
+ * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
+ * the commit mirror's ring area — see `docs/pages.md`).
  */
-#define GPUPM_ABI_MINOR 9
+#define GPUPM_ABI_MINOR 10
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x10009 /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x1000a /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -1019,6 +1020,10 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_MIRROR_PATH_MAX 256
 /** Size of the waiter file: one page, holding the `waiters` word at 0. */
 #define GPUPM_MIRROR_WAITERS_SIZE 4096
+/** Bytes of the struct gpupm_mirror_rings header. */
+#define GPUPM_MIRROR_RINGS_HEADER_SIZE 32
+/** Bytes of one struct gpupm_mirror_ring descriptor. */
+#define GPUPM_MIRROR_RING_SIZE 32
 /** generation. */
 #define GPUPM_MIRROR_OFFSET_GENERATION 16
 /** seq. */
@@ -1029,6 +1034,16 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_MIRROR_OFFSET_CYCLE 40
 /** doorbell. */
 #define GPUPM_MIRROR_OFFSET_DOORBELL 48
+/** rings. */
+#define GPUPM_MIRROR_OFFSET_RINGS 56
+/** head, from a descriptor's start. */
+#define GPUPM_MIRROR_OFFSET_RING_HEAD 0
+/** cap, from a descriptor's start. */
+#define GPUPM_MIRROR_OFFSET_RING_CAP 4
+/** window_base, from a descriptor's start. */
+#define GPUPM_MIRROR_OFFSET_RING_WINDOW_BASE 8
+/** slots, from a descriptor's start. */
+#define GPUPM_MIRROR_OFFSET_RING_SLOTS 16
 /** Largest gpupm_advance.cycles. */
 #define GPUPM_MAX_ADVANCE_CYCLES 0x10000000000ULL
 /** Read the register into `value`. */
@@ -2473,9 +2488,10 @@ struct gpupm_mirror_header {
    */
   uint32_t reserved0;
   /**
-   * Reserved, 0.
+   * ABI 1.10: file offset of the ring area (struct gpupm_mirror_rings); 0 when
+   * the mirror has none (a 1.9 driver's, where this word was reserved).
    */
-  uint64_t reserved;
+  uint64_t rings;
 };
 
 /**
@@ -2517,6 +2533,67 @@ struct gpupm_mirror_info {
    * Out: the waiter file's absolute path, NUL-terminated.
    */
   uint8_t waiters_path[GPUPM_MIRROR_PATH_MAX];
+};
+
+/**
+ * The head of the ring area (ABI 1.10), at gpupm_mirror_header.rings.
+ */
+struct gpupm_mirror_rings {
+  /**
+   * Descriptors that follow: one per partition slot
+   * (`MAX_PARTITION_SLOTS`).
+   */
+  uint32_t ring_count;
+  /**
+   * Bytes per descriptor (GPUPM_MIRROR_RING_SIZE).
+   */
+  uint32_t ring_size;
+  /**
+   * Bytes per ring slot (`sizeof(struct gpupm_stream_slot)`).
+   */
+  uint32_t slot_size;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved0;
+  /**
+   * Bytes from gpupm_mirror_header.rings to the end of the last ring's
+   * slots.
+   */
+  uint64_t area_size;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
+};
+
+/**
+ * One ring's descriptor in the ring area.
+ */
+struct gpupm_mirror_ring {
+  /**
+   * Published head: the ring index after the last record copied,
+   * modulo 2^32 (32-bit atomic, stored with release ordering after the
+   * slots it covers). Restarts at 0 with a device reset.
+   */
+  uint32_t head;
+  /**
+   * Capacity in records (`PART_STREAM_CAP`); 0: the ring is not
+   * mirrored.
+   */
+  uint32_t cap;
+  /**
+   * `PART_STREAM_BASE`: the window offset of the ring's first slot.
+   */
+  uint64_t window_base;
+  /**
+   * File offset of the ring's first slot (ring index 0).
+   */
+  uint64_t slots;
+  /**
+   * Reserved, 0.
+   */
+  uint64_t reserved;
 };
 
 /**
@@ -4888,6 +4965,10 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_header) == 64);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_header) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_info) == 544);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_info) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_rings) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_rings) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_mirror_ring) == 32);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_mirror_ring) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_stream_slot) == 608);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_stream_slot) == 4);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_whoami) == 272);

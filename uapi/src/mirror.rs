@@ -58,6 +58,52 @@
 //! that publishes the blocks the reset zeroed); a driver that starts
 //! again creates a new file (a new inode) with a new generation, and the
 //! old file, which readers may still map, stops changing.
+//!
+//! # The ring area (ABI 1.10)
+//! Real devices write their stream rings into host memory by DMA as they
+//! write their block slots; so does the mirror. When
+//! [`MirrorHeader::rings`] is not 0 it is the file offset of a
+//! [`MirrorRings`] header, followed by `ring_count` [`MirrorRing`]
+//! descriptors (descriptor `p` is partition slot `p`'s ring, at
+//! [`mirror_ring_offset`]), and each ring's `cap` stream slots
+//! ([`crate::layout::StreamSlot`], ring index `i` at
+//! `slots + (i % cap) * slot_size`), in ring order, 64-byte aligned.
+//! Capacities and window bases are the device's (`PART_STREAM_CAP`,
+//! `PART_STREAM_BASE`), fixed for the life of the file.
+//!
+//! A 1.9 reader stays valid: the layout version is still 1, the header
+//! and block slots keep their place and meaning, the word `rings` was
+//! reserved (1.9 readers do not read it), and the area lies past the
+//! block slots: the file and [`MirrorInfo::size`] are only larger (a 1.9
+//! reader checks `size >= 64 + slot_count * slot size` and maps `size`
+//! bytes, reading none past the slots). A 1.10 reader of a 1.9 driver's
+//! mirror finds `rings == 0`: no ring area.
+//!
+//! ## Its ordering
+//! At each publication the device copies the records pushed since the
+//! previous one (`[published head, device head)`, at most `cap` of them:
+//! older ones were overwritten on the device too) with relaxed 64-bit
+//! atomic stores, then stores [`MirrorRing::head`] (32-bit, modulo 2^32
+//! like `PART_STREAM_HEAD`) with release ordering. A reader loads the
+//! generation (acquire), then `head` (acquire), reads the slots of
+//! `[tail, head)` (relaxed 64-bit loads), issues an acquire fence and
+//! loads the generation again: the records are those of `head`'s
+//! generation if both loads agree. A slot the device has not yet
+//! overwritten is never being written while read: the device writes ring
+//! index `i` only once `i < tail + cap`, and the reader reads below its own
+//! tail plus `cap` and moves the tail only after reading.
+//!
+//! A device reset restarts every ring at 0: in the same device-lock hold
+//! as the reset (before any register shows the reset) the device stores
+//! the new generation, a release fence, then every `head` as 0; the new
+//! records' slot stores follow. A reader whose slot loads saw any store
+//! made after the reset sees, through its acquire fence, the new
+//! generation in its second load and discards what it read (reading the
+//! window instead); a head that is behind the reader's tail or more than
+//! `cap` ahead of it (a reset or restart raced the read) is not used
+//! either. The mirror may lag the device (it is published at each
+//! delivery, after the request that made the records): records past its
+//! head are read from the window.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -96,8 +142,9 @@ pub struct MirrorHeader {
     pub doorbell: u32,
     /// Reserved, 0 (the readers' `waiters` word is in the waiter file).
     pub reserved0: u32,
-    /// Reserved, 0.
-    pub reserved: u64,
+    /// ABI 1.10: file offset of the ring area ([`MirrorRings`]); 0 when
+    /// the mirror has none (a 1.9 driver's, where this word was reserved).
+    pub rings: u64,
 }
 const _: () = assert!(core::mem::size_of::<MirrorHeader>() as u64 == MIRROR_HEADER_SIZE);
 const _: () = assert!(core::mem::offset_of!(MirrorHeader, generation) == 16);
@@ -105,6 +152,62 @@ const _: () = assert!(core::mem::offset_of!(MirrorHeader, seq) == 24);
 const _: () = assert!(core::mem::offset_of!(MirrorHeader, commit_seq) == 32);
 const _: () = assert!(core::mem::offset_of!(MirrorHeader, cycle) == 40);
 const _: () = assert!(core::mem::offset_of!(MirrorHeader, doorbell) == 48);
+const _: () = assert!(core::mem::offset_of!(MirrorHeader, rings) == 56);
+
+/// Bytes of the [`MirrorRings`] header.
+pub const MIRROR_RINGS_HEADER_SIZE: u64 = 32;
+/// Bytes of one [`MirrorRing`] descriptor.
+pub const MIRROR_RING_SIZE: u64 = 32;
+
+/// The head of the ring area (ABI 1.10), at [`MirrorHeader::rings`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MirrorRings {
+    /// Descriptors that follow: one per partition slot
+    /// (`MAX_PARTITION_SLOTS`).
+    pub ring_count: u32,
+    /// Bytes per descriptor ([`MIRROR_RING_SIZE`]).
+    pub ring_size: u32,
+    /// Bytes per ring slot (`sizeof(struct gpupm_stream_slot)`).
+    pub slot_size: u32,
+    /// Reserved, 0.
+    pub reserved0: u32,
+    /// Bytes from [`MirrorHeader::rings`] to the end of the last ring's
+    /// slots.
+    pub area_size: u64,
+    /// Reserved, 0.
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<MirrorRings>() as u64 == MIRROR_RINGS_HEADER_SIZE);
+const _: () = assert!(core::mem::offset_of!(MirrorRings, area_size) == 16);
+
+/// One ring's descriptor in the ring area.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct MirrorRing {
+    /// Published head: the ring index after the last record copied,
+    /// modulo 2^32 (32-bit atomic, stored with release ordering after the
+    /// slots it covers). Restarts at 0 with a device reset.
+    pub head: u32,
+    /// Capacity in records (`PART_STREAM_CAP`); 0: the ring is not
+    /// mirrored.
+    pub cap: u32,
+    /// `PART_STREAM_BASE`: the window offset of the ring's first slot.
+    pub window_base: u64,
+    /// File offset of the ring's first slot (ring index 0).
+    pub slots: u64,
+    /// Reserved, 0.
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<MirrorRing>() as u64 == MIRROR_RING_SIZE);
+const _: () = assert!(core::mem::offset_of!(MirrorRing, cap) == 4);
+const _: () = assert!(core::mem::offset_of!(MirrorRing, window_base) == 8);
+const _: () = assert!(core::mem::offset_of!(MirrorRing, slots) == 16);
+
+/// File offset of ring `ring`'s descriptor in a ring area at `rings`.
+pub const fn mirror_ring_offset(rings: u64, ring: u32) -> u64 {
+    rings + MIRROR_RINGS_HEADER_SIZE + ring as u64 * MIRROR_RING_SIZE
+}
 
 /// Byte offsets of the header's words, for atomic access to a mapping.
 pub mod offset {
@@ -118,6 +221,16 @@ pub mod offset {
     pub const CYCLE: usize = core::mem::offset_of!(super::MirrorHeader, cycle);
     /// [`super::MirrorHeader::doorbell`].
     pub const DOORBELL: usize = core::mem::offset_of!(super::MirrorHeader, doorbell);
+    /// [`super::MirrorHeader::rings`].
+    pub const RINGS: usize = core::mem::offset_of!(super::MirrorHeader, rings);
+    /// [`super::MirrorRing::head`], from a descriptor's start.
+    pub const RING_HEAD: usize = core::mem::offset_of!(super::MirrorRing, head);
+    /// [`super::MirrorRing::cap`], from a descriptor's start.
+    pub const RING_CAP: usize = core::mem::offset_of!(super::MirrorRing, cap);
+    /// [`super::MirrorRing::window_base`], from a descriptor's start.
+    pub const RING_WINDOW_BASE: usize = core::mem::offset_of!(super::MirrorRing, window_base);
+    /// [`super::MirrorRing::slots`], from a descriptor's start.
+    pub const RING_SLOTS: usize = core::mem::offset_of!(super::MirrorRing, slots);
 }
 
 /// Byte offset of block slot `slot` in the mirror file.
@@ -176,6 +289,27 @@ mod tests {
         assert_eq!(BLOCK_SLOT_SIZE % 8, 0, "64-bit atomics cover a slot");
         let last = mirror_slot_offset(CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS);
         assert_eq!(last, 64 + 4160 * 592, "the file's size");
+    }
+
+    #[test]
+    fn ring_descriptors_follow_the_ring_area_head_and_the_rings_word_was_reserved() {
+        assert_eq!(offset::RINGS, 56, "the 1.9 header's reserved word");
+        assert_eq!(mirror_ring_offset(1000, 0), 1032);
+        assert_eq!(mirror_ring_offset(1000, 8), 1032 + 8 * 32);
+        assert_eq!(
+            (
+                offset::RING_HEAD,
+                offset::RING_CAP,
+                offset::RING_WINDOW_BASE
+            ),
+            (0, 4, 8)
+        );
+        assert_eq!(offset::RING_SLOTS, 16);
+        assert_eq!(
+            crate::layout::STREAM_SLOT_SIZE % 8,
+            0,
+            "64-bit atomics cover a slot"
+        );
     }
 
     #[test]

@@ -7,10 +7,13 @@
 //!   driver);
 //! - [`MirrorReader`]: opens and checks them, sleeps on the doorbell and
 //!   reads slots consistently (the daemon's commit follower);
+//! - `rings`: the ring area (ABI 1.10): the stream rings' records, which
+//!   the writer copies and the reader (the daemon's drains) reads;
 //! - `sys`: the module's `unsafe` (`openat`, shared mappings, atomics on
 //!   them, the futex calls).
 
 mod reader;
+mod rings;
 mod sys;
 mod writer;
 
@@ -23,6 +26,7 @@ use gpupm_uapi::layout::{CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE};
 use gpupm_uapi::mirror::mirror_slot_offset;
 
 pub use self::reader::{MirrorError, MirrorReader, Snapshot};
+pub use self::rings::{mirror_span, RingLayout, RingRead, MAX_MIRROR_RINGS};
 pub use self::writer::{MirrorCommit, MirrorWriter};
 
 /// Block slots the mirror holds: every slot of the memory window.
@@ -109,5 +113,7 @@ pub fn open_checked(path: &Path, which: MirrorFile, min_size: u64) -> io::Result
     Ok((file, ino))
 }
 
+#[cfg(test)]
+mod ring_tests;
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,7 @@ use gpupm_uapi::mirror::{
 };
 use zerocopy::IntoBytes;
 
+use super::rings::{self, RingArea, RingLayout, RingRead};
 use super::sys::{futex_wait, Shared};
 use super::{open_checked, MirrorFile};
 
@@ -59,6 +60,8 @@ pub struct MirrorReader {
     waiters: Shared,
     slot_count: u32,
     ino: u64,
+    /// The ring area (ABI 1.10), when the file has one.
+    rings: Option<RingArea>,
 }
 
 fn path_of(bytes: &[u8; gpupm_uapi::mirror::MIRROR_PATH_MAX]) -> Result<&Path, MirrorError> {
@@ -100,17 +103,61 @@ impl MirrorReader {
         if magic != u64::from(MIRROR_MAGIC) | u64::from(MIRROR_VERSION) << 32 {
             return Err(MirrorError::Invalid(format!("header {magic:#x}")));
         }
+        let rings = RingArea::read_layout(&map, info.size).map_err(MirrorError::Invalid)?;
         Ok(MirrorReader {
             map,
             waiters,
             slot_count: info.slot_count,
             ino,
+            rings,
         })
     }
 
     /// The mirror file's inode number (a re-created mirror has another).
     pub fn ino(&self) -> u64 {
         self.ino
+    }
+
+    /// Whether the file has a ring area (a 1.10 driver's).
+    pub fn has_rings(&self) -> bool {
+        self.rings.is_some()
+    }
+
+    /// Ring `ring`'s layout in the ring area.
+    pub fn ring_layout(&self, ring: u32) -> Option<RingLayout> {
+        let area = self.rings.as_ref()?;
+        Some(area.rings.get(usize::try_from(ring).ok()?)?.layout)
+    }
+
+    /// Ring `ring`'s published head now.
+    pub fn ring_head(&self, ring: u32) -> Option<u32> {
+        self.rings.as_ref()?.load_head(&self.map, ring)
+    }
+
+    /// The generation now.
+    pub fn generation(&self) -> u64 {
+        self.map
+            .u64_at(offset::GENERATION)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    /// Hands `each` the records of ring `ring` from `tail` on, up to
+    /// `device_head` (`PART_STREAM_HEAD` as the caller read it with the
+    /// tail) or the mirror's head if nearer, in ring order, checking that
+    /// the ring has `layout` (the device's) and that the generation did
+    /// not change meanwhile (`gpupm_uapi::mirror`, "Its ordering"). On
+    /// [`RingRead::GenerationChanged`] the caller discards what `each`
+    /// got; on anything but [`RingRead::Taken`] it reads the window.
+    pub fn read_ring(
+        &self,
+        (ring, layout): (u32, RingLayout),
+        (tail, device_head): (u32, u32),
+        each: impl FnMut(&gpupm_uapi::layout::StreamSlot),
+    ) -> RingRead {
+        let Some(area) = &self.rings else {
+            return RingRead::Unusable;
+        };
+        rings::read_ring(&self.map, area, (ring, layout), (tail, device_head), each)
     }
 
     /// Readers registered as sleeping on the doorbell now.

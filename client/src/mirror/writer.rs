@@ -19,6 +19,7 @@ use gpupm_uapi::mirror::{
 use nix::unistd::geteuid;
 use zerocopy::{FromZeros, IntoBytes};
 
+use super::rings::{RingArea, RingLayout};
 use super::sys::{futex_wake, Shared};
 use super::{MIRROR_FILE, MIRROR_SIZE, MIRROR_SLOTS, WAITERS_FILE};
 
@@ -31,6 +32,10 @@ pub struct MirrorWriter {
     waiters_path: PathBuf,
     generation: u64,
     wakes: u64,
+    /// Bytes of the mirror file.
+    size: u64,
+    /// The ring area (ABI 1.10), when the mirror has one.
+    rings: Option<RingArea>,
 }
 
 /// The mode bits a mirror directory may not carry for its writer: any
@@ -145,15 +150,28 @@ pub struct MirrorCommit<'a> {
 impl MirrorWriter {
     /// Creates the mirror and its waiter file in `dir` (made owner-only if
     /// missing; see `checked_dir` for what is refused and the files'
-    /// modes), with `generation`.
+    /// modes), with `generation` and no ring area (a 1.9 mirror).
     pub fn create(dir: &Path, generation: u64) -> io::Result<MirrorWriter> {
+        Self::create_with_rings(dir, generation, &[])
+    }
+
+    /// As [`MirrorWriter::create`], with a ring area holding `rings`
+    /// (partition slot `p`'s ring at index `p`; none when empty). The
+    /// file grows by their slots: tmpfs pages are only used once written.
+    pub fn create_with_rings(
+        dir: &Path,
+        generation: u64,
+        rings: &[RingLayout],
+    ) -> io::Result<MirrorWriter> {
+        let area = (!rings.is_empty()).then(|| RingArea::plan(MIRROR_SIZE, rings));
+        let size = area.as_ref().map_or(MIRROR_SIZE, |a| a.at + a.size);
         let modes = checked_dir(dir)?;
         let dir = fs::canonicalize(dir)?;
         let (path, waiters_path) = (dir.join(MIRROR_FILE), dir.join(WAITERS_FILE));
         path_bytes(&path)?;
         path_bytes(&waiters_path)?;
         let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE, modes.waiters, modes.gid)?;
-        let map = create_file(&path, MIRROR_SIZE, modes.commits, modes.gid).inspect_err(|_| {
+        let map = create_file(&path, size, modes.commits, modes.gid).inspect_err(|_| {
             fs::remove_file(&waiters_path).ok();
         })?;
         let mut head = MirrorHeader::new_zeroed();
@@ -169,6 +187,9 @@ impl MirrorWriter {
                 w.store(u64::from_le_bytes(v), Ordering::Relaxed);
             }
         }
+        if let Some(area) = &area {
+            area.write_layout(&map);
+        }
         Ok(MirrorWriter {
             map,
             waiters,
@@ -176,6 +197,8 @@ impl MirrorWriter {
             waiters_path,
             generation,
             wakes: 0,
+            size,
+            rings: area,
         })
     }
 
@@ -185,7 +208,7 @@ impl MirrorWriter {
         info.version = IOCTL_STRUCT_VERSION;
         info.mirror_version = MIRROR_VERSION;
         info.slot_count = MIRROR_SLOTS;
-        info.size = MIRROR_SIZE;
+        info.size = self.size;
         info.generation = self.generation;
         // Both were checked by `create`.
         info.path = path_bytes(&self.path).unwrap_or([0; MIRROR_PATH_MAX]);
@@ -206,6 +229,31 @@ impl MirrorWriter {
     /// Futex wakes made so far (a doorbell rung while a reader waited).
     pub fn wakes(&self) -> u64 {
         self.wakes
+    }
+
+    /// The rings of the ring area (none without one), in partition-slot
+    /// order.
+    pub fn rings(&self) -> impl Iterator<Item = RingLayout> + '_ {
+        self.rings
+            .iter()
+            .flat_map(|a| a.rings.iter().map(|r| r.layout))
+    }
+
+    /// Copies `records` (whole stream slots, ring order) into ring `ring`
+    /// from ring index `first` on, wrapping at its capacity. Readers see
+    /// them once [`MirrorWriter::publish_ring_head`] covers them.
+    pub fn copy_ring_records(&self, ring: u32, first: u32, records: &[u8]) {
+        if let Some(area) = &self.rings {
+            area.store_records(&self.map, ring, first, records);
+        }
+    }
+
+    /// Publishes ring `ring`'s head (release ordering: after the records
+    /// copied below it).
+    pub fn publish_ring_head(&self, ring: u32, head: u32) {
+        if let Some(area) = &self.rings {
+            area.store_head(&self.map, ring, head);
+        }
     }
 
     /// Starts publishing a commit: the sequence turns odd.
@@ -239,10 +287,19 @@ impl MirrorCommit<'_> {
         }
     }
 
-    /// Changes the generation (a device reset) within this commit.
+    /// Changes the generation (a device reset) within this commit, and
+    /// restarts every ring's head at 0: after the generation and a
+    /// release fence, so that a reader who sees a restarted head or any
+    /// record copied after it sees the new generation in its check.
     pub fn set_generation(&mut self, generation: u64) {
         self.writer.generation = generation;
         self.store(offset::GENERATION, generation);
+        fence(Ordering::Release);
+        if let Some(area) = &self.writer.rings {
+            for r in (0u32..).take(area.rings.len()) {
+                area.store_head(&self.writer.map, r, 0);
+            }
+        }
     }
 
     fn store(&self, at: usize, v: u64) {

@@ -27,11 +27,26 @@
 //! register batch — for the one or two records committed during the
 //! previous round, up to [`MAX_ROUNDS`] times per drain.
 //!
+//! # Reading the records from the commit mirror
+//! When the device's commit mirror has a ring area (ABI 1.10,
+//! `gpupm_uapi::mirror`, "The ring area"), the records `[tail, min(head,
+//! mirror head))` are read from its shared mapping, with no system call
+//! ([`Rings::follow`]); only the records the mirror has not published yet
+//! (it is published after the request that made them) come through the
+//! window. A mirror head behind the tail or more than a ring ahead of it,
+//! another ring layout than the registers', or a generation that changed
+//! during the read (a reset or a driver restart raced the drain) makes
+//! that drain read the window, as without a mirror. Registers, the tail
+//! writes and everything below are the same either way.
+//!
 //! Records the device lost to a full ring (`PART_STREAM_LOST`) are
 //! attributed to the next record read, as `lost_before`: a ring only loses
 //! records while it is full, i.e. after every record it still holds, and
 //! `PART_STREAM_LOST` is read in the same batch as the head.
 
+use std::sync::Arc;
+
+use gpupm_client::mirror::{RingLayout, RingRead};
 use gpupm_client::ops::{read32, read64, reg32, write32};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::events::MAX_EVENTS;
@@ -42,6 +57,7 @@ use gpupm_uapi::layout::{
 use gpupm_uapi::regs::{self as r, MAX_PARTITION_SLOTS};
 use zerocopy::{FromBytes, IntoBytes};
 
+use crate::mirror::{DeviceMirror, Offer, OpenMirror};
 use crate::store::Store;
 use crate::view::DeltaSample;
 
@@ -70,6 +86,13 @@ pub struct Rings {
     /// samples (~60 KiB at the reference load) allocated afresh ten times
     /// a second per ring cost a malloc and free each.
     samples: Vec<DeltaSample>,
+    /// The device's commit mirror, when it has a ring area.
+    mirror: Option<Arc<OpenMirror>>,
+    /// Records read from the mirror and through the window.
+    mirrored: u64,
+    windowed: u64,
+    /// Drains whose mirror read was discarded or refused.
+    fallbacks: u64,
 }
 
 /// Most samples [`Rings::samples`] keeps room for between drains (one
@@ -84,6 +107,49 @@ impl Rings {
             periodic,
             ..Rings::default()
         }
+    }
+
+    /// Reads records from `source`'s ring area from now on, when the node
+    /// offers a mirror that has one; returns whether it does.
+    pub fn follow(&mut self, source: &DeviceMirror) -> bool {
+        self.mirror = match source.offer() {
+            Offer::Mirror(m) => return self.follow_mirror(m),
+            Offer::None => None,
+            Offer::Refused(e) => {
+                tracing::warn!(
+                    error = format!("{:#}", anyhow::Error::new(e)),
+                    "the commit mirror is refused for the drains; they read the window"
+                );
+                None
+            }
+            Offer::Failed(e) => {
+                tracing::debug!(error = %e, "asking for the commit mirror failed");
+                None
+            }
+        };
+        self.mirror.is_some()
+    }
+
+    /// Reads records from `mirror`'s ring area from now on (when it has
+    /// one); returns whether it does.
+    pub fn follow_mirror(&mut self, mirror: Arc<OpenMirror>) -> bool {
+        self.mirror = mirror.reader.has_rings().then_some(mirror);
+        self.mirror.is_some()
+    }
+
+    /// Records read from the mirror's ring area so far.
+    pub fn mirrored_records(&self) -> u64 {
+        self.mirrored
+    }
+
+    /// Records read through the window so far.
+    pub fn window_records(&self) -> u64 {
+        self.windowed
+    }
+
+    /// Reads of the mirror that fell back to the window so far.
+    pub fn mirror_fallbacks(&self) -> u64 {
+        self.fallbacks
     }
 
     /// Forgets what was seen (after a device reset).
@@ -326,7 +392,8 @@ fn advance_tail(dev: &DevNode, p: u32, tail: u32) -> Result<Position, DevError> 
 }
 
 /// Appends to `samples` the samples of the `fill` records of `ring` from
-/// ring index `tail` on (`samples` is left partial on an error).
+/// ring index `tail` on: those the mirror holds from it, the rest through
+/// the window (`samples` is left partial on an error).
 fn read_records(
     dev: &DevNode,
     rings: &mut Rings,
@@ -335,8 +402,80 @@ fn read_records(
     (tail, fill): (u32, u32),
     samples: &mut Vec<DeltaSample>,
 ) -> Result<(), DevError> {
-    let RingState { base, cap, .. } = *ring;
     samples.reserve(fill as usize);
+    let mirrored = read_mirrored(rings, i, ring, (tail, fill), samples);
+    read_window(
+        dev,
+        rings,
+        i,
+        ring,
+        (tail.wrapping_add(mirrored), fill - mirrored),
+        samples,
+    )
+}
+
+/// Appends the samples of the records from `tail` the mirror holds (at
+/// most `fill`); returns how many it took (0 without a mirror, or when
+/// the mirror cannot be used for this read: nothing is appended then).
+fn read_mirrored(
+    rings: &mut Rings,
+    i: usize,
+    ring: &RingState,
+    (tail, fill): (u32, u32),
+    samples: &mut Vec<DeltaSample>,
+) -> u32 {
+    let Rings {
+        mirror: Some(mirror),
+        pending_lost,
+        ..
+    } = rings
+    else {
+        return 0;
+    };
+    let (Ok(p), Some(lost)) = (u32::try_from(i), pending_lost.get_mut(i)) else {
+        return 0;
+    };
+    let layout = RingLayout {
+        cap: ring.cap,
+        window_base: ring.base,
+    };
+    let (kept, lost_before) = (samples.len(), *lost);
+    let read = mirror
+        .reader
+        .read_ring((p, layout), (tail, tail.wrapping_add(fill)), |slot| {
+            if let Some(mut s) = sample(slot) {
+                s.lost_before = std::mem::take(lost);
+                samples.push(s);
+            }
+        });
+    match read {
+        RingRead::Taken(n) => {
+            rings.mirrored += u64::from(n);
+            n
+        }
+        RingRead::Unusable | RingRead::GenerationChanged => {
+            samples.truncate(kept);
+            *lost = lost_before;
+            rings.fallbacks += 1;
+            0
+        }
+    }
+}
+
+/// Appends the samples of the `fill` records of `ring` from ring index
+/// `tail` on, read through the window.
+fn read_window(
+    dev: &DevNode,
+    rings: &mut Rings,
+    i: usize,
+    ring: &RingState,
+    (tail, fill): (u32, u32),
+    samples: &mut Vec<DeltaSample>,
+) -> Result<(), DevError> {
+    let RingState { base, cap, .. } = *ring;
+    if fill == 0 {
+        return Ok(());
+    }
     let mut buf = std::mem::take(&mut rings.buf);
     buf.resize(CHUNK as usize * SLOT, 0);
     let mut done = 0u32;
@@ -361,6 +500,7 @@ fn read_records(
         }
         done += n;
     };
+    rings.windowed += u64::from(done);
     rings.buf = buf;
     res
 }

@@ -171,11 +171,15 @@ impl Engine {
         }
 
         restore_retired(&store)?;
+        let mut rings = Rings::new(drain_interval.is_some());
+        if rings.follow(store.mirror()) {
+            tracing::info!("drains read the stream records from the device's commit mirror");
+        }
         let mut worker = Worker {
             dev: &dev,
             store: &store,
             program: &program,
-            rings: Rings::new(drain_interval.is_some()),
+            rings,
         };
         if let Err(e) = worker.resync() {
             engine.stop();

@@ -232,7 +232,7 @@ fn choose(pages: &Pages, via: Via, logged: &mut Option<Instant>) -> Via {
         Via::Wait => None,
     };
     let had = current.as_ref().map(|f| f.path());
-    match mirror::offer(&pages.dev, current) {
+    match mirror::offer(&pages.mirror, current) {
         Offer::Mirror(f) => {
             if had.as_deref() != Some(&f.path()) {
                 tracing::info!(path = %f.path(), "following the device's commits through its mirror");

@@ -4,25 +4,24 @@
 //! doorbell (a shared futex) and reads the followed slots from the mapping
 //! under its sequence lock — no system call per commit but the wake-up.
 //!
-//! The node names the mirror (`GPUPM_IOC_MIRROR_INFO`); it is used only if
-//! both its files pass [`gpupm_client::mirror::open_checked`]: regular
-//! files with their directory's owner (root, or the unprivileged driver),
-//! no other access, no group write on the mirror, in a directory no group
-//! or other may write — a file anyone else could have written is never
-//! taken for the device's. Without a mirror
+//! The mirror is the device's one mapping ([`crate::mirror::DeviceMirror`],
+//! which also checks that it can be trusted), shared with the drains.
+//! Without a mirror
 //! (an older node: ENOTTY; a driver with none: ENODEV), or with one that
 //! is refused or stays busy, commits are followed with the wait as before.
 //! The node is asked again at each start of following, so a driver that
-//! restarted (a new file, a new generation) or was reset is picked up.
+//! restarted (a new file, a new generation) is picked up.
 
 use std::time::{Duration, Instant};
 
-use gpupm_client::mirror::{MirrorError, MirrorReader};
-use gpupm_client::{DevError, DevNode};
+use std::sync::Arc;
+
+use gpupm_client::mirror::MirrorError;
+use gpupm_client::DevError;
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
-use gpupm_uapi::mirror::MirrorInfo;
-use nix::errno::Errno;
 use zerocopy::FromZeros;
+
+use crate::mirror::{DeviceMirror, OpenMirror};
 
 use super::table::Key;
 
@@ -43,9 +42,7 @@ pub(super) enum Offer {
 /// buffers (no allocation per commit once they have grown).
 #[derive(Debug)]
 pub(super) struct Follower {
-    reader: MirrorReader,
-    info_generation: u64,
-    path: Vec<u8>,
+    mirror: Arc<OpenMirror>,
     seen: u32,
     slots: Vec<u32>,
     blocks: Vec<BlockSlot>,
@@ -53,42 +50,30 @@ pub(super) struct Follower {
 
 /// Asks the node for its mirror; keeps `current` when the node still
 /// names the same one.
-pub(super) fn offer(dev: &DevNode, current: Option<Box<Follower>>) -> Offer {
-    let info = match dev.mirror_info() {
-        Ok(info) => info,
-        Err(DevError::Ioctl {
-            source: Errno::ENOTTY | Errno::ENODEV | Errno::EOPNOTSUPP,
-            ..
-        }) => return Offer::None,
-        Err(e) => return Offer::Failed(e),
+pub(super) fn offer(source: &DeviceMirror, current: Option<Box<Follower>>) -> Offer {
+    let mirror = match source.offer() {
+        crate::mirror::Offer::Mirror(m) => m,
+        crate::mirror::Offer::None => return Offer::None,
+        crate::mirror::Offer::Refused(e) => return Offer::Refused(e),
+        crate::mirror::Offer::Failed(e) => return Offer::Failed(e),
     };
-    let path = MirrorInfo::path_of(&info.path).unwrap_or_default().to_vec();
-    if let Some(f) = current {
-        if f.info_generation == info.generation && f.path == path {
-            return Offer::Mirror(f);
-        }
+    if let Some(f) = current.filter(|f| Arc::ptr_eq(&f.mirror, &mirror)) {
+        return Offer::Mirror(f);
     }
-    match MirrorReader::open(&info) {
-        Ok(reader) => {
-            // The first read takes what is there now.
-            let seen = reader.doorbell().wrapping_sub(1);
-            Offer::Mirror(Box::new(Follower {
-                reader,
-                info_generation: info.generation,
-                path,
-                seen,
-                slots: Vec::new(),
-                blocks: Vec::new(),
-            }))
-        }
-        Err(e) => Offer::Refused(e),
-    }
+    // The first read takes what is there now.
+    let seen = mirror.reader.doorbell().wrapping_sub(1);
+    Offer::Mirror(Box::new(Follower {
+        mirror,
+        seen,
+        slots: Vec::new(),
+        blocks: Vec::new(),
+    }))
 }
 
 impl Follower {
     /// The mirror file's path as the node named it.
     pub(super) fn path(&self) -> String {
-        String::from_utf8_lossy(&self.path).into_owned()
+        self.mirror.path()
     }
 
     /// Waits until the doorbell rang since the last call (at once if it
@@ -96,7 +81,7 @@ impl Follower {
     pub(super) fn next_commit(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            let now = self.reader.doorbell();
+            let now = self.mirror.reader.doorbell();
             if now != self.seen {
                 self.seen = now;
                 return true;
@@ -105,7 +90,7 @@ impl Follower {
             if left.is_zero() {
                 return false;
             }
-            if let Err(e) = self.reader.wait(now, left) {
+            if let Err(e) = self.mirror.reader.wait(now, left) {
                 tracing::debug!(error = %e, "doorbell wait failed");
                 return false;
             }
@@ -122,7 +107,7 @@ impl Follower {
                 .map(|&(_, off)| u32::try_from(off / BLOCK_SLOT_SIZE).unwrap_or(u32::MAX)),
         );
         self.blocks.resize(wanted.len(), BlockSlot::new_zeroed());
-        self.reader.read(&self.slots, &mut self.blocks)?;
+        self.mirror.reader.read(&self.slots, &mut self.blocks)?;
         Ok(&self.blocks)
     }
 }

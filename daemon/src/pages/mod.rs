@@ -137,6 +137,8 @@ struct Inner {
 pub struct Pages {
     dir: PageDir,
     dev: Arc<DevNode>,
+    /// The device's commit mirror, shared with the drains.
+    mirror: Arc<crate::mirror::DeviceMirror>,
     policy: TenantPolicy,
     clock_khz: u32,
     inner: Mutex<Inner>,
@@ -170,6 +172,7 @@ impl Pages {
     pub fn open(
         dir: PathBuf,
         dev: Arc<DevNode>,
+        mirror: Arc<crate::mirror::DeviceMirror>,
         policy: TenantPolicy,
         clock_khz: u32,
     ) -> Result<Arc<Pages>, DirError> {
@@ -179,6 +182,7 @@ impl Pages {
         Ok(Arc::new(Pages {
             dir,
             dev,
+            mirror,
             policy,
             clock_khz,
             inner: Mutex::new(Inner {

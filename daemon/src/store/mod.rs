@@ -133,6 +133,9 @@ pub struct Store {
     sampling: Arc<Plane>,
     ri: Arc<crate::ri::RiUnit>,
     ranges: Arc<crate::ranges::RangeBook>,
+    /// The device's commit mirror, mapped once for the pages and the
+    /// drains.
+    mirror: Arc<crate::mirror::DeviceMirror>,
 }
 
 impl Store {
@@ -150,6 +153,7 @@ impl Store {
         Store {
             ri: crate::ri::RiUnit::new(Arc::clone(&dev)),
             ranges: Arc::new(crate::ranges::RangeBook::new(Arc::clone(&dev))),
+            mirror: Arc::new(crate::mirror::DeviceMirror::new(Arc::clone(&dev))),
             sampler,
             sampling,
             dev,
@@ -167,6 +171,11 @@ impl Store {
             tenant_stats: OnceLock::new(),
             pages: OnceLock::new(),
         }
+    }
+
+    /// The device's commit mirror (asked for by its users).
+    pub fn mirror(&self) -> &Arc<crate::mirror::DeviceMirror> {
+        &self.mirror
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Tables> {

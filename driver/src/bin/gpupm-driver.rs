@@ -27,7 +27,7 @@ use gpupm_driver::node::backend::DeviceBackend;
 use gpupm_driver::node::cuse::CuseTransport;
 use gpupm_driver::node::device::NodeCore;
 use gpupm_driver::node::fuse::FuseTransport;
-use gpupm_driver::node::mirror::{Mirror, DEFAULT_MIRROR_DIR};
+use gpupm_driver::node::mirror::DEFAULT_MIRROR_DIR;
 use gpupm_driver::node::model_backend::ModelBackend;
 use gpupm_driver::node::ticker::Ticker;
 use gpupm_driver::node::{Transport, DEFAULT_NODE_DIR, DEFAULT_THREADS};
@@ -259,12 +259,8 @@ fn start_mirror(core: &NodeCore, dir: &Path) {
     let generation = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    match Mirror::create(dir, generation) {
-        Ok(m) => {
-            tracing::info!(path = %m.path().display(), "commit mirror created");
-            core.set_mirror(m);
-        }
-        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror"),
+    if let Err(e) = core.start_mirror(dir, generation) {
+        tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror");
     }
 }
 

@@ -63,6 +63,16 @@ enum Action {
     Wake(PollWake),
 }
 
+impl Inner {
+    /// Lets the mirror publish a reset the request just made, before the
+    /// lock is released ([`Mirror::after_request`]).
+    fn mirror_after_request(&mut self) {
+        if let Some(m) = self.mirror.as_mut() {
+            m.after_request(self.backend.as_mut());
+        }
+    }
+}
+
 /// The device node, shared by the transport's serving thread and the clock
 /// thread.
 pub struct NodeCore {
@@ -98,6 +108,16 @@ impl NodeCore {
     pub fn set_mirror(&self, mirror: Mirror) {
         self.lock().mirror = Some(mirror);
         self.deliver();
+    }
+
+    /// Creates the commit mirror in `dir` with `generation`, with a ring
+    /// area for the device's stream rings, and keeps it current.
+    pub fn start_mirror(&self, dir: &std::path::Path, generation: u64) -> std::io::Result<()> {
+        let rings = super::mirror::ring_layouts(self.lock().backend.as_mut());
+        let mirror = Mirror::create(dir, generation, &rings)?;
+        tracing::info!(path = %mirror.path().display(), "commit mirror created");
+        self.set_mirror(mirror);
+        Ok(())
     }
 
     /// The access policy.
@@ -243,10 +263,12 @@ impl NodeCore {
             let width = reg_access(kind, offset, data.len())?;
             let mut le = [0u8; 8];
             le[..data.len()].copy_from_slice(data);
-            inner
+            let res = inner
                 .backend
                 .write_reg(offset, width, u64::from_le_bytes(le))
-                .map(|()| width)
+                .map(|()| width);
+            inner.mirror_after_request();
+            res
         };
         self.deliver();
         Ok(res?)
@@ -269,7 +291,9 @@ impl NodeCore {
             if cmd == gpupm_uapi::ioctl::GPUPM_IOC_MIRROR_INFO {
                 return Mirror::info(inner.mirror.as_ref(), input);
             }
-            ioctl::dispatch(inner.backend.as_mut(), cmd, input, out_size)
+            let res = ioctl::dispatch(inner.backend.as_mut(), cmd, input, out_size);
+            inner.mirror_after_request();
+            res
         };
         self.deliver();
         res

@@ -245,8 +245,8 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, dec "GPUPM_", gpupm_uapi::ioctl: IOCTL_STRUCT_VERSION, MAX_IOCTL_SIZE, MAX_BATCH_OPS, WINDOW_READ_NR, WINDOW_READ_MAX);
     group!(h, dec "GPUPM_", gpupm_uapi::commit_wait: WAIT_COMMIT_MAX_BLOCKS, WAIT_COMMIT_MAX_TIMEOUT_US);
     group!(h, hex "GPUPM_", gpupm_uapi::mirror: MIRROR_MAGIC);
-    group!(h, dec "GPUPM_", gpupm_uapi::mirror: MIRROR_VERSION, MIRROR_HEADER_SIZE, MIRROR_PATH_MAX, MIRROR_WAITERS_SIZE);
-    group!(h, dec "GPUPM_MIRROR_OFFSET_", gpupm_uapi::mirror::offset: GENERATION, SEQ, COMMIT_SEQ, CYCLE, DOORBELL);
+    group!(h, dec "GPUPM_", gpupm_uapi::mirror: MIRROR_VERSION, MIRROR_HEADER_SIZE, MIRROR_PATH_MAX, MIRROR_WAITERS_SIZE, MIRROR_RINGS_HEADER_SIZE, MIRROR_RING_SIZE);
+    group!(h, dec "GPUPM_MIRROR_OFFSET_", gpupm_uapi::mirror::offset: GENERATION, SEQ, COMMIT_SEQ, CYCLE, DOORBELL, RINGS, RING_HEAD, RING_CAP, RING_WINDOW_BASE, RING_SLOTS);
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);

@@ -53,6 +53,9 @@ fn wait_until(what: &str, daemon: &mut Proc, mut done: impl FnMut(&mut Proc) -> 
 const VIA_MIRROR: &str = "following the device's commits through its mirror";
 /// Its line when it refuses the mirror the node names.
 const REFUSED: &str = "the device's commit mirror is refused";
+/// The drains' lines when they read the mirror's ring area, or refuse it.
+const DRAINS_VIA_MIRROR: &str = "drains read the stream records from the device's commit mirror";
+const DRAINS_REFUSED: &str = "the commit mirror is refused for the drains";
 
 /// Runs [`follows_and_stops`] against a driver started with `args`, after
 /// `spoil` ran on the driver's mirror file; returns the daemon's log.
@@ -74,12 +77,14 @@ fn follow_with(tag: &str, args: &[&str], spoil: fn(&std::path::Path)) -> String 
 fn a_page_follows_periodic_commits_through_the_mirror_and_stops_when_they_stop() {
     let log = follow_with("pages-follow", &[], |_| {});
     assert!(log.contains(VIA_MIRROR), "the mirror was not used:\n{log}");
+    assert!(log.contains(DRAINS_VIA_MIRROR), "{log}");
 }
 
 #[test]
 fn without_a_mirror_a_page_follows_periodic_commits_with_the_wait() {
     let log = follow_with("pages-follow-wait", &["--no-mirror"], |_| {});
     assert!(!log.contains(VIA_MIRROR), "no mirror to use:\n{log}");
+    assert!(!log.contains(DRAINS_VIA_MIRROR), "{log}");
 }
 
 #[test]
@@ -93,6 +98,10 @@ fn a_mirror_others_may_read_is_refused_and_the_wait_followed() {
         "a mode 0644 mirror was used:\n{log}"
     );
     assert!(log.contains(REFUSED) && log.contains("mode 644"), "{log}");
+    assert!(
+        log.contains(DRAINS_REFUSED) && !log.contains(DRAINS_VIA_MIRROR),
+        "{log}"
+    );
 }
 
 #[test]
@@ -105,6 +114,10 @@ fn a_mirror_not_owned_by_root_is_refused_and_the_wait_followed() {
         "a mirror owned by 65534 was used:\n{log}"
     );
     assert!(log.contains(REFUSED) && log.contains("uid 65534"), "{log}");
+    assert!(
+        log.contains(DRAINS_REFUSED) && !log.contains(DRAINS_VIA_MIRROR),
+        "{log}"
+    );
 }
 
 /// Through the mirror, a followed page is exact: once the periodic

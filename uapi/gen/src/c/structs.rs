@@ -18,7 +18,7 @@ use gpupm_uapi::layout::{
     self, Block, BlockSlot, CcuRecord, Envelope, RiAbortRecord, RiBeginRecord, RiEmitRecord,
     RiInstructionRecord, RiTimestampRecord, StreamRecord, StreamSlot,
 };
-use gpupm_uapi::mirror::{MirrorHeader, MirrorInfo};
+use gpupm_uapi::mirror::{MirrorHeader, MirrorInfo, MirrorRing, MirrorRings};
 use gpupm_uapi::page::{Page, PageCounters, PageData, PageHeader, PageReply, PageRequest};
 use gpupm_uapi::pmu::{Publish, ScopeTotals, Wanted};
 use gpupm_uapi::ranges::{
@@ -49,7 +49,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 78] {
+pub fn all_structs() -> [StructInfo; 80] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -68,6 +68,8 @@ pub fn all_structs() -> [StructInfo; 78] {
         WaitCommit => "gpupm_wait_commit",
         MirrorHeader => "gpupm_mirror_header",
         MirrorInfo => "gpupm_mirror_info",
+        MirrorRings => "gpupm_mirror_rings",
+        MirrorRing => "gpupm_mirror_ring",
         StreamSlot => "gpupm_stream_slot",
         Whoami => "gpupm_tenant_whoami",
         CtxEntry => "gpupm_tenant_ctx_entry",
@@ -304,7 +306,13 @@ pub fn emit_structs(h: &mut Header) {
         ("gpupm_block", size_of::<Block>()),
         size_of::<BlockSlot>(),
     );
-    h.structs(&["WaitCommit", "MirrorHeader", "MirrorInfo"]);
+    h.structs(&[
+        "WaitCommit",
+        "MirrorHeader",
+        "MirrorInfo",
+        "MirrorRings",
+        "MirrorRing",
+    ]);
     slot_struct(
         h,
         "gpupm_stream_slot",
