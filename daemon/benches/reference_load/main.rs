@@ -5,8 +5,15 @@
 //! GPU, every counter active, 1 kHz periodic trigger, 8 partitions, 8 VMs,
 //! 512 contexts, context timeslices giving 8 × 25 = 200 switches/s — the
 //! scenario of `gpupm_driver::scenario::synthetic::reference_load`) and the
-//! real `gpupmd`, and runs four phases:
+//! real `gpupmd`, and, after a warm-up, runs four phases:
 //!
+//! 0. warm-up: the reference load with no client for
+//!    `GPUPM_BENCH_WARMUP_SECS` (default 20), its CPU printed by 5 s
+//!    window. A daemon just started fills its history rings (256 samples
+//!    per context; a context runs 40 ms in every 2.56 s of its partition,
+//!    ~16 records/s, so ~16 s), paying page faults and allocations that
+//!    an always-on daemon pays once: the phases below measure the steady
+//!    state after it, and the warm-up windows show the start-up cost;
 //! 1. the reference load with the 100 tenant clients reading their VMs'
 //!    pages (`GPUPM_BENCH_SECS`, default 20);
 //! 2. the same with a page visibility probe added (`GPUPM_BENCH_PROBE_SECS`,
@@ -164,6 +171,25 @@ fn phase(
     }
 }
 
+/// Length of one warm-up window.
+const WARMUP_WINDOW_SECS: u64 = 5;
+
+/// The reference load with no client for `secs` (rounded up to whole
+/// windows): the daemon's CPU % (the sum over its threads, which have
+/// nanosecond resolution where `/proc/<pid>/stat` has ticks) and its CPU %
+/// by thread, per window.
+fn warm_up(pid: i32, secs: u64) -> Vec<(f64, Vec<(String, f64)>)> {
+    (0..secs.div_ceil(WARMUP_WINDOW_SECS))
+        .map(|_| {
+            let (threads0, t0) = (procfs::thread_run_ns(pid), Instant::now());
+            std::thread::sleep(Duration::from_secs(WARMUP_WINDOW_SECS));
+            let wall = t0.elapsed().as_secs_f64();
+            let threads = procfs::thread_cpu_pct(&threads0, &procfs::thread_run_ns(pid), wall);
+            (threads.iter().map(|(_, pct)| pct).sum(), threads)
+        })
+        .collect()
+}
+
 /// p50 and p99 of sorted samples (0 when empty).
 fn p50_p99(v: &[u64]) -> (u64, u64) {
     if v.is_empty() {
@@ -238,6 +264,7 @@ fn main() {
         dev: tmp.join("dev"),
     };
 
+    let warmup = warm_up(pid, env_u64("GPUPM_BENCH_WARMUP_SECS", 20));
     let refreshes0 = daemon.metric("gpupm_page_refreshes_total");
     let paged = phase(Via::Page, &paths, pid, tck, khz, clients, secs, probe_secs);
     let page_refreshes = daemon.metric("gpupm_page_refreshes_total") - refreshes0;
@@ -279,9 +306,17 @@ fn main() {
         drain_ms.as_deref().unwrap_or("default")
     );
     println!(
-        "run                       2 x ({:.1} s reference load + {probe_secs} s with a visibility probe)",
+        "run                       {} s warm-up, then 2 x ({:.1} s reference load + {probe_secs} s with a visibility probe)",
+        WARMUP_WINDOW_SECS * warmup.len() as u64,
         paged.wall
     );
+    println!(
+        "daemon CPU, warm-up       {} % of one core by {WARMUP_WINDOW_SECS} s window after READY (no client; the history rings fill)",
+        warmup.iter().map(|(pct, _)| format!("{pct:.2}")).collect::<Vec<_>>().join(", ")
+    );
+    if let Some((_, threads)) = warmup.first() {
+        println!("  by thread, first window {}", by_thread(threads));
+    }
     println!("switches                  {switches_paged} in the page phase ({:.0}/s); {all_switches} in all, {fallbacks} by fallback; daemon lifetime: {handshakes} host handshakes, {lost} lost records", switches_paged as f64 / paged.wall);
     println!(
         "daemon CPU, page clients  {:.2} % of one core (goal < 2 %); {:.2} % with the page probe",
@@ -345,7 +380,7 @@ fn main() {
          \"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
          \"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\
          \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\",\
-         \"page_threads_cpu_pct\":{{{}}}}}",
+         \"warmup_cpu_pct\":[{}],\"page_threads_cpu_pct\":{{{}}}}}",
         paged.cpu_pct,
         paged.cpu_probe_pct,
         ms(pvis_p50),
@@ -357,6 +392,11 @@ fn main() {
         ioctl.cpu_probe_pct,
         ms(vis_p99),
         switches_paged as f64 / paged.wall,
+        warmup
+            .iter()
+            .map(|(pct, _)| format!("{pct:.3}"))
+            .collect::<Vec<_>>()
+            .join(","),
         paged
             .threads
             .iter()
