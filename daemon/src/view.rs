@@ -247,6 +247,12 @@ pub struct HealthSnapshot {
     pub lost_records: u64,
     /// Stream records drained.
     pub drained_records: u64,
+    /// Of those, read from the commit mirror's ring area (the rest came
+    /// through the memory window).
+    pub mirrored_records: u64,
+    /// Drain reads of the mirror that fell back to the window (a reset or
+    /// a driver restart raced the drain).
+    pub mirror_fallbacks: u64,
     /// Largest ring fill seen at drain time since the previous snapshot.
     pub drain_lag_records: u64,
     /// Longest time, in device time, from a switch request to the host's

@@ -302,6 +302,7 @@ fn consume(
     samples.clear();
     samples.shrink_to(KEPT_SAMPLES);
     rings.samples = samples;
+    store.record_mirror_reads(rings.mirrored, rings.fallbacks);
     read?;
     rings.note_lost(i, at.lost);
     Ok(fill)

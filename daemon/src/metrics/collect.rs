@@ -12,6 +12,7 @@
 //! | `gpupm_handshake_duration_seconds` | histogram | |
 //! | `gpupm_handshakes_total`, `gpupm_handshake_fallbacks_total` | counter | |
 //! | `gpupm_stream_lost_records_total`, `gpupm_stream_drained_records_total` | counter | |
+//! | `gpupm_stream_mirrored_records_total`, `gpupm_stream_mirror_fallbacks_total` | counter | |
 //! | `gpupm_stream_drain_lag_records` | gauge | |
 //! | `gpupm_handshake_response_max_seconds` | gauge | |
 //! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
@@ -379,7 +380,7 @@ fn encode_ranges(
 }
 
 /// The daemon's work counters as (name, help, value).
-fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 12] {
+fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 14] {
     [
         (
             "gpupm_handshakes",
@@ -400,6 +401,16 @@ fn health_counters(h: &HealthSnapshot) -> [(&'static str, &'static str, u64); 12
             "gpupm_stream_drained_records",
             "Stream records drained.",
             h.drained_records,
+        ),
+        (
+            "gpupm_stream_mirrored_records",
+            "Stream records drained from the device's commit mirror (the rest through the memory window).",
+            h.mirrored_records,
+        ),
+        (
+            "gpupm_stream_mirror_fallbacks",
+            "Drain reads of the commit mirror that fell back to the memory window.",
+            h.mirror_fallbacks,
         ),
         (
             "gpupm_tenant_requests",

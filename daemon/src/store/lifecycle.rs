@@ -170,4 +170,13 @@ impl Store {
         self.stats.drained.fetch_add(records, Ordering::Relaxed);
         self.stats.drain_lag.fetch_max(fill, Ordering::Relaxed);
     }
+
+    /// The drains' totals so far: records read from the commit mirror's
+    /// ring area, and mirror reads that fell back to the window.
+    pub fn record_mirror_reads(&self, mirrored: u64, fallbacks: u64) {
+        self.stats.mirrored.store(mirrored, Ordering::Relaxed);
+        self.stats
+            .mirror_fallbacks
+            .store(fallbacks, Ordering::Relaxed);
+    }
 }

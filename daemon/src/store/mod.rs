@@ -104,6 +104,10 @@ struct Stats {
     handshakes: AtomicU64,
     fallbacks_seen: AtomicU64,
     drained: AtomicU64,
+    /// Of `drained`, read from the commit mirror's ring area (a total the
+    /// drains keep, stored here as they go).
+    mirrored: AtomicU64,
+    mirror_fallbacks: AtomicU64,
     drain_lag: AtomicU64,
     response_max_cycles: AtomicU64,
     retired: AtomicU64,

@@ -73,6 +73,8 @@ impl HealthSource for Store {
             fallbacks: self.device_sum(regs::PART_FALLBACKS),
             lost_records: self.device_sum(regs::PART_STREAM_LOST),
             drained_records: self.stats.drained.load(Ordering::Relaxed),
+            mirrored_records: self.stats.mirrored.load(Ordering::Relaxed),
+            mirror_fallbacks: self.stats.mirror_fallbacks.load(Ordering::Relaxed),
             drain_lag_records: self.stats.drain_lag.swap(0, Ordering::Relaxed),
             handshake_response_max_ns: cycles_to_ns(
                 self.stats.response_max_cycles.swap(0, Ordering::Relaxed),

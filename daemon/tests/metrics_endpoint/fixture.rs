@@ -160,6 +160,8 @@ pub fn steady_health() -> HealthSnapshot {
         fallbacks: 3,
         lost_records: 4,
         drained_records: 5000,
+        mirrored_records: 4990,
+        mirror_fallbacks: 2,
         drain_lag_records: 6,
         handshake_response_max_ns: 1_250_000,
         contexts_active: 12,

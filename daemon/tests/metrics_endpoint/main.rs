@@ -119,6 +119,14 @@ fn scrape_passes_promtool_and_reports_the_fixture_totals() {
         Some("3".into())
     );
     assert_eq!(
+        value_of(&body, "gpupm_stream_mirrored_records_total", &[]),
+        Some("4990".into())
+    );
+    assert_eq!(
+        value_of(&body, "gpupm_stream_mirror_fallbacks_total", &[]),
+        Some("2".into())
+    );
+    assert_eq!(
         value_of(&body, "gpupm_handshake_duration_seconds_count", &[]),
         Some("3".into())
     );

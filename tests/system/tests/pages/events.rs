@@ -143,6 +143,18 @@ fn an_idle_daemon_neither_refreshes_nor_rewrites_its_pages() {
         caught_up(&dev, &pages)
     });
 
+    // Every record was drained, and from the driver's commit mirror: on a
+    // step clock the mirror is published before the request that made
+    // the records returns, so no drain finds it behind the registers.
+    let drained = daemon.metric("gpupm_stream_drained_records_total");
+    assert!(drained > 0, "nothing drained");
+    assert_eq!(
+        daemon.metric("gpupm_stream_mirrored_records_total"),
+        drained,
+        "records read through the window"
+    );
+    assert_eq!(daemon.metric("gpupm_stream_mirror_fallbacks_total"), 0);
+
     // The device is idle from here: the clock stands still.
     let seqs: BTreeMap<&String, u64> = pages.iter().map(|(k, p)| (k, p.seq())).collect();
     let refreshes = daemon.metric("gpupm_page_refreshes_total");
