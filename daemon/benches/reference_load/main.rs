@@ -265,10 +265,11 @@ fn main() {
     };
 
     let warmup = warm_up(pid, env_u64("GPUPM_BENCH_WARMUP_SECS", 20));
+    let page_phase_switches0 = sum(&parts);
     let refreshes0 = daemon.metric("gpupm_page_refreshes_total");
     let paged = phase(Via::Page, &paths, pid, tck, khz, clients, secs, probe_secs);
     let page_refreshes = daemon.metric("gpupm_page_refreshes_total") - refreshes0;
-    let switches_paged = sum(&parts) - switches0;
+    let switches_paged = sum(&parts) - page_phase_switches0;
     let rss_mib = status_kib(pid, "VmRSS:") as f64 / 1024.0;
     let ioctl = phase(Via::Ioctl, &paths, pid, tck, khz, clients, secs, probe_secs);
     let hwm_mib = status_kib(pid, "VmHWM:") as f64 / 1024.0;
