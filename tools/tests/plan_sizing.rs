@@ -1,7 +1,8 @@
 //! The sample-buffer plan (seed 001) against the device model: random
 //! scenarios (seed, P, N, drain interval) with buffers sized by
 //! `gpupm_client::sampling::plan` and drained once per interval lose no
-//! record; with the cycle buffer at half the planned record bound they
+//! record unless the plan says it was clamped to the sample span (then
+//! the losses are exact); with the cycle buffer at half the planned record bound they
 //! lose records, and per buffer the records read plus the device's lost
 //! count equal the records it produced — exactly; the lost records counted
 //! per context (`SAMP_LOST_SELECT`, `BUF_LOST_SELECTED`) sum over the
@@ -16,6 +17,15 @@ use proptest::prelude::*;
 
 /// Per buffer: (records read, BUF_LOST, BUF_PRODUCED).
 type Tally = Vec<(u64, u64, u64)>;
+
+/// One run's outcome, per buffer in the order (partition, branch, cycle).
+struct Outcome {
+    tally: Tally,
+    /// Σ per context and Σ per VM of the buffer's lost records.
+    by_scope: Vec<(u64, u64)>,
+    /// The plan could not fit the span and shrank this buffer.
+    clamped: Vec<bool>,
+}
 
 /// Σ over every context, and Σ over every VM, of `BUF_LOST_SELECTED` of
 /// partition `p`'s buffer `k`.
@@ -42,12 +52,13 @@ fn r(dev: &mut Device, off: u64, width: u32) -> u64 {
     dev.read_reg(off, width).expect("read")
 }
 
-fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> (Tally, Vec<(u64, u64)>) {
+fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> Outcome {
     let mut sc = scenario::builtin();
     sc.seed = seed;
     let mut dev = Device::new(&sc, EngineKind::Batched, true).expect("device");
     let mut host = Host::new();
     let slots: Vec<u32> = sc.partitions.iter().map(|p| p.slot).collect();
+    let mut clamped = Vec::new();
     for &p in &slots {
         let settings = SamplerSettings {
             partition: p,
@@ -57,7 +68,13 @@ fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> (Tally, Ve
             min_branch_gap: sc.min_branch_gap(p).max(1),
         };
         let mut at = 0;
-        for b in plan::plan(&settings, drain_us, plan::DEFAULT_MARGIN_PCT) {
+        let plans = plan::plan(&settings, drain_us, plan::DEFAULT_MARGIN_PCT);
+        assert_eq!(
+            plans.iter().map(|b| b.record_type).collect::<Vec<_>>(),
+            [RecordType::BranchStack, RecordType::Cycle]
+        );
+        clamped.extend(plans.iter().map(|b| b.clamped));
+        for b in plans {
             let (kind, cap) = match b.record_type {
                 RecordType::BranchStack => (buf_kind::BRANCH, b.records),
                 // Half the records the interval can produce, a power of two.
@@ -105,7 +122,11 @@ fn run(seed: u64, period: u32, n: u32, drain_us: u64, halve: bool) -> (Tally, Ve
             by_scope.push(lost_by_scope(&mut dev, p, k));
         }
     }
-    (out, by_scope)
+    Outcome {
+        tally: out,
+        by_scope,
+        clamped,
+    }
 }
 
 proptest! {
@@ -118,12 +139,17 @@ proptest! {
         n in 1u32..256,
         drain_us in 300u64..1500,
     ) {
-        let (planned, _) = run(seed, period, n, drain_us, false);
-        for (i, &(read, lost, produced)) in planned.iter().enumerate() {
-            prop_assert_eq!(lost, 0, "buffer {} lost at the planned size", i);
-            prop_assert_eq!(read, produced, "buffer {}", i);
+        let planned = run(seed, period, n, drain_us, false);
+        for (i, &(read, lost, produced)) in planned.tally.iter().enumerate() {
+            if !planned.clamped[i] {
+                prop_assert_eq!(lost, 0, "buffer {} lost at the planned size", i);
+            }
+            prop_assert_eq!(read + lost, produced, "buffer {}", i);
+            prop_assert_eq!(planned.by_scope[i], (lost, lost), "buffer {}: losses by scope", i);
         }
-        let (halved, by_scope) = run(seed, period, n, drain_us, true);
+        let halved = run(seed, period, n, drain_us, true);
+        let by_scope = halved.by_scope;
+        let halved = halved.tally;
         let mut lost_total = 0;
         for (i, (&(read, lost, produced), &(per_ctx, per_vm))) in
             halved.iter().zip(&by_scope).enumerate()

@@ -239,6 +239,18 @@ impl DevSampler {
             plan::DEFAULT_DRAIN_MS * 1000,
             plan::DEFAULT_MARGIN_PCT,
         );
+        for b in planned.iter().filter(|b| b.clamped) {
+            // The settings are valid; the span is what limits them, so an
+            // operator should learn that losses (counted in BUF_LOST) are
+            // expected rather than see them unexplained.
+            tracing::warn!(
+                partition = p,
+                record_type = b.record_type.name(),
+                planned_per_interval = b.events_per_interval,
+                records = b.records,
+                "sample buffer clamped to the partition's sample span; records may be lost"
+            );
+        }
         let cap_of = |t| {
             planned
                 .iter()
