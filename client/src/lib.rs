@@ -37,6 +37,7 @@
 //! ```
 
 pub mod config;
+pub mod cpus;
 pub mod devnode;
 pub mod handshake;
 pub mod mirror;

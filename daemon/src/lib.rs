@@ -1,6 +1,7 @@
 //! gpupmd: the privileged gpupm daemon, as a library so its parts can be
 //! tested on their own. The binary (`src/main.rs`) wires them together.
 
+pub mod affinity;
 pub mod config;
 pub mod engine;
 pub mod health;

@@ -56,12 +56,17 @@ enum MainError {
     Runtime(#[source] std::io::Error),
     #[error("the device engine stopped (see the errors above)")]
     EngineDied,
+    #[error("device_cpus lists CPU {0:?}, which this process may not run on (offline, or outside its CPUAffinity=)")]
+    CpusNotAllowed(Vec<usize>),
+    #[error("cannot read this process's CPU affinity")]
+    Affinity(#[source] nix::Error),
 }
 
 impl MainError {
     fn exit_code(&self) -> u8 {
         match self {
             MainError::Config(_)
+            | MainError::CpusNotAllowed(_)
             | MainError::Engine(EngineError::AbiMismatch { .. })
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
             | MainError::Engine(EngineError::Refused { .. })
@@ -130,6 +135,12 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         node_dir = %settings.node_dir.display(),
         "gpupmd starting"
     );
+    if let Some(cpus) = &settings.device_cpus {
+        let refused = cpus.not_allowed().map_err(MainError::Affinity)?;
+        if !refused.is_empty() {
+            return Err(MainError::CpusNotAllowed(refused));
+        }
+    }
     let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
     let services = start_services(&settings, &store, inherited_tenant, pages).await?;
@@ -308,6 +319,7 @@ async fn start_device(
         Arc::clone(&store),
         settings.program.clone(),
         settings.drain_interval,
+        settings.device_cpus.clone(),
     )?;
     tracing::info!(
         vms = store.vms().len(),
@@ -371,8 +383,13 @@ async fn start_services(
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
             ) {
                 Ok(server) => {
-                    let refresher = Refresher::start(p, settings.pages.backstop, state)
-                        .map_err(MainError::Runtime)?;
+                    let refresher = Refresher::start(
+                        p,
+                        settings.pages.backstop,
+                        state,
+                        settings.device_cpus.clone(),
+                    )
+                    .map_err(MainError::Runtime)?;
                     Some((server, refresher))
                 }
                 Err(e) => {

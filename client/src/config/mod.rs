@@ -51,6 +51,8 @@ pub struct Config {
     pub tenant_dir: PathBuf,
     /// Threads serving the tenant node.
     pub tenant_threads: Spanned<usize>,
+    /// CPUs of the threads the device wakes (a `taskset -c` list).
+    pub device_cpus: Option<Spanned<String>>,
     /// Where retired contexts' final totals are persisted.
     pub state_dir: PathBuf,
     /// Trigger programming.
@@ -85,6 +87,7 @@ impl Default for Config {
             node_dir: PathBuf::from(DEFAULT_NODE_DIR),
             tenant_dir: PathBuf::from(DEFAULT_TENANT_DIR),
             tenant_threads: Spanned::new(0..0, DEFAULT_TENANT_THREADS.get()),
+            device_cpus: None,
             state_dir: PathBuf::from("/var/lib/gpupm"),
             trigger: TriggerConfig::default(),
             stream: StreamConfig::default(),
@@ -371,6 +374,23 @@ mod tests {
                 .get(),
             3
         );
+    }
+
+    #[test]
+    fn device_cpus_are_a_cpu_list_refused_where_written() {
+        assert_eq!(parse_str("").unwrap().device_cpus, None);
+        let s = parse_str("device_cpus = \"0,2-3\"\n").unwrap();
+        assert_eq!(s.device_cpus.unwrap().cpus(), [0, 2, 3]);
+        for bad in [
+            "device_cpus = \"\"\n",
+            "device_cpus = \"2-1\"\n",
+            "device_cpus = \"a\"\n",
+            "device_cpus = \"99999\"\n",
+        ] {
+            let (line, col, reason) = position(parse_str(bad).unwrap_err());
+            assert_eq!((line, col), (1, 15), "{bad}");
+            assert!(reason.contains("device_cpus"), "{reason}");
+        }
     }
 
     #[test]

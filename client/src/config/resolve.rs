@@ -15,6 +15,7 @@ use super::settings::{
     MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
 };
 use super::{invalid, Config, ConfigError, DEFAULT_PATH};
+use crate::cpus::CpuList;
 use crate::paths::DEFAULT_ADMIN_GROUP;
 
 pub(super) fn resolve(
@@ -34,6 +35,15 @@ pub(super) fn resolve(
         ));
     }
     let retention = retention(&cfg, &err)?;
+    let device_cpus = cfg
+        .device_cpus
+        .as_ref()
+        .map(|l| {
+            l.get_ref()
+                .parse::<CpuList>()
+                .map_err(|e| err(l.span(), format!("device_cpus: {e}")))
+        })
+        .transpose()?;
     let tenant_threads = NonZeroUsize::new(*cfg.tenant_threads.get_ref())
         .filter(|n| n.get() <= MAX_TENANT_THREADS)
         .ok_or_else(|| {
@@ -64,6 +74,7 @@ pub(super) fn resolve(
         node_dir: cfg.node_dir,
         tenant_dir: cfg.tenant_dir,
         tenant_threads,
+        device_cpus,
         state_dir: cfg.state_dir,
         program,
         history_samples: history as usize,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 pub use super::kernel_pmu::KernelPmuConfig;
 pub use super::pages::PagesConfig;
+use crate::cpus::CpuList;
 use crate::paths::DEFAULT_JOURNAL_SOCKET;
 use crate::tenant::VmId;
 
@@ -41,6 +42,9 @@ pub struct Settings {
     pub tenant_dir: PathBuf,
     /// Threads serving the tenant node.
     pub tenant_threads: NonZeroUsize,
+    /// CPUs the threads the device wakes (`gpupmd-irq`, `gpupmd-commits`)
+    /// are pinned to (`None`: wherever the scheduler puts them).
+    pub device_cpus: Option<CpuList>,
     /// State directory.
     pub state_dir: PathBuf,
     /// Device programming.

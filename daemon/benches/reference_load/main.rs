@@ -60,6 +60,10 @@
 //!
 //! `GPUPM_NODE_THREADS` and `GPUPM_TENANT_THREADS` set the driver's
 //! `--threads` and the daemon's `tenant_threads` (default: theirs, 2).
+//! `GPUPM_BENCH_CPUS` (default `0`) is the CPU list the device runs on
+//! (the driver's `--cpus`, the emulator's stand-in for a device's
+//! interrupt affinity) and the daemon's `device_cpus`, as an operator
+//! pins them (docs/operations.md); `none` leaves both to the scheduler.
 //! `GPUPM_BENCH_NO_MIRROR=1` starts the driver with `--no-mirror`, so the
 //! daemon follows commits with `GPUPM_IOC_WAIT_COMMIT` (the baseline of
 //! the commit mirror).
@@ -226,6 +230,11 @@ fn main() {
     if std::env::var("GPUPM_BENCH_NO_MIRROR").is_ok_and(|v| v == "1") {
         driver_args.push("--no-mirror".into());
     }
+    let cpus = std::env::var("GPUPM_BENCH_CPUS").unwrap_or_else(|_| "0".into());
+    let pinned = (cpus != "none").then_some(cpus.as_str());
+    if let Some(list) = pinned {
+        driver_args.extend(["--cpus".into(), list.into()]);
+    }
     let driver = Driver::start_in(
         &tmp,
         DriverOptions {
@@ -235,7 +244,11 @@ fn main() {
         },
     );
     let dev = driver.node();
-    let tenant_key = tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
+    let mut tenant_key =
+        tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
+    if let Some(list) = pinned {
+        tenant_key.push_str(&format!("device_cpus = {list:?}\n"));
+    }
     let pages_key = backstop.as_ref().map_or_else(String::new, |ms| {
         format!(
             "[pages]\ndir = {:?}\nbackstop_ms = {ms}\n",
@@ -300,11 +313,12 @@ fn main() {
     let shown = |n: Option<usize>| n.map_or_else(|| "default".to_owned(), |n| n.to_string());
     println!("load average              {load_before} before, {load_after} after");
     println!(
-        "serving threads           driver {}, tenant node {}; page backstop {} ms, drain interval {} ms",
+        "serving threads           driver {}, tenant node {}; page backstop {} ms, drain interval {} ms; device CPUs {}",
         shown(node_threads),
         shown(tenant_threads),
         backstop.as_deref().unwrap_or("default"),
-        drain_ms.as_deref().unwrap_or("default")
+        drain_ms.as_deref().unwrap_or("default"),
+        pinned.unwrap_or("not pinned")
     );
     println!(
         "run                       {} s warm-up, then 2 x ({:.1} s reference load + {probe_secs} s with a visibility probe)",
@@ -380,7 +394,7 @@ fn main() {
          \"rss_mib\":{rss_mib:.2},\"handshake_p50_us\":{hs_p50:.2},\"handshake_p99_us\":{hs_p99:.2},\"visible_p99_ms\":{:.3},\
          \"tenant_read_p50_ns\":{read_p50},\"tenant_read_p99_ns\":{read_p99},\"perf_read_p50_ns\":{perf_p50},\
          \"response_max_us\":{response_max:.0},\"handshake_failed\":{failed},\"handshake_abandoned\":{abandoned},\
-         \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\",\
+         \"switches_per_s\":{:.1},\"fallbacks\":{fallbacks},\"lost_records\":{lost},\"load\":\"{load_before}\",\"device_cpus\":\"{}\",\
          \"warmup_cpu_pct\":[{}],\"page_threads_cpu_pct\":{{{}}}}}",
         paged.cpu_pct,
         paged.cpu_probe_pct,
@@ -393,6 +407,7 @@ fn main() {
         ioctl.cpu_probe_pct,
         ms(vis_p99),
         switches_paged as f64 / paged.wall,
+        pinned.unwrap_or("none"),
         warmup
             .iter()
             .map(|(pct, _)| format!("{pct:.3}"))

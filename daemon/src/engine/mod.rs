@@ -26,6 +26,7 @@ pub mod program;
 pub mod samples;
 pub mod worker;
 
+use gpupm_client::cpus::CpuList;
 use gpupm_client::{DevError, DevNode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -115,6 +116,7 @@ impl Engine {
         store: Arc<Store>,
         program: Programming,
         drain_interval: Option<Duration>,
+        device_cpus: Option<CpuList>,
     ) -> Result<Engine, EngineError> {
         let reader = dev.interrupts()?;
         let partitions = program::configured_partitions(&dev)?;
@@ -128,17 +130,15 @@ impl Engine {
         let (sample_tx, sample_rx) = mpsc::channel();
         let irq = {
             let (dev, store, stop) = (Arc::clone(&dev), Arc::clone(&store), Arc::clone(&stop));
-            thread::Builder::new()
-                .name("gpupmd-irq".into())
-                .spawn(move || {
-                    let to = irq::Handoff {
-                        work: &tx,
-                        samples: &sample_tx,
-                    };
-                    irq::run(&dev, &store, reader, to, &stop);
-                    stop.store(true, Ordering::Release);
-                })
-                .map_err(EngineError::Thread)?
+            crate::affinity::spawn_device_thread("gpupmd-irq", device_cpus, move || {
+                let to = irq::Handoff {
+                    work: &tx,
+                    samples: &sample_tx,
+                };
+                irq::run(&dev, &store, reader, to, &stop);
+                stop.store(true, Ordering::Release);
+            })
+            .map_err(EngineError::Thread)?
         };
         let mut engine = Engine {
             dev: Arc::clone(&dev),

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gpupm_client::cpus::CpuList;
 use gpupm_client::mirror::MirrorError;
 use gpupm_client::DevError;
 use gpupm_uapi::commit_wait::{WaitCommit, WAIT_COMMIT_MAX_BLOCKS};
@@ -348,14 +349,14 @@ pub(super) struct Waiter {
 }
 
 impl Waiter {
-    /// Starts the waiter for `pages`.
-    pub(super) fn start(pages: &Arc<Pages>) -> std::io::Result<Self> {
+    /// Starts the waiter for `pages`, on `cpus` when given.
+    pub(super) fn start(pages: &Arc<Pages>, cpus: Option<CpuList>) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (pages, stop) = (Arc::clone(pages), Arc::clone(&stop));
-            thread::Builder::new()
-                .name("gpupmd-commits".into())
-                .spawn(move || run(&pages, &stop))?
+            crate::affinity::spawn_device_thread("gpupmd-commits", cpus, move || {
+                run(&pages, &stop)
+            })?
         };
         if pages.waiter.set(thread.thread().clone()).is_err() {
             tracing::debug!("a commit waiter was already started");

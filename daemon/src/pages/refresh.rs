@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use gpupm_client::cpus::CpuList;
 use gpupm_client::ops::{read32, reg32};
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
@@ -277,8 +278,17 @@ impl Refresher {
     /// marked pages whenever a hook wakes it, a full refresh when a hook
     /// asks for one and every `backstop`; and, when `state` follows
     /// commits, the commit waiter.
-    pub fn start(pages: Arc<Pages>, backstop: Duration, mut state: State) -> std::io::Result<Self> {
-        let waiter = state.follow.then(|| Waiter::start(&pages)).transpose()?;
+    /// The commit waiter runs on `device_cpus` when given.
+    pub fn start(
+        pages: Arc<Pages>,
+        backstop: Duration,
+        mut state: State,
+        device_cpus: Option<CpuList>,
+    ) -> std::io::Result<Self> {
+        let waiter = state
+            .follow
+            .then(|| Waiter::start(&pages, device_cpus))
+            .transpose()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (pages, stop) = (Arc::clone(&pages), Arc::clone(&stop));

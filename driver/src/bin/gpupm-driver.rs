@@ -20,6 +20,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
+use gpupm_client::cpus::CpuList;
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
@@ -95,6 +96,13 @@ struct Args {
     /// hosts follow commits with `GPUPM_IOC_WAIT_COMMIT`.
     #[arg(long)]
     no_mirror: bool,
+    /// CPUs the device runs on (a `taskset -c` list such as `0` or `0,2-3`):
+    /// its clock, interrupt delivery, commit mirror and node service — the
+    /// emulator's stand-in for a real device's interrupt affinity
+    /// (`/proc/irq/N/smp_affinity_list`), which gpupmd's `device_cpus`
+    /// should match. Default: wherever the scheduler puts them.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<CpuList>,
 }
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
@@ -123,6 +131,10 @@ enum DriverError {
     Signals(#[source] nix::Error),
     #[error("the {0} stopped unexpectedly")]
     Died(&'static str),
+    #[error("--cpus lists CPU {0:?}, which this process may not run on (offline, or outside its affinity)")]
+    CpusNotAllowed(Vec<usize>),
+    #[error("cannot set the CPU affinity")]
+    Affinity(#[source] nix::Error),
 }
 
 /// Creates the device the node serves: the one place that chooses it.
@@ -153,7 +165,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // Bad input (like a bad command line, which clap exits 2 for)
             // is told apart from a failure to run.
-            let code = if matches!(e, DriverError::Scenario(_)) {
+            let code = if matches!(e, DriverError::Scenario(_) | DriverError::CpusNotAllowed(_)) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
@@ -265,6 +277,15 @@ fn start_mirror(core: &NodeCore, dir: &Path) {
 }
 
 fn run(args: &Args) -> Result<(), DriverError> {
+    if let Some(cpus) = &args.cpus {
+        let refused = cpus.not_allowed().map_err(DriverError::Affinity)?;
+        if !refused.is_empty() {
+            return Err(DriverError::CpusNotAllowed(refused));
+        }
+        // Before any thread starts: every thread inherits it.
+        cpus.pin_current_thread().map_err(DriverError::Affinity)?;
+        tracing::info!(cpus = %cpus, "the device runs on these CPUs");
+    }
     // Reads and unsets LISTEN_*: before any thread starts.
     let inherited = gpupm_fusemount::inherited_fd(NODE_FDNAME);
     let signals = SigSet::from_iter([Signal::SIGTERM, Signal::SIGINT]);
