@@ -134,12 +134,15 @@ impl CpuList {
     }
 }
 
-/// The CPUs the calling thread may run on now.
-pub fn current_thread_cpus() -> nix::Result<Vec<usize>> {
+/// The CPUs the calling thread may run on now (never none: a thread runs
+/// somewhere).
+pub fn current_thread_cpus() -> nix::Result<CpuList> {
     let set = sched_getaffinity(Pid::from_raw(0))?;
-    Ok((0..CpuSet::count())
-        .filter(|&c| set.is_set(c).unwrap_or(false))
-        .collect())
+    Ok(CpuList(
+        (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect(),
+    ))
 }
 
 #[cfg(test)]
@@ -190,14 +193,14 @@ mod tests {
     #[test]
     fn pinning_restricts_only_the_calling_thread() {
         let before = current_thread_cpus().unwrap();
-        let target: CpuList = before[0].to_string().parse().unwrap();
+        let target: CpuList = before.cpus()[0].to_string().parse().unwrap();
         let pinned = std::thread::spawn(move || {
             target.pin_current_thread().unwrap();
             current_thread_cpus().unwrap()
         })
         .join()
         .unwrap();
-        assert_eq!(pinned, vec![before[0]]);
+        assert_eq!(pinned.cpus(), [before.cpus()[0]]);
         assert_eq!(
             current_thread_cpus().unwrap(),
             before,
@@ -209,7 +212,7 @@ mod tests {
     fn cpus_outside_the_process_affinity_are_named() {
         let max = CpuSet::count() - 1;
         let allowed = current_thread_cpus().unwrap();
-        let l: CpuList = format!("{},{max}", allowed[0]).parse().unwrap();
+        let l: CpuList = format!("{},{max}", allowed.cpus()[0]).parse().unwrap();
         // The largest possible CPU number is not a CPU of a test machine.
         assert_eq!(l.not_allowed().unwrap(), vec![max]);
     }

@@ -41,22 +41,18 @@ fn threads_cpus(pid: Pid) -> Vec<(String, String)> {
     out
 }
 
-/// This process's CPUs as the kernel writes a list (`0-1`).
-fn ours() -> String {
-    let cpus = current_thread_cpus().expect("our affinity");
-    let list: gpupm_client::cpus::CpuList = cpus
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-        .parse()
-        .expect("a CPU list");
-    list.to_string()
+/// A CPU number no test machine has: the largest a CPU set can hold.
+fn missing_cpu() -> usize {
+    let cpu = CpuSet::count() - 1;
+    let ours = current_thread_cpus().expect("our affinity");
+    assert!(!ours.cpus().contains(&cpu), "this machine has a CPU {cpu}");
+    cpu
 }
 
 #[test]
 fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
     let allowed = current_thread_cpus().expect("our affinity");
+    let allowed = allowed.cpus();
     // The last CPU: a pin to it differs from the default CPU 0 and, with
     // two CPUs or more, from the unpinned threads' list.
     let cpu = allowed.last().expect("a CPU").to_string();
@@ -89,7 +85,7 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
     for pinned in ["gpupmd-irq", "gpupmd-commits"] {
         assert_eq!(of(pinned), [&cpu], "{pinned}: {threads:?}");
     }
-    let everywhere = ours();
+    let everywhere = current_thread_cpus().expect("our affinity").to_string();
     for free in ["gpupmd-work", "gpupmd-samples", "gpupmd-rt", "fuser-0"] {
         let found = of(free);
         assert!(!found.is_empty(), "no {free}: {threads:?}");
@@ -111,13 +107,7 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
 
 #[test]
 fn a_cpu_the_daemon_may_not_use_is_refused_before_it_touches_the_device() {
-    let beyond = (CpuSet::count() - 1).to_string();
-    assert!(
-        !current_thread_cpus()
-            .expect("our affinity")
-            .contains(&(CpuSet::count() - 1)),
-        "this machine has a CPU {beyond}"
-    );
+    let beyond = missing_cpu().to_string();
     let tmp = Scratch::new("affinity-refused");
     let driver = Driver::start_in(&tmp, DriverOptions::system(SCENARIO));
     let dev = driver.node();
@@ -157,7 +147,7 @@ fn a_cpu_the_daemon_may_not_use_is_refused_before_it_touches_the_device() {
 
 #[test]
 fn the_driver_refuses_a_cpu_it_may_not_use_and_serves_nothing() {
-    let beyond = (CpuSet::count() - 1).to_string();
+    let beyond = missing_cpu().to_string();
     let tmp = Scratch::new("affinity-driver");
     let dir = tmp.join("dev");
     let mut cmd = Command::new(bin!(Driver));
