@@ -41,6 +41,17 @@ pub enum CpuListError {
     },
 }
 
+/// Why this process cannot use a CPU list.
+#[derive(Debug, thiserror::Error)]
+pub enum UnusableCpus {
+    /// CPUs it may not run on.
+    #[error("CPU {0} is offline or outside this process's affinity (CPUAffinity=, taskset)")]
+    NotAllowed(CpuList),
+    /// Its affinity could not be read.
+    #[error("cannot read this process's CPU affinity")]
+    Affinity(#[source] nix::Error),
+}
+
 impl FromStr for CpuList {
     type Err = CpuListError;
 
@@ -111,16 +122,22 @@ impl CpuList {
         &self.0
     }
 
-    /// The listed CPUs this process may not run on (offline, or outside
-    /// the affinity it was started with, say by systemd's `CPUAffinity=`).
-    pub fn not_allowed(&self) -> nix::Result<Vec<usize>> {
-        let allowed = sched_getaffinity(Pid::from_raw(0))?;
-        Ok(self
+    /// Whether this process may run on every listed CPU: those offline, or
+    /// outside the affinity it was started with (systemd's `CPUAffinity=`,
+    /// `taskset`), are named.
+    pub fn check_usable(&self) -> Result<(), UnusableCpus> {
+        let allowed = sched_getaffinity(Pid::from_raw(0)).map_err(UnusableCpus::Affinity)?;
+        let refused: Vec<usize> = self
             .0
             .iter()
             .copied()
             .filter(|&c| !allowed.is_set(c).unwrap_or(false))
-            .collect())
+            .collect();
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(UnusableCpus::NotAllowed(CpuList(refused)))
+        }
     }
 
     /// Restricts the calling thread (not the process) to these CPUs.
@@ -214,6 +231,11 @@ mod tests {
         let allowed = current_thread_cpus().unwrap();
         let l: CpuList = format!("{},{max}", allowed.cpus()[0]).parse().unwrap();
         // The largest possible CPU number is not a CPU of a test machine.
-        assert_eq!(l.not_allowed().unwrap(), vec![max]);
+        match l.check_usable() {
+            Err(UnusableCpus::NotAllowed(refused)) => assert_eq!(refused.cpus(), [max]),
+            other => panic!("{other:?}"),
+        }
+        let ours: CpuList = allowed.cpus()[0].to_string().parse().unwrap();
+        assert!(ours.check_usable().is_ok());
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use gpupm_client::cpus::UnusableCpus;
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
 use gpupmd::engine::{program, Engine, EngineError};
@@ -56,17 +57,15 @@ enum MainError {
     Runtime(#[source] std::io::Error),
     #[error("the device engine stopped (see the errors above)")]
     EngineDied,
-    #[error("device_cpus lists CPU {0:?}, which this process may not run on (offline, or outside its CPUAffinity=)")]
-    CpusNotAllowed(Vec<usize>),
-    #[error("cannot read this process's CPU affinity")]
-    Affinity(#[source] nix::Error),
+    #[error("device_cpus")]
+    Cpus(#[source] UnusableCpus),
 }
 
 impl MainError {
     fn exit_code(&self) -> u8 {
         match self {
             MainError::Config(_)
-            | MainError::CpusNotAllowed(_)
+            | MainError::Cpus(UnusableCpus::NotAllowed(_))
             | MainError::Engine(EngineError::AbiMismatch { .. })
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
             | MainError::Engine(EngineError::Refused { .. })
@@ -136,10 +135,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         "gpupmd starting"
     );
     if let Some(cpus) = &settings.device_cpus {
-        let refused = cpus.not_allowed().map_err(MainError::Affinity)?;
-        if !refused.is_empty() {
-            return Err(MainError::CpusNotAllowed(refused));
-        }
+        cpus.check_usable().map_err(MainError::Cpus)?;
     }
     let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));

@@ -244,10 +244,10 @@ fn main() {
         },
     );
     let dev = driver.node();
-    let mut tenant_key =
+    let mut top_keys =
         tenant_threads.map_or_else(String::new, |n| format!("tenant_threads = {n}\n"));
     if let Some(list) = pinned {
-        tenant_key.push_str(&format!("device_cpus = {list:?}\n"));
+        top_keys.push_str(&format!("device_cpus = {list:?}\n"));
     }
     let pages_key = backstop.as_ref().map_or_else(String::new, |ms| {
         format!(
@@ -260,7 +260,7 @@ fn main() {
     });
     let config = daemon_config(
         &tmp,
-        &format!("{tenant_key}{pages_key}{stream_key}[health]\nsummary_interval_s = 86400\n"),
+        &format!("{top_keys}{pages_key}{stream_key}[health]\nsummary_interval_s = 86400\n"),
     );
     let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");

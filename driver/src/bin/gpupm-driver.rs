@@ -20,7 +20,7 @@ use std::thread;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use gpupm_client::cpus::CpuList;
+use gpupm_client::cpus::{CpuList, UnusableCpus};
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
@@ -131,8 +131,8 @@ enum DriverError {
     Signals(#[source] nix::Error),
     #[error("the {0} stopped unexpectedly")]
     Died(&'static str),
-    #[error("--cpus lists CPU {0:?}, which this process may not run on (offline, or outside its affinity)")]
-    CpusNotAllowed(Vec<usize>),
+    #[error("--cpus")]
+    Cpus(#[source] UnusableCpus),
     #[error("cannot set the CPU affinity")]
     Affinity(#[source] nix::Error),
 }
@@ -165,7 +165,10 @@ fn main() -> ExitCode {
         Err(e) => {
             // Bad input (like a bad command line, which clap exits 2 for)
             // is told apart from a failure to run.
-            let code = if matches!(e, DriverError::Scenario(_) | DriverError::CpusNotAllowed(_)) {
+            let code = if matches!(
+                e,
+                DriverError::Scenario(_) | DriverError::Cpus(UnusableCpus::NotAllowed(_))
+            ) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
@@ -278,10 +281,7 @@ fn start_mirror(core: &NodeCore, dir: &Path) {
 
 fn run(args: &Args) -> Result<(), DriverError> {
     if let Some(cpus) = &args.cpus {
-        let refused = cpus.not_allowed().map_err(DriverError::Affinity)?;
-        if !refused.is_empty() {
-            return Err(DriverError::CpusNotAllowed(refused));
-        }
+        cpus.check_usable().map_err(DriverError::Cpus)?;
         // Before any thread starts: every thread inherits it.
         cpus.pin_current_thread().map_err(DriverError::Affinity)?;
         tracing::info!(cpus = %cpus, "the device runs on these CPUs");

@@ -10,7 +10,6 @@ use gpupm_client::cpus::current_thread_cpus;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::{bin, Driver, DriverOptions, Proc, Scratch};
 use nix::sched::CpuSet;
-use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 /// One partition, one VM, one context; periodic triggers every 1 ms.
@@ -100,8 +99,7 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
         2,
         "one line per pinned thread:\n{log}"
     );
-    let exit = daemon.signal_and_wait(Signal::SIGTERM);
-    assert!(exit.success(), "gpupmd exit {exit}:\n{}", daemon.log());
+    daemon.stop();
     driver.stop();
 }
 
@@ -140,8 +138,7 @@ fn a_cpu_the_daemon_may_not_use_is_refused_before_it_touches_the_device() {
         before,
         "without device_cpus the same configuration programs the period"
     );
-    let exit = daemon.signal_and_wait(Signal::SIGTERM);
-    assert!(exit.success(), "gpupmd exit {exit}:\n{}", daemon.log());
+    daemon.stop();
     driver.stop();
 }
 
