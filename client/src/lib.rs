@@ -44,6 +44,7 @@ pub mod mirror;
 pub mod ops;
 pub mod page;
 pub mod paths;
+mod patience;
 pub mod ranges;
 pub mod ri;
 pub mod sampling;

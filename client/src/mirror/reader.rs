@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{fence, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use gpupm_uapi::mirror::{
@@ -18,12 +18,15 @@ use zerocopy::IntoBytes;
 use super::rings::{self, RingArea, RingLayout, RingRead};
 use super::sys::{futex_wait, Shared};
 use super::{open_checked, MirrorFile};
+use crate::patience::Patience;
 
 /// Attempts a read spins before it starts yielding.
 const SPINS: u32 = 1_000;
 /// A sequence that stays odd (or keeps changing) this long means the
-/// writer died mid-update or the mirror is unusable.
-const BUSY: Duration = Duration::from_millis(5);
+/// writer died mid-update or the mirror is unusable. As long as a page's
+/// `PAGE_BUSY_MS`: a writer preempted mid-commit on a host with every CPU
+/// busy held the sequence odd for more than the 5 ms this once was.
+const BUSY: Duration = Duration::from_secs(1);
 
 /// Why the mirror cannot be used or read.
 #[derive(Debug, thiserror::Error)]
@@ -205,8 +208,7 @@ impl MirrorReader {
             return Err(MirrorError::Invalid(format!("slot {s} beyond the mirror")));
         }
         let load = |at: usize| self.map.u64_at(at).map_or(0, |w| w.load(Ordering::Relaxed));
-        let mut attempts = 0u32;
-        let mut yielding_since: Option<Instant> = None;
+        let mut patience = Patience::new(SPINS, BUSY);
         loop {
             let s1 = load(offset::SEQ);
             fence(Ordering::Acquire);
@@ -225,15 +227,9 @@ impl MirrorReader {
                     return Ok(snap);
                 }
             }
-            attempts = attempts.saturating_add(1);
-            if attempts < SPINS {
-                std::hint::spin_loop();
-                continue;
-            }
-            if yielding_since.get_or_insert_with(Instant::now).elapsed() >= BUSY {
+            if !patience.wait() {
                 return Err(MirrorError::Busy);
             }
-            std::thread::yield_now();
         }
     }
 

@@ -29,12 +29,13 @@
 //! than from acquire loads.
 
 use std::sync::atomic::{fence, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpupm_uapi::page::{PAGE_BUSY_MS, PAGE_DATA_OFFSET, PAGE_READ_SPINS, PAGE_SEQ_OFFSET};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use super::sys::PageWords;
+use crate::patience::Patience;
 
 /// Word index of the sequence counter.
 const SEQ: usize = PAGE_SEQ_OFFSET / 8;
@@ -45,39 +46,6 @@ const DATA: usize = PAGE_DATA_OFFSET / 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("the page kept changing or stayed locked for {PAGE_BUSY_MS} ms (its writer may have died mid-update)")]
 pub struct Busy;
-
-/// What a reader does after a failed attempt: spin for the first
-/// [`PAGE_READ_SPINS`], then yield until [`PAGE_BUSY_MS`] have passed
-/// since the spinning ended. The clock is read only once spinning
-/// failed, so an uncontended read never pays for it.
-struct Patience {
-    attempts: u32,
-    yielding_since: Option<Instant>,
-}
-
-impl Patience {
-    fn new() -> Self {
-        Self {
-            attempts: 0,
-            yielding_since: None,
-        }
-    }
-
-    /// Waits before the next attempt; `false` once the page counts as busy.
-    fn wait(&mut self) -> bool {
-        self.attempts = self.attempts.saturating_add(1);
-        if self.attempts < PAGE_READ_SPINS {
-            std::hint::spin_loop();
-            return true;
-        }
-        let since = *self.yielding_since.get_or_insert_with(Instant::now);
-        if since.elapsed() >= Duration::from_millis(u64::from(PAGE_BUSY_MS)) {
-            return false;
-        }
-        std::thread::yield_now();
-        true
-    }
-}
 
 /// Words `first..first + out.len() / 8` of the protected data, copied
 /// consistently into `out` (whose size is a multiple of 8 bytes, checked
@@ -92,7 +60,10 @@ pub fn read<T: FromBytes + IntoBytes>(
     let words = page
         .get(DATA + first..DATA + first + dst.len() / 8)
         .ok_or(Busy)?;
-    let mut patience = Patience::new();
+    let mut patience = Patience::new(
+        PAGE_READ_SPINS,
+        Duration::from_millis(u64::from(PAGE_BUSY_MS)),
+    );
     loop {
         let s1 = page[SEQ].load(Ordering::Relaxed);
         fence(Ordering::Acquire);
