@@ -347,6 +347,27 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// Each delta drawn with 0 to 64 significant bits, so every LEB128
+        /// length (1–10 bytes) occurs: what is packed unpacks to the same
+        /// sample, and no byte is left over or missing.
+        #[test]
+        fn packed_deltas_unpack_to_the_same_sample(
+            raw in proptest::collection::vec((0u32..=64, proptest::num::u64::ANY), MAX_EVENTS)
+        ) {
+            let mut s = sample(1, 2, 3);
+            for (d, &(bits, v)) in s.deltas.iter_mut().zip(&raw) {
+                *d = if bits == 0 { 0 } else { (v | 1 << 63) >> (64 - bits) };
+            }
+            let mut out = [0u8; MAX_PACKED];
+            let (present, len) = pack(&s.deltas, &mut out);
+            let head = Head::of(&s, present, len);
+            let mut bytes = out[..len].iter();
+            proptest::prop_assert_eq!(head.unpack(bytes.by_ref()), s);
+            proptest::prop_assert_eq!(bytes.len(), 0, "bytes left after the last delta");
+        }
+    }
+
     /// A sample whose packed size depends on `seq` (sealed every 7th), so
     /// that the rings drop samples of every size.
     fn varied(seq: u64) -> DeltaSample {
