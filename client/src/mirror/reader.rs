@@ -16,7 +16,7 @@ use gpupm_uapi::mirror::{
 use zerocopy::IntoBytes;
 
 use super::rings::{self, RingArea, RingLayout, RingRead};
-use super::sys::{futex_wait, Shared};
+use super::sys::{futex_wait, futex_wake, Shared};
 use super::{open_checked, MirrorFile};
 use crate::patience::Patience;
 
@@ -177,9 +177,10 @@ impl MirrorReader {
             .map_or(0, |w| w.load(Ordering::SeqCst))
     }
 
-    /// Sleeps until the doorbell differs from `seen` or `timeout` passed
-    /// (or a spurious wake-up: the caller re-reads the doorbell).
-    pub fn wait(&self, seen: u32, timeout: Duration) -> io::Result<()> {
+    /// Sleeps until the doorbell differs from `seen`, `timeout` passed
+    /// (`None`: no limit) or someone calls [`Self::wake_sleepers`] (or a
+    /// spurious wake-up: the caller re-reads the doorbell in every case).
+    pub fn wait(&self, seen: u32, timeout: Option<Duration>) -> io::Result<()> {
         let (Some(doorbell), Some(waiters)) =
             (self.map.u32_at(offset::DOORBELL), self.waiters.u32_at(0))
         else {
@@ -193,6 +194,18 @@ impl MirrorReader {
         };
         waiters.fetch_sub(1, Ordering::SeqCst);
         res
+    }
+
+    /// Wakes every thread sleeping in [`Self::wait`] on this mirror's
+    /// doorbell, in any process, without ringing it: each re-reads the
+    /// doorbell, finds it unchanged and goes on as after a spurious
+    /// wake-up. For a reader that sleeps with no timeout, to end its sleep
+    /// when the commits stop. Returns how many were woken.
+    pub fn wake_sleepers(&self) -> io::Result<usize> {
+        match self.map.u32_at(offset::DOORBELL) {
+            Some(doorbell) => futex_wake(doorbell),
+            None => Ok(0),
+        }
     }
 
     /// Copies slots `slots[i]` into `out[i]` (`out` at least as long) and

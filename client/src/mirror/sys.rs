@@ -119,25 +119,30 @@ impl Drop for Shared {
     }
 }
 
-/// Sleeps while `word` holds `expected`, at most `timeout`: a shared
+/// Sleeps while `word` holds `expected`, at most `timeout` (`None`: no
+/// limit; an armed timeout costs ~1 µs per wait on a VM): a shared
 /// `FUTEX_WAIT` (the waker is another process). Returns at a wake-up, a
 /// changed value (EAGAIN), the timeout (ETIMEDOUT) or a signal (EINTR);
 /// the caller re-reads the word in every case, so these are not errors.
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> io::Result<()> {
-    let ts = libc::timespec {
-        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
-    };
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> io::Result<()> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: libc::time_t::try_from(t.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(t.subsec_nanos()),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: `word` is a live, 4-aligned 32-bit word (the kernel only
-    // reads it); `ts` is a valid timespec for the call; the unused
-    // arguments are ignored by FUTEX_WAIT.
+    // reads it); `ts_ptr` is null (no timeout) or points to `ts`, a valid
+    // timespec that outlives the call; the unused arguments are ignored
+    // by FUTEX_WAIT.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAIT,
             expected,
-            &ts as *const libc::timespec,
+            ts_ptr,
             std::ptr::null::<u32>(),
             0u32,
         )

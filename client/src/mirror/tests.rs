@@ -261,7 +261,7 @@ fn a_sleeping_reader_is_woken_by_the_doorbell() {
         std::thread::spawn(move || {
             let start = Instant::now();
             while r.doorbell() == 0 {
-                r.wait(0, Duration::from_secs(30)).unwrap();
+                r.wait(0, Some(Duration::from_secs(30))).unwrap();
             }
             start.elapsed()
         })
@@ -276,6 +276,39 @@ fn a_sleeping_reader_is_woken_by_the_doorbell() {
     assert!(w.begin().finish(1, 1), "a registered waiter is woken");
     assert!(sleeper.join().unwrap() < Duration::from_secs(30));
     assert_eq!(w.wakes(), 1);
+    fs_remove(&dir);
+}
+
+/// A reader sleeping with no timeout on a doorbell that never rings is
+/// woken by `wake_sleepers` from another handle on the same mirror (as
+/// the daemon's watchdog does), and finds the doorbell unchanged.
+#[test]
+fn wake_sleepers_ends_an_untimed_sleep_without_ringing() {
+    let dir = scratch();
+    let w = MirrorWriter::create(&dir, 1).unwrap();
+    let r = Arc::new(MirrorReader::open(&w.info()).unwrap());
+    let sleeper = {
+        let r = Arc::clone(&r);
+        std::thread::spawn(move || {
+            r.wait(0, None).unwrap();
+            r.doorbell()
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while r.waiters() == 0 {
+        assert!(Instant::now() < deadline, "the reader never registered");
+        std::thread::yield_now();
+    }
+    // Registered, but perhaps not yet asleep in the kernel: wake until the
+    // sleeper returns (a wake-up with nobody asleep is lost).
+    let other = MirrorReader::open(&w.info()).unwrap();
+    while !sleeper.is_finished() {
+        assert!(Instant::now() < deadline, "the sleeper was never woken");
+        other.wake_sleepers().unwrap();
+        std::thread::yield_now();
+    }
+    assert_eq!(sleeper.join().unwrap(), 0, "woken, not rung");
+    assert_eq!(w.wakes(), 0, "the writer woke nobody");
     fs_remove(&dir);
 }
 

@@ -14,6 +14,9 @@
 //! commit or two; an idle one stops). A wait answered by its timeout means
 //! no periodic commit for [`WAIT_TIMEOUT_US`]: following stops until a
 //! refresh sees pages move again. So an idle device costs no wait at all.
+//! The doorbell is slept on with no timeout (an armed one cost ~1 µs per
+//! commit); the refresher's watchdog ([`super::watch`]) ends that sleep
+//! when no commit came for its stall time, with the same effect.
 //!
 //! Pages the hooks mark meanwhile ride in the next wait (plaintext ones, up
 //! to the slots left); the rest are left marked and the refresher woken.
@@ -154,6 +157,7 @@ impl Pages {
             self.apply(blocks, true, applied);
             self.counters.refreshes.fetch_add(1, Ordering::Relaxed);
         }
+        self.watch.applied();
         self.lock_followed().answered(&applied.moved);
     }
 }
@@ -197,7 +201,7 @@ fn mirror_once(
     follower: &mut Follower,
     s: &mut Scratch,
 ) -> Result<bool, MirrorError> {
-    if !follower.next_commit(Duration::from_micros(u64::from(WAIT_TIMEOUT_US))) {
+    if !follower.next_commit(&pages.watch) {
         pages.remark(&s.wanted);
         return Ok(true);
     }
@@ -233,6 +237,20 @@ fn choose(pages: &Pages, via: Via, logged: &mut Option<Instant>) -> Via {
         Via::Wait => None,
     };
     let had = current.as_ref().map(|f| f.path());
+    let via = choose_via(pages, current, had, logged);
+    pages.watch.sleep_on(match &via {
+        Via::Mirror(f) => Some(f.mirror()),
+        Via::Wait => None,
+    });
+    via
+}
+
+fn choose_via(
+    pages: &Pages,
+    current: Option<Box<Follower>>,
+    had: Option<String>,
+    logged: &mut Option<Instant>,
+) -> Via {
     match mirror::offer(&pages.mirror, current) {
         Offer::Mirror(f) => {
             if had.as_deref() != Some(&f.path()) {
@@ -272,6 +290,7 @@ fn follow_once(pages: &Pages, via: &mut Via, s: &mut Scratch) -> Result<bool, De
                 "reading the commit mirror failed; following commits with GPUPM_IOC_WAIT_COMMIT"
             );
             *via = Via::Wait;
+            pages.watch.sleep_on(None);
             Ok(true)
         }
     }
@@ -344,6 +363,7 @@ fn run(pages: &Pages, stop: &AtomicBool) {
 /// timeout).
 #[derive(Debug)]
 pub(super) struct Waiter {
+    pages: Arc<Pages>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -362,6 +382,7 @@ impl Waiter {
             tracing::debug!("a commit waiter was already started");
         }
         Ok(Waiter {
+            pages: Arc::clone(pages),
             stop,
             thread: Some(thread),
         })
@@ -372,7 +393,15 @@ impl Drop for Waiter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
-            t.thread().unpark();
+            // Asleep on the doorbell with no timeout, it may not see one
+            // kick (one just before it falls asleep is lost): kick until
+            // it is out. (In a wait through the node it leaves within the
+            // wait's timeout.)
+            while !t.is_finished() {
+                self.pages.watch.kick();
+                t.thread().unpark();
+                thread::sleep(Duration::from_millis(1));
+            }
             if t.join().is_err() {
                 tracing::error!("the commit waiter panicked");
             }

@@ -12,8 +12,6 @@
 //! The node is asked again at each start of following, so a driver that
 //! restarted (a new file, a new generation) is picked up.
 
-use std::time::{Duration, Instant};
-
 use std::sync::Arc;
 
 use gpupm_client::mirror::MirrorError;
@@ -24,6 +22,7 @@ use zerocopy::FromZeros;
 use crate::mirror::{DeviceMirror, OpenMirror};
 
 use super::table::Key;
+use super::watch::CommitWatch;
 
 /// What asking the node for its mirror gave.
 #[derive(Debug)]
@@ -76,21 +75,25 @@ impl Follower {
         self.mirror.path()
     }
 
-    /// Waits until the doorbell rang since the last call (at once if it
-    /// already did) or `timeout` passed; `false` for a timeout.
-    pub(super) fn next_commit(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+    /// The mirror followed.
+    pub(super) fn mirror(&self) -> Arc<OpenMirror> {
+        Arc::clone(&self.mirror)
+    }
+
+    /// Waits, with no timeout, until the doorbell rang since the last call
+    /// (at once if it already did) or `watch` kicks; `false` for a kick.
+    pub(super) fn next_commit(&mut self, watch: &CommitWatch) -> bool {
+        let kicks = watch.kicks();
         loop {
             let now = self.mirror.reader.doorbell();
             if now != self.seen {
                 self.seen = now;
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if watch.kicks() != kicks {
                 return false;
             }
-            if let Err(e) = self.mirror.reader.wait(now, left) {
+            if let Err(e) = self.mirror.reader.wait(now, None) {
                 tracing::debug!(error = %e, "doorbell wait failed");
                 return false;
             }
@@ -109,5 +112,65 @@ impl Follower {
         self.blocks.resize(wanted.len(), BlockSlot::new_zeroed());
         self.mirror.reader.read(&self.slots, &mut self.blocks)?;
         Ok(&self.blocks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use gpupm_client::mirror::{MirrorReader, MirrorWriter};
+
+    use super::*;
+    use crate::pages::watch::STALL;
+
+    /// A follower asleep with no timeout on a doorbell that no longer
+    /// rings — the device stopped committing — is ended by the watchdog's
+    /// kick, and reports no commit; a ring before that is a commit.
+    #[test]
+    fn the_watchdog_ends_an_untimed_wait_for_commits_that_stopped() {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gpupmd-follow-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut writer = MirrorWriter::create(&dir, 2).expect("a mirror");
+        let reader = MirrorReader::open(&writer.info()).expect("open the mirror");
+        let mirror = Arc::new(OpenMirror::new(reader, "test"));
+        let mut follower = Follower {
+            seen: mirror.reader.doorbell(),
+            mirror: Arc::clone(&mirror),
+            slots: Vec::new(),
+            blocks: Vec::new(),
+        };
+        let watch = Arc::new(CommitWatch::default());
+        watch.sleep_on(Some(follower.mirror()));
+
+        assert!(
+            !writer.begin().finish(1, 1),
+            "rung, with nobody asleep to wake"
+        );
+        assert!(follower.next_commit(&watch), "a ring is a commit");
+
+        let asleep = {
+            let watch = Arc::clone(&watch);
+            std::thread::spawn(move || follower.next_commit(&watch))
+        };
+        let mut now = Instant::now();
+        assert!(!watch.check(true, now), "the first look only notes");
+        // A kick just before the follower falls asleep is lost; each later
+        // look past the stall kicks again, as the refresher's do.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !asleep.is_finished() {
+            assert!(Instant::now() < deadline, "the follower was never woken");
+            now += STALL;
+            assert!(watch.check(true, now), "no commit applied: kicked");
+            std::thread::yield_now();
+        }
+        assert!(!asleep.join().expect("the follower"), "kicked, not rung");
+        assert_eq!(mirror.reader.doorbell(), 1, "the kick rang nothing");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -43,6 +43,7 @@ mod refresh;
 mod server;
 mod sys;
 mod table;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -159,6 +160,9 @@ pub struct Pages {
     followed: Mutex<commits::Followed>,
     /// The commit waiter thread, unparked when pages start moving.
     waiter: OnceLock<std::thread::Thread>,
+    /// What ends the commit waiter's untimed sleep on the mirror when the
+    /// commits stop ([`watch`]).
+    watch: watch::CommitWatch,
     /// Held across a refresh's device read and its application, and across
     /// applying a commit wait's reply: refreshes are applied in the order
     /// they read (a block gone backwards then means a device reset).
@@ -200,6 +204,7 @@ impl Pages {
             commit_wait: AtomicBool::new(true),
             followed: Mutex::default(),
             waiter: OnceLock::new(),
+            watch: watch::CommitWatch::default(),
             reading: Mutex::new(()),
             counters: Counters::default(),
         }))

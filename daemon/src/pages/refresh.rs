@@ -24,6 +24,7 @@ use zerocopy::FromBytes;
 
 use super::commits::Waiter;
 use super::table::{self, Key, Next, Stale};
+use super::watch::WATCH_EVERY;
 use super::Pages;
 
 /// Gap (bytes) up to which two blocks are read in one window read rather
@@ -311,13 +312,17 @@ impl Refresher {
 /// The refresher's loop: a read of the marked pages when a hook wakes it
 /// (after letting the burst gather), a full read every `backstop`. (While
 /// the commit waiter follows the periodic commits, hooks leave the marked
-/// pages to its next wait.)
+/// pages to its next wait, and the refresher looks at least every
+/// [`WATCH_EVERY`] whether that waiter still gets commits: the
+/// watchdog of [`super::watch`].)
 fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) {
     let mut next_full = Instant::now() + backstop;
     let mut logged: Option<Instant> = None;
     let mut settled = false;
     while !stop.load(Ordering::Acquire) {
         let now = Instant::now();
+        let following = pages.following.load(Ordering::Acquire);
+        pages.watch.check(following, now);
         if !settled && now < next_full && pages.has_events() {
             // Let the burst that woke us finish (a switch comes with the
             // other partitions' switches and their handshakes, a drain
@@ -336,8 +341,14 @@ fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) 
             pages.refresh_marked(state)
         } else {
             // A hook's unpark before this park makes it return at once:
-            // no wake-up is lost.
-            thread::park_timeout(next_full - now);
+            // no wake-up is lost. While commits are followed the
+            // waiter's watchdog needs a look every WATCH_EVERY.
+            let until_full = next_full - now;
+            thread::park_timeout(if following {
+                until_full.min(WATCH_EVERY)
+            } else {
+                until_full
+            });
             continue;
         };
         if let Err(e) = result {
