@@ -324,7 +324,12 @@ fn run(pages: &Pages, stop: &AtomicBool) {
         if std::mem::take(&mut starting) {
             via = choose(pages, via, &mut logged);
         }
-        pages.following.store(true, Ordering::Release);
+        if !pages.following.swap(true, Ordering::AcqRel) {
+            // Following (again) without the refresher having set it (a
+            // `follow` that raced `stop_following`): the refresher may be
+            // parked until its backstop, and must keep the watchdog.
+            pages.unpark_now();
+        }
         pages.wait_list(&mut s.keys, &mut s.wanted);
         if s.wanted.is_empty() {
             pages.stop_following();
