@@ -486,8 +486,10 @@ mod tests {
         assert_eq!(line, 1, "{reason}");
         assert!(reason.contains("web_config_file"), "{reason}");
         let (line, col, reason) = position(
-            parse_str("[metrics.authenticated]\nlisten = \"127.0.0.1:9477\"\nweb_config_file = \"/w\"\n")
-                .unwrap_err(),
+            parse_str(
+                "[metrics.authenticated]\nlisten = \"127.0.0.1:9477\"\nweb_config_file = \"/w\"\n",
+            )
+            .unwrap_err(),
         );
         assert_eq!((line, col), (2, 10), "{reason}");
         let (line, col, reason) = position(

@@ -30,8 +30,9 @@ pub const MAX_COST: u32 = 16;
 /// Checks that `hash` is a bcrypt hash of an accepted cost; the reason
 /// never quotes the hash.
 pub fn check_hash(hash: &str) -> Result<(), &'static str> {
-    let parts = bcrypt::HashParts::from_str(hash)
-        .map_err(|_bad| "not a bcrypt hash ($2a$, $2b$ or $2y$; htpasswd -nBC 10 USER makes one)")?;
+    let parts = bcrypt::HashParts::from_str(hash).map_err(|_bad| {
+        "not a bcrypt hash ($2a$, $2b$ or $2y$; htpasswd -nBC 10 USER makes one)"
+    })?;
     if parts.get_cost() > MAX_COST {
         return Err("bcrypt cost above 16: each check would take seconds");
     }
@@ -190,8 +191,18 @@ mod tests {
     #[test]
     fn hashes_are_checked_for_form_and_cost() {
         assert!(check_hash(&bcrypt::hash("x", 4).unwrap()).is_ok());
-        assert!(check_hash("$2y$17$abcdefghijklmnopqrstuuabcdefghijklmnopqrstuvwxyz01234").is_err());
+        assert!(
+            check_hash("$2y$17$abcdefghijklmnopqrstuuabcdefghijklmnopqrstuvwxyz01234").is_err()
+        );
         assert!(check_hash("plain").is_err());
-        assert!(format!("{:?}", BasicAuth::new(BTreeMap::from([("u".to_owned(), bcrypt::hash("x", 4).unwrap())])).unwrap()).contains("\"u\""));
+        assert!(format!(
+            "{:?}",
+            BasicAuth::new(BTreeMap::from([(
+                "u".to_owned(),
+                bcrypt::hash("x", 4).unwrap()
+            )]))
+            .unwrap()
+        )
+        .contains("\"u\""));
     }
 }

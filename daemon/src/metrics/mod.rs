@@ -321,7 +321,11 @@ pub async fn start(
         None => None,
         Some((listener, access)) => {
             let addr = listener.local_addr().map_err(MetricsError::Accept)?;
-            let scheme = if access.tls.is_some() { "https" } else { "http" };
+            let scheme = if access.tls.is_some() {
+                "https"
+            } else {
+                "http"
+            };
             tasks.push(tokio::spawn(server::serve(
                 listener,
                 access,

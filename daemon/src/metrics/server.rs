@@ -121,7 +121,11 @@ impl Peers {
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let mut open = self.peers.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = self
+            .peers
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = open.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
@@ -314,8 +318,10 @@ async fn answer(
     match scraped {
         Ok(Ok(body)) => {
             let mut r = Response::new(Full::new(Bytes::from(body)));
-            r.headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
             r
         }
         Ok(Err(std::fmt::Error)) | Err(_) => {

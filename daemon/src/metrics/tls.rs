@@ -9,7 +9,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 
-use super::web_config::{read_private, read_public, ClientAuth, TlsSettings, TlsVersion, WebConfigError};
+use super::web_config::{
+    read_private, read_public, ClientAuth, TlsSettings, TlsVersion, WebConfigError,
+};
 
 /// Why TLS could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +77,8 @@ pub fn server_config(t: &TlsSettings) -> Result<Arc<ServerConfig>, TlsError> {
         // The error names the PEM section, never the key's bytes.
         what: format!("no usable private key ({e})"),
     })?;
-    let builder =
-        ServerConfig::builder_with_provider(Arc::clone(&provider)).with_protocol_versions(&versions(t))?;
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(&versions(t))?;
     let builder = match (t.client_auth, &t.client_ca_file) {
         (ClientAuth::None, _) | (_, None) => builder.with_no_client_auth(),
         (mode, Some(ca)) => {

@@ -60,7 +60,9 @@ pub enum WebConfigError {
         mode: u32,
     },
     /// A credentials file of another user.
-    #[error("{path}: owned by uid {owner}; it must belong to the daemon's user (uid {daemon}) or root")]
+    #[error(
+        "{path}: owned by uid {owner}; it must belong to the daemon's user (uid {daemon}) or root"
+    )]
     Owner {
         /// File.
         path: String,
@@ -264,9 +266,8 @@ impl WebConfig {
                 ));
             }
             // The hash itself is never shown: it is a credential.
-            crate::metrics::auth::check_hash(hash).map_err(|why| {
-                invalid(&format!("basic_auth_users.{user}"), why.to_owned())
-            })?;
+            crate::metrics::auth::check_hash(hash)
+                .map_err(|why| invalid(&format!("basic_auth_users.{user}"), why.to_owned()))?;
         }
         Ok(WebConfig {
             path: path.to_path_buf(),
@@ -278,10 +279,22 @@ impl WebConfig {
 
 type Refuse<'a> = dyn Fn(&str, String) -> WebConfigError + 'a;
 
-fn tls_settings(t: &FileTls, dir: &Path, invalid: &Refuse<'_>) -> Result<TlsSettings, WebConfigError> {
+fn tls_settings(
+    t: &FileTls,
+    dir: &Path,
+    invalid: &Refuse<'_>,
+) -> Result<TlsSettings, WebConfigError> {
     let refused = [
-        ("cert", t.cert.is_some(), "inline certificates are not supported; use cert_file"),
-        ("key", t.key.is_some(), "inline keys are not supported; use key_file"),
+        (
+            "cert",
+            t.cert.is_some(),
+            "inline certificates are not supported; use cert_file",
+        ),
+        (
+            "key",
+            t.key.is_some(),
+            "inline keys are not supported; use key_file",
+        ),
         (
             "client_allowed_sans",
             t.client_allowed_sans.is_some(),
@@ -304,9 +317,18 @@ fn tls_settings(t: &FileTls, dir: &Path, invalid: &Refuse<'_>) -> Result<TlsSett
         ),
     ];
     if let Some((key, _, why)) = refused.iter().find(|(_, set, _)| *set) {
-        return Err(invalid(&format!("tls_server_config.{key}"), (*why).to_owned()));
+        return Err(invalid(
+            &format!("tls_server_config.{key}"),
+            (*why).to_owned(),
+        ));
     }
-    let abs = |p: &PathBuf| if p.is_relative() { dir.join(p) } else { p.clone() };
+    let abs = |p: &PathBuf| {
+        if p.is_relative() {
+            dir.join(p)
+        } else {
+            p.clone()
+        }
+    };
     let (Some(cert), Some(key)) = (&t.cert_file, &t.key_file) else {
         return Err(invalid(
             "tls_server_config",
@@ -398,7 +420,10 @@ pub fn read_private(path: &Path) -> Result<Vec<u8>, WebConfigError> {
     }
     let mode = meta.mode() & 0o7777;
     if mode & 0o077 != 0 {
-        return Err(WebConfigError::Exposed { path: shown(), mode });
+        return Err(WebConfigError::Exposed {
+            path: shown(),
+            mode,
+        });
     }
     read_bounded(file, path)
 }
@@ -458,7 +483,10 @@ mod tests {
         assert_eq!(tls.key_file, PathBuf::from("/k/s.key"));
         assert_eq!(tls.client_ca_file, Some(PathBuf::from("/etc/gpupm/ca.crt")));
         assert_eq!(tls.client_auth, ClientAuth::RequireAndVerify);
-        assert_eq!((tls.min_version, tls.max_version), (TlsVersion::Tls13, TlsVersion::Tls13));
+        assert_eq!(
+            (tls.min_version, tls.max_version),
+            (TlsVersion::Tls13, TlsVersion::Tls13)
+        );
         assert_eq!(c.users.len(), 1);
         assert!(c.authenticates());
         let empty = parse("# nothing yet\n").unwrap();
@@ -468,10 +496,18 @@ mod tests {
     #[test]
     fn syntax_errors_name_line_and_column() {
         let e = parse("basic_auth_users:\n  prom: [1\n").unwrap_err();
-        assert!(matches!(e, WebConfigError::Syntax { line: 3, .. } | WebConfigError::Syntax { line: 2, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                WebConfigError::Syntax { line: 3, .. } | WebConfigError::Syntax { line: 2, .. }
+            ),
+            "{e}"
+        );
         let e = parse("tls_server_config:\n  certfile: x\n").unwrap_err();
         match e {
-            WebConfigError::Syntax { line, col, reason, .. } => {
+            WebConfigError::Syntax {
+                line, col, reason, ..
+            } => {
                 assert_eq!((line, col), (2, 3), "{reason}");
                 assert!(reason.contains("certfile"), "{reason}");
             }
@@ -483,20 +519,39 @@ mod tests {
     fn what_authenticates_nobody_or_is_not_offered_is_refused_by_name() {
         let tls = "tls_server_config:\n  cert_file: a\n  key_file: b\n";
         for (extra, key) in [
-            ("  client_auth_type: RequireAnyClientCert\n  client_ca_file: c\n", "client_auth_type"),
-            ("  client_auth_type: RequestClientCert\n", "client_auth_type"),
-            ("  client_auth_type: RequireAndVerifyClientCert\n", "client_ca_file"),
+            (
+                "  client_auth_type: RequireAnyClientCert\n  client_ca_file: c\n",
+                "client_auth_type",
+            ),
+            (
+                "  client_auth_type: RequestClientCert\n",
+                "client_auth_type",
+            ),
+            (
+                "  client_auth_type: RequireAndVerifyClientCert\n",
+                "client_ca_file",
+            ),
             ("  client_ca_file: c\n", "client_ca_file"),
             ("  min_version: TLS11\n", "min_version"),
-            ("  min_version: TLS13\n  max_version: TLS12\n", "max_version"),
-            ("  cipher_suites: [TLS_AES_128_GCM_SHA256]\n", "cipher_suites"),
+            (
+                "  min_version: TLS13\n  max_version: TLS12\n",
+                "max_version",
+            ),
+            (
+                "  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+                "cipher_suites",
+            ),
             ("  client_allowed_sans: [a]\n", "client_allowed_sans"),
         ] {
             let e = reason(parse(&format!("{tls}{extra}")).unwrap_err());
             assert!(e.contains(key), "{extra}: {e}");
         }
-        assert!(reason(parse("tls_server_config:\n  cert_file: a\n").unwrap_err()).contains("key_file"));
-        assert!(reason(parse("http_server_config:\n  http2: true\n").unwrap_err()).contains("http2"));
+        assert!(
+            reason(parse("tls_server_config:\n  cert_file: a\n").unwrap_err()).contains("key_file")
+        );
+        assert!(
+            reason(parse("http_server_config:\n  http2: true\n").unwrap_err()).contains("http2")
+        );
         assert!(parse("http_server_config:\n  http2: false\n").is_ok());
     }
 
@@ -531,6 +586,9 @@ mod tests {
         nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None)
             .expect("chown needs root: run the tests as root");
         let e = WebConfig::load(&path).unwrap_err();
-        assert!(matches!(e, WebConfigError::Owner { owner: 65534, .. }), "{e}");
+        assert!(
+            matches!(e, WebConfigError::Owner { owner: 65534, .. }),
+            "{e}"
+        );
     }
 }

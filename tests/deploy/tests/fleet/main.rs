@@ -33,6 +33,7 @@ use gpupm_deploy_tests::prometheus::{Prometheus, Target, POLL};
 use gpupm_deploy_tests::rules::{self, RECORDING};
 use gpupm_deploy_tests::scenario::{scenario, STEP, SWITCH_TIMEOUT};
 use gpupm_deploy_tests::wait_until;
+use gpupm_deploy_tests::web::WebAuth;
 use gpupm_test_support::Scratch;
 use gpupm_uapi::regs as r;
 
@@ -91,9 +92,10 @@ fn alerting(prom: &Prometheus, name: &str, state: &str) -> Result<Vec<String>, S
 #[test]
 fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resumes_without_loss() {
     let t0 = Instant::now();
+    let auth = WebAuth::new();
     let mut nodes: Vec<Node> = NODES
         .iter()
-        .map(|&(name, seed)| Node::start(name, &scenario(seed), ""))
+        .map(|&(name, seed)| Node::start(name, &scenario(seed), "", &auth))
         .collect();
     let devices: Vec<Device> = nodes.iter().map(Node::device).collect();
     let targets: Vec<Target> = nodes
@@ -110,7 +112,7 @@ fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resum
         5,
         "the alerts with a for:"
     );
-    let prom = Prometheus::start(&targets, &[rules::path(RECORDING), alerts]);
+    let prom = Prometheus::start(&targets, &[rules::path(RECORDING), alerts], &auth);
     let names: Vec<String> = NODES.iter().map(|n| n.0.to_owned()).collect();
 
     // Every series starts at zero: the devices have not run yet.
