@@ -134,9 +134,12 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     if let Some(cpus) = &settings.device_cpus {
         cpus.check_usable().map_err(MainError::Cpus)?;
     }
+    // The metrics web configuration (credentials, certificates) is checked
+    // before the device is touched, as the rest of the configuration is.
+    let metrics_web = metrics::prepare(&settings.metrics)?;
     let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
-    let services = start_services(&settings, &store, inherited_tenant, pages).await?;
+    let services = start_services(&settings, &store, inherited_tenant, pages, metrics_web).await?;
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
@@ -352,6 +355,7 @@ async fn start_services(
     store: &Arc<Store>,
     inherited_tenant: Option<OwnedFd>,
     pages: StartedPages,
+    metrics_web: metrics::Prepared,
 ) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
@@ -405,6 +409,7 @@ async fn start_services(
     let metrics = metrics::start(
         settings.metrics_listen,
         &settings.metrics,
+        metrics_web,
         Arc::clone(&view),
         fanout.subscribe(),
     )

@@ -109,6 +109,99 @@ fn handshake_histogram() -> Histogram {
     Histogram::new(exponential_buckets(10e-6, 2.0, 12))
 }
 
+/// What a web configuration grants a listener: its families, TLS and
+/// basic auth, checked and ready.
+pub struct WebAccess {
+    series: Series,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    auth: Option<Arc<BasicAuth>>,
+}
+
+impl std::fmt::Debug for WebAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebAccess")
+            .field("series", &self.series)
+            .field("tls", &self.tls.is_some())
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl WebAccess {
+    /// Checks `web` for a listener on `addr`: refused when tenant series
+    /// are asked for without client authentication, or with basic-auth
+    /// passwords in clear text to a non-loopback address; then sets up TLS
+    /// (reading the certificates and the key) and basic auth.
+    pub fn new(
+        web: &WebConfig,
+        tenant_series: bool,
+        addr: SocketAddr,
+    ) -> Result<WebAccess, MetricsError> {
+        let path = web.path.display().to_string();
+        if tenant_series && !web.authenticates() {
+            return Err(MetricsError::Unauthenticated { path });
+        }
+        if tenant_series
+            && web.tls.is_none()
+            && !web.users.is_empty()
+            && !addr.ip().to_canonical().is_loopback()
+        {
+            return Err(MetricsError::ClearText { path, addr });
+        }
+        let tls = web
+            .tls
+            .as_ref()
+            .map(tls::server_config)
+            .transpose()?
+            .map(tokio_rustls::TlsAcceptor::from);
+        let auth = if web.users.is_empty() {
+            None
+        } else {
+            Some(Arc::new(BasicAuth::new(web.users.clone())?))
+        };
+        Ok(WebAccess {
+            series: if tenant_series {
+                Series::Tenants
+            } else {
+                Series::Health
+            },
+            tls,
+            auth,
+        })
+    }
+}
+
+/// The authenticated listener's configuration, loaded and checked before
+/// the daemon touches the device ([`prepare`]).
+#[derive(Debug)]
+pub struct Prepared {
+    authenticated: Option<(AuthenticatedListener, WebAccess)>,
+}
+
+/// Loads and checks the web configuration of the authenticated listener,
+/// if one is configured: every refusal of the operator's metrics settings
+/// happens here, at start, before anything else is touched.
+pub fn prepare(cfg: &MetricsConfig) -> Result<Prepared, MetricsError> {
+    let authenticated = match &cfg.authenticated {
+        None => None,
+        Some(a) => {
+            let web = WebConfig::load(&a.web_config_file)?;
+            let access = WebAccess::new(&web, a.tenant_series, a.listen)?;
+            tracing::info!(
+                listen = %a.listen,
+                web_config_file = %a.web_config_file.display(),
+                tls = web.tls.is_some(),
+                client_certificates = ?web.tls.as_ref().map(|t| t.client_auth),
+                basic_auth_users = web.users.len(),
+                tenant_series = a.tenant_series,
+                "authenticated metrics listener configured"
+            );
+            Some((a.clone(), access))
+        }
+    };
+    Ok(Prepared { authenticated })
+}
+
 /// What a scrape keeps from the previous ones.
 #[derive(Debug)]
 struct ScrapeState {
@@ -173,47 +266,24 @@ impl Endpoint {
     }
 
     /// The authenticated listener's access from `web` (loaded), for a
-    /// listener on `addr`: refused when tenant series are asked for
-    /// without client authentication, or with basic-auth passwords in
-    /// clear text to a non-loopback address.
+    /// listener on `addr` (see [`WebAccess::new`]).
     pub fn authenticated_access(
         &self,
         web: &WebConfig,
         tenant_series: bool,
         addr: SocketAddr,
     ) -> Result<Access, MetricsError> {
-        let path = web.path.display().to_string();
-        if tenant_series && !web.authenticates() {
-            return Err(MetricsError::Unauthenticated { path });
-        }
-        if tenant_series
-            && web.tls.is_none()
-            && !web.users.is_empty()
-            && !addr.ip().to_canonical().is_loopback()
-        {
-            return Err(MetricsError::ClearText { path, addr });
-        }
-        let tls = web
-            .tls
-            .as_ref()
-            .map(tls::server_config)
-            .transpose()?
-            .map(tokio_rustls::TlsAcceptor::from);
-        let auth = if web.users.is_empty() {
-            None
-        } else {
-            Some(Arc::new(BasicAuth::new(web.users.clone())?))
-        };
-        Ok(Access {
-            series: if tenant_series {
-                Series::Tenants
-            } else {
-                Series::Health
-            },
-            tls,
-            auth,
+        Ok(self.access(WebAccess::new(web, tenant_series, addr)?))
+    }
+
+    /// A listener's access from a checked web configuration.
+    pub fn access(&self, web: WebAccess) -> Access {
+        Access {
+            series: web.series,
+            tls: web.tls,
+            auth: web.auth,
             stats: self.listener_stats("authenticated"),
-        })
+        }
     }
 
     /// Encodes the current metrics of `series`.
@@ -278,33 +348,19 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, MetricsError> {
         .map_err(|source| MetricsError::Bind { addr, source })
 }
 
-/// Loads the web configuration (if any), binds both listeners and serves
-/// them. Everything that can be refused is refused before either listener
-/// serves.
+/// Binds both listeners (the authenticated one as [`prepare`]d) and
+/// serves them.
 pub async fn start(
     local: SocketAddr,
     cfg: &MetricsConfig,
+    prepared: Prepared,
     view: Arc<dyn CounterView>,
     health: Arc<dyn HealthSource>,
 ) -> Result<Running, MetricsError> {
     let endpoint = Endpoint::new(cfg.max_contexts_per_vm, view, health);
-    let authenticated = match &cfg.authenticated {
+    let authenticated = match prepared.authenticated {
         None => None,
-        Some(a) => {
-            let web = WebConfig::load(&a.web_config_file)?;
-            let access = endpoint.authenticated_access(&web, a.tenant_series, a.listen)?;
-            let listener = bind(a.listen).await?;
-            tracing::info!(
-                listen = %a.listen,
-                web_config_file = %a.web_config_file.display(),
-                tls = web.tls.is_some(),
-                client_certificates = ?web.tls.as_ref().map(|t| t.client_auth),
-                basic_auth_users = web.users.len(),
-                tenant_series = a.tenant_series,
-                "authenticated metrics listener configured"
-            );
-            Some((listener, access))
-        }
+        Some((a, web)) => Some((bind(a.listen).await?, endpoint.access(web))),
     };
     if !local.ip().to_canonical().is_loopback() {
         tracing::warn!(listen = %local, "the unauthenticated metrics listener is not on loopback: every host that reaches it reads the device's health series");

@@ -176,7 +176,7 @@ pub struct TlsSettings {
 }
 
 /// The web configuration, checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct WebConfig {
     /// The file it came from.
     pub path: PathBuf,
@@ -184,6 +184,17 @@ pub struct WebConfig {
     pub tls: Option<TlsSettings>,
     /// Basic-auth users and their bcrypt hashes (empty: no basic auth).
     pub users: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for WebConfig {
+    // The hashes are credentials: Debug names the users only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebConfig")
+            .field("path", &self.path)
+            .field("tls", &self.tls)
+            .field("users", &self.users.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl WebConfig {
@@ -489,8 +500,20 @@ mod tests {
         );
         assert_eq!(c.users.len(), 1);
         assert!(c.authenticates());
+        let shown = format!("{c:?}");
+        assert!(shown.contains("prom") && !shown.contains("$2b$"), "{shown}");
         let empty = parse("# nothing yet\n").unwrap();
         assert!(empty.tls.is_none() && !empty.authenticates());
+    }
+
+    #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../../packaging/metrics-web.yml");
+        let c = parse(text).unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(tls.key_file, PathBuf::from("/etc/gpupm/metrics.key"));
+        assert_eq!(tls.client_auth, ClientAuth::None);
+        assert!(c.users.is_empty());
     }
 
     #[test]

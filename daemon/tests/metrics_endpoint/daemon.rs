@@ -290,3 +290,55 @@ fn no_counter_goes_back_through_context_churn_pruning_and_daemon_restarts() {
     assert!(daemon.signal_and_wait(Signal::SIGTERM).success());
     drop(driver);
 }
+
+/// gpupmd with `config` (no device behind `node_dir`): (exit code, stderr).
+fn refused(tmp: &Scratch, config: &str) -> (i32, String) {
+    let path = tmp.join("gpupmd.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = std::process::Command::new(gpupm_test_support::bin!(Daemon))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .expect("run gpupmd");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_web_configuration_others_may_read_or_that_is_malformed_stops_gpupmd_before_the_device() {
+    use std::os::unix::fs::PermissionsExt;
+
+    let tmp = Scratch::new("metrics-refused");
+    let web = write_web_config(&tmp.join("web.yml"), None, &[(USER, PASSWORD)]);
+    // node_dir names no device: a refusal of the metrics settings must
+    // come first.
+    let cfg = config(&tmp, "", "", Some(&web));
+    std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let (code, stderr) = refused(&tmp, &cfg);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("chmod 0600"), "{stderr}");
+    assert!(!stderr.contains("$2b$"), "a hash in the error: {stderr}");
+
+    std::fs::write(&web, "basic_auth_users:\n  prometheus: [\n").unwrap();
+    std::fs::set_permissions(&web, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, stderr) = refused(&tmp, &cfg);
+    assert_eq!(code, 2, "{stderr}");
+    let at = format!("{}:", web.display());
+    assert!(stderr.contains(&at), "{stderr}");
+    let position = stderr.split(&at).nth(1).unwrap_or_default();
+    assert!(
+        position
+            .split(':')
+            .take(2)
+            .all(|n| n.trim().parse::<u32>().is_ok()),
+        "no LINE:COL in {stderr}"
+    );
+
+    // Tenant series on a listener that authenticates nobody.
+    write_web_config(&web, None, &[]);
+    let (code, stderr) = refused(&tmp, &cfg);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("tenant_series"), "{stderr}");
+}
