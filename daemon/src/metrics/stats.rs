@@ -106,23 +106,24 @@ pub fn encode(
         m.encode_family(&[("listener", l.name)])?
             .encode_gauge(&l.connections)?;
     }
-    let counters: [(&str, &str, fn(&ListenerCounts) -> u64); 2] = [
+    let counters = [
         (
             "gpupm_metrics_connections_refused",
             "Connections a metrics listener closed at accept, over its connection caps.",
-            |l| l.refused,
+            false,
         ),
         (
             "gpupm_metrics_tls_handshake_failures",
             "TLS handshakes on a metrics listener that failed or timed out.",
-            |l| l.tls_failures,
+            true,
         ),
     ];
-    for (name, help, get) in counters {
+    for (name, help, tls) in counters {
         let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
         for l in listeners {
+            let n = if tls { l.tls_failures } else { l.refused };
             m.encode_family(&[("listener", l.name)])?
-                .encode_counter::<NoLabelSet, _, u64>(&get(l), None)?;
+                .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
         }
     }
     let mut m = encoder.encode_descriptor(
