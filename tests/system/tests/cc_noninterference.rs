@@ -8,7 +8,8 @@
 //! on the daemon's wall-clock speed. At that quiescent end, everything the
 //! host can read in plaintext must be byte-identical: every register, the
 //! memory window (sealed payloads and tags blanked, lengths equal), every
-//! interrupt record, the daemon's metrics scrape, its journald fields and
+//! interrupt record, the daemon's metrics scrapes (the local listener and
+//! the authenticated one with tenant series), its journald fields and
 //! the admin's view through the tenant node. And the confidential VM's
 //! tenant, opening its blocks with its key, sees exactly its ledger in
 //! both runs — which differ.
@@ -25,8 +26,8 @@
 //!   daemon process itself (how long it ran, how fast it answered).
 //! * journald's own fields (`_*`, `__*`: pid, timestamps, cursor, boot)
 //!   and `TID`: which process and thread logged, and when.
-//! * the scratch directory's path and the metrics endpoint's ephemeral
-//!   port, which appear in log messages: they are replaced by placeholders.
+//! * the scratch directory's path and the metrics listeners' ephemeral
+//!   ports, which appear in log messages: they are replaced by placeholders.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -40,8 +41,9 @@ use gpupm_test_support::cc::{
     RegisterMap, CC_KEY, CC_VM,
 };
 use gpupm_test_support::device::expected;
-use gpupm_test_support::scrape::http_get;
+use gpupm_test_support::scrape::{authenticated_metrics_addr, http_get};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
+use gpupm_test_support::web::{write_web_config, Client};
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::intr::InterruptRecord;
@@ -51,6 +53,9 @@ use gpupm_uapi::regs as r;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use zerocopy::{FromBytes, IntoBytes};
+
+/// The authenticated metrics listener's basic-auth user and password.
+const METRICS_USER: (&str, &str) = ("prometheus", "cc-not-a-secret");
 
 /// Clock steps per run.
 const STEPS: u32 = 40;
@@ -67,20 +72,31 @@ struct Observed {
     tenant_block: [u64; MAX_EVENTS],
 }
 
-/// Replaces what names this run's scratch directory or metrics port, and
+/// Replaces what names this run's scratch directory or metrics ports, and
 /// the daemon's uptime in its shutdown message.
-fn normalise(text: &str, tmp: &str, metrics: &str) -> String {
-    let text = text.replace(tmp, "<tmp>").replace(metrics, "<metrics>");
+fn normalise(text: &str, tmp: &str, metrics: &[String]) -> String {
+    let mut text = text.replace(tmp, "<tmp>");
+    for (i, addr) in metrics.iter().enumerate() {
+        text = text.replace(addr.as_str(), &format!("<metrics{i}>"));
+    }
     match text.split_once(") after ") {
         Some((head, tail)) if tail.ends_with(" s\"") => format!("{head}) after <uptime> s\""),
         _ => text,
     }
 }
 
-fn metrics_scrape(addr: SocketAddr) -> String {
-    let (status, _, body) = http_get(addr, "/metrics", None);
+/// The local listener's scrape, then the authenticated one's (tenant
+/// series, basic auth).
+fn metrics_scrape(local: SocketAddr, authenticated: SocketAddr) -> String {
+    let (status, _, body) = http_get(local, "/metrics", None);
     assert!(status.contains("200"), "metrics: {status}");
-    body.lines()
+    let (code, _, tenants) = Client::plain()
+        .basic_auth(METRICS_USER.0, METRICS_USER.1)
+        .get(authenticated, "/metrics")
+        .expect("scrape the authenticated listener");
+    assert_eq!(code, 200, "{tenants}");
+    format!("{body}{tenants}")
+        .lines()
         .filter(|l| {
             !l.starts_with("gpupm_uptime_seconds")
                 && !l.starts_with("gpupm_handshake_duration_seconds_bucket")
@@ -92,7 +108,7 @@ fn metrics_scrape(addr: SocketAddr) -> String {
 
 /// The daemon's journal entries (it has exited), without the fields that
 /// say which process logged and when, or the daemon's own wall time.
-fn journal_of(pid: i32, tmp: &str, metrics: &str) -> Vec<BTreeMap<String, String>> {
+fn journal_of(pid: i32, tmp: &str, metrics: &[String]) -> Vec<BTreeMap<String, String>> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = Command::new("journalctl")
@@ -140,7 +156,12 @@ fn observe(cc_rate: f64) -> Observed {
     let driver = Driver::start_in(&tmp, DriverOptions::system(scenario(cc_rate)));
     let dev = driver.node();
     let mut intr = dev.interrupts().expect("interrupt handle");
-    let extra = format!("{}\n[health]\nsummary_interval_s = 3600\n", tenants());
+    let web = write_web_config(&tmp.join("metrics-web.yml"), None, &[METRICS_USER]);
+    let extra = format!(
+        "{}\n[health]\nsummary_interval_s = 3600\n[metrics.authenticated]\nlisten = \"127.0.0.1:0\"\nweb_config_file = {:?}\ntenant_series = true\n",
+        tenants(),
+        web.display().to_string()
+    );
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &extra), &[], &[]);
     let status = daemon.wait_for("STATUS=serving");
     let addr: SocketAddr = status
@@ -150,6 +171,8 @@ fn observe(cc_rate: f64) -> Observed {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no metrics address in {status}"));
     daemon.wait_for("READY=1");
+    let authenticated = authenticated_metrics_addr(&daemon.notes);
+    let addresses = [addr.to_string(), authenticated.to_string()];
     let node = tmp.join("tenant").join("node");
     let admin = TenantClient::open(&node).expect("open the tenant node as root");
 
@@ -169,14 +192,14 @@ fn observe(cc_rate: f64) -> Observed {
     intr.wait(Duration::ZERO, &mut interrupts)
         .expect("read interrupts");
     let admin_bytes = admin_view(&admin);
-    let metrics = normalise(&metrics_scrape(addr), &tmp_name, &addr.to_string());
+    let metrics = normalise(&metrics_scrape(addr, authenticated), &tmp_name, &addresses);
     let tenant_block = tenant_view(&dev);
 
     let pid = daemon.pid().as_raw();
     drop(admin);
     let exit = daemon.signal_and_wait(Signal::SIGTERM);
     assert!(exit.success(), "gpupmd exit {exit}");
-    let journal = journal_of(pid, &tmp_name, &addr.to_string());
+    let journal = journal_of(pid, &tmp_name, &addresses);
     driver.stop();
     Observed {
         registers,

@@ -31,7 +31,7 @@ use gpupm_deploy_tests::repo;
 const BINARIES: [&str; 4] = ["gpupm", "gpupmd", "gpupm-driver", "gpupm-mount"];
 
 /// `(repository file, installed path)`: shipped unchanged.
-const SHIPPED_AS_IS: [(&str, &str); 18] = [
+const SHIPPED_AS_IS: [(&str, &str); 20] = [
     (
         "systemd/gpupm-driver.service",
         "/usr/lib/systemd/system/gpupm-driver.service",
@@ -91,6 +91,14 @@ const SHIPPED_AS_IS: [(&str, &str); 18] = [
     (
         "deploy/grafana/gpupm.json",
         "/usr/share/gpupm/grafana/gpupm.json",
+    ),
+    (
+        "deploy/prometheus/gpupm-scrape.yml",
+        "/usr/share/gpupm/prometheus/gpupm-scrape.yml",
+    ),
+    (
+        "packaging/metrics-web.yml",
+        "/usr/share/doc/gpupm/examples/metrics-web.yml",
     ),
 ];
 
