@@ -56,11 +56,11 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const MIRROR_FOLLOWED: &str = "following the device's commits through its mirror";
 /// What an admin tries on the mirror's files (run as a `gpupm-admin`
 /// member): for every entry it can list in the mirror's directories and
-/// the known file names (listable or not), shrink (to at most a page,
-/// then to nothing: never growing it back), truncate on open,
-/// open for writing, replace, rename, remove; then add a file to each
-/// directory. Prints `DONE OP PATH` for what worked, `REFUSED OP PATH`
-/// for what did not (no command is told to ignore a missing file: a path
+/// the known file names (listable or not), open for writing, write,
+/// truncate on open, truncate to nothing (last, so that a file the admin
+/// could shrink stays empty under the daemons' mappings), rename, replace,
+/// remove; then add a file to each directory. Prints `DONE OP PATH` for
+/// what worked, `REFUSED OP PATH` for what did not (no command is told to ignore a missing file: a path
 /// that does not exist, or that the admin cannot reach, counts as refused
 /// only because the attempt failed).
 const MIRROR_ATTACK: &str = r#"
@@ -70,13 +70,11 @@ try() {
 }
 known="/run/gpupm/mirror/commits /run/gpupm/mirror/commits.waiters /run/gpupm/mirror/waiters/commits.waiters"
 listed=$(find /run/gpupm/mirror -mindepth 1 2>/dev/null)
-for f in $(printf '%s
-' $known $listed | sort -u); do
-    try shrink "$f" truncate -s '<4096' "$f"
-    try truncate "$f" truncate -s 0 "$f"
-    try o_trunc "$f" sh -c ": > '$f'"
+for f in $(printf '%s\n' $known $listed | sort -u); do
     try open-rw "$f" sh -c "exec 3<>'$f'"
     try write "$f" dd if=/dev/zero of="$f" bs=8 count=1 conv=notrunc,nocreat status=none
+    try o_trunc "$f" sh -c ": > '$f'"
+    try truncate "$f" truncate -s 0 "$f"
     try rename "$f" mv -f "$f" "$f.moved"
     try replace "$f" ln -sfn /dev/null "$f"
     try remove "$f" rm "$f"
@@ -269,6 +267,7 @@ impl Booted {
             "-c",
             MIRROR_ATTACK,
         ];
+        let started = Instant::now();
         let out = self.run(&attacker);
         let report = String::from_utf8_lossy(&out.stdout).into_owned();
         let done: Vec<&str> = report.lines().filter(|l| l.starts_with("DONE ")).collect();
@@ -285,14 +284,17 @@ impl Booted {
         // after the attack proves the driver committed since.
         let first = self.system_count();
         let deadline = Instant::now() + DEADLINE;
-        while self.system_count() <= first {
-            assert!(
-                Instant::now() < deadline,
-                "the device stopped counting after the attack"
-            );
+        let counting = loop {
+            if let (Some(a), Some(b)) = (first, self.system_count()) {
+                if b > a {
+                    break true;
+                }
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
             std::thread::sleep(Duration::from_millis(50));
-        }
-        self.check_nodes_serve();
+        };
         for (unit, before) in [(UNITS[0], driver), (UNITS[1], daemon)] {
             let now = UnitState::of(self, unit);
             assert_eq!(
@@ -303,14 +305,35 @@ impl Booted {
                 self.journal()
             );
         }
+        assert!(
+            counting,
+            "the device stopped counting after the attack\n{}",
+            self.journal()
+        );
+        self.check_nodes_serve();
         assert!(done.is_empty(), "the admin changed the mirror: {done:?}");
+        eprintln!(
+            "the admin's attack and the checks after it took {:?}",
+            started.elapsed()
+        );
     }
 
-    /// The device's `sm_inst_executed` total, through the driver node.
-    fn system_count(&self) -> u64 {
-        let stat = self.gpupm(&["stat", "--system", "-e", "sm_inst_executed", "--json"]);
-        let stat: serde_json::Value = serde_json::from_str(&stat).expect("stat --json");
-        stat["events"]["sm_inst_executed"].as_u64().unwrap_or(0)
+    /// The device's `sm_inst_executed` total through the driver node, or
+    /// `None` when it cannot be read.
+    fn system_count(&self) -> Option<u64> {
+        let out = self.run(&[
+            "/usr/bin/gpupm",
+            "stat",
+            "--system",
+            "-e",
+            "sm_inst_executed",
+            "--json",
+        ]);
+        if !out.status.success() {
+            return None;
+        }
+        let stat: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        stat["events"]["sm_inst_executed"].as_u64()
     }
 
     fn wait_running(&self, unit: &str) -> UnitState {

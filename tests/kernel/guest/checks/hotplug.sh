@@ -12,7 +12,7 @@ gpupm-kpmu hotplug 1 0
 rmmod gpupm_pmu
 trap 'echo 1 > $cpu1' EXIT
 i=0 loads_on_1=0 late=0
-while [ $i -lt 12 ]; do
+while [ $i -lt 6 ]; do
     taskset -c 1 insmod /lib/modules/gpupm_pmu.ko &
     load=$!
     echo 0 > $cpu1
