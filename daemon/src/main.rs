@@ -2,8 +2,9 @@
 //! keeps every count and serves tenants.
 //!
 //! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a
-//! configuration the daemon refuses (malformed file, an incompatible
-//! device ABI, a value the device rejects), 1 for any other failure.
+//! configuration the daemon refuses (malformed file, one someone but root
+//! and the daemon's user may change, an incompatible device ABI, a value
+//! the device rejects), 1 for any other failure.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ use clap::Parser;
 use gpupm_client::cpus::UnusableCpus;
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
+use gpupmd::config_access::{self, Exposure};
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
@@ -83,6 +85,19 @@ fn main() -> ExitCode {
     };
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+    }
+    // Before anything is started: the file decides who sees which VM.
+    if let Some(path) = settings.source.as_deref() {
+        match config_access::check(path) {
+            Ok(Exposure::Private) => {}
+            Ok(Exposure::ReadableByOthers { mode }) => health::config_readable(path, mode),
+            Err(e) => {
+                let msg = format!("{:#}", anyhow::Error::new(e));
+                tracing::error!(error = %msg, "gpupmd refuses its configuration");
+                eprintln!("gpupmd: {msg}");
+                return ExitCode::from(2);
+            }
+        }
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
     // mounts the node with gpupm-mount; the sandboxed daemon could not).

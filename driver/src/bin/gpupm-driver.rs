@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use gpupm_client::cpus::{CpuList, UnusableCpus};
+use gpupm_client::mirror::MirrorDirs;
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
@@ -92,6 +93,16 @@ struct Args {
     /// one host keep theirs apart; `/run/gpupm/mirror` for CUSE.
     #[arg(long, value_name = "DIR")]
     mirror_dir: Option<PathBuf>,
+    /// Directory of the mirror's waiter file, which the following daemon
+    /// writes (it registers there as a sleeper). Checked as the mirror's
+    /// directory is; the file is shared (0660) with this directory's group
+    /// when that group may search it, so give it a group of the following
+    /// daemon alone, as the shipped units' /run/gpupm/mirror/waiters
+    /// (gpupm-driver:gpupm 2750) does: whoever may write the file may
+    /// truncate it, which kills the driver and the daemon. Default: the
+    /// mirror's directory, where the file is owner-only (0600).
+    #[arg(long, value_name = "DIR")]
+    mirror_waiters_dir: Option<PathBuf>,
     /// Keep no commit mirror (`GPUPM_IOC_MIRROR_INFO` answers ENODEV):
     /// hosts follow commits with `GPUPM_IOC_WAIT_COMMIT`.
     #[arg(long)]
@@ -266,16 +277,16 @@ fn mirror_dir(args: &Args) -> PathBuf {
     }
 }
 
-/// Creates the commit mirror in `dir`; without it (a failure is logged)
+/// Creates the commit mirror in `dirs`; without it (a failure is logged)
 /// hosts fall back to `GPUPM_IOC_WAIT_COMMIT`.
-fn start_mirror(core: &NodeCore, dir: &Path) {
+fn start_mirror(core: &NodeCore, dirs: MirrorDirs<'_>) {
     // A new generation per driver start: readers of a previous driver's
     // mirror see it change.
     let generation = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    if let Err(e) = core.start_mirror(dir, generation) {
-        tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror");
+    if let Err(e) = core.start_mirror(dirs, generation) {
+        tracing::warn!(dir = %dirs.mirror.display(), error = %e, "no commit mirror");
     }
 }
 
@@ -298,7 +309,12 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
     if !args.no_mirror {
-        start_mirror(&core, &mirror_dir(args));
+        let dir = mirror_dir(args);
+        let dirs = MirrorDirs {
+            mirror: &dir,
+            waiters: args.mirror_waiters_dir.as_deref(),
+        };
+        start_mirror(&core, dirs);
     }
     let mut transport = make_transport(args, &core, inherited)?;
     transport.mount()?;

@@ -62,6 +62,16 @@ pub fn run(deb: &Path) {
     check_admin_view(&c);
     configure_tenant(&c, daemon.main_pid);
     let (before, after) = counts_survive_a_daemon_restart(&c);
+    // dpkg unpacks the conffile again and keeps the override's owner and mode.
+    c.ok(&[
+        "apt-get",
+        "install",
+        "-y",
+        "--reinstall",
+        "--no-install-recommends",
+        &inside,
+    ]);
+    check_conffile_access(&c);
     remove_then_purge(&c);
     eprintln!(
         "container booted in {:.2} s; apt-get install to both units ready: {:.2} s; \
@@ -99,6 +109,7 @@ fn check_installed(c: &Container) {
         c.ok(&["stat", "-c", "%U %a", "/var/lib/gpupm"]).trim(),
         "gpupm 700"
     );
+    check_conffile_access(c);
     assert_eq!(
         gpupm_mounts(c),
         [
@@ -108,6 +119,37 @@ fn check_installed(c: &Container) {
                 "fuse.gpupm-tenant".to_owned()
             ),
         ]
+    );
+}
+
+/// The conffile (the tenant map) is root:gpupm-admin 0640 by a
+/// dpkg-statoverride: a local user who is not an admin cannot read it,
+/// gpupmd (through gpupm-admin) can, and it did not warn about it.
+fn check_conffile_access(c: &Container) {
+    let conf = "/etc/gpupm/gpupmd.toml";
+    assert_eq!(
+        c.ok(&["stat", "-c", "%U %G %a", conf]).trim(),
+        "root gpupm-admin 640"
+    );
+    assert_eq!(
+        c.ok(&["dpkg-statoverride", "--list", conf]).trim(),
+        format!("root gpupm-admin 640 {conf}")
+    );
+    let out = c.run(&["runuser", "-u", "nobody", "--", "cat", conf]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "nobody reads the tenant map: {out:?}"
+    );
+    let warned = c.ok(&[
+        "journalctl",
+        "--no-pager",
+        "-u",
+        UNITS[1],
+        "MESSAGE_ID=4dba9beedd1e4d469e86773a08059a95",
+    ]);
+    assert!(
+        !warned.contains("may be read by every local user"),
+        "gpupmd warned about the packaged conffile: {warned}"
     );
 }
 
@@ -400,6 +442,12 @@ fn remove_then_purge(c: &Container) {
             "group {group} left"
         );
     }
+    assert!(
+        !c.run(&["dpkg-statoverride", "--list", "/etc/gpupm/gpupmd.toml"])
+            .status
+            .success(),
+        "the conffile's override outlived the purge"
+    );
     for path in ["/etc/gpupm", "/var/lib/gpupm", "/run/gpupm"] {
         assert!(
             !c.run(&["test", "-e", path]).status.success(),

@@ -214,10 +214,11 @@ fn check_conffile(deb: &Unpacked) {
     }
 }
 
-/// postinst: users (systemd-sysusers), then directories
-/// (systemd-tmpfiles), then the units enabled (deb-systemd-helper) and
-/// started (deb-systemd-invoke); prerm stops them; postrm purges the
-/// units' state, then removes users and state on purge.
+/// postinst: users (systemd-sysusers), the conffile's owner and mode,
+/// then directories (systemd-tmpfiles), then the units enabled
+/// (deb-systemd-helper) and started (deb-systemd-invoke); prerm stops
+/// them; postrm purges the units' state, then removes the conffile's
+/// override, users and state on purge.
 fn check_maintainer_scripts(deb: &Unpacked) {
     let postinst = deb.control("postinst");
     let order = [
@@ -235,6 +236,19 @@ fn check_maintainer_scripts(deb: &Unpacked) {
             .unwrap_or_else(|| panic!("postinst lacks {step:?} after byte {at}:\n{postinst}"));
         at += found + step.len();
     }
+    // The conffile's owner and mode (root:gpupm-admin 0640) are set once
+    // the group exists and before the units start.
+    let override_at = postinst
+        .find("dpkg-statoverride --update --add root gpupm-admin 0640 \"$CONFIG\"")
+        .unwrap_or_else(|| panic!("postinst sets no owner and mode on the conffile:\n{postinst}"));
+    let sysusers_at = postinst.find("systemd-sysusers").expect("sysusers");
+    let first_start = postinst
+        .find("deb-systemd-invoke $_dh_action")
+        .expect("units started");
+    assert!(
+        sysusers_at < override_at && override_at < first_start,
+        "postinst: the group, then the override, then the units:\n{postinst}"
+    );
     let prerm = deb.control("prerm");
     for unit in ["gpupm-driver.service", "gpupmd.service"] {
         assert!(
@@ -250,6 +264,14 @@ fn check_maintainer_scripts(deb: &Unpacked) {
     assert!(
         purge_units < userdel,
         "units purged before users:\n{postrm}"
+    );
+    let unoverride = postrm
+        .find("dpkg-statoverride --remove /etc/gpupm/gpupmd.toml")
+        .expect("postrm removes the conffile's override on purge");
+    let groupdel = postrm.find("groupdel").expect("postrm removes the groups");
+    assert!(
+        unoverride < groupdel,
+        "override removed before the group:\n{postrm}"
     );
     for script in ["postinst", "prerm", "postrm"] {
         let out = std::process::Command::new("sh")
