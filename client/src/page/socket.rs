@@ -58,14 +58,20 @@ impl PageClient {
     /// page's descriptor (read-only).
     pub fn request(&self, req: &PageRequest) -> Result<(PageReply, Option<OwnedFd>), PageError> {
         let fd = self.sock.as_raw_fd();
-        sendmsg::<UnixAddr>(
+        let sent = sendmsg::<UnixAddr>(
             fd,
             &[IoSlice::new(req.as_bytes())],
             &[],
             MsgFlags::MSG_NOSIGNAL,
             None,
-        )
-        .map_err(PageError::Socket)?;
+        );
+        match sent {
+            Ok(_) => {}
+            // A connection the daemon refused at accept (no tenant, or
+            // past a cap) is closed with its refusal waiting to be read.
+            Err(Errno::EPIPE | Errno::ECONNRESET) => {}
+            Err(e) => return Err(PageError::Socket(e)),
+        }
         let mut reply = PageReply::new_zeroed();
         let mut cmsg = cmsg_space!([std::os::fd::RawFd; 1]);
         let (bytes, flags, fds) = {
@@ -82,7 +88,10 @@ impl PageClient {
             (msg.bytes, msg.flags, sys::own_received(fds))
         };
         if bytes == 0 {
-            return Err(PageError::Closed);
+            return Err(match sent {
+                Err(e) => PageError::Socket(e),
+                Ok(_) => PageError::Closed,
+            });
         }
         if bytes != size_of::<PageReply>() || flags.contains(MsgFlags::MSG_TRUNC) {
             return Err(PageError::Protocol("a reply of the wrong size"));

@@ -91,6 +91,11 @@ pub fn policy() -> TenantPolicy {
     }
 }
 
+/// The default `[limits]` over [`policy`].
+pub fn bounds() -> Arc<gpupmd::tenant::bounds::Bounds> {
+    gpupmd::tenant::bounds::Bounds::new(gpupm_client::config::Limits::default(), &policy())
+}
+
 /// Checks what the tenant-node tests need.
 pub fn require_root_and_fuse() {
     gpupm_test_support::require_root_and_fuse("the tenant-node tests");
@@ -374,6 +379,7 @@ impl Mounted {
             &dir,
             Arc::clone(&view) as Arc<dyn CounterView>,
             policy(),
+            bounds(),
             DEFAULT_THREADS,
         )
         .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));
