@@ -157,7 +157,10 @@ mod tests {
         let text = "[limits]\nhandles_per_uid = 0\n";
         let (span, reason) = parse(text).unwrap_err();
         assert_eq!(&text[span], "0");
-        assert!(reason.contains("handles_per_uid must lie in 1..="), "{reason}");
+        assert!(
+            reason.contains("handles_per_uid must lie in 1..="),
+            "{reason}"
+        );
         assert!(parse("[limits]\nri_sessions_per_uid = 65\n").is_err());
         assert!(parse("[limits]\nsampling_sessions_per_uid = 0\n").is_ok());
         let (_, reason) = parse("[limits]\nhandles = 3\n").unwrap_err();

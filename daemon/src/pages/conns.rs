@@ -31,9 +31,7 @@ use std::time::{Duration, Instant};
 use gpupm_uapi::page::{PageReply, PageRequest, PAGE_STRUCT_VERSION};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{
-    getsockopt, recv, sendmsg, sockopt, ControlMessage, MsgFlags, UnixAddr,
-};
+use nix::sys::socket::{getsockopt, recv, sendmsg, sockopt, ControlMessage, MsgFlags, UnixAddr};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use super::{sys, PageSource, Pages};
@@ -159,7 +157,12 @@ pub(super) fn serve(
 /// Accepts every pending connection and admits those the limits allow
 /// (the others get their refusal and are closed). False when `accept`
 /// ran out of descriptors or memory: the caller backs off.
-fn accept_all(listener: &OwnedFd, admission: &Admission, conns: &mut Vec<Conn>, now: Instant) -> bool {
+fn accept_all(
+    listener: &OwnedFd,
+    admission: &Admission,
+    conns: &mut Vec<Conn>,
+    now: Instant,
+) -> bool {
     loop {
         let sock = match sys::accept(listener.as_fd()) {
             Ok(s) => s,

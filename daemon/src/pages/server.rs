@@ -27,7 +27,9 @@ use gpupm_uapi::page::{
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 use gpupm_uapi::tenant::scope;
 use nix::errno::Errno;
-use nix::sys::socket::{bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
+use nix::sys::socket::{
+    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+};
 use zerocopy::FromZeros;
 
 use super::conns::{serve, Admission};

@@ -346,7 +346,13 @@ impl RangeBook {
                 (i, true)
             }
             None => {
-                let taken: Vec<u32> = part.regs.iter().flatten().filter(mine).map(|r| r.slot).collect();
+                let taken: Vec<u32> = part
+                    .regs
+                    .iter()
+                    .flatten()
+                    .filter(mine)
+                    .map(|r| r.slot)
+                    .collect();
                 let slot = (0..quota.registers)
                     .find(|s| !taken.contains(s))
                     .ok_or(RangeError::NoSpace)?;

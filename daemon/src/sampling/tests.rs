@@ -114,7 +114,8 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
     let slow = plane
         .open(
             target(2, None),
-            cycles(8000, 0), 1,
+            cycles(8000, 0),
+            1,
             Arc::new(Recorder::default()),
         )
         .unwrap();
@@ -141,7 +142,8 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
     assert!(plane
         .open(
             target(1, None),
-            cycles(1000, 0), 1,
+            cycles(1000, 0),
+            1,
             Arc::new(Recorder::default())
         )
         .is_err());

@@ -123,10 +123,8 @@ fn own_ctx_vm(
         .iter()
         .copied()
         .find(|&vm| {
-            view.contexts(vm).is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.ctx == ctx && shown(view, identity, c))
-            })
+            view.contexts(vm)
+                .is_some_and(|cs| cs.iter().any(|c| c.ctx == ctx && shown(view, identity, c)))
         })
         .ok_or(RequestError::Denied)?;
     if view.ctx_vm(ctx) == Some(owner) {

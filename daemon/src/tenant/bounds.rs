@@ -115,7 +115,9 @@ impl Bounds {
     /// queue budget (the budget over its mapped VMs and the admin).
     pub fn new(limits: Limits, policy: &TenantPolicy) -> Arc<Bounds> {
         let vms: BTreeSet<VmId> = policy.tenants.iter().map(|t| t.vm).collect();
-        let shares = u64::try_from(vms.len()).unwrap_or(u64::MAX).saturating_add(1);
+        let shares = u64::try_from(vms.len())
+            .unwrap_or(u64::MAX)
+            .saturating_add(1);
         Arc::new(Bounds {
             share_bytes: limits.queued_bytes_total() / shares,
             limits,
@@ -196,14 +198,16 @@ impl Bounds {
         let mut u = self.lock();
         let total_sessions: u64 = u.sessions.iter().sum();
         let mine = u.uids.entry(uid).or_default();
-        if mine.sessions[k] >= self.kind_cap(kind) || total_sessions >= self.limits.sessions_total
-        {
+        if mine.sessions[k] >= self.kind_cap(kind) || total_sessions >= self.limits.sessions_total {
             return Err(Self::refused(
                 &self.refusals.sessions,
                 RequestError::OverQuota("the caller holds the most sessions of this kind it may"),
             ));
         }
-        let by_uid = self.limits.queued_bytes_per_uid().saturating_sub(mine.queued);
+        let by_uid = self
+            .limits
+            .queued_bytes_per_uid()
+            .saturating_sub(mine.queued);
         let by_share = self
             .share_bytes
             .saturating_sub(u.shares.get(&share).copied().unwrap_or(0));
@@ -290,7 +294,9 @@ impl Bounds {
 
     /// A page-socket connection was refused (cap, or no tenant).
     pub fn page_refused(&self) {
-        self.refusals.page_connections.fetch_add(1, Ordering::Relaxed);
+        self.refusals
+            .page_connections
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// The page socket holds `n` connections.
@@ -454,9 +460,7 @@ mod tests {
             ..Limits::default()
         });
         assert_eq!(b.share_bytes(), 1 << 20);
-        let s = |uid, share, want| {
-            b.open_session(uid, SessionKind::Sampling, share, want, 1000)
-        };
+        let s = |uid, share, want| b.open_session(uid, SessionKind::Sampling, share, want, 1000);
         let first = s(1001, Share::Vm(1), 700_000).unwrap();
         assert_eq!(first.bytes(), 700_000);
         let clamped = s(1001, Share::Vm(1), 700_000).unwrap();

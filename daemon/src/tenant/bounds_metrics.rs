@@ -26,7 +26,8 @@ pub fn encode(b: &BoundsSnapshot, encoder: &mut DescriptorEncoder) -> Result<(),
         ("queued_bytes", b.queued_bytes),
         ("page_connections", b.page_connections),
     ] {
-        m.encode_family(&[("resource", resource)])?.encode_gauge(&v)?;
+        m.encode_family(&[("resource", resource)])?
+            .encode_gauge(&v)?;
     }
     let mut m = encoder.encode_descriptor(
         "gpupm_bound_max_use",
@@ -40,7 +41,8 @@ pub fn encode(b: &BoundsSnapshot, encoder: &mut DescriptorEncoder) -> Result<(),
         ("queued_bytes", b.max_uid_queued_bytes),
         ("queued_bytes_share", b.max_share_queued_bytes),
     ] {
-        m.encode_family(&[("resource", resource)])?.encode_gauge(&v)?;
+        m.encode_family(&[("resource", resource)])?
+            .encode_gauge(&v)?;
     }
     let mut m = encoder.encode_descriptor(
         "gpupm_bound_limit",

@@ -246,38 +246,37 @@ impl Filesystem for TenantFs {
             }
         };
         let res = res.and_then(|a| match a {
-                Answer::Data(bytes) => Ok(bytes),
-                Answer::Stream(grant) => {
-                    let share = share(grant.vm);
-                    self.sessions
-                        .open_stream(fh.0, grant, &self.rt, uid, share)
-                        .map(|()| Vec::new())
+            Answer::Data(bytes) => Ok(bytes),
+            Answer::Stream(grant) => {
+                let share = share(grant.vm);
+                self.sessions
+                    .open_stream(fh.0, grant, &self.rt, uid, share)
+                    .map(|()| Vec::new())
+            }
+            // A daemon without a sampling plane answers as one older
+            // than ABI 1.4.
+            Answer::Sampling(grant) => match self.view.sampling() {
+                Some(plane) => {
+                    let share = share(grant.target.vm);
+                    self.sessions.open_sampling(fh.0, grant, &plane, uid, share)
                 }
-                // A daemon without a sampling plane answers as one older
-                // than ABI 1.4.
-                Answer::Sampling(grant) => match self.view.sampling() {
-                    Some(plane) => {
-                        let share = share(grant.target.vm);
-                        self.sessions.open_sampling(fh.0, grant, &plane, uid, share)
-                    }
-                    None => Err(RequestError::UnknownIoctl),
-                },
-                Answer::Ri(grant) => match self.view.ri() {
-                    Some(unit) => {
-                        let share = share(grant.config.vm);
-                        let quota = ri::block_quota(self.view.as_ref());
-                        self.sessions
-                            .open_ri(fh.0, grant, &unit, quota, uid, share)
-                    }
-                    None => Err(RequestError::UnknownIoctl),
-                },
-                Answer::RiEmit(value) => self
-                    .sessions
-                    .ri_emit(fh.0, &identity, value)
-                    .map(|()| Vec::new()),
-                Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
-                Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
-            });
+                None => Err(RequestError::UnknownIoctl),
+            },
+            Answer::Ri(grant) => match self.view.ri() {
+                Some(unit) => {
+                    let share = share(grant.config.vm);
+                    let quota = ri::block_quota(self.view.as_ref());
+                    self.sessions.open_ri(fh.0, grant, &unit, quota, uid, share)
+                }
+                None => Err(RequestError::UnknownIoctl),
+            },
+            Answer::RiEmit(value) => self
+                .sessions
+                .ri_emit(fh.0, &identity, value)
+                .map(|()| Vec::new()),
+            Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
+            Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
+        });
         count(&self.stats, res.as_ref().map(|_| ()));
         match res {
             Ok(bytes) => reply.ioctl(0, &bytes),

@@ -60,13 +60,24 @@
 //! # Ok(node) }
 //! ```
 //!
+//! # Bounds
+//! What a caller can make the node hold — handles, sessions of each kind,
+//! bytes of session queues, parked reads — and how fast it may read the
+//! device are capped per uid and in all by `[limits]` ([`bounds`],
+//! `docs/isolation.md`); a request past a cap fails at once with its
+//! errno and never waits. Answers describe the caller's own view only:
+//! session ids count per uid, range handles and register and RI block
+//! numbers per VM.
+//!
 //! Files: [`policy`] (caller → identity), `authz` (scope authorisation),
 //! [`requests`] (ioctl decoding and answers), `instance` (reads of one
 //! context instance by (id, created cycle)), `keys` (key state and
-//! rekeying of confidential VMs), `error` (errnos),
-//! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
-//! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
-//! descriptor). The typed client is `gpupm_client::TenantClient`.
+//! rekeying of confidential VMs), `error` (errnos), [`bounds`] (the caps
+//! and what is charged against them), [`bounds_metrics`] (their metrics),
+//! [`session`] (handles, sessions, parked reads, the reaper of killed
+//! readers), `pump` (the feed thread and the reaper's), `fs` (the FUSE
+//! filesystem), `mount` (mounting or serving a passed descriptor). The
+//! typed client is `gpupm_client::TenantClient`.
 
 mod answer;
 mod authz;

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use gpupm_client::config::Limits;
 use gpupm_uapi::events;
 use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::OpenSampling;
@@ -26,7 +27,6 @@ use gpupm_uapi::tenant::{
     OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
 };
 use gpupm_uapi::tenant::{RiResume, TENANT_IOC_RI_RESUME};
-use gpupm_client::config::Limits;
 use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 

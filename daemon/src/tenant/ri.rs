@@ -152,9 +152,7 @@ pub(super) fn resume(arg: &RiResume) -> Result<(), RequestError> {
 /// Queue bytes one entry of a session with report groups of `rgs` takes:
 /// header, group and the entry's own allocation.
 pub fn entry_bytes(rgs: u32) -> u64 {
-    size_of::<RiGroupHeader>() as u64
-        + gpupm_uapi::ri::group_bytes(rgs)
-        + ENTRY_OVERHEAD
+    size_of::<RiGroupHeader>() as u64 + gpupm_uapi::ri::group_bytes(rgs) + ENTRY_OVERHEAD
 }
 
 /// What one queued entry costs besides its bytes (its vector and slot).

@@ -42,8 +42,8 @@ mod sampling;
 mod stream;
 
 pub(crate) use self::reap::start as start_reaper;
-pub use self::stream::STREAM_QUEUE_BYTES;
 use self::stream::Session;
+pub use self::stream::STREAM_QUEUE_BYTES;
 
 /// One sampling session: its queue and its hold on the samplers.
 struct SampleSession {

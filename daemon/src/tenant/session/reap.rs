@@ -115,10 +115,7 @@ impl Sessions {
             if self.bounds.parked_reads() == 0 {
                 // Sleep until a read parks (or the stop).
                 while p.generation == seen && !p.stop {
-                    p = self
-                        .parked_bell
-                        .wait(p)
-                        .unwrap_or_else(|e| e.into_inner());
+                    p = self.parked_bell.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
                 continue;
             }

@@ -125,9 +125,9 @@ fn a_tenants_answers_are_byte_identical_whether_or_not_its_co_tenant_holds_every
         let c = TenantClient::open(&node).expect("open");
         let ctxs = contexts_of(&c, 2);
         // Every register it can take, each with another programming.
-        let mut ranges = 0;
+        let mut ranges = 0u32;
         let ranges_errno = loop {
-            match c.add_range(&range(ctxs[ranges % ctxs.len()], 100 + ranges as u32)) {
+            match c.add_range(&range(ctxs[ranges as usize % ctxs.len()], 100 + ranges)) {
                 Ok(_) => ranges += 1,
                 Err(e) => break errno_of::<()>(&Err(e)),
             }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_test_support::device::part_sum;
 use gpupm_test_support::scenario::builtin_program;
+use gpupm_test_support::scrape::{metrics, metrics_addr, samples};
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{spawn_as, Child, Cred};
 use gpupm_test_support::{Driver, DriverOptions, Proc, Scratch};
@@ -151,6 +152,19 @@ impl System {
     /// gpupmd's resident memory, bytes.
     pub(crate) fn rss(&self) -> u64 {
         rss_of(self.daemon.pid().as_raw())
+    }
+
+    /// `gpupm_bound_use{resource}` in a scrape of gpupmd's metrics.
+    pub(crate) fn bound_use(&self, resource: &str) -> u64 {
+        let body = metrics(metrics_addr(&self.daemon.notes));
+        samples(&body)
+            .into_iter()
+            .find(|(n, labels, _)| {
+                n == "gpupm_bound_use"
+                    && labels.iter().any(|(k, v)| k == "resource" && v == resource)
+            })
+            .and_then(|(_, _, v)| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no gpupm_bound_use{{resource={resource:?}}}:\n{body}"))
     }
 
     /// Descriptors gpupmd holds.

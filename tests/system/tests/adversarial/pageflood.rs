@@ -23,7 +23,7 @@ use crate::fixture::{System, ATTACKER, IDLE_TENANT, NEIGHBOUR, UNMAPPED, VICTIM}
 /// Connections in all.
 const CONNECTIONS: usize = 1100;
 /// Per tenant, under `fixture::LIMITS`.
-const PER_TENANT: u64 = 16;
+const PER_TENANT: usize = 16;
 
 /// One request for VM `vm`'s page on `s`, by the socket's protocol
 /// (`docs/pages.md`): the outcome's name. A granted page's descriptor is
@@ -128,7 +128,7 @@ fn a_thousand_page_connections_from_nine_uids_leave_the_admin_and_other_tenants_
         assert_eq!(r["outcomes"]["granted"], json!(PER_TENANT), "{r}");
         assert_eq!(
             r["outcomes"][format!("refused {}", libc::EMFILE)],
-            json!(per_uid as u64 - PER_TENANT),
+            json!(per_uid - PER_TENANT),
             "{r}"
         );
     }
@@ -142,7 +142,7 @@ fn a_thousand_page_connections_from_nine_uids_leave_the_admin_and_other_tenants_
     }
     // gpupmd held at most the two tenants' caps (and the three served).
     assert!(
-        fds_during <= fds_before + 2 * PER_TENANT as usize + 3,
+        fds_during <= fds_before + 2 * PER_TENANT + 3,
         "gpupmd's descriptors went from {fds_before} to {fds_during}"
     );
     sys.daemon.stop();

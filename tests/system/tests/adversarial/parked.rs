@@ -5,6 +5,7 @@
 //! and once the attacker is SIGKILLed every read it had waiting is failed
 //! so that it can exit.
 
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use gpupm_client::{Scope, TenantClient};
 use gpupm_test_support::users::{spawn_as, Child, Cred};
+use gpupm_test_support::wait_until;
 use serde_json::json;
 
 use crate::fixture::{p99, victim, System, IDLE_TENANT};
@@ -22,7 +24,7 @@ const READERS: u64 = 5_000;
 const PARKED_PER_UID: u64 = 32;
 
 /// The attacker: a stream session on VM 4 (which runs nothing) and
-/// [`READERS`] threads each in one blocking `read()` of it. Ready once
+/// [`READERS`] threads each in one blocking `pread()` of it. Ready once
 /// every thread is in (or back from) its read; reports how many came
 /// back and with which errno.
 fn attacker(node: &Path) -> Child {
@@ -44,10 +46,11 @@ fn attacker(node: &Path) -> Child {
                 .stack_size(64 << 10)
                 .spawn(move || {
                     entered.fetch_add(1, Ordering::SeqCst);
-                    match c.read_deltas(1) {
-                        Err(e) if e.errno() == Some(nix::errno::Errno::EBUSY) => {
-                            busy.fetch_add(1, Ordering::SeqCst)
-                        }
+                    // pread: read() of one file would queue the threads on
+                    // its position lock in the kernel, one at a time.
+                    let mut buf = [0u8; 1024];
+                    match nix::sys::uio::pread(c.as_fd(), &mut buf, 0) {
+                        Err(nix::errno::Errno::EBUSY) => busy.fetch_add(1, Ordering::SeqCst),
                         _ => other.fetch_add(1, Ordering::SeqCst),
                     };
                 })
@@ -78,6 +81,19 @@ fn five_thousand_parked_reads_leave_another_tenant_served_and_die_with_their_rea
 
     let mut a = attacker(&sys.node());
     a.wait_ready();
+    // The uid's cap of reads is parked in the daemon (not queued in the
+    // kernel): its own count says so.
+    wait_until(
+        "the reads parked",
+        Duration::from_secs(10),
+        Duration::from_millis(5),
+        || {
+            let n = sys.bound_use("parked_reads");
+            (n == PARKED_PER_UID)
+                .then_some(())
+                .ok_or(format!("{n} parked"))
+        },
+    );
     v.go();
     v.wait_ready();
     // The attacker exits with its reads waiting: the kernel holds it in
@@ -85,6 +101,11 @@ fn five_thousand_parked_reads_leave_another_tenant_served_and_die_with_their_rea
     a.go();
     let (got, exit) = a.finish_within(Duration::from_secs(10));
     let exit_ms = exit.as_millis();
+    assert_eq!(
+        sys.bound_use("parked_reads"),
+        0,
+        "parked reads outlived their reader"
+    );
     v.go();
     let windows = v.finish();
     let w: Vec<u64> = windows.as_array().unwrap().iter().map(p99).collect();

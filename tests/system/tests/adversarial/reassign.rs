@@ -105,6 +105,9 @@ fn a_reassigned_vms_new_tenant_sees_none_of_the_previous_tenants_retired_context
     // What retires from now on is the new tenant's.
     retire_some(&mut sys, 1);
     let seconds = retired_seen(&sys.node(), SECOND);
-    assert!(!seconds.is_empty() && seconds.is_disjoint(&firsts), "{seconds:?}");
+    assert!(
+        !seconds.is_empty() && seconds.is_disjoint(&firsts),
+        "{seconds:?}"
+    );
     sys.daemon.stop();
 }
