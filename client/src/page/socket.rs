@@ -76,9 +76,24 @@ impl PageClient {
         let mut cmsg = cmsg_space!([std::os::fd::RawFd; 1]);
         let (bytes, flags, fds) = {
             let mut iov = [IoSliceMut::new(reply.as_mut_bytes())];
-            let msg =
-                recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-                    .map_err(PageError::Socket)?;
+            let msg = match recvmsg::<UnixAddr>(
+                fd,
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                // The daemon closed a refused connection with our
+                // request unread: the error comes first, then the
+                // refusal it had sent.
+                Err(Errno::ECONNRESET) => recvmsg::<UnixAddr>(
+                    fd,
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(|_| PageError::Socket(Errno::ECONNRESET))?,
+                other => other.map_err(PageError::Socket)?,
+            };
             let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(PageError::Socket)? {
                 if let ControlMessageOwned::ScmRights(raw) = c {

@@ -204,7 +204,18 @@ fn accept_all(
 }
 
 /// Tells a refused client why, then (on drop) closes its connection.
+/// What the client already sent is read first: a connection closed with
+/// unread data would make the client's next receive fail with
+/// ECONNRESET before it got to the refusal.
 fn refuse(sock: &OwnedFd, why: Errno) {
+    let mut buf = [0u8; 64];
+    while recv(
+        sock.as_raw_fd(),
+        &mut buf,
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_TRUNC,
+    )
+    .is_ok_and(|n| n > 0)
+    {}
     let mut reply = PageReply::new_zeroed();
     reply.version = PAGE_STRUCT_VERSION;
     reply.status = why as u32;

@@ -259,12 +259,36 @@ impl Bounds {
         })
     }
 
-    /// Takes one device read from `uid`'s bucket (`device_reads_per_s`
-    /// tokens, refilled continuously): EAGAIN when it is empty.
+    /// Whether `uid` may make a device read now: its bucket
+    /// (`device_reads_per_s` tokens, refilled continuously) holds one.
+    /// EAGAIN when it is empty. Nothing is taken: [`Bounds::spend_device_read`]
+    /// takes it once the request turned out to read the device.
     pub fn device_read(&self, uid: u32) -> Result<(), RequestError> {
+        let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let tokens = self.refill(&mut b, uid).tokens;
+        drop(b);
+        if tokens < 1.0 {
+            return Err(Self::refused(
+                &self.refusals.device_reads,
+                RequestError::RateLimited,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes one device read from `uid`'s bucket (several requests let
+    /// through at once may leave it below empty: it refills from there).
+    pub fn spend_device_read(&self, uid: u32) {
+        let rate = self.limits.device_reads_per_s as f64;
+        let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let k = self.refill(&mut b, uid);
+        k.tokens = (k.tokens - 1.0).max(-rate);
+    }
+
+    /// `uid`'s bucket, refilled up to now.
+    fn refill<'a>(&self, b: &'a mut HashMap<u32, Bucket>, uid: u32) -> &'a mut Bucket {
         let rate = self.limits.device_reads_per_s as f64;
         let now = Instant::now();
-        let mut b = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         if b.len() >= MAX_BUCKETS && !b.contains_key(&uid) {
             // A full bucket is one nobody drew from for a second: forgetting
             // it changes no answer.
@@ -276,15 +300,7 @@ impl Bounds {
         });
         k.tokens = (k.tokens + now.duration_since(k.at).as_secs_f64() * rate).min(rate);
         k.at = now;
-        if k.tokens < 1.0 {
-            drop(b);
-            return Err(Self::refused(
-                &self.refusals.device_reads,
-                RequestError::RateLimited,
-            ));
-        }
-        k.tokens -= 1.0;
-        Ok(())
+        k
     }
 
     /// Reads parked now.
@@ -509,10 +525,13 @@ mod tests {
         });
         for _ in 0..5 {
             b.device_read(1001).unwrap();
+            b.spend_device_read(1001);
         }
         assert_eq!(b.device_read(1001).unwrap_err().errno(), libc::EAGAIN);
-        // Another uid has its own bucket.
-        b.device_read(1002).unwrap();
+        // Asking takes nothing; another uid has its own bucket.
+        for _ in 0..10 {
+            b.device_read(1002).unwrap();
+        }
         // A bucket drawn down at some time refills at the rate.
         b.buckets.lock().unwrap().get_mut(&1001).unwrap().at -= std::time::Duration::from_secs(1);
         b.device_read(1001).unwrap();

@@ -218,11 +218,12 @@ impl Filesystem for TenantFs {
         let (caller, identity) = self.identify(req);
         let bounds = self.sessions.bounds();
         let uid = caller.uid;
+        let metered = !identity.is_admin() && requests::reads_device(cmd);
         let res = if identity.is_unmapped() {
             Err(RequestError::Denied)
         } else if ino != NODE_INO {
             Err(RequestError::UnknownIoctl)
-        } else if !identity.is_admin() && requests::reads_device(cmd) {
+        } else if metered {
             bounds.device_read(uid)
         } else {
             Ok(())
@@ -277,6 +278,17 @@ impl Filesystem for TenantFs {
             Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
             Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
         });
+        // A request refused for its shape or its scope was answered before
+        // anything was read: it costs the caller's bucket nothing.
+        let read_something = match &res {
+            Ok(_) => true,
+            Err(e) => {
+                ![libc::EINVAL, libc::ENOTTY, libc::EACCES, libc::EAGAIN].contains(&e.errno())
+            }
+        };
+        if metered && read_something {
+            bounds.spend_device_read(uid);
+        }
         count(&self.stats, res.as_ref().map(|_| ()));
         match res {
             Ok(bytes) => reply.ioctl(0, &bytes),

@@ -174,8 +174,10 @@ pub fn dispatch(
 }
 
 /// Whether `cmd` reads (or writes) the device, a persisted file or a
-/// device-backed plane: what a tenant's `device_reads_per_s` bucket pays
-/// for, well formed or not. Table lookups (`WHOAMI`, `LIST_CONTEXTS`,
+/// device-backed plane: what a tenant's `device_reads_per_s` bucket is
+/// asked for before it is answered, and pays for unless it was refused
+/// for its shape or its scope (EINVAL, ENOTTY, EACCES: answered before
+/// anything is read). Table lookups (`WHOAMI`, `LIST_CONTEXTS`,
 /// `READ_RATES`, `EVENT_INFO`) and session reads are free.
 pub fn reads_device(cmd: u32) -> bool {
     matches!(

@@ -149,14 +149,25 @@ pub(super) struct SampleQueue {
     lost_pending: [u64; 2],
 }
 
+/// Makes room in `q` for `more` items, doubling its capacity as a vector
+/// does but never past `cap` items (what its session was charged for).
+fn grow_within<T>(q: &mut VecDeque<T>, more: usize, cap: usize) {
+    let need = q.len() + more;
+    if need > q.capacity() {
+        let want = q.capacity().saturating_mul(2).max(need).min(cap.max(need));
+        q.reserve_exact(want - q.len());
+    }
+}
+
 fn kind_index(kind: u16) -> usize {
     usize::from(kind == sample_kind::CYCLE)
 }
 
 impl SampleQueue {
     /// A queue of `cap` records of at most `record_bytes` each (as
-    /// [`SamplingGrant::record_bytes`] counts them). Its memory is
-    /// allocated once, here: it is what the session was charged for.
+    /// [`SamplingGrant::record_bytes`] counts them): what the session was
+    /// charged for. Its memory grows as records queue up (a reader that
+    /// keeps up keeps it small) and never past that.
     pub(super) fn new(cap: u32, record_bytes: u64) -> Self {
         let cap = cap as usize;
         let cap_bytes = cap.saturating_mul(
@@ -165,8 +176,8 @@ impl SampleQueue {
                 .saturating_sub(size_of::<u32>()),
         );
         SampleQueue {
-            bytes: VecDeque::with_capacity(cap_bytes),
-            sizes: VecDeque::with_capacity(cap),
+            bytes: VecDeque::new(),
+            sizes: VecDeque::new(),
             cap,
             cap_bytes,
             next_seq: 1,
@@ -191,6 +202,8 @@ impl SampleQueue {
                 dropped += 1;
                 continue;
             }
+            grow_within(&mut self.bytes, size, self.cap_bytes);
+            grow_within(&mut self.sizes, 1, self.cap);
             let header = SampleHeader {
                 kind: r.kind,
                 flags: r.flags,
@@ -252,5 +265,18 @@ mod tests {
         let (h, _) = SampleHeader::read_from_prefix(&out).unwrap();
         assert_eq!((h.seq, h.lost_before), (3, 1));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_queue_grows_with_its_records_and_never_past_its_charge() {
+        let mut q = SampleQueue::new(1000, 72 + 4);
+        let p = [1u8; 48];
+        q.push(sample_kind::CYCLE, 0, &[rec(&p)]);
+        assert!(q.bytes.capacity() < 1000 * 72, "nothing allocated ahead");
+        let many: Vec<Outgoing<'_>> = (0..1500).map(|_| rec(&p)).collect();
+        assert_eq!(q.push(sample_kind::CYCLE, 0, &many), 501);
+        assert_eq!(q.sizes.len(), 1000);
+        assert!(q.bytes.capacity() <= 1000 * 72, "{}", q.bytes.capacity());
+        assert!(q.sizes.capacity() <= 1000, "{}", q.sizes.capacity());
     }
 }

@@ -1,10 +1,14 @@
-//! Open handles of the node, their stream sessions, parked blocking reads
-//! and poll wake-ups, and the pump that feeds sessions from the view.
+//! Open handles of the node, their sessions (`stream`, `sampling`, `ri`),
+//! parked blocking reads and poll wake-ups, and the reaper of killed
+//! readers (`reap`).
 //!
 //! No FUSE serving thread ever blocks: a `read()` with nothing queued
-//! parks its reply here, and the pump thread ([`super::pump`]) completes it
-//! when a record arrives. Every
-//! completion and wake-up runs after the table lock is released.
+//! parks its reply here, and whoever queues a record (the feed thread of
+//! [`super::pump`], the sampling plane, the RI unit) completes it. Every
+//! completion and wake-up runs after the table lock is released. What a
+//! caller holds here — the handle, a session and its queue, a parked read
+//! — carries its charge against the `[limits]` ([`super::bounds`]), which
+//! goes back when the thing goes.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;

@@ -295,8 +295,9 @@ pub(crate) fn malformed_and_fuzzed_requests_change_nothing(
     );
 }
 
-/// Distinct programmings take the free registers; the ninth is ENOSPC
-/// and changes nothing; removing them frees the registers.
+/// Distinct programmings take the rest of B's VM's share of the
+/// registers; the next is ENOSPC and changes nothing, while registers of
+/// VM 1's share stay free; removing them frees the registers.
 pub(crate) fn registers_run_out_with_enospc(node: &std::path::Path, dev: &DevNode, b1: u32) {
     let before = registers(dev);
     let armed = |v: &[u64]| v.iter().step_by(4).filter(|&&ctrl| ctrl != 0).count();
