@@ -95,7 +95,8 @@ limits! {
     /// Page-socket connections of all tenants together; past it ENFILE.
     page_connections_total = 512, 1, 1 << 20;
     /// Requests that read the device one tenant uid may make per second
-    /// (a bucket of as many tokens, refilled continuously); past it EAGAIN.
+    /// (a bucket of as many tokens, refilled continuously; one refused
+    /// for its shape or scope costs nothing); past it EAGAIN.
     device_reads_per_s = 2000, 1, 1_000_000;
 }
 
