@@ -21,6 +21,7 @@ use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
+use gpupmd::tenant::bounds::Bounds;
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, kernel_pmu, metrics};
@@ -328,6 +329,8 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
+    // Before the engine retires anything: files record the mapping.
+    store.set_tenancy(&settings.policy);
     let pages = open_pages(settings, &dev, &identity, &store);
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
@@ -377,18 +380,22 @@ async fn start_services(
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
+    let bounds = Bounds::new(settings.limits, &settings.policy);
+    store.set_bounds(Arc::clone(&bounds));
     let tenant_node = match inherited_tenant {
         Some(fd) => TenantNode::serve_fd(
             &settings.tenant_dir,
             fd,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
         None => TenantNode::mount(
             &settings.tenant_dir,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
     };
@@ -399,6 +406,7 @@ async fn start_services(
                 Arc::clone(&p),
                 store.clone(),
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
+                bounds,
             ) {
                 Ok(server) => {
                     let refresher = Refresher::start(

@@ -80,11 +80,15 @@
  * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
  * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
  * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
- * the commit mirror's ring area — see `docs/pages.md`).
+ * the commit mirror's ring area — see `docs/pages.md`; 11: tenant answers
+ * describe the caller's own view only (per-tenant session ids and range
+ * handles, per-VM register and RI block numbers, a sampling session's own
+ * rates), queue sizes clamped to the caller's budget, and the bounds'
+ * errnos — see `docs/isolation.md`).
  */
-#define GPUPM_ABI_MINOR 10
+#define GPUPM_ABI_MINOR 11
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x1000a /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x1000b /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -3080,7 +3084,9 @@ struct gpupm_tenant_open_sampling {
    */
   uint32_t branch_every;
   /**
-   * Records the session queues before it drops (and counts) new ones.
+   * Records the session queues before it drops (and counts) new ones;
+   * output (ABI 1.11): the records granted, at most the ones asked
+   * for (clamped to the caller's queue budget).
    */
   uint32_t queue_records;
   /**
@@ -3092,19 +3098,21 @@ struct gpupm_tenant_open_sampling {
    */
   uint32_t reserved;
   /**
-   * Output: session id (unique while the daemon runs).
+   * Output: session id, counted per uid (1, 2, …; ABI 1.11: before,
+   * unique daemon-wide).
    */
   uint64_t session;
   /**
-   * Output: the period the device runs for the partition now.
+   * Output: the period this session receives: its own `period` (ABI
+   * 1.11; before, what the device ran for the partition's sessions).
    */
   uint32_t device_period;
   /**
-   * Output: the dither the device runs now.
+   * Output: the dither this session receives: its own `dither`.
    */
   uint32_t device_dither;
   /**
-   * Output: the N the device runs now.
+   * Output: the N this session receives: its own `branch_every`.
    */
   uint32_t device_branch_every;
   /**
@@ -3288,7 +3296,9 @@ struct gpupm_tenant_open_ri {
    */
   uint32_t buffer_groups;
   /**
-   * Groups the session queues before it drops (and counts) new ones.
+   * Groups the session queues before it drops (and counts) new ones;
+   * output (ABI 1.11): the groups granted, clamped to the caller's
+   * queue budget.
    */
   uint32_t queue_groups;
   /**
@@ -3300,11 +3310,13 @@ struct gpupm_tenant_open_ri {
    */
   uint64_t reserved;
   /**
-   * Output: session id (unique while the daemon runs).
+   * Output: session id, counted per uid (ABI 1.11: before, unique
+   * daemon-wide).
    */
   uint64_t session;
   /**
-   * Output: the device control block the session uses.
+   * Output: the session's place among its VM's RI control blocks (0 ..
+   * the VM's share; ABI 1.11: before, the device's block number).
    */
   uint32_t block;
   /**
@@ -3537,7 +3549,8 @@ struct gpupm_tenant_add_range {
    */
   uint32_t flags;
   /**
-   * Output: the range's handle (unique while the daemon runs).
+   * Output: the range's handle, counted per VM (ABI 1.11: before,
+   * unique daemon-wide).
    */
   uint32_t handle;
   /**
@@ -3545,12 +3558,15 @@ struct gpupm_tenant_add_range {
    */
   uint32_t partition;
   /**
-   * Output: the range register (0..8) the range uses.
+   * Output: the register's place among the VM's own range registers
+   * of the partition (0 .. its share; ABI 1.11: before, the device's
+   * register number, 0..8).
    */
   uint32_t register_;
   /**
    * Output: 1 when the register was already armed with this
-   * programming for another range.
+   * programming for another of the VM's own ranges (ABI 1.11: never
+   * another tenant's — ranges of different VMs share no register).
    */
   uint32_t shared;
   /**
@@ -3568,11 +3584,12 @@ struct gpupm_tenant_add_range {
  */
 struct gpupm_tenant_range_row {
   /**
-   * The range's handle.
+   * The range's handle (counted per VM).
    */
   uint32_t handle;
   /**
-   * Range register (0..8) of the partition.
+   * The register's place among the VM's own registers (as
+   * gpupm_tenant_add_range.register).
    */
   uint16_t register_;
   /**

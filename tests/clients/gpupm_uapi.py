@@ -1,7 +1,7 @@
 # Generated from the gpupm-uapi crate by
 # `cargo run -p gpupm-uapi --example gen_py`; do not edit.
 
-ABI_VERSION = 0x1000a
+ABI_VERSION = 0x1000b
 IOCTL_STRUCT_VERSION = 0x1
 MAX_BATCH_OPS = 0x40
 WINDOW_READ_MAX = 0x3000

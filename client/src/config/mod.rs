@@ -12,6 +12,7 @@
 //! checked result), `resolve` (checking and resolving names).
 
 mod kernel_pmu;
+mod limits;
 mod pages;
 mod resolve;
 mod settings;
@@ -27,6 +28,7 @@ pub use self::kernel_pmu::{
     KernelPmuSection, DEFAULT_DEVICE as DEFAULT_KERNEL_PMU_DEVICE,
     MAX_INTERVAL_MS as MAX_KERNEL_PMU_INTERVAL_MS,
 };
+pub use self::limits::{default as default_limits, Limits, LimitsSection};
 pub use self::pages::{
     PagesConfig, PagesSection, DEFAULT_BACKSTOP_MS as DEFAULT_PAGE_BACKSTOP_MS,
     MAX_BACKSTOP_MS as MAX_PAGE_BACKSTOP_MS, MIN_BACKSTOP_MS as MIN_PAGE_BACKSTOP_MS,
@@ -80,6 +82,8 @@ pub struct Config {
     pub kernel_pmu: KernelPmuSection,
     /// Tenant counter pages.
     pub pages: PagesSection,
+    /// What tenants can make the daemon hold.
+    pub limits: LimitsSection,
 }
 
 impl Default for Config {
@@ -102,6 +106,7 @@ impl Default for Config {
             retired: RetiredSection::default(),
             kernel_pmu: KernelPmuSection::default(),
             pages: PagesSection::default(),
+            limits: LimitsSection::default(),
         }
     }
 }

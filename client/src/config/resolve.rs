@@ -58,6 +58,7 @@ pub(super) fn resolve(
         .resolve()
         .map_err(|(span, why)| err(span, why))?;
     let pages = cfg.pages.resolve().map_err(|(span, why)| err(span, why))?;
+    let limits = cfg.limits.resolve().map_err(|(span, why)| err(span, why))?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -91,6 +92,7 @@ pub(super) fn resolve(
         retention,
         kernel_pmu,
         pages,
+        limits,
     })
 }
 

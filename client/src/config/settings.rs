@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use super::kernel_pmu::KernelPmuConfig;
+pub use super::limits::Limits;
 pub use super::pages::PagesConfig;
 use crate::cpus::CpuList;
 use crate::paths::DEFAULT_JOURNAL_SOCKET;
@@ -68,6 +69,8 @@ pub struct Settings {
     pub kernel_pmu: KernelPmuConfig,
     /// Tenant counter pages.
     pub pages: PagesConfig,
+    /// What tenants can make the daemon hold (`[limits]`).
+    pub limits: Limits,
 }
 
 /// What the daemon writes to the device at start and after a reset.

@@ -320,6 +320,7 @@ impl ScrapeData {
             m.encode_family(&[("kind", kind)])?.encode_gauge(&n)?;
         }
         crate::ri::metrics::encode(&h.ri, encoder)?;
+        crate::tenant::bounds_metrics::encode(&h.bounds, encoder)?;
         encoder
             .encode_descriptor(
                 "gpupm_uptime",

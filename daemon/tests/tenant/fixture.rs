@@ -91,6 +91,11 @@ pub fn policy() -> TenantPolicy {
     }
 }
 
+/// The default `[limits]` over [`policy`].
+pub fn bounds() -> Arc<gpupmd::tenant::bounds::Bounds> {
+    gpupmd::tenant::bounds::Bounds::new(gpupm_client::config::Limits::default(), &policy())
+}
+
 /// Checks what the tenant-node tests need.
 pub fn require_root_and_fuse() {
     gpupm_test_support::require_root_and_fuse("the tenant-node tests");
@@ -365,6 +370,11 @@ pub struct Mounted {
 
 impl Mounted {
     pub fn new() -> Self {
+        Mounted::with_limits(gpupm_client::config::Limits::default())
+    }
+
+    /// A node bounded by `limits`.
+    pub fn with_limits(limits: gpupm_client::config::Limits) -> Self {
         require_root_and_fuse();
         let n = MOUNTS.fetch_add(1, Ordering::Relaxed);
         let dir =
@@ -374,6 +384,7 @@ impl Mounted {
             &dir,
             Arc::clone(&view) as Arc<dyn CounterView>,
             policy(),
+            gpupmd::tenant::bounds::Bounds::new(limits, &policy()),
             DEFAULT_THREADS,
         )
         .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));
