@@ -140,6 +140,8 @@ pub struct Store {
     /// The device's commit mirror, mapped once for the pages and the
     /// drains.
     mirror: Arc<crate::mirror::DeviceMirror>,
+    /// Tenants' confidential key exchanges, rate limited per VM.
+    exchanges: keys::ExchangeBudget,
 }
 
 impl Store {
@@ -174,6 +176,7 @@ impl Store {
             latencies: Mutex::new(Vec::new()),
             tenant_stats: OnceLock::new(),
             pages: OnceLock::new(),
+            exchanges: keys::ExchangeBudget::default(),
         }
     }
 
