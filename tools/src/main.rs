@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod gen;
 mod health;
+mod ccsession;
 mod keyfile;
 mod list;
 mod node;

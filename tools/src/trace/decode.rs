@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use gpupm_client::sampling::session::SampleBody;
-use gpupm_driver::model::cc::Key;
 use gpupm_uapi::layout::{envelope_flags, StreamRecord, RECORD_MAGIC};
 use gpupm_uapi::sampling::{BranchStackRecord, PcRecord};
 use gpupm_uapi::tenant::sampling::{sample_flags, sample_kind, OpenSampling, SampleHeader};
@@ -11,6 +10,7 @@ use gpupm_uapi::tenant::TenantDelta;
 use zerocopy::FromBytes;
 
 use super::{Body, RecordType, TraceKey, TraceRecord};
+use crate::keyfile::Keyring;
 use crate::error::{CliError, CliResult};
 use crate::keyfile;
 use crate::record::format::{frame_kind, Frame};
@@ -60,7 +60,7 @@ fn corrupt(f: &Frame<'_>, why: &str) -> CliError {
 
 /// Decodes `frames`; sealed records are opened with `key` when given (a key
 /// that does not open them is an error, never a guess).
-pub fn decode(frames: &[Frame<'_>], key: Option<&Key>) -> CliResult<Streams> {
+pub fn decode(frames: &[Frame<'_>], key: Option<&Keyring>) -> CliResult<Streams> {
     let mut out = Streams::default();
     let mut last_cycle: BTreeMap<RecordType, u64> = BTreeMap::new();
     let mut sequence = 0u64;
@@ -138,7 +138,7 @@ struct Fields {
 /// Type, cycle (None when sealed and not opened) and fields of a frame.
 type Decoded = (RecordType, Option<u64>, Fields);
 
-fn counter(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
+fn counter(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
     let d = TenantDelta::read_from_bytes(f.body)
         .map_err(|_| corrupt(f, "a counter delta of the wrong size"))?;
     let sealed = d.slot.envelope.flags & envelope_flags::ENCRYPTED != 0;
@@ -169,7 +169,7 @@ fn counter(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
     Ok((RecordType::CounterDelta, Some(record.end_cycle), fields))
 }
 
-fn sample(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
+fn sample(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
     let (h, payload) = SampleHeader::read_from_prefix(f.body)
         .map_err(|_| corrupt(f, "a sample shorter than its header"))?;
     let (want_kind, kind) = if f.kind == frame_kind::PC_SAMPLE {
