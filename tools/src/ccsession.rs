@@ -225,10 +225,18 @@ impl SessionFile {
         Self::parse(&bytes, &path.display().to_string())
     }
 
-    /// Reads the session file `path` if it exists.
+    /// Reads the session file `path` if it exists (a state directory this
+    /// user cannot search holds none of its sessions).
     pub fn load_if_present(path: &Path) -> CliResult<Option<SessionFile>> {
         match path.symlink_metadata() {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                Ok(None)
+            }
             _ => Self::load(path).map(Some),
         }
     }

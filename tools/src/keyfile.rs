@@ -85,14 +85,16 @@ impl Keyring {
                 }
                 if envelope.session() != s.session {
                     return Err(CliError::runtime(format!(
-                        "VM {vm}'s counters are sealed in session {:#018x}, not in yours                          ({:#018x}): run `gpupm cc status --vm {vm}`",
+                        "VM {vm}'s counters are sealed in session {:#018x}, not in yours \
+                         ({:#018x}): run `gpupm cc status --vm {vm}`",
                         envelope.session(),
                         s.session
                     )));
                 }
                 s.key(envelope.key_epoch).ok_or_else(|| {
                     CliError::runtime(format!(
-                        "VM {vm}'s counters are sealed under key epoch {} of your session, whose                          key you no longer keep (yours is epoch {})",
+                        "VM {vm}'s counters are sealed under key epoch {} of your session, whose \
+                         key you no longer keep (yours is epoch {})",
                         envelope.key_epoch, s.epoch
                     ))
                 })
@@ -170,7 +172,8 @@ impl KeySource {
 /// The error of a withheld slot.
 fn withheld(vm: u32) -> CliError {
     CliError::runtime(format!(
-        "VM {vm} has no session: its counts are held inside the device, unreadable to          everyone, until its tenant runs `gpupm cc establish --vm {vm}`"
+        "VM {vm} has no session: its counts are held inside the device, unreadable to \
+         everyone, until its tenant runs `gpupm cc establish --vm {vm}`"
     ))
 }
 

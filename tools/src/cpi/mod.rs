@@ -28,7 +28,7 @@ use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::Scope;
 use gpupm_driver::scenario;
-use gpupm_uapi::layout::Envelope;
+use gpupm_uapi::layout::{envelope_flags, Envelope};
 use gpupm_uapi::sampling::{DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, DEFAULT_DITHER};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -100,16 +100,27 @@ pub struct Sink<'a> {
     pub keys: &'a KeySource,
 }
 
-/// A sealed record opened with the VM's keys (or the refusal without any).
-fn unseal(node: &Node, kind: u16, slot: &[u8], keys: &KeySource) -> CliResult<SampleBody> {
-    let vm = Envelope::read_from_prefix(slot).map_or(0, |(e, _)| e.vm);
+/// A sealed record opened with the VM's keys (or the refusal without
+/// any); `None` for a record withheld while the VM had no session (it
+/// carries nothing: counted as lost).
+fn unseal(
+    node: &Node,
+    kind: u16,
+    slot: &[u8],
+    keys: &KeySource,
+) -> CliResult<Option<SampleBody>> {
+    let envelope = Envelope::read_from_prefix(slot).map(|(e, _)| e).ok();
+    let vm = envelope.map_or(0, |e| e.vm);
     let key = keys.for_vm(node, vm)?.ok_or_else(|| {
         CliError::usage(format!(
             "the context belongs to confidential VM {vm}: its samples are sealed; \
              establish its session with `gpupm cc establish --vm {vm}` (or give a key with --key-file)"
         ))
     })?;
-    crate::keyfile::open_sample(kind, slot, key)
+    if envelope.is_some_and(|e| e.flags & envelope_flags::WITHHELD != 0) {
+        return Ok(None);
+    }
+    crate::keyfile::open_sample(kind, slot, key).map(Some)
 }
 
 /// Reads records from `node`'s session into `sink` until `want` cycle
@@ -141,7 +152,13 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
         for s in samples {
             c.lost += s.header.lost_before;
             let body = match s.body {
-                SampleBody::Sealed(slot) => unseal(node, s.header.kind, &slot, keys)?,
+                SampleBody::Sealed(slot) => match unseal(node, s.header.kind, &slot, keys)? {
+                    Some(body) => body,
+                    None => {
+                        c.lost += 1;
+                        continue;
+                    }
+                },
                 plain => plain,
             };
             match body {
