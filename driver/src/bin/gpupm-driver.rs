@@ -227,7 +227,7 @@ fn install_identity(dev: &mut Device, path: Option<&Path>) {
         return;
     };
     if !path.exists() {
-        tracing::error!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
+        tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
         return;
     }
     match DeviceIdentity::load(path) {
