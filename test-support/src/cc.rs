@@ -177,6 +177,29 @@ pub fn session_of(state: &Path) -> (u64, u32, [u8; 32]) {
     (v["session"].as_u64().expect("session"), epoch, key)
 }
 
+/// Replaces the tenant's session file of [`CC_VM`] in `state` with one at
+/// `epoch` holding `key` (what the tenant's own tool would have written
+/// after a rekey the test made through raw requests); the file keeps its
+/// owner and mode.
+pub fn install_session_key(state: &Path, epoch: u32, key: &[u8; 32]) {
+    let dir = state.join("gpupm").join("cc");
+    let node_dir = std::fs::read_dir(&dir)
+        .expect("the tenant's cc state dir")
+        .next()
+        .expect("one node directory")
+        .expect("dir entry")
+        .path();
+    let path = node_dir.join(format!("vm-{CC_VM}.json"));
+    let text = std::fs::read_to_string(&path).expect("the session file");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("session JSON");
+    v["epoch"] = epoch.into();
+    v["keys"]
+        .as_array_mut()
+        .expect("keys")
+        .push(serde_json::json!({"epoch": epoch, "key": hex(key)}));
+    std::fs::write(&path, v.to_string()).expect("rewrite the session file");
+}
+
 /// The daemon's `[[tenant]]` tables for the three tenants.
 pub fn tenants() -> String {
     format!(
