@@ -109,7 +109,10 @@ fn assert_tenant_reads_its_ledger(dev: &mut Device, t: &TenantSession, when: &st
     assert_eq!(dev.block(VM).counters, want, "{when}: VM block != ledger");
     let mut q = dev.ledger_query(ledger_scope::VM, VM).unwrap();
     open_ledger(&mut q, &t.key()).expect("the sealed ledger opens with the session key");
-    assert_eq!(q.generated, dev.ledger_totals(ledger_scope::VM, VM).unwrap().generated);
+    assert_eq!(
+        q.generated,
+        dev.ledger_totals(ledger_scope::VM, VM).unwrap().generated
+    );
 }
 
 #[test]
@@ -135,7 +138,10 @@ fn without_a_session_a_confidential_vm_publishes_nothing_readable_and_loses_noth
         dev.read_reg(r::vm(VM, r::VM_FLAGS), 4).ok(),
         Some(u64::from(vm_flags::CONFIDENTIAL | vm_flags::SESSION))
     );
-    assert_eq!(dev.read_reg(r::vm(VM, r::VM_KEY_SESSION), 8).ok(), Some(t.id));
+    assert_eq!(
+        dev.read_reg(r::vm(VM, r::VM_KEY_SESSION), 8).ok(),
+        Some(t.id)
+    );
     // Everything counted while withheld appears at once, sealed.
     assert_tenant_reads_its_ledger(&mut dev, &t, "right after establishing");
     run(&mut dev, &mut host, 200_000);
@@ -231,7 +237,8 @@ impl Seen {
             }
             off += 4;
         }
-        let blocks = (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
+        let blocks =
+            (CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS) as usize * layout::BLOCK_SLOT_SIZE as usize;
         let mut buf = vec![0u8; blocks];
         dev.read_window(0, &mut buf).unwrap();
         self.window.extend_from_slice(&buf);
@@ -398,7 +405,12 @@ fn a_host_relaying_the_exchange_and_reading_everything_opens_nothing() {
     let mut leaky = Seen {
         public: Vec::new(),
         interrupts: Vec::new(),
-        registers: [&seen.registers[..64], &t.key_of(1)[..], &seen.registers[64..128]].concat(),
+        registers: [
+            &seen.registers[..64],
+            &t.key_of(1)[..],
+            &seen.registers[64..128],
+        ]
+        .concat(),
         window: Vec::new(),
         replies: seen.replies.clone(),
     };

@@ -11,8 +11,6 @@ use std::os::unix::fs::FileExt;
 
 use gpupm_client::cc::Requester;
 use gpupm_driver::model::cc::{self, RekeyBlob};
-use gpupm_uapi::cc::CC_VENDOR_ROOT_KEY;
-use gpupm_uapi::ioctl::{GPUPM_IOC_CC_FINISH, GPUPM_IOC_CC_KEY_EXCHANGE};
 use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::rawnode::{
     advance, batch, expected, flush_all, ledger, read_block, service, service_pending, write_op,
@@ -21,10 +19,12 @@ use gpupm_test_support::rawnode::{
 use gpupm_test_support::rawnode::{errno, rd32, rd64};
 use gpupm_test_support::scenario::VM3_KEY;
 use gpupm_test_support::{Driver, DriverOptions};
+use gpupm_uapi::cc::CC_VENDOR_ROOT_KEY;
 use gpupm_uapi::ioctl::{
     ledger_flags, ledger_scope, LedgerQuery, Reset, GPUPM_IOC_LEDGER, GPUPM_IOC_RESET,
     IOCTL_STRUCT_VERSION, IOC_MAGIC,
 };
+use gpupm_uapi::ioctl::{GPUPM_IOC_CC_FINISH, GPUPM_IOC_CC_KEY_EXCHANGE};
 use gpupm_uapi::layout::{
     self, envelope_flags, BlockSlot, StreamSlot, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS,
     CTX_BLOCK_SLOT_BASE, MEM_WINDOW_OFFSET, STREAM_SLOT_SIZE,
@@ -283,7 +283,9 @@ fn establish_raw(card: &File, replacing: Option<(&[u8; 32], u64, u32)>) -> (u64,
     let req = Requester::new(VM).unwrap();
     let mut msg = req.request();
     ioctl(card, GPUPM_IOC_CC_KEY_EXCHANGE, msg.as_mut_bytes()).expect("KEY_EXCHANGE");
-    let agreed = req.check(&msg, &CC_VENDOR_ROOT_KEY).expect("a genuine reply");
+    let agreed = req
+        .check(&msg, &CC_VENDOR_ROOT_KEY)
+        .expect("a genuine reply");
     let mut fin = agreed.finish_request(replacing);
     ioctl(card, GPUPM_IOC_CC_FINISH, fin.as_mut_bytes()).expect("FINISH");
     assert_eq!(fin.key_epoch, 1);
@@ -311,7 +313,10 @@ fn collect_sessions(
         let key = keys
             .get(&(env.session(), env.key_epoch))
             .unwrap_or_else(|| panic!("{when}: a slot sealed in an unknown session {env:x?}"));
-        assert!(slot.opens_with(key), "{when}: a slot does not open under its session's key");
+        assert!(
+            slot.opens_with(key),
+            "{when}: a slot does not open under its session's key"
+        );
         let aes = *cc::session_key(key, env.vm, env.session(), env.key_epoch);
         let first = seen.entry((aes, env.nonce)).or_insert(slot);
         assert!(
@@ -327,19 +332,26 @@ fn collect_sessions(
 fn no_key_and_nonce_repeat_across_sessions_resets_rekeys_and_driver_restarts() {
     let tmp = gpupm_test_support::Scratch::new("cc-sessions");
     let identity = tmp.join("identity");
-    let keyless = gpupm_test_support::scenario::small()
-        .replace(&format!("confidential_key = \"{}\"", gpupm_test_support::scenario::hex(&VM3_KEY)), "confidential = true");
+    let keyless = gpupm_test_support::scenario::small().replace(
+        &format!(
+            "confidential_key = \"{}\"",
+            gpupm_test_support::scenario::hex(&VM3_KEY)
+        ),
+        "confidential = true",
+    );
     let mut seen = HashMap::new();
     let mut keys: HashMap<(u64, u32), [u8; 32]> = HashMap::new();
     let mut sessions = Vec::new();
     for life in 0..2u8 {
-        let d = Driver::start_with(
-            DriverOptions::toml(keyless.clone()).with_identity(&identity),
-        );
+        let d = Driver::start_with(DriverOptions::toml(keyless.clone()).with_identity(&identity));
         let mut card = d.card_nonblock();
         run(&mut card, 60_000);
-        let (sealed, withheld) =
-            collect_sessions(&card, &mut seen, &keys, &format!("life {life}, before a session"));
+        let (sealed, withheld) = collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, before a session"),
+        );
         assert_eq!(sealed, 0, "life {life}: a slot sealed before any session");
         assert!(withheld > 0);
         let (s1, k1) = establish_raw(&card, None);
@@ -356,7 +368,8 @@ fn no_key_and_nonce_repeat_across_sessions_resets_rekeys_and_driver_restarts() {
         batch(&card, &mut ops).unwrap();
         keys.insert((s1, 2), next);
         run(&mut card, 60_000);
-        let (sealed, _) = collect_sessions(&card, &mut seen, &keys, &format!("life {life}, rekeyed"));
+        let (sealed, _) =
+            collect_sessions(&card, &mut seen, &keys, &format!("life {life}, rekeyed"));
         assert!(sealed > 3);
         // A new session replacing this one (with proof of its key).
         let (s2, k2) = establish_raw(&card, Some((&next, s1, 2)));
@@ -371,18 +384,34 @@ fn no_key_and_nonce_repeat_across_sessions_resets_rekeys_and_driver_restarts() {
         ioctl(&card, GPUPM_IOC_RESET, reset.as_mut_bytes()).unwrap();
         assert_eq!(rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap(), 0);
         run(&mut card, 60_000);
-        let (sealed, _) =
-            collect_sessions(&card, &mut seen, &keys, &format!("life {life}, after the reset"));
-        assert_eq!(sealed, 0, "life {life}: sealed under a session the reset ended");
+        let (sealed, _) = collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, after the reset"),
+        );
+        assert_eq!(
+            sealed, 0,
+            "life {life}: sealed under a session the reset ended"
+        );
         let (s3, k3) = establish_raw(&card, None);
         keys.insert((s3, 1), k3);
         sessions.push(s3);
         run(&mut card, 60_000);
-        collect_sessions(&card, &mut seen, &keys, &format!("life {life}, re-established"));
+        collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, re-established"),
+        );
         d.stop();
     }
     let distinct: std::collections::BTreeSet<u64> = sessions.iter().copied().collect();
-    assert_eq!(distinct.len(), sessions.len(), "a session id repeated: {sessions:x?}");
+    assert_eq!(
+        distinct.len(),
+        sessions.len(),
+        "a session id repeated: {sessions:x?}"
+    );
     let epochs: std::collections::BTreeSet<u32> = seen.values().map(BlockOrRecord::epoch).collect();
     assert_eq!(epochs, [1, 2].into(), "slots of both epochs were checked");
     eprintln!(
@@ -444,20 +473,26 @@ fn nothing_shipped_accepts_scenario_keys_or_carries_a_key() {
                 .lines()
                 .filter(|l| !l.trim_start().starts_with('#'))
                 .any(|l| l.contains("insecure-scenario-keys"));
-            assert!(!passes, "{} passes --insecure-scenario-keys", entry.display());
+            assert!(
+                !passes,
+                "{} passes --insecure-scenario-keys",
+                entry.display()
+            );
         }
     }
     let unit = std::fs::read_to_string(root.join("systemd/gpupm-driver.service")).unwrap();
-    assert!(unit.contains("--identity"), "the driver unit gives the device its identity");
+    assert!(
+        unit.contains("--identity"),
+        "the driver unit gives the device its identity"
+    );
     // The key every binary used to carry for the built-in VM 4.
     let old = b"gpupm-demo-key:not-a-secret-0001";
-    for bin in [gpupm_test_support::bin!(Driver)] {
-        let bytes = std::fs::read(&bin).unwrap();
-        assert!(
-            !bytes.windows(old.len()).any(|w| w == old),
-            "{bin:?} carries the old demo key"
-        );
-    }
+    let bin = gpupm_test_support::bin!(Driver);
+    let bytes = std::fs::read(&bin).unwrap();
+    assert!(
+        !bytes.windows(old.len()).any(|w| w == old),
+        "{bin:?} carries the old demo key"
+    );
 }
 
 /// Every file under `dir`.

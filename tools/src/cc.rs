@@ -265,7 +265,9 @@ fn status(node: &Node, a: &VmArgs) -> CliResult<ExitCode> {
         json_line(&json)?
     } else {
         match state {
-            SessionState::NotConfidential => format!("VM {}: not confidential (no session)\n", a.vm),
+            SessionState::NotConfidential => {
+                format!("VM {}: not confidential (no session)\n", a.vm)
+            }
             SessionState::None => format!(
                 "VM {}: confidential, no session: its counts are withheld until you run \
                  `gpupm cc establish --vm {}`\n",
@@ -335,7 +337,10 @@ fn establish(node: &Node, a: &EstablishArgs) -> CliResult<ExitCode> {
         ))
     })?;
     let cert = *agreed.cert();
-    if let Some(f) = existing.as_ref().filter(|f| f.device_key != cert.device_key) {
+    if let Some(f) = existing
+        .as_ref()
+        .filter(|f| f.device_key != cert.device_key)
+    {
         if !a.new_device {
             return Err(CliError::runtime(format!(
                 "the device's identity changed since your last session (serial {} -> {}): a \
@@ -348,7 +353,10 @@ fn establish(node: &Node, a: &EstablishArgs) -> CliResult<ExitCode> {
     let replacing = existing
         .as_ref()
         .filter(|f| st.flags & key_flags::SESSION != 0 && f.session == st.session)
-        .and_then(|f| f.current_key().map(|k| (Zeroizing::new(*k), f.session, f.epoch)));
+        .and_then(|f| {
+            f.current_key()
+                .map(|k| (Zeroizing::new(*k), f.session, f.epoch))
+        });
     // Kept before FINISH: a tool that dies after the device installed the
     // session still has its key.
     let mut file = existing.unwrap_or_else(|| SessionFile {
@@ -368,7 +376,11 @@ fn establish(node: &Node, a: &EstablishArgs) -> CliResult<ExitCode> {
         key: Zeroizing::new(*agreed.vm_key()),
     });
     file.save(&path)?;
-    let finished = finish(node, &agreed, replacing.as_ref().map(|(k, s, e)| (&**k, *s, *e)));
+    let finished = finish(
+        node,
+        &agreed,
+        replacing.as_ref().map(|(k, s, e)| (&**k, *s, *e)),
+    );
     let now = node.key_state(vm)?;
     let replaced = replacing.as_ref().map(|(_, s, _)| *s);
     if file.settle(&now) && file.session == agreed.session() {

@@ -163,7 +163,10 @@ impl SessionFile {
         }
         let mut keys = Vec::new();
         for k in &j.keys {
-            keys.push((k.epoch, secret_key(&k.key).ok_or_else(|| bad("a key is not 64 hex digits"))?));
+            keys.push((
+                k.epoch,
+                secret_key(&k.key).ok_or_else(|| bad("a key is not 64 hex digits"))?,
+            ));
         }
         let pending = match &j.pending {
             None => None,
@@ -254,7 +257,8 @@ impl SessionFile {
         let Some(p) = self.pending.take() else {
             return false;
         };
-        if st.flags & key_flags::SESSION != 0 && st.session == p.session && st.key_epoch == p.epoch {
+        if st.flags & key_flags::SESSION != 0 && st.session == p.session && st.key_epoch == p.epoch
+        {
             if p.session != self.session {
                 self.keys.clear();
                 self.session = p.session;
@@ -433,9 +437,9 @@ mod tests {
             assert!(e.msg.contains(needle), "{}", e.msg);
         }
         for e in 2..10 {
-            made.install(e, Zeroizing::new([e as u8; 32]));
+            made.install(e, Zeroizing::new([e.to_le_bytes()[0]; 32]));
         }
         assert_eq!(made.keys.len(), KEPT_EPOCHS);
-        assert_eq!(made.keys[0].0, 9 - KEPT_EPOCHS as u32 + 1);
+        assert_eq!(made.keys[0].0, 10 - u32::try_from(KEPT_EPOCHS).unwrap());
     }
 }

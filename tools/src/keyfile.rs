@@ -285,7 +285,13 @@ pub fn open_sample(kind: u16, slot: &[u8], keys: &Keyring) -> CliResult<SampleBo
 /// The record a sealed stream slot holds, opened with the VM's `keys`.
 pub fn open_stream(slot: &StreamSlot, keys: &Keyring) -> CliResult<StreamRecord> {
     let mut payload = slot.payload;
-    open_with(keys, "counter deltas", &slot.envelope, &mut payload, &slot.tag)?;
+    open_with(
+        keys,
+        "counter deltas",
+        &slot.envelope,
+        &mut payload,
+        &slot.tag,
+    )?;
     StreamRecord::read_from_bytes(&payload)
         .ok()
         .filter(|r| r.magic == RECORD_MAGIC)

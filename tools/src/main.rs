@@ -7,6 +7,7 @@
 
 mod bmc;
 mod cc;
+mod ccsession;
 mod cpi;
 mod demo;
 mod derived;
@@ -16,7 +17,6 @@ mod error;
 mod events;
 mod gen;
 mod health;
-mod ccsession;
 mod keyfile;
 mod list;
 mod node;

@@ -14,8 +14,8 @@ use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
-use crate::keyfile::KeySource;
 use crate::error::{one_line, CliError, CliResult};
+use crate::keyfile::KeySource;
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 

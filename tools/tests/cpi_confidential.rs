@@ -89,33 +89,21 @@ fn truth(f: &Fixture, ctx: u32, key: &[u8; 32]) -> BTreeMap<(u64, u64), (u64, u6
 
 /// Runs `gpupm cpi` as the VM's tenant (state directory `state`) while the
 /// clock advances.
-fn cpi(
-    f: &mut Fixture,
-    state: &Path,
-    ctx: u32,
-    extra: &[&str],
-) -> gpupm_test_support::users::Run {
+fn cpi(f: &mut Fixture, state: &Path, ctx: u32, extra: &[&str]) -> gpupm_test_support::users::Run {
     let ctx = ctx.to_string();
     let samples = SAMPLES.to_string();
     let default_samples = ["--samples", samples.as_str()];
-    let args: Vec<String> = [
-        "cpi",
-        "--ctx",
-        &ctx,
-        "--timeout-s",
-        "120",
-        "--json",
-    ]
-    .iter()
-    .chain(extra)
-    .chain(if extra.contains(&"--samples") {
-        &[][..]
-    } else {
-        &default_samples[..]
-    })
-    .map(|s| s.to_string())
-    .chain(["--tenant-node".into(), f.node()])
-    .collect();
+    let args: Vec<String> = ["cpi", "--ctx", &ctx, "--timeout-s", "120", "--json"]
+        .iter()
+        .chain(extra)
+        .chain(if extra.contains(&"--samples") {
+            &[][..]
+        } else {
+            &default_samples[..]
+        })
+        .map(|s| s.to_string())
+        .chain(["--tenant-node".into(), f.node()])
+        .collect();
     let mut child = spawn_as_in(Some(UID_VM4), state, &args);
     while child.try_wait().expect("try_wait").is_none() {
         f.advance_ms(1);
@@ -173,7 +161,11 @@ fn a_confidential_tenant_opens_its_samples_with_its_session_and_the_cpi_matches_
     );
     assert_eq!(run.code, 0, "cpi --key-file SESSION: {}", run.err);
     let doc: Value = serde_json::from_str(&run.out).expect("cpi JSON");
-    assert!(doc["samples"].as_u64().expect("samples") >= 500, "{}", run.out);
+    assert!(
+        doc["samples"].as_u64().expect("samples") >= 500,
+        "{}",
+        run.out
+    );
     f.stop();
 }
 

@@ -76,7 +76,9 @@ impl Requester {
         root: &[u8; CC_PUBLIC_KEY_LEN],
     ) -> Result<Agreed, CcError> {
         if reply.vm != self.vm || reply.session == 0 {
-            return Err(CcError::Malformed("the reply names another VM or no session"));
+            return Err(CcError::Malformed(
+                "the reply names another VM or no session",
+            ));
         }
         let device_key = cert::verify(&reply.cert, root)?;
         let th1 = schedule::th1(self.vm, &self.request, reply);

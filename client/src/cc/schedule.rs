@@ -106,7 +106,10 @@ impl Handshake {
         // A PRK of one hash length is always valid, and 32 bytes is far
         // below HKDF-SHA256's limit: neither call can fail.
         if let Ok(hk) = Hkdf::<Sha256>::from_prk(self.prk.as_slice()) {
-            if hk.expand_multi_info(&[label, th], okm.as_mut_slice()).is_err() {
+            if hk
+                .expand_multi_info(&[label, th], okm.as_mut_slice())
+                .is_err()
+            {
                 okm.fill(0);
             }
         }

@@ -254,7 +254,10 @@ fn provision(a: &ProvisionArgs) -> ExitCode {
         a.force,
     ) {
         Ok(true) => {
-            eprintln!("gpupm-driver: provisioned a device identity in {}", a.identity.display());
+            eprintln!(
+                "gpupm-driver: provisioned a device identity in {}",
+                a.identity.display()
+            );
             ExitCode::SUCCESS
         }
         Ok(false) => ExitCode::SUCCESS,

@@ -109,7 +109,14 @@ pub fn establish_seen(
 /// Replaces the session's key with `new_key` through the staging registers
 /// (one batch), appending the words the host writes to `relay`.
 pub fn rekey(dev: &mut Device, t: &mut TenantSession, new_key: [u8; 32], relay: &mut Vec<u8>) {
-    let blob = RekeyBlob::seal(&t.key(), t.vm, t.epoch, t.id, &new_key, [t.epoch as u8; 8]);
+    let blob = RekeyBlob::seal(
+        &t.key(),
+        t.vm,
+        t.epoch,
+        t.id,
+        &new_key,
+        [t.epoch.to_le_bytes()[0]; 8],
+    );
     let mut ops: Vec<RegOp> = blob
         .register_writes(t.vm)
         .into_iter()

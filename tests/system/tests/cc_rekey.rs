@@ -18,8 +18,8 @@ use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_driver::model::cc::{open_ledger, Key, RekeyBlob};
 use gpupm_test_support::cc::{
     admin_view, drive, flush_and_settle, install_session_key, key_file, session_of,
-    session_scenario, tenant_state, tenants, total, window, RegisterMap, CC_VM, OTHER_VM,
-    PLAIN_VM, UID_CC, UID_OTHER, UID_PLAIN,
+    session_scenario, tenant_state, tenants, total, window, RegisterMap, CC_VM, OTHER_VM, PLAIN_VM,
+    UID_CC, UID_OTHER, UID_PLAIN,
 };
 use gpupm_test_support::cli::gpupm_as_in;
 use gpupm_test_support::device::expected;
@@ -270,7 +270,10 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
     // The tenant made that commit (its tool would have kept the key): the
     // session file learns it, or the tools would refuse the epoch.
     let (code, _, err) = gpupm_as(UID_CC, &node, &["cc", "status", "--vm", "2"]);
-    assert_eq!(code, 1, "an epoch that moved without the session file: {err}");
+    assert_eq!(
+        code, 1,
+        "an epoch that moved without the session file: {err}"
+    );
     assert!(err.contains("moved ahead without you"), "{err}");
     install_session_key(&state, 2, &NEW_KEY);
 
@@ -289,11 +292,14 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
     flush_and_settle(&dev, alive(&mut daemon));
     let seen = stat_with_key(&node, &state, None).expect("stat through the session");
     let want = ledger_by_name(&dev, &newest);
-    assert_eq!(seen, want, "the tenant's totals through its session != ledger");
+    assert_eq!(
+        seen, want,
+        "the tenant's totals through its session != ledger"
+    );
     assert!(want.values().sum::<u64>() > 0, "the VM counted nothing");
     for stale_key in [&new, &old] {
-        let (code, err) =
-            stat_with_key(&node, &state, Some(stale_key)).expect_err("an old key opens nothing new");
+        let (code, err) = stat_with_key(&node, &state, Some(stale_key))
+            .expect_err("an old key opens nothing new");
         assert_eq!(code, 2, "{err}");
         assert!(err.contains("does not open"), "{err}");
     }

@@ -160,9 +160,13 @@ fn a_driver_restart_after_a_rekey_ends_the_session_loudly_and_reestablishing_los
     assert_eq!(code, 0, "{err}");
     let est: Value = serde_json::from_str(&out).expect("establish JSON");
     let (s1, _, k1) = session_of(&state);
-    assert_eq!((&est["session"], &est["key_epoch"]), (&json!(s1), &json!(1)));
     assert_eq!(
-        dev.read64(r::vm(CC_VM, r::VM_KEY_SESSION)).expect("session"),
+        (&est["session"], &est["key_epoch"]),
+        (&json!(s1), &json!(1))
+    );
+    assert_eq!(
+        dev.read64(r::vm(CC_VM, r::VM_KEY_SESSION))
+            .expect("session"),
         s1
     );
     drive(&dev, 4, alive(&mut daemon));
@@ -306,7 +310,12 @@ fn only_the_tenant_runs_the_exchange_and_a_host_takeover_is_refused_loudly() {
         "a refused exchange changed the device or the daemon"
     );
 
-    let (code, _, err) = gpupm_as_in(UID_CC, &node, Some(&state), &["cc", "establish", "--vm", "2"]);
+    let (code, _, err) = gpupm_as_in(
+        UID_CC,
+        &node,
+        Some(&state),
+        &["cc", "establish", "--vm", "2"],
+    );
     assert_eq!(code, 0, "{err}");
     let (mine, _, _) = session_of(&state);
 
@@ -315,8 +324,11 @@ fn only_the_tenant_runs_the_exchange_and_a_host_takeover_is_refused_loudly() {
     dev.reset().expect("reset");
     let req = Requester::new(CC_VM).expect("requester");
     let mut msg = req.request();
-    dev.cc_key_exchange(&mut msg).expect("the host's own exchange");
-    let agreed = req.check(&msg, &CC_VENDOR_ROOT_KEY).expect("a genuine device");
+    dev.cc_key_exchange(&mut msg)
+        .expect("the host's own exchange");
+    let agreed = req
+        .check(&msg, &CC_VENDOR_ROOT_KEY)
+        .expect("a genuine device");
     let mut fin = agreed.finish_request(None);
     dev.cc_finish(&mut fin).expect("the host's own FINISH");
     let theirs = agreed.session();
@@ -330,25 +342,40 @@ fn only_the_tenant_runs_the_exchange_and_a_host_takeover_is_refused_loudly() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("which you did not establish"), "{err}");
-    let (code, out, err) =
-        gpupm_as_in(UID_CC, &node, Some(&state), &["cc", "status", "--vm", "2", "--json"]);
+    let (code, out, err) = gpupm_as_in(
+        UID_CC,
+        &node,
+        Some(&state),
+        &["cc", "status", "--vm", "2", "--json"],
+    );
     assert_eq!(code, 1, "{err}");
     let st: Value = serde_json::from_str(&out).expect("status JSON");
     assert_eq!(
         (&st["state"], &st["session"], &st["local"]["session"]),
         (&json!("not-yours"), &json!(theirs), &json!(mine))
     );
-    let (code, _, err) = gpupm_as_in(UID_CC, &node, Some(&state), &["cc", "establish", "--vm", "2"]);
+    let (code, _, err) = gpupm_as_in(
+        UID_CC,
+        &node,
+        Some(&state),
+        &["cc", "establish", "--vm", "2"],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("that you do not hold"), "{err}");
     assert_eq!(
-        dev.read64(r::vm(CC_VM, r::VM_KEY_SESSION)).expect("session"),
+        dev.read64(r::vm(CC_VM, r::VM_KEY_SESSION))
+            .expect("session"),
         theirs,
         "the tenant cannot take a session over without proof"
     );
     // After the operator's reset the tenant establishes again.
     dev.reset().expect("reset");
-    let (code, _, err) = gpupm_as_in(UID_CC, &node, Some(&state), &["cc", "establish", "--vm", "2"]);
+    let (code, _, err) = gpupm_as_in(
+        UID_CC,
+        &node,
+        Some(&state),
+        &["cc", "establish", "--vm", "2"],
+    );
     assert_eq!(code, 0, "{err}");
 
     // The tenant's exchanges are rate limited (a burst of 8, then one per

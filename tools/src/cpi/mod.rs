@@ -34,8 +34,8 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use zerocopy::FromBytes;
 
-use crate::keyfile::KeySource;
 use crate::error::{CliError, CliResult};
+use crate::keyfile::KeySource;
 use crate::node::{Global, Node};
 
 /// Arguments of `gpupm cpi`.
@@ -103,12 +103,7 @@ pub struct Sink<'a> {
 /// A sealed record opened with the VM's keys (or the refusal without
 /// any); `None` for a record withheld while the VM had no session (it
 /// carries nothing: counted as lost).
-fn unseal(
-    node: &Node,
-    kind: u16,
-    slot: &[u8],
-    keys: &KeySource,
-) -> CliResult<Option<SampleBody>> {
+fn unseal(node: &Node, kind: u16, slot: &[u8], keys: &KeySource) -> CliResult<Option<SampleBody>> {
     let envelope = Envelope::read_from_prefix(slot).map(|(e, _)| e).ok();
     let vm = envelope.map_or(0, |e| e.vm);
     let key = keys.for_vm(node, vm)?.ok_or_else(|| {

@@ -10,9 +10,9 @@ use gpupm_uapi::tenant::TenantDelta;
 use zerocopy::FromBytes;
 
 use super::{Body, RecordType, TraceKey, TraceRecord};
-use crate::keyfile::Keyring;
 use crate::error::{CliError, CliResult};
 use crate::keyfile;
+use crate::keyfile::Keyring;
 use crate::record::format::{frame_kind, Frame};
 
 /// A recording's records, one stream per type, and its metadata.

@@ -9,6 +9,7 @@
 use std::fmt::Write;
 use std::mem::{offset_of, size_of};
 
+use gpupm_uapi::cc::{DeviceCert, Finish, KeyExchange};
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::page::{
     self, page_flags, page_request_flags, page_state, Page, PageCounters, PageData, PageHeader,
@@ -23,7 +24,6 @@ use gpupm_uapi::tenant::ri::{
     ri_controls, ri_entry, ri_session_mode, ri_state, OpenRi, RiEmit, RiGroupHeader, RiResume,
     RiStatus,
 };
-use gpupm_uapi::cc::{DeviceCert, Finish, KeyExchange};
 use gpupm_uapi::tenant::sampling::{
     self as ts, sample_flags, sample_kind, OpenSampling, SampleHeader,
 };
@@ -71,7 +71,10 @@ pub fn render() -> String {
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
         ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
         ("KEY_FLAGS_SESSION", key_flags::SESSION),
-        ("CC_FINISH_FLAGS_REPLACE", gpupm_uapi::cc::finish_flags::REPLACE),
+        (
+            "CC_FINISH_FLAGS_REPLACE",
+            gpupm_uapi::cc::finish_flags::REPLACE,
+        ),
         ("CC_CERT_MAGIC", gpupm_uapi::cc::CC_CERT_MAGIC),
         ("PAGE_MAGIC", page::PAGE_MAGIC),
         ("PAGE_VERSION", page::PAGE_VERSION),

@@ -182,17 +182,17 @@ impl Responder {
             .pending
             .get_mut(vm as usize)
             .ok_or(ExchangeError::NotConfidential(vm))?;
-        if !slot.as_ref().is_some_and(|p| p.session == msg.session) {
-            return Err(ExchangeError::NoPending(vm));
-        }
-        let Some(p) = slot.take() else {
+        let Some(p) = slot.take_if(|p| p.session == msg.session) else {
             return Err(ExchangeError::NoPending(vm));
         };
         let expected = p.handshake.requester_verify(&p.th2, &p.th3);
         if !equal(&expected, &msg.requester_verify) {
             return Err(ExchangeError::Verify);
         }
-        match (cipher.current_session_key(), msg.flags & finish_flags::REPLACE != 0) {
+        match (
+            cipher.current_session_key(),
+            msg.flags & finish_flags::REPLACE != 0,
+        ) {
             (None, false) if msg.replace_proof == [0; CC_VERIFY_LEN] => {}
             (None, _) => return Err(ExchangeError::Proof),
             (Some(_), false) => return Err(ExchangeError::SessionExists(vm)),

@@ -260,7 +260,9 @@ mod tests {
         assert_eq!(waiting.read(r::VM_KEY_EPOCH), r32(0));
         assert_eq!(waiting.read(r::VM_KEY_SESSION), r64(0));
         assert!(
-            waiting.check_write(r::VM_KEY_COMMIT, 1, &mut staged).is_err(),
+            waiting
+                .check_write(r::VM_KEY_COMMIT, 1, &mut staged)
+                .is_err(),
             "no rekey without a session"
         );
     }

@@ -115,13 +115,7 @@ impl VmCipher {
     /// Installs the session a key exchange established: id `session`,
     /// first key `vm_key` (epoch 1). Replaces any current one.
     pub fn establish(&mut self, session: u64, vm_key: &Key) {
-        self.session = Some(Session::new(
-            self.vm,
-            session,
-            vm_key,
-            1,
-            Origin::Exchange,
-        ));
+        self.session = Some(Session::new(self.vm, session, vm_key, 1, Origin::Exchange));
     }
 
     /// Installs `vm_key` as the VM's key of the next epoch (no-op without
@@ -344,7 +338,10 @@ mod tests {
                 ..Envelope::default()
             }
         );
-        assert_eq!(open(&[0; 32], &env, &mut buf, &tag), Err(OpenError::Withheld));
+        assert_eq!(
+            open(&[0; 32], &env, &mut buf, &tag),
+            Err(OpenError::Withheld)
+        );
         c.rekey(&[1; 32]);
         assert!(!c.has_session(), "no rekey without a session");
         c.establish(77, &[2; 32]);

@@ -55,4 +55,3 @@ pub(super) fn emit_cc_structs(h: &mut Header) {
     h.line("");
     h.structs_referring(&["DeviceCert", "KeyExchange", "Finish"], &[]);
 }
-
