@@ -47,7 +47,7 @@ impl VmTable {
         e.partition = spec.partition;
         e.keys = KeySlot::new(
             spec.id,
-            spec.confidential,
+            spec.is_confidential(),
             spec.confidential_key.as_ref(),
             session,
         );

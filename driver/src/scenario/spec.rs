@@ -129,6 +129,13 @@ pub struct VmSpec {
     pub confidential_key: Option<[u8; 32]>,
 }
 
+impl VmSpec {
+    /// Whether the VM is confidential (`confidential`, or a scenario key).
+    pub fn is_confidential(&self) -> bool {
+        self.confidential || self.confidential_key.is_some()
+    }
+}
+
 /// An activity profile: phases that repeat.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProfileSpec {

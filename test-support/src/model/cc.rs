@@ -57,6 +57,21 @@ pub fn keyless(mut s: Scenario) -> Scenario {
     s
 }
 
+/// The key [`keyed`] gives confidential VMs.
+pub const TEST_VM_KEY: [u8; 32] = [0x44; 32];
+
+/// `s` with [`TEST_VM_KEY`] as the scenario key of every confidential VM
+/// without one (the built-in scenario's VM 4 has none), for tests whose
+/// subject is not the key's origin.
+pub fn keyed(mut s: Scenario) -> Scenario {
+    for v in &mut s.vms {
+        if v.confidential && v.confidential_key.is_none() {
+            v.confidential_key = Some(TEST_VM_KEY);
+        }
+    }
+    s
+}
+
 /// A step-clock device for `s` with a test identity.
 pub fn device_with_identity(s: &Scenario) -> Device {
     let mut dev = super::device(s, EngineKind::Batched);

@@ -139,7 +139,7 @@ impl Device {
         let confidential = scenario
             .vms
             .iter()
-            .filter(|v| v.confidential && v.id < MAX_VMS)
+            .filter(|v| v.is_confidential() && v.id < MAX_VMS)
             .fold(0u64, |m, v| m | 1 << v.id);
         let mut dev = Device {
             boot,
