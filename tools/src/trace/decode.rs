@@ -142,7 +142,10 @@ fn counter(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
     let d = TenantDelta::read_from_bytes(f.body)
         .map_err(|_| corrupt(f, "a counter delta of the wrong size"))?;
     let sealed = d.slot.envelope.flags & envelope_flags::ENCRYPTED != 0;
-    let record = match (sealed, key) {
+    // A record withheld while the VM had no session carries nothing to
+    // open: it stays sealed whatever the key.
+    let withheld = d.slot.envelope.flags & envelope_flags::WITHHELD != 0;
+    let record = match (sealed, key.filter(|_| !withheld)) {
         (false, _) => StreamRecord::read_from_bytes(&d.slot.payload)
             .ok()
             .filter(|r| r.magic == RECORD_MAGIC)
@@ -181,7 +184,10 @@ fn sample(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
         return Err(corrupt(f, "a sample whose header does not match its frame"));
     }
     let sealed = h.flags & sample_flags::SEALED != 0;
-    let body = match (sealed, key) {
+    let withheld = sealed
+        && gpupm_uapi::layout::Envelope::read_from_prefix(payload)
+            .is_ok_and(|(e, _)| e.flags & envelope_flags::WITHHELD != 0);
+    let body = match (sealed, key.filter(|_| !withheld)) {
         (false, _) if want_kind == sample_kind::CYCLE => SampleBody::Cycle(
             PcRecord::read_from_bytes(payload)
                 .map_err(|_| corrupt(f, "a PC sample of the wrong size"))?,
