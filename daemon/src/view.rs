@@ -190,9 +190,11 @@ pub trait CounterView: Send + Sync + 'static {
 pub struct KeyStatus {
     /// The VM is confidential.
     pub confidential: bool,
-    /// Key epoch (0 for a plain VM).
+    /// The VM has an established session.
+    pub established: bool,
+    /// Key epoch (0 without a session and for a plain VM).
     pub epoch: u32,
-    /// Device session id (0 for a plain VM).
+    /// Session id (0 without a session and for a plain VM).
     pub session: u64,
 }
 
@@ -204,9 +206,19 @@ pub type RekeyWords = [u32; gpupm_client::ops::REKEY_WORDS];
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     /// The device refused the commit: the blob does not open under the
-    /// VM's current session key (or the VM is not confidential).
-    #[error("the device refused the rekey blob")]
+    /// VM's current session key (or the VM is not confidential); or it
+    /// refused a key-exchange message (EINVAL).
+    #[error("the device refused the request")]
     Refused,
+    /// The VM has a session and the FINISH does not replace it (EBUSY).
+    #[error("the VM already has a session")]
+    SessionExists,
+    /// The device has no identity (ENODEV).
+    #[error("the device has no identity")]
+    NoIdentity,
+    /// The VM's exchanges came faster than the daemon allows.
+    #[error("too many key exchanges for this VM")]
+    RateLimited,
     /// The device node failed otherwise.
     #[error(transparent)]
     Device(#[from] gpupm_client::DevError),
@@ -220,6 +232,11 @@ pub trait VmKeys: Send + Sync {
     /// Stages `blob` in the `REKEY_*` registers and commits it with the
     /// VM entry's `VM_KEY_COMMIT`, as one register batch (all or nothing).
     fn commit_rekey(&self, vm: VmId, blob: &RekeyWords) -> Result<(), KeyError>;
+    /// Relays a KEY_EXCHANGE to the device (`msg.vm`'s; rate limited per
+    /// VM); the device's half comes back in `msg`.
+    fn key_exchange(&self, msg: &mut gpupm_uapi::cc::KeyExchange) -> Result<(), KeyError>;
+    /// Relays a FINISH to the device.
+    fn finish(&self, msg: &mut gpupm_uapi::cc::Finish) -> Result<(), KeyError>;
 }
 
 /// Identity of the device the daemon serves.

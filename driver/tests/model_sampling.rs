@@ -71,7 +71,7 @@ fn assert_programs_match_ledger(dev: &mut Device, s: &Scenario) -> usize {
 
 #[test]
 fn programs_drive_sm_inst_executed_exactly_and_blocks_stay_exact() {
-    let s = gpupm_driver::scenario::builtin();
+    let s = gpupm_test_support::model::cc::keyed(gpupm_driver::scenario::builtin());
     let mut dev = device(&s, EngineKind::Batched);
     let mut host = Host::new();
     host.release_destroyed = false;

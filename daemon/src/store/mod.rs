@@ -145,6 +145,8 @@ pub struct Store {
     /// The device's commit mirror, mapped once for the pages and the
     /// drains.
     mirror: Arc<crate::mirror::DeviceMirror>,
+    /// Tenants' confidential key exchanges, rate limited per VM.
+    exchanges: keys::ExchangeBudget,
 }
 
 impl Store {
@@ -181,6 +183,7 @@ impl Store {
             tenant_stats: OnceLock::new(),
             bounds: OnceLock::new(),
             pages: OnceLock::new(),
+            exchanges: keys::ExchangeBudget::default(),
         }
     }
 

@@ -140,6 +140,12 @@ pub fn dispatch(
         TENANT_IOC_REKEY => {
             keys::rekey(view, identity, &*decode(input)?).map(|()| Answer::Data(Vec::new()))
         }
+        gpupm_uapi::tenant::TENANT_IOC_CC_KEY_EXCHANGE => {
+            out(keys::key_exchange(view, identity, decode(input)?)?.as_bytes())
+        }
+        gpupm_uapi::tenant::TENANT_IOC_CC_FINISH => {
+            out(keys::finish(view, identity, decode(input)?)?.as_bytes())
+        }
         TENANT_IOC_ADD_RANGE => {
             out(ranges::add_range(view, identity, limits, decode(input)?)?.as_bytes())
         }

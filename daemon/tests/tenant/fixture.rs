@@ -157,7 +157,7 @@ impl Fixture {
         totals.insert(Scope::Vm(2), plain(2000, 20));
         totals.insert(Scope::Ctx(21), plain(2100, 21));
         totals.insert(Scope::Ctx(22), plain(2200, 22));
-        let mut cipher = VmCipher::new(3, &KEY3, FIXTURE_SESSION);
+        let mut cipher = VmCipher::with_key(3, &KEY3, FIXTURE_SESSION);
         let mut sealed = HashMap::new();
         for (scope, kind, id, base) in [
             (Scope::Vm(3), block_kind::VM, 3, 3000),

@@ -59,6 +59,10 @@ impl Node {
             .arg("--node-dir")
             .arg(dir.join("dev"))
             .env("RUST_LOG", "info");
+        if scenario.contains("confidential_key") {
+            // The fleet's confidential VM has its key in the scenario.
+            cmd.arg("--insecure-scenario-keys");
+        }
         let mut driver = Proc::spawn(
             "gpupm-driver",
             cmd,

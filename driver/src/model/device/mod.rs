@@ -8,6 +8,7 @@
 //! units' operations in order. The host-facing surface is in [`api`].
 
 pub(crate) mod api;
+mod cc;
 mod programs;
 mod ranges;
 mod ri;
@@ -19,7 +20,7 @@ mod wiring;
 use gpupm_uapi::layout::{block_kind, STREAM_RING_MAX, SYSTEM_BLOCK_SLOT};
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_PARTITION_SLOTS, MAX_VMS};
 
-use super::cc::{BootIds, EntropyError, RekeyStaging};
+use super::cc::{BootIds, EntropyError, RekeyStaging, Responder};
 use super::ccu::{Counting, EngineKind};
 use super::clock::Clock;
 use super::context::ContextTable;
@@ -67,6 +68,8 @@ pub struct Device {
     resets: u64,
     /// The confidential rekey staging registers.
     staging: RekeyStaging,
+    /// The device's side of confidential VMs' key exchanges.
+    responder: Responder,
     topo: Topology,
     clock: Clock,
     ccu: Counting,
@@ -136,12 +139,13 @@ impl Device {
         let confidential = scenario
             .vms
             .iter()
-            .filter(|v| v.confidential_key.is_some() && v.id < MAX_VMS)
+            .filter(|v| v.is_confidential() && v.id < MAX_VMS)
             .fold(0u64, |m, v| m | 1 << v.id);
         let mut dev = Device {
             boot,
             resets: 0,
             staging: RekeyStaging::default(),
+            responder: Responder::default(),
             clock: Clock::new(scenario.clock, &scenario.throttle, step_clock),
             ccu: Counting::new(&topo, engine, scenario.seed),
             ledger: Ledger::new(confidential),

@@ -31,7 +31,11 @@ use gpupm_deploy_tests::repo;
 const BINARIES: [&str; 4] = ["gpupm", "gpupmd", "gpupm-driver", "gpupm-mount"];
 
 /// `(repository file, installed path)`: shipped unchanged.
-const SHIPPED_AS_IS: [(&str, &str); 20] = [
+const SHIPPED_AS_IS: [(&str, &str); 21] = [
+    (
+        "packaging/factory/vendor-root.key",
+        "/usr/lib/gpupm/factory/vendor-root.key",
+    ),
     (
         "systemd/gpupm-driver.service",
         "/usr/lib/systemd/system/gpupm-driver.service",
@@ -116,6 +120,10 @@ fn package_holds_what_it_promises_and_runs_the_debhelper_snippets_in_order() {
             .mode();
         assert_eq!(mode & 0o777, 0o755, "{path}");
     }
+    // The emulated factory's vendor key: root only (docs/confidential.md).
+    let key = fs::metadata(deb.file("/usr/lib/gpupm/factory/vendor-root.key"))
+        .expect("the vendor key in the package");
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
     for (from, to) in SHIPPED_AS_IS {
         let want = fs::read(repo().join(from)).unwrap_or_else(|e| panic!("{from}: {e}"));
         let got = fs::read(deb.file(to)).unwrap_or_else(|e| panic!("{to} in the package: {e}"));
