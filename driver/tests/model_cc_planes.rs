@@ -14,8 +14,8 @@ use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::Scenario;
 use gpupm_test_support::model::{assert_blocks_match_ledger, device, digest, host_block};
 use gpupm_test_support::planes::{
-    self, arm_everything, mailbox, model_scenario, range_counts, registers, window, Window,
-    Workload, BUSY, CC_KEY, CC_VM, LONE_VM, OTHER, OTHER_VM, SHARED_VM,
+    self, arm_everything, mailbox, model_scenario, range_counts, register_map, registers, window,
+    Window, Workload, BUSY, CC_KEY, CC_VM, LONE_VM, OTHER, OTHER_VM, SHARED_VM,
 };
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::ledger_scope;
@@ -52,13 +52,14 @@ fn observe(s: &Scenario, engine: EngineKind, leak: bool) -> Seen {
     if leak {
         dev.reintroduce_range_leak();
     }
-    let attempts = arm_everything(&mut dev, true);
+    let attempts = arm_everything(&mut dev, Some(64), true);
     let mut host = Host::new();
     run(&mut dev, &mut host, CYCLES);
     host::flush_all(&mut dev).unwrap();
     let mut interrupts = Vec::new();
     dev.interrupts_since(0, &mut interrupts);
-    let registers = registers(&mut dev, &[]);
+    let map = register_map(&mut dev);
+    let registers = registers(&mut dev, &map, &[]);
     let window = window(&mut dev);
     let mut plain_ledgers = vec![dev
         .ledger_totals(ledger_scope::SYSTEM, 0)

@@ -263,30 +263,84 @@ pub fn reg64(port: &mut impl Port, offset: u64) -> Option<u64> {
         .then(|| u64::from(reg32(ops[0].value)) | u64::from(reg32(ops[1].value)) << 32)
 }
 
-/// Every readable 32-bit word of BAR0 (offsets in `skip` left out), as
-/// `offset=value;`, found by batches that split where one hits a hole.
-pub fn registers(port: &mut impl Port, skip: &[u64]) -> Vec<u8> {
-    fn readable(port: &mut impl Port, offsets: &[u64], out: &mut Vec<u8>) {
+/// Every readable 32-bit word of BAR0, found by batches that split where
+/// one hits a hole. Which registers exist depends on the scenario alone,
+/// so a model device built from the node's scenario finds the node's map
+/// in process (holes cost many calls through a node).
+pub fn register_map(port: &mut impl Port) -> Vec<u64> {
+    fn readable(port: &mut impl Port, offsets: &[u64], out: &mut Vec<u64>) {
         let mut ops: Vec<_> = offsets.iter().map(|&o| read32(o)).collect();
         if port.run(&mut ops) {
-            for op in &ops {
-                out.extend_from_slice(format!("{:x}={};", op.offset, reg32(op.value)).as_bytes());
-            }
+            out.extend_from_slice(offsets);
         } else if offsets.len() > 1 {
             let (a, b) = offsets.split_at(offsets.len() / 2);
             readable(port, a, out);
             readable(port, b, out);
         }
     }
-    let offsets: Vec<u64> = (0..BAR0_SIZE)
-        .step_by(4)
-        .filter(|o| !skip.contains(o))
-        .collect();
+    let offsets: Vec<u64> = (0..BAR0_SIZE).step_by(4).collect();
     let mut out = Vec::new();
     for chunk in offsets.chunks(MAX_BATCH_OPS) {
         readable(port, chunk, &mut out);
     }
     out
+}
+
+/// The registers at `map` (offsets in `skip` left out), as
+/// `offset=value;`, read in batches.
+pub fn registers(port: &mut impl Port, map: &[u64], skip: &[u64]) -> Vec<u8> {
+    let offsets: Vec<u64> = map.iter().copied().filter(|o| !skip.contains(o)).collect();
+    let mut out = Vec::new();
+    for chunk in offsets.chunks(MAX_BATCH_OPS) {
+        let mut ops: Vec<_> = chunk.iter().map(|&o| read32(o)).collect();
+        assert!(port.run(&mut ops), "a register of the map did not read");
+        for op in &ops {
+            out.extend_from_slice(format!("{:x}={};", op.offset, reg32(op.value)).as_bytes());
+        }
+    }
+    out
+}
+
+/// A node file reached with 4-byte `pread`/`pwrite` at register offsets
+/// (`card0-oob`, which has no batch ioctl): a batch runs op by op and
+/// stops at the first refusal.
+#[derive(Debug)]
+pub struct RawPort(pub std::fs::File);
+
+impl Port for RawPort {
+    fn run(&mut self, ops: &mut [RegOp]) -> bool {
+        use gpupm_uapi::ioctl::reg_op;
+        use std::os::unix::fs::FileExt;
+        ops.iter_mut().all(|op| {
+            let mut word = [0u8; 4];
+            if op.op == reg_op::WRITE {
+                let value = reg32(op.value).to_le_bytes();
+                return self.0.write_at(&value, op.offset).is_ok_and(|n| n == 4);
+            }
+            let ok = self.0.read_at(&mut word, op.offset).is_ok_and(|n| n == 4);
+            op.value = u64::from(u32::from_le_bytes(word));
+            ok
+        })
+    }
+    fn window(&mut self, _: u64, _: &mut [u8]) -> bool {
+        false
+    }
+}
+
+/// Tenant uids of the scenario's VMs, by VM id (the daemon's `[[tenant]]`
+/// tables: [`tenants`]).
+pub const UIDS: [(u32, u32); 4] = [
+    (LONE_VM, 61_601),
+    (CC_VM, 61_602),
+    (OTHER_VM, 61_603),
+    (SHARED_VM, 61_604),
+];
+
+/// The daemon's `[[tenant]]` tables.
+pub fn tenants() -> String {
+    UIDS.iter()
+        .map(|(vm, uid)| format!("[[tenant]]\nvm = {vm}\nuid = {uid}\n"))
+        .collect()
 }
 
 /// Blanks what of a sealed slot (envelope, payload, tag) may differ
@@ -448,7 +502,11 @@ pub fn contexts_of(port: &mut impl Port, vm: u32) -> Vec<u32> {
 /// overflow), binding runtime-instrumentation blocks to every context of
 /// both VMs (the confidential ones are refused). Returns each attempt's
 /// outcome, which must not depend on the confidential workload either.
-pub fn arm_everything(port: &mut impl Port, ri_interrupts: bool) -> Vec<bool> {
+///
+/// `ring` sizes the record ring first (`RRING_CAP`); a daemon that drains
+/// it sized it itself, and a host that resizes it behind the daemon's back
+/// only breaks the daemon's drain.
+pub fn arm_everything(port: &mut impl Port, ring: Option<u32>, ri_interrupts: bool) -> Vec<bool> {
     let p = SHARED_SLOT;
     let ctrl = |event: u32, irq: u32, program: u32, data: bool| {
         range_ctrl::ENABLE
@@ -472,8 +530,11 @@ pub fn arm_everything(port: &mut impl Port, ri_interrupts: bool) -> Vec<bool> {
         range_event::MEMORY,
     );
     let whole = (0, u32::MAX);
-    let mut attempts = vec![
-        vec![write32(rring(p, rg::RRING_CAP), 64)],
+    let mut attempts: Vec<Vec<RegOp>> = ring
+        .map(|cap| vec![write32(rring(p, rg::RRING_CAP), cap)])
+        .into_iter()
+        .collect();
+    attempts.extend([
         // The confidential program: its main loop's instructions, its
         // leaf's latency, its data; any program's data; the plain program.
         range(
@@ -516,7 +577,7 @@ pub fn arm_everything(port: &mut impl Port, ri_interrupts: bool) -> Vec<bool> {
             write32(samp(p, s::SAMP_BRANCH_PERIOD), 4),
             write32(samp(p, s::SAMP_CTRL), s::samp_ctrl::ALL),
         ],
-    ];
+    ]);
     let mut blocks = 0..RI_BLOCKS;
     for vm in [CC_VM, SHARED_VM] {
         for ctx in contexts_of(port, vm) {
