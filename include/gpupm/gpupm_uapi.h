@@ -1512,9 +1512,9 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_BRANCH_STACK_ENTRIES 32
 /**
  * A confidential VM's context gets one branch stack every N × this many
- * of its context cycles (not every N-th taken branch), so that nothing
- * the host reads depends on its branches; `SAMP_MIN_BRANCH_GAP` of a slot
- * with a confidential VM is at most this.
+ * of its context cycles plus a dither below that (not every N-th taken
+ * branch), so that nothing the host reads depends on its branches;
+ * `SAMP_MIN_BRANCH_GAP` of a slot with a confidential VM is at most this.
  */
 #define GPUPM_CONFIDENTIAL_BRANCH_CYCLES 64
 /** Largest R_MAX. */

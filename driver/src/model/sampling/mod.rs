@@ -12,8 +12,10 @@
 //! cycles alone, so that nothing the host reads (heads, counts, interrupts,
 //! the envelopes' nonce counter) depends on what it executes: the cycle
 //! sampler is time-driven anyway, and the branch sampler writes one stack
-//! every N × [`CONFIDENTIAL_BRANCH_CYCLES`] context cycles instead of every
-//! N-th taken branch; its branches are not counted in `SAMP_BRANCHES`.
+//! every N × [`CONFIDENTIAL_BRANCH_CYCLES`] + R context cycles (R dithered
+//! below N × [`CONFIDENTIAL_BRANCH_CYCLES`] by the seeded generator)
+//! instead of every N-th taken branch; its branches are not counted in
+//! `SAMP_BRANCHES`.
 
 pub mod buffer;
 
@@ -32,6 +34,9 @@ use super::rng;
 
 /// Random-draw domain of the cycle sampler's R.
 const SAMPLE_DOMAIN: u64 = 0x5341_4D50;
+/// Random-draw domain of the dither of confidential contexts' scheduled
+/// branch stacks.
+const STACK_DOMAIN: u64 = 0x5354_4B53;
 
 /// The batch's view of a sampling unit.
 #[derive(Clone, Copy, Debug, Default)]
@@ -95,6 +100,8 @@ pub struct Sampler {
     /// Context cycles of confidential contexts to the next scheduled
     /// branch stack.
     stack_due: u64,
+    /// Scheduled branch stacks so far (the dither's draw ordinal).
+    scheduled: u64,
     remaining: u64,
     interval: u32,
     seed: u64,
@@ -121,6 +128,7 @@ impl Sampler {
             stack_owner: u64::MAX,
             since_capture: 0,
             stack_due: stack_period(s::DEFAULT_BRANCH_PERIOD),
+            scheduled: 0,
             remaining: 0,
             interval: 0,
             seed,
@@ -241,7 +249,7 @@ impl Sampler {
                 }
                 if newly & samp_ctrl::BRANCH_ENABLE != 0 {
                     self.since_capture = 0;
-                    self.stack_due = stack_period(self.n);
+                    self.stack_due = self.stack_interval();
                 }
             }
             SampWrite::BranchPeriod(v) => self.n = v,
@@ -250,6 +258,20 @@ impl Sampler {
             SampWrite::Buf(kind, w) => self.bufs[kind as usize].apply(w),
             SampWrite::LostSelect(v) => self.lost_select = v,
         }
+    }
+
+    /// Draws the context cycles to the next scheduled branch stack of a
+    /// confidential context: N × `CONFIDENTIAL_BRANCH_CYCLES` + R, R
+    /// uniform below N × `CONFIDENTIAL_BRANCH_CYCLES` from the seeded
+    /// generator — time and the seed alone, and never in step with a loop
+    /// whose period divides a fixed interval.
+    fn stack_interval(&self) -> u64 {
+        let period = stack_period(self.n);
+        let r = rng::hash(
+            self.seed,
+            &[STACK_DOMAIN, u64::from(self.partition), self.scheduled],
+        ) % period;
+        period + r
     }
 
     /// Draws the next interval P + R + S − A (R from the seeded generator).
@@ -274,8 +296,9 @@ impl Sampler {
     }
 }
 
-/// Context cycles between two branch stacks of confidential contexts at
-/// branch period `n`: N × [`CONFIDENTIAL_BRANCH_CYCLES`].
+/// The shortest interval, in context cycles, between two branch stacks of
+/// confidential contexts at branch period `n`: N ×
+/// [`CONFIDENTIAL_BRANCH_CYCLES`].
 fn stack_period(n: u32) -> u64 {
     u64::from(n) * u64::from(CONFIDENTIAL_BRANCH_CYCLES)
 }
@@ -405,7 +428,8 @@ impl Watch for Watcher<'_> {
                 if self.unit.stack_due == 0 {
                     self.own_stack();
                     self.stack_record(at);
-                    self.unit.stack_due = stack_period(self.unit.n);
+                    self.unit.scheduled += 1;
+                    self.unit.stack_due = self.unit.stack_interval();
                 }
             }
             if pcs {
