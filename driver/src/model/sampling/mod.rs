@@ -347,9 +347,7 @@ impl Watcher<'_> {
             self.unit.events.push((kind, ev, at));
         }
     }
-}
 
-impl Watcher<'_> {
     /// The branch stack holds only the running context's branches.
     fn own_stack(&mut self) {
         let unit = &mut *self.unit;
