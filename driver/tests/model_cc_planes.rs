@@ -345,3 +345,50 @@ fn a_plain_vm_time_sliced_with_a_confidential_one_counts_the_same_whatever_it_ru
     let cc = |dev: &Device| -> u64 { host_block(dev, CC_VM, Some(&CC_KEY)).counters.iter().sum() };
     assert!(cc(&a) > cc(&b), "the confidential VM's work did differ");
 }
+
+/// The issue's own reproduction: the built-in scenario, range 0 of
+/// partition 3 armed on the confidential VM 4's program (kernel 0, every
+/// block, instructions), 10 M cycles. Before issue #26 the host read
+/// `RANGE_ENTRIES` = 268 and `RANGE_COUNT` = 2,652,524 there.
+#[test]
+fn the_issues_reproduction_reads_nothing_of_the_confidential_vm() {
+    use gpupm_uapi::ranges::{self as rg, code_item, range_ctrl, range_reg};
+    let read = |leak: bool| {
+        let s = gpupm_driver::scenario::builtin();
+        let mut dev = device(&s, EngineKind::Batched);
+        if leak {
+            dev.reintroduce_range_leak();
+        }
+        let ctx = planes::contexts_of(&mut dev, 4)[0];
+        let program = dev
+            .read_reg(gpupm_uapi::regs::ctx(ctx, gpupm_uapi::regs::CTX_PROGRAM), 4)
+            .unwrap();
+        assert_ne!(program, 0, "VM 4's context runs a program");
+        let table = s.program_table();
+        let blocks = table[program as usize - 1].kernels[0].blocks.len();
+        let last = u16::try_from(blocks - 1).unwrap();
+        for (reg, value) in [
+            (rg::RANGE_START, code_item(0, 0)),
+            (rg::RANGE_END, code_item(0, last)),
+            (
+                rg::RANGE_CTRL,
+                range_ctrl::ENABLE | u32::try_from(program).unwrap() << range_ctrl::PROGRAM_SHIFT,
+            ),
+        ] {
+            dev.write_reg(range_reg(3, 0, reg), 4, u64::from(value))
+                .unwrap();
+        }
+        let mut host = Host::new();
+        run(&mut dev, &mut host, 10_000_000);
+        (
+            dev.read_reg(range_reg(3, 0, rg::RANGE_ENTRIES), 8).unwrap(),
+            dev.read_reg(range_reg(3, 0, rg::RANGE_COUNT), 8).unwrap(),
+        )
+    };
+    assert_eq!(read(false), (0, 0));
+    let (entries, count) = read(true);
+    assert!(
+        entries > 0 && count > 0,
+        "the leak switch reproduces the issue"
+    );
+}
