@@ -365,7 +365,8 @@ fn the_issues_reproduction_reads_nothing_of_the_confidential_vm() {
             .unwrap();
         assert_ne!(program, 0, "VM 4's context runs a program");
         let table = s.program_table();
-        let blocks = table[program as usize - 1].kernels[0].blocks.len();
+        let index = usize::try_from(program - 1).unwrap();
+        let blocks = table[index].kernels[0].blocks.len();
         let last = u16::try_from(blocks - 1).unwrap();
         for (reg, value) in [
             (rg::RANGE_START, code_item(0, 0)),
