@@ -1561,6 +1561,13 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_REFILL_CYCLES 8
 /** Entries in the branch stack. */
 #define GPUPM_BRANCH_STACK_ENTRIES 32
+/**
+ * A confidential VM's context gets one branch stack every N × this many
+ * of its context cycles plus a dither below that (not every N-th taken
+ * branch), so that nothing the host reads depends on its branches;
+ * `SAMP_MIN_BRANCH_GAP` of a slot with a confidential VM is at most this.
+ */
+#define GPUPM_CONFIDENTIAL_BRANCH_CYCLES 64
 /** Largest R_MAX. */
 #define GPUPM_SAMP_DITHER_MAX 4095 /* largest R_MAX */
 /** Alignment of a buffer's base inside the span. */

@@ -22,6 +22,7 @@ pub mod journald;
 pub mod load;
 pub mod model;
 pub mod perf;
+pub mod planes;
 pub mod process;
 pub mod procfs;
 pub mod rawnode;

@@ -87,6 +87,22 @@ pub struct Collected {
     pub lost: u64,
     /// Branch stacks lost.
     pub stacks_lost: u64,
+    /// When the stacks came sealed (a confidential VM's, which the device
+    /// writes on a schedule of the context's cycles, not every N-th taken
+    /// branch): the context's taken branches from its first stack to its
+    /// last, and the stacks produced after the first (lost included).
+    pub scheduled: Option<(u64, u64)>,
+}
+
+impl Collected {
+    /// Taken branches per stack produced: N, or for scheduled stacks what
+    /// their own branch counts say.
+    pub fn branches_per_stack(&self, n: u32) -> f64 {
+        match self.scheduled {
+            Some((branches, stacks)) if stacks > 0 => branches as f64 / stacks as f64,
+            _ => f64::from(n),
+        }
+    }
 }
 
 /// Where the records go and which are the context's.
@@ -127,7 +143,9 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
         stacks: 0,
         lost: 0,
         stacks_lost: 0,
+        scheduled: None,
     };
+    let mut first_branches = None;
     while c.samples < want {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -146,15 +164,15 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
         drop(client);
         for s in samples {
             c.lost += s.header.lost_before;
-            let body = match s.body {
+            let (body, sealed) = match s.body {
                 SampleBody::Sealed(slot) => match unseal(node, s.header.kind, &slot, keys)? {
-                    Some(body) => body,
+                    Some(body) => (body, true),
                     None => {
                         c.lost += 1;
                         continue;
                     }
                 },
-                plain => plain,
+                plain => (plain, false),
             };
             match body {
                 SampleBody::Cycle(pc) if pc.ctx == ctx => {
@@ -165,6 +183,16 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
                     est.add_stack_record(&b);
                     c.stacks += 1;
                     c.stacks_lost += s.header.lost_before;
+                    if sealed {
+                        let first = *first_branches.get_or_insert(b.branches);
+                        c.scheduled = Some(match c.scheduled {
+                            None => (0, 0),
+                            Some((_, n)) => (
+                                b.branches.saturating_sub(first),
+                                n.saturating_add(1).saturating_add(s.header.lost_before),
+                            ),
+                        });
+                    }
                 }
                 // Another context of the confidential VM (sealed records
                 // reach every session on the VM).
@@ -211,7 +239,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let got = collect(&node, sink, args.samples, deadline)?;
     let estimate = est.estimate(Scale::Rates {
         branch_records: (got.stacks + got.stacks_lost) as f64,
-        branch_every: f64::from(args.branch_every),
+        branch_every: got.branches_per_stack(args.branch_every),
     });
     let out = output::CpiOutput::new(args.ctx, spec, args, &got, &estimate);
     let text = if args.json {

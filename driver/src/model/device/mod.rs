@@ -96,6 +96,15 @@ pub struct Device {
     ranges: Vec<RangeUnit>,
     /// Per partition slot: the profile phase of what it runs.
     phases: [usize; MAX_PARTITION_SLOTS as usize],
+    /// Per partition slot: the VM whose generation last moved the
+    /// generator phases (0: none yet) — a switch between it and another
+    /// VM scrubs them when either is confidential.
+    phase_vm: [u32; MAX_PARTITION_SLOTS as usize],
+    /// Test builds: the marked ranges count confidential VMs' contexts
+    /// again (the leak of issue #26), to prove the non-interference tests
+    /// see it.
+    #[cfg(any(test, feature = "test-utils"))]
+    range_leak: bool,
 }
 
 impl Device {
@@ -166,6 +175,9 @@ impl Device {
             ri: RiUnit::new(scenario),
             ranges: ranges::range_units(scenario),
             phases: [0; MAX_PARTITION_SLOTS as usize],
+            phase_vm: [0; MAX_PARTITION_SLOTS as usize],
+            #[cfg(any(test, feature = "test-utils"))]
+            range_leak: false,
             scenario: scenario.clone(),
             topo,
         };
@@ -230,6 +242,26 @@ impl Device {
     /// The scenario the device was built from.
     pub fn scenario(&self) -> &Scenario {
         &self.scenario
+    }
+
+    /// Test builds only: from now on the marked ranges count confidential
+    /// VMs' contexts as they did before issue #26 — registers, records and
+    /// interrupts that depend on the confidential workload. It exists so
+    /// that the non-interference tests can show they catch that leak; no
+    /// shipped build has it.
+    #[cfg(any(test, feature = "test-utils"))]
+    pub fn reintroduce_range_leak(&mut self) {
+        self.range_leak = true;
+    }
+
+    /// Whether the marked ranges count confidential VMs' contexts (only
+    /// ever in a test build that asked for it).
+    #[inline]
+    fn leaks_confidential_ranges(&self) -> bool {
+        #[cfg(any(test, feature = "test-utils"))]
+        return self.range_leak;
+        #[cfg(not(any(test, feature = "test-utils")))]
+        false
     }
 
     /// Whether partition `p`'s counts belong to a confidential VM now.
