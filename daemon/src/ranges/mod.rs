@@ -44,6 +44,7 @@ pub use gpupm_client::ranges::CallGraphData;
 use gpupm_client::{DevError, DevNode};
 use gpupm_uapi::intr::{source, InterruptRecord, RANGE_IRQ_LOST};
 use gpupm_uapi::ranges::{code_item, range_ctrl, RANGES_PER_PARTITION};
+use gpupm_uapi::regs::{self, ctx_state};
 use gpupm_uapi::tenant::ranges::{range_kind, range_trigger, RangeRow, MAX_CONTEXT_RANGES};
 
 use self::attrib::{Counts, Ledger};
@@ -114,6 +115,10 @@ pub enum RangeError {
     /// does not have).
     #[error("the device refused the range")]
     Refused,
+    /// The context is no longer active (destroyed, perhaps not yet
+    /// released): it runs nothing a range could count.
+    #[error("the context is not active")]
+    Inactive,
     /// The device failed.
     #[error(transparent)]
     Device(#[from] DevError),
@@ -326,6 +331,15 @@ impl RangeBook {
         quota: RangeQuota,
     ) -> Result<Added, RangeError> {
         let mut st = self.lock();
+        // Checked under the lock that `ctx_destroyed` takes: a context
+        // destroyed before this read was disarmed already and is refused
+        // here; one destroyed after it gets its destruction interrupt
+        // handled after this range is booked, which disarms it. Without
+        // the check a range added between the destruction's handling and
+        // the context's release stayed armed for good.
+        if self.dev.read32(regs::ctx(ctx, regs::CTX_STATE))? != ctx_state::ACTIVE {
+            return Err(RangeError::Inactive);
+        }
         if st.handles.values().filter(|h| h.ctx == ctx).count() >= MAX_CONTEXT_RANGES
             || st.handles.range((vm, 0)..=(vm, u32::MAX)).count() >= quota.ranges
         {

@@ -75,6 +75,7 @@ fn range_error(e: RangeError, identity: &Identity) -> RequestError {
         RangeError::NoSpace => RequestError::NoSpace,
         RangeError::Missing => super::authz::missing(identity),
         RangeError::Refused => RequestError::Invalid("the device refused the range"),
+        RangeError::Inactive => RequestError::Invalid("the context is not active"),
         RangeError::Device(e) => {
             tracing::warn!(
                 error = format!("{:#}", anyhow::Error::new(e)),
