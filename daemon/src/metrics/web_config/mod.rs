@@ -27,6 +27,8 @@
 //! The file holds credentials: it, and the key file, must belong to the
 //! daemon's user (or root) and give the group and others no access at all.
 
+mod yaml;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
@@ -120,19 +122,19 @@ struct FileTls {
     min_version: Option<String>,
     max_version: Option<String>,
     // Known to exporter-toolkit, refused here by name.
-    cert: Option<serde_norway::Value>,
-    key: Option<serde_norway::Value>,
-    client_allowed_sans: Option<serde_norway::Value>,
-    cipher_suites: Option<serde_norway::Value>,
-    curve_preferences: Option<serde_norway::Value>,
-    prefer_server_cipher_suites: Option<serde_norway::Value>,
+    cert: Option<serde_json::Value>,
+    key: Option<serde_json::Value>,
+    client_allowed_sans: Option<serde_json::Value>,
+    cipher_suites: Option<serde_json::Value>,
+    curve_preferences: Option<serde_json::Value>,
+    prefer_server_cipher_suites: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileHttp {
     http2: Option<bool>,
-    headers: Option<serde_norway::Value>,
+    headers: Option<serde_json::Value>,
 }
 
 /// Whether and how clients present certificates.
@@ -232,13 +234,27 @@ impl WebConfig {
         }) {
             FileConfig::default()
         } else {
-            serde_norway::from_str(text).map_err(|e| {
-                let (line, col) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+            let doc = yaml::parse(text).map_err(|e| WebConfigError::Syntax {
+                path: shown.clone(),
+                line: e.line,
+                col: e.col,
+                reason: e.reason,
+            })?;
+            serde_json::from_value(doc.value).map_err(|e| {
+                // serde names the key it refuses; the document knows where
+                // it stands.
+                let reason = e.to_string();
+                let (line, col) = reason
+                    .split('`')
+                    .nth(1)
+                    .and_then(|key| doc.keys.get(key))
+                    .copied()
+                    .unwrap_or((1, 1));
                 WebConfigError::Syntax {
                     path: shown.clone(),
                     line,
                     col,
-                    reason: e.to_string(),
+                    reason,
                 }
             })?
         };
