@@ -31,7 +31,11 @@ use gpupm_deploy_tests::repo;
 const BINARIES: [&str; 4] = ["gpupm", "gpupmd", "gpupm-driver", "gpupm-mount"];
 
 /// `(repository file, installed path)`: shipped unchanged.
-const SHIPPED_AS_IS: [(&str, &str); 21] = [
+const SHIPPED_AS_IS: [(&str, &str); 22] = [
+    (
+        "packaging/deb/lintian-overrides",
+        "/usr/share/lintian/overrides/gpupm",
+    ),
     (
         "packaging/factory/vendor-root.key",
         "/usr/lib/gpupm/factory/vendor-root.key",
