@@ -16,9 +16,11 @@ mod error;
 mod events;
 mod gen;
 mod health;
+mod interval;
 mod keyfile;
 mod list;
 mod node;
+mod numfmt;
 mod output;
 mod plan;
 mod progress;
@@ -137,6 +139,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if e.code == 0 => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpupm: {e}");
             ExitCode::from(e.code)

@@ -205,6 +205,40 @@ pub struct Node {
     reader: RefCell<CounterReader>,
     /// Its path.
     pub path: PathBuf,
+    pages: Option<PathBuf>,
+}
+
+/// Why a live view got no reading.
+#[derive(Debug)]
+pub enum Missing {
+    /// gpupmd does not answer (stopped, restarting, or its node is gone):
+    /// the interval has no data. Why, in a few words.
+    Gone(String),
+    /// Any other failure: the command ends with it.
+    Failed(CliError),
+}
+
+impl From<CliError> for Missing {
+    fn from(e: CliError) -> Missing {
+        Missing::Failed(e)
+    }
+}
+
+/// Whether a failed request means the daemon is not serving the node:
+/// a FUSE connection whose server went away, or a node that is gone.
+fn daemon_gone(e: &ClientError) -> bool {
+    matches!(
+        e.errno(),
+        Some(
+            Errno::ENOTCONN
+                | Errno::ECONNABORTED
+                | Errno::ENOENT
+                | Errno::ENODEV
+                | Errno::ENXIO
+                | Errno::ESHUTDOWN
+                | Errno::EIO
+        )
+    )
 }
 
 impl Node {
@@ -219,11 +253,57 @@ impl Node {
     pub fn open_with_pages(path: &Path, pages: Option<PathBuf>) -> CliResult<Node> {
         match TenantClient::open(path) {
             Ok(client) => Ok(Node {
-                reader: RefCell::new(CounterReader::new(client, pages)),
+                reader: RefCell::new(CounterReader::new(client, pages.clone())),
                 path: path.to_owned(),
+                pages,
             }),
             Err(e) => Err(open_error(path, e)),
         }
+    }
+
+    /// Opens the node again (after a daemon restart the old descriptor
+    /// is dead): `Gone` while it cannot be opened.
+    pub fn reopen(&mut self) -> Result<(), Missing> {
+        match TenantClient::open(&self.path) {
+            Ok(client) => {
+                self.reader = RefCell::new(CounterReader::new(client, self.pages.clone()));
+                Ok(())
+            }
+            Err(e) if daemon_gone(&e) || e.errno() == Some(Errno::ENOTDIR) => Err(Missing::Gone(
+                format!("{}: {}", self.path.display(), one_line(e)),
+            )),
+            Err(e) => Err(Missing::Failed(open_error(&self.path, e))),
+        }
+    }
+
+    /// Whether gpupmd serves the node now (a page can be read while the
+    /// daemon is down: it shows the last totals it wrote).
+    pub fn alive(&self) -> Result<(), Missing> {
+        match self.client().whoami() {
+            Ok(_) => Ok(()),
+            Err(e) if daemon_gone(&e) => Err(Missing::Gone(format!(
+                "gpupmd does not answer on {} ({})",
+                self.path.display(),
+                e.errno()
+                    .map_or_else(|| one_line(e), |n| n.desc().to_lowercase())
+            ))),
+            Err(e) => Err(Missing::Failed(self.fail(e, None))),
+        }
+    }
+
+    /// [`Node::read_opened`] for a live view: a daemon that does not
+    /// answer is `Gone`, and so is a page the daemon no longer writes.
+    pub fn read_live(&self, t: Target, key: Option<&Key>) -> Result<Reading, Missing> {
+        self.alive()?;
+        let reading = self.read(t).or_else(|e| {
+            // The read's own failure, unless the daemon went in between.
+            self.alive()?;
+            Err(Missing::Failed(e))
+        })?;
+        if reading.sealed && key.is_some() {
+            return Ok(self.read_opened(t, key)?);
+        }
+        Ok(reading)
     }
 
     /// The tenant node client.
