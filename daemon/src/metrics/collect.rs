@@ -6,6 +6,7 @@
 //! | name | type | labels |
 //! |---|---|---|
 //! | `gpupm_device_events_total` | counter | `event` (every catalogue event; the system block) |
+
 //! | `gpupm_vm_events_total` | counter | `vm`, `event` (events not of device-only units) |
 //! | `gpupm_context_events_total` | counter | `vm`, `ctx`, `event` (bounded, see below) |
 //! | `gpupm_vm_confidential` | gauge | `vm` (1: confidential, nothing per event is exported) |
@@ -25,6 +26,9 @@
 //! | `gpupm_page_requests_total`, `gpupm_page_request_errors_total` | counter | |
 //! | `gpupm_range_records_total`, `gpupm_range_lost_total`, `gpupm_range_sealed_total`, `gpupm_range_unclaimed_total`, `gpupm_range_malformed_total`, `gpupm_callgraph_records_total` | counter | |
 //! | `gpupm_range_ranges`, `gpupm_range_registers`, `gpupm_callgraph_graphs` | gauge | |
+//!
+//! Event values are in the events' units (`gpupm events`): a multi-bit
+//! event's device count times its scale, so `*_bytes` series are bytes.
 //!
 //! # Context cardinality
 //! Per VM, the `max_contexts_per_vm` most recently created contexts (by
@@ -163,8 +167,14 @@ fn partition_events() -> impl Iterator<Item = &'static gpupm_uapi::events::Event
         .filter(|e| e.unit.scope() != EventScope::Device)
 }
 
+/// Event `id` of `c` in the event's unit: a multi-bit count times its
+/// scale (a `fb_bytes` count is 32 bytes), as `gpupm stat` shows it.
 fn value(c: &Counters, id: u16) -> u64 {
-    c.get(usize::from(id)).copied().unwrap_or(0)
+    let scale = gpupm_uapi::events::by_id(id).map_or(1, |e| e.scale());
+    c.get(usize::from(id))
+        .copied()
+        .unwrap_or(0)
+        .wrapping_mul(scale)
 }
 
 impl Collector for ScrapeData {

@@ -10,6 +10,14 @@
 //! `--transport cuse`: the driver creates the character device
 //! `/dev/gpupm0` through `/dev/cuse` (as root) and removes it on exit;
 //! `--node-dir` is not used.
+//!
+//! One driver per node: before it touches anything (the commit mirror, a
+//! mount) the driver takes an exclusive lock on `gpupm-driver.lock` in its
+//! mirror directory (made owner-only if missing, as the mirror's), holding
+//! its pid and node; a second driver exits with `gpupm-driver already
+//! running as pid N for NODE`, and the live driver's mirror stays intact.
+//! `--check-config` checks the scenario and the options, prints what the
+//! driver would serve and exits, touching nothing.
 
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
@@ -21,6 +29,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use gpupm_client::cpus::{CpuList, UnusableCpus};
+use gpupm_client::instance::{InstanceError, InstanceLock};
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
@@ -103,7 +112,14 @@ struct Args {
     /// should match. Default: wherever the scheduler puts them.
     #[arg(long, value_name = "LIST")]
     cpus: Option<CpuList>,
+    /// Check the scenario and the options, print what would be served,
+    /// and exit (0: good, 2: refused) without touching anything.
+    #[arg(long)]
+    check_config: bool,
 }
+
+/// The instance lock's file, in the mirror directory.
+const LOCK_FILE: &str = "gpupm-driver.lock";
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
 /// in flight at once (each thread reserves a 16 MiB request buffer).
@@ -135,10 +151,14 @@ enum DriverError {
     Cpus(#[source] UnusableCpus),
     #[error("cannot set the CPU affinity")]
     Affinity(#[source] nix::Error),
+    #[error(transparent)]
+    Instance(#[from] InstanceError),
+    #[error("cannot create the directory {} for the instance lock", .0.display())]
+    LockDir(PathBuf, #[source] std::io::Error),
 }
 
-/// Creates the device the node serves: the one place that chooses it.
-fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
+/// The device model `args` ask for, and its scenario's name.
+fn make_device(args: &Args) -> Result<(Device, String), DriverError> {
     let scenario = match &args.scenario {
         Some(path) => gpupm_driver::scenario::parse_file(path)
             .map_err(|e| DriverError::Scenario(e.to_string()))?,
@@ -147,7 +167,14 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     let step = args.clock == Clock::Step;
     let dev = Device::new(&scenario, EngineKind::Batched, step)
         .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
-    tracing::info!(scenario = %scenario.name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
+    Ok((dev, scenario.name.clone()))
+}
+
+/// Creates the device the node serves: the one place that chooses it.
+fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
+    let (dev, name) = make_device(args)?;
+    let step = args.clock == Clock::Step;
+    tracing::info!(scenario = %name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
     Ok(Box::new(if args.debug_ledger {
         ModelBackend::with_debug_ledger(dev)
     } else {
@@ -155,11 +182,74 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     }))
 }
 
+/// `--check-config`: the scenario builds a device and the options are
+/// usable; what would be served.
+fn check_config(args: &Args) -> Result<(), DriverError> {
+    if let Some(cpus) = &args.cpus {
+        cpus.check_usable().map_err(DriverError::Cpus)?;
+    }
+    let (_, name) = make_device(args)?;
+    println!("gpupm-driver: the configuration is valid:");
+    println!("  scenario        {name}");
+    println!("  clock           {:?}", args.clock);
+    println!("  node            {}", node_path(args).display());
+    println!(
+        "  commit mirror   {}",
+        if args.no_mirror {
+            "off".to_string()
+        } else {
+            mirror_dir(args).display().to_string()
+        }
+    );
+    println!(
+        "  instance lock   {}",
+        mirror_dir(args).join(LOCK_FILE).display()
+    );
+    Ok(())
+}
+
+/// The node the driver serves.
+fn node_path(args: &Args) -> PathBuf {
+    match args.transport {
+        TransportKind::Fuse => args.node_dir.clone(),
+        TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
+    }
+}
+
+/// The instance lock, in the mirror directory (made owner-only when
+/// missing, as the mirror makes it).
+fn take_lock(args: &Args) -> Result<InstanceLock, DriverError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = mirror_dir(args);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(DriverError::LockDir(dir, e)),
+    }
+    Ok(InstanceLock::acquire(
+        &dir.join(LOCK_FILE),
+        &node_path(args).display().to_string(),
+    )?)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(e) = logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
-        eprintln!("gpupm-driver: {e}");
+    if args.check_config {
+        return match check_config(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+                ExitCode::from(2)
+            }
+        };
     }
+    let sink = match logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
+        Ok(sink) => Some(sink),
+        Err(e) => {
+            eprintln!("gpupm-driver: {e}");
+            None
+        }
+    };
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -173,7 +263,15 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             };
-            tracing::error!("{:#}", anyhow::Error::new(e));
+            let msg = format!("{:#}", anyhow::Error::new(e));
+            tracing::error!("{msg}");
+            // Logged to the journal while stderr is a terminal or a file
+            // (not the journal: systemd sets JOURNAL_STREAM): say it there too.
+            if sink == Some(logging::LogSink::Journald)
+                && std::env::var_os("JOURNAL_STREAM").is_none()
+            {
+                eprintln!("gpupm-driver: {msg}");
+            }
             code
         }
     }
@@ -280,6 +378,8 @@ fn start_mirror(core: &NodeCore, dir: &Path) {
 }
 
 fn run(args: &Args) -> Result<(), DriverError> {
+    // Before anything is touched; held until the driver exits.
+    let _lock = take_lock(args)?;
     if let Some(cpus) = &args.cpus {
         cpus.check_usable().map_err(DriverError::Cpus)?;
         // Before any thread starts: every thread inherits it.
@@ -322,10 +422,7 @@ fn run(args: &Args) -> Result<(), DriverError> {
         })
         .map_err(DriverError::Thread)?;
 
-    let node = match args.transport {
-        TransportKind::Fuse => args.node_dir.clone(),
-        TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
-    };
+    let node = node_path(args);
     let node = node.display();
     notify(&[
         NotifyState::Ready,
