@@ -387,6 +387,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         emit_stream(&layout.header())?;
     }
     let mut outages = Outages::new(args.give_up_after);
+    let mut told_differ = false;
     let mut lines = 0;
     let mut next = Instant::now() + args.interval;
     let mut n = 0;
@@ -402,6 +403,14 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                 at,
             }) => {
                 outages.answered();
+                if !told_differ && status == Status::Ok && span.times_differ() {
+                    told_differ = true;
+                    eprintln!(
+                        "gpupm: device and wall time differ ({}): rates are per second of \
+                         device time (the devms column)",
+                        span.describe()
+                    );
+                }
                 let vms: Vec<DmonVm> = rows
                     .iter()
                     .filter(|r| shown.contains(&r.vm))

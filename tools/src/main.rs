@@ -45,7 +45,8 @@ use crate::error::CliError;
 #[command(
     name = "gpupm",
     version,
-    about = "GPU performance monitoring: operators' and tenants' tools"
+    about = "GPU performance monitoring: operators' and tenants' tools",
+    max_term_width = 80
 )]
 struct Cli {
     #[command(flatten)]

@@ -19,21 +19,24 @@ use crate::error::{one_line, CliError, CliResult};
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
+/// The help heading of the options every subcommand shares.
+const GLOBAL: &str = "Global options";
+
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Global {
     /// Tenant node served by gpupmd.
-    #[arg(long, global = true, default_value = DEFAULT_TENANT_NODE, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_TENANT_NODE, value_name = "PATH")]
     pub tenant_node: PathBuf,
     /// Directory of the device nodes (card0, card0-oob).
-    #[arg(long, global = true, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
     pub node_dir: PathBuf,
     /// gpupmd's page socket: totals are read from a scope's shared page
     /// when the daemon offers one, from the tenant node otherwise.
-    #[arg(long, global = true, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
     pub pages_socket: PathBuf,
     /// Read totals through the tenant node only (no pages).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub no_pages: bool,
 }
 
@@ -449,21 +452,38 @@ pub fn parse_events(list: &str) -> CliResult<Vec<u16>> {
         match events::by_name(name) {
             Some(e) if !out.contains(&e.id) => out.push(e.id),
             Some(_) => {}
-            None => {
-                let best = CATALOGUE
-                    .iter()
-                    .min_by_key(|e| strsim::levenshtein(name, e.name))
-                    .map_or("", |e| e.name);
-                return Err(CliError::usage(format!(
-                    "unknown event \"{name}\" (did you mean \"{best}\"?)"
-                )));
-            }
+            None => return Err(CliError::usage(unknown_event(name))),
         }
     }
     if out.is_empty() {
         return Err(CliError::usage("no events named (see `gpupm events`)"));
     }
     Ok(out)
+}
+
+/// The message for an unknown event name: the events whose names contain
+/// it (`cycles`: every `*_cycles_*` event), else the closest name.
+fn unknown_event(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let containing: Vec<&str> = CATALOGUE
+        .iter()
+        .filter(|e| !lower.is_empty() && e.name.contains(lower.as_str()))
+        .map(|e| e.name)
+        .collect();
+    match containing.as_slice() {
+        [] => {
+            let best = CATALOGUE
+                .iter()
+                .min_by_key(|e| strsim::levenshtein(name, e.name))
+                .map_or("", |e| e.name);
+            format!("unknown event \"{name}\" (did you mean \"{best}\"?)")
+        }
+        [one] => format!("unknown event \"{name}\" (did you mean \"{one}\"?)"),
+        many => format!(
+            "unknown event \"{name}\" (did you mean one of {}? `gpupm events` lists them all)",
+            many.join(", ")
+        ),
+    }
 }
 
 /// Element-wise `a - b` (saturating: a reset reads as zero).
@@ -512,5 +532,14 @@ mod tests {
         assert_eq!(e.msg, "unknown event \"l2_hti\" (did you mean \"l2_hit\"?)");
         assert_eq!(e.code, 2);
         assert_eq!(parse_events("l2_hit, l2_miss").unwrap(), vec![23, 24]);
+        let e = parse_events("cycles").unwrap_err();
+        assert!(
+            e.msg.starts_with(
+                "unknown event \"cycles\" (did you mean one of sm_cycles_elapsed, sm_cycles_active,"
+            ),
+            "{}",
+            e.msg
+        );
+        assert!(!e.msg.contains("ce_bytes"), "{}", e.msg);
     }
 }

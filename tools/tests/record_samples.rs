@@ -227,7 +227,23 @@ fn the_merged_trace_is_ordered_and_holds_every_record_of_every_type_once() {
     while child.try_wait().expect("try_wait").is_none() {
         f.advance_ms(2);
     }
-    assert_eq!(finish(child).code, 0);
+    let plain_run = finish(child);
+    assert_eq!(plain_run.code, 0, "{}", plain_run.err);
+    // It says what it covers, in wall and device time.
+    assert!(
+        plain_run.err.contains("the recording covers") && plain_run.err.contains("wall,"),
+        "{}",
+        plain_run.err
+    );
+    // A recording holds a tenant's counts: owner-only, whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    for rec in [&plain, &file] {
+        let mode = std::fs::metadata(rec)
+            .expect("recording")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{rec}");
+    }
     let plain_types = type_counts(&f, &plain);
     assert!(plain_types["counter_delta"].0 > 0, "{plain_types:?}");
     assert_eq!(plain_types["pc_sample"].0, 0);

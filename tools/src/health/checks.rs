@@ -109,6 +109,21 @@ fn duration(seconds: f64) -> String {
     }
 }
 
+/// `42.2 s`, `6 min 7 s`, `3 h 12 min`, `2 d 4 h`.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // whole seconds
+fn uptime(seconds: f64) -> String {
+    if seconds < 60.0 {
+        return format!("{seconds:.1} s");
+    }
+    let s = seconds.max(0.0) as u64;
+    let (d, h, m) = (s / 86_400, s / 3600 % 24, s / 60 % 60);
+    match (d, h) {
+        (0, 0) => format!("{m} min {} s", s % 60),
+        (0, _) => format!("{h} h {m} min"),
+        _ => format!("{d} d {h} h"),
+    }
+}
+
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // counters
 fn count(v: f64) -> String {
     thousands(v.max(0.0) as u64)
@@ -119,10 +134,7 @@ fn daemon(i: &Inputs<'_>) -> Option<Check> {
         Some(m) => check(
             "daemon",
             Verdict::Pass,
-            format!(
-                "answers, up {}",
-                crate::interval::ms(m.uptime_seconds * 1e3)
-            ),
+            format!("answers, up {}", uptime(m.uptime_seconds)),
             None,
             "",
         ),
@@ -337,6 +349,14 @@ mod tests {
             device: None,
         });
         assert_eq!(overall(&c), Verdict::Warn);
+    }
+
+    #[test]
+    fn uptimes_read_like_durations() {
+        assert_eq!(uptime(42.25), "42.2 s");
+        assert_eq!(uptime(366.7), "6 min 6 s");
+        assert_eq!(uptime(3.0 * 3600.0 + 720.0), "3 h 12 min");
+        assert_eq!(uptime(2.0 * 86_400.0 + 4.0 * 3600.0), "2 d 4 h");
     }
 
     #[test]

@@ -354,14 +354,10 @@ fn text(h: &HealthJson, dev_error: Option<String>, node_dir: &Path) -> String {
         (None, None) => t += "\n",
     }
     for c in &h.checks {
-        t += &format!(
-            "  {}  {:<10}  {}\n",
-            c.verdict.name(),
-            c.subsystem,
-            c.summary
-        );
+        let head = format!("  {}  {:<10}  ", c.verdict.name(), c.subsystem);
+        t += &wrap(&head, &c.summary);
         if let Some(next) = c.next {
-            t += &format!("        {:<10}  next: {next}\n", "");
+            t += &wrap(&format!("{:<20}", ""), &format!("next: {next}"));
         }
     }
     let failing = h
@@ -377,9 +373,42 @@ fn text(h: &HealthJson, dev_error: Option<String>, node_dir: &Path) -> String {
     t
 }
 
+/// `text` after `head`, wrapped at 80 columns, continuation lines
+/// indented as far as `head` is wide.
+fn wrap(head: &str, text: &str) -> String {
+    const WIDTH: usize = 80;
+    let indent = head.chars().count();
+    let mut out = head.to_string();
+    let mut col = indent;
+    for word in text.split_whitespace() {
+        let w = word.chars().count();
+        if col > indent && col + 1 + w > WIDTH {
+            out += "\n";
+            out += &" ".repeat(indent);
+            col = indent;
+        } else if col > indent {
+            out.push(' ');
+            col += 1;
+        }
+        out += word;
+        col += w;
+    }
+    out + "\n"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_wrap_under_their_heading() {
+        let t = wrap("  WARN  streams     ", &"word ".repeat(30));
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(
+            t.lines().skip(1).all(|l| l.starts_with(&" ".repeat(20))),
+            "{t}"
+        );
+    }
 
     #[test]
     fn quantiles_interpolate_within_their_bucket() {
@@ -390,7 +419,7 @@ mod tests {
             (f64::INFINITY, 100.0),
         ];
         assert_eq!(quantile(&b, 0.5), Some(1.5));
-        assert_eq!(quantile(&b, 0.99), Some(3.8000000000000003));
+        assert!(quantile(&b, 0.99).is_some_and(|q| (q - 3.8).abs() < 1e-9));
         assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
         let text = "x_bucket{le=\"0.5\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_sum 2\n";
         assert_eq!(buckets(text, "x"), vec![(0.5, 3.0), (f64::INFINITY, 4.0)]);

@@ -37,8 +37,11 @@ const DEFAULT_EVENTS: &str = "sm_cycles_elapsed,sm_cycles_active,sm_inst_execute
 /// Arguments of `gpupm stat`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Events (comma-separated catalogue names, see `gpupm events`).
-    #[arg(short = 'e', long, value_name = "EV[,EV...]", default_value = DEFAULT_EVENTS)]
+    /// Events (comma-separated catalogue names, see `gpupm events`);
+    /// default: sm_cycles_elapsed, sm_cycles_active, sm_inst_executed,
+    /// l2_hit, l2_miss, fb_bytes, pcie_rx_bytes, pcie_tx_bytes.
+    #[arg(short = 'e', long, value_name = "EV[,EV...]", default_value = DEFAULT_EVENTS,
+          hide_default_value = true)]
     events: String,
     #[command(flatten)]
     scope: ScopeArgs,

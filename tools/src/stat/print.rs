@@ -362,3 +362,25 @@ fn warnings(m: &[Metric]) -> Vec<String> {
         .filter_map(|m| warning(m).map(|w| format!("{}: {w}", m.name)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipc_above_the_issue_limit_is_flagged() {
+        let ok = Metric {
+            name: "ipc",
+            value: 3.9,
+        };
+        let impossible = Metric {
+            name: "ipc",
+            value: 20.0,
+        };
+        assert_eq!(warning(&ok), None);
+        assert!(
+            warning(&impossible).is_some_and(|w| w.starts_with("above the SM's issue limit of 4"))
+        );
+        assert_eq!(warnings(&[ok, impossible]).len(), 1);
+    }
+}
