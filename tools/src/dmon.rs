@@ -128,7 +128,8 @@ pub struct Args {
         default_value = "T"
     )]
     options: String,
-    /// Repeat the header and units rows every N lines (0: once).
+    /// Repeat the header and units rows after N lines or more, between
+    /// two intervals (0: once).
     #[arg(long, value_name = "N", default_value_t = 20)]
     header_every: u64,
     /// End with exit status 1 after gpupmd has not answered for this long.
@@ -343,6 +344,11 @@ fn print_interval(
         return emit_stream(&crate::output::json_line(&j)?);
     }
     let mut t = String::new();
+    // The header repeats between intervals, never inside one.
+    if !args.csv && args.header_every > 0 && *lines >= args.header_every {
+        t += &layout.header();
+        *lines = 0;
+    }
     for v in vms {
         let st = match status {
             _ if v.sealed => "sealed",
@@ -354,9 +360,6 @@ fn print_interval(
         if args.csv {
             t += &layout.csv_line(at, v, span, st);
             continue;
-        }
-        if args.header_every > 0 && *lines > 0 && lines.is_multiple_of(args.header_every) {
-            t += &layout.header();
         }
         t += &layout.line(at, v, span, st);
         *lines += 1;
@@ -406,9 +409,10 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
                 if !told_differ && status == Status::Ok && span.times_differ() {
                     told_differ = true;
                     eprintln!(
-                        "gpupm: device and wall time differ ({}): rates are per second of \
-                         device time (the devms column)",
-                        span.describe()
+                        "gpupm: device and wall time differ: {} of device time in {} of wall \
+                         time; rates are per second of device time (the devms column)",
+                        interval::ms(span.device_ms),
+                        interval::ms(span.wall_ms.unwrap_or(0.0))
                     );
                 }
                 let vms: Vec<DmonVm> = rows

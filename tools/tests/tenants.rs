@@ -194,8 +194,8 @@ fn tenants_see_only_their_own_vm_and_foreign_equals_nonexistent() {
     assert_eq!(dmon.code, 0, "{}", dmon.err);
     assert_eq!(
         dmon.out.lines().count(),
-        3,
-        "header + one line per interval for the one VM: {}",
+        4,
+        "header, units + one line per interval for the one VM: {}",
         dmon.out
     );
 

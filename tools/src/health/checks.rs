@@ -10,7 +10,7 @@ use gpupm_client::health::{
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{ClockCapability, DaemonMetrics, DeviceHealth};
+use super::{ClockCapability, DaemonMetrics, DeviceHealth, Quantile};
 use crate::numfmt::{si, thousands};
 
 /// A check's outcome, worst last.
@@ -151,9 +151,17 @@ fn daemon(i: &Inputs<'_>) -> Option<Check> {
 
 fn handshakes(i: &Inputs<'_>) -> Option<Check> {
     let m = i.daemon?;
-    let switches = m.handshakes + m.handshake_fallbacks;
+    // Fallbacks and switches of one epoch: the device's (since its
+    // reset) when it is readable; gpupmd's handshakes count since its own
+    // start while its fallback counter is the device's, so after a daemon
+    // restart their ratio would mix two epochs.
+    #[allow(clippy::cast_precision_loss)] // counts far below 2^52
+    let (fallbacks, switches) = match i.device {
+        Some(d) => (d.fallbacks as f64, d.switches as f64),
+        None => (m.handshake_fallbacks, m.handshakes + m.handshake_fallbacks),
+    };
     let ratio = if switches > 0.0 {
-        m.handshake_fallbacks / switches
+        fallbacks / switches
     } else {
         0.0
     };
@@ -161,18 +169,30 @@ fn handshakes(i: &Inputs<'_>) -> Option<Check> {
         &RESPONSE_MAX_SECONDS,
         m.handshake_response_max_seconds,
     ));
-    let quantiles = match (m.handshake_p50_seconds, m.handshake_p99_seconds) {
-        (Some(p50), Some(p99)) => format!("p50 ≈ {}, p99 ≈ {}", duration(p50), duration(p99)),
+    let q = |q: Quantile| {
+        if q.beyond_buckets {
+            format!("> {}", duration(q.seconds))
+        } else {
+            format!("≈ {}", duration(q.seconds))
+        }
+    };
+    let quantiles = match (m.handshake_p50, m.handshake_p99) {
+        (Some(p50), Some(p99)) => format!("p50 {}, p99 {}", q(p50), q(p99)),
         _ => "no latency samples".into(),
     };
     Some(check(
         "handshakes",
         verdict,
         format!(
-            "{:.2} % of {} switches finished by the device's fallback (warn above {:.0} %); \
+            "{:.2} % of {} switches{} finished by the device's fallback (warn above {:.0} %); \
              {quantiles}; slowest request to pause since the last scrape {} (warn above {})",
             ratio * 100.0,
             count(switches),
+            if i.device.is_some() {
+                " since the device's reset"
+            } else {
+                ""
+            },
             FALLBACK_RATIO.warn_above * 100.0,
             duration(m.handshake_response_max_seconds),
             duration(RESPONSE_MAX_SECONDS.warn_above)

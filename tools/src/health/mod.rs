@@ -107,10 +107,20 @@ fn buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
     out
 }
 
+/// A latency quantile estimated from the histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Quantile {
+    /// Seconds (the largest bucket bound when `beyond_buckets`).
+    pub seconds: f64,
+    /// The quantile is above the histogram's largest finite bucket: only
+    /// a lower bound is known.
+    pub beyond_buckets: bool,
+}
+
 /// Quantile `q` (0..1) of a cumulative histogram, interpolated linearly
 /// within its bucket as Prometheus' `histogram_quantile` does; `None`
 /// without samples.
-fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
+fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<Quantile> {
     let total = buckets.last()?.1;
     if total <= 0.0 {
         return None;
@@ -120,7 +130,10 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
     for &(le, c) in buckets {
         if c >= rank {
             if le.is_infinite() {
-                return Some(lower.0);
+                return Some(Quantile {
+                    seconds: lower.0,
+                    beyond_buckets: true,
+                });
             }
             let span = c - lower.1;
             let frac = if span > 0.0 {
@@ -128,7 +141,10 @@ fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<f64> {
             } else {
                 1.0
             };
-            return Some(lower.0 + (le - lower.0) * frac);
+            return Some(Quantile {
+                seconds: lower.0 + (le - lower.0) * frac,
+                beyond_buckets: false,
+            });
         }
         lower = (le, c);
     }
@@ -172,12 +188,12 @@ pub struct DaemonMetrics {
     pub handshake_fallbacks: f64,
     /// Total handshake time in seconds.
     pub handshake_seconds_sum: f64,
-    /// Median handshake latency in seconds, estimated from the histogram
+    /// Median handshake latency, estimated from the histogram (null
+    /// without samples).
+    pub handshake_p50: Option<Quantile>,
+    /// 99th percentile handshake latency, estimated from the histogram
     /// (null without samples).
-    pub handshake_p50_seconds: Option<f64>,
-    /// 99th percentile handshake latency in seconds, estimated from the
-    /// histogram (null without samples).
-    pub handshake_p99_seconds: Option<f64>,
+    pub handshake_p99: Option<Quantile>,
     /// Longest switch request to pause since the previous scrape, seconds
     /// of device time.
     pub handshake_response_max_seconds: f64,
@@ -214,8 +230,8 @@ impl DaemonMetrics {
             handshakes: v("gpupm_handshakes_total"),
             handshake_fallbacks: v("gpupm_handshake_fallbacks_total"),
             handshake_seconds_sum: v("gpupm_handshake_duration_seconds_sum"),
-            handshake_p50_seconds: quantile(&latency, 0.5),
-            handshake_p99_seconds: quantile(&latency, 0.99),
+            handshake_p50: quantile(&latency, 0.5),
+            handshake_p99: quantile(&latency, 0.99),
             handshake_response_max_seconds: v("gpupm_handshake_response_max_seconds"),
             stream_lost_records: v("gpupm_stream_lost_records_total"),
             stream_drained_records: v("gpupm_stream_drained_records_total"),
@@ -366,7 +382,7 @@ fn text(h: &HealthJson, dev_error: Option<String>, node_dir: &Path) -> String {
         .filter(|c| c.verdict != Verdict::Pass)
         .count();
     t += &format!(
-        "verdict: {} ({failing} of {} checks not passing; totals since gpupmd started)\n",
+        "verdict: {} ({failing} of {} checks not passing; gpupmd's counts since it started)\n",
         h.verdict.name(),
         h.checks.len()
     );
@@ -418,8 +434,16 @@ mod tests {
             (4.0, 100.0),
             (f64::INFINITY, 100.0),
         ];
-        assert_eq!(quantile(&b, 0.5), Some(1.5));
-        assert!(quantile(&b, 0.99).is_some_and(|q| (q - 3.8).abs() < 1e-9));
+        assert_eq!(quantile(&b, 0.5).map(|q| q.seconds), Some(1.5));
+        assert!(quantile(&b, 0.99).is_some_and(|q| (q.seconds - 3.8).abs() < 1e-9));
+        let beyond = [(1.0, 10.0), (f64::INFINITY, 100.0)];
+        assert_eq!(
+            quantile(&beyond, 0.99),
+            Some(Quantile {
+                seconds: 1.0,
+                beyond_buckets: true
+            })
+        );
         assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
         let text = "x_bucket{le=\"0.5\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_sum 2\n";
         assert_eq!(buckets(text, "x"), vec![(0.5, 3.0), (f64::INFINITY, 4.0)]);
