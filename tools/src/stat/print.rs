@@ -1,6 +1,7 @@
 //! `gpupm stat`'s readings as text, CSV and JSON.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::time::Duration;
 
 use gpupm_client::Scope;
@@ -174,7 +175,8 @@ const CSV_HEADER: &str =
 impl Out<'_> {
     fn write(&self, text: &str) -> CliResult {
         if self.to_stderr {
-            eprint!("{text}");
+            // Like perf stat: the counts must not fail the command's run.
+            std::io::stderr().lock().write_all(text.as_bytes()).ok();
             Ok(())
         } else {
             emit_stream(text)
