@@ -5,16 +5,21 @@
 //! state directory, the pages, the tenant mount) the daemon takes an
 //! exclusive lock on `STATE_DIR/gpupmd.lock` holding its pid and device
 //! node directory; a second daemon with the same state directory exits
-//! with `gpupmd already running as pid N for NODE_DIR`.
+//! with `gpupmd already running as pid N for NODE_DIR`. Before even that,
+//! it checks who may change its configuration file (it holds the tenant
+//! map) and refuses one someone but root and its own user may change.
 //!
-//! `--check-config` reads and checks the configuration (syntax, values,
-//! tenant users and groups, `device_cpus`), prints what it would serve and
-//! exits, touching nothing.
+//! `--check-config` reads and checks the configuration as a start would
+//! (syntax, values, who may change the file, tenant users and groups,
+//! `device_cpus`, the authenticated metrics listener's web configuration),
+//! prints what it would serve and exits, touching nothing.
 //!
 //! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT) or a good
 //! `--check-config`, 2 for a configuration the daemon refuses (malformed
-//! file, an incompatible device ABI, a value the device rejects), 1 for
-//! any other failure (another instance running included).
+//! file, one someone but root and the daemon's user may change, an
+//! incompatible device ABI, a value the device rejects, a metrics web
+//! configuration it cannot use), 1 for any other failure (another
+//! instance running included).
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -27,10 +32,12 @@ use gpupm_client::cpus::UnusableCpus;
 use gpupm_client::instance::{InstanceError, InstanceLock};
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
+use gpupmd::config_access::{self, Exposure};
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
+use gpupmd::tenant::bounds::Bounds;
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, kernel_pmu, metrics};
@@ -66,12 +73,8 @@ enum MainError {
     State(#[from] RetiredError),
     #[error(transparent)]
     Tenant(#[from] TenantError),
-    #[error("cannot listen for metrics on {addr}")]
-    Metrics {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Metrics(#[from] metrics::MetricsError),
     #[error("cannot start the runtime")]
     Runtime(#[source] std::io::Error),
     #[error("the device engine stopped (see the errors above)")]
@@ -93,6 +96,7 @@ impl MainError {
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
             | MainError::Engine(EngineError::Refused { .. })
             | MainError::Engine(EngineError::PeriodTooLong { .. }) => 2,
+            MainError::Metrics(e) if e.is_config() => 2,
             _ => 1,
         }
     }
@@ -112,6 +116,16 @@ fn main() -> ExitCode {
     }
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+    }
+    // Before anything is started: the file decides who sees which VM.
+    match check_access(&settings) {
+        Ok(Some((path, mode))) => health::config_readable(path, mode),
+        Ok(None) => {}
+        Err(msg) => {
+            tracing::error!(error = %msg, "gpupmd refuses its configuration");
+            eprintln!("gpupmd: {msg}");
+            return ExitCode::from(2);
+        }
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
     // mounts the node with gpupm-mount; the sandboxed daemon could not).
@@ -171,15 +185,42 @@ fn take_lock(settings: &Settings) -> Result<InstanceLock, MainError> {
     Ok(lock)
 }
 
+/// Who may change and read the configuration file: `Ok(Some(..))` names
+/// a file every local user may read, `Err` the refusal, as a message.
+fn check_access(settings: &Settings) -> Result<Option<(&std::path::Path, u32)>, String> {
+    let Some(path) = settings.source.as_deref() else {
+        return Ok(None);
+    };
+    match config_access::check(path) {
+        Ok(Exposure::Private) => Ok(None),
+        Ok(Exposure::ReadableByOthers { mode }) => Ok(Some((path, mode))),
+        Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
+    }
+}
+
 /// `--check-config`: what the configuration sets up, checked as far as
-/// it can be without the device.
+/// it can be without the device, with the refusals a start would make.
 fn check_config(settings: &Settings) -> ExitCode {
+    let readable = match check_access(settings) {
+        Ok(readable) => readable,
+        Err(msg) => {
+            eprintln!("gpupmd: {msg}");
+            return ExitCode::from(2);
+        }
+    };
     if let Some(cpus) = &settings.device_cpus {
         if let Err(e) = cpus.check_usable() {
             eprintln!("gpupmd: device_cpus: {:#}", anyhow::Error::new(e));
             return ExitCode::from(2);
         }
     }
+    let metrics_web = match metrics::prepare(&settings.metrics) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+            return ExitCode::from(2);
+        }
+    };
     let source = settings
         .source
         .as_ref()
@@ -200,9 +241,12 @@ fn check_config(settings: &Settings) -> ExitCode {
         }
     );
     println!(
-        "  metrics                http://{}/metrics",
+        "  metrics                http://{}/metrics (health only)",
         settings.metrics_listen
     );
+    if let Some((addr, scheme)) = metrics_web.authenticated() {
+        println!("  authenticated metrics  {scheme}://{addr}/metrics");
+    }
     println!("  tenants mapped         {}", settings.policy.tenants.len());
     println!(
         "  device_cpus            {}",
@@ -211,6 +255,12 @@ fn check_config(settings: &Settings) -> ExitCode {
             .as_ref()
             .map_or("(not pinned)".into(), ToString::to_string)
     );
+    if let Some((path, mode)) = readable {
+        println!(
+            "warning: every local user may read {} (mode {mode:04o}): it tells them who sees which VM",
+            path.display()
+        );
+    }
     ExitCode::SUCCESS
 }
 
@@ -230,14 +280,24 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     if let Some(cpus) = &settings.device_cpus {
         cpus.check_usable().map_err(MainError::Cpus)?;
     }
+    // The metrics web configuration (credentials, certificates) is checked
+    // before the device is touched, as the rest of the configuration is.
+    let metrics_web = metrics::prepare(&settings.metrics)?;
     let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
-    let services = start_services(&settings, &store, inherited_tenant, pages).await?;
+    let services = start_services(&settings, &store, inherited_tenant, pages, metrics_web).await?;
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    // The local listener's address ends the line (tools and tests read it
+    // there); the authenticated one, if any, is named before it.
+    let authenticated = services
+        .metrics
+        .authenticated
+        .map(|(addr, scheme)| format!("authenticated metrics at {scheme}://{addr}/metrics; "))
+        .unwrap_or_default();
     let status = format!(
-        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{}/metrics",
+        "serving {}: {} partitions, {} VMs, {} contexts; {authenticated}metrics on http://{}/metrics",
         dev.path().display(),
         identity.partitions,
         store.vms().len(),
@@ -247,15 +307,15 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             .filter_map(|&v| store.contexts(v))
             .map(|c| c.len())
             .sum::<usize>(),
-        services.metrics_addr
+        services.metrics.local
     );
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!(status = %status, metrics = %services.metrics_addr, "gpupmd ready");
+    tracing::info!(status = %status, metrics = %services.metrics.local, "gpupmd ready");
 
     let result = serve_until_signal(&engine, term, int).await;
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     tracing::info!("gpupmd shutting down");
-    services.metrics_task.abort();
+    services.metrics.abort();
     services.reporter.abort();
     retention_task.abort();
     drop(services.kernel_pmu);
@@ -399,6 +459,8 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
+    // Before the engine retires anything: files record the mapping.
+    store.set_tenancy(&settings.policy);
     let pages = open_pages(settings, &dev, &identity, &store);
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
@@ -427,8 +489,7 @@ async fn start_device(
 /// The daemon's services, running.
 struct Services {
     tenant_node: TenantNode,
-    metrics_task: tokio::task::JoinHandle<Result<(), gpupmd::metrics::MetricsError>>,
-    metrics_addr: std::net::SocketAddr,
+    metrics: metrics::Running,
     reporter: tokio::task::JoinHandle<()>,
     final_health: Arc<dyn HealthSource>,
     kernel_pmu: Option<kernel_pmu::Publisher>,
@@ -442,24 +503,29 @@ async fn start_services(
     store: &Arc<Store>,
     inherited_tenant: Option<OwnedFd>,
     pages: StartedPages,
+    metrics_web: metrics::Prepared,
 ) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
+    let bounds = Bounds::new(settings.limits, &settings.policy);
+    store.set_bounds(Arc::clone(&bounds));
     let tenant_node = match inherited_tenant {
         Some(fd) => TenantNode::serve_fd(
             &settings.tenant_dir,
             fd,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
         None => TenantNode::mount(
             &settings.tenant_dir,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
     };
@@ -470,6 +536,7 @@ async fn start_services(
                 Arc::clone(&p),
                 store.clone(),
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
+                bounds,
             ) {
                 Ok(server) => {
                     let refresher = Refresher::start(
@@ -492,27 +559,21 @@ async fn start_services(
         }
         None => None,
     };
-    let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
-        .await
-        .map_err(|source| MainError::Metrics {
-            addr: settings.metrics_listen,
-            source,
-        })?;
-    let metrics_addr = listener.local_addr().unwrap_or(settings.metrics_listen);
-    let metrics_task = tokio::spawn(metrics::serve(
-        listener,
-        settings.metrics.clone(),
+    let metrics = metrics::start(
+        settings.metrics_listen,
+        &settings.metrics,
+        metrics_web,
         Arc::clone(&view),
         fanout.subscribe(),
-    ));
+    )
+    .await?;
     let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
     let kernel_pmu =
         kernel_pmu::start(&settings.kernel_pmu, Arc::clone(&view)).map_err(MainError::Runtime)?;
 
     Ok(Services {
         tenant_node,
-        metrics_task,
-        metrics_addr,
+        metrics,
         reporter,
         final_health,
         kernel_pmu,

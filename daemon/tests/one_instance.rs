@@ -3,7 +3,9 @@
 //! with `already running as pid N for NODE` before they touch anything —
 //! the live driver's commit mirror file, the live daemon's pages and state
 //! stay as they were and both keep serving. `--check-config` checks a
-//! configuration without touching anything.
+//! configuration without touching anything, and refuses what a start
+//! refuses (a configuration others may change, a scenario that keys a
+//! confidential VM); it reports the device identity.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -187,6 +189,88 @@ fn check_config_checks_and_touches_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     // Nothing was created: no state, no mirror, no mount point.
+    for made in ["state", "dev.mirror", "dev", "tenant", "pages"] {
+        assert!(!scratch.join(made).exists(), "--check-config made {made}");
+    }
+}
+
+/// Runs `cmd` and answers its exit status, stdout and stderr.
+fn output(cmd: &mut Command) -> (Option<i32>, String, String) {
+    let out = cmd.output().expect("run");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_refuses_what_a_start_refuses_and_reports_the_identity() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("check-config-refusals");
+
+    // A configuration every local user may change: refused (it holds the
+    // tenant map), as a start refuses it.
+    let open = scratch.join("open.toml");
+    fs::write(&open, daemon_config(&scratch, "")).expect("config");
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o666)).expect("chmod");
+    let (code, _, err) = output(
+        Command::new(bin!(Daemon))
+            .arg("--config")
+            .arg(&open)
+            .arg("--check-config"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("may be changed by"), "{err}");
+    // Every local user may read it: accepted, with a warning.
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).expect("chmod");
+    let (code, out, err) = output(
+        Command::new(bin!(Daemon))
+            .arg("--config")
+            .arg(&open)
+            .arg("--check-config"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("every local user may read"), "{out}");
+
+    // A scenario that keys a confidential VM: refused without
+    // --insecure-scenario-keys, as a start refuses it.
+    let keyed = scratch.join("keyed.toml");
+    fs::write(&keyed, gpupm_test_support::cc::scenario(1.0)).expect("scenario");
+    let driver = |extra: &[&str]| {
+        let mut cmd = Command::new(bin!(Driver));
+        cmd.args(["--check-config", "--clock", "step", "--node-dir"])
+            .arg(scratch.join("dev"))
+            .args(extra);
+        output(&mut cmd)
+    };
+    let keyed_arg = keyed.display().to_string();
+    let (code, _, err) = driver(&["--scenario", &keyed_arg]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("confidential_key"), "{err}");
+    let (code, out, err) = driver(&["--scenario", &keyed_arg, "--insecure-scenario-keys"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("INSECURE"), "{out}");
+
+    // The identity: none, missing, unusable, loaded.
+    let (_, out, _) = driver(&[]);
+    assert!(out.contains("identity        none"), "{out}");
+    let identity = scratch.join("identity");
+    let identity_arg = identity.display().to_string();
+    let (code, out, err) = driver(&["--identity", &identity_arg]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("does not exist"), "{out}");
+    fs::write(&identity, b"not an identity").expect("identity");
+    fs::set_permissions(&identity, fs::Permissions::from_mode(0o600)).expect("chmod");
+    let (code, out, err) = driver(&["--identity", &identity_arg]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("is unusable"), "{out}");
+    fs::remove_file(&identity).expect("remove");
+    gpupm_test_support::cc::provision_identity(&identity);
+    let (code, out, err) = driver(&["--identity", &identity_arg]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("(serial "), "{out}");
+
     for made in ["state", "dev.mirror", "dev", "tenant", "pages"] {
         assert!(!scratch.join(made).exists(), "--check-config made {made}");
     }

@@ -10,12 +10,12 @@ use std::str::FromStr;
 
 use gpupm_client::page::{self, CounterReader};
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
-use gpupm_driver::model::cc::Key;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
 use crate::error::{one_line, CliError, CliResult};
+use crate::keyfile::KeySource;
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
@@ -296,17 +296,19 @@ impl Node {
 
     /// [`Node::read_opened`] for a live view: a daemon that does not
     /// answer is `Gone`, and so is a page the daemon no longer writes.
-    pub fn read_live(&self, t: Target, key: Option<&Key>) -> Result<Reading, Missing> {
+    /// Without `keys` a sealed reading stays sealed (`top` shows every VM;
+    /// a [`KeySource`] opens one VM's).
+    pub fn read_live(&self, t: Target, keys: Option<&KeySource>) -> Result<Reading, Missing> {
         self.alive()?;
         let reading = self.read(t).or_else(|e| {
             // The read's own failure, unless the daemon went in between.
             self.alive()?;
             Err(Missing::Failed(e))
         })?;
-        if reading.sealed && key.is_some() {
-            return Ok(self.read_opened(t, key)?);
+        match keys {
+            Some(keys) => Ok(self.open_sealed(t, reading, keys)?),
+            None => Ok(reading),
         }
-        Ok(reading)
     }
 
     /// The tenant node client.
@@ -360,14 +362,32 @@ impl Node {
             })
     }
 
-    /// [`Node::read`], with a sealed reading opened by the VM's `key`
-    /// (`--key-file`): the sealed block slot comes from the node (a page
-    /// carries the same ciphertext) and the key opens it here.
-    pub fn read_opened(&self, t: Target, key: Option<&Key>) -> CliResult<Reading> {
+    /// A VM's key state (`TENANT_IOC_KEY_STATE`).
+    pub fn key_state(&self, vm: u32) -> CliResult<gpupm_uapi::tenant::KeyState> {
+        self.client().key_state(vm).map_err(|e| match e.errno() {
+            Some(Errno::ENOTTY) => CliError::usage(format!(
+                "the gpupmd serving {} has no key requests (it predates ABI 1.5)",
+                self.path.display()
+            )),
+            _ => self.fail(e, Some(Scope::Vm(vm))),
+        })
+    }
+
+    /// [`Node::read`], with a sealed reading opened by the VM's keys
+    /// (`--key-file`, or the tenant's session of the VM): the sealed block
+    /// slot comes from the node (a page carries the same ciphertext) and
+    /// the key opens it here.
+    pub fn read_opened(&self, t: Target, keys: &KeySource) -> CliResult<Reading> {
         let reading = self.read(t)?;
-        let Some(key) = key.filter(|_| reading.sealed) else {
+        self.open_sealed(t, reading, keys)
+    }
+
+    /// `reading` of `t`, opened by the VM's keys if it is sealed and the
+    /// caller has them; as it is otherwise.
+    fn open_sealed(&self, t: Target, reading: Reading, keys: &KeySource) -> CliResult<Reading> {
+        if !reading.sealed {
             return Ok(reading);
-        };
+        }
         let slot = match t {
             Target::Scope(s) => self.totals(s)?.sealed,
             Target::Instance { ctx, created_cycle } => {
@@ -376,6 +396,9 @@ impl Node {
                     .map_err(|e| self.fail_instance(e, t))?
                     .sealed
             }
+        };
+        let Some(key) = keys.for_vm(self, slot.envelope.vm)? else {
+            return Ok(reading);
         };
         let block = crate::keyfile::open_slot(&slot, key)?;
         Ok(Reading {

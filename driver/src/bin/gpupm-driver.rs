@@ -16,8 +16,14 @@
 //! mirror directory (made owner-only if missing, as the mirror's), holding
 //! its pid and node; a second driver exits with `gpupm-driver already
 //! running as pid N for NODE`, and the live driver's mirror stays intact.
-//! `--check-config` checks the scenario and the options, prints what the
+//! `--check-config` checks the scenario and the options as a start would
+//! (a scenario's `confidential_key` refused without
+//! `--insecure-scenario-keys`, the `--identity` loaded), prints what the
 //! driver would serve and exits, touching nothing.
+//!
+//! `gpupm-driver provision`: the emulated factory — writes a device identity
+//! (an Ed25519 key and the vendor's certificate for it) that `--identity`
+//! then loads (`docs/confidential.md`, "The emulation boundary").
 
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
@@ -30,7 +36,9 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use gpupm_client::cpus::{CpuList, UnusableCpus};
 use gpupm_client::instance::{InstanceError, InstanceLock};
+use gpupm_client::mirror::MirrorDirs;
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
+use gpupm_driver::model::cc::{DeviceIdentity, IdentityError};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
@@ -65,11 +73,24 @@ enum TransportKind {
 
 /// Serve the emulated gpupm device as a device node.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Subcommand>,
     /// Scenario file (default: the built-in scenario).
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
+    /// Accept `confidential_key` in the scenario file. Such a key is
+    /// written by the host, so it keeps nothing from the host: for tests
+    /// and `gpupm demo` only; the shipped units never pass this.
+    #[arg(long)]
+    insecure_scenario_keys: bool,
+    /// The device's identity (written by `gpupm-driver provision`): the key
+    /// confidential VMs' tenants establish their sessions with. A missing
+    /// file leaves the device without one (logged): its confidential VMs
+    /// then stay without sessions and publish nothing readable.
+    #[arg(long, value_name = "FILE")]
+    identity: Option<PathBuf>,
     /// Device clock.
     #[arg(long, value_enum, default_value_t = Clock::Realtime)]
     clock: Clock,
@@ -101,6 +122,16 @@ struct Args {
     /// one host keep theirs apart; `/run/gpupm/mirror` for CUSE.
     #[arg(long, value_name = "DIR")]
     mirror_dir: Option<PathBuf>,
+    /// Directory of the mirror's waiter file, which the following daemon
+    /// writes (it registers there as a sleeper). Checked as the mirror's
+    /// directory is; the file is shared (0660) with this directory's group
+    /// when that group may search it, so give it a group of the following
+    /// daemon alone, as the shipped units' /run/gpupm/mirror/waiters
+    /// (gpupm-driver:gpupm 2750) does: whoever may write the file may
+    /// truncate it, which kills the driver and the daemon. Default: the
+    /// mirror's directory, where the file is owner-only (0600).
+    #[arg(long, value_name = "DIR")]
+    mirror_waiters_dir: Option<PathBuf>,
     /// Keep no commit mirror (`GPUPM_IOC_MIRROR_INFO` answers ENODEV):
     /// hosts follow commits with `GPUPM_IOC_WAIT_COMMIT`.
     #[arg(long)]
@@ -120,6 +151,34 @@ struct Args {
 
 /// The instance lock's file, in the mirror directory.
 const LOCK_FILE: &str = "gpupm-driver.lock";
+
+#[derive(Debug, clap::Subcommand)]
+enum Subcommand {
+    /// The emulated factory: write a device identity certified by the
+    /// vendor root's private key (exit 0 also when --if-missing keeps one).
+    Provision(ProvisionArgs),
+}
+
+/// Arguments of `gpupm-driver provision`.
+#[derive(Debug, clap::Args)]
+struct ProvisionArgs {
+    /// The vendor root's private key (32 raw bytes or 64 hex digits, a
+    /// file only its owner may access; the package's is
+    /// /usr/lib/gpupm/factory/vendor-root.key).
+    #[arg(long, value_name = "FILE")]
+    vendor_key: PathBuf,
+    /// Where to write the identity (mode 0600, given to the directory's
+    /// owner).
+    #[arg(long, value_name = "FILE")]
+    identity: PathBuf,
+    /// Keep an existing identity and succeed.
+    #[arg(long, conflicts_with = "force")]
+    if_missing: bool,
+    /// Replace an existing identity (the device becomes another device to
+    /// every tenant that knew it).
+    #[arg(long)]
+    force: bool,
+}
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
 /// in flight at once (each thread reserves a 16 MiB request buffer).
@@ -157,22 +216,59 @@ enum DriverError {
     LockDir(PathBuf, #[source] std::io::Error),
 }
 
-/// The device model `args` ask for, and its scenario's name.
-fn make_device(args: &Args) -> Result<(Device, String), DriverError> {
+/// A device model built from the scenario.
+struct Built {
+    dev: Device,
+    /// The scenario's name.
+    name: String,
+    /// Confidential VMs keyed by the scenario file (accepted only with
+    /// `--insecure-scenario-keys`).
+    insecure_keys: Vec<u32>,
+}
+
+/// The device model `args` ask for: a scenario that keys a confidential
+/// VM is refused unless `--insecure-scenario-keys` accepts it.
+fn make_device(args: &Args) -> Result<Built, DriverError> {
     let scenario = match &args.scenario {
         Some(path) => gpupm_driver::scenario::parse_file(path)
             .map_err(|e| DriverError::Scenario(e.to_string()))?,
         None => gpupm_driver::scenario::builtin(),
     };
+    let keyed: Vec<u32> = scenario
+        .vms
+        .iter()
+        .filter(|v| v.confidential_key.is_some())
+        .map(|v| v.id)
+        .collect();
+    if !keyed.is_empty() && !args.insecure_scenario_keys {
+        return Err(DriverError::Scenario(format!(
+            "{}: VM {keyed:?} has a confidential_key, which the host wrote and can read: \
+             refusing it (use `confidential = true` and let the VM's tenant run \
+             `gpupm cc establish`; --insecure-scenario-keys accepts it for tests and demos)",
+            scenario.name
+        )));
+    }
     let step = args.clock == Clock::Step;
     let dev = Device::new(&scenario, EngineKind::Batched, step)
         .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
-    Ok((dev, scenario.name.clone()))
+    Ok(Built {
+        dev,
+        name: scenario.name.clone(),
+        insecure_keys: keyed,
+    })
 }
 
 /// Creates the device the node serves: the one place that chooses it.
 fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
-    let (dev, name) = make_device(args)?;
+    let Built {
+        mut dev,
+        name,
+        insecure_keys,
+    } = make_device(args)?;
+    if !insecure_keys.is_empty() {
+        tracing::warn!(vms = ?insecure_keys, "INSECURE: confidential VMs start with keys from the scenario file, which the host can read (--insecure-scenario-keys)");
+    }
+    install_identity(&mut dev, args.identity.as_deref());
     let step = args.clock == Clock::Step;
     tracing::info!(scenario = %name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
     Ok(Box::new(if args.debug_ledger {
@@ -188,9 +284,35 @@ fn check_config(args: &Args) -> Result<(), DriverError> {
     if let Some(cpus) = &args.cpus {
         cpus.check_usable().map_err(DriverError::Cpus)?;
     }
-    let (_, name) = make_device(args)?;
+    let built = make_device(args)?;
     println!("gpupm-driver: the configuration is valid:");
-    println!("  scenario        {name}");
+    println!("  scenario        {}", built.name);
+    if !built.insecure_keys.is_empty() {
+        println!(
+            "  INSECURE        confidential VMs {:?} start with keys from the scenario file, which the host can read (--insecure-scenario-keys)",
+            built.insecure_keys
+        );
+    }
+    println!(
+        "  identity        {}",
+        match load_identity(args.identity.as_deref()) {
+            Identity::None => "none (no --identity): confidential VMs cannot establish sessions".into(),
+            Identity::Missing(path) => format!(
+                "{} does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions",
+                path.display()
+            ),
+            Identity::Unusable(path, e) => format!(
+                "{} is unusable ({:#}): confidential VMs cannot establish sessions",
+                path.display(),
+                anyhow::Error::new(e)
+            ),
+            Identity::Loaded(path, id) => format!(
+                "{} (serial {})",
+                path.display(),
+                hex(&id.cert().serial)
+            ),
+        }
+    );
     println!("  clock           {:?}", args.clock);
     println!("  node            {}", node_path(args).display());
     println!(
@@ -232,8 +354,85 @@ fn take_lock(args: &Args) -> Result<InstanceLock, DriverError> {
     )?)
 }
 
+/// What `--identity` gives the device.
+enum Identity<'a> {
+    /// No `--identity`.
+    None,
+    /// The file does not exist.
+    Missing(&'a Path),
+    /// The file cannot be used.
+    Unusable(&'a Path, IdentityError),
+    /// Loaded.
+    Loaded(&'a Path, Box<DeviceIdentity>),
+}
+
+/// Reads the device identity in `path`, if any (a start and
+/// `--check-config` judge it alike).
+fn load_identity(path: Option<&Path>) -> Identity<'_> {
+    let Some(path) = path else {
+        return Identity::None;
+    };
+    if !path.exists() {
+        return Identity::Missing(path);
+    }
+    match DeviceIdentity::load(path) {
+        Ok(id) => Identity::Loaded(path, Box::new(id)),
+        Err(e) => Identity::Unusable(path, e),
+    }
+}
+
+/// Loads the device identity in `path`, if any; without one the device
+/// answers key exchanges with ENODEV.
+fn install_identity(dev: &mut Device, path: Option<&Path>) {
+    match load_identity(path) {
+        Identity::None => {
+            tracing::info!("no --identity: confidential VMs cannot establish sessions");
+        }
+        Identity::Missing(path) => {
+            tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
+        }
+        Identity::Unusable(path, e) => {
+            tracing::error!(identity = %path.display(), error = %anyhow::Error::new(e), "the device identity is unusable: confidential VMs cannot establish sessions");
+        }
+        Identity::Loaded(path, id) => {
+            tracing::info!(identity = %path.display(), serial = %hex(&id.cert().serial), "device identity loaded");
+            dev.install_identity(*id);
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `gpupm-driver provision`.
+fn provision(a: &ProvisionArgs) -> ExitCode {
+    match gpupm_driver::model::cc::identity::provision(
+        &a.vendor_key,
+        &a.identity,
+        a.if_missing,
+        a.force,
+    ) {
+        Ok(true) => {
+            eprintln!(
+                "gpupm-driver: provisioned a device identity in {}",
+                a.identity.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Subcommand::Provision(a)) = &args.command {
+        return provision(a);
+    }
     if args.check_config {
         return match check_config(&args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -364,16 +563,16 @@ fn mirror_dir(args: &Args) -> PathBuf {
     }
 }
 
-/// Creates the commit mirror in `dir`; without it (a failure is logged)
+/// Creates the commit mirror in `dirs`; without it (a failure is logged)
 /// hosts fall back to `GPUPM_IOC_WAIT_COMMIT`.
-fn start_mirror(core: &NodeCore, dir: &Path) {
+fn start_mirror(core: &NodeCore, dirs: MirrorDirs<'_>) {
     // A new generation per driver start: readers of a previous driver's
     // mirror see it change.
     let generation = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    if let Err(e) = core.start_mirror(dir, generation) {
-        tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror");
+    if let Err(e) = core.start_mirror(dirs, generation) {
+        tracing::warn!(dir = %dirs.mirror.display(), error = %e, "no commit mirror");
     }
 }
 
@@ -398,7 +597,12 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
     if !args.no_mirror {
-        start_mirror(&core, &mirror_dir(args));
+        let dir = mirror_dir(args);
+        let dirs = MirrorDirs {
+            mirror: &dir,
+            waiters: args.mirror_waiters_dir.as_deref(),
+        };
+        start_mirror(&core, dirs);
     }
     let mut transport = make_transport(args, &core, inherited)?;
     transport.mount()?;

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use gpupm_driver::model::cc::Key;
+use crate::keyfile::KeySource;
 
 pub use self::print::StatJson;
 use self::print::{Out, Sample};
@@ -68,8 +68,10 @@ pub struct Args {
     /// CSV.
     #[arg(long)]
     csv: bool,
-    /// A confidential VM's key (32 raw bytes or 64 hex digits, readable by
-    /// its owner only): open the sealed totals with it.
+    /// A confidential VM's session file (default: the one `gpupm cc
+    /// establish` keeps for the VM in your state directory), or a raw key
+    /// of a VM whose key the scenario gives (32 bytes or 64 hex digits);
+    /// owner-only: the sealed totals are opened with it.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
     /// Run CMD and count while it runs, like `perf stat CMD`: the counts
@@ -82,13 +84,13 @@ pub struct Args {
 struct Reader<'a> {
     node: Node,
     target: Target,
-    key: Option<&'a Key>,
+    keys: &'a KeySource,
     clock_khz: u32,
 }
 
 impl Reader<'_> {
     fn read(&self) -> Result<(Reading, Moment), Missing> {
-        let r = self.node.read_live(self.target, self.key)?;
+        let r = self.node.read_live(self.target, Some(self.keys))?;
         Ok((r, Moment::now()))
     }
 }
@@ -99,12 +101,8 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let node = g.node()?;
     let who = node.whoami()?;
     let target = args.scope.resolve_target(&node)?;
-    let key = args
-        .key_file
-        .as_deref()
-        .map(crate::keyfile::load)
-        .transpose()?;
-    let first = node.read_opened(target, key.as_ref())?;
+    let keys = KeySource::new(args.key_file.as_deref())?;
+    let first = node.read_opened(target, &keys)?;
     let first_at = Moment::now();
     let clock_khz = node.clock_khz(&who)?;
     let out = Out {
@@ -118,7 +116,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let reader = Reader {
         node,
         target,
-        key: key.as_ref(),
+        keys: &keys,
         clock_khz,
     };
     let mut child = match args.command.as_slice() {

@@ -398,6 +398,18 @@ impl Counting {
         }
     }
 
+    /// Sets the generator phases of partition `p`'s counters back to their
+    /// power-on values ([`Counting::new`] with `seed`); called at a
+    /// generation start (synced), so only the sub-unit fractions of signal
+    /// not yet generated change and every count stays booked exactly.
+    pub fn scrub_phases(&mut self, topo: &Topology, p: u32, seed: u64) {
+        for range in topo.partition_counter_ranges(p) {
+            for j in range {
+                self.phase_q[j] = low16(rng::hash(seed, &[rng::domain::PHASE, j as u64]));
+            }
+        }
+    }
+
     /// Sum of the live multi-bit residue of partition `p`, per event.
     pub fn residue(&self, topo: &Topology, p: u32) -> [u64; MAX_EVENTS] {
         let mut out = [0u64; MAX_EVENTS];

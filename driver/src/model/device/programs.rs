@@ -111,6 +111,7 @@ impl Device {
         let now = self.clock.now();
         let ctx = self.ccu.owner(p).ctx;
         let c = self.ctxs.get(ctx);
+        let leak = self.leaks_confidential_ranges();
         let run = self.runs.get_mut(ctx as usize).and_then(Option::as_mut);
         let (Some(run), true) = (run, p != 0 && ctx != 0) else {
             self.ccu
@@ -125,7 +126,10 @@ impl Device {
         });
         let confidential = self.vms.confidential(c.vm);
         let program = u32::try_from(run.program + 1).unwrap_or(0);
-        let ranges = self.ranges[p as usize].armed().then(|| {
+        let branches = run.branches();
+        // A range counts no confidential VM's context (docs/confidential.md).
+        let counted = !confidential || leak;
+        let ranges = (self.ranges[p as usize].armed() && counted).then(|| {
             let ids = (ctx, c.vm, c.serial, program);
             RangeWatcher::new(&mut self.ranges[p as usize], ids, blank_env(), confidential)
         });
@@ -136,6 +140,8 @@ impl Device {
             vm: c.vm,
             serial: c.serial,
             env: blank_env(),
+            confidential,
+            branches,
             cipher: self.vms.cipher(c.vm).map(|k: &mut VmCipher| k),
         });
         let Some(prog) = self.programs.get(run.program) else {

@@ -244,6 +244,12 @@ impl ProgramRun {
         self.now
     }
 
+    /// Taken branches so far.
+    #[inline]
+    pub fn branches(&self) -> u64 {
+        self.branches
+    }
+
     /// Instructions retired so far.
     pub fn retired(&self) -> u64 {
         self.retired_done + self.partial_insts()

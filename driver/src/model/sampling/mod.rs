@@ -7,12 +7,22 @@
 //! `SAMP_CYCLE_DITHER`, `SAMP_SKID`, `SAMP_REFILL`, `SAMP_STACK_DEPTH`,
 //! `SAMP_BRANCHES`, `SAMP_CYCLE_SAMPLES`, `SAMP_SPAN`,
 //! `SAMP_MIN_BRANCH_GAP`, and per buffer `BUF_*`. See `docs/sampling.md`.
+//!
+//! A confidential VM's context is sampled on a schedule of its context
+//! cycles alone, so that nothing the host reads (heads, counts, interrupts,
+//! the envelopes' nonce counter) depends on what it executes: the cycle
+//! sampler is time-driven anyway, and the branch sampler writes one stack
+//! every N × [`CONFIDENTIAL_BRANCH_CYCLES`] + R context cycles (R dithered
+//! below N × [`CONFIDENTIAL_BRANCH_CYCLES`] by the seeded generator)
+//! instead of every N-th taken branch; its branches are not counted in
+//! `SAMP_BRANCHES`.
 
 pub mod buffer;
 
 use gpupm_uapi::sampling::{
     self as s, buf_kind, samp_ctrl, samp_status, sample_flags, BranchEntry, BranchStackRecord,
-    PcRecord, BRANCH_RECORD_MAGIC, BRANCH_STACK_ENTRIES, PC_RECORD_MAGIC,
+    PcRecord, BRANCH_RECORD_MAGIC, BRANCH_STACK_ENTRIES, CONFIDENTIAL_BRANCH_CYCLES,
+    PC_RECORD_MAGIC,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -24,6 +34,9 @@ use super::rng;
 
 /// Random-draw domain of the cycle sampler's R.
 const SAMPLE_DOMAIN: u64 = 0x5341_4D50;
+/// Random-draw domain of the dither of confidential contexts' scheduled
+/// branch stacks.
+const STACK_DOMAIN: u64 = 0x5354_4B53;
 
 /// The batch's view of a sampling unit.
 #[derive(Clone, Copy, Debug, Default)]
@@ -84,6 +97,11 @@ pub struct Sampler {
     stack: Vec<BranchEntry>,
     stack_owner: u64,
     since_capture: u32,
+    /// Context cycles of confidential contexts to the next scheduled
+    /// branch stack.
+    stack_due: u64,
+    /// Scheduled branch stacks so far (the dither's draw ordinal).
+    scheduled: u64,
     remaining: u64,
     interval: u32,
     seed: u64,
@@ -109,6 +127,8 @@ impl Sampler {
             stack: Vec::with_capacity(BRANCH_STACK_ENTRIES),
             stack_owner: u64::MAX,
             since_capture: 0,
+            stack_due: stack_period(s::DEFAULT_BRANCH_PERIOD),
+            scheduled: 0,
             remaining: 0,
             interval: 0,
             seed,
@@ -229,6 +249,7 @@ impl Sampler {
                 }
                 if newly & samp_ctrl::BRANCH_ENABLE != 0 {
                     self.since_capture = 0;
+                    self.stack_due = self.stack_interval();
                 }
             }
             SampWrite::BranchPeriod(v) => self.n = v,
@@ -237,6 +258,20 @@ impl Sampler {
             SampWrite::Buf(kind, w) => self.bufs[kind as usize].apply(w),
             SampWrite::LostSelect(v) => self.lost_select = v,
         }
+    }
+
+    /// Draws the context cycles to the next scheduled branch stack of a
+    /// confidential context: N × `CONFIDENTIAL_BRANCH_CYCLES` + R, R
+    /// uniform below N × `CONFIDENTIAL_BRANCH_CYCLES` from the seeded
+    /// generator — time and the seed alone, and never in step with a loop
+    /// whose period divides a fixed interval.
+    fn stack_interval(&self) -> u64 {
+        let period = stack_period(self.n);
+        let r = rng::hash(
+            self.seed,
+            &[STACK_DOMAIN, u64::from(self.partition), self.scheduled],
+        ) % period;
+        period + r
     }
 
     /// Draws the next interval P + R + S − A (R from the seeded generator).
@@ -261,6 +296,13 @@ impl Sampler {
     }
 }
 
+/// The shortest interval, in context cycles, between two branch stacks of
+/// confidential contexts at branch period `n`: N ×
+/// [`CONFIDENTIAL_BRANCH_CYCLES`].
+fn stack_period(n: u32) -> u64 {
+    u64::from(n) * u64::from(CONFIDENTIAL_BRANCH_CYCLES)
+}
+
 /// (kind, register within the buffer's set) of a buffer register.
 fn buf_reg(reg: u64) -> Option<(u32, u64)> {
     let rel = reg.checked_sub(s::SAMP_BUF_BRANCH)?;
@@ -281,6 +323,11 @@ pub struct Watcher<'a> {
     pub serial: u64,
     /// The span.
     pub env: Env<'a>,
+    /// Whether the VM is confidential: its branch stacks follow the
+    /// schedule of its context cycles, not its branches.
+    pub confidential: bool,
+    /// The context's taken branches so far (kept up to date by the walk).
+    pub branches: u64,
     /// The VM's cipher when confidential.
     pub cipher: Option<&'a mut VmCipher>,
 }
@@ -300,69 +347,125 @@ impl Watcher<'_> {
             self.unit.events.push((kind, ev, at));
         }
     }
-}
 
-impl Watch for Watcher<'_> {
-    fn ran(&mut self, from: u64, to: u64, kernel: u16, block: u16) {
-        if self.unit.ctrl & samp_ctrl::CYCLE_ENABLE == 0 {
-            return;
-        }
-        let mut at = from;
-        while to - at >= self.unit.remaining {
-            at += self.unit.remaining;
-            let cycle = self.env.device_cycle(at);
-            let mut rec = PcRecord {
-                magic: PC_RECORD_MAGIC,
-                partition: u16::try_from(self.unit.partition).unwrap_or(0),
-                flags: self.flags(at),
-                vm: self.vm,
-                ctx: self.ctx,
-                seq: self.unit.bufs[1].produced() + 1,
-                cycle,
-                ctx_cycle: at,
-                kernel,
-                block,
-                interval: self.unit.interval,
-            };
-            rec.seq = self.unit.bufs[1].produced() + 1;
-            self.store(buf_kind::PC, rec.as_bytes(), cycle);
-            self.unit.samples += 1;
-            self.unit.draw_interval();
-        }
-        self.unit.remaining -= to - at;
-    }
-
-    fn taken(&mut self, entry: BranchEntry, branches: u64) {
-        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE == 0 {
-            return;
-        }
+    /// The branch stack holds only the running context's branches.
+    fn own_stack(&mut self) {
         let unit = &mut *self.unit;
         if unit.stack_owner != self.serial {
             unit.stack.clear();
             unit.stack_owner = self.serial;
         }
-        if unit.stack.len() == BRANCH_STACK_ENTRIES {
-            unit.stack.remove(0);
-        }
-        unit.stack.push(entry);
-        unit.branches += 1;
-        unit.since_capture += 1;
-        if unit.since_capture < unit.n {
-            return;
-        }
-        unit.since_capture = 0;
+    }
+
+    /// Writes a branch-stack record at context cycle `at`.
+    fn stack_record(&mut self, at: u64) {
+        let unit = &mut *self.unit;
         let mut rec = BranchStackRecord::new_zeroed();
         rec.magic = BRANCH_RECORD_MAGIC;
         rec.partition = u16::try_from(unit.partition).unwrap_or(0);
         rec.vm = self.vm;
         rec.ctx = self.ctx;
         rec.seq = unit.bufs[0].produced() + 1;
-        rec.cycle = self.env.device_cycle(entry.cycle);
-        rec.branches = branches;
+        rec.cycle = self.env.device_cycle(at);
+        rec.branches = self.branches;
         rec.count = u32::try_from(unit.stack.len()).unwrap_or(0);
         rec.entries[..unit.stack.len()].copy_from_slice(&unit.stack);
-        rec.flags = self.flags(entry.cycle);
+        rec.flags = self.flags(at);
         let cycle = rec.cycle;
         self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
+    }
+
+    /// Writes a PC record at context cycle `at`, in block `(kernel, block)`.
+    fn pc_record(&mut self, at: u64, kernel: u16, block: u16) {
+        let cycle = self.env.device_cycle(at);
+        let rec = PcRecord {
+            magic: PC_RECORD_MAGIC,
+            partition: u16::try_from(self.unit.partition).unwrap_or(0),
+            flags: self.flags(at),
+            vm: self.vm,
+            ctx: self.ctx,
+            seq: self.unit.bufs[1].produced() + 1,
+            cycle,
+            ctx_cycle: at,
+            kernel,
+            block,
+            interval: self.unit.interval,
+        };
+        self.store(buf_kind::PC, rec.as_bytes(), cycle);
+        self.unit.samples += 1;
+        self.unit.draw_interval();
+    }
+}
+
+impl Watch for Watcher<'_> {
+    fn ran(&mut self, from: u64, to: u64, kernel: u16, block: u16) {
+        // Cycle samples, and a confidential context's scheduled branch
+        // stacks (holding the branches taken before them), in cycle order
+        // (stack first at a tie): each record is sealed as it is written,
+        // so the order must not depend on how the walk's spans are cut.
+        let stacks = self.confidential && self.unit.ctrl & samp_ctrl::BRANCH_ENABLE != 0;
+        let pcs = self.unit.ctrl & samp_ctrl::CYCLE_ENABLE != 0;
+        if !stacks && !pcs {
+            return;
+        }
+        let mut at = from;
+        loop {
+            let to_stack = if stacks {
+                self.unit.stack_due
+            } else {
+                u64::MAX
+            };
+            let to_pc = if pcs { self.unit.remaining } else { u64::MAX };
+            let step = to_stack.min(to_pc);
+            if step > to - at {
+                break;
+            }
+            at += step;
+            if stacks {
+                self.unit.stack_due -= step;
+                if self.unit.stack_due == 0 {
+                    self.own_stack();
+                    self.stack_record(at);
+                    self.unit.scheduled += 1;
+                    self.unit.stack_due = self.unit.stack_interval();
+                }
+            }
+            if pcs {
+                self.unit.remaining -= step;
+                if self.unit.remaining == 0 {
+                    self.pc_record(at, kernel, block);
+                }
+            }
+        }
+        if stacks {
+            self.unit.stack_due -= to - at;
+        }
+        if pcs {
+            self.unit.remaining -= to - at;
+        }
+    }
+
+    fn taken(&mut self, entry: BranchEntry, branches: u64) {
+        self.branches = branches;
+        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE == 0 {
+            return;
+        }
+        self.own_stack();
+        let unit = &mut *self.unit;
+        if unit.stack.len() == BRANCH_STACK_ENTRIES {
+            unit.stack.remove(0);
+        }
+        unit.stack.push(entry);
+        if self.confidential {
+            // Its stacks follow the schedule of its cycles (`ran`).
+            return;
+        }
+        unit.branches += 1;
+        unit.since_capture += 1;
+        if unit.since_capture < unit.n {
+            return;
+        }
+        unit.since_capture = 0;
+        self.stack_record(entry.cycle);
     }
 }
