@@ -22,6 +22,9 @@
 //!   handshake states, letting flush acks arrive, flushing).
 //! - [`config`]: the daemon's configuration file (`gpupmd.toml`), as the
 //!   daemon and the admin tools read it.
+//! - [`health`]: the health thresholds `gpupm health`, gpupmd and the
+//!   shipped alert rules share.
+//! - [`instance`]: the one-instance lock of gpupmd and gpupm-driver.
 //! - [`sys`]: the ioctl system call, typed and raw; with `page::sys`
 //!   (mapping pages, received descriptors) the crate's only `unsafe`.
 //!
@@ -44,6 +47,8 @@ pub mod config;
 pub mod cpus;
 pub mod devnode;
 pub mod handshake;
+pub mod health;
+pub mod instance;
 pub mod mirror;
 pub mod ops;
 pub mod page;

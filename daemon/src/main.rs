@@ -1,10 +1,25 @@
 //! gpupmd: programs the gpupm device, runs its context-switch handshakes,
 //! keeps every count and serves tenants.
 //!
-//! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a
-//! configuration the daemon refuses (malformed file, one someone but root
-//! and the daemon's user may change, an incompatible device ABI, a value
-//! the device rejects), 1 for any other failure.
+//! One instance at a time: before it touches anything (the device, the
+//! state directory, the pages, the tenant mount) the daemon takes an
+//! exclusive lock on `STATE_DIR/gpupmd.lock` holding its pid and device
+//! node directory; a second daemon with the same state directory exits
+//! with `gpupmd already running as pid N for NODE_DIR`. Before even that,
+//! it checks who may change its configuration file (it holds the tenant
+//! map) and refuses one someone but root and its own user may change.
+//!
+//! `--check-config` reads and checks the configuration as a start would
+//! (syntax, values, who may change the file, tenant users and groups,
+//! `device_cpus`, the authenticated metrics listener's web configuration),
+//! prints what it would serve and exits, touching nothing.
+//!
+//! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT) or a good
+//! `--check-config`, 2 for a configuration the daemon refuses (malformed
+//! file, one someone but root and the daemon's user may change, an
+//! incompatible device ABI, a value the device rejects, a metrics web
+//! configuration it cannot use), 1 for any other failure (another
+//! instance running included).
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -14,6 +29,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use gpupm_client::cpus::UnusableCpus;
+use gpupm_client::instance::{InstanceError, InstanceLock};
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
 use gpupmd::config_access::{self, Exposure};
@@ -35,7 +51,14 @@ struct Args {
     /// Configuration file (default /etc/gpupm/gpupmd.toml; absent = defaults).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Check the configuration, print what it sets up, and exit (0: good,
+    /// 2: refused) without touching the device or any file.
+    #[arg(long)]
+    check_config: bool,
 }
+
+/// The lock file in the state directory.
+const LOCK_FILE: &str = "gpupmd.lock";
 
 /// Why the daemon stopped.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +81,10 @@ enum MainError {
     EngineDied,
     #[error("device_cpus")]
     Cpus(#[source] UnusableCpus),
+    #[error(transparent)]
+    Instance(#[from] InstanceError),
+    #[error("cannot create the state directory {}", .0.display())]
+    StateDir(PathBuf, #[source] std::io::Error),
 }
 
 impl MainError {
@@ -84,20 +111,20 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.check_config {
+        return check_config(&settings);
+    }
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
     }
     // Before anything is started: the file decides who sees which VM.
-    if let Some(path) = settings.source.as_deref() {
-        match config_access::check(path) {
-            Ok(Exposure::Private) => {}
-            Ok(Exposure::ReadableByOthers { mode }) => health::config_readable(path, mode),
-            Err(e) => {
-                let msg = format!("{:#}", anyhow::Error::new(e));
-                tracing::error!(error = %msg, "gpupmd refuses its configuration");
-                eprintln!("gpupmd: {msg}");
-                return ExitCode::from(2);
-            }
+    match check_access(&settings) {
+        Ok(Some((path, mode))) => health::config_readable(path, mode),
+        Ok(None) => {}
+        Err(msg) => {
+            tracing::error!(error = %msg, "gpupmd refuses its configuration");
+            eprintln!("gpupmd: {msg}");
+            return ExitCode::from(2);
         }
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
@@ -111,13 +138,16 @@ fn main() -> ExitCode {
             .as_deref()
             .unwrap_or(std::path::Path::new("(built-in defaults)")),
     );
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("gpupmd-rt")
-        .enable_all()
-        .build()
-        .map_err(MainError::Runtime)
-        .and_then(|rt| rt.block_on(run(settings, inherited_tenant)));
+    // Held until the daemon exits; nothing is touched before it.
+    let result = take_lock(&settings).and_then(|_lock| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("gpupmd-rt")
+            .enable_all()
+            .build()
+            .map_err(MainError::Runtime)
+            .and_then(|rt| rt.block_on(run(settings, inherited_tenant)))
+    });
     match result {
         Ok(()) => {
             tracing::info!("gpupmd stopped");
@@ -132,6 +162,106 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The instance lock in the state directory (created owner-only when
+/// missing, as the unit's `StateDirectoryMode=0700`).
+fn take_lock(settings: &Settings) -> Result<InstanceLock, MainError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = &settings.state_dir;
+    match std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(MainError::StateDir(dir.clone(), e)),
+    }
+    let lock = InstanceLock::acquire(
+        &dir.join(LOCK_FILE),
+        &settings.node_dir.display().to_string(),
+    )?;
+    tracing::debug!(lock = %lock.path().display(), "instance lock taken");
+    Ok(lock)
+}
+
+/// Who may change and read the configuration file: `Ok(Some(..))` names
+/// a file every local user may read, `Err` the refusal, as a message.
+fn check_access(settings: &Settings) -> Result<Option<(&std::path::Path, u32)>, String> {
+    let Some(path) = settings.source.as_deref() else {
+        return Ok(None);
+    };
+    match config_access::check(path) {
+        Ok(Exposure::Private) => Ok(None),
+        Ok(Exposure::ReadableByOthers { mode }) => Ok(Some((path, mode))),
+        Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
+    }
+}
+
+/// `--check-config`: what the configuration sets up, checked as far as
+/// it can be without the device, with the refusals a start would make.
+fn check_config(settings: &Settings) -> ExitCode {
+    let readable = match check_access(settings) {
+        Ok(readable) => readable,
+        Err(msg) => {
+            eprintln!("gpupmd: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(cpus) = &settings.device_cpus {
+        if let Err(e) = cpus.check_usable() {
+            eprintln!("gpupmd: device_cpus: {:#}", anyhow::Error::new(e));
+            return ExitCode::from(2);
+        }
+    }
+    let metrics_web = match metrics::prepare(&settings.metrics) {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+            return ExitCode::from(2);
+        }
+    };
+    let source = settings
+        .source
+        .as_ref()
+        .map_or("(built-in defaults)".into(), |p| p.display().to_string());
+    println!("configuration {source} is valid:");
+    println!("  device node directory  {}", settings.node_dir.display());
+    println!("  tenant node directory  {}", settings.tenant_dir.display());
+    println!(
+        "  state directory        {} (lock {LOCK_FILE})",
+        settings.state_dir.display()
+    );
+    println!(
+        "  tenant pages           {}",
+        if settings.pages.enabled {
+            settings.pages.dir.display().to_string()
+        } else {
+            "off".into()
+        }
+    );
+    println!(
+        "  metrics                http://{}/metrics (health only)",
+        settings.metrics_listen
+    );
+    if let Some((addr, scheme)) = metrics_web.authenticated() {
+        println!("  authenticated metrics  {scheme}://{addr}/metrics");
+    }
+    println!("  tenants mapped         {}", settings.policy.tenants.len());
+    println!(
+        "  device_cpus            {}",
+        settings
+            .device_cpus
+            .as_ref()
+            .map_or("(not pinned)".into(), ToString::to_string)
+    );
+    if let Some((path, mode)) = readable {
+        println!(
+            "warning: every local user may read {} (mode {mode:04o}): it tells them who sees which VM",
+            path.display()
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn notify(states: &[NotifyState<'_>]) {

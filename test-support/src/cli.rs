@@ -37,6 +37,22 @@ pub const UID_VM3: u32 = 47005;
 /// [`Fixture::start_with_tenants`].
 pub const UID_VM4: u32 = 47004;
 
+/// A VM's device counts by event name as `gpupm stat --json` prints
+/// them: in each event's unit (a multi-bit event's count times its scale,
+/// `gpupm events`), device-level events left out (`<not supported>` for a
+/// VM).
+pub fn vm_events_as_stat_prints(counts: &[u64]) -> std::collections::BTreeMap<String, u64> {
+    use gpupm_uapi::events::{Scope, CATALOGUE};
+    CATALOGUE
+        .iter()
+        .filter(|e| e.unit.scope() != Scope::Device)
+        .map(|e| {
+            let count = counts.get(usize::from(e.id)).copied().unwrap_or(0);
+            (e.name.to_string(), count * e.scale())
+        })
+        .collect()
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-/// A failed command: printed as `gpupm: MESSAGE`, then exit with `code`.
+/// A failed command: printed as `gpupm: MESSAGE`, then exit with `code`
+/// (code 0: the output's reader went away; nothing is printed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliError {
     /// Exit code (1 or 2).
@@ -19,6 +20,15 @@ impl CliError {
         CliError {
             code: 2,
             msg: msg.into(),
+        }
+    }
+
+    /// Standard output's reader has gone (`| head`): the command stops,
+    /// quietly, with exit status 0.
+    pub fn closed() -> CliError {
+        CliError {
+            code: 0,
+            msg: String::new(),
         }
     }
 

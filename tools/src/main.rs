@@ -17,9 +17,11 @@ mod error;
 mod events;
 mod gen;
 mod health;
+mod interval;
 mod keyfile;
 mod list;
 mod node;
+mod numfmt;
 mod output;
 mod plan;
 mod progress;
@@ -44,7 +46,8 @@ use crate::error::CliError;
 #[command(
     name = "gpupm",
     version,
-    about = "GPU performance monitoring: operators' and tenants' tools"
+    about = "GPU performance monitoring: operators' and tenants' tools",
+    max_term_width = 80
 )]
 struct Cli {
     #[command(flatten)]
@@ -138,6 +141,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if e.code == 0 => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpupm: {e}");
             ExitCode::from(e.code)

@@ -19,21 +19,24 @@ use crate::keyfile::KeySource;
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
+/// The help heading of the options every subcommand shares.
+const GLOBAL: &str = "Global options";
+
 /// Options every subcommand shares.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Global {
     /// Tenant node served by gpupmd.
-    #[arg(long, global = true, default_value = DEFAULT_TENANT_NODE, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_TENANT_NODE, value_name = "PATH")]
     pub tenant_node: PathBuf,
     /// Directory of the device nodes (card0, card0-oob).
-    #[arg(long, global = true, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_NODE_DIR, value_name = "DIR")]
     pub node_dir: PathBuf,
     /// gpupmd's page socket: totals are read from a scope's shared page
     /// when the daemon offers one, from the tenant node otherwise.
-    #[arg(long, global = true, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value = DEFAULT_PAGES_SOCKET, value_name = "PATH")]
     pub pages_socket: PathBuf,
     /// Read totals through the tenant node only (no pages).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub no_pages: bool,
 }
 
@@ -205,6 +208,40 @@ pub struct Node {
     reader: RefCell<CounterReader>,
     /// Its path.
     pub path: PathBuf,
+    pages: Option<PathBuf>,
+}
+
+/// Why a live view got no reading.
+#[derive(Debug)]
+pub enum Missing {
+    /// gpupmd does not answer (stopped, restarting, or its node is gone):
+    /// the interval has no data. Why, in a few words.
+    Gone(String),
+    /// Any other failure: the command ends with it.
+    Failed(CliError),
+}
+
+impl From<CliError> for Missing {
+    fn from(e: CliError) -> Missing {
+        Missing::Failed(e)
+    }
+}
+
+/// Whether a failed request means the daemon is not serving the node:
+/// a FUSE connection whose server went away, or a node that is gone.
+fn daemon_gone(e: &ClientError) -> bool {
+    matches!(
+        e.errno(),
+        Some(
+            Errno::ENOTCONN
+                | Errno::ECONNABORTED
+                | Errno::ENOENT
+                | Errno::ENODEV
+                | Errno::ENXIO
+                | Errno::ESHUTDOWN
+                | Errno::EIO
+        )
+    )
 }
 
 impl Node {
@@ -219,10 +256,58 @@ impl Node {
     pub fn open_with_pages(path: &Path, pages: Option<PathBuf>) -> CliResult<Node> {
         match TenantClient::open(path) {
             Ok(client) => Ok(Node {
-                reader: RefCell::new(CounterReader::new(client, pages)),
+                reader: RefCell::new(CounterReader::new(client, pages.clone())),
                 path: path.to_owned(),
+                pages,
             }),
             Err(e) => Err(open_error(path, e)),
+        }
+    }
+
+    /// Opens the node again (after a daemon restart the old descriptor
+    /// is dead): `Gone` while it cannot be opened.
+    pub fn reopen(&mut self) -> Result<(), Missing> {
+        match TenantClient::open(&self.path) {
+            Ok(client) => {
+                self.reader = RefCell::new(CounterReader::new(client, self.pages.clone()));
+                Ok(())
+            }
+            Err(e) if daemon_gone(&e) || e.errno() == Some(Errno::ENOTDIR) => Err(Missing::Gone(
+                format!("{}: {}", self.path.display(), one_line(e)),
+            )),
+            Err(e) => Err(Missing::Failed(open_error(&self.path, e))),
+        }
+    }
+
+    /// Whether gpupmd serves the node now (a page can be read while the
+    /// daemon is down: it shows the last totals it wrote).
+    pub fn alive(&self) -> Result<(), Missing> {
+        match self.client().whoami() {
+            Ok(_) => Ok(()),
+            Err(e) if daemon_gone(&e) => Err(Missing::Gone(format!(
+                "gpupmd does not answer on {} ({})",
+                self.path.display(),
+                e.errno()
+                    .map_or_else(|| one_line(e), |n| n.desc().to_lowercase())
+            ))),
+            Err(e) => Err(Missing::Failed(self.fail(e, None))),
+        }
+    }
+
+    /// [`Node::read_opened`] for a live view: a daemon that does not
+    /// answer is `Gone`, and so is a page the daemon no longer writes.
+    /// Without `keys` a sealed reading stays sealed (`top` shows every VM;
+    /// a [`KeySource`] opens one VM's).
+    pub fn read_live(&self, t: Target, keys: Option<&KeySource>) -> Result<Reading, Missing> {
+        self.alive()?;
+        let reading = self.read(t).or_else(|e| {
+            // The read's own failure, unless the daemon went in between.
+            self.alive()?;
+            Err(Missing::Failed(e))
+        })?;
+        match keys {
+            Some(keys) => Ok(self.open_sealed(t, reading, keys)?),
+            None => Ok(reading),
         }
     }
 
@@ -294,6 +379,12 @@ impl Node {
     /// the key opens it here.
     pub fn read_opened(&self, t: Target, keys: &KeySource) -> CliResult<Reading> {
         let reading = self.read(t)?;
+        self.open_sealed(t, reading, keys)
+    }
+
+    /// `reading` of `t`, opened by the VM's keys if it is sealed and the
+    /// caller has them; as it is otherwise.
+    fn open_sealed(&self, t: Target, reading: Reading, keys: &KeySource) -> CliResult<Reading> {
         if !reading.sealed {
             return Ok(reading);
         }
@@ -384,21 +475,38 @@ pub fn parse_events(list: &str) -> CliResult<Vec<u16>> {
         match events::by_name(name) {
             Some(e) if !out.contains(&e.id) => out.push(e.id),
             Some(_) => {}
-            None => {
-                let best = CATALOGUE
-                    .iter()
-                    .min_by_key(|e| strsim::levenshtein(name, e.name))
-                    .map_or("", |e| e.name);
-                return Err(CliError::usage(format!(
-                    "unknown event \"{name}\" (did you mean \"{best}\"?)"
-                )));
-            }
+            None => return Err(CliError::usage(unknown_event(name))),
         }
     }
     if out.is_empty() {
         return Err(CliError::usage("no events named (see `gpupm events`)"));
     }
     Ok(out)
+}
+
+/// The message for an unknown event name: the events whose names contain
+/// it (`cycles`: every `*_cycles_*` event), else the closest name.
+fn unknown_event(name: &str) -> String {
+    let lower = name.to_ascii_lowercase();
+    let containing: Vec<&str> = CATALOGUE
+        .iter()
+        .filter(|e| !lower.is_empty() && e.name.contains(lower.as_str()))
+        .map(|e| e.name)
+        .collect();
+    match containing.as_slice() {
+        [] => {
+            let best = CATALOGUE
+                .iter()
+                .min_by_key(|e| strsim::levenshtein(name, e.name))
+                .map_or("", |e| e.name);
+            format!("unknown event \"{name}\" (did you mean \"{best}\"?)")
+        }
+        [one] => format!("unknown event \"{name}\" (did you mean \"{one}\"?)"),
+        many => format!(
+            "unknown event \"{name}\" (did you mean one of {}? `gpupm events` lists them all)",
+            many.join(", ")
+        ),
+    }
 }
 
 /// Element-wise `a - b` (saturating: a reset reads as zero).
@@ -447,5 +555,14 @@ mod tests {
         assert_eq!(e.msg, "unknown event \"l2_hti\" (did you mean \"l2_hit\"?)");
         assert_eq!(e.code, 2);
         assert_eq!(parse_events("l2_hit, l2_miss").unwrap(), vec![23, 24]);
+        let e = parse_events("cycles").unwrap_err();
+        assert!(
+            e.msg.starts_with(
+                "unknown event \"cycles\" (did you mean one of sm_cycles_elapsed, sm_cycles_active,"
+            ),
+            "{}",
+            e.msg
+        );
+        assert!(!e.msg.contains("ce_bytes"), "{}", e.msg);
     }
 }

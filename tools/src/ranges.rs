@@ -14,9 +14,12 @@ use gpupm_client::ranges::CallGraphData;
 use gpupm_client::Scope;
 use gpupm_uapi::ranges::range_event;
 use gpupm_uapi::tenant::ranges::{range_kind, range_row_flags, range_trigger, AddRange, RangeRow};
+use nix::errno::Errno;
 
 use crate::error::{CliError, CliResult};
 use crate::node::{Global, Node};
+use crate::numfmt::thousands;
+use crate::output::emit;
 
 /// Arguments of `gpupm ranges`.
 #[derive(clap::Args, Debug)]
@@ -210,9 +213,27 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             let ans = client.add_range(&req).map_err(|e| fail(&node, e, scope))?;
             added = Some(ans.handle);
         }
-        Action::Rm { handle } => client
-            .remove_range(args.ctx, *handle)
-            .map_err(|e| fail(&node, e, scope))?,
+        Action::Rm { handle } => {
+            if let Err(e) = client.remove_range(args.ctx, *handle) {
+                // The handle or the context: the context answers for itself.
+                return Err(match client.read_ranges(args.ctx) {
+                    Ok(rows) if matches!(e.errno(), Some(Errno::EACCES | Errno::ENOENT)) => {
+                        let handles: Vec<String> =
+                            rows.iter().map(|r| r.handle.to_string()).collect();
+                        CliError::usage(format!(
+                            "no range {handle} on context {} (its ranges: {})",
+                            args.ctx,
+                            if handles.is_empty() {
+                                "none".to_string()
+                            } else {
+                                handles.join(", ")
+                            }
+                        ))
+                    }
+                    _ => fail(&node, e, scope),
+                });
+            }
+        }
         Action::List => {}
     }
     let mut rows = client
@@ -224,23 +245,22 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         added,
         ranges: rows.iter().map(to_json).collect(),
     };
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?
-        );
+    let text = if args.json {
+        crate::output::json_line(&out)?
     } else {
-        print_table(&out);
-    }
+        table(&out)
+    };
+    emit(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_table(out: &RangesJson) {
+fn table(out: &RangesJson) -> String {
+    let mut t = String::new();
     if let Some(h) = out.added {
-        println!("added range {h}");
+        t += &format!("added range {h}\n");
     }
-    println!(
-        "{:>6} {:>3} {:<5} {:<12} {:<14} {:>12} {:>16} {:>9} {:>6}",
+    t += &format!(
+        "{:>6} {:>3} {:<5} {:<12} {:<14} {:>12} {:>16} {:>9} {:>6}\n",
         "HANDLE", "REG", "KIND", "EVENT", "WHERE", "ENTRIES", "COUNT", "CROSSINGS", "LOST"
     );
     for r in &out.ranges {
@@ -249,33 +269,39 @@ fn print_table(out: &RangesJson) {
         } else {
             format!("{:#x}-{:#x}", r.first, r.last)
         };
-        println!(
-            "{:>6} {:>3} {:<5} {:<12} {:<14} {:>12} {:>16} {:>9} {:>6}{}",
+        t += &format!(
+            "{:>6} {:>3} {:<5} {:<12} {:<14} {:>12} {:>16} {:>9} {:>6}{}\n",
             r.handle,
             r.register,
             r.kind,
             r.event,
             place,
-            r.entries,
-            r.count,
-            r.crossings,
-            r.lost,
+            thousands(r.entries),
+            thousands(r.count),
+            thousands(r.crossings),
+            thousands(r.lost),
             if r.inexact { " (inexact)" } else { "" }
         );
     }
+    t
 }
 
 /// EINVAL on a range request is the range, not the context id.
 fn fail(node: &Node, e: gpupm_client::ClientError, s: Option<Scope>) -> CliError {
     match e.errno() {
-        Some(nix::errno::Errno::EINVAL) => CliError::usage(format!(
+        Some(Errno::EINVAL) => CliError::usage(format!(
             "the daemon refused the request (EINVAL): check the kernel, blocks, event and threshold: {}",
             crate::error::one_line(e)
         )),
-        Some(nix::errno::Errno::ENOSPC) => {
-            CliError::runtime("no range register free on the partition (ENOSPC)")
-        }
-        Some(nix::errno::Errno::EOPNOTSUPP) => CliError::usage(
+        // Not a failure of the command: the request does not fit what the
+        // partition and the context have free (exit 2, as every refused
+        // request).
+        Some(Errno::ENOSPC) => CliError::usage(format!(
+            "no range register free on the partition, or the context already has {} ranges \
+             (ENOSPC): remove one with `gpupm ranges --ctx ID rm HANDLE`",
+            gpupm_uapi::tenant::ranges::MAX_CONTEXT_RANGES
+        )),
+        Some(Errno::EOPNOTSUPP) => CliError::usage(
             "ranges are not offered for a confidential VM's context (its records are sealed)",
         ),
         _ => node.fail(e, s),
@@ -392,27 +418,37 @@ pub fn run_graph(g: &Global, args: &GraphArgs) -> CliResult<ExitCode> {
         .client()
         .call_graph(args.ctx)
         .map_err(|e| fail(&node, e, Some(Scope::Ctx(args.ctx))))?;
-    if args.folded {
-        print!("{}", graph.folded(|k| format!("k{k}")));
+    let text = if args.folded {
+        graph.folded(|k| format!("k{k}"))
     } else if args.json {
-        let out = graph_json(args.ctx, &graph);
-        println!(
-            "{}",
-            serde_json::to_string(&out).map_err(|e| CliError::runtime(e.to_string()))?
-        );
+        crate::output::json_line(&graph_json(args.ctx, &graph))?
     } else {
-        println!(
-            "ctx {}: {} crossings, {} lost, {} stacks dropped",
-            args.ctx, graph.crossings, graph.lost, graph.stacks_dropped
+        let mut t = format!(
+            "ctx {}: {} crossings, {} lost, {} stacks dropped\n",
+            args.ctx,
+            thousands(graph.crossings),
+            thousands(graph.lost),
+            thousands(graph.stacks_dropped)
         );
-        println!("{:>8} {:>12} {:>12}", "KERNEL", "SELF", "INCLUSIVE");
+        t += &format!("{:>8} {:>12} {:>12}\n", "KERNEL", "SELF", "INCLUSIVE");
         for (k, (own, inc)) in &graph.kernels {
-            println!("{:>8} {:>12} {:>12}", format!("k{k}"), own, inc);
+            t += &format!(
+                "{:>8} {:>12} {:>12}\n",
+                format!("k{k}"),
+                thousands(*own),
+                thousands(*inc)
+            );
         }
-        println!("{:<24} {:>12}", "CALL (caller:block -> callee)", "COUNT");
+        t += &format!("{:<24} {:>12}\n", "CALL (caller:block -> callee)", "COUNT");
         for ((k, b, c), n) in &graph.edges {
-            println!("{:<24} {:>12}", format!("k{k}:{b} -> k{c}"), n);
+            t += &format!(
+                "{:<24} {:>12}\n",
+                format!("k{k}:{b} -> k{c}"),
+                thousands(*n)
+            );
         }
-    }
+        t
+    };
+    emit(&text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,6 @@
 //! report`), until `--duration` passes, the session ends (the context was
 //! released) or the command is interrupted.
 
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -325,26 +324,69 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     }
 }
 
-/// Prints every entry to standard output, as text or JSON lines.
+/// Prints every entry to standard output, as text or JSON lines, then
+/// the session's summary on stderr.
 fn print(node: &Node, args: &Args) -> CliResult<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    let write_err = |e: std::io::Error| CliError::runtime(format!("writing output: {e}"));
+    let mut tally = Tally::default();
     each_batch(node, args, |entries| {
+        let mut text = String::new();
         for e in entries {
+            tally.add(e);
             let j = entry_json(e);
             if args.json {
-                let line = serde_json::to_string(&j)
-                    .map_err(|e| CliError::runtime(format!("encoding JSON: {e}")))?;
-                writeln!(out, "{line}").map_err(write_err)?;
+                text += &crate::output::json_line(&j)?;
             } else {
                 for line in entry_lines(&j) {
-                    writeln!(out, "{line}").map_err(write_err)?;
+                    text += &line;
+                    text.push('\n');
                 }
             }
         }
-        out.flush().map_err(write_err)
+        crate::output::emit_stream(&text)
     })?;
-    Ok(ExitCode::SUCCESS)
+    Ok(tally.finish("printed"))
+}
+
+/// What a session delivered and lost.
+#[derive(Debug, Default)]
+struct Tally {
+    groups: u64,
+    halts: u64,
+    lost: u64,
+}
+
+impl Tally {
+    fn add(&mut self, e: &RiEntry) {
+        if e.is_halt() {
+            self.halts += 1;
+        } else {
+            self.groups += 1;
+        }
+        self.lost += e.header.lost_before;
+    }
+
+    /// The summary on stderr; exit status 1 when groups were lost.
+    fn finish(&self, what: &str) -> ExitCode {
+        let all = self.groups + self.lost;
+        #[allow(clippy::cast_precision_loss)] // a percentage
+        let share = if all > 0 {
+            self.lost as f64 * 100.0 / all as f64
+        } else {
+            0.0
+        };
+        eprintln!(
+            "gpupm: {what} {} report groups, {} halts; {} groups lost ({share:.1} %)",
+            self.groups, self.halts, self.lost
+        );
+        if self.lost == 0 {
+            return ExitCode::SUCCESS;
+        }
+        eprintln!(
+            "gpupm: the device overwrote groups before they were read: record with -o FILE \
+             (no printing in the way), a larger --rgs or a longer --interval"
+        );
+        ExitCode::from(1)
+    }
 }
 
 /// Records every entry, as read, as one frame of kind
@@ -356,7 +398,7 @@ fn record(node: &Node, args: &Args, path: &PathBuf) -> CliResult<ExitCode> {
     let header = new_header(Scope::Ctx(args.ctx), clock_khz, 1 << frame_kind::RI_GROUP);
     let mut out = Output::create(path, header)?;
     out.flush()?;
-    let (mut groups, mut halts) = (0u64, 0u64);
+    let mut tally = Tally::default();
     let mut body = Vec::new();
     each_batch(node, args, |entries| {
         for e in entries {
@@ -364,21 +406,12 @@ fn record(node: &Node, args: &Args, path: &PathBuf) -> CliResult<ExitCode> {
             body.extend_from_slice(e.header.as_bytes());
             body.extend(e.records.iter().flatten());
             out.frame(frame_kind::RI_GROUP, &body, e.header.lost_before)?;
-            if e.is_halt() {
-                halts += 1;
-            } else {
-                groups += 1;
-            }
+            tally.add(e);
         }
         out.flush()
     })?;
-    let h = out.finish()?;
-    eprintln!(
-        "gpupm: recorded {groups} report groups, {halts} halts ({} groups lost) to {}",
-        h.lost,
-        path.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    out.finish()?;
+    Ok(tally.finish(&format!("recorded to {}:", path.display())))
 }
 
 /// Hands `f` each batch of entries the session delivers, until

@@ -22,7 +22,8 @@ fn demo_totals_equal_the_ledger_and_every_vm_is_the_sum_of_its_contexts() {
     assert_eq!(keys, ["events", "ledger_match", "system", "vms"]);
     assert_eq!(doc["events"].as_object().unwrap().len(), CATALOGUE.len());
     assert_eq!(doc["events"]["nvlink_rx_flits"]["scope"], "device");
-    assert_eq!(doc["events"]["fb_bytes"]["unit"], "32 bytes");
+    assert_eq!(doc["events"]["fb_bytes"]["unit"], "bytes");
+    assert_eq!(doc["events"]["fb_bytes"]["scale"], 32);
     let vms = doc["vms"].as_array().unwrap();
     assert_eq!(vms.len(), 6, "built-in scenario has six VMs");
     let mut churned = 0;

@@ -215,19 +215,57 @@ fn the_merged_trace_is_ordered_and_holds_every_record_of_every_type_once() {
         text.out
     );
 
-    // A recording without samples still reads.
+    // A recording without samples still reads. Counter deltas arrive
+    // when gpupmd drains the stream ring (at its watermark or its drain
+    // period, whichever comes first): the device runs until the
+    // recording holds one, however long that takes in wall time.
     let plain = f.tmp.join("plain.gpupm").display().to_string();
-    let mut child = spawn_as(
+    let child = spawn_as(
         Some(UID_VM1),
-        &args(
-            &f,
-            &["record", "--vm", "1", "-o", &plain, "--duration", "300ms"],
-        ),
+        &args(&f, &["record", "--vm", "1", "-o", &plain]),
     );
-    while child.try_wait().expect("try_wait").is_none() {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
         f.advance_ms(2);
+        if std::path::Path::new(&plain).exists() {
+            let report = f.gpupm(&["report", &plain, "--json"]);
+            let deltas = (report.code == 0).then(|| report.json()).map_or(0, |doc| {
+                doc["types"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| t["type"] == "counter_delta")
+                    .filter_map(|t| t["records"].as_u64())
+                    .sum::<u64>()
+            });
+            if deltas > 0 {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the plain recording never held a counter delta"
+        );
     }
-    assert_eq!(finish(child).code, 0);
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGINT).expect("SIGINT the recorder");
+    let plain_run = finish(child);
+    assert_eq!(plain_run.code, 0, "{}", plain_run.err);
+    // It says what it covers, in wall and device time.
+    assert!(
+        plain_run.err.contains("the recording covers") && plain_run.err.contains("wall,"),
+        "{}",
+        plain_run.err
+    );
+    // A recording holds a tenant's counts: owner-only, whatever the umask.
+    use std::os::unix::fs::PermissionsExt;
+    for rec in [&plain, &file] {
+        let mode = std::fs::metadata(rec)
+            .expect("recording")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{rec}");
+    }
     let plain_types = type_counts(&f, &plain);
     assert!(plain_types["counter_delta"].0 > 0, "{plain_types:?}");
     assert_eq!(plain_types["pc_sample"].0, 0);

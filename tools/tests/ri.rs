@@ -49,6 +49,14 @@ fn gpupm_ri_prints_every_group_the_ledger_counts_and_refuses_foreign_contexts() 
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
     assert_eq!(entries.len() as u64, truth.stored, "{}", run.out);
+    // The session's summary, as `-o FILE` prints it, also for stdout.
+    assert_eq!(
+        run.err,
+        format!(
+            "gpupm: printed {} report groups, 0 halts; 0 groups lost (0.0 %)\n",
+            truth.stored
+        )
+    );
     let mut cycles = Vec::new();
     for (k, e) in entries.iter().enumerate() {
         assert_eq!(

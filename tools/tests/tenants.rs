@@ -106,7 +106,7 @@ fn tenants_see_only_their_own_vm_and_foreign_equals_nonexistent() {
     assert_eq!(csv.code, 0, "{}", csv.err);
     assert!(
         csv.out
-            .starts_with("scope,id,cycle,interval_ms,kind,name,value\nvm,2,"),
+            .starts_with("scope,id,cycle,interval_ms,kind,name,value,timestamp,start_cycle,device_ms,wall_ms,status\nvm,2,"),
         "{}",
         csv.out
     );
@@ -194,26 +194,35 @@ fn tenants_see_only_their_own_vm_and_foreign_equals_nonexistent() {
     assert_eq!(dmon.code, 0, "{}", dmon.err);
     assert_eq!(
         dmon.out.lines().count(),
-        3,
-        "header + one line per interval for the one VM: {}",
+        4,
+        "header, units + one line per interval for the one VM: {}",
         dmon.out
     );
 
     // admin tools
     let port = f.metrics_port.to_string();
     let cfg = f.config.display().to_string();
-    let h = f.gpupm(&["health", "--config", &cfg, "--json"]).json();
+    // The exit status follows the verdict (the fixture's 20 ms steps may
+    // fill rings past the drain-lag threshold: a WARN).
+    let health = f.gpupm(&["health", "--config", &cfg, "--json"]);
+    let h: serde_json::Value = serde_json::from_str(&health.out).expect("health JSON");
+    let status = |v: &serde_json::Value| if v["verdict"] == "pass" { 0 } else { 1 };
+    assert_eq!(health.code, status(&h), "{h:#}");
     assert_eq!(h["daemon"]["reachable"], true, "{h}");
     assert!(h["daemon"]["handshakes"].as_f64().unwrap() > 0.0);
     assert_eq!(h["device"]["ccu_wraps"], 0);
     assert_eq!(h["daemon"]["endpoint"], format!("127.0.0.1:{port}"));
     let tenant_health = f.gpupm_as(UID_A, &["health", "--config", &cfg]);
-    assert_eq!(
-        tenant_health.code, 0,
+    assert!(
+        [0, 1].contains(&tenant_health.code) && tenant_health.out.contains("verdict: "),
         "a tenant sees daemon health but not the device: {}",
         tenant_health.err
     );
-    assert!(tenant_health.out.contains("device: not readable"));
+    assert!(
+        tenant_health.out.contains("device not readable"),
+        "{}",
+        tenant_health.out
+    );
     let bmc = f.gpupm(&["bmc", "--json"]).json();
     let sys = f
         .gpupm(&[

@@ -194,6 +194,29 @@ const _: () = {
     }
 };
 
+impl EventInfo {
+    /// What one count is worth in [`EventInfo::unit_name`]: 32 for a
+    /// multi-bit event (a `fb_bytes` count is 32 bytes), 1 otherwise.
+    /// Tools and metrics show counts multiplied by it; the ABI's counter
+    /// arrays hold the device's counts.
+    pub const fn scale(&self) -> u64 {
+        if self.multibit {
+            MULTIBIT_SCALE
+        } else {
+            1
+        }
+    }
+
+    /// The unit a count times [`EventInfo::scale`] is in: `measure`
+    /// without its multiplier (`"32 bytes"` → `"bytes"`).
+    pub fn unit_name(&self) -> &'static str {
+        match self.measure.split_once(' ') {
+            Some((n, unit)) if n.bytes().all(|b| b.is_ascii_digit()) => unit,
+            _ => self.measure,
+        }
+    }
+}
+
 /// Looks an event up by id.
 pub fn by_id(id: u16) -> Option<&'static EventInfo> {
     CATALOGUE.get(usize::from(id))
@@ -226,6 +249,22 @@ mod tests {
             let n = t.events().count();
             assert!((1..=MAX_ULC_COUNTERS).contains(&n), "{t:?} has {n} events");
         }
+    }
+
+    #[test]
+    fn a_scaled_count_is_in_the_measures_unit() {
+        for e in CATALOGUE {
+            let want = if e.scale() == 1 {
+                e.unit_name().to_string()
+            } else {
+                format!("{} {}", e.scale(), e.unit_name())
+            };
+            assert_eq!(e.measure, want, "{}", e.name);
+            if e.name.ends_with("_bytes") {
+                assert_eq!(e.unit_name(), "bytes", "{}", e.name);
+            }
+        }
+        assert_eq!(by_name("fb_bytes").map(EventInfo::scale), Some(32));
     }
 
     #[test]

@@ -190,7 +190,9 @@ fn record(store: &Store, (p, incoming, t0, outcome): Step, awaiting: &mut Awaiti
             awaiting.insert(p, (pending, t0));
         }
         Ok(Outcome::NotRequested) => {}
-        Ok(Outcome::Abandoned) => tracing::warn!(
+        // The device's fallback record is logged (rate-limited) and
+        // counted: one warning per fallback is enough.
+        Ok(Outcome::Abandoned) => tracing::debug!(
             partition = p,
             "handshake abandoned; the device's fallback completed it"
         ),

@@ -3,9 +3,11 @@
 //! reused for another meaning).
 
 use std::path::Path;
+use std::time::Instant;
 
 use gpupm_uapi::split_abi_version;
 
+use super::ratelimit::{RateLimit, PER_EVENT_LOG_PERIOD};
 use super::TARGET;
 use crate::view::DeviceIdentity;
 
@@ -19,7 +21,8 @@ pub const CONFIG_APPLIED_ID: &str = "9ece27c8651640bbbebf2cb95ec90d18";
 /// `PARTITIONS`, `CCUS`, `SMS`).
 pub const DEVICE_IDENTITY_ID: &str = "cde839ebdfb1442092af84e8fac94418";
 /// `MESSAGE_ID` of the warning logged when the device completed a
-/// context switch by its own fallback (`PARTITION`, `FALLBACKS`).
+/// context switch by its own fallback (`PARTITION`, `FALLBACKS`,
+/// `SUPPRESSED`), at most once a minute.
 pub const HANDSHAKE_FALLBACK_ID: &str = "e016e3fbc46a4ebd8ecdf279a8ca6839";
 /// `MESSAGE_ID` of the event logged when the retention policy pruned
 /// retired context instances (`PRUNED_BY_AGE`, `PRUNED_BY_COUNT`, `KEPT`,
@@ -102,16 +105,33 @@ pub fn device_identity(id: &DeviceIdentity) {
     );
 }
 
+/// The per-event fallback warnings: a device in trouble finishes hundreds
+/// of switches a second by its fallback.
+static FALLBACK_LOG: RateLimit = RateLimit::new(PER_EVENT_LOG_PERIOD);
+
 /// The device completed a switch of `partition` by its fallback because
 /// the daemon's handshake did not finish in time; `fallbacks` is the total.
+/// Logged at most once per [`PER_EVENT_LOG_PERIOD`] (`SUPPRESSED`: the
+/// fallbacks not logged since the previous line); every one is counted in
+/// the health summary.
 pub fn handshake_fallback(partition: u32, fallbacks: u64) {
+    let Some(suppressed) = FALLBACK_LOG.admit(Instant::now()) else {
+        return;
+    };
     tracing::warn!(
         target: TARGET,
         message_id = HANDSHAKE_FALLBACK_ID,
         partition,
         fallbacks,
-        "partition {partition}: the device completed a context switch by fallback ({fallbacks} in total)"
+        suppressed,
+        "partition {partition}: the device completed a context switch by fallback ({fallbacks} in total, \
+         {suppressed} more since the last such line; at most one a minute, the health summary counts them all)"
     );
+}
+
+/// Fallback warnings not logged so far (rate limit).
+pub fn fallback_logs_suppressed() -> u64 {
+    FALLBACK_LOG.suppressed_total()
 }
 
 /// The retention policy removed retired context instances (their files and
@@ -128,4 +148,48 @@ pub fn retired_pruned(by_age: usize, by_count: usize, kept: usize, oldest_retire
         "retention: pruned {} retired contexts ({by_age} by age, {by_count} by count), {kept} kept",
         by_age + by_count
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    use super::*;
+
+    /// Counts warnings.
+    struct Warnings(Arc<AtomicU64>);
+
+    impl Subscriber for Warnings {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, e: &Event<'_>) {
+            if *e.metadata().level() == Level::WARN {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn a_burst_of_fallbacks_is_one_warning() {
+        let n = Arc::new(AtomicU64::new(0));
+        tracing::subscriber::with_default(Warnings(Arc::clone(&n)), || {
+            for total in 1..=630 {
+                handshake_fallback(1, total);
+            }
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 1);
+        assert_eq!(fallback_logs_suppressed(), 629);
+    }
 }

@@ -20,15 +20,17 @@
 
 mod events;
 mod fanout;
+mod ratelimit;
 mod reporter;
 
 pub use events::{
-    config_applied, config_readable, device_identity, handshake_fallback, retired_pruned, shutdown,
-    startup, CONFIG_APPLIED_ID, CONFIG_READABLE_ID, DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID,
-    RETIRED_PRUNED_ID, SHUTDOWN_ID, STARTUP_ID,
+    config_applied, config_readable, device_identity, fallback_logs_suppressed, handshake_fallback,
+    retired_pruned, shutdown, startup, CONFIG_APPLIED_ID, CONFIG_READABLE_ID, DEVICE_IDENTITY_ID,
+    HANDSHAKE_FALLBACK_ID, RETIRED_PRUNED_ID, SHUTDOWN_ID, STARTUP_ID,
 };
 pub use fanout::HealthFanout;
 pub use gpupm_fusemount::logging::LogSink;
+pub use ratelimit::{RateLimit, PER_EVENT_LOG_PERIOD};
 pub use reporter::{
     percentile_ns, spawn_reporter, spawn_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
     SUMMARY_ID,

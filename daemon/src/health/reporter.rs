@@ -5,20 +5,26 @@ use std::time::{Duration, Instant};
 
 use tokio::time::MissedTickBehavior;
 
+use gpupm_client::health::{FALLBACK_RATIO, LOST_RECORDS};
+
 use super::{HealthConfig, TARGET};
 use crate::view::{HealthSnapshot, HealthSource};
 
 /// `MESSAGE_ID` of the periodic health summary. Fields: `UPTIME_S`,
 /// `INTERVAL_S`, `HANDSHAKES`, `HANDSHAKE_SAMPLES`, `HANDSHAKE_P50_US`,
 /// `HANDSHAKE_P99_US` (of the handshakes in the interval; 0 without
-/// samples), `FALLBACKS`, `LOST_RECORDS`, `DRAINED_RECORDS`,
+/// samples), `FALLBACKS`, `FALLBACKS_INTERVAL`, `FALLBACK_RATIO` (of the
+/// interval's switches), `FALLBACK_LOGS_SUPPRESSED` (per-event warnings
+/// not logged, total), `LOST_RECORDS`, `LOST_INTERVAL`, `DRAINED_RECORDS`,
 /// `DRAIN_LAG_RECORDS`, `CONTEXTS_ACTIVE`, `CONTEXTS_RETIRED`,
 /// `CONTEXTS_PRUNED`, `CONTEXTS_RETAINED`, `TENANT_REQUESTS`, `TENANT_ERRORS` (totals), `TENANT_REQUEST_RATE`
 /// (requests per second over the interval), `TENANT_ERRORS_INTERVAL`.
 pub const SUMMARY_ID: &str = "cc6ed650059e4f7c90aa08e5963e2eba";
 
 /// `MESSAGE_ID` of an anomaly warning (`PRIORITY=4`). `ANOMALY` names the
-/// kind: `fallbacks` and `lost_records` (with `NEW` and `TOTAL`),
+/// kind: `fallbacks` (more than the alert rules' share of the interval's
+/// switches, [`gpupm_client::health::FALLBACK_RATIO`]) and `lost_records`
+/// (any; with `NEW` and `TOTAL`),
 /// `handshake_p99` (with `HANDSHAKE_P99_US` and `THRESHOLD_US`),
 /// `tenant_errors` (with `ERRORS` and `REQUESTS` of the interval).
 pub const ANOMALY_ID: &str = "8477bf470b0344b186a0460076da9531";
@@ -69,6 +75,8 @@ pub struct Summary {
     pub fallbacks: u64,
     /// Fallbacks in the interval.
     pub fallbacks_new: u64,
+    /// Fallbacks per switch in the interval (0 without switches).
+    pub fallback_ratio: f64,
     /// Stream records lost (total).
     pub lost_records: u64,
     /// Records lost in the interval.
@@ -154,6 +162,17 @@ impl Summary {
             handshake_response_max_us: ns_to_us(cur.handshake_response_max_ns),
             fallbacks: cur.fallbacks,
             fallbacks_new: cur.fallbacks.saturating_sub(prev.fallbacks),
+            fallback_ratio: {
+                let new = cur.fallbacks.saturating_sub(prev.fallbacks);
+                let switches = new + cur.handshakes.saturating_sub(prev.handshakes);
+                #[allow(clippy::cast_precision_loss)] // a ratio
+                let r = if switches > 0 {
+                    new as f64 / switches as f64
+                } else {
+                    0.0
+                };
+                r
+            },
             lost_records: cur.lost_records,
             lost_new: cur.lost_records.saturating_sub(prev.lost_records),
             drained_records: cur.drained_records,
@@ -173,13 +192,14 @@ impl Summary {
     /// The anomalies of this interval, in a fixed order.
     pub fn anomalies(&self, t: &Thresholds) -> Vec<Anomaly> {
         let mut out = Vec::new();
-        if self.fallbacks_new > 0 {
+        if FALLBACK_RATIO.exceeded(self.fallback_ratio) {
             out.push(Anomaly::Fallbacks {
                 new: self.fallbacks_new,
                 total: self.fallbacks,
             });
         }
-        if self.lost_new > 0 {
+        #[allow(clippy::cast_precision_loss)] // a count compared with a threshold
+        if LOST_RECORDS.exceeded(self.lost_new as f64) {
             out.push(Anomaly::LostRecords {
                 new: self.lost_new,
                 total: self.lost_records,
@@ -217,7 +237,11 @@ impl Summary {
             handshake_p99_us = self.handshake_p99_us,
             handshake_response_max_us = self.handshake_response_max_us,
             fallbacks = self.fallbacks,
+            fallbacks_interval = self.fallbacks_new,
+            fallback_ratio = self.fallback_ratio,
+            fallback_logs_suppressed = super::fallback_logs_suppressed(),
             lost_records = self.lost_records,
+            lost_interval = self.lost_new,
             drained_records = self.drained_records,
             drain_lag_records = self.drain_lag_records,
             contexts_active = self.contexts_active,
@@ -228,13 +252,16 @@ impl Summary {
             tenant_errors = self.tenant_errors,
             tenant_request_rate = self.tenant_request_rate,
             tenant_errors_interval = self.tenant_errors_interval,
-            "health: {} handshakes (p50 {} µs, p99 {} µs), {} fallbacks, {} lost, {} drained, \
-             {} contexts active, {:.1} tenant req/s",
+            "health: {} handshakes (p50 {} µs, p99 {} µs), {} fallbacks ({} in the interval, \
+             {:.2} %), {} lost ({} in the interval), {} drained, {} contexts active, {:.1} tenant req/s",
             self.handshakes,
             self.handshake_p50_us,
             self.handshake_p99_us,
             self.fallbacks,
+            self.fallbacks_new,
+            self.fallback_ratio * 100.0,
             self.lost_records,
+            self.lost_new,
             self.drained_records,
             self.contexts_active,
             self.tenant_request_rate

@@ -31,6 +31,9 @@
 //! the web configuration must authenticate; every other family describes
 //! the device or the daemon, never one tenant.
 //!
+//! Event values are in the events' units (`gpupm events`): a multi-bit
+//! event's device count times its scale, so `*_bytes` series are bytes.
+//!
 //! The event counters only go up while the device runs (see
 //! [`super::contexts`]); the daemon's own work counters
 //! (`gpupm_handshakes_total` … `gpupm_metrics_*`) count since the daemon
@@ -162,8 +165,14 @@ fn partition_events() -> impl Iterator<Item = &'static gpupm_uapi::events::Event
         .filter(|e| e.unit.scope() != EventScope::Device)
 }
 
+/// Event `id` of `c` in the event's unit: a multi-bit count times its
+/// scale (a `fb_bytes` count is 32 bytes), as `gpupm stat` shows it.
 fn value(c: &Counters, id: u16) -> u64 {
-    c.get(usize::from(id)).copied().unwrap_or(0)
+    let scale = gpupm_uapi::events::by_id(id).map_or(1, |e| e.scale());
+    c.get(usize::from(id))
+        .copied()
+        .unwrap_or(0)
+        .wrapping_mul(scale)
 }
 
 impl Collector for ScrapeData {

@@ -178,6 +178,17 @@ pub struct Prepared {
     authenticated: Option<(AuthenticatedListener, WebAccess)>,
 }
 
+impl Prepared {
+    /// The authenticated listener's configured address and scheme (`http`,
+    /// `https`), if one is configured.
+    pub fn authenticated(&self) -> Option<(SocketAddr, &'static str)> {
+        self.authenticated.as_ref().map(|(a, web)| {
+            let scheme = if web.tls.is_some() { "https" } else { "http" };
+            (a.listen, scheme)
+        })
+    }
+}
+
 /// Loads and checks the web configuration of the authenticated listener,
 /// if one is configured: every refusal of the operator's metrics settings
 /// happens here, at start, before anything else is touched.

@@ -235,7 +235,8 @@ fn context_series_are_instances_capped_per_vm_and_add_up_to_the_vm() {
         for e in &partition_events {
             assert_eq!(
                 sums[&(vm.to_string(), e.name.to_owned())],
-                totals[usize::from(e.id)],
+                // Exported in the event's unit: device counts × scale.
+                totals[usize::from(e.id)] * e.scale(),
                 "VM {vm} {}",
                 e.name
             );

@@ -11,6 +11,16 @@
 //! `/dev/gpupm0` through `/dev/cuse` (as root) and removes it on exit;
 //! `--node-dir` is not used.
 //!
+//! One driver per node: before it touches anything (the commit mirror, a
+//! mount) the driver takes an exclusive lock on `gpupm-driver.lock` in its
+//! mirror directory (made owner-only if missing, as the mirror's), holding
+//! its pid and node; a second driver exits with `gpupm-driver already
+//! running as pid N for NODE`, and the live driver's mirror stays intact.
+//! `--check-config` checks the scenario and the options as a start would
+//! (a scenario's `confidential_key` refused without
+//! `--insecure-scenario-keys`, the `--identity` loaded), prints what the
+//! driver would serve and exits, touching nothing.
+//!
 //! `gpupm-driver provision`: the emulated factory — writes a device identity
 //! (an Ed25519 key and the vendor's certificate for it) that `--identity`
 //! then loads (`docs/confidential.md`, "The emulation boundary").
@@ -25,9 +35,10 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use gpupm_client::cpus::{CpuList, UnusableCpus};
+use gpupm_client::instance::{InstanceError, InstanceLock};
 use gpupm_client::mirror::MirrorDirs;
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
-use gpupm_driver::model::cc::DeviceIdentity;
+use gpupm_driver::model::cc::{DeviceIdentity, IdentityError};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
@@ -132,7 +143,14 @@ struct Args {
     /// should match. Default: wherever the scheduler puts them.
     #[arg(long, value_name = "LIST")]
     cpus: Option<CpuList>,
+    /// Check the scenario and the options, print what would be served,
+    /// and exit (0: good, 2: refused) without touching anything.
+    #[arg(long)]
+    check_config: bool,
 }
+
+/// The instance lock's file, in the mirror directory.
+const LOCK_FILE: &str = "gpupm-driver.lock";
 
 #[derive(Debug, clap::Subcommand)]
 enum Subcommand {
@@ -192,10 +210,25 @@ enum DriverError {
     Cpus(#[source] UnusableCpus),
     #[error("cannot set the CPU affinity")]
     Affinity(#[source] nix::Error),
+    #[error(transparent)]
+    Instance(#[from] InstanceError),
+    #[error("cannot create the directory {} for the instance lock", .0.display())]
+    LockDir(PathBuf, #[source] std::io::Error),
 }
 
-/// Creates the device the node serves: the one place that chooses it.
-fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
+/// A device model built from the scenario.
+struct Built {
+    dev: Device,
+    /// The scenario's name.
+    name: String,
+    /// Confidential VMs keyed by the scenario file (accepted only with
+    /// `--insecure-scenario-keys`).
+    insecure_keys: Vec<u32>,
+}
+
+/// The device model `args` ask for: a scenario that keys a confidential
+/// VM is refused unless `--insecure-scenario-keys` accepts it.
+fn make_device(args: &Args) -> Result<Built, DriverError> {
     let scenario = match &args.scenario {
         Some(path) => gpupm_driver::scenario::parse_file(path)
             .map_err(|e| DriverError::Scenario(e.to_string()))?,
@@ -207,22 +240,37 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
         .filter(|v| v.confidential_key.is_some())
         .map(|v| v.id)
         .collect();
-    if !keyed.is_empty() {
-        if !args.insecure_scenario_keys {
-            return Err(DriverError::Scenario(format!(
-                "{}: VM {keyed:?} has a confidential_key, which the host wrote and can read: \
-                 refusing it (use `confidential = true` and let the VM's tenant run \
-                 `gpupm cc establish`; --insecure-scenario-keys accepts it for tests and demos)",
-                scenario.name
-            )));
-        }
-        tracing::warn!(vms = ?keyed, "INSECURE: confidential VMs start with keys from the scenario file, which the host can read (--insecure-scenario-keys)");
+    if !keyed.is_empty() && !args.insecure_scenario_keys {
+        return Err(DriverError::Scenario(format!(
+            "{}: VM {keyed:?} has a confidential_key, which the host wrote and can read: \
+             refusing it (use `confidential = true` and let the VM's tenant run \
+             `gpupm cc establish`; --insecure-scenario-keys accepts it for tests and demos)",
+            scenario.name
+        )));
     }
     let step = args.clock == Clock::Step;
-    let mut dev = Device::new(&scenario, EngineKind::Batched, step)
+    let dev = Device::new(&scenario, EngineKind::Batched, step)
         .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
+    Ok(Built {
+        dev,
+        name: scenario.name.clone(),
+        insecure_keys: keyed,
+    })
+}
+
+/// Creates the device the node serves: the one place that chooses it.
+fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
+    let Built {
+        mut dev,
+        name,
+        insecure_keys,
+    } = make_device(args)?;
+    if !insecure_keys.is_empty() {
+        tracing::warn!(vms = ?insecure_keys, "INSECURE: confidential VMs start with keys from the scenario file, which the host can read (--insecure-scenario-keys)");
+    }
     install_identity(&mut dev, args.identity.as_deref());
-    tracing::info!(scenario = %scenario.name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
+    let step = args.clock == Clock::Step;
+    tracing::info!(scenario = %name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
     Ok(Box::new(if args.debug_ledger {
         ModelBackend::with_debug_ledger(dev)
     } else {
@@ -230,24 +278,125 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     }))
 }
 
+/// `--check-config`: the scenario builds a device and the options are
+/// usable; what would be served.
+fn check_config(args: &Args) -> Result<(), DriverError> {
+    if let Some(cpus) = &args.cpus {
+        cpus.check_usable().map_err(DriverError::Cpus)?;
+    }
+    let built = make_device(args)?;
+    println!("gpupm-driver: the configuration is valid:");
+    println!("  scenario        {}", built.name);
+    if !built.insecure_keys.is_empty() {
+        println!(
+            "  INSECURE        confidential VMs {:?} start with keys from the scenario file, which the host can read (--insecure-scenario-keys)",
+            built.insecure_keys
+        );
+    }
+    println!(
+        "  identity        {}",
+        match load_identity(args.identity.as_deref()) {
+            Identity::None => "none (no --identity): confidential VMs cannot establish sessions".into(),
+            Identity::Missing(path) => format!(
+                "{} does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions",
+                path.display()
+            ),
+            Identity::Unusable(path, e) => format!(
+                "{} is unusable ({:#}): confidential VMs cannot establish sessions",
+                path.display(),
+                anyhow::Error::new(e)
+            ),
+            Identity::Loaded(path, id) => format!(
+                "{} (serial {})",
+                path.display(),
+                hex(&id.cert().serial)
+            ),
+        }
+    );
+    println!("  clock           {:?}", args.clock);
+    println!("  node            {}", node_path(args).display());
+    println!(
+        "  commit mirror   {}",
+        if args.no_mirror {
+            "off".to_string()
+        } else {
+            mirror_dir(args).display().to_string()
+        }
+    );
+    println!(
+        "  instance lock   {}",
+        mirror_dir(args).join(LOCK_FILE).display()
+    );
+    Ok(())
+}
+
+/// The node the driver serves.
+fn node_path(args: &Args) -> PathBuf {
+    match args.transport {
+        TransportKind::Fuse => args.node_dir.clone(),
+        TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
+    }
+}
+
+/// The instance lock, in the mirror directory (made owner-only when
+/// missing, as the mirror makes it).
+fn take_lock(args: &Args) -> Result<InstanceLock, DriverError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = mirror_dir(args);
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(DriverError::LockDir(dir, e)),
+    }
+    Ok(InstanceLock::acquire(
+        &dir.join(LOCK_FILE),
+        &node_path(args).display().to_string(),
+    )?)
+}
+
+/// What `--identity` gives the device.
+enum Identity<'a> {
+    /// No `--identity`.
+    None,
+    /// The file does not exist.
+    Missing(&'a Path),
+    /// The file cannot be used.
+    Unusable(&'a Path, IdentityError),
+    /// Loaded.
+    Loaded(&'a Path, Box<DeviceIdentity>),
+}
+
+/// Reads the device identity in `path`, if any (a start and
+/// `--check-config` judge it alike).
+fn load_identity(path: Option<&Path>) -> Identity<'_> {
+    let Some(path) = path else {
+        return Identity::None;
+    };
+    if !path.exists() {
+        return Identity::Missing(path);
+    }
+    match DeviceIdentity::load(path) {
+        Ok(id) => Identity::Loaded(path, Box::new(id)),
+        Err(e) => Identity::Unusable(path, e),
+    }
+}
+
 /// Loads the device identity in `path`, if any; without one the device
 /// answers key exchanges with ENODEV.
 fn install_identity(dev: &mut Device, path: Option<&Path>) {
-    let Some(path) = path else {
-        tracing::info!("no --identity: confidential VMs cannot establish sessions");
-        return;
-    };
-    if !path.exists() {
-        tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
-        return;
-    }
-    match DeviceIdentity::load(path) {
-        Ok(id) => {
-            tracing::info!(identity = %path.display(), serial = %hex(&id.cert().serial), "device identity loaded");
-            dev.install_identity(id);
+    match load_identity(path) {
+        Identity::None => {
+            tracing::info!("no --identity: confidential VMs cannot establish sessions");
         }
-        Err(e) => {
+        Identity::Missing(path) => {
+            tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
+        }
+        Identity::Unusable(path, e) => {
             tracing::error!(identity = %path.display(), error = %anyhow::Error::new(e), "the device identity is unusable: confidential VMs cannot establish sessions");
+        }
+        Identity::Loaded(path, id) => {
+            tracing::info!(identity = %path.display(), serial = %hex(&id.cert().serial), "device identity loaded");
+            dev.install_identity(*id);
         }
     }
 }
@@ -284,9 +433,22 @@ fn main() -> ExitCode {
     if let Some(Subcommand::Provision(a)) = &args.command {
         return provision(a);
     }
-    if let Err(e) = logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
-        eprintln!("gpupm-driver: {e}");
+    if args.check_config {
+        return match check_config(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+                ExitCode::from(2)
+            }
+        };
     }
+    let sink = match logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
+        Ok(sink) => Some(sink),
+        Err(e) => {
+            eprintln!("gpupm-driver: {e}");
+            None
+        }
+    };
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -300,7 +462,15 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             };
-            tracing::error!("{:#}", anyhow::Error::new(e));
+            let msg = format!("{:#}", anyhow::Error::new(e));
+            tracing::error!("{msg}");
+            // Logged to the journal while stderr is a terminal or a file
+            // (not the journal: systemd sets JOURNAL_STREAM): say it there too.
+            if sink == Some(logging::LogSink::Journald)
+                && std::env::var_os("JOURNAL_STREAM").is_none()
+            {
+                eprintln!("gpupm-driver: {msg}");
+            }
             code
         }
     }
@@ -407,6 +577,8 @@ fn start_mirror(core: &NodeCore, dirs: MirrorDirs<'_>) {
 }
 
 fn run(args: &Args) -> Result<(), DriverError> {
+    // Before anything is touched; held until the driver exits.
+    let _lock = take_lock(args)?;
     if let Some(cpus) = &args.cpus {
         cpus.check_usable().map_err(DriverError::Cpus)?;
         // Before any thread starts: every thread inherits it.
@@ -454,10 +626,7 @@ fn run(args: &Args) -> Result<(), DriverError> {
         })
         .map_err(DriverError::Thread)?;
 
-    let node = match args.transport {
-        TransportKind::Fuse => args.node_dir.clone(),
-        TransportKind::Cuse => PathBuf::from(DEFAULT_CUSE_NODE),
-    };
+    let node = node_path(args);
     let node = node.display();
     notify(&[
         NotifyState::Ready,

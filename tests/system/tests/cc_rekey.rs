@@ -21,7 +21,7 @@ use gpupm_test_support::cc::{
     session_scenario, tenant_state, tenants, total, window, RegisterMap, CC_VM, OTHER_VM, PLAIN_VM,
     UID_CC, UID_OTHER, UID_PLAIN,
 };
-use gpupm_test_support::cli::gpupm_as_in;
+use gpupm_test_support::cli::{gpupm_as_in, vm_events_as_stat_prints};
 use gpupm_test_support::device::expected;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, Cred};
@@ -121,15 +121,12 @@ fn stat_with_key(
         .collect())
 }
 
-/// The VM's ledger, opened with `key`, by event name.
+/// The VM's ledger, opened with `key`, by event name, as `gpupm stat`
+/// prints it (in the events' units).
 fn ledger_by_name(dev: &DevNode, key: &Key) -> BTreeMap<String, u64> {
     let mut q = dev.ledger(ledger_scope::VM, CC_VM).expect("ledger");
     open_ledger(&mut q, key).expect("the sealed ledger opens with the current key");
-    let want = expected(&q);
-    CATALOGUE
-        .iter()
-        .map(|e| (e.name.to_string(), want[usize::from(e.id)]))
-        .collect()
+    vm_events_as_stat_prints(&expected(&q))
 }
 
 fn alive(daemon: &mut Proc) -> impl FnMut() -> bool + '_ {

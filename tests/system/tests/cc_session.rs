@@ -25,7 +25,7 @@ use gpupm_test_support::cc::{
     admin_view, drive, flush_and_settle, session_of, session_scenario, tenant_state, tenants,
     window, RegisterMap, CC_VM, OTHER_VM, PLAIN_VM, UID_CC, UID_OTHER, UID_PLAIN,
 };
-use gpupm_test_support::cli::gpupm_as_in;
+use gpupm_test_support::cli::{gpupm_as_in, vm_events_as_stat_prints};
 use gpupm_test_support::device::expected;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, Cred};
@@ -45,15 +45,12 @@ fn alive(daemon: &mut Proc) -> impl FnMut() -> bool + '_ {
     move || !daemon.alive()
 }
 
-/// The VM's ledger, opened with `key`, by event name.
+/// The VM's ledger, opened with `key`, by event name, as `gpupm stat`
+/// prints it (in the events' units).
 fn ledger_by_name(dev: &DevNode, key: &Key) -> BTreeMap<String, u64> {
     let mut q = dev.ledger(ledger_scope::VM, CC_VM).expect("ledger");
     open_ledger(&mut q, key).expect("the sealed ledger opens with the session's key");
-    let want = expected(&q);
-    CATALOGUE
-        .iter()
-        .map(|e| (e.name.to_string(), want[usize::from(e.id)]))
-        .collect()
+    vm_events_as_stat_prints(&expected(&q))
 }
 
 /// `gpupm stat --vm 2 --json` with every event as the VM's tenant (its

@@ -204,7 +204,9 @@ fn metrics_agree_with_the_ledger(daemon: &gpupm_test_support::Proc, dev: &gpupm_
                 .lines()
                 .find_map(|l| l.strip_prefix(series.as_str()))
                 .map(|v| v.trim().parse::<f64>().expect("a number") as u64);
-            assert_eq!(value, Some(expected[usize::from(e.id)]), "metric {series}");
+            // Metrics are in the event's unit: device counts × scale.
+            let want = expected[usize::from(e.id)] * e.scale();
+            assert_eq!(value, Some(want), "metric {series}");
         }
     }
 }

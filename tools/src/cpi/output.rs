@@ -33,6 +33,9 @@ pub struct CpiOutput {
 /// One kernel of [`CpiOutput`].
 #[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct KernelOut {
+    /// Kernel index in the program: `k<index>` in `gpupm ranges`,
+    /// `callgraph` and `report`.
+    pub kernel: u32,
     /// Kernel name.
     pub name: String,
     /// Estimated instructions (one SM).
@@ -105,7 +108,8 @@ impl CpiOutput {
         );
         for k in &self.kernels {
             out.push_str(&format!(
-                "\nkernel {}: {:.4e} instructions, {:.4e} cycles, CPI {}, {} samples\n",
+                "\nkernel k{} ({}): {:.4e} instructions, {:.4e} cycles, CPI {}, {} samples\n",
+                k.kernel,
                 k.name,
                 k.instructions,
                 k.cycles,
@@ -113,13 +117,15 @@ impl CpiOutput {
                 k.samples
             ));
             out.push_str(&format!(
-                "  {:<12} {:>12} {:>12} {:>7} {:>8}  {:<17}\n",
-                "block", "instructions", "cycles", "CPI", "samples", "95 % CI"
+                "  {:<22} {:>12} {:>12} {:>7} {:>8}  {:<17}\n",
+                "block (KERNEL:BLOCK)", "instructions", "cycles", "CPI", "samples", "95 % CI"
             ));
             for b in k.blocks.iter().take(top) {
+                // The place as `gpupm ranges add --code` takes it.
+                let place = format!("k{}:{} {}", k.kernel, b.block, b.name);
                 out.push_str(&format!(
-                    "  {:<12} {:>12.4e} {:>12.4e} {:>7} {:>8}  [{}, {}]\n",
-                    b.name,
+                    "  {:<22} {:>12.4e} {:>12.4e} {:>7} {:>8}  [{}, {}]\n",
+                    place,
                     b.instructions,
                     b.cycles,
                     fmt_opt(b.cpi),
@@ -140,6 +146,7 @@ fn fmt_opt(v: Option<f64>) -> String {
 fn kernel(spec: &ProgramSpec, k: &KernelEstimate) -> KernelOut {
     let ks = spec.kernels.get(k.kernel as usize);
     KernelOut {
+        kernel: k.kernel,
         name: k.name.clone(),
         instructions: k.instructions,
         cycles: k.cycles,
@@ -169,5 +176,46 @@ fn block(name: Option<&str>, b: &BlockEstimate) -> BlockOut {
         samples: b.samples,
         cpi_low: finite(b.cpi_low),
         cpi_high: finite(b.cpi_high),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_and_blocks_are_named_as_ranges_and_callgraph_name_them() {
+        let out = CpiOutput {
+            ctx: 3,
+            program: "p".into(),
+            period: 1,
+            dither: 0,
+            branch_every: 1,
+            samples: 1,
+            stacks: 1,
+            lost: 0,
+            broken_walks: 0,
+            kernels: vec![KernelOut {
+                kernel: 2,
+                name: "gemm".into(),
+                instructions: 1.0,
+                cycles: 1.0,
+                cpi: Some(1.0),
+                samples: 1,
+                blocks: vec![BlockOut {
+                    name: "loop".into(),
+                    block: 7,
+                    instructions: 1.0,
+                    cycles: 1.0,
+                    cpi: Some(1.0),
+                    samples: 1,
+                    cpi_low: None,
+                    cpi_high: None,
+                }],
+            }],
+        };
+        let t = out.table(5);
+        assert!(t.contains("\nkernel k2 (gemm):"), "{t}");
+        assert!(t.contains("  k2:7 loop "), "{t}");
     }
 }

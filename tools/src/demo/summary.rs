@@ -242,10 +242,11 @@ pub fn collect(node: &Node, dev: &DevNode, scenario: &Scenario) -> CliResult<Sum
     })
 }
 
-/// Totals by event name.
+/// Totals by event name, in the events' units (bytes for `*_bytes`).
 type TotalsJson = BTreeMap<&'static str, u64>;
 
 fn totals_json(v: &[u64; MAX_EVENTS]) -> TotalsJson {
+    let v = crate::derived::in_units(v);
     CATALOGUE
         .iter()
         .map(|e| (e.name, v[usize::from(e.id)]))
@@ -303,8 +304,11 @@ pub struct DemoCtx {
 pub struct DemoEvent {
     /// `partition` (per VM and context) or `device` (device level only).
     pub scope: &'static str,
-    /// What one count measures.
+    /// The unit the totals are in (`bytes`, `cycles`, …).
     pub unit: &'static str,
+    /// What one device count is worth in `unit` (32 for multi-bit events;
+    /// the totals are already multiplied).
+    pub scale: u64,
 }
 
 /// The summary as the documented JSON.
@@ -339,7 +343,8 @@ pub fn to_json(s: &Summary) -> DemoJson {
                 e.name,
                 DemoEvent {
                     scope,
-                    unit: e.measure,
+                    unit: e.unit_name(),
+                    scale: e.scale(),
                 },
             )
         })
@@ -370,15 +375,16 @@ pub fn table(s: &Summary) -> String {
         .collect();
     let mut t = format!("{:<8} {:>5} {:>9}", "SCOPE", "ID", "CONTEXTS");
     for n in shown {
-        t += &format!(" {n:>18}");
+        t += &format!(" {n:>22}");
     }
     t += "\n";
     let row = |t: &mut String, scope: &str, id: u32, n: String, v: &Totals| {
         *t += &format!("{scope:<8} {id:>5} {n:>9}");
+        let v = v.as_ref().map(crate::derived::in_units);
         for &e in &ids {
             *t += &format!(
-                " {:>18}",
-                v.map_or_else(|| "sealed".to_string(), |v| v[e].to_string())
+                " {:>22}",
+                v.map_or_else(|| "sealed".to_string(), |v| crate::numfmt::thousands(v[e]))
             );
         }
         *t += "\n";

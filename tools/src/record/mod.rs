@@ -70,10 +70,22 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    /// Creates the file with `header` marked unfinished.
+    /// Creates the file, owner-only (mode 0600: a recording holds a
+    /// tenant's counts; an existing file is truncated and narrowed too),
+    /// with `header` marked unfinished.
     pub(crate) fn create(path: &PathBuf, header: FileHeader) -> CliResult<Output> {
-        let file = File::create(path)
-            .map_err(|e| CliError::usage(format!("cannot create {}: {e}", path.display())))?;
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let cannot =
+            |e: std::io::Error| CliError::usage(format!("cannot create {}: {e}", path.display()));
+        let file = File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(cannot)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(cannot)?;
         let mut o = Output {
             path: path.clone(),
             out: BufWriter::new(file),
@@ -175,6 +187,9 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     }
     // The file shows the sessions are open.
     out.flush()?;
+    // What the recording covers: the scope's commit cycle and wall time
+    // now and at the end (a sealed scope has no readable cycle).
+    let start = (read_cycle(&node, scope), crate::interval::Moment::now());
     let deadline = args.duration.map(|d| Instant::now() + d);
     let mut spin = Spinner::new(format!(
         "recording to {} (Ctrl-C to stop)",
@@ -210,5 +225,24 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         h.lost,
         args.output.display()
     );
+    if let (Some(first), Some(last)) = (start.0, read_cycle(&node, scope)) {
+        let span = crate::interval::Span::new(
+            &start.1,
+            first,
+            &crate::interval::Moment::now(),
+            last,
+            clock_khz,
+        );
+        eprintln!("gpupm: the recording covers {}", span.describe());
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The device cycle of `scope`'s last commit (`None` when it cannot be
+/// read or is sealed).
+fn read_cycle(node: &Node, scope: Scope) -> Option<u64> {
+    node.read(crate::node::Target::Scope(scope))
+        .ok()
+        .filter(|r| !r.sealed)
+        .map(|r| r.cycle)
 }

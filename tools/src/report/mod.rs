@@ -96,7 +96,9 @@ impl Acc {
     }
 }
 
+/// Totals in the events' units (bytes for `*_bytes`, as `gpupm stat`).
 fn totals_json(v: &[u64; MAX_EVENTS]) -> BTreeMap<&'static str, u64> {
+    let v = derived::in_units(v);
     CATALOGUE
         .iter()
         .map(|e| (e.name, v[usize::from(e.id)]))
@@ -170,7 +172,7 @@ pub struct ReportContext {
     pub commits: u64,
     /// Device cycles covered by them.
     pub cycles: u64,
-    /// Every catalogue event, summed.
+    /// Every catalogue event, summed, in its unit (`gpupm events`).
     pub totals: BTreeMap<&'static str, u64>,
     /// Derived metrics over `cycles` (as in `gpupm stat`).
     pub derived: BTreeMap<&'static str, f64>,
@@ -185,7 +187,7 @@ pub struct ReportInterval {
     pub end_cycle: u64,
     /// Commits that ended inside it.
     pub commits: u64,
-    /// Every catalogue event, summed.
+    /// Every catalogue event, summed, in its unit (`gpupm events`).
     pub totals: BTreeMap<&'static str, u64>,
     /// Derived metrics over the interval.
     pub derived: BTreeMap<&'static str, f64>,
@@ -395,35 +397,35 @@ fn text(
         if all.unknown > 0 { format!(", {} of unknown types skipped", all.unknown) } else { String::new() },
         ms(last.saturating_sub(first))
     );
-    t += &format!("top {} contexts by warp instructions:\n{:>6} {:>4} {:>8} {:>10} {:>16} {:>7} {:>6} {:>12}\n", order.len(), "CTX", "VM", "COMMITS", "MS", "INST", "SM %", "IPC", "DRAM/s");
+    t += &format!("top {} contexts by warp instructions:\n{:>6} {:>4} {:>8} {:>10} {:>20} {:>7} {:>6} {:>12}\n", order.len(), "CTX", "VM", "COMMITS", "MS", "INST", "SM %", "IPC", "DRAM/s");
     for (c, a) in order {
         let v = a.values();
         let m = derived::compute(&v, a.cycles, khz);
         t += &format!(
-            "{c:>6} {:>4} {:>8} {:>10.1} {:>16} {:>7} {:>6} {:>12}\n",
+            "{c:>6} {:>4} {:>8} {:>10.1} {:>20} {:>7} {:>6} {:>12}\n",
             a.vm,
             a.commits,
             ms(a.cycles),
-            v[3],
-            derived::get(&m, "sm_utilisation").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
+            crate::numfmt::thousands(v[3]),
+            derived::get(&m, "sm_utilization").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
             derived::get(&m, "ipc").map_or("-".into(), |x| format!("{x:.2}")),
             derived::get(&m, "dram_bytes_per_s")
                 .map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
         );
     }
     t += &format!(
-        "\nper {} ms interval:\n{:>12} {:>8} {:>16} {:>7} {:>12}\n",
+        "\nper {} ms interval:\n{:>12} {:>8} {:>20} {:>7} {:>12}\n",
         args.interval_ms, "START_MS", "COMMITS", "INST", "SM %", "DRAM/s"
     );
     for (&b, a) in intervals {
         let v = a.values();
         let m = derived::compute(&v, bucket, khz);
         t += &format!(
-            "{:>12.1} {:>8} {:>16} {:>7} {:>12}\n",
+            "{:>12.1} {:>8} {:>20} {:>7} {:>12}\n",
             ms(b * bucket),
             a.commits,
-            v[3],
-            derived::get(&m, "sm_utilisation").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
+            crate::numfmt::thousands(v[3]),
+            derived::get(&m, "sm_utilization").map_or("-".into(), |x| format!("{:.1}", x * 100.0)),
             derived::get(&m, "dram_bytes_per_s")
                 .map_or("-".into(), |x| format!("{}/s", derived::bytes(x))),
         );

@@ -28,21 +28,33 @@ pub struct Snapshot {
     pub fallbacks: u64,
 }
 
+/// Device counts in the events' units, as the metrics export them: each
+/// count times its event's scale (32 for multi-bit events).
+fn in_units(c: Counts) -> Counts {
+    let mut out = c;
+    for e in CATALOGUE {
+        out[usize::from(e.id)] *= e.scale();
+    }
+    out
+}
+
 impl Snapshot {
-    /// Reads the ledger of `dev` (flushed, clock stopped).
+    /// Reads the ledger of `dev` (flushed, clock stopped), in the events'
+    /// units.
     pub fn of(dev: &Device) -> Snapshot {
+        let expected = |scope, id| in_units(dev.expected(scope, id));
         let vms = PLAIN_VMS
             .iter()
-            .map(|&vm| (vm, dev.expected(ledger_scope::VM, vm)))
+            .map(|&vm| (vm, expected(ledger_scope::VM, vm)))
             .collect();
         let contexts = dev
             .active_contexts()
             .into_iter()
             .filter(|(_, vm)| PLAIN_VMS.contains(vm))
-            .map(|(ctx, vm)| (ctx, (vm, dev.expected(ledger_scope::CONTEXT, ctx))))
+            .map(|(ctx, vm)| (ctx, (vm, expected(ledger_scope::CONTEXT, ctx))))
             .collect();
         Snapshot {
-            system: dev.expected(ledger_scope::SYSTEM, 0),
+            system: expected(ledger_scope::SYSTEM, 0),
             vms,
             contexts,
             fallbacks: dev.part_sum(r::PART_FALLBACKS),

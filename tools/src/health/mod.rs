@@ -1,11 +1,15 @@
-//! `gpupm health` (admin): daemon health from its metrics endpoint (the
-//! address in the daemon's configuration) and device health from the device
-//! node (fallback-completed switches, CCU wraps, lost stream records, clock
-//! capability).
+//! `gpupm health` (admin): one verdict per subsystem — PASS, WARN or FAIL
+//! ([`checks`]) — from the daemon's metrics endpoint (the address in the
+//! daemon's configuration) and the device node (CCU wraps, clock
+//! capability, switches), with the numbers judged (fallback share,
+//! handshake p50/p99, losses) and what to do next. Warnings use the
+//! thresholds of the shipped alert rules ([`gpupm_client::health`]).
 //!
-//! JSON: [`HealthJson`] (`gpupm health --help` shows the schema). Exit 1
-//! when not healthy (daemon unreachable or a CCU counter wrapped), 2 when
-//! neither can be read.
+//! JSON: [`HealthJson`] (`gpupm health --help` shows the schema). Exit 0
+//! when every check passes, 1 on any WARN or FAIL, 2 when neither the
+//! daemon nor the device can be read.
+
+mod checks;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,6 +22,7 @@ use gpupm_uapi::regs::{self as r, clock_cap, device_status};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use self::checks::{Check, Inputs, Verdict};
 use crate::error::{one_line, CliError, CliResult};
 use crate::node::{Global, DEFAULT_NODE_DIR};
 use crate::output::emit;
@@ -79,15 +84,86 @@ fn sample_sum(text: &str, name: &str) -> Option<f64> {
     found
 }
 
+/// The buckets of histogram `name` (`le` bound, cumulative count),
+/// ascending, `+Inf` last.
+fn buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    let mut out: Vec<(f64, f64)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix.as_str()))
+        .filter_map(|rest| {
+            let (labels, value) = rest.rsplit_once('}')?;
+            let le = labels.split(',').find_map(|l| l.strip_prefix("le=\""))?;
+            let le = le.trim_end_matches('"');
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
+/// A latency quantile estimated from the histogram.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, JsonSchema)]
+pub struct Quantile {
+    /// Seconds (the largest bucket bound when `beyond_buckets`).
+    pub seconds: f64,
+    /// The quantile is above the histogram's largest finite bucket: only
+    /// a lower bound is known.
+    pub beyond_buckets: bool,
+}
+
+/// Quantile `q` (0..1) of a cumulative histogram, interpolated linearly
+/// within its bucket as Prometheus' `histogram_quantile` does; `None`
+/// without samples.
+fn quantile(buckets: &[(f64, f64)], q: f64) -> Option<Quantile> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(le, c) in buckets {
+        if c >= rank {
+            if le.is_infinite() {
+                return Some(Quantile {
+                    seconds: lower.0,
+                    beyond_buckets: true,
+                });
+            }
+            let span = c - lower.1;
+            let frac = if span > 0.0 {
+                (rank - lower.1) / span
+            } else {
+                1.0
+            };
+            return Some(Quantile {
+                seconds: lower.0 + (le - lower.0) * frac,
+                beyond_buckets: false,
+            });
+        }
+        lower = (le, c);
+    }
+    None
+}
+
 /// `gpupm health --json`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct HealthJson {
+    /// The worst verdict of `checks`.
+    pub verdict: Verdict,
+    /// One check per subsystem.
+    pub checks: Vec<Check>,
     /// The daemon, from its metrics endpoint.
     pub daemon: DaemonHealth,
     /// The device, from the device node (null when it cannot be read,
     /// e.g. for a tenant).
     pub device: Option<DeviceHealth>,
-    /// Daemon reachable and no CCU counter wrapped.
+    /// `verdict` is `pass` (kept from earlier releases).
     pub healthy: bool,
 }
 
@@ -112,10 +188,23 @@ pub struct DaemonMetrics {
     pub handshake_fallbacks: f64,
     /// Total handshake time in seconds.
     pub handshake_seconds_sum: f64,
+    /// Median handshake latency, estimated from the histogram (null
+    /// without samples).
+    pub handshake_p50: Option<Quantile>,
+    /// 99th percentile handshake latency, estimated from the histogram
+    /// (null without samples).
+    pub handshake_p99: Option<Quantile>,
+    /// Longest switch request to pause since the previous scrape, seconds
+    /// of device time.
+    pub handshake_response_max_seconds: f64,
     /// Stream records lost to ring overflow.
     pub stream_lost_records: f64,
     /// Stream records drained.
     pub stream_drained_records: f64,
+    /// Of those, read from the driver's commit mirror.
+    pub stream_mirrored_records: f64,
+    /// Drain reads of the mirror that fell back to the memory window.
+    pub stream_mirror_fallbacks: f64,
     /// Largest ring fill seen at drain time since the previous scrape.
     pub stream_drain_lag_records: f64,
     /// Tenant requests served.
@@ -126,6 +215,8 @@ pub struct DaemonMetrics {
     pub contexts_active: f64,
     /// Contexts retired.
     pub contexts_retired: f64,
+    /// Retired contexts kept.
+    pub contexts_retained: f64,
     /// Seconds since the daemon started.
     pub uptime_seconds: f64,
 }
@@ -134,17 +225,24 @@ impl DaemonMetrics {
     /// From an exposition (a missing sample reads 0).
     fn of(text: &str) -> DaemonMetrics {
         let v = |name| sample_sum(text, name).unwrap_or(0.0);
+        let latency = buckets(text, "gpupm_handshake_duration_seconds");
         DaemonMetrics {
             handshakes: v("gpupm_handshakes_total"),
             handshake_fallbacks: v("gpupm_handshake_fallbacks_total"),
             handshake_seconds_sum: v("gpupm_handshake_duration_seconds_sum"),
+            handshake_p50: quantile(&latency, 0.5),
+            handshake_p99: quantile(&latency, 0.99),
+            handshake_response_max_seconds: v("gpupm_handshake_response_max_seconds"),
             stream_lost_records: v("gpupm_stream_lost_records_total"),
             stream_drained_records: v("gpupm_stream_drained_records_total"),
+            stream_mirrored_records: v("gpupm_stream_mirrored_records_total"),
+            stream_mirror_fallbacks: v("gpupm_stream_mirror_fallbacks_total"),
             stream_drain_lag_records: v("gpupm_stream_drain_lag_records"),
             tenant_requests: v("gpupm_tenant_requests_total"),
             tenant_request_errors: v("gpupm_tenant_request_errors_total"),
             contexts_active: v("gpupm_contexts_active"),
             contexts_retired: v("gpupm_contexts_retired_total"),
+            contexts_retained: v("gpupm_contexts_retained"),
             uptime_seconds: v("gpupm_uptime_seconds"),
         }
     }
@@ -233,67 +331,121 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
             "no health source: metrics at {endpoint}: {why}; {dev_why}"
         )));
     }
-    let healthy = scraped.is_ok() && device.as_ref().is_none_or(|d| d.ccu_wraps == 0);
+    let checks = checks::run(&Inputs {
+        daemon: metrics.as_ref(),
+        daemon_error: scraped.as_ref().err().map(String::as_str),
+        device: device.as_ref(),
+    });
+    let verdict = checks::overall(&checks);
     let health = HealthJson {
+        verdict,
+        checks,
         daemon: DaemonHealth {
             endpoint: endpoint.to_string(),
             reachable: scraped.is_ok(),
             metrics,
         },
         device,
-        healthy,
+        healthy: verdict == Verdict::Pass,
     };
     if args.json {
         emit(&crate::output::json_line(&health)?)?;
     } else {
-        emit(&text(&health, scraped.err(), dev.err(), &node_dir))?;
+        emit(&text(&health, dev.err(), &node_dir))?;
     }
-    Ok(if healthy {
+    Ok(if verdict == Verdict::Pass {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// The health as text.
-fn text(
-    h: &HealthJson,
-    scrape_error: Option<String>,
-    dev_error: Option<String>,
-    node_dir: &Path,
-) -> String {
-    let mut t = format!("daemon (metrics at {}): ", h.daemon.endpoint);
-    match scrape_error {
-        None => {
-            t += "reachable\n";
-            let metrics = h
-                .daemon
-                .metrics
-                .as_ref()
-                .and_then(|m| serde_json::to_value(m).ok());
-            if let Some(serde_json::Value::Object(m)) = metrics {
-                for (key, v) in m {
-                    t += &format!("  {key:<26} {v}\n");
-                }
-            }
-        }
-        Some(e) => t += &format!("UNREACHABLE ({e})\n"),
+/// The health as text: a line per check, with what to do under each one
+/// that did not pass, and the verdict.
+fn text(h: &HealthJson, dev_error: Option<String>, node_dir: &Path) -> String {
+    let mut t = format!("gpupm health: gpupmd at {}", h.daemon.endpoint);
+    match (&h.device, dev_error) {
+        (Some(_), _) => t += &format!(", device {}\n", node_dir.display()),
+        (None, Some(e)) => t += &format!("; device not readable ({e})\n"),
+        (None, None) => t += "\n",
     }
-    let device = h.device.as_ref().and_then(|d| serde_json::to_value(d).ok());
-    match (device, dev_error) {
-        (Some(serde_json::Value::Object(d)), _) => {
-            t += &format!("device ({}):\n", node_dir.display());
-            for (k, v) in d {
-                t += &format!("  {k:<26} {v}\n");
-            }
+    for c in &h.checks {
+        let head = format!("  {}  {:<10}  ", c.verdict.name(), c.subsystem);
+        t += &wrap(&head, &c.summary);
+        if let Some(next) = c.next {
+            t += &wrap(&format!("{:<20}", ""), &format!("next: {next}"));
         }
-        (_, Some(e)) => t += &format!("device: not readable ({e})\n"),
-        _ => {}
     }
-    t += if h.healthy {
-        "healthy\n"
-    } else {
-        "NOT HEALTHY\n"
-    };
+    let failing = h
+        .checks
+        .iter()
+        .filter(|c| c.verdict != Verdict::Pass)
+        .count();
+    t += &format!(
+        "verdict: {} ({failing} of {} checks not passing; gpupmd's counts since it started)\n",
+        h.verdict.name(),
+        h.checks.len()
+    );
     t
+}
+
+/// `text` after `head`, wrapped at 80 columns, continuation lines
+/// indented as far as `head` is wide.
+fn wrap(head: &str, text: &str) -> String {
+    const WIDTH: usize = 80;
+    let indent = head.chars().count();
+    let mut out = head.to_string();
+    let mut col = indent;
+    for word in text.split_whitespace() {
+        let w = word.chars().count();
+        if col > indent && col + 1 + w > WIDTH {
+            out += "\n";
+            out += &" ".repeat(indent);
+            col = indent;
+        } else if col > indent {
+            out.push(' ');
+            col += 1;
+        }
+        out += word;
+        col += w;
+    }
+    out + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_wrap_under_their_heading() {
+        let t = wrap("  WARN  streams     ", &"word ".repeat(30));
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert!(
+            t.lines().skip(1).all(|l| l.starts_with(&" ".repeat(20))),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn quantiles_interpolate_within_their_bucket() {
+        let b = [
+            (1.0, 10.0),
+            (2.0, 90.0),
+            (4.0, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        assert_eq!(quantile(&b, 0.5).map(|q| q.seconds), Some(1.5));
+        assert!(quantile(&b, 0.99).is_some_and(|q| (q.seconds - 3.8).abs() < 1e-9));
+        let beyond = [(1.0, 10.0), (f64::INFINITY, 100.0)];
+        assert_eq!(
+            quantile(&beyond, 0.99),
+            Some(Quantile {
+                seconds: 1.0,
+                beyond_buckets: true
+            })
+        );
+        assert_eq!(quantile(&[(1.0, 0.0), (f64::INFINITY, 0.0)], 0.5), None);
+        let text = "x_bucket{le=\"0.5\"} 3\nx_bucket{le=\"+Inf\"} 4\nx_sum 2\n";
+        assert_eq!(buckets(text, "x"), vec![(0.5, 3.0), (f64::INFINITY, 4.0)]);
+    }
 }

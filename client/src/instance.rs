@@ -1,0 +1,127 @@
+//! One instance at a time: an exclusive `flock` on a lock file, taken by
+//! `gpupmd` and `gpupm-driver` before they touch anything (the device, the
+//! state, the pages, the commit mirror, a mount). The file holds the
+//! holder's pid and what it serves, so a second instance can say who it
+//! is in the way of. The kernel drops the lock when the holder exits,
+//! however it exits; the file stays.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// Why the lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// Another instance holds it.
+    #[error("already running as pid {pid} for {serves} (lock {})", path.display())]
+    Held {
+        /// The holder's pid, as it wrote it (`?` when unreadable).
+        pid: String,
+        /// What the holder serves, as it wrote it.
+        serves: String,
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The lock file could not be opened or locked.
+    #[error("cannot take the instance lock {}", path.display())]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The lock, held while this value lives. Its error reads
+/// `already running as pid N for NODE (lock PATH)`: the program prefixes
+/// its name (`gpupmd: already running as pid …`).
+#[derive(Debug)]
+pub struct InstanceLock {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl InstanceLock {
+    /// Takes the lock at `path` (created owner-only if missing, never
+    /// through a symlink), writing this process's pid and `serves` into
+    /// it, or says who holds it.
+    pub fn acquire(path: &Path, serves: &str) -> Result<InstanceLock, InstanceError> {
+        let io = |source| InstanceError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(io)?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut text = String::new();
+                // What the holder wrote; a holder that has not written
+                // yet shows as `?`.
+                file.read_to_string(&mut text).ok();
+                let mut lines = text.lines();
+                return Err(InstanceError::Held {
+                    pid: lines
+                        .next()
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or("?")
+                        .to_owned(),
+                    serves: lines.next().unwrap_or("?").to_owned(),
+                    path: path.to_owned(),
+                });
+            }
+            Err((_, e)) => return Err(io(io::Error::from(e))),
+        };
+        lock.set_len(0).map_err(io)?;
+        lock.seek(SeekFrom::Start(0)).map_err(io)?;
+        writeln!(lock, "{}\n{serves}", std::process::id()).map_err(io)?;
+        Ok(InstanceLock {
+            _lock: lock,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_taker_learns_who_holds_it_and_the_lock_goes_with_its_holder() {
+        let dir = std::env::temp_dir().join(format!("gpupm-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.lock");
+        let held = InstanceLock::acquire(&path, "/run/gpupm/dev").unwrap();
+        let err = InstanceLock::acquire(&path, "/elsewhere").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "already running as pid {} for /run/gpupm/dev (lock {})",
+                std::process::id(),
+                path.display()
+            )
+        );
+        drop(held);
+        let again = InstanceLock::acquire(&path, "/elsewhere").unwrap();
+        assert_eq!(again.path(), path);
+        drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
