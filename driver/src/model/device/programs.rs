@@ -15,7 +15,9 @@ use crate::model::cc::VmCipher;
 use crate::model::ccu::bank::RATE_ONE_Q16;
 use crate::model::ccu::{Lane, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
-use crate::model::program::run::{BlockSpan, CallStack, Env, ProgramRun, Unwatched, Visit, Watch};
+use crate::model::program::run::{
+    BlockSpan, CallStack, Env, ProgramRun, Unwatched, Visit, Watch, Window,
+};
 use crate::model::program::Program;
 use crate::model::ranges::watch::RangeWatcher;
 use crate::model::ri::watch::{RiWatcher, Tee};
@@ -67,6 +69,13 @@ impl<A: Watch, B: Watch> Watch for Both<'_, A, B> {
     fn taken(&mut self, entry: gpupm_uapi::sampling::BranchEntry, branches: u64) {
         self.0.taken(entry, branches);
         self.1.taken(entry, branches);
+    }
+    fn admit(&mut self, window: &Window<'_>) -> u64 {
+        self.0.admit(window).min(self.1.admit(window))
+    }
+    fn skipped(&mut self, window: &Window<'_>, n: u64, latch: &Visit) {
+        self.0.skipped(window, n, latch);
+        self.1.skipped(window, n, latch);
     }
 }
 

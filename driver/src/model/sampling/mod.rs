@@ -19,7 +19,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use self::buffer::{BufEvent, BufWrite, Placement, SampleBuffer};
 use super::access::{r32, r64, RegValue, Reject};
 use super::cc::VmCipher;
-use super::program::run::{Env, Watch};
+use super::program::run::{Env, Visit, Watch, Window};
 use super::rng;
 
 /// Random-draw domain of the cycle sampler's R.
@@ -302,6 +302,113 @@ impl Watcher<'_> {
     }
 }
 
+impl Watcher<'_> {
+    /// A cycle sample at context cycle `at`, in block `block` of `kernel`.
+    fn pc_sample(&mut self, at: u64, kernel: u16, block: u16) {
+        let cycle = self.env.device_cycle(at);
+        let rec = PcRecord {
+            magic: PC_RECORD_MAGIC,
+            partition: u16::try_from(self.unit.partition).unwrap_or(0),
+            flags: self.flags(at),
+            vm: self.vm,
+            ctx: self.ctx,
+            seq: self.unit.bufs[1].produced() + 1,
+            cycle,
+            ctx_cycle: at,
+            kernel,
+            block,
+            interval: self.unit.interval,
+        };
+        self.store(buf_kind::PC, rec.as_bytes(), cycle);
+        self.unit.samples += 1;
+        self.unit.draw_interval();
+    }
+
+    /// A branch record of `stack` (oldest first; the newest entry is the
+    /// capturing branch, the context's `branches`-th).
+    fn branch_record(&mut self, stack: &[BranchEntry], branches: u64) {
+        let Some(newest) = stack.last() else {
+            return;
+        };
+        let mut rec = BranchStackRecord::new_zeroed();
+        rec.magic = BRANCH_RECORD_MAGIC;
+        rec.partition = u16::try_from(self.unit.partition).unwrap_or(0);
+        rec.vm = self.vm;
+        rec.ctx = self.ctx;
+        rec.seq = self.unit.bufs[0].produced() + 1;
+        rec.cycle = self.env.device_cycle(newest.cycle);
+        rec.branches = branches;
+        rec.count = u32::try_from(stack.len()).unwrap_or(0);
+        rec.entries[..stack.len()].copy_from_slice(stack);
+        rec.flags = self.flags(newest.cycle);
+        let cycle = rec.cycle;
+        self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
+    }
+
+    /// The stack's last entries followed by `newer` (the newest 32).
+    fn stack_with(&self, newer: &[BranchEntry]) -> Vec<BranchEntry> {
+        let old = &self.unit.stack;
+        let keep = BRANCH_STACK_ENTRIES
+            .saturating_sub(newer.len())
+            .min(old.len());
+        let mut out = Vec::with_capacity(BRANCH_STACK_ENTRIES);
+        out.extend_from_slice(&old[old.len() - keep..]);
+        out.extend_from_slice(&newer[newer.len().saturating_sub(BRANCH_STACK_ENTRIES)..]);
+        out
+    }
+
+    /// The cycle samples that fall in the first `n` iterations of `w`:
+    /// each in the visit its path runs at that cycle.
+    fn skipped_cycles(&mut self, w: &Window<'_>, n: u64) {
+        let total = w.total(n, |p| p.cycles);
+        let mut at = self.unit.remaining;
+        let mut from = (0, 0);
+        while at <= total {
+            let Some((i, before)) = w.locate(from, at, n, |p| p.cycles) else {
+                break;
+            };
+            let v = w.path(i).visit_at(at - before);
+            self.pc_sample(w.start + at, v.kernel, v.block);
+            at += self.unit.remaining;
+            from = (i, before);
+        }
+        self.unit.remaining = at - total;
+    }
+
+    /// The taken branches of the first `n` iterations of `w`: the
+    /// captures among them, with their stacks from the paths, and the
+    /// stack they leave.
+    fn skipped_branches(&mut self, w: &Window<'_>, n: u64) {
+        let total = w.total(n, |p| p.branches);
+        if total == 0 {
+            return;
+        }
+        if self.unit.stack_owner != self.serial {
+            self.unit.stack.clear();
+            self.unit.stack_owner = self.serial;
+        }
+        let period = u64::from(self.unit.n);
+        let depth = BRANCH_STACK_ENTRIES as u64;
+        let mut entries = Vec::with_capacity(BRANCH_STACK_ENTRIES);
+        // A period written below the count so far captures at the next branch.
+        let mut k = period
+            .saturating_sub(u64::from(self.unit.since_capture))
+            .max(1);
+        let mut since = u64::from(self.unit.since_capture) + total;
+        while k <= total {
+            w.branch_entries(k, k.min(depth), &mut entries);
+            let stack = self.stack_with(&entries);
+            self.branch_record(&stack, w.branches + k);
+            since = total - k;
+            k += period;
+        }
+        self.unit.branches += total;
+        self.unit.since_capture = u32::try_from(since).unwrap_or(u32::MAX);
+        w.branch_entries(total, total.min(depth), &mut entries);
+        self.unit.stack = self.stack_with(&entries);
+    }
+}
+
 impl Watch for Watcher<'_> {
     fn ran(&mut self, from: u64, to: u64, kernel: u16, block: u16) {
         if self.unit.ctrl & samp_ctrl::CYCLE_ENABLE == 0 {
@@ -310,24 +417,7 @@ impl Watch for Watcher<'_> {
         let mut at = from;
         while to - at >= self.unit.remaining {
             at += self.unit.remaining;
-            let cycle = self.env.device_cycle(at);
-            let mut rec = PcRecord {
-                magic: PC_RECORD_MAGIC,
-                partition: u16::try_from(self.unit.partition).unwrap_or(0),
-                flags: self.flags(at),
-                vm: self.vm,
-                ctx: self.ctx,
-                seq: self.unit.bufs[1].produced() + 1,
-                cycle,
-                ctx_cycle: at,
-                kernel,
-                block,
-                interval: self.unit.interval,
-            };
-            rec.seq = self.unit.bufs[1].produced() + 1;
-            self.store(buf_kind::PC, rec.as_bytes(), cycle);
-            self.unit.samples += 1;
-            self.unit.draw_interval();
+            self.pc_sample(at, kernel, block);
         }
         self.unit.remaining -= to - at;
     }
@@ -351,18 +441,23 @@ impl Watch for Watcher<'_> {
             return;
         }
         unit.since_capture = 0;
-        let mut rec = BranchStackRecord::new_zeroed();
-        rec.magic = BRANCH_RECORD_MAGIC;
-        rec.partition = u16::try_from(unit.partition).unwrap_or(0);
-        rec.vm = self.vm;
-        rec.ctx = self.ctx;
-        rec.seq = unit.bufs[0].produced() + 1;
-        rec.cycle = self.env.device_cycle(entry.cycle);
-        rec.branches = branches;
-        rec.count = u32::try_from(unit.stack.len()).unwrap_or(0);
-        rec.entries[..unit.stack.len()].copy_from_slice(&unit.stack);
-        rec.flags = self.flags(entry.cycle);
-        let cycle = rec.cycle;
-        self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
+        let stack = std::mem::take(&mut unit.stack);
+        self.branch_record(&stack, branches);
+        self.unit.stack = stack;
+    }
+
+    /// Everything: samples and branch records inside the iterations are
+    /// taken from their paths.
+    fn admit(&mut self, window: &Window<'_>) -> u64 {
+        window.len()
+    }
+
+    fn skipped(&mut self, window: &Window<'_>, n: u64, _latch: &Visit) {
+        if self.unit.ctrl & samp_ctrl::CYCLE_ENABLE != 0 {
+            self.skipped_cycles(window, n);
+        }
+        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE != 0 {
+            self.skipped_branches(window, n);
+        }
     }
 }

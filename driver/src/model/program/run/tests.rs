@@ -1,5 +1,6 @@
 use super::*;
 use crate::scenario::program::generate;
+use gpupm_uapi::sampling::BranchEntry;
 
 fn env() -> Env<'static> {
     Env {
@@ -33,7 +34,7 @@ fn any_split_of_time_walks_the_same_program() {
     assert_eq!(t.iter().map(|r| r.cycles).sum::<u64>(), 100_000);
 }
 
-/// Watches, so the walk never skips.
+/// Watches, and admits nothing: the walk steps through every block.
 struct Stepper(u64);
 
 impl Watch for Stepper {
@@ -44,12 +45,14 @@ impl Watch for Stepper {
 }
 
 #[test]
-fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
+fn advancing_in_aggregate_reaches_the_state_the_walk_reaches() {
     let windows = [ThrottleWindow {
         start: 50_000,
         end: 90_001,
     }];
-    for spec in &crate::scenario::builtin().programs {
+    let mut specs = crate::scenario::builtin().programs;
+    specs.extend((0..4).map(|k| generate(3, k)));
+    for spec in &specs {
         let prog = Program::compile(spec);
         let mut fast = ProgramRun::new(0, &prog, 4);
         let mut slow = fast.clone();
@@ -66,6 +69,7 @@ fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
             let b = slow.advance(step, &prog, &env(&slow), &mut stepper);
             assert_eq!(a, b, "{}", spec.name);
             assert_eq!(fast.truth(&prog), slow.truth(&prog), "{}", spec.name);
+            assert_eq!(fast.cur.frames, slow.cur.frames, "{}", spec.name);
         }
         assert_eq!(fast.branches, stepper.0, "{}", spec.name);
         assert_eq!(fast.branches, slow.branches);
