@@ -17,7 +17,10 @@
 //! - the same with 8 marked ranges per partition.
 //!
 //! Each load runs `GPUPM_BENCH_RUNS` times (default 3) alternating with
-//! the others; the median and the range are printed. Then the cycle-level
+//! the others, `GPUPM_BENCH_SIM_MS` of device time each (default 320);
+//! the median and the range are printed. `GPUPM_BENCH_LOADS` (a comma
+//! separated list of `builtin,programs,samplers,ri,ranges`) runs only
+//! those besides the baseline and skips the figures after them. Then the cycle-level
 //! reference engine, records routed, one in-process handshake and
 //! resident memory, as before. The last line is one JSON object.
 
@@ -338,6 +341,11 @@ fn main() {
             Planes::Ranges,
         ),
     ];
+    let only = std::env::var("GPUPM_BENCH_LOADS").ok();
+    let chosen = |key: &str| {
+        key == "counting" || only.as_deref().is_none_or(|o| o.split(',').any(|k| k == key))
+    };
+    let loads: Vec<_> = loads.into_iter().filter(|l| chosen(l.0)).collect();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
     let mut records = vec![0u64; loads.len()];
     for _ in 0..runs {
@@ -349,6 +357,12 @@ fn main() {
     }
     let medians: Vec<(f64, f64, f64)> = rates.iter_mut().map(|r| summary(r)).collect();
     let counting = medians[0].0;
+    if only.is_some() {
+        for (i, (key, _, _, _)) in loads.iter().enumerate() {
+            println!("{key}: {:.2}x, {:.3} of counting only", medians[i].0, medians[i].0 / counting);
+        }
+        return;
+    }
 
     // Counting only over 1 s of device time against the wall clock too,
     // with records routed and host-driven switches.

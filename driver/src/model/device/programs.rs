@@ -13,7 +13,7 @@ use super::api::DeviceError;
 use super::Device;
 use crate::model::cc::VmCipher;
 use crate::model::ccu::bank::RATE_ONE_Q16;
-use crate::model::ccu::{Lane, CYCLES_EVENT, INST_EVENT};
+use crate::model::ccu::{EngineKind, Lane, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
 use crate::model::program::run::{
     BlockSpan, CallStack, Env, ProgramRun, Unwatched, Visit, Watch, Window,
@@ -116,16 +116,39 @@ impl Device {
     /// Counts partition `p` up to now, running its context's program (and
     /// the sampling unit watching it) over the same cycles.
     pub(super) fn sync(&mut self, p: u32) {
+        self.count(p, None);
+    }
+
+    /// Counts partition `p` up to now, running its context's program and
+    /// what watches it; with `fused` (whether the drained banks go to the
+    /// system RC too) the batched engine triggers the partition's CCUs in
+    /// the same pass. Returns whether it did (the cycle-level engine only
+    /// counts).
+    pub(super) fn count(&mut self, p: u32, fused: Option<bool>) -> bool {
         let thr = Some(self.trig.threshold());
         let now = self.clock.now();
         let ctx = self.ccu.owner(p).ctx;
         let c = self.ctxs.get(ctx);
+        let batched = self.ccu.kind() == EngineKind::Batched;
+        let drain = match fused {
+            Some(to_system) if batched => Some(self.rc.drain(p, to_system)),
+            _ => None,
+        };
+        let fused = drain.is_some();
         let run = self.runs.get_mut(ctx as usize).and_then(Option::as_mut);
-        let (Some(run), true) = (run, p != 0 && ctx != 0) else {
-            self.ccu
-                .sync(&self.topo, &mut self.ledger, p, now, thr, None);
+        let prog = run.as_ref().and_then(|r| self.programs.get(r.program));
+        let (Some(run), Some(prog), true) = (run, prog, p != 0 && ctx != 0) else {
+            match drain {
+                Some(d) => {
+                    self.ccu
+                        .sync_and_trigger(&self.topo, &mut self.ledger, p, now, d, None);
+                }
+                None => self
+                    .ccu
+                    .sync(&self.topo, &mut self.ledger, p, now, thr, None),
+            }
             self.deliver_sample_events(p);
-            return;
+            return fused;
         };
         let ri = self.ri.watching(ctx).map(|session| RiWatcher {
             session,
@@ -147,9 +170,6 @@ impl Device {
             env: blank_env(),
             cipher: self.vms.cipher(c.vm).map(|k: &mut VmCipher| k),
         });
-        let Some(prog) = self.programs.get(run.program) else {
-            return;
-        };
         let mut lane = ProgLane {
             run,
             prog,
@@ -161,8 +181,21 @@ impl Device {
             ri,
             ranges,
         };
-        self.ccu
-            .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane));
+        match drain {
+            Some(d) => {
+                self.ccu.sync_and_trigger(
+                    &self.topo,
+                    &mut self.ledger,
+                    p,
+                    now,
+                    d,
+                    Some(&mut lane),
+                );
+            }
+            None => self
+                .ccu
+                .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane)),
+        }
         let watched_ranges = lane.ranges.is_some();
         drop(lane);
         self.deliver_sample_events(p);
@@ -170,6 +203,7 @@ impl Device {
         if watched_ranges {
             self.deliver_range_events(p, c.vm);
         }
+        fused
     }
 
     /// Raises the interrupts partition `p`'s sampling unit produced.

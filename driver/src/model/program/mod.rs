@@ -93,7 +93,10 @@ pub struct Program {
 
 /// Most outcome combinations (paths) a loop's branch points may have for
 /// its iterations to be advanced in aggregate.
-pub const MAX_PATHS: usize = 64;
+pub const MAX_PATHS: usize = 16;
+/// Most branch points such a loop has (each has two outcomes or more).
+pub const MAX_POINTS: usize = 4;
+const _: () = assert!(1 << MAX_POINTS == MAX_PATHS);
 
 /// A loop's branch points: the branch blocks its body (the blocks from its
 /// head to its latch, and every kernel they call) can reach.
@@ -108,6 +111,8 @@ pub struct LoopInfo {
     pub points: Vec<usize>,
     /// Per point, `Π (edges + 1)` of the points before it.
     pub radix: Vec<usize>,
+    /// Per point, its outcomes: edges + 1.
+    pub outcomes: Vec<usize>,
     /// Number of paths, `Π (edges + 1)`.
     pub paths: usize,
 }
@@ -187,6 +192,7 @@ impl Program {
         points.sort_unstable();
         points.dedup();
         let mut radix = Vec::with_capacity(points.len());
+        let mut outcomes = Vec::with_capacity(points.len());
         let mut paths = 1usize;
         for &row in &points {
             radix.push(paths);
@@ -194,6 +200,7 @@ impl Program {
             let CompiledExit::Branch(edges) = &self.block(pk, pb).exit else {
                 return None;
             };
+            outcomes.push(edges.len() + 1);
             paths = paths.checked_mul(edges.len() + 1)?;
             if paths > MAX_PATHS {
                 return None;
@@ -202,6 +209,7 @@ impl Program {
         Some(LoopInfo {
             points,
             radix,
+            outcomes,
             paths,
         })
     }

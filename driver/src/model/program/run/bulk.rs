@@ -23,7 +23,7 @@ use super::walk::Step;
 use super::{CallStack, Path, PathVisit, ProgramRun, Visit, Watch, Window};
 use crate::model::program::run::Env;
 use crate::model::program::watch::Lanes;
-use crate::model::program::{LoopInfo, Program, MAX_PATHS};
+use crate::model::program::{LoopInfo, Program, MAX_PATHS, MAX_POINTS};
 
 /// Most block visits one learned iteration may take.
 const MAX_ITERATION_VISITS: usize = 4096;
@@ -51,19 +51,19 @@ enum Learned {
 
 /// The learned paths of one loop under one phase and clock capability.
 #[derive(Clone, Debug)]
-struct LoopPaths {
-    latch: usize,
+pub(super) struct LoopPaths {
+    pub(super) latch: usize,
     phase: usize,
     secondary: bool,
-    usable: bool,
-    paths: Vec<Option<Path>>,
-    exits: Vec<bool>,
+    pub(super) usable: bool,
+    pub(super) paths: Vec<Option<Path>>,
+    pub(super) exits: Vec<bool>,
 }
 
 /// A context's learned paths.
 #[derive(Clone, Debug, Default)]
 pub(super) struct PathCache {
-    loops: Vec<LoopPaths>,
+    pub(super) loops: Vec<LoopPaths>,
     evict: usize,
 }
 
@@ -138,44 +138,94 @@ impl ProgramRun {
             return false;
         }
         let passive = watch.passive();
-        let mut lanes = [0u8; LANES as usize];
+        let each = !info.points.is_empty();
         // Watchers look at windows iteration by iteration: at most 64.
-        let offered = if info.points.is_empty() {
-            if passive {
-                left
-            } else {
-                left.min(LANES)
+        let offered = if each || !passive {
+            left.min(LANES)
+        } else {
+            left
+        };
+        // Per path, the lanes (iterations of the window) that take it.
+        let mut masks = [0u64; MAX_PATHS];
+        if each {
+            self.path_masks(prog, env.seed, info, &mut masks);
+            if offered < LANES {
+                masks.iter_mut().for_each(|m| *m &= (1 << offered) - 1);
             }
         } else {
-            self.categories(prog, env.seed, info, &mut lanes);
-            left.min(LANES)
-        };
-        let Some(n) = self.learn_window(
-            prog,
-            env.phase,
-            secondary,
-            (head, info),
-            slot,
-            &lanes,
-            offered,
-        ) else {
+            masks[0] = 1;
+        }
+        let Some(exits) = self.learn_present(prog, env.phase, secondary, (head, info), slot, &masks)
+        else {
             self.paths.loops[slot].usable = false;
             return false;
+        };
+        // Up to the first iteration that leaves the loop.
+        let mut n = offered;
+        if exits != 0 {
+            let lanes = masks
+                .iter()
+                .enumerate()
+                .filter(|&(c, _)| exits >> c & 1 == 1)
+                .fold(0, |acc, (_, m)| acc | m);
+            n = if each {
+                u64::from(lanes.trailing_zeros())
+            } else {
+                0
+            };
+        }
+        let counts = |take: u64| {
+            let mut counts = [0u64; MAX_PATHS];
+            if each {
+                let keep = if take >= LANES { !0 } else { (1 << take) - 1 };
+                for (c, m) in counts.iter_mut().zip(&masks).take(info.paths) {
+                    *c = u64::from((m & keep).count_ones());
+                }
+            } else {
+                counts[0] = take;
+            }
+            counts
         };
         if n == 0 {
             return false;
         }
+        let lp = &self.paths.loops[slot];
+        let totals = |counts: &[u64; MAX_PATHS]| {
+            let (mut cycles, mut latch_visits) = (0, 0);
+            for (p, &c) in lp.paths.iter().zip(counts).filter(|(_, &c)| c > 0) {
+                let p = p.as_ref().expect("a path of the window");
+                cycles += c * p.cycles;
+                latch_visits += c * p
+                    .rows
+                    .iter()
+                    .find(|(r, _)| *r == latch.row)
+                    .map_or(0, |(_, d)| d[0]);
+            }
+            (cycles, latch_visits)
+        };
+        let mut counted = counts(n);
+        let late = totals(&counted).0 > until - now;
+        // Which path each iteration takes, when something looks at them
+        // one by one.
+        let mut lanes = [0u8; LANES as usize];
+        if each && (!passive || exits != 0 || late) {
+            for (c, &m) in masks.iter().enumerate().take(info.paths) {
+                let mut m = m;
+                while m != 0 {
+                    // Fewer than MAX_PATHS paths: the number fits a u8.
+                    lanes[m.trailing_zeros() as usize] = u8::try_from(c).unwrap_or(0);
+                    m &= m - 1;
+                }
+            }
+        }
         let retired = self.retired();
-        let each = !info.points.is_empty();
         let ProgramRun {
-            paths,
             rows,
             visits_before_reset,
             cur,
             branches,
             ..
         } = &*self;
-        let lp = &paths.loops[slot];
         let window = Window {
             start: now,
             retired,
@@ -190,31 +240,20 @@ impl ProgramRun {
             rows,
             before_reset: visits_before_reset,
         };
-        let mut take = window.prefix_below(until - now + 1, |p| p.cycles);
+        let mut take = n;
+        if late {
+            take = window.prefix_below(until - now + 1, |p| p.cycles);
+        }
         if !passive {
             take = take.min(watch.admit(&window));
         }
         if take == 0 {
             return false;
         }
-        let mut counts = [0u64; MAX_PATHS];
-        if each {
-            for &c in &lanes[..usize::try_from(take).unwrap_or(0)] {
-                counts[usize::from(c)] += 1;
-            }
-        } else {
-            counts[0] = take;
+        if take < n {
+            counted = counts(take);
         }
-        let (mut cycles, mut latch_visits) = (0, 0);
-        for (p, &c) in lp.paths.iter().zip(&counts).filter(|(_, &c)| c > 0) {
-            let p = p.as_ref().expect("a path of the window");
-            cycles += c * p.cycles;
-            latch_visits += c * p
-                .rows
-                .iter()
-                .find(|(r, _)| *r == latch.row)
-                .map_or(0, |(_, d)| d[0]);
-        }
+        let (cycles, latch_visits) = totals(&counted);
         if !passive {
             let ordinal = window.visits_before(latch.row) + latch_visits - 1;
             let visit = Visit {
@@ -227,7 +266,7 @@ impl ProgramRun {
             };
             watch.skipped(&window, take, &visit);
         }
-        self.book(slot, &counts);
+        self.book(slot, &counted);
         self.cur.now += cycles;
         self.cur.start = self.cur.now - self.cur.cycles;
         self.cur
@@ -250,49 +289,55 @@ impl ProgramRun {
         }
     }
 
-    /// The path of each of the next 64 iterations of the loop with
-    /// branch points `info` (lane `i`: iteration `i`).
-    fn categories(&mut self, prog: &Program, seed: u64, info: &LoopInfo, lanes: &mut [u8; 64]) {
-        let mut masks = [0u64; MAX_PATHS];
+    /// Per path of the loop with branch points `info`, the next 64
+    /// iterations that take it (bit `i`: iteration `i`).
+    fn path_masks(
+        &mut self,
+        prog: &Program,
+        seed: u64,
+        info: &LoopInfo,
+        masks: &mut [u64; MAX_PATHS],
+    ) {
+        // Per point, the lanes of each outcome (0: falls through).
+        let mut outcomes = [[0u64; MAX_PATHS]; MAX_POINTS];
         let key = (seed, self.serial);
-        for (&row, &radix) in info.points.iter().zip(&info.radix) {
+        for (j, &row) in info.points.iter().enumerate() {
             let (pk, pb) = prog.row_id(row);
             let crate::model::program::CompiledExit::Branch(edges) = &prog.block(pk, pb).exit
             else {
                 continue;
             };
             let first = self.lifetime_visits(row);
-            self.draws.window(key, row, first, edges, &mut masks);
-            for (e, &m) in masks[..edges.len()].iter().enumerate() {
-                // At most MAX_PATHS paths: the sum stays below 64.
-                let add = u8::try_from((e + 1) * radix).unwrap_or(0);
-                let mut m = m;
-                while m != 0 {
-                    lanes[m.trailing_zeros() as usize] += add;
-                    m &= m - 1;
-                }
-            }
+            let o = &mut outcomes[j];
+            self.draws.window(key, row, first, edges, &mut o[1..]);
+            o[0] = !o[1..=edges.len()].iter().fold(0, |acc, m| acc | m);
+        }
+        for (c, m) in masks.iter_mut().enumerate().take(info.paths) {
+            *m = (0..info.points.len()).fold(!0, |acc, j| {
+                acc & outcomes[j][c / info.radix[j] % info.outcomes[j]]
+            });
         }
     }
 
-    /// Learns the paths of the first `offered` lanes that are not known
-    /// yet; returns how many lanes from the first may run (up to the first
-    /// that leaves the loop), or `None` if the loop cannot be advanced in
-    /// aggregate.
-    #[allow(clippy::too_many_arguments)]
-    fn learn_window(
+    /// Learns the paths some lane of `masks` takes that are not known
+    /// yet; returns which of them (bit per path) leave the loop, or `None`
+    /// if the loop cannot be advanced in aggregate.
+    fn learn_present(
         &mut self,
         prog: &Program,
         phase: usize,
         secondary: bool,
         (head, info): (u16, &LoopInfo),
         slot: usize,
-        lanes: &[u8; 64],
-        offered: u64,
+        masks: &[u64; MAX_PATHS],
     ) -> Option<u64> {
-        let distinct = if info.points.is_empty() { 1 } else { offered };
-        for i in 0..distinct {
-            let c = usize::from(lanes[usize::try_from(i).unwrap_or(0)]);
+        let mut exits = 0u64;
+        for (c, _) in masks
+            .iter()
+            .enumerate()
+            .take(info.paths)
+            .filter(|(_, &m)| m != 0)
+        {
             let lp = &self.paths.loops[slot];
             if lp.paths[c].is_none() && !lp.exits[c] {
                 match self.learn(prog, phase, secondary, (head, info), c) {
@@ -302,10 +347,10 @@ impl ProgramRun {
                 }
             }
             if self.paths.loops[slot].exits[c] {
-                return Some(i);
+                exits |= 1 << c;
             }
         }
-        Some(offered)
+        Some(exits)
     }
 
     /// Walks one iteration of path `c` on a copy of the cursor (at the

@@ -75,3 +75,15 @@ fn advancing_in_aggregate_reaches_the_state_the_walk_reaches() {
         assert_eq!(fast.branches, slow.branches);
     }
 }
+
+#[test]
+fn debug_reduce_bulk() {
+    let specs = crate::scenario::builtin().programs;
+    let prog = Program::compile(&specs[1]);
+    let mut run = ProgramRun::new(0, &prog, 4);
+    run.advance(2_000_000, &prog, &env(), &mut Unwatched);
+    for l in &run.paths.loops {
+        eprintln!("latch {} usable {} paths {:?} exits {:?}", l.latch, l.usable, l.paths.iter().map(|p| p.as_ref().map(|p| (p.cycles, p.visits.len()))).collect::<Vec<_>>(), l.exits);
+    }
+    eprintln!("{:?}", prog.loops);
+}
