@@ -343,7 +343,10 @@ fn main() {
     ];
     let only = std::env::var("GPUPM_BENCH_LOADS").ok();
     let chosen = |key: &str| {
-        key == "counting" || only.as_deref().is_none_or(|o| o.split(',').any(|k| k == key))
+        key == "counting"
+            || only
+                .as_deref()
+                .is_none_or(|o| o.split(',').any(|k| k == key))
     };
     let loads: Vec<_> = loads.into_iter().filter(|l| chosen(l.0)).collect();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); loads.len()];
@@ -359,7 +362,11 @@ fn main() {
     let counting = medians[0].0;
     if only.is_some() {
         for (i, (key, _, _, _)) in loads.iter().enumerate() {
-            println!("{key}: {:.2}x, {:.3} of counting only", medians[i].0, medians[i].0 / counting);
+            println!(
+                "{key}: {:.2}x, {:.3} of counting only",
+                medians[i].0,
+                medians[i].0 / counting
+            );
         }
         return;
     }

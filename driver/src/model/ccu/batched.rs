@@ -7,9 +7,7 @@
 //! device schedules a threshold check at the earliest boundary a crossing is
 //! possible ([`super::Counting::threshold_horizon`]).
 
-use super::bank::{
-    ulc9, ulc_counts, wrap28, Counting, Lane, Tally, CCU_MASK, INST_EVENT, ULC_MAX,
-};
+use super::bank::{ulc9, ulc_counts, wrap28, Counting, Lane, Tally, CCU_MASK, INST_EVENT, ULC_MAX};
 use crate::model::rc::Drain;
 use crate::model::topology::Topology;
 
@@ -107,7 +105,11 @@ fn trigger_pass(
             let (r, ph) = (u64::from(r), u64::from(ph));
             let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
                 Some(l) => (0, l.at_boundary, l.at_end),
-                None => ((ph + ds * r) >> 16, (ph + db * r) >> 16, (ph + dt * r) >> 16),
+                None => (
+                    (ph + ds * r) >> 16,
+                    (ph + db * r) >> 16,
+                    (ph + dt * r) >> 16,
+                ),
             };
             let e = usize::from(event);
             tally.generated[e] += g_t - g_s;
@@ -127,6 +129,67 @@ fn trigger_pass(
     st.wraps += wraps;
 }
 
+/// [`run`] specialised for counting a generating partition without a
+/// trigger (no branch on what only a trigger needs).
+fn sync_pass(
+    st: &mut Counting,
+    topo: &Topology,
+    p: u32,
+    (s, t, boundary): (u64, u64, Option<u64>),
+    prog: Option<ProgSpan>,
+    tally: &mut Tally,
+) {
+    let part = &st.parts[p as usize];
+    let seg = part.seg_start;
+    let (ds, dt) = (s - seg, t - seg);
+    // Without a boundary the whole span stays in the ULCs.
+    let db = boundary.map_or(ds, |b| b - seg);
+    let transfer = boundary.is_some();
+    let mut max = part.max_active;
+    let mut wraps = 0;
+    for &c in &topo.partition_ccus[p as usize] {
+        let range = topo.ccus[c as usize].counters.clone();
+        let (a, z) = (range.start as usize, range.end as usize);
+        let bank = usize::from(st.active_bank[c as usize]);
+        let lanes = st.rate_q[a..z]
+            .iter()
+            .zip(&st.phase_q[a..z])
+            .zip(st.acc[a..z].iter_mut())
+            .zip(st.pending[a..z].iter_mut())
+            .zip(st.bank[a..z].iter_mut())
+            .zip(&st.masked[a..z])
+            .zip(&topo.counter_event[a..z])
+            .zip(&topo.counter_multibit[a..z]);
+        for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
+            let (r, ph) = (u64::from(r), u64::from(ph));
+            let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
+                Some(l) if transfer => (0, l.at_boundary, l.at_end),
+                Some(l) => (0, 0, l.at_end),
+                None => (
+                    (ph + ds * r) >> 16,
+                    (ph + db * r) >> 16,
+                    (ph + dt * r) >> 16,
+                ),
+            };
+            let e = usize::from(event);
+            tally.generated[e] += g_t - g_s;
+            if !transfer {
+                *pending = ulc9(u64::from(*pending) + ulc_counts(acc, multibit, g_t - g_s));
+                continue;
+            }
+            let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
+            *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+            if sent != 0 && masked {
+                tally.masked[e] += sent;
+            } else if sent != 0 {
+                wraps += u64::from(add_to_cell(&mut cell[bank], sent, &mut max));
+            }
+        }
+    }
+    st.wraps += wraps;
+    st.parts[p as usize].max_active = max;
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run(
     st: &mut Counting,
@@ -139,6 +202,9 @@ fn run(
     tally: &mut Tally,
     mut drain: Option<Drain<'_>>,
 ) {
+    if drain.is_none() && st.parts[p as usize].generating {
+        return sync_pass(st, topo, p, (s, t, boundary), prog, tally);
+    }
     let part = &st.parts[p as usize];
     if !part.generating && drain.is_none() {
         return transfer_only(st, topo, p, boundary, tally);

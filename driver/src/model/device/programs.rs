@@ -135,6 +135,9 @@ impl Device {
             _ => None,
         };
         let fused = drain.is_some();
+        if !fused && self.ccu.synced_to(p) >= now {
+            return false;
+        }
         let run = self.runs.get_mut(ctx as usize).and_then(Option::as_mut);
         let prog = run.as_ref().and_then(|r| self.programs.get(r.program));
         let (Some(run), Some(prog), true) = (run, prog, p != 0 && ctx != 0) else {
@@ -183,14 +186,8 @@ impl Device {
         };
         match drain {
             Some(d) => {
-                self.ccu.sync_and_trigger(
-                    &self.topo,
-                    &mut self.ledger,
-                    p,
-                    now,
-                    d,
-                    Some(&mut lane),
-                );
+                self.ccu
+                    .sync_and_trigger(&self.topo, &mut self.ledger, p, now, d, Some(&mut lane));
             }
             None => self
                 .ccu

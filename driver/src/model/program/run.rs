@@ -20,7 +20,7 @@ use super::Program;
 use crate::scenario::ThrottleWindow;
 
 pub use super::watch::{
-    BlockSpan, CallStack, Frame, Path, PathVisit, Unwatched, Visit, Watch, Window,
+    BlockSpan, CallStack, Frame, Path, PathVisit, Quantity, Unwatched, Visit, Watch, Window,
 };
 
 mod bulk;

@@ -234,6 +234,64 @@ impl Path {
     }
 }
 
+/// What a window's iterations add up, for [`Window::sum`] and
+/// [`Window::find`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantity {
+    /// Context cycles.
+    Cycles,
+    /// Instructions retired.
+    Instructions,
+    /// Taken branches.
+    Branches,
+}
+
+impl Quantity {
+    fn of(self, p: &Path) -> u64 {
+        match self {
+            Quantity::Cycles => p.cycles,
+            Quantity::Instructions => p.instructions,
+            Quantity::Branches => p.branches,
+        }
+    }
+}
+
+/// Running sums over a window's iterations: entry `i` sums the first `i`.
+#[derive(Clone, Debug)]
+pub(crate) struct Sums {
+    pub(crate) cycles: [u64; 65],
+    pub(crate) instructions: [u64; 65],
+    pub(crate) branches: [u64; 65],
+}
+
+impl Sums {
+    /// The sums over `lanes` (each a path number of `paths`).
+    pub(crate) fn new(lanes: &[u8], paths: &[Option<Path>]) -> Self {
+        let mut s = Sums {
+            cycles: [0; 65],
+            instructions: [0; 65],
+            branches: [0; 65],
+        };
+        for (i, &c) in lanes.iter().enumerate() {
+            let p = paths[usize::from(c)]
+                .as_ref()
+                .expect("a path of the window");
+            s.cycles[i + 1] = s.cycles[i] + p.cycles;
+            s.instructions[i + 1] = s.instructions[i] + p.instructions;
+            s.branches[i + 1] = s.branches[i] + p.branches;
+        }
+        s
+    }
+
+    fn of(&self, q: Quantity) -> &[u64; 65] {
+        match q {
+            Quantity::Cycles => &self.cycles,
+            Quantity::Instructions => &self.instructions,
+            Quantity::Branches => &self.branches,
+        }
+    }
+}
+
 /// Which path each iteration of a window takes.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Lanes<'a> {
@@ -257,6 +315,8 @@ pub struct Window<'a> {
     pub stack: CallStack<'a>,
     pub(crate) lanes: Lanes<'a>,
     pub(crate) paths: &'a [Option<Path>],
+    /// Running sums of the lanes (`None`: compute them when asked).
+    pub(crate) sums: Option<&'a Sums>,
     /// Per ledger row: visits in the ledger, and visits device resets
     /// cleared from it (empty until the first reset).
     pub(crate) rows: &'a [[u64; 3]],
@@ -324,6 +384,67 @@ impl<'a> Window<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// Calls `f` once per distinct path number among the first `n`
+    /// iterations with how many of them take it.
+    pub fn tally_by_number(&self, n: u64, mut f: impl FnMut(usize, u64)) {
+        match self.lanes {
+            Lanes::Same(len) => {
+                if n.min(len) > 0 {
+                    f(0, n.min(len));
+                }
+            }
+            Lanes::Each(l) => {
+                let mut counts = [0u64; super::MAX_PATHS];
+                for &c in &l[..usize::try_from(n).unwrap_or(usize::MAX).min(l.len())] {
+                    counts[usize::from(c)] += 1;
+                }
+                for (c, &k) in counts.iter().enumerate().filter(|(_, &k)| k > 0) {
+                    f(c, k);
+                }
+            }
+        }
+    }
+
+    /// Path number `c`, if known.
+    pub fn path_number(&self, c: usize) -> Option<&'a Path> {
+        self.paths.get(c)?.as_ref()
+    }
+
+    /// `q` summed over the first `n` iterations.
+    pub fn sum(&self, q: Quantity, n: u64) -> u64 {
+        match (self.lanes, self.sums) {
+            (Lanes::Same(len), _) => n.min(len) * q.of(self.path(0)),
+            (Lanes::Each(l), Some(s)) => s.of(q)[usize::try_from(n).unwrap_or(0).min(l.len())],
+            (Lanes::Each(_), None) => self.total(n, |p| q.of(p)),
+        }
+    }
+
+    /// The most iterations, from the first, whose `q` sums below `limit`.
+    pub fn below(&self, q: Quantity, limit: u64) -> u64 {
+        match (self.lanes, self.sums) {
+            (Lanes::Each(l), Some(s)) => {
+                let sums = &s.of(q)[1..=l.len()];
+                sums.partition_point(|&x| x < limit) as u64
+            }
+            _ => self.prefix_below(limit, |p| q.of(p)),
+        }
+    }
+
+    /// The iteration holding unit `target` (1-based) of `q` among the first
+    /// `n`: `(i, units before i)`, or `None` when they hold fewer units.
+    pub fn find(&self, q: Quantity, target: u64, n: u64) -> Option<(u64, u64)> {
+        match (self.lanes, self.sums) {
+            (Lanes::Each(l), Some(s)) => {
+                let n = usize::try_from(n).unwrap_or(0).min(l.len());
+                let sums = s.of(q);
+                // The first i whose running sum through it reaches target.
+                let i = sums[1..=n].partition_point(|&x| x < target);
+                (i < n).then(|| (i as u64, sums[i]))
+            }
+            _ => self.locate((0, 0), target, n, |p| q.of(p)),
         }
     }
 
@@ -400,7 +521,7 @@ impl<'a> Window<'a> {
     /// `out`. `upto` must lie in the window.
     pub fn branch_entries(&self, upto: u64, count: u64, out: &mut Vec<BranchEntry>) {
         out.clear();
-        let Some((mut i, before)) = self.locate((0, 0), upto, self.len(), |p| p.branches) else {
+        let Some((mut i, before)) = self.find(Quantity::Branches, upto, self.len()) else {
             return;
         };
         let mut idx = upto - before;
@@ -422,6 +543,6 @@ impl<'a> Window<'a> {
 
     /// Context cycles the first `i` iterations take.
     pub fn cycles_before(&self, i: u64) -> u64 {
-        self.total(i, |p| p.cycles)
+        self.sum(Quantity::Cycles, i)
     }
 }

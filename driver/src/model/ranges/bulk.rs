@@ -9,13 +9,17 @@
 //! iterations up to the first one in which a count or latency threshold
 //! would be crossed (the walk steps through that one, so the record gets
 //! the exact visit and call stack), and books the admitted ones: entries,
-//! counts, the ledger rows and the state a residence is in.
+//! counts, the ledger rows and whether a residence is in progress.
+//!
+//! Where a residence in progress began (`since`) is tracked only for
+//! ranges with a latency threshold, the only thing that reads it (arming
+//! one re-arms the range, which starts it afresh).
 
 use gpupm_uapi::ranges::{range_ctrl, range_event};
 
 use super::watch::{RangeWatcher, State};
 use super::{RangeProg, RANGES};
-use crate::model::program::run::{Path, PathVisit, Visit, Window};
+use crate::model::program::run::{Path, PathVisit, Quantity, Visit, Window};
 use crate::model::program::MAX_PATHS;
 
 /// What one iteration does to one range, given whether the visit before
@@ -78,14 +82,28 @@ fn effect(
 }
 
 /// How a range's membership is decided over a window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Kind {
     /// No visit of the window can be inside.
+    #[default]
     Never,
     /// By (kernel, block): the same for every iteration of a path.
     Code,
     /// By address: per data visit.
     Data,
+}
+
+/// What the ranges make of the window the walk offers now: per range how
+/// it is decided, the effects computed so far, and how many iterations
+/// take each path.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Memo {
+    /// (start, length) of the window prepared.
+    window: Option<(u64, u64)>,
+    kinds: [Kind; RANGES],
+    /// ((range, visit before inside, path), effect), computed on demand.
+    effects: Vec<((usize, bool, usize), Effect)>,
+    counts: [u64; MAX_PATHS],
 }
 
 /// A range's residence as a lane scan carries it.
@@ -134,27 +152,73 @@ struct Scan {
     end: Residence,
 }
 
-impl RangeWatcher<'_> {
-    /// How range `p` is decided for a context of `program` over `w`.
-    fn kind(p: &RangeProg, program: u32, w: &Window<'_>) -> Kind {
-        if p.program() != 0 && p.program() != program {
-            return Kind::Never;
+/// Whether `v` lies in code range `p`.
+fn in_code(p: &RangeProg, v: &PathVisit) -> bool {
+    u32::from(v.kernel) == p.start >> 16
+        && (p.start & 0xFFFF..=p.end & 0xFFFF).contains(&u32::from(v.block))
+}
+
+/// How range `p` is decided for a context of `program` over `w`.
+fn kind(p: &RangeProg, program: u32, w: &Window<'_>) -> Kind {
+    if !p.armed() || p.program() != 0 && p.program() != program {
+        return Kind::Never;
+    }
+    if p.ctrl & range_ctrl::DATA == 0 {
+        return Kind::Code;
+    }
+    let reaches = w
+        .known_paths()
+        .flat_map(|(_, path)| &path.visits)
+        .filter_map(|v| v.data)
+        .any(|d| d.base <= p.end && p.start <= d.base + (d.span - 1));
+    if reaches {
+        Kind::Data
+    } else {
+        Kind::Never
+    }
+}
+
+impl Memo {
+    /// Prepares for window `w` (once per window).
+    fn prepare(&mut self, progs: &[RangeProg; RANGES], program: u32, w: &Window<'_>) {
+        let id = (w.start, w.len());
+        if self.window == Some(id) {
+            return;
         }
-        if p.ctrl & range_ctrl::DATA == 0 {
-            return Kind::Code;
+        self.window = Some(id);
+        self.effects.clear();
+        for (k, p) in self.kinds.iter_mut().zip(progs) {
+            *k = kind(p, program, w);
         }
-        let reaches = w
-            .known_paths()
-            .flat_map(|(_, path)| &path.visits)
-            .filter_map(|v| v.data)
-            .any(|d| d.base <= p.end && p.start <= d.base + (d.span - 1));
-        if reaches {
-            Kind::Data
-        } else {
-            Kind::Never
-        }
+        self.counts = [0; MAX_PATHS];
+        w.tally_by_number(w.len(), |c, n| self.counts[c] = n);
     }
 
+    /// The effect of path `c` on range `i` (not a data range touching the
+    /// path's data) after a visit inside or not.
+    fn effect(
+        &mut self,
+        p: &RangeProg,
+        i: usize,
+        prev_in: bool,
+        c: usize,
+        w: &Window<'_>,
+    ) -> Effect {
+        if let Some((_, e)) = self.effects.iter().find(|(k, _)| *k == (i, prev_in, c)) {
+            return *e;
+        }
+        let kind = self.kinds[i];
+        let e = w.path_number(c).map_or_else(Effect::default, |path| {
+            effect(path, p.event(), prev_in, |v| {
+                kind == Kind::Code && in_code(p, v)
+            })
+        });
+        self.effects.push(((i, prev_in, c), e));
+        e
+    }
+}
+
+impl RangeWatcher<'_> {
     /// The iterations of `w`, from its first, the ranges can account for:
     /// those before the first crossing of an armed threshold.
     pub(super) fn admit_window(&mut self, w: &Window<'_>) -> u64 {
@@ -165,16 +229,23 @@ impl RangeWatcher<'_> {
             return 0;
         }
         let program = cursor.program;
+        self.memo.prepare(&self.unit.progs, program, w);
         let mut n = w.len();
         for i in 0..RANGES {
             let p = self.unit.progs[i];
-            if !p.armed() || !p.interrupts() {
+            let kind = self.memo.kinds[i];
+            if kind == Kind::Never || !p.interrupts() {
                 continue;
             }
-            let kind = Self::kind(&p, program, w);
-            if kind != Kind::Never {
-                n = n.min(self.scan(i, kind, w, n).clear);
+            if kind == Kind::Code && p.ctrl & range_ctrl::LATENCY_IRQ == 0 {
+                // A count threshold: the whole window if it stays below.
+                let c = self.unit.counts[i];
+                let (inc, _, _) = self.code_totals(i, w, n);
+                if c.count + inc < c.next {
+                    continue;
+                }
             }
+            n = n.min(self.scan(i, w, n).clear);
         }
         n
     }
@@ -183,23 +254,18 @@ impl RangeWatcher<'_> {
     /// stands at the end of visit `latch`.
     pub(super) fn skip_window(&mut self, w: &Window<'_>, n: u64, latch: &Visit) {
         let program = self.cursor().program;
-        let mut counts = [0u64; MAX_PATHS];
-        for lane in 0..n {
-            counts[w.category(lane)] += 1;
-        }
+        self.memo.prepare(&self.unit.progs, program, w);
         for i in 0..RANGES {
             let p = self.unit.progs[i];
             if !p.armed() {
                 continue;
             }
-            let kind = Self::kind(&p, program, w);
+            let kind = self.memo.kinds[i];
             let (inc, entries, end) = match kind {
                 Kind::Never => (0, 0, State::Out),
-                Kind::Code if p.ctrl & range_ctrl::LATENCY_IRQ == 0 => {
-                    self.code_totals(i, w, n, &counts)
-                }
+                Kind::Code if p.ctrl & range_ctrl::LATENCY_IRQ == 0 => self.code_totals(i, w, n),
                 _ => {
-                    let s = self.scan(i, kind, w, n);
+                    let s = self.scan(i, w, n);
                     debug_assert_eq!(s.clear, n, "admitted iterations cross no threshold");
                     (s.inc, s.entries, s.end.state())
                 }
@@ -214,106 +280,83 @@ impl RangeWatcher<'_> {
         }
         let cursor = self.cursor();
         cursor.visit = Some(*latch);
-        cursor.seen_to = Some(w.start + w.total(n, |p| p.cycles));
+        cursor.seen_to = Some(w.start + w.sum(Quantity::Cycles, n));
     }
 
-    /// Whether `v` lies in code range `p`.
-    fn in_code(p: &RangeProg, v: &PathVisit) -> bool {
-        u32::from(v.kernel) == p.start >> 16
-            && (p.start & 0xFFFF..=p.end & 0xFFFF).contains(&u32::from(v.block))
-    }
-
-    /// A code range without a latency threshold over the first `n`
-    /// iterations, path by path: (count gained, entries, state after).
-    fn code_totals(
-        &mut self,
-        i: usize,
-        w: &Window<'_>,
-        n: u64,
-        counts: &[u64; MAX_PATHS],
-    ) -> (u64, u64, State) {
+    /// A code range over the first `n` iterations, path by path: (count
+    /// gained, entries, state after; a residence's start is not tracked).
+    fn code_totals(&mut self, i: usize, w: &Window<'_>, n: u64) -> (u64, u64, State) {
         let p = self.unit.progs[i];
-        let first = Residence::of(self.cursor().state[i]);
-        let effect_of = |c: usize, prev_in: bool| {
-            w.known_paths()
-                .find(|&(k, _)| k == c)
-                .map(|(_, path)| effect(path, p.event(), prev_in, |v| Self::in_code(&p, v)))
-                .unwrap_or_default()
-        };
+        let before = self.cursor().state[i];
+        let first_in = matches!(before, State::In { .. });
         let c0 = w.category(0);
         // Every iteration ends at the latch, so after the first one the
         // visit before an iteration is inside exactly when the latch is.
-        let latch_in = effect_of(c0, false).last_in;
+        let latch_in = self.memo.effect(&p, i, first_in, c0, w).last_in;
+        let counts = if n == w.len() {
+            self.memo.counts
+        } else {
+            let mut counts = [0; MAX_PATHS];
+            w.tally_by_number(n, |c, k| counts[c] = k);
+            counts
+        };
         let (mut inc, mut entries) = (0, 0);
         for (c, &k) in counts.iter().enumerate().filter(|(_, &k)| k > 0) {
-            let e = effect_of(c, latch_in);
+            let e = self.memo.effect(&p, i, latch_in, c, w);
             inc += k * e.inc;
             entries += k * e.entries;
         }
-        entries = entries + effect_of(c0, first.inside).entries - effect_of(c0, latch_in).entries;
-        if !latch_in {
-            return (inc, entries, State::Out);
-        }
-        // The residence in progress began in the last iteration that
-        // entered the range, or carries on from before the window.
-        let mut start = w.start + w.total(n, |p| p.cycles);
-        for lane in (0..n).rev() {
-            let path = w.path(lane);
-            start -= path.cycles;
-            let prev_in = if lane == 0 { first.inside } else { latch_in };
-            if let Some(o) = effect_of(w.category(lane), prev_in).open {
-                return (
-                    inc,
-                    entries,
-                    State::In {
-                        since: start + o,
-                        fired: false,
-                    },
-                );
-            }
-        }
-        (inc, entries, first.state())
+        let first = self.memo.effect(&p, i, first_in, c0, w);
+        let steady = self.memo.effect(&p, i, latch_in, c0, w);
+        entries = entries + first.entries - steady.entries;
+        let end = match (latch_in, before) {
+            (false, _) => State::Out,
+            (true, State::In { since, fired }) => State::In { since, fired },
+            (true, _) => State::In {
+                since: w.start,
+                fired: false,
+            },
+        };
+        (inc, entries, end)
     }
 
     /// Range `i` over the first `n` iterations of `w`, iteration by
     /// iteration, stopping before the first in which a threshold is
     /// crossed.
-    fn scan(&mut self, i: usize, kind: Kind, w: &Window<'_>, n: u64) -> Scan {
+    fn scan(&mut self, i: usize, w: &Window<'_>, n: u64) -> Scan {
         let p = self.unit.progs[i];
         let program = self.cursor().program;
+        let kind = self.memo.kinds[i];
         let count_irq = p.ctrl & range_ctrl::COUNT_IRQ != 0;
         let latency = (p.ctrl & range_ctrl::LATENCY_IRQ != 0).then_some(u64::from(p.threshold));
         let c = self.unit.counts[i];
         let room = c.next.saturating_sub(c.count);
         let mut r = Residence::of(self.cursor().state[i]);
-        let mut memo: [[Option<Effect>; MAX_PATHS]; 2] = [[None; MAX_PATHS]; 2];
         // Data visits' lifetime ordinals, per row, as the lanes go.
         let mut ordinals: Vec<(usize, u64)> = Vec::new();
-        let mut data_inside = |v: &PathVisit| -> bool {
-            let Some(d) = v.data else {
-                return false;
-            };
-            let at = match ordinals.iter_mut().find(|(row, _)| *row == v.row) {
-                Some((_, o)) => o,
-                None => {
-                    ordinals.push((v.row, w.visits_before(v.row)));
-                    &mut ordinals.last_mut().expect("just pushed").1
-                }
-            };
-            let address = d.address(*at);
-            *at += 1;
-            (p.program() == 0 || p.program() == program) && (p.start..=p.end).contains(&address)
-        };
         let (mut inc, mut entries, mut s) = (0u64, 0u64, w.start);
         for lane in 0..n {
             let path = w.path(lane);
-            let e = match kind {
-                Kind::Data => effect(path, p.event(), r.inside, &mut data_inside),
-                _ => *memo[usize::from(r.inside)][w.category(lane)].get_or_insert_with(|| {
-                    effect(path, p.event(), r.inside, |v| {
-                        kind == Kind::Code && Self::in_code(&p, v)
-                    })
-                }),
+            let data = kind == Kind::Data && path.visits.iter().any(|v| v.data.is_some());
+            let e = if data {
+                effect(path, p.event(), r.inside, |v| {
+                    let Some(d) = v.data else {
+                        return false;
+                    };
+                    let at = match ordinals.iter_mut().find(|(row, _)| *row == v.row) {
+                        Some((_, o)) => o,
+                        None => {
+                            ordinals.push((v.row, w.visits_before(v.row)));
+                            &mut ordinals.last_mut().expect("just pushed").1
+                        }
+                    };
+                    let address = d.address(*at);
+                    *at += 1;
+                    (p.program() == 0 || p.program() == program)
+                        && (p.start..=p.end).contains(&address)
+                })
+            } else {
+                self.memo.effect(&p, i, r.inside, w.category(lane), w)
             };
             let stop = Scan {
                 clear: lane,

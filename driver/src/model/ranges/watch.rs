@@ -129,6 +129,8 @@ pub struct RangeWatcher<'a> {
     pub env: Env<'a>,
     confidential: bool,
     found: Vec<Crossing>,
+    /// What the ranges make of the window the walk offers now.
+    pub(super) memo: super::bulk::Memo,
 }
 
 impl<'a> RangeWatcher<'a> {
@@ -155,6 +157,7 @@ impl<'a> RangeWatcher<'a> {
             env,
             confidential,
             found: Vec::new(),
+            memo: super::bulk::Memo::default(),
         }
     }
 

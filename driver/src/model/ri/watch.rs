@@ -5,7 +5,7 @@ use gpupm_uapi::ri::ri_mode;
 use gpupm_uapi::sampling::BranchEntry;
 
 use super::session::{Point, Session};
-use crate::model::program::run::{BlockSpan, Env, Visit, Watch, Window};
+use crate::model::program::run::{BlockSpan, Env, Quantity, Visit, Watch, Window};
 use crate::model::sampling::Watcher;
 
 /// A session watching its context run on partition `partition`.
@@ -76,8 +76,8 @@ impl Watch for RiWatcher<'_> {
             window.len()
         };
         match s.mode() {
-            ri_mode::CYCLE => n.min(window.prefix_below(s.countdown(), |p| p.cycles)),
-            ri_mode::INSTRUCTION => n.min(window.prefix_below(s.countdown(), |p| p.instructions)),
+            ri_mode::CYCLE => n.min(window.below(Quantity::Cycles, s.countdown())),
+            ri_mode::INSTRUCTION => n.min(window.below(Quantity::Instructions, s.countdown())),
             _ => n,
         }
     }

@@ -19,7 +19,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use self::buffer::{BufEvent, BufWrite, Placement, SampleBuffer};
 use super::access::{r32, r64, RegValue, Reject};
 use super::cc::VmCipher;
-use super::program::run::{Env, Visit, Watch, Window};
+use super::program::run::{Env, Quantity, Visit, Watch, Window};
 use super::rng;
 
 /// Random-draw domain of the cycle sampler's R.
@@ -345,32 +345,30 @@ impl Watcher<'_> {
         self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
     }
 
-    /// The stack's last entries followed by `newer` (the newest 32).
-    fn stack_with(&self, newer: &[BranchEntry]) -> Vec<BranchEntry> {
+    /// The stack's last entries followed by `newer` (the newest 32), into
+    /// `out`.
+    fn stack_with(&self, newer: &[BranchEntry], out: &mut Vec<BranchEntry>) {
         let old = &self.unit.stack;
         let keep = BRANCH_STACK_ENTRIES
             .saturating_sub(newer.len())
             .min(old.len());
-        let mut out = Vec::with_capacity(BRANCH_STACK_ENTRIES);
+        out.clear();
         out.extend_from_slice(&old[old.len() - keep..]);
         out.extend_from_slice(&newer[newer.len().saturating_sub(BRANCH_STACK_ENTRIES)..]);
-        out
     }
 
     /// The cycle samples that fall in the first `n` iterations of `w`:
     /// each in the visit its path runs at that cycle.
     fn skipped_cycles(&mut self, w: &Window<'_>, n: u64) {
-        let total = w.total(n, |p| p.cycles);
+        let total = w.sum(Quantity::Cycles, n);
         let mut at = self.unit.remaining;
-        let mut from = (0, 0);
         while at <= total {
-            let Some((i, before)) = w.locate(from, at, n, |p| p.cycles) else {
+            let Some((i, before)) = w.find(Quantity::Cycles, at, n) else {
                 break;
             };
             let v = w.path(i).visit_at(at - before);
             self.pc_sample(w.start + at, v.kernel, v.block);
             at += self.unit.remaining;
-            from = (i, before);
         }
         self.unit.remaining = at - total;
     }
@@ -379,7 +377,7 @@ impl Watcher<'_> {
     /// captures among them, with their stacks from the paths, and the
     /// stack they leave.
     fn skipped_branches(&mut self, w: &Window<'_>, n: u64) {
-        let total = w.total(n, |p| p.branches);
+        let total = w.sum(Quantity::Branches, n);
         if total == 0 {
             return;
         }
@@ -390,6 +388,7 @@ impl Watcher<'_> {
         let period = u64::from(self.unit.n);
         let depth = BRANCH_STACK_ENTRIES as u64;
         let mut entries = Vec::with_capacity(BRANCH_STACK_ENTRIES);
+        let mut stack = Vec::with_capacity(BRANCH_STACK_ENTRIES);
         // A period written below the count so far captures at the next branch.
         let mut k = period
             .saturating_sub(u64::from(self.unit.since_capture))
@@ -397,7 +396,7 @@ impl Watcher<'_> {
         let mut since = u64::from(self.unit.since_capture) + total;
         while k <= total {
             w.branch_entries(k, k.min(depth), &mut entries);
-            let stack = self.stack_with(&entries);
+            self.stack_with(&entries, &mut stack);
             self.branch_record(&stack, w.branches + k);
             since = total - k;
             k += period;
@@ -405,7 +404,8 @@ impl Watcher<'_> {
         self.unit.branches += total;
         self.unit.since_capture = u32::try_from(since).unwrap_or(u32::MAX);
         w.branch_entries(total, total.min(depth), &mut entries);
-        self.unit.stack = self.stack_with(&entries);
+        self.stack_with(&entries, &mut stack);
+        self.unit.stack = stack;
     }
 }
 

@@ -22,7 +22,7 @@ use super::draws::LANES;
 use super::walk::Step;
 use super::{CallStack, Path, PathVisit, ProgramRun, Visit, Watch, Window};
 use crate::model::program::run::Env;
-use crate::model::program::watch::Lanes;
+use crate::model::program::watch::{Lanes, Quantity, Sums};
 use crate::model::program::{LoopInfo, Program, MAX_PATHS, MAX_POINTS};
 
 /// Most block visits one learned iteration may take.
@@ -155,7 +155,8 @@ impl ProgramRun {
         } else {
             masks[0] = 1;
         }
-        let Some(exits) = self.learn_present(prog, env.phase, secondary, (head, info), slot, &masks)
+        let Some(exits) =
+            self.learn_present(prog, env.phase, secondary, (head, info), slot, &masks)
         else {
             self.paths.loops[slot].usable = false;
             return false;
@@ -218,6 +219,8 @@ impl ProgramRun {
                 }
             }
         }
+        let sums = (each && !passive)
+            .then(|| Sums::new(&lanes[..usize::try_from(n).unwrap_or(0)], &lp.paths));
         let retired = self.retired();
         let ProgramRun {
             rows,
@@ -237,12 +240,13 @@ impl ProgramRun {
                 Lanes::Same(n)
             },
             paths: &lp.paths,
+            sums: sums.as_ref(),
             rows,
             before_reset: visits_before_reset,
         };
         let mut take = n;
         if late {
-            take = window.prefix_below(until - now + 1, |p| p.cycles);
+            take = window.below(Quantity::Cycles, until - now + 1);
         }
         if !passive {
             take = take.min(watch.admit(&window));

@@ -83,7 +83,16 @@ fn debug_reduce_bulk() {
     let mut run = ProgramRun::new(0, &prog, 4);
     run.advance(2_000_000, &prog, &env(), &mut Unwatched);
     for l in &run.paths.loops {
-        eprintln!("latch {} usable {} paths {:?} exits {:?}", l.latch, l.usable, l.paths.iter().map(|p| p.as_ref().map(|p| (p.cycles, p.visits.len()))).collect::<Vec<_>>(), l.exits);
+        eprintln!(
+            "latch {} usable {} paths {:?} exits {:?}",
+            l.latch,
+            l.usable,
+            l.paths
+                .iter()
+                .map(|p| p.as_ref().map(|p| (p.cycles, p.visits.len())))
+                .collect::<Vec<_>>(),
+            l.exits
+        );
     }
     eprintln!("{:?}", prog.loops);
 }
