@@ -8,6 +8,7 @@
 //! units' operations in order. The host-facing surface is in [`api`].
 
 pub(crate) mod api;
+mod lane;
 mod programs;
 mod ranges;
 mod ri;

@@ -87,6 +87,20 @@ pub(crate) struct Cursor {
 /// Ledger row: visits, instructions, cycles.
 type Row = [u64; 3];
 
+/// Where a walk stands ahead of the counters of the partition running it
+/// (a watched walk is brought up to now whenever time stops; the counters
+/// only when something needs them): device cycles, each with the
+/// instructions the context had retired by then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ahead {
+    /// The counters' position.
+    pub counted: (u64, u64),
+    /// The last ULC transfer boundary after it that the walk passed.
+    pub boundary: Option<(u64, u64)>,
+    /// The walk's position.
+    pub walked: (u64, u64),
+}
+
 /// A context's execution of its program.
 #[derive(Clone, Debug)]
 pub struct ProgramRun {
@@ -107,6 +121,8 @@ pub struct ProgramRun {
     visits_before_reset: Vec<u64>,
     draws: draws::Draws,
     paths: bulk::PathCache,
+    /// Set while the walk is ahead of the counters.
+    pub ahead: Option<Ahead>,
 }
 
 impl ProgramRun {
@@ -131,6 +147,7 @@ impl ProgramRun {
             visits_before_reset: Vec::new(),
             draws: draws::Draws::default(),
             paths: bulk::PathCache::default(),
+            ahead: None,
         }
     }
 
