@@ -28,6 +28,13 @@ pub fn factor_q16(seed: u64, keys: &[u64], lo: u32, hi: u32) -> u32 {
     lo + u32::try_from(hash(seed, keys) % span).unwrap_or(0)
 }
 
+/// Output `i` (0-based) of SplitMix64 started from state `hashed` (a
+/// [`hash`]): many words for one key at one finaliser each.
+#[inline]
+pub fn nth(hashed: u64, i: u64) -> u64 {
+    mix(hashed.wrapping_add(i.wrapping_add(1).wrapping_mul(GAMMA)))
+}
+
 /// Domain tags so unrelated draws never share keys.
 pub mod domain {
     /// Per-ULC activity weight.

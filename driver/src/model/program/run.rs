@@ -82,6 +82,8 @@ pub(crate) struct Cursor {
     insts: u32,
     /// Context cycles run.
     now: u64,
+    /// Loop-counter storage of returned frames, for the next calls.
+    spare: Vec<Vec<(u16, u32)>>,
 }
 
 /// Ledger row: visits, instructions, cycles.
@@ -139,6 +141,7 @@ impl ProgramRun {
                 cycles: 0,
                 insts: 0,
                 now: 0,
+                spare: Vec::new(),
             },
             retired_done: 0,
             branches: 0,

@@ -2,7 +2,8 @@
 //!
 //! Visit `v` (0-based, over the context's life) of a branch block with
 //! ledger row `row` draws a uniform 32-bit number: its bit `k` is bit
-//! `v mod 64` of `hash(seed, [BRANCH_DOMAIN, serial, row, v / 64, k])`.
+//! `v mod 64` of word `31 - k` of the SplitMix64 stream started from
+//! `hash(seed, [BRANCH_DOMAIN, serial, row, v / 64])` ([`rng::nth`]).
 //! The visit takes the first edge whose cumulative threshold (`p × 2^32`,
 //! [`crate::model::program::CompiledExit::Branch`]) lies above the draw
 //! and falls through if none does — exactly the program's probabilities,
@@ -47,7 +48,7 @@ fn below(thr: u64, prefix: u64, words: &mut [u64; 32], made: &mut usize) -> u64 
     let (mut undecided, mut lt) = (!0u64, 0u64);
     for i in 0..32 {
         if i == *made {
-            words[i] = rng::then(prefix, 31 - i as u64);
+            words[i] = rng::nth(prefix, i as u64);
             *made += 1;
         }
         let w = words[i];
@@ -144,7 +145,7 @@ mod tests {
     fn draw(key: (u64, u64), row: usize, visit: u64) -> u64 {
         let prefix = rng::hash(key.0, &[BRANCH_DOMAIN, key.1, row as u64, visit / LANES]);
         (0..32).fold(0, |d, k| {
-            d | (rng::then(prefix, k) >> (visit % LANES) & 1) << k
+            d | (rng::nth(prefix, 31 - k) >> (visit % LANES) & 1) << k
         })
     }
 

@@ -99,10 +99,11 @@ impl Cursor {
                 }
             }
             CompiledExit::Call(callee) => {
+                let loops = self.spare.pop().unwrap_or_default();
                 self.frames.push(Frame {
                     kernel: *callee,
                     ret: Some((k, next)),
-                    loops: Vec::new(),
+                    loops,
                 });
                 step(*callee, 0, true, low)
             }
@@ -117,11 +118,20 @@ impl Cursor {
     /// returning again when the caller's continuation is past its end).
     fn ret(&mut self, prog: &Program, low: &mut usize) -> (u16, u16) {
         loop {
-            let frame = self.frames.pop().expect("a running program has a frame");
+            let mut frame = self.frames.pop().expect("a running program has a frame");
             *low = (*low).min(self.frames.len());
-            match frame.ret {
+            // Keep the loop counters' storage for the next call.
+            let ret = frame.ret;
+            frame.loops.clear();
+            self.spare.push(std::mem::take(&mut frame.loops));
+            match ret {
                 None => {
-                    self.frames.push(Frame::entry(prog.entry));
+                    let loops = self.spare.pop().unwrap_or_default();
+                    self.frames.push(Frame {
+                        kernel: prog.entry,
+                        ret: None,
+                        loops,
+                    });
                     return (prog.entry, 0);
                 }
                 Some((k, b)) if usize::from(b) < prog.kernels[usize::from(k)].len() => {
