@@ -89,6 +89,12 @@ pub struct Program {
     pub loops: Vec<Option<LoopInfo>>,
     /// (kernel, block) of each ledger row.
     row_ids: Vec<(u16, u16)>,
+    /// Per ledger row, for a loop's latch: its branch points outside the
+    /// loops nested in it, the points of its iterations as composite
+    /// paths see them ([`run`]).
+    pub outer: Vec<Option<LoopInfo>>,
+    /// The same for a launch of the entry kernel.
+    pub launch: Option<LoopInfo>,
 }
 
 /// Most outcome combinations (paths) a loop's branch points may have for
@@ -160,6 +166,8 @@ impl Program {
             min_branch_gap: spec.min_branch_gap(),
             loops: Vec::new(),
             row_ids: Vec::new(),
+            outer: Vec::new(),
+            launch: None,
         };
         prog.row_ids = prog
             .kernels
@@ -175,7 +183,63 @@ impl Program {
             .iter()
             .map(|&(k, b)| prog.loop_info(k, b))
             .collect();
+        prog.outer = prog
+            .row_ids
+            .iter()
+            .map(|&(k, b)| match prog.block(k, b).exit {
+                CompiledExit::Loop { to, .. } => {
+                    let mut points = Vec::new();
+                    let mut seen = vec![false; prog.kernels.len()];
+                    prog.collect_outer(k, to..=b, Some(b), &mut points, &mut seen);
+                    prog.info_of(points)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut points = Vec::new();
+        let mut seen = vec![false; prog.kernels.len()];
+        seen[usize::from(prog.entry)] = true;
+        let last = u16::try_from(prog.kernels[usize::from(prog.entry)].len() - 1).unwrap_or(0);
+        prog.collect_outer(prog.entry, 0..=last, None, &mut points, &mut seen);
+        prog.launch = prog.info_of(points);
         prog
+    }
+
+    /// Adds the branch points of blocks `range` of kernel `k` (and of what
+    /// they call) that lie outside every loop nested in them (`latch`, the
+    /// range's own loop, is not nested in it).
+    fn collect_outer(
+        &self,
+        k: u16,
+        range: std::ops::RangeInclusive<u16>,
+        latch: Option<u16>,
+        points: &mut Vec<usize>,
+        seen: &mut [bool],
+    ) {
+        let blocks = &self.kernels[usize::from(k)];
+        let nested: Vec<(u16, u16)> = range
+            .clone()
+            .filter(|&x| Some(x) != latch)
+            .filter_map(|x| match blocks[usize::from(x)].exit {
+                CompiledExit::Loop { to, .. } => Some((to, x)),
+                _ => None,
+            })
+            .collect();
+        for y in range {
+            if nested.iter().any(|&(to, x)| (to..=x).contains(&y)) {
+                continue;
+            }
+            let block = &blocks[usize::from(y)];
+            match block.exit {
+                CompiledExit::Branch(_) => points.push(block.row),
+                CompiledExit::Call(c) if !seen[usize::from(c)] => {
+                    seen[usize::from(c)] = true;
+                    let last = u16::try_from(self.kernels[usize::from(c)].len() - 1).unwrap_or(0);
+                    self.collect_outer(c, 0..=last, None, points, seen);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The branch points of the loop whose latch is block `b` of kernel
@@ -189,6 +253,11 @@ impl Program {
         for x in &self.kernels[usize::from(k)][usize::from(to)..=usize::from(b)] {
             self.collect_points(x, &mut points, &mut seen);
         }
+        self.info_of(points)
+    }
+
+    /// The paths of branch points `points`, if few enough.
+    fn info_of(&self, mut points: Vec<usize>) -> Option<LoopInfo> {
         points.sort_unstable();
         points.dedup();
         let mut radix = Vec::with_capacity(points.len());

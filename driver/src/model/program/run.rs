@@ -24,6 +24,7 @@ pub use super::watch::{
 };
 
 mod bulk;
+mod composite;
 mod draws;
 mod walk;
 
@@ -123,6 +124,7 @@ pub struct ProgramRun {
     visits_before_reset: Vec<u64>,
     draws: draws::Draws,
     paths: bulk::PathCache,
+    composite: composite::CompositeCache,
     /// Set while the walk is ahead of the counters.
     pub ahead: Option<Ahead>,
 }
@@ -150,6 +152,7 @@ impl ProgramRun {
             visits_before_reset: Vec::new(),
             draws: draws::Draws::default(),
             paths: bulk::PathCache::default(),
+            composite: composite::CompositeCache::default(),
             ahead: None,
         }
     }
@@ -194,6 +197,9 @@ impl ProgramRun {
                 self.announce(prog, watch);
             } else if self.cur.now == self.cur.start + self.cur.cycles {
                 self.bulk(prog, env, end, watch);
+                if watch.passive() && self.cur.now < end {
+                    self.bulk_composite(prog, env, end);
+                }
                 if self.cur.now == end {
                     break;
                 }

@@ -20,7 +20,7 @@ use gpupm_uapi::sampling::BranchEntry;
 
 use super::draws::LANES;
 use super::walk::Step;
-use super::{CallStack, Path, PathVisit, ProgramRun, Visit, Watch, Window};
+use super::{CallStack, Cursor, Path, PathVisit, ProgramRun, Visit, Watch, Window};
 use crate::model::program::run::Env;
 use crate::model::program::watch::{Lanes, Quantity, Sums};
 use crate::model::program::{LoopInfo, Program, MAX_PATHS, MAX_POINTS};
@@ -40,7 +40,7 @@ fn add(rows: &mut Vec<(usize, [u64; 3])>, row: usize, d: [u64; 3]) {
 }
 
 /// What learning one path found.
-enum Learned {
+pub(super) enum Learned {
     /// A complete iteration.
     Path(Path),
     /// The path leaves the loop.
@@ -68,8 +68,23 @@ pub(super) struct PathCache {
 }
 
 impl PathCache {
+    /// Whether the loop with latch row `latch` is not known to be
+    /// unusable under (phase, capability).
+    pub(super) fn usable(&self, latch: usize, phase: usize, secondary: bool) -> bool {
+        self.loops
+            .iter()
+            .find(|l| l.latch == latch && l.phase == phase && l.secondary == secondary)
+            .is_none_or(|l| l.usable)
+    }
+
     /// The slot of (latch row, phase, capability), made if new.
-    fn slot(&mut self, latch: usize, phase: usize, secondary: bool, paths: usize) -> usize {
+    pub(super) fn slot(
+        &mut self,
+        latch: usize,
+        phase: usize,
+        secondary: bool,
+        paths: usize,
+    ) -> usize {
         if let Some(i) = self
             .loops
             .iter()
@@ -148,7 +163,7 @@ impl ProgramRun {
         // Per path, the lanes (iterations of the window) that take it.
         let mut masks = [0u64; MAX_PATHS];
         if each {
-            self.path_masks(prog, env.seed, info, &mut masks);
+            self.path_masks(prog, env.seed, info, 0, &mut masks);
             if offered < LANES {
                 masks.iter_mut().for_each(|m| *m &= (1 << offered) - 1);
             }
@@ -293,25 +308,37 @@ impl ProgramRun {
         }
     }
 
-    /// Per path of the loop with branch points `info`, the next 64
-    /// iterations that take it (bit `i`: iteration `i`).
-    fn path_masks(
+    /// Per path of the loop with branch points `info`, which of the 64
+    /// iterations after the next `offset` take it (bit `i`: iteration
+    /// `offset + i`).
+    pub(super) fn path_masks(
         &mut self,
         prog: &Program,
         seed: u64,
         info: &LoopInfo,
+        offset: u64,
         masks: &mut [u64; MAX_PATHS],
     ) {
+        let key = (seed, self.serial);
+        if let [row] = info.points[..] {
+            // One point: its outcomes are the paths.
+            let (pk, pb) = prog.row_id(row);
+            if let crate::model::program::CompiledExit::Branch(edges) = &prog.block(pk, pb).exit {
+                let first = self.lifetime_visits(row) + offset;
+                self.draws.window(key, row, first, edges, &mut masks[1..]);
+                masks[0] = !masks[1..=edges.len()].iter().fold(0, |acc, m| acc | m);
+            }
+            return;
+        }
         // Per point, the lanes of each outcome (0: falls through).
         let mut outcomes = [[0u64; MAX_PATHS]; MAX_POINTS];
-        let key = (seed, self.serial);
         for (j, &row) in info.points.iter().enumerate() {
             let (pk, pb) = prog.row_id(row);
             let crate::model::program::CompiledExit::Branch(edges) = &prog.block(pk, pb).exit
             else {
                 continue;
             };
-            let first = self.lifetime_visits(row);
+            let first = self.lifetime_visits(row) + offset;
             let o = &mut outcomes[j];
             self.draws.window(key, row, first, edges, &mut o[1..]);
             o[0] = !o[1..=edges.len()].iter().fold(0, |acc, m| acc | m);
@@ -344,7 +371,7 @@ impl ProgramRun {
         {
             let lp = &self.paths.loops[slot];
             if lp.paths[c].is_none() && !lp.exits[c] {
-                match self.learn(prog, phase, secondary, (head, info), c) {
+                match learn(prog, self.cur.clone(), phase, secondary, (head, info), c) {
                     Learned::Path(p) => self.paths.loops[slot].paths[c] = Some(p),
                     Learned::Exits => self.paths.loops[slot].exits[c] = true,
                     Learned::Unusable => return None,
@@ -356,99 +383,98 @@ impl ProgramRun {
         }
         Some(exits)
     }
+}
 
-    /// Walks one iteration of path `c` on a copy of the cursor (at the
-    /// end of the latch), the branch points' outcomes forced.
-    fn learn(
-        &self,
-        prog: &Program,
-        phase: usize,
-        secondary: bool,
-        (head, info): (u16, &LoopInfo),
-        c: usize,
-    ) -> Learned {
-        let mut cur = self.cur.clone();
-        let b = cur.block;
-        let base = cur.frames.len();
-        cur.set_loop_left(b, 1);
-        let others = |f: &super::Frame| -> Vec<(u16, u32)> {
-            f.loops.iter().copied().filter(|l| l.0 != b).collect()
-        };
-        let before = others(&cur.frames[base - 1]);
-        let mut seen = [0u8; MAX_PATHS];
-        let mut foreign = false;
-        let mut path = Path::default();
-        let (mut t, mut retired) = (0u64, 0u64);
-        loop {
-            let (fk, fb) = (cur.kernel(), cur.block);
-            let fin = prog.block(fk, fb);
-            add(
-                &mut path.rows,
-                fin.row,
-                [0, u64::from(fin.instructions), cur.cycles],
-            );
-            let step: Step = cur.successor(prog, fk, fb, |row, edges| {
-                let Ok(j) = info.points.binary_search(&row) else {
-                    foreign = true;
-                    return None;
-                };
-                seen[j] = seen[j].saturating_add(1);
-                let outcome = c / info.radix[j] % (edges.len() + 1);
-                outcome.checked_sub(1)
-            });
-            if foreign {
-                return Learned::Unusable;
-            }
-            if step.low < base {
-                return Learned::Exits;
-            }
-            if step.taken {
-                path.branches += 1;
-                path.taken.push(BranchEntry {
-                    from_kernel: fk,
-                    from_block: fb,
-                    to_kernel: step.kernel,
-                    to_block: step.block,
-                    cycle: t,
-                });
-            }
-            let nb = prog.block(step.kernel, step.block);
-            cur.block = step.block;
-            cur.cycles = nb.cycles_in(phase, secondary);
-            cur.insts = nb.instructions;
-            path.visits.push(PathVisit {
-                kernel: step.kernel,
-                block: step.block,
-                offset: t,
-                cycles: cur.cycles,
-                instructions: nb.instructions,
-                retired,
-                row: nb.row,
-                marker: nb.marker,
-                data: nb.data,
-                calls: u8::try_from(cur.frames.len() - base).unwrap_or(u8::MAX),
-            });
-            add(&mut path.rows, nb.row, [1, 0, 0]);
-            path.markers += u64::from(nb.marker);
-            t += cur.cycles;
-            retired += u64::from(nb.instructions);
-            let at_base = cur.frames.len() == base;
-            if at_base && step.block == b {
-                break;
-            }
-            if at_base && !(head..=b).contains(&step.block) {
-                return Learned::Exits;
-            }
-            if path.visits.len() > MAX_ITERATION_VISITS {
-                return Learned::Unusable;
-            }
-        }
-        let once = seen[..info.points.len()].iter().all(|&s| s == 1);
-        if !once || others(&cur.frames[base - 1]) != before {
+/// Walks one iteration of path `c` from cursor `cur` (at the end of the
+/// latch), the branch points' outcomes forced.
+pub(super) fn learn(
+    prog: &Program,
+    mut cur: Cursor,
+    phase: usize,
+    secondary: bool,
+    (head, info): (u16, &LoopInfo),
+    c: usize,
+) -> Learned {
+    let b = cur.block;
+    let base = cur.frames.len();
+    cur.set_loop_left(b, 1);
+    let others = |f: &super::Frame| -> Vec<(u16, u32)> {
+        f.loops.iter().copied().filter(|l| l.0 != b).collect()
+    };
+    let before = others(&cur.frames[base - 1]);
+    let mut seen = [0u8; MAX_PATHS];
+    let mut foreign = false;
+    let mut path = Path::default();
+    let (mut t, mut retired) = (0u64, 0u64);
+    loop {
+        let (fk, fb) = (cur.kernel(), cur.block);
+        let fin = prog.block(fk, fb);
+        add(
+            &mut path.rows,
+            fin.row,
+            [0, u64::from(fin.instructions), cur.cycles],
+        );
+        let step: Step = cur.successor(prog, fk, fb, |row, edges| {
+            let Ok(j) = info.points.binary_search(&row) else {
+                foreign = true;
+                return None;
+            };
+            seen[j] = seen[j].saturating_add(1);
+            let outcome = c / info.radix[j] % (edges.len() + 1);
+            outcome.checked_sub(1)
+        });
+        if foreign {
             return Learned::Unusable;
         }
-        path.cycles = t;
-        path.instructions = retired;
-        Learned::Path(path)
+        if step.low < base {
+            return Learned::Exits;
+        }
+        if step.taken {
+            path.branches += 1;
+            path.taken.push(BranchEntry {
+                from_kernel: fk,
+                from_block: fb,
+                to_kernel: step.kernel,
+                to_block: step.block,
+                cycle: t,
+            });
+        }
+        let nb = prog.block(step.kernel, step.block);
+        cur.block = step.block;
+        cur.cycles = nb.cycles_in(phase, secondary);
+        cur.insts = nb.instructions;
+        path.visits.push(PathVisit {
+            kernel: step.kernel,
+            block: step.block,
+            offset: t,
+            cycles: cur.cycles,
+            instructions: nb.instructions,
+            retired,
+            row: nb.row,
+            marker: nb.marker,
+            data: nb.data,
+            calls: u8::try_from(cur.frames.len() - base).unwrap_or(u8::MAX),
+        });
+        add(&mut path.rows, nb.row, [1, 0, 0]);
+        path.markers += u64::from(nb.marker);
+        t += cur.cycles;
+        retired += u64::from(nb.instructions);
+        let at_base = cur.frames.len() == base;
+        if at_base && step.block == b {
+            break;
+        }
+        if at_base && !(head..=b).contains(&step.block) {
+            return Learned::Exits;
+        }
+        if path.visits.len() > MAX_ITERATION_VISITS {
+            return Learned::Unusable;
+        }
     }
+    let once = seen[..info.points.len()].iter().all(|&s| s == 1);
+    if !once || others(&cur.frames[base - 1]) != before {
+        return Learned::Unusable;
+    }
+    path.cycles = t;
+    path.instructions = retired;
+    Learned::Path(path)
 }
