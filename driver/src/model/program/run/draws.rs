@@ -32,10 +32,41 @@ struct Batch {
     edges: Vec<u64>,
 }
 
-/// The two batches of each branch row used last.
+/// A branch row's draws: the hash of its key prefix and the two batches
+/// used last.
+#[derive(Clone, Debug, Default)]
+struct Row {
+    /// `hash(seed, [BRANCH_DOMAIN, serial, row])` (0: not made yet).
+    key: u64,
+    batches: [Batch; 2],
+}
+
+/// The draws of a context's branch rows.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Draws {
-    rows: Vec<[Batch; 2]>,
+    rows: Vec<Row>,
+}
+
+/// Lanes whose draw lies below `thr`, with no other threshold to share
+/// the words with.
+fn below_once(thr: u64, prefix: u64) -> u64 {
+    if thr >= 1 << 32 {
+        return !0;
+    }
+    let (mut undecided, mut lt) = (!0u64, 0u64);
+    for i in 0..32 {
+        let w = rng::nth(prefix, i);
+        if thr >> (31 - i) & 1 == 1 {
+            lt |= undecided & !w;
+            undecided &= w;
+        } else {
+            undecided &= !w;
+        }
+        if undecided == 0 {
+            break;
+        }
+    }
+    lt
 }
 
 /// Lanes whose draw lies below `thr` (bit-sliced comparison, most
@@ -72,29 +103,36 @@ impl Draws {
         if self.rows.len() <= row {
             self.rows.resize_with(row + 1, Default::default);
         }
-        let slots = &mut self.rows[row];
+        let r = &mut self.rows[row];
         let tag = batch + 1;
-        let i = match slots.iter().position(|s| s.tag == tag) {
+        let i = match r.batches.iter().position(|s| s.tag == tag) {
             Some(i) => i,
             None => {
                 // Walks move forward: replace the older batch.
-                let i = usize::from(slots[0].tag > slots[1].tag);
-                let (seed, serial) = key;
-                let prefix = rng::hash(seed, &[BRANCH_DOMAIN, serial, row as u64, batch]);
-                let (mut words, mut made) = ([0u64; 32], 0);
-                let s = &mut slots[i];
+                let i = usize::from(r.batches[0].tag > r.batches[1].tag);
+                if r.key == 0 {
+                    let (seed, serial) = key;
+                    r.key = rng::hash(seed, &[BRANCH_DOMAIN, serial, row as u64]);
+                }
+                let prefix = rng::then(r.key, batch);
+                let s = &mut r.batches[i];
                 s.tag = tag;
                 s.edges.clear();
-                let mut prev = 0;
-                for &(_, t) in thr {
-                    let lt = below(t, prefix, &mut words, &mut made);
-                    s.edges.push(lt & !prev);
-                    prev = lt;
+                if let [(_, t)] = thr {
+                    s.edges.push(below_once(*t, prefix));
+                } else {
+                    let (mut words, mut made) = ([0u64; 32], 0);
+                    let mut prev = 0;
+                    for &(_, t) in thr {
+                        let lt = below(t, prefix, &mut words, &mut made);
+                        s.edges.push(lt & !prev);
+                        prev = lt;
+                    }
                 }
                 i
             }
         };
-        &self.rows[row][i].edges
+        &self.rows[row].batches[i].edges
     }
 
     /// The edge visit `visit` of row `row` takes, or `None` (falls through).
