@@ -1,7 +1,7 @@
 # Generated from the gpupm-uapi crate by
 # `cargo run -p gpupm-uapi --example gen_py`; do not edit.
 
-ABI_VERSION = 0x1000a
+ABI_VERSION = 0x1000b
 IOCTL_STRUCT_VERSION = 0x1
 MAX_BATCH_OPS = 0x40
 WINDOW_READ_MAX = 0x3000
@@ -28,6 +28,7 @@ RESET_MAGIC = 0x52455345
 REG_ID = 0x0
 REG_ABI_VERSION = 0x4
 REG_CYCLE = 0x38
+REG_CLOCK_LAG = 0x58
 REG_TRIG_CMD = 0x110
 REG_INTR_STATUS = 0x200
 REG_INTR_MASK = 0x204

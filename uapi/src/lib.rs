@@ -42,8 +42,9 @@ pub const ABI_MAJOR: u16 = 1;
 /// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
 /// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
 /// commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
-/// the commit mirror's ring area — see `docs/pages.md`).
-pub const ABI_MINOR: u16 = 10;
+/// the commit mirror's ring area — see `docs/pages.md`; 11: `CLOCK_LAG`,
+/// the device time a real-time clock dropped — see `docs/performance.md`).
+pub const ABI_MINOR: u16 = 11;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 
