@@ -1,7 +1,7 @@
 //! `gpupm health` (admin): daemon health from its metrics endpoint (the
 //! address in the daemon's configuration) and device health from the device
 //! node (fallback-completed switches, CCU wraps, lost stream records, clock
-//! capability).
+//! capability, and how far a real-time device fell behind the wall clock).
 //!
 //! JSON: [`HealthJson`] (`gpupm health --help` shows the schema). Exit 1
 //! when not healthy (daemon unreachable or a CCU counter wrapped), 2 when
@@ -128,6 +128,9 @@ pub struct DaemonMetrics {
     pub contexts_retired: f64,
     /// Seconds since the daemon started.
     pub uptime_seconds: f64,
+    /// Device time the device's real-time clock dropped (it ran slower
+    /// than the wall clock), seconds.
+    pub device_lag_seconds: f64,
 }
 
 impl DaemonMetrics {
@@ -146,6 +149,7 @@ impl DaemonMetrics {
             contexts_active: v("gpupm_contexts_active"),
             contexts_retired: v("gpupm_contexts_retired_total"),
             uptime_seconds: v("gpupm_uptime_seconds"),
+            device_lag_seconds: v("gpupm_device_lag_seconds_total"),
         }
     }
 }
@@ -179,6 +183,12 @@ pub struct DeviceHealth {
     pub stream_lost_records: u64,
     /// Context switches (all partitions).
     pub switches: u64,
+    /// Cycles the real-time clock dropped since it started (`CLOCK_LAG`):
+    /// the device ran slower than the wall clock.
+    pub clock_lag_cycles: u64,
+    /// Device time per wall time since the clock started, percent
+    /// (`CYCLE / (CYCLE + CLOCK_LAG)`; 100 for a step clock).
+    pub realtime_pct: f64,
 }
 
 fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
@@ -188,8 +198,17 @@ fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
         Ok(dev.read_many(&offsets)?.iter().sum())
     };
     let cap = dev.read32(r::CLOCK_CAP)?;
+    let cycle = dev.read64(r::CYCLE)?;
+    // A device older than ABI 1.11 has no CLOCK_LAG.
+    let lag = dev.read64(r::CLOCK_LAG).unwrap_or(0);
+    #[allow(clippy::cast_precision_loss)] // a ratio
+    let realtime_pct = if lag == 0 {
+        100.0
+    } else {
+        cycle as f64 * 100.0 / (cycle as f64 + lag as f64)
+    };
     Ok(DeviceHealth {
-        cycle: dev.read64(r::CYCLE)?,
+        cycle,
         clock_khz: dev.read32(r::CLOCK_KHZ)?,
         clock_capability: if cap == clock_cap::SECONDARY {
             ClockCapability::Secondary
@@ -201,6 +220,8 @@ fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
         ccu_wraps: dev.read64(r::CCU_WRAPS)?,
         stream_lost_records: sum(r::PART_STREAM_LOST)?,
         switches: sum(r::PART_SWITCHES)?,
+        clock_lag_cycles: lag,
+        realtime_pct,
     })
 }
 
@@ -285,6 +306,14 @@ fn text(
             t += &format!("device ({}):\n", node_dir.display());
             for (k, v) in d {
                 t += &format!("  {k:<26} {v}\n");
+            }
+            if let Some(dev) = h.device.as_ref().filter(|d| d.clock_lag_cycles > 0) {
+                #[allow(clippy::cast_precision_loss)] // seconds
+                let dropped = dev.clock_lag_cycles as f64 / (f64::from(dev.clock_khz.max(1)) * 1e3);
+                t += &format!(
+                    "  SLOWER THAN REAL TIME: {:.1} % of real time since the clock started, {dropped:.3} s of device time dropped\n",
+                    dev.realtime_pct
+                );
             }
         }
         (_, Some(e)) => t += &format!("device: not readable ({e})\n"),
