@@ -138,6 +138,10 @@ fn scrape_passes_promtool_and_reports_the_fixture_totals() {
         value_of(&body, "gpupm_uptime_seconds", &[]),
         Some("42.5".into())
     );
+    assert_eq!(
+        value_of(&body, "gpupm_device_lag_seconds_total", &[]),
+        Some("0.25".into())
+    );
 
     // Device-level events are never per VM; the confidential VM 2 has no
     // per-event series at all, only its flag.
