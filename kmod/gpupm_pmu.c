@@ -12,9 +12,20 @@
  * A counter's value is base + last: 0 when the module first sees a scope,
  * then advancing with every publication and never going back (a device
  * reset or a new context instance moves the last total into the base).
- * Publications and perf reads meet under a seqlock whose writer runs here,
- * in the ioctl, with interrupts off, so a reader (possibly in an IPI) can
- * never wait on a preempted or dead user-space writer.
+ * Publications and perf reads meet under a latch (seqcount_latch_t, two
+ * copies of every slot): the writer runs here, in the ioctl, and updates
+ * one copy while readers use the other, so a reader never waits for the
+ * writer, even one it interrupted on the same CPU (an NMI, or a BPF
+ * program in a kprobe). A reader retries at most GPUPM_READ_TRIES times
+ * (only a writer that completes a whole update during each try can make
+ * it retry) and then keeps the event's last good value (stale_reads).
+ *
+ * The CPU-hotplug state is installed after perf_pmu_register and removed
+ * before perf_pmu_unregister, as Intel's uncore driver orders them: the
+ * offline callback migrates events with perf_pmu_migrate_context, which
+ * must never see an unregistered PMU. The designated CPU is chosen, the
+ * PMU registered and the callback installed under cpus_read_lock, so no
+ * CPU goes offline in between.
  *
  * The event catalogue, the config fields and the publication structs come
  * from gpupm_events.h, generated from the gpupm-uapi crate.
@@ -41,11 +52,22 @@
 #define GPUPM_SLOTS (GPUPM_MAX_VMS + GPUPM_MAX_CONTEXTS)
 #define GPUPM_CTX_SLOT(c) (GPUPM_MAX_VMS + (c))
 
-struct gpupm_slot {
+/* Consistent reads of one slot in a few tries: see gpupm_value(). */
+#define GPUPM_READ_TRIES 8
+/* hw_perf_event.flags: the event's start found no consistent value. */
+#define GPUPM_BASELINE_PENDING 0x1
+
+/* One copy of a slot's totals. */
+struct gpupm_totals {
 	bool seen;
 	u64 generation;
 	u64 last[GPUPM_MAX_EVENTS];
 	u64 base[GPUPM_MAX_EVENTS];
+};
+
+/* The latch's two copies: readers use copy[seq & 1]. */
+struct gpupm_slot {
+	struct gpupm_totals copy[2];
 };
 
 struct gpupm_state {
@@ -53,14 +75,17 @@ struct gpupm_state {
 	/* Designated CPU of every event; changes only on hotplug. */
 	unsigned int cpu;
 	int hp_state;
-	seqlock_t lock;
-	/* Serialises publishers (slot allocation happens outside the seqlock). */
+	/* Readers pick a copy by its low bit; publishers flip it twice. */
+	seqcount_latch_t latch;
+	/* Serialises publishers: the latch has one writer at a time. */
 	struct mutex publish_mutex;
 	/* Allocated on first publication, freed at unload. */
 	struct gpupm_slot *slots[GPUPM_SLOTS];
 	/* Open events per context id: what the daemon must publish. */
 	atomic_t ctx_events[GPUPM_MAX_CONTEXTS];
 	atomic64_t opened;
+	/* Reads that found no consistent copy in GPUPM_READ_TRIES tries. */
+	atomic64_t stale_reads;
 };
 
 static struct gpupm_state gpupm;
@@ -114,28 +139,59 @@ static int gpupm_config_slot(const struct perf_event_attr *attr)
 	}
 }
 
-static u64 gpupm_value(int slot, unsigned int event)
+/*
+ * The value of (slot, event) now, in *v; false when no consistent copy was
+ * read in GPUPM_READ_TRIES tries (the caller keeps its last good value).
+ * The copy a reader uses is never the one being written, so a try fails
+ * only when the writer moved on to the other copy during it: a reader
+ * that interrupted the writer on its own CPU always succeeds, and a
+ * reader on another CPU fails only against publications completing within
+ * its few loads. Runs in any context, NMI included: no lock, no wait.
+ */
+static bool gpupm_value(int slot, unsigned int event, u64 *v)
 {
 	const struct gpupm_slot *s;
-	unsigned int seq;
-	u64 v;
+	const struct gpupm_totals *t;
+	unsigned int seq, tries;
+	u64 val;
 
-	do {
-		seq = read_seqbegin(&gpupm.lock);
+	for (tries = 0; tries < GPUPM_READ_TRIES; tries++) {
+		seq = raw_read_seqcount_latch(&gpupm.latch);
 		s = READ_ONCE(gpupm.slots[slot]);
-		v = s && s->seen ? s->base[event] + s->last[event] : 0;
-	} while (read_seqretry(&gpupm.lock, seq));
-	return v;
+		t = s ? &s->copy[seq & 1] : NULL;
+		val = t && t->seen ? t->base[event] + t->last[event] : 0;
+		if (!raw_read_seqcount_latch_retry(&gpupm.latch, seq)) {
+			*v = val;
+			return true;
+		}
+	}
+	atomic64_inc(&gpupm.stale_reads);
+	return false;
 }
 
+/*
+ * Adds what the counter advanced since the last good reading. Without a
+ * consistent value it changes nothing: the next good reading adds the
+ * whole difference, so nothing is lost. An event whose start found no
+ * value takes its baseline at its first good reading.
+ */
 static void gpupm_event_update(struct perf_event *event)
 {
 	struct hw_perf_event *hwc = &event->hw;
 	u64 prev, now;
 
+	if (READ_ONCE(hwc->flags) & GPUPM_BASELINE_PENDING) {
+		if (!gpupm_value(hwc->idx, hwc->config, &now))
+			return;
+		local64_set(&hwc->prev_count, now);
+		WRITE_ONCE(hwc->flags, 0);
+		return;
+	}
+	/* An NMI may update between our read and the exchange: read again. */
 	do {
 		prev = local64_read(&hwc->prev_count);
-		now = gpupm_value(hwc->idx, hwc->config);
+		if (!gpupm_value(hwc->idx, hwc->config, &now))
+			return;
 	} while (local64_cmpxchg(&hwc->prev_count, prev, now) != prev);
 	local64_add(now - prev, &event->count);
 }
@@ -199,8 +255,14 @@ static int gpupm_event_init(struct perf_event *event)
 static void gpupm_event_start(struct perf_event *event, int flags)
 {
 	struct hw_perf_event *hwc = &event->hw;
+	u64 now;
 
-	local64_set(&hwc->prev_count, gpupm_value(hwc->idx, hwc->config));
+	if (gpupm_value(hwc->idx, hwc->config, &now)) {
+		local64_set(&hwc->prev_count, now);
+		WRITE_ONCE(hwc->flags, 0);
+	} else {
+		WRITE_ONCE(hwc->flags, GPUPM_BASELINE_PENDING);
+	}
 	hwc->state = 0;
 }
 
@@ -276,8 +338,16 @@ static ssize_t cpumask_show(struct device *dev, struct device_attribute *attr,
 }
 static DEVICE_ATTR_RO(cpumask);
 
+static ssize_t stale_reads_show(struct device *dev,
+				struct device_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%lld\n", atomic64_read(&gpupm.stale_reads));
+}
+static DEVICE_ATTR_RO(stale_reads);
+
 static struct attribute *gpupm_cpumask_attrs[] = {
 	&dev_attr_cpumask.attr,
+	&dev_attr_stale_reads.attr,
 	NULL,
 };
 
@@ -318,30 +388,45 @@ static int gpupm_entry_slot(const struct gpupm_pmu_scope_totals *e)
 	}
 }
 
-static void gpupm_apply(struct gpupm_slot *s,
+static void gpupm_apply(struct gpupm_totals *t,
 			const struct gpupm_pmu_scope_totals *e)
 {
 	unsigned int i;
-	bool new_instance = s->seen && e->generation != s->generation;
+	bool new_instance = t->seen && e->generation != t->generation;
 
 	for (i = 0; i < GPUPM_EVENT_COUNT; i++) {
 		u64 total = e->counters[i];
 
-		if (!s->seen)
-			s->base[i] = -total;
-		else if (new_instance || total < s->last[i])
-			s->base[i] += s->last[i];
-		s->last[i] = total;
+		if (!t->seen)
+			t->base[i] = -total;
+		else if (new_instance || total < t->last[i])
+			t->base[i] += t->last[i];
+		t->last[i] = total;
 	}
-	s->seen = true;
-	s->generation = e->generation;
+	t->seen = true;
+	t->generation = e->generation;
+}
+
+/*
+ * Applies a checked request to copy `which` of its slots. Both copies
+ * receive the same requests in the same order, so they stay equal.
+ * Out of line so that the kernel lane can put a kprobe inside the write
+ * section (the reader it runs there stands for an NMI; docs/kernel.md).
+ */
+static noinline __noclone void
+gpupm_apply_copy(unsigned int which, const struct gpupm_pmu_publish *req,
+		 const int *slots)
+{
+	unsigned int i;
+
+	for (i = 0; i < req->count; i++)
+		gpupm_apply(&gpupm.slots[slots[i]]->copy[which], &req->entries[i]);
 }
 
 static long gpupm_publish(struct gpupm_pmu_publish *req)
 {
 	struct gpupm_slot *fresh[GPUPM_PMU_PUBLISH_BATCH] = { NULL };
 	int slots[GPUPM_PMU_PUBLISH_BATCH];
-	unsigned long flags;
 	unsigned int i, j;
 	long ret = 0;
 
@@ -372,15 +457,19 @@ static long gpupm_publish(struct gpupm_pmu_publish *req)
 			goto out;
 		}
 	}
-	write_seqlock_irqsave(&gpupm.lock, flags);
+	/* A new slot reads 0 in both copies until its first update. */
 	for (i = 0; i < req->count; i++) {
 		if (fresh[i]) {
-			WRITE_ONCE(gpupm.slots[slots[i]], fresh[i]);
+			/* Zeroed before seen: pairs with gpupm_value()'s dependent load. */
+			smp_store_release(&gpupm.slots[slots[i]], fresh[i]);
 			fresh[i] = NULL;
 		}
-		gpupm_apply(gpupm.slots[slots[i]], &req->entries[i]);
 	}
-	write_sequnlock_irqrestore(&gpupm.lock, flags);
+	/* Readers on copy 1 while copy 0 changes, then the other way. */
+	raw_write_seqcount_latch(&gpupm.latch);
+	gpupm_apply_copy(0, req, slots);
+	raw_write_seqcount_latch(&gpupm.latch);
+	gpupm_apply_copy(1, req, slots);
 out:
 	mutex_unlock(&gpupm.publish_mutex);
 	for (i = 0; i < req->count; i++)
@@ -472,7 +561,7 @@ static int __init gpupm_init(void)
 {
 	int ret;
 
-	seqlock_init(&gpupm.lock);
+	seqcount_latch_init(&gpupm.latch);
 	mutex_init(&gpupm.publish_mutex);
 	gpupm.pmu = (struct pmu) {
 		.module = THIS_MODULE,
@@ -487,44 +576,53 @@ static int __init gpupm_init(void)
 		.read = gpupm_event_read,
 	};
 
+	/*
+	 * The CPU loading the module counts (as arm-ccn and the SMMUv3 PMU
+	 * choose theirs): online, and kept online by the lock until the
+	 * offline callback that moves its events is installed.
+	 */
 	cpus_read_lock();
-	gpupm.cpu = cpumask_first(cpu_online_mask);
+	gpupm.cpu = raw_smp_processor_id();
+	ret = perf_pmu_register(&gpupm.pmu, GPUPM_PMU_NAME, -1);
+	if (ret) {
+		cpus_read_unlock();
+		return ret;
+	}
 	ret = cpuhp_setup_state_nocalls_cpuslocked(CPUHP_AP_ONLINE_DYN,
 						   "perf/gpupm:online", NULL,
 						   gpupm_cpu_offline);
 	cpus_read_unlock();
 	if (ret < 0)
-		return ret;
+		goto err_pmu;
 	gpupm.hp_state = ret;
 
-	ret = perf_pmu_register(&gpupm.pmu, GPUPM_PMU_NAME, -1);
-	if (ret)
-		goto err_hp;
 	ret = misc_register(&gpupm_misc);
 	if (ret)
-		goto err_pmu;
-	pr_info("gpupm_pmu: PMU %s (type %d), publication device /dev/%s\n",
-		GPUPM_PMU_NAME, gpupm.pmu.type, GPUPM_PMU_DEVICE_NAME);
+		goto err_hp;
+	pr_info("gpupm_pmu: PMU %s (type %d) on CPU %u, publication device /dev/%s\n",
+		GPUPM_PMU_NAME, gpupm.pmu.type, gpupm.cpu, GPUPM_PMU_DEVICE_NAME);
 	return 0;
 
-err_pmu:
-	perf_pmu_unregister(&gpupm.pmu);
 err_hp:
 	cpuhp_remove_state_nocalls(gpupm.hp_state);
+err_pmu:
+	perf_pmu_unregister(&gpupm.pmu);
 	return ret;
 }
 
 /*
  * Every open event holds a module reference (pmu.module) and so does every
- * open publication file (fops.owner): exit runs with neither.
+ * open publication file (fops.owner): exit runs with neither. The hotplug
+ * callback goes before the PMU, so no migration can run on a PMU being
+ * unregistered.
  */
 static void __exit gpupm_exit(void)
 {
 	unsigned int i;
 
 	misc_deregister(&gpupm_misc);
-	perf_pmu_unregister(&gpupm.pmu);
 	cpuhp_remove_state_nocalls(gpupm.hp_state);
+	perf_pmu_unregister(&gpupm.pmu);
 	for (i = 0; i < GPUPM_SLOTS; i++)
 		kfree(gpupm.slots[i]);
 }

@@ -11,6 +11,9 @@
 //!   and the sequence-lock reader, and [`CounterReader`], which reads
 //!   through a page when the daemon offers one and through the tenant
 //!   node otherwise.
+//! - [`cc`]: confidential VMs' sessions — the tenant's side of the key
+//!   exchange with the device, its key schedule, device certificates and
+//!   secret files.
 //! - [`ops`]: register-op builders for batches.
 //! - [`handshake`]: the context-switch handshake as one sequence over any
 //!   [`RegisterBatch`] executor (the device node, or an in-process model).
@@ -36,6 +39,7 @@
 //! # Ok::<(), gpupm_client::ClientError>(())
 //! ```
 
+pub mod cc;
 pub mod config;
 pub mod cpus;
 pub mod devnode;

@@ -363,6 +363,29 @@ impl TenantClient {
         self.call("TENANT_IOC_REKEY", TENANT_IOC_REKEY, &mut arg)
     }
 
+    /// Sends a confidential VM's KEY_EXCHANGE (ABI 1.11) through the daemon
+    /// to the device; the device's half comes back in `msg`. See
+    /// [`crate::cc::Requester`].
+    pub fn cc_key_exchange(
+        &self,
+        msg: &mut gpupm_uapi::cc::KeyExchange,
+    ) -> Result<(), ClientError> {
+        self.call(
+            "TENANT_IOC_CC_KEY_EXCHANGE",
+            gpupm_uapi::tenant::TENANT_IOC_CC_KEY_EXCHANGE,
+            msg,
+        )
+    }
+
+    /// Sends a confidential VM's FINISH (ABI 1.11) through the daemon.
+    pub fn cc_finish(&self, msg: &mut gpupm_uapi::cc::Finish) -> Result<(), ClientError> {
+        self.call(
+            "TENANT_IOC_CC_FINISH",
+            gpupm_uapi::tenant::TENANT_IOC_CC_FINISH,
+            msg,
+        )
+    }
+
     /// The catalogue entry of event `id`.
     pub fn event_info(&self, id: u32) -> Result<EventInfo, ClientError> {
         let mut arg = EventInfo::new_zeroed();

@@ -20,5 +20,7 @@ mod tests {
         let s = parse(Path::new("gpupmd.toml"), text).unwrap();
         assert_eq!(s.program.masks.len(), 1);
         assert_eq!(s.retention.max_contexts, DEFAULT_MAX_CONTEXTS);
+        // The example states every limit at its default.
+        assert_eq!(s.limits, gpupm_client::config::Limits::default());
     }
 }

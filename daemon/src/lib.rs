@@ -3,6 +3,7 @@
 
 pub mod affinity;
 pub mod config;
+pub mod config_access;
 pub mod engine;
 pub mod health;
 pub mod kernel_pmu;

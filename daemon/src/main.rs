@@ -2,8 +2,9 @@
 //! keeps every count and serves tenants.
 //!
 //! Exit status: 0 after a clean shutdown (SIGTERM/SIGINT), 2 for a
-//! configuration the daemon refuses (malformed file, an incompatible
-//! device ABI, a value the device rejects), 1 for any other failure.
+//! configuration the daemon refuses (malformed file, one someone but root
+//! and the daemon's user may change, an incompatible device ABI, a value
+//! the device rejects), 1 for any other failure.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -15,10 +16,12 @@ use clap::Parser;
 use gpupm_client::cpus::UnusableCpus;
 use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
+use gpupmd::config_access::{self, Exposure};
 use gpupmd::engine::{program, Engine, EngineError};
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
+use gpupmd::tenant::bounds::Bounds;
 use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, kernel_pmu, metrics};
@@ -47,12 +50,8 @@ enum MainError {
     State(#[from] RetiredError),
     #[error(transparent)]
     Tenant(#[from] TenantError),
-    #[error("cannot listen for metrics on {addr}")]
-    Metrics {
-        addr: std::net::SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Metrics(#[from] metrics::MetricsError),
     #[error("cannot start the runtime")]
     Runtime(#[source] std::io::Error),
     #[error("the device engine stopped (see the errors above)")]
@@ -70,6 +69,7 @@ impl MainError {
             | MainError::Engine(EngineError::NotAGpupmDevice(_))
             | MainError::Engine(EngineError::Refused { .. })
             | MainError::Engine(EngineError::PeriodTooLong { .. }) => 2,
+            MainError::Metrics(e) if e.is_config() => 2,
             _ => 1,
         }
     }
@@ -86,6 +86,19 @@ fn main() -> ExitCode {
     };
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+    }
+    // Before anything is started: the file decides who sees which VM.
+    if let Some(path) = settings.source.as_deref() {
+        match config_access::check(path) {
+            Ok(Exposure::Private) => {}
+            Ok(Exposure::ReadableByOthers { mode }) => health::config_readable(path, mode),
+            Err(e) => {
+                let msg = format!("{:#}", anyhow::Error::new(e));
+                tracing::error!(error = %msg, "gpupmd refuses its configuration");
+                eprintln!("gpupmd: {msg}");
+                return ExitCode::from(2);
+            }
+        }
     }
     // The tenant node's descriptor, when systemd passes one (gpupmd.service
     // mounts the node with gpupm-mount; the sandboxed daemon could not).
@@ -137,14 +150,24 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     if let Some(cpus) = &settings.device_cpus {
         cpus.check_usable().map_err(MainError::Cpus)?;
     }
+    // The metrics web configuration (credentials, certificates) is checked
+    // before the device is touched, as the rest of the configuration is.
+    let metrics_web = metrics::prepare(&settings.metrics)?;
     let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
-    let services = start_services(&settings, &store, inherited_tenant, pages).await?;
+    let services = start_services(&settings, &store, inherited_tenant, pages, metrics_web).await?;
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    // The local listener's address ends the line (tools and tests read it
+    // there); the authenticated one, if any, is named before it.
+    let authenticated = services
+        .metrics
+        .authenticated
+        .map(|(addr, scheme)| format!("authenticated metrics at {scheme}://{addr}/metrics; "))
+        .unwrap_or_default();
     let status = format!(
-        "serving {}: {} partitions, {} VMs, {} contexts; metrics on http://{}/metrics",
+        "serving {}: {} partitions, {} VMs, {} contexts; {authenticated}metrics on http://{}/metrics",
         dev.path().display(),
         identity.partitions,
         store.vms().len(),
@@ -154,15 +177,15 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
             .filter_map(|&v| store.contexts(v))
             .map(|c| c.len())
             .sum::<usize>(),
-        services.metrics_addr
+        services.metrics.local
     );
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
-    tracing::info!(status = %status, metrics = %services.metrics_addr, "gpupmd ready");
+    tracing::info!(status = %status, metrics = %services.metrics.local, "gpupmd ready");
 
     let result = serve_until_signal(&engine, term, int).await;
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     tracing::info!("gpupmd shutting down");
-    services.metrics_task.abort();
+    services.metrics.abort();
     services.reporter.abort();
     retention_task.abort();
     drop(services.kernel_pmu);
@@ -306,6 +329,8 @@ async fn start_device(
         settings.retention,
         settings.history_samples,
     ));
+    // Before the engine retires anything: files record the mapping.
+    store.set_tenancy(&settings.policy);
     let pages = open_pages(settings, &dev, &identity, &store);
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
@@ -334,8 +359,7 @@ async fn start_device(
 /// The daemon's services, running.
 struct Services {
     tenant_node: TenantNode,
-    metrics_task: tokio::task::JoinHandle<Result<(), gpupmd::metrics::MetricsError>>,
-    metrics_addr: std::net::SocketAddr,
+    metrics: metrics::Running,
     reporter: tokio::task::JoinHandle<()>,
     final_health: Arc<dyn HealthSource>,
     kernel_pmu: Option<kernel_pmu::Publisher>,
@@ -349,24 +373,29 @@ async fn start_services(
     store: &Arc<Store>,
     inherited_tenant: Option<OwnedFd>,
     pages: StartedPages,
+    metrics_web: metrics::Prepared,
 ) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
     // Snapshots hand out latency samples once; the fan-out gives the
     // reporter, the metrics endpoint and the final summary each all of them.
     let fanout = health::HealthFanout::new(store.clone());
     let final_health = fanout.subscribe();
+    let bounds = Bounds::new(settings.limits, &settings.policy);
+    store.set_bounds(Arc::clone(&bounds));
     let tenant_node = match inherited_tenant {
         Some(fd) => TenantNode::serve_fd(
             &settings.tenant_dir,
             fd,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
         None => TenantNode::mount(
             &settings.tenant_dir,
             Arc::clone(&view),
             settings.policy.clone(),
+            Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
     };
@@ -377,6 +406,7 @@ async fn start_services(
                 Arc::clone(&p),
                 store.clone(),
                 gpupmd::tenant::policy::Policy::new(settings.policy.clone()),
+                bounds,
             ) {
                 Ok(server) => {
                     let refresher = Refresher::start(
@@ -399,27 +429,21 @@ async fn start_services(
         }
         None => None,
     };
-    let listener = tokio::net::TcpListener::bind(settings.metrics_listen)
-        .await
-        .map_err(|source| MainError::Metrics {
-            addr: settings.metrics_listen,
-            source,
-        })?;
-    let metrics_addr = listener.local_addr().unwrap_or(settings.metrics_listen);
-    let metrics_task = tokio::spawn(metrics::serve(
-        listener,
-        settings.metrics.clone(),
+    let metrics = metrics::start(
+        settings.metrics_listen,
+        &settings.metrics,
+        metrics_web,
         Arc::clone(&view),
         fanout.subscribe(),
-    ));
+    )
+    .await?;
     let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
     let kernel_pmu =
         kernel_pmu::start(&settings.kernel_pmu, Arc::clone(&view)).map_err(MainError::Runtime)?;
 
     Ok(Services {
         tenant_node,
-        metrics_task,
-        metrics_addr,
+        metrics,
         reporter,
         final_health,
         kernel_pmu,

@@ -132,6 +132,14 @@ pub trait CounterView: Send + Sync + 'static {
         None
     }
 
+    /// Whether (`ctx`, `created_cycle`) is a retired instance persisted
+    /// under an earlier tenant mapping of its VM: the history of the
+    /// VM's previous tenants, which its tenants now must not see (the
+    /// default: a view that records no mappings has none).
+    fn earlier_tenancy(&self, _ctx: CtxId, _created_cycle: u64) -> bool {
+        false
+    }
+
     /// One context instance, named by (id, created cycle), whatever its
     /// state. The default searches [`CounterView::contexts`] of every VM.
     fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<CtxInfo> {
@@ -182,9 +190,11 @@ pub trait CounterView: Send + Sync + 'static {
 pub struct KeyStatus {
     /// The VM is confidential.
     pub confidential: bool,
-    /// Key epoch (0 for a plain VM).
+    /// The VM has an established session.
+    pub established: bool,
+    /// Key epoch (0 without a session and for a plain VM).
     pub epoch: u32,
-    /// Device session id (0 for a plain VM).
+    /// Session id (0 without a session and for a plain VM).
     pub session: u64,
 }
 
@@ -196,9 +206,19 @@ pub type RekeyWords = [u32; gpupm_client::ops::REKEY_WORDS];
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
     /// The device refused the commit: the blob does not open under the
-    /// VM's current session key (or the VM is not confidential).
-    #[error("the device refused the rekey blob")]
+    /// VM's current session key (or the VM is not confidential); or it
+    /// refused a key-exchange message (EINVAL).
+    #[error("the device refused the request")]
     Refused,
+    /// The VM has a session and the FINISH does not replace it (EBUSY).
+    #[error("the VM already has a session")]
+    SessionExists,
+    /// The device has no identity (ENODEV).
+    #[error("the device has no identity")]
+    NoIdentity,
+    /// The VM's exchanges came faster than the daemon allows.
+    #[error("too many key exchanges for this VM")]
+    RateLimited,
     /// The device node failed otherwise.
     #[error(transparent)]
     Device(#[from] gpupm_client::DevError),
@@ -212,6 +232,11 @@ pub trait VmKeys: Send + Sync {
     /// Stages `blob` in the `REKEY_*` registers and commits it with the
     /// VM entry's `VM_KEY_COMMIT`, as one register batch (all or nothing).
     fn commit_rekey(&self, vm: VmId, blob: &RekeyWords) -> Result<(), KeyError>;
+    /// Relays a KEY_EXCHANGE to the device (`msg.vm`'s; rate limited per
+    /// VM); the device's half comes back in `msg`.
+    fn key_exchange(&self, msg: &mut gpupm_uapi::cc::KeyExchange) -> Result<(), KeyError>;
+    /// Relays a FINISH to the device.
+    fn finish(&self, msg: &mut gpupm_uapi::cc::Finish) -> Result<(), KeyError>;
 }
 
 /// Identity of the device the daemon serves.
@@ -281,6 +306,52 @@ pub struct HealthSnapshot {
     pub ri: crate::ri::RiCounts,
     /// Marked ranges and call graphs.
     pub ranges: crate::ranges::RangeMetrics,
+    /// What tenants hold against the `[limits]`.
+    pub bounds: BoundsSnapshot,
+}
+
+/// What tenants hold against the `[limits]` (docs/isolation.md), and what
+/// was refused, for the `gpupm_bound_*` metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoundsSnapshot {
+    /// The limits in force.
+    pub limits: gpupm_client::config::Limits,
+    /// Queue bytes one VM's callers (or the admin) may reserve.
+    pub share_bytes: u64,
+    /// Tenant-node handles open.
+    pub handles: u64,
+    /// Stream sessions open.
+    pub stream_sessions: u64,
+    /// Sampling sessions open.
+    pub sampling_sessions: u64,
+    /// RI sessions open.
+    pub ri_sessions: u64,
+    /// Reads waiting.
+    pub parked_reads: u64,
+    /// Queue bytes reserved.
+    pub queued_bytes: u64,
+    /// The most handles one uid holds.
+    pub max_uid_handles: u64,
+    /// The most reads of one uid waiting.
+    pub max_uid_parked_reads: u64,
+    /// The most queue bytes one uid reserved.
+    pub max_uid_queued_bytes: u64,
+    /// The most queue bytes one share (a VM's callers, the admin) reserved.
+    pub max_share_queued_bytes: u64,
+    /// Page-socket connections open.
+    pub page_connections: u64,
+    /// Handles refused (EMFILE, ENFILE).
+    pub refused_handles: u64,
+    /// Sessions refused for their count (ENOSPC).
+    pub refused_sessions: u64,
+    /// Sessions refused for their queue bytes (ENOSPC).
+    pub refused_queued: u64,
+    /// Reads refused rather than parked (EBUSY).
+    pub refused_parked_reads: u64,
+    /// Device reads refused (EAGAIN).
+    pub refused_device_reads: u64,
+    /// Page-socket connections refused.
+    pub refused_page_connections: u64,
 }
 
 /// Counts of the tenant counter pages (`crate::pages`).

@@ -186,8 +186,7 @@ fn arm_ranges(dev: &mut Device) {
     ];
     for p in 1..=8 {
         let mut ops = vec![write(rring(p, rg::RRING_CAP), rg::RRING_MAX_RECORDS)];
-        for (i, &(ctrl, start, end, thr)) in ranges.iter().enumerate() {
-            let i = i as u32;
+        for (i, &(ctrl, start, end, thr)) in (0u32..).zip(ranges.iter()) {
             ops.extend([
                 write(range_reg(p, i, rg::RANGE_START), start),
                 write(range_reg(p, i, rg::RANGE_END), end),

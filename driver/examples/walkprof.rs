@@ -6,7 +6,9 @@ fn cpu() -> f64 {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: clock_gettime writes one timespec into the valid local `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "the thread's CPU clock reads");
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 

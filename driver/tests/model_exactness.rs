@@ -247,6 +247,7 @@ fn stream_records_sum_to_the_blocks_and_overflow_is_counted_not_hidden() {
 fn drained_stream_deltas_add_up_to_each_context_block() {
     let mut s = small_scenario();
     s.vms[2].confidential_key = None;
+    s.vms[2].confidential = false;
     let mut dev = device(&s, EngineKind::Batched);
     let mut per_ctx: std::collections::HashMap<u32, [u64; 64]> = Default::default();
     let mut records = Vec::new();

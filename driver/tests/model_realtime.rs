@@ -124,7 +124,7 @@ fn time_the_clock_could_not_run_is_counted_in_clock_lag() {
     let mut dev = Device::new(&s, EngineKind::Batched, false).expect("scenario builds");
     let t0 = Instant::now();
     let wall = Cell::new(t0);
-    let mut tick_and_answer = |dev: &mut Device, after: Duration| {
+    let tick_and_answer = |dev: &mut Device, after: Duration| {
         wall.set(wall.get() + after);
         dev.tick(wall.get());
         for p in requested(dev) {

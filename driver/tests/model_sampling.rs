@@ -71,7 +71,7 @@ fn assert_programs_match_ledger(dev: &mut Device, s: &Scenario) -> usize {
 
 #[test]
 fn programs_drive_sm_inst_executed_exactly_and_blocks_stay_exact() {
-    let s = gpupm_driver::scenario::builtin();
+    let s = gpupm_test_support::model::cc::keyed(gpupm_driver::scenario::builtin());
     let mut dev = device(&s, EngineKind::Batched);
     let mut host = Host::new();
     host.release_destroyed = false;
@@ -279,16 +279,34 @@ proptest! {
                 let (_, ran) = truth(&mut dev, rec.ctx, key.as_ref());
                 prop_assert!(rec.ctx_cycle <= ran);
             }
+            // Partition 2 runs only the confidential VM 3: its stacks come
+            // every N x CONFIDENTIAL_BRANCH_CYCLES + R (R below that) of its
+            // contexts' cycles (a countdown carried across them), its
+            // branches uncounted.
+            let confidential = key.is_some();
             let brs = branch_records(&dev, p, key.as_ref());
             for rec in &brs {
-                prop_assert!(rec.count >= 1 && rec.count as usize <= s::BRANCH_STACK_ENTRIES);
+                prop_assert!(confidential || rec.count >= 1);
+                prop_assert!(rec.count as usize <= s::BRANCH_STACK_ENTRIES);
                 let entries = &rec.entries[..rec.count as usize];
                 prop_assert!(entries.windows(2).all(|e| e[0].cycle <= e[1].cycle));
             }
+            let ran: u64 = if confidential {
+                let ctxs: Vec<u32> = dev.contexts().filter(|c| c.1 == 3).map(|c| c.0).collect();
+                ctxs.into_iter().map(|c| truth(&mut dev, c, key.as_ref()).1).sum()
+            } else {
+                0
+            };
             let lost = dev.read_reg(samp(p, s::buf(buf_kind::BRANCH, s::BUF_LOST)), 8).unwrap();
             let taken = dev.read_reg(samp(p, s::SAMP_BRANCHES), 8).unwrap();
             let made = dev.read_reg(samp(p, s::buf(buf_kind::BRANCH, s::BUF_PRODUCED)), 8).unwrap();
-            prop_assert_eq!(made, taken / u64::from(n));
+            if confidential {
+                prop_assert_eq!(taken, 0);
+                let period = u64::from(n) * u64::from(s::CONFIDENTIAL_BRANCH_CYCLES);
+                prop_assert!(made <= ran / period && made + 1 >= ran / (2 * period));
+            } else {
+                prop_assert_eq!(made, taken / u64::from(n));
+            }
             prop_assert_eq!(lost, made.saturating_sub(u64::from(branch_cap)));
             let overflows = irqs
                 .iter()

@@ -1,12 +1,15 @@
 //! A confidential VM through the device node, with the real `gpupm-driver`
 //! process: the debug ledger exists only with `--debug-ledger` and answers
-//! a confidential VM only sealed (issue #9, defect 4), and no (key, nonce)
-//! pair is ever reused across resets, rekeys and driver restarts.
+//! a confidential VM only sealed (issue #9, defect 4); no (key, nonce)
+//! pair is ever reused across resets, rekeys, sessions and driver
+//! restarts; a key written in a scenario is refused without
+//! `--insecure-scenario-keys`, which nothing shipped passes (issue #26).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+use gpupm_client::cc::Requester;
 use gpupm_driver::model::cc::{self, RekeyBlob};
 use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::rawnode::{
@@ -16,10 +19,12 @@ use gpupm_test_support::rawnode::{
 use gpupm_test_support::rawnode::{errno, rd32, rd64};
 use gpupm_test_support::scenario::VM3_KEY;
 use gpupm_test_support::{Driver, DriverOptions};
+use gpupm_uapi::cc::CC_VENDOR_ROOT_KEY;
 use gpupm_uapi::ioctl::{
     ledger_flags, ledger_scope, LedgerQuery, Reset, GPUPM_IOC_LEDGER, GPUPM_IOC_RESET,
     IOCTL_STRUCT_VERSION, IOC_MAGIC,
 };
+use gpupm_uapi::ioctl::{GPUPM_IOC_CC_FINISH, GPUPM_IOC_CC_KEY_EXCHANGE};
 use gpupm_uapi::layout::{
     self, envelope_flags, BlockSlot, StreamSlot, BLOCK_SLOT_SIZE, CTX_BLOCK_SLOTS,
     CTX_BLOCK_SLOT_BASE, MEM_WINDOW_OFFSET, STREAM_SLOT_SIZE,
@@ -160,6 +165,13 @@ impl BlockOrRecord {
         }
     }
 
+    fn envelope(&self) -> gpupm_uapi::layout::Envelope {
+        match self {
+            BlockOrRecord::Block(s) => s.envelope,
+            BlockOrRecord::Record(s) => s.envelope,
+        }
+    }
+
     fn epoch(&self) -> u32 {
         match self {
             BlockOrRecord::Block(s) => s.envelope.key_epoch,
@@ -263,4 +275,236 @@ fn no_key_and_nonce_repeat_across_resets_rekeys_and_driver_restarts() {
         seen.len(),
         sessions.len()
     );
+}
+
+/// A session the key exchange established through `card` as VM `VM`'s
+/// tenant: (session id, K_vm). `replacing` proves the current session.
+fn establish_raw(card: &File, replacing: Option<(&[u8; 32], u64, u32)>) -> (u64, [u8; 32]) {
+    let req = Requester::new(VM).unwrap();
+    let mut msg = req.request();
+    ioctl(card, GPUPM_IOC_CC_KEY_EXCHANGE, msg.as_mut_bytes()).expect("KEY_EXCHANGE");
+    let agreed = req
+        .check(&msg, &CC_VENDOR_ROOT_KEY)
+        .expect("a genuine reply");
+    let mut fin = agreed.finish_request(replacing);
+    ioctl(card, GPUPM_IOC_CC_FINISH, fin.as_mut_bytes()).expect("FINISH");
+    assert_eq!(fin.key_epoch, 1);
+    (agreed.session(), *agreed.vm_key())
+}
+
+/// Every sealed slot of `card`, opened with the key of its (session,
+/// epoch) from `keys` — each must open — recorded by (session key,
+/// nonce) in `seen`, failing on a pair that sealed two different slots.
+/// Withheld slots carry no nonce and are counted apart. Returns (sealed,
+/// withheld).
+fn collect_sessions(
+    card: &File,
+    seen: &mut HashMap<([u8; 32], [u8; 12]), BlockOrRecord>,
+    keys: &HashMap<(u64, u32), [u8; 32]>,
+    when: &str,
+) -> (usize, usize) {
+    let (mut sealed, mut withheld) = (0, 0);
+    for (_, slot) in sealed_slots(card) {
+        let env = slot.envelope();
+        if env.flags & envelope_flags::WITHHELD != 0 {
+            withheld += 1;
+            continue;
+        }
+        let key = keys
+            .get(&(env.session(), env.key_epoch))
+            .unwrap_or_else(|| panic!("{when}: a slot sealed in an unknown session {env:x?}"));
+        assert!(
+            slot.opens_with(key),
+            "{when}: a slot does not open under its session's key"
+        );
+        let aes = *cc::session_key(key, env.vm, env.session(), env.key_epoch);
+        let first = seen.entry((aes, env.nonce)).or_insert(slot);
+        assert!(
+            *first == slot,
+            "{when}: one (key, nonce) sealed two different slots"
+        );
+        sealed += 1;
+    }
+    (sealed, withheld)
+}
+
+#[test]
+fn no_key_and_nonce_repeat_across_sessions_resets_rekeys_and_driver_restarts() {
+    let tmp = gpupm_test_support::Scratch::new("cc-sessions");
+    let identity = tmp.join("identity");
+    let keyless = gpupm_test_support::scenario::small().replace(
+        &format!(
+            "confidential_key = \"{}\"",
+            gpupm_test_support::scenario::hex(&VM3_KEY)
+        ),
+        "confidential = true",
+    );
+    let mut seen = HashMap::new();
+    let mut keys: HashMap<(u64, u32), [u8; 32]> = HashMap::new();
+    let mut sessions = Vec::new();
+    for life in 0..2u8 {
+        let d = Driver::start_with(DriverOptions::toml(keyless.clone()).with_identity(&identity));
+        let mut card = d.card_nonblock();
+        run(&mut card, 60_000);
+        let (sealed, withheld) = collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, before a session"),
+        );
+        assert_eq!(sealed, 0, "life {life}: a slot sealed before any session");
+        assert!(withheld > 0);
+        let (s1, k1) = establish_raw(&card, None);
+        keys.insert((s1, 1), k1);
+        sessions.push(s1);
+        run(&mut card, 60_000);
+        let next = [0x40 + life; 32];
+        let blob = RekeyBlob::seal(&k1, VM, 1, s1, &next, [life; 8]);
+        let mut ops: Vec<_> = blob
+            .register_writes(VM)
+            .into_iter()
+            .map(|(off, v)| write_op(off, u64::from(v)))
+            .collect();
+        batch(&card, &mut ops).unwrap();
+        keys.insert((s1, 2), next);
+        run(&mut card, 60_000);
+        let (sealed, _) =
+            collect_sessions(&card, &mut seen, &keys, &format!("life {life}, rekeyed"));
+        assert!(sealed > 3);
+        // A new session replacing this one (with proof of its key).
+        let (s2, k2) = establish_raw(&card, Some((&next, s1, 2)));
+        keys.insert((s2, 1), k2);
+        sessions.push(s2);
+        run(&mut card, 60_000);
+        collect_sessions(&card, &mut seen, &keys, &format!("life {life}, replaced"));
+        let mut reset = Reset {
+            version: IOCTL_STRUCT_VERSION,
+            magic: r::RESET_MAGIC,
+        };
+        ioctl(&card, GPUPM_IOC_RESET, reset.as_mut_bytes()).unwrap();
+        assert_eq!(rd64(&card, r::vm(VM, r::VM_KEY_SESSION)).unwrap(), 0);
+        run(&mut card, 60_000);
+        let (sealed, _) = collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, after the reset"),
+        );
+        assert_eq!(
+            sealed, 0,
+            "life {life}: sealed under a session the reset ended"
+        );
+        let (s3, k3) = establish_raw(&card, None);
+        keys.insert((s3, 1), k3);
+        sessions.push(s3);
+        run(&mut card, 60_000);
+        collect_sessions(
+            &card,
+            &mut seen,
+            &keys,
+            &format!("life {life}, re-established"),
+        );
+        d.stop();
+    }
+    let distinct: std::collections::BTreeSet<u64> = sessions.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        sessions.len(),
+        "a session id repeated: {sessions:x?}"
+    );
+    let epochs: std::collections::BTreeSet<u32> = seen.values().map(BlockOrRecord::epoch).collect();
+    assert_eq!(epochs, [1, 2].into(), "slots of both epochs were checked");
+    eprintln!(
+        "{} sealed slots over {} sessions in 2 driver lives, no (key, nonce) reused",
+        seen.len(),
+        sessions.len()
+    );
+}
+
+#[test]
+fn a_scenario_key_is_refused_without_the_insecure_flag() {
+    let tmp = gpupm_test_support::Scratch::new("cc-scenario-key");
+    let path = tmp.join("keyed.toml");
+    std::fs::write(&path, gpupm_test_support::scenario::small()).unwrap();
+    let dir = tmp.join("dev");
+    let mut child = std::process::Command::new(gpupm_test_support::bin!(Driver))
+        .args(["--clock", "step", "--scenario"])
+        .arg(&path)
+        .arg("--node-dir")
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A driver that accepted the key would serve until stopped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(2),
+        "the driver accepted a scenario key: {stderr}"
+    );
+    assert!(
+        stderr.contains("confidential_key") && stderr.contains("--insecure-scenario-keys"),
+        "{stderr}"
+    );
+    assert!(!gpupm_test_support::scratch::is_mounted(&dir));
+}
+
+#[test]
+fn nothing_shipped_accepts_scenario_keys_or_carries_a_key() {
+    let root = gpupm_test_support::workspace_root();
+    for dir in ["systemd", "packaging", "deploy"] {
+        for entry in walk(&root.join(dir)) {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            let passes = text
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .any(|l| l.contains("insecure-scenario-keys"));
+            assert!(
+                !passes,
+                "{} passes --insecure-scenario-keys",
+                entry.display()
+            );
+        }
+    }
+    let unit = std::fs::read_to_string(root.join("systemd/gpupm-driver.service")).unwrap();
+    assert!(
+        unit.contains("--identity"),
+        "the driver unit gives the device its identity"
+    );
+    // The key every binary used to carry for the built-in VM 4.
+    let old = b"gpupm-demo-key:not-a-secret-0001";
+    let bin = gpupm_test_support::bin!(Driver);
+    let bytes = std::fs::read(&bin).unwrap();
+    assert!(
+        !bytes.windows(old.len()).any(|w| w == old),
+        "{bin:?} carries the old demo key"
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

@@ -83,7 +83,7 @@ fn start_driver(
         c
     };
     cmd.arg(bin!(Driver))
-        .args(["--clock", "step", "--scenario"])
+        .args(["--clock", "step", "--insecure-scenario-keys", "--scenario"])
         .arg(&scenario)
         .arg("--node-dir")
         .arg(dir)

@@ -208,7 +208,8 @@ fn batch_runs_in_order_and_reads_back() {
             u64::from(regs::DEVICE_MAGIC),
             0,
             assigned,
-            1
+            // VM 3's key is in the scenario: it has a session from the start.
+            u64::from(regs::vm_flags::CONFIDENTIAL | regs::vm_flags::SESSION)
         ]
     );
     d.stop();

@@ -68,8 +68,10 @@ fn identity_and_topology_registers_describe_the_scenario() {
             o => assert!(o == 0 || o == u32::MAX, "CCU {c} owner {o}"),
         }
     }
-    // VM table: VM 3 is the confidential one.
-    for (vm, part, flags) in [(1, 1, 0), (2, 1, 0), (3, 2, regs::vm_flags::CONFIDENTIAL)] {
+    // VM table: VM 3 is the confidential one, with a session under the
+    // scenario's key.
+    let cc = regs::vm_flags::CONFIDENTIAL | regs::vm_flags::SESSION;
+    for (vm, part, flags) in [(1, 1, 0), (2, 1, 0), (3, 2, cc)] {
         assert_eq!(rd32(&card, regs::vm(vm, regs::VM_PARTITION)).unwrap(), part);
         assert_eq!(rd32(&card, regs::vm(vm, regs::VM_FLAGS)).unwrap(), flags);
     }

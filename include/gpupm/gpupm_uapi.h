@@ -80,8 +80,16 @@
  * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
  * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
  * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
- * the commit mirror's ring area — see `docs/pages.md`; 11: `CLOCK_LAG`,
- * the device time a real-time clock dropped — see `docs/performance.md`).
+ * the commit mirror's ring area — see `docs/pages.md`; 11: tenant answers
+ * describe the caller's own view only (per-tenant session ids and range
+ * handles, per-VM register and RI block numbers, a sampling session's own
+ * rates), queue sizes clamped to the caller's budget, and the bounds'
+ * errnos — see `docs/isolation.md`; confidential sessions established by
+ * an authenticated key exchange — the device node's
+ * `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
+ * relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
+ * the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
+ * time a real-time clock dropped — see `docs/performance.md`).
  */
 #define GPUPM_ABI_MINOR 11
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -593,12 +601,18 @@
  * changes nothing. Confidential VMs only.
  */
 #define GPUPM_REG_VM_KEY_COMMIT 0x30
-/** RO: key epoch (number of keys installed, 1 = the provisioned key). */
+/**
+ * RO: key epoch within the VM's session (1 = the key the session started
+ * with, +1 per rekey); 0 while the VM has no session and for a VM that is
+ * not confidential.
+ */
 #define GPUPM_REG_VM_KEY_EPOCH 0x34
 /**
- * RO 64-bit: the device's current session (boot) id, drawn from the
- * operating system's random source at device start and at every reset;
- * 0 for a VM that is not confidential.
+ * RO 64-bit: the VM's current session id — the device's choice in the
+ * key exchange that established it (or, for a key given in the scenario
+ * under `--insecure-scenario-keys`, drawn at device start and at every
+ * reset); 0 while the VM has no session and for a VM that is not
+ * confidential.
  */
 #define GPUPM_REG_VM_KEY_SESSION 0x38 /* 64-bit */
 /**
@@ -606,6 +620,11 @@
  * device only as AES-256-GCM ciphertext.
  */
 #define GPUPM_VM_FLAGS_CONFIDENTIAL 0x1
+/**
+ * The confidential VM has an established session (ABI 1.11): its
+ * counts are sealed under it. Without it they are withheld.
+ */
+#define GPUPM_VM_FLAGS_SESSION 0x2
 /** RO: VM owning the context. */
 #define GPUPM_REG_CTX_VM 0x0
 /** RO: lifecycle state, see GPUPM_CTX_STATE_*. */
@@ -974,6 +993,13 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_ENVELOPE_FLAGS_VALID 0x1
 /** The payload is ciphertext followed by a tag. */
 #define GPUPM_ENVELOPE_FLAGS_ENCRYPTED 0x2
+/**
+ * A confidential VM's slot while it has no session (ABI 1.11): set
+ * with `ENCRYPTED`; the payload, tag, key epoch, session and nonce
+ * are all 0. The counts stay inside the device and appear, sealed,
+ * once the VM's tenant establishes a session.
+ */
+#define GPUPM_ENVELOPE_FLAGS_WITHHELD 0x4
 /** The commit was step 6 of a context/VM switch. */
 #define GPUPM_RECORD_FLAGS_SWITCH 0x1
 /** The commit followed a fallback-completed switch. */
@@ -1068,6 +1094,11 @@ static const char *const gpupm_intr_source_names[15] = {
 /** The answer is sealed under the VM's session key. */
 #define GPUPM_LEDGER_FLAGS_SEALED 0x1
 /**
+ * The VM has no session (ABI 1.11): the answer is withheld — the
+ * counts are zero, the envelope has `WITHHELD` (with `SEALED` set too).
+ */
+#define GPUPM_LEDGER_FLAGS_WITHHELD 0x2
+/**
  * Bytes of a struct gpupm_ledger_query that a sealed answer encrypts: `generated`,
  * `masked` and `remainder`.
  */
@@ -1110,6 +1141,16 @@ static const char *const gpupm_intr_source_names[15] = {
  * MirrorInfo).
  */
 #define GPUPM_IOC_MIRROR_INFO 0xc2204711U
+/**
+ * The device's half of a confidential session's key exchange (ABI
+ * 1.11; KeyExchange).
+ */
+#define GPUPM_IOC_CC_KEY_EXCHANGE 0xc1784712U
+/**
+ * Finish a confidential session's key exchange (ABI 1.11;
+ * Finish).
+ */
+#define GPUPM_IOC_CC_FINISH 0xc0604713U
 /* A window read of len bytes (1..GPUPM_WINDOW_READ_MAX): the argument is a
  * struct gpupm_window_read followed by len bytes; the number carries the size. */
 #define GPUPM_IOC_WINDOW_READ(len) \
@@ -1173,8 +1214,14 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_TENANT_MAX_BRANCH_EVERY 1048576
 #define GPUPM_TENANT_DEFAULT_SESSION_RECORDS 65536
 #define GPUPM_TENANT_MAX_SESSION_RECORDS 1048576
-/** The VM is confidential (`key_epoch` and `session` are meaningful). */
+/** The VM is confidential. */
 #define GPUPM_TENANT_KEY_FLAGS_CONFIDENTIAL 0x1
+/**
+ * The VM has an established session (ABI 1.11): `key_epoch` and
+ * `session` are its; without it both are 0 and the VM's counts are
+ * withheld.
+ */
+#define GPUPM_TENANT_KEY_FLAGS_SESSION 0x2
 #define GPUPM_TENANT_RI_MODE_CYCLE 1
 #define GPUPM_TENANT_RI_MODE_INSTRUCTION 2
 #define GPUPM_TENANT_RI_MODE_DIRECTED 3
@@ -1227,6 +1274,10 @@ static const char *const gpupm_intr_source_names[15] = {
 #define TENANT_IOC_KEY_STATE 0xc0205409U
 /** struct gpupm_tenant_rekey (ABI 1.5). */
 #define TENANT_IOC_REKEY 0x4048540a
+/** KeyExchange (ABI 1.11): relayed to the device. */
+#define TENANT_IOC_CC_KEY_EXCHANGE 0xc178540eU
+/** Finish (ABI 1.11): relayed to the device. */
+#define TENANT_IOC_CC_FINISH 0xc060540fU
 /** struct gpupm_tenant_open_ri (ABI 1.7): make the handle a runtime-instrumentation session. */
 #define TENANT_IOC_OPEN_RI 0xc0505410U
 /** struct gpupm_tenant_ri_emit (ABI 1.7): RIEMIT into the handle's RI session. */
@@ -1519,6 +1570,13 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_REFILL_CYCLES 8
 /** Entries in the branch stack. */
 #define GPUPM_BRANCH_STACK_ENTRIES 32
+/**
+ * A confidential VM's context gets one branch stack every N × this many
+ * of its context cycles plus a dither below that (not every N-th taken
+ * branch), so that nothing the host reads depends on its branches;
+ * `SAMP_MIN_BRANCH_GAP` of a slot with a confidential VM is at most this.
+ */
+#define GPUPM_CONFIDENTIAL_BRANCH_CYCLES 64
 /** Largest R_MAX. */
 #define GPUPM_SAMP_DITHER_MAX 4095 /* largest R_MAX */
 /** Alignment of a buffer's base inside the span. */
@@ -1914,6 +1972,67 @@ static const char *const gpupm_intr_source_names[15] = {
  */
 #define GPUPM_RANGE_IRQ_LOST 0x200
 #define GPUPM_RANGE_SPAN_OFFSET(p) (GPUPM_RANGE_REGION + (uint64_t)(p) * GPUPM_RANGE_SPAN)
+
+/* Confidential sessions: the key exchange (uapi/src/cc.rs, docs/confidential.md) */
+
+/** Bytes of a nonce (each side draws its own from a random source). */
+#define GPUPM_CC_NONCE_LEN 32
+/** Bytes of an X25519 public key (a key share). */
+#define GPUPM_CC_SHARE_LEN 32
+/** Bytes of an Ed25519 public key. */
+#define GPUPM_CC_PUBLIC_KEY_LEN 32
+/** Bytes of an Ed25519 signature. */
+#define GPUPM_CC_SIGNATURE_LEN 64
+/** Bytes of an HMAC-SHA256 (the verify data of both sides). */
+#define GPUPM_CC_VERIFY_LEN 32
+/** Bytes of a device serial number. */
+#define GPUPM_CC_SERIAL_LEN 16
+/**
+ * Bytes of the vendor key id (the first bytes of SHA-256 of the vendor
+ * root's public key).
+ */
+#define GPUPM_CC_KEY_ID_LEN 8
+/** Bytes of a struct gpupm_cc_cert the vendor signs (all before `signature`). */
+#define GPUPM_CC_CERT_SIGNED_LEN 64
+/** gpupm_cc_cert.version. */
+#define GPUPM_CC_CERT_VERSION 1
+/**
+ * gpupm_cc_cert.algorithm: Ed25519 (RFC 8032) for both the device key
+ * and the vendor's signature.
+ */
+#define GPUPM_CC_ALG_ED25519 1
+/** gpupm_cc_cert.magic: "GPCC" in little-endian byte order. */
+#define GPUPM_CC_CERT_MAGIC 0x43435047
+/**
+ * The VM has an established session that this one replaces:
+ * replace_proof proves its current key.
+ */
+#define GPUPM_CC_FINISH_FLAGS_REPLACE 0x1
+/** Signed by the vendor root: `CC_CERT_CONTEXT || cert bytes 0..64`. */
+#define GPUPM_CC_CERT_CONTEXT "gpupm-cc-spdm-v1 vendor certificate" /* 35 bytes, no NUL */
+/** Start of the transcript hash TH1. */
+#define GPUPM_CC_TRANSCRIPT_LABEL "gpupm-cc-spdm-v1 key exchange" /* 29 bytes, no NUL */
+/** Signed by the device: `CC_SIGNATURE_CONTEXT || TH1`. */
+#define GPUPM_CC_SIGNATURE_CONTEXT "gpupm-cc-spdm-v1 device signature" /* 33 bytes, no NUL */
+/** HKDF-Extract salt of the handshake secret. */
+#define GPUPM_CC_EXTRACT_SALT "gpupm-cc-spdm-v1" /* 16 bytes, no NUL */
+/** HKDF-Expand info prefix of the device's finished key (then TH2). */
+#define GPUPM_CC_RSP_FINISHED_INFO "rsp finished" /* 12 bytes, no NUL */
+/** HKDF-Expand info prefix of the tenant's finished key (then TH2). */
+#define GPUPM_CC_REQ_FINISHED_INFO "req finished" /* 12 bytes, no NUL */
+/** HKDF-Expand info prefix of the VM key (then TH3). */
+#define GPUPM_CC_VM_KEY_INFO "vm key" /* 6 bytes, no NUL */
+/** HMAC message prefix of gpupm_cc_finish.replace_proof (then TH3). */
+#define GPUPM_CC_REPLACE_LABEL "gpupm-cc-spdm-v1 replace" /* 24 bytes, no NUL */
+/**
+ * The (emulated) vendor root's Ed25519 public key, which every tenant
+ * tool ships with and checks a struct gpupm_cc_cert against. Its private half
+ * stands for the vendor's signing service: in this emulation it is the
+ * file `packaging/factory/vendor-root.key`, used only to provision a
+ * device's identity (`gpupm-driver provision`; see `docs/confidential.md`,
+ * "The emulation boundary").
+ */
+#define GPUPM_CC_VENDOR_ROOT_KEY { 0x95, 0x86, 0x78, 0xee, 0x4a, 0x81, 0x77, 0x2a, 0xb1, 0x23, 0x04, 0x5f, 0x07, 0x57, 0x13, 0x12, 0xfc, 0x44, 0x76, 0xde, 0xd7, 0x0e, 0x20, 0xb2, 0xdf, 0x63, 0x0b, 0xbf, 0xe1, 0xe5, 0x97, 0x07 }
 
 /* ABI structs (bodies generated by cbindgen from the Rust source) */
 
@@ -3089,7 +3208,9 @@ struct gpupm_tenant_open_sampling {
    */
   uint32_t branch_every;
   /**
-   * Records the session queues before it drops (and counts) new ones.
+   * Records the session queues before it drops (and counts) new ones;
+   * output (ABI 1.11): the records granted, at most the ones asked
+   * for (clamped to the caller's queue budget).
    */
   uint32_t queue_records;
   /**
@@ -3101,19 +3222,21 @@ struct gpupm_tenant_open_sampling {
    */
   uint32_t reserved;
   /**
-   * Output: session id (unique while the daemon runs).
+   * Output: session id, counted per uid (1, 2, …; ABI 1.11: before,
+   * unique daemon-wide).
    */
   uint64_t session;
   /**
-   * Output: the period the device runs for the partition now.
+   * Output: the period this session receives: its own `period` (ABI
+   * 1.11; before, what the device ran for the partition's sessions).
    */
   uint32_t device_period;
   /**
-   * Output: the dither the device runs now.
+   * Output: the dither this session receives: its own `dither`.
    */
   uint32_t device_dither;
   /**
-   * Output: the N the device runs now.
+   * Output: the N this session receives: its own `branch_every`.
    */
   uint32_t device_branch_every;
   /**
@@ -3194,11 +3317,11 @@ struct gpupm_tenant_key_state {
    */
   uint32_t flags;
   /**
-   * Output: key epoch (1 = the provisioned key, +1 per rekey).
+   * Output: key epoch (1 = the session's first key, +1 per rekey).
    */
   uint32_t key_epoch;
   /**
-   * Output: the device's current session id.
+   * Output: the VM's current session id (0: no session).
    */
   uint64_t session;
   /**
@@ -3297,7 +3420,9 @@ struct gpupm_tenant_open_ri {
    */
   uint32_t buffer_groups;
   /**
-   * Groups the session queues before it drops (and counts) new ones.
+   * Groups the session queues before it drops (and counts) new ones;
+   * output (ABI 1.11): the groups granted, clamped to the caller's
+   * queue budget.
    */
   uint32_t queue_groups;
   /**
@@ -3309,11 +3434,13 @@ struct gpupm_tenant_open_ri {
    */
   uint64_t reserved;
   /**
-   * Output: session id (unique while the daemon runs).
+   * Output: session id, counted per uid (ABI 1.11: before, unique
+   * daemon-wide).
    */
   uint64_t session;
   /**
-   * Output: the device control block the session uses.
+   * Output: the session's place among its VM's RI control blocks (0 ..
+   * the VM's share; ABI 1.11: before, the device's block number).
    */
   uint32_t block;
   /**
@@ -3546,7 +3673,8 @@ struct gpupm_tenant_add_range {
    */
   uint32_t flags;
   /**
-   * Output: the range's handle (unique while the daemon runs).
+   * Output: the range's handle, counted per VM (ABI 1.11: before,
+   * unique daemon-wide).
    */
   uint32_t handle;
   /**
@@ -3554,12 +3682,15 @@ struct gpupm_tenant_add_range {
    */
   uint32_t partition;
   /**
-   * Output: the range register (0..8) the range uses.
+   * Output: the register's place among the VM's own range registers
+   * of the partition (0 .. its share; ABI 1.11: before, the device's
+   * register number, 0..8).
    */
   uint32_t register_;
   /**
    * Output: 1 when the register was already armed with this
-   * programming for another range.
+   * programming for another of the VM's own ranges (ABI 1.11: never
+   * another tenant's — ranges of different VMs share no register).
    */
   uint32_t shared;
   /**
@@ -3577,11 +3708,12 @@ struct gpupm_tenant_add_range {
  */
 struct gpupm_tenant_range_row {
   /**
-   * The range's handle.
+   * The range's handle (counted per VM).
    */
   uint32_t handle;
   /**
-   * Range register (0..8) of the partition.
+   * The register's place among the VM's own registers (as
+   * gpupm_tenant_add_range.register).
    */
   uint16_t register_;
   /**
@@ -4938,6 +5070,173 @@ struct gpupm_range_slot {
 };
 GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_range_slot *)0)->payload) == sizeof(struct gpupm_range_record));
 
+/**
+ * A device certificate: the device's Ed25519 public key, signed by the
+ * vendor root. 128 bytes; `signature` is Ed25519 by the vendor root over
+ * GPUPM_CC_CERT_CONTEXT followed by the first 64 bytes (every field before
+ * `signature`).
+ */
+struct gpupm_cc_cert {
+  /**
+   * GPUPM_CC_CERT_MAGIC.
+   */
+  uint32_t magic;
+  /**
+   * GPUPM_CC_CERT_VERSION.
+   */
+  uint16_t version;
+  /**
+   * GPUPM_CC_ALG_ED25519.
+   */
+  uint16_t algorithm;
+  /**
+   * The device's serial number (random at provisioning).
+   */
+  uint8_t serial[GPUPM_CC_SERIAL_LEN];
+  /**
+   * The device's Ed25519 identity public key.
+   */
+  uint8_t device_key[GPUPM_CC_PUBLIC_KEY_LEN];
+  /**
+   * First 8 bytes of SHA-256 of the vendor root's public key.
+   */
+  uint8_t vendor_key_id[GPUPM_CC_KEY_ID_LEN];
+  /**
+   * The vendor root's Ed25519 signature.
+   */
+  uint8_t signature[GPUPM_CC_SIGNATURE_LEN];
+};
+
+/**
+ * `GPUPM_IOC_CC_KEY_EXCHANGE` / `TENANT_IOC_CC_KEY_EXCHANGE`: the
+ * tenant's half of the exchange in, the device's half out.
+ *
+ * Input: `version` (1), `vm`, `requester_nonce`, `requester_share`;
+ * `flags`, `reserved` and every output field must be 0. The device keeps
+ * one pending exchange per VM (a new one replaces it); it does not change
+ * the VM's current session, which keeps sealing until a struct gpupm_cc_finish for
+ * the new one succeeds.
+ *
+ * Output: `session` (the new session's id, never 0), `responder_nonce`,
+ * `responder_share`, `cert`, `signature` (Ed25519 by `cert.device_key`
+ * over GPUPM_CC_SIGNATURE_CONTEXT || TH1) and `responder_verify`
+ * (HMAC-SHA256 with the device's finished key over TH2).
+ *
+ * Errors: EINVAL for a malformed request, a VM that is not confidential
+ * or an all-zero share; ENODEV when the device has no identity (the
+ * driver was started without one).
+ */
+struct gpupm_cc_key_exchange {
+  /**
+   * 1 (`IOCTL_STRUCT_VERSION` / `TENANT_STRUCT_VERSION`).
+   */
+  uint32_t version;
+  /**
+   * The confidential VM.
+   */
+  uint32_t vm;
+  /**
+   * Must be 0.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * The tenant's random nonce.
+   */
+  uint8_t requester_nonce[GPUPM_CC_NONCE_LEN];
+  /**
+   * The tenant's ephemeral X25519 public key.
+   */
+  uint8_t requester_share[GPUPM_CC_SHARE_LEN];
+  /**
+   * Output: the id of the session this exchange establishes.
+   */
+  uint64_t session;
+  /**
+   * Output: the device's random nonce.
+   */
+  uint8_t responder_nonce[GPUPM_CC_NONCE_LEN];
+  /**
+   * Output: the device's ephemeral X25519 public key.
+   */
+  uint8_t responder_share[GPUPM_CC_SHARE_LEN];
+  /**
+   * Output: the device's certificate.
+   */
+  struct gpupm_cc_cert cert;
+  /**
+   * Output: the device's signature over the transcript.
+   */
+  uint8_t signature[GPUPM_CC_SIGNATURE_LEN];
+  /**
+   * Output: the device's verify data (key confirmation).
+   */
+  uint8_t responder_verify[GPUPM_CC_VERIFY_LEN];
+};
+
+/**
+ * `GPUPM_IOC_CC_FINISH` / `TENANT_IOC_CC_FINISH`: the tenant proves it
+ * derived the same handshake secret; the device then makes the session
+ * the VM's own.
+ *
+ * Input: `version` (1), `vm`, `session` (from the exchange),
+ * `requester_verify` (HMAC-SHA256 with the tenant's finished key over
+ * TH3), `flags` (GPUPM_CC_FINISH_FLAGS_*) and, with `REPLACE`, `replace_proof`
+ * (HMAC-SHA256 under the VM's *current* session key over
+ * GPUPM_CC_REPLACE_LABEL || TH3); otherwise `replace_proof` must be 0.
+ * `reserved`, `key_epoch` and `reserved2` must be 0.
+ *
+ * Output: `key_epoch` = 1. Every counter of the VM is republished under
+ * the new session at once.
+ *
+ * Errors (the pending exchange is consumed by any attempt that names it,
+ * successful or not): EINVAL for a malformed request, no pending exchange
+ * of this VM with this session id, or a verify data or proof that does
+ * not check; EBUSY when the VM already has an established session and
+ * `REPLACE` is missing.
+ */
+struct gpupm_cc_finish {
+  /**
+   * 1 (`IOCTL_STRUCT_VERSION` / `TENANT_STRUCT_VERSION`).
+   */
+  uint32_t version;
+  /**
+   * The confidential VM.
+   */
+  uint32_t vm;
+  /**
+   * Bits of GPUPM_CC_FINISH_FLAGS_*.
+   */
+  uint32_t flags;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved;
+  /**
+   * The session id the exchange answered.
+   */
+  uint64_t session;
+  /**
+   * The tenant's verify data.
+   */
+  uint8_t requester_verify[GPUPM_CC_VERIFY_LEN];
+  /**
+   * With GPUPM_CC_FINISH_FLAGS_REPLACE: proof of the current session key.
+   */
+  uint8_t replace_proof[GPUPM_CC_VERIFY_LEN];
+  /**
+   * Output: the new session's key epoch (1).
+   */
+  uint32_t key_epoch;
+  /**
+   * Reserved, 0.
+   */
+  uint32_t reserved2;
+};
+
 /* Layout checks: sizes and alignments as Rust computes them */
 
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_block) == 544);
@@ -5100,6 +5399,12 @@ GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_stack_count) == 56);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_stack_count) == 8);
 GPUPM_STATIC_ASSERT(sizeof(struct gpupm_tenant_read_call_stacks) == 1840);
 GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_tenant_read_call_stacks) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_cc_cert) == 128);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_cc_cert) == 4);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_cc_key_exchange) == 376);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_cc_key_exchange) == 8);
+GPUPM_STATIC_ASSERT(sizeof(struct gpupm_cc_finish) == 96);
+GPUPM_STATIC_ASSERT(GPUPM_ALIGNOF(struct gpupm_cc_finish) == 8);
 /* Each ioctl number's size field names its argument struct. */
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_IDENTITY >> 16) & 0x3fff) == sizeof(struct gpupm_identity));
 GPUPM_STATIC_ASSERT(((GPUPM_IOC_REG_BATCH >> 16) & 0x3fff) == sizeof(struct gpupm_reg_batch));
@@ -5132,6 +5437,10 @@ GPUPM_STATIC_ASSERT(((TENANT_IOC_REMOVE_RANGE >> 16) & 0x3fff) == sizeof(struct 
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_EDGES >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_edges));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_KERNELS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_kernels));
 GPUPM_STATIC_ASSERT(((TENANT_IOC_READ_CALL_STACKS >> 16) & 0x3fff) == sizeof(struct gpupm_tenant_read_call_stacks));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_CC_KEY_EXCHANGE >> 16) & 0x3fff) == sizeof(struct gpupm_cc_key_exchange));
+GPUPM_STATIC_ASSERT(((GPUPM_IOC_CC_FINISH >> 16) & 0x3fff) == sizeof(struct gpupm_cc_finish));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_CC_KEY_EXCHANGE >> 16) & 0x3fff) == sizeof(struct gpupm_cc_key_exchange));
+GPUPM_STATIC_ASSERT(((TENANT_IOC_CC_FINISH >> 16) & 0x3fff) == sizeof(struct gpupm_cc_finish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_PUBLISH >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_publish));
 GPUPM_STATIC_ASSERT(((GPUPM_PMU_IOC_WANTED >> 16) & 0x3fff) == sizeof(struct gpupm_pmu_wanted));
 GPUPM_STATIC_ASSERT(GPUPM_IOC_WINDOW_READ(1) == 0xc0114707U);

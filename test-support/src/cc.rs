@@ -103,6 +103,103 @@ rates = {{ nvlink_rx_flits = 0.25, nvlink_tx_flits = 0.5 }}
     s
 }
 
+/// [`scenario`] with the confidential VM marked `confidential = true` and
+/// no key: its tenant establishes its session (`gpupm cc establish`).
+pub fn session_scenario(cc_rate: f64) -> String {
+    let keyed = format!("confidential_key = \"{}\"\n", hex(&CC_KEY));
+    let s = scenario(cc_rate);
+    assert!(s.contains(&keyed));
+    s.replace(&keyed, "confidential = true\n")
+}
+
+/// The repository's vendor root key (the emulated factory's), as a file
+/// only its owner may read (git keeps no file modes): in `dir`.
+pub fn vendor_key_file(dir: &Path) -> PathBuf {
+    let path = dir.join("vendor-root.key");
+    let key = std::fs::read(crate::workspace_root().join("packaging/factory/vendor-root.key"))
+        .expect("read packaging/factory/vendor-root.key");
+    std::fs::write(&path, key).expect("write the vendor key");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    path
+}
+
+/// Provisions a device identity in `path` unless one is there (the
+/// factory of `gpupm-driver provision`, in process).
+pub fn provision_identity(path: &Path) {
+    if path.exists() {
+        return;
+    }
+    let dir = path.parent().expect("the identity file has a directory");
+    let vendor = vendor_key_file(dir);
+    gpupm_driver::model::cc::identity::provision(&vendor, path, false, false)
+        .expect("provision a device identity");
+    std::fs::remove_file(vendor).expect("remove the vendor key copy");
+}
+
+/// A tenant's state directory (`XDG_STATE_HOME`) under `root`, owned by
+/// `uid`, mode 0700.
+pub fn tenant_state(root: &Path, uid: u32) -> PathBuf {
+    let dir = root.join(format!("state-{uid}"));
+    std::fs::create_dir_all(&dir).expect("state dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    nix::unistd::chown(&dir, Some(uid.into()), Some(uid.into())).expect("chown state dir");
+    dir
+}
+
+/// The tenant's session file of [`CC_VM`] in its state dir `state` (as
+/// `gpupm cc establish` writes it), read as root: (session, epoch, key of
+/// that epoch).
+pub fn session_of(state: &Path) -> (u64, u32, [u8; 32]) {
+    let dir = state.join("gpupm").join("cc");
+    let node_dir = std::fs::read_dir(&dir)
+        .expect("the tenant's cc state dir")
+        .next()
+        .expect("one node directory")
+        .expect("dir entry")
+        .path();
+    let text = std::fs::read_to_string(node_dir.join(format!("vm-{CC_VM}.json")))
+        .expect("the session file");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("session JSON");
+    let epoch = u32::try_from(v["epoch"].as_u64().expect("epoch")).expect("u32 epoch");
+    let key_hex = v["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|k| k["epoch"].as_u64() == Some(u64::from(epoch)))
+        .expect("the current epoch's key")["key"]
+        .as_str()
+        .expect("key hex")
+        .to_string();
+    let mut key = [0u8; 32];
+    for (b, pair) in key.iter_mut().zip(key_hex.as_bytes().chunks_exact(2)) {
+        *b = u8::from_str_radix(std::str::from_utf8(pair).expect("hex"), 16).expect("hex");
+    }
+    (v["session"].as_u64().expect("session"), epoch, key)
+}
+
+/// Replaces the tenant's session file of [`CC_VM`] in `state` with one at
+/// `epoch` holding `key` (what the tenant's own tool would have written
+/// after a rekey the test made through raw requests); the file keeps its
+/// owner and mode.
+pub fn install_session_key(state: &Path, epoch: u32, key: &[u8; 32]) {
+    let dir = state.join("gpupm").join("cc");
+    let node_dir = std::fs::read_dir(&dir)
+        .expect("the tenant's cc state dir")
+        .next()
+        .expect("one node directory")
+        .expect("dir entry")
+        .path();
+    let path = node_dir.join(format!("vm-{CC_VM}.json"));
+    let text = std::fs::read_to_string(&path).expect("the session file");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("session JSON");
+    v["epoch"] = epoch.into();
+    v["keys"]
+        .as_array_mut()
+        .expect("keys")
+        .push(serde_json::json!({"epoch": epoch, "key": hex(key)}));
+    std::fs::write(&path, v.to_string()).expect("rewrite the session file");
+}
+
 /// The daemon's `[[tenant]]` tables for the three tenants.
 pub fn tenants() -> String {
     format!(

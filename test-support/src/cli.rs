@@ -81,9 +81,15 @@ impl Fixture {
     pub fn start_with_tenants(tag: &str, driver_args: &[&str], more: &[(u32, u32)]) -> Fixture {
         crate::require_root_and_fuse("the gpupm CLI tests");
         let tmp = Scratch::world_writable(&format!("cli-{tag}"));
+        // The device has an identity, as an installed one does: its
+        // confidential VMs' tenants can establish sessions.
+        let identity = tmp.join("device-identity");
+        crate::cc::provision_identity(&identity);
         let mut cmd = Command::new(bin!(Driver));
         cmd.args(["--clock", "step", "--node-dir"])
             .arg(tmp.join("dev"))
+            .arg("--identity")
+            .arg(&identity)
             .args(driver_args);
         let driver = Proc::start("driver", cmd, tmp.path());
         let metrics_port = free_port();
@@ -276,6 +282,18 @@ pub fn spawn_as(uid: Option<u32>, args: &[String]) -> Child {
     cmd.spawn().expect("spawn gpupm")
 }
 
+/// [`spawn_as`] with the tenant's state directory `state`
+/// (`XDG_STATE_HOME`: where `gpupm cc` keeps its sessions).
+pub fn spawn_as_in(uid: Option<u32>, state: &Path, args: &[String]) -> Child {
+    let mut cmd = command_as(uid);
+    cmd.env("XDG_STATE_HOME", state)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd.spawn().expect("spawn gpupm")
+}
+
 /// Waits for a spawned run.
 pub fn finish(c: Child) -> Run {
     Run::from(c.wait_with_output().expect("wait gpupm"))
@@ -284,7 +302,22 @@ pub fn finish(c: Child) -> Run {
 /// `gpupm ARGS --tenant-node NODE` as `uid` (through `setpriv`): (exit
 /// code, stdout, stderr).
 pub fn gpupm_as(uid: u32, node: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("setpriv")
+    gpupm_as_in(uid, node, None, args)
+}
+
+/// [`gpupm_as`] with the tenant's state directory `state`
+/// (`XDG_STATE_HOME`: where `gpupm cc` keeps its sessions).
+pub fn gpupm_as_in(
+    uid: u32,
+    node: &Path,
+    state: Option<&Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = Command::new("setpriv");
+    if let Some(dir) = state {
+        cmd.env("XDG_STATE_HOME", dir);
+    }
+    let out = cmd
         .arg(format!("--reuid={uid}"))
         .arg(format!("--regid={uid}"))
         .arg("--clear-groups")

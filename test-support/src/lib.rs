@@ -3,7 +3,8 @@
 //! ([`bins`]) and started with a notify socket the test owns ([`process`],
 //! [`services`]), scenario files ([`scenario`]), the device through its
 //! node ([`rawnode`] with raw system calls, [`device`] through
-//! [`gpupm_client::DevNode`]), metrics scrapes ([`scrape`]), other users
+//! [`gpupm_client::DevNode`]), metrics scrapes ([`scrape`]) and the
+//! metrics endpoint's certificates and credentials ([`web`]), other users
 //! ([`users`]) and a perf software counter as a benchmark baseline
 //! ([`perf`]).
 //!
@@ -21,6 +22,7 @@ pub mod journald;
 pub mod load;
 pub mod model;
 pub mod perf;
+pub mod planes;
 pub mod process;
 pub mod procfs;
 pub mod rawnode;
@@ -30,6 +32,7 @@ pub mod scrape;
 pub mod scratch;
 pub mod services;
 pub mod users;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

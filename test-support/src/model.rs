@@ -3,6 +3,7 @@
 //! devices with pinned session ids, a digest of everything host-visible,
 //! and ledger checks.
 
+pub mod cc;
 pub mod ri;
 pub mod sampling;
 

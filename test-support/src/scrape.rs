@@ -49,6 +49,20 @@ pub fn metrics_addr(notes: &[String]) -> SocketAddr {
         .expect("a socket address")
 }
 
+/// The authenticated metrics listener a daemon announced in its notify
+/// `STATUS=` line ("… authenticated metrics at SCHEME://ADDR/metrics; …").
+pub fn authenticated_metrics_addr(notes: &[String]) -> SocketAddr {
+    notes
+        .iter()
+        .find_map(|l| l.split("authenticated metrics at ").nth(1))
+        .and_then(|rest| rest.split_once("://"))
+        .and_then(|(_, rest)| rest.split_once("/metrics"))
+        .expect("READY status names the authenticated metrics address")
+        .0
+        .parse()
+        .expect("a socket address")
+}
+
 /// The body of a `GET /metrics` from `addr` (asserting 200).
 pub fn metrics(addr: SocketAddr) -> String {
     let (status, _, body) = http_get(addr, "/metrics", None);

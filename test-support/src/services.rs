@@ -32,6 +32,10 @@ pub struct DriverOptions {
     pub log: &'static str,
     /// `--debug-ledger`: most tests check the blocks against the ledger.
     pub debug_ledger: bool,
+    /// `--identity`: the device identity file, provisioned (by the
+    /// emulated factory, with the repository's vendor key) if missing, so
+    /// that a driver restarted with the same file is the same device.
+    pub identity: Option<PathBuf>,
     /// Further command-line arguments.
     pub args: Vec<String>,
 }
@@ -46,6 +50,7 @@ impl Default for DriverOptions {
             threads: None,
             log: "debug",
             debug_ledger: true,
+            identity: None,
             args: Vec::new(),
         }
     }
@@ -74,6 +79,15 @@ impl DriverOptions {
     pub fn without_ledger(self) -> DriverOptions {
         DriverOptions {
             debug_ledger: false,
+            ..self
+        }
+    }
+
+    /// These options with the device identity in `path` (provisioned if
+    /// missing).
+    pub fn with_identity(self, path: impl Into<PathBuf>) -> DriverOptions {
+        DriverOptions {
+            identity: Some(path.into()),
             ..self
         }
     }
@@ -126,6 +140,14 @@ impl Driver {
             let path = scratch.join("scenario.toml");
             fs::write(&path, text).expect("write the scenario file");
             cmd.arg("--scenario").arg(path);
+            // The tests' scenarios may give a confidential VM its key.
+            if text.contains("confidential_key") {
+                cmd.arg("--insecure-scenario-keys");
+            }
+        }
+        if let Some(identity) = &opts.identity {
+            crate::cc::provision_identity(identity);
+            cmd.arg("--identity").arg(identity);
         }
         if let Some(n) = opts.threads {
             cmd.arg("--threads").arg(n.to_string());

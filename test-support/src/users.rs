@@ -142,6 +142,13 @@ impl Child {
         let mut b = [0u8; 1];
         self.ready.read_exact(&mut b).expect("child readiness");
     }
+    /// Waits until the child calls [`Ctl::ready`] (true) or dies without
+    /// doing so (false), for at most a minute.
+    pub fn ready_or_gone(&mut self) -> bool {
+        wait_readable(&self.ready, "signal readiness or die");
+        let mut b = [0u8; 1];
+        matches!(self.ready.read(&mut b), Ok(1))
+    }
     /// Lets the child go on past [`Ctl::wait_go`].
     pub fn go(&mut self) {
         self.go.write_all(b"g").expect("signal child");
@@ -166,6 +173,36 @@ impl Child {
             "child failed: {out}"
         );
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("child result {out:?}: {e}"))
+    }
+    /// The child's answer, like [`Child::finish`], and how long after the
+    /// answer the child took to exit; panics if that is over `exit_within`
+    /// (a child held in the kernel, say).
+    pub fn finish_within(mut self, exit_within: Duration) -> (Value, Duration) {
+        wait_readable(&self.result, "finish");
+        let mut out = String::new();
+        self.result
+            .read_to_string(&mut out)
+            .expect("read child result");
+        let answered = std::time::Instant::now();
+        let status = loop {
+            match waitpid(self.pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)).expect("waitpid") {
+                WaitStatus::StillAlive => {
+                    assert!(
+                        answered.elapsed() < exit_within,
+                        "the child answered but did not exit within {exit_within:?}"
+                    );
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                s => break s,
+            }
+        };
+        assert_eq!(
+            status,
+            WaitStatus::Exited(self.pid, 0),
+            "child failed: {out}"
+        );
+        let v = serde_json::from_str(&out).unwrap_or_else(|e| panic!("child result {out:?}: {e}"));
+        (v, answered.elapsed())
     }
     /// Kills the child and reaps it.
     pub fn kill(self) -> WaitStatus {

@@ -7,6 +7,7 @@
 
 mod bmc;
 mod cc;
+mod ccsession;
 mod cpi;
 mod demo;
 mod derived;

@@ -10,12 +10,12 @@ use std::str::FromStr;
 
 use gpupm_client::page::{self, CounterReader};
 use gpupm_client::{ClientError, Scope, TenantClient, WhoamiExt};
-use gpupm_driver::model::cc::Key;
 use gpupm_uapi::events::{self, CATALOGUE, MAX_EVENTS};
 use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
 use crate::error::{one_line, CliError, CliResult};
+use crate::keyfile::KeySource;
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
@@ -277,14 +277,26 @@ impl Node {
             })
     }
 
-    /// [`Node::read`], with a sealed reading opened by the VM's `key`
-    /// (`--key-file`): the sealed block slot comes from the node (a page
-    /// carries the same ciphertext) and the key opens it here.
-    pub fn read_opened(&self, t: Target, key: Option<&Key>) -> CliResult<Reading> {
+    /// A VM's key state (`TENANT_IOC_KEY_STATE`).
+    pub fn key_state(&self, vm: u32) -> CliResult<gpupm_uapi::tenant::KeyState> {
+        self.client().key_state(vm).map_err(|e| match e.errno() {
+            Some(Errno::ENOTTY) => CliError::usage(format!(
+                "the gpupmd serving {} has no key requests (it predates ABI 1.5)",
+                self.path.display()
+            )),
+            _ => self.fail(e, Some(Scope::Vm(vm))),
+        })
+    }
+
+    /// [`Node::read`], with a sealed reading opened by the VM's keys
+    /// (`--key-file`, or the tenant's session of the VM): the sealed block
+    /// slot comes from the node (a page carries the same ciphertext) and
+    /// the key opens it here.
+    pub fn read_opened(&self, t: Target, keys: &KeySource) -> CliResult<Reading> {
         let reading = self.read(t)?;
-        let Some(key) = key.filter(|_| reading.sealed) else {
+        if !reading.sealed {
             return Ok(reading);
-        };
+        }
         let slot = match t {
             Target::Scope(s) => self.totals(s)?.sealed,
             Target::Instance { ctx, created_cycle } => {
@@ -293,6 +305,9 @@ impl Node {
                     .map_err(|e| self.fail_instance(e, t))?
                     .sealed
             }
+        };
+        let Some(key) = keys.for_vm(self, slot.envelope.vm)? else {
+            return Ok(reading);
         };
         let block = crate::keyfile::open_slot(&slot, key)?;
         Ok(Reading {

@@ -49,7 +49,10 @@ pub fn with_json_schemas(cmd: clap::Command) -> clap::Command {
     });
     cmd.mut_subcommand("cc", |cc| {
         cc.mut_subcommand("status", |sub| {
-            sub.after_long_help(long_help::<crate::cc::KeyStateJson>(one))
+            sub.after_long_help(long_help::<crate::cc::StatusJson>(one))
+        })
+        .mut_subcommand("establish", |sub| {
+            sub.after_long_help(long_help::<crate::cc::EstablishJson>(one))
         })
         .mut_subcommand("rekey", |sub| {
             sub.after_long_help(long_help::<crate::cc::RekeyJson>(one))

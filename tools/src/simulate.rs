@@ -132,7 +132,7 @@ fn collect(dev: &mut Device, s: &Scenario) -> Result<Vec<Row>, String> {
     });
     let contexts: Vec<(u32, u32, u32)> = dev.contexts().collect();
     for vm in &s.vms {
-        let confidential = vm.confidential_key.is_some();
+        let confidential = vm.is_confidential();
         rows.push(Row {
             scope: "vm",
             id: vm.id,

@@ -49,8 +49,10 @@ pub struct Args {
     /// CSV.
     #[arg(long)]
     csv: bool,
-    /// A confidential VM's key (32 raw bytes or 64 hex digits, readable by
-    /// its owner only): open the sealed totals with it.
+    /// A confidential VM's session file (default: the one `gpupm cc
+    /// establish` keeps for the VM in your state directory), or a raw key
+    /// of a VM whose key the scenario gives (32 bytes or 64 hex digits);
+    /// owner-only: the sealed totals are opened with it.
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
 }
@@ -71,12 +73,8 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let node = g.node()?;
     let who = node.whoami()?;
     let target = args.scope.resolve_target(&node)?;
-    let key = args
-        .key_file
-        .as_deref()
-        .map(crate::keyfile::load)
-        .transpose()?;
-    let first = node.read_opened(target, key.as_ref())?;
+    let keys = crate::keyfile::KeySource::new(args.key_file.as_deref())?;
+    let first = node.read_opened(target, &keys)?;
     let clock_khz = node.clock_khz(&who)?;
     if args.csv {
         emit("scope,id,cycle,interval_ms,kind,name,value\n")?;
@@ -104,7 +102,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     while args.count.is_none_or(|k| n < k) {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         next += period;
-        let cur = node.read_opened(target, key.as_ref())?;
+        let cur = node.read_opened(target, &keys)?;
         let d = node::delta(&cur.values, &prev.values);
         let metrics = derived::compute(&d, cur.cycle.saturating_sub(prev.cycle), clock_khz);
         print(

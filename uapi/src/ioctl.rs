@@ -175,6 +175,9 @@ pub const LEDGER_SEALED_LEN: usize = 3 * 8 * MAX_EVENTS;
 pub mod ledger_flags {
     /// The answer is sealed under the VM's session key.
     pub const SEALED: u32 = 1 << 0;
+    /// The VM has no session (ABI 1.11): the answer is withheld — the
+    /// counts are zero, the envelope has `WITHHELD` (with `SEALED` set too).
+    pub const WITHHELD: u32 = 1 << 1;
 }
 
 /// Rows in one [`BlockLedgerQuery`] answer.
@@ -412,4 +415,10 @@ ioctl_numbers! {
     /// Where the commit mirror is and its layout (ABI 1.9;
     /// [`crate::mirror::MirrorInfo`]).
     GPUPM_IOC_MIRROR_INFO = read_write(0x11, crate::mirror::MirrorInfo);
+    /// The device's half of a confidential session's key exchange (ABI
+    /// 1.11; [`crate::cc::KeyExchange`]).
+    GPUPM_IOC_CC_KEY_EXCHANGE = read_write(0x12, crate::cc::KeyExchange);
+    /// Finish a confidential session's key exchange (ABI 1.11;
+    /// [`crate::cc::Finish`]).
+    GPUPM_IOC_CC_FINISH = read_write(0x13, crate::cc::Finish);
 }

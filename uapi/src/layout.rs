@@ -135,6 +135,11 @@ pub mod envelope_flags {
     pub const VALID: u32 = 1 << 0;
     /// The payload is ciphertext followed by a tag.
     pub const ENCRYPTED: u32 = 1 << 1;
+    /// A confidential VM's slot while it has no session (ABI 1.11): set
+    /// with `ENCRYPTED`; the payload, tag, key epoch, session and nonce
+    /// are all 0. The counts stay inside the device and appear, sealed,
+    /// once the VM's tenant establishes a session.
+    pub const WITHHELD: u32 = 1 << 2;
 }
 
 /// A block slot in the memory window: envelope, block, GCM tag.

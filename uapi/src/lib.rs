@@ -5,6 +5,7 @@
 //! and nothing that depends on how they are served. A C header is generated
 //! from it, so every type here has a fixed, explicitly padded layout.
 
+pub mod cc;
 pub mod commit_wait;
 pub mod events;
 pub mod intr;
@@ -42,8 +43,16 @@ pub const ABI_MAJOR: u16 = 1;
 /// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
 /// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
 /// commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
-/// the commit mirror's ring area — see `docs/pages.md`; 11: `CLOCK_LAG`,
-/// the device time a real-time clock dropped — see `docs/performance.md`).
+/// the commit mirror's ring area — see `docs/pages.md`; 11: tenant answers
+/// describe the caller's own view only (per-tenant session ids and range
+/// handles, per-VM register and RI block numbers, a sampling session's own
+/// rates), queue sizes clamped to the caller's budget, and the bounds'
+/// errnos — see `docs/isolation.md`; confidential sessions established by
+/// an authenticated key exchange — the device node's
+/// `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
+/// relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
+/// the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
+/// time a real-time clock dropped — see `docs/performance.md`).
 pub const ABI_MINOR: u16 = 11;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;

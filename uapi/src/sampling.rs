@@ -168,6 +168,11 @@ pub const SKID_CYCLES: u32 = 12;
 pub const REFILL_CYCLES: u32 = 8;
 /// Entries in the branch stack.
 pub const BRANCH_STACK_ENTRIES: usize = 32;
+/// A confidential VM's context gets one branch stack every N × this many
+/// of its context cycles plus a dither below that (not every N-th taken
+/// branch), so that nothing the host reads depends on its branches;
+/// `SAMP_MIN_BRANCH_GAP` of a slot with a confidential VM is at most this.
+pub const CONFIDENTIAL_BRANCH_CYCLES: u32 = 64;
 
 /// Alignment of a buffer's base inside the span.
 pub const BUF_ALIGN: u64 = 4096;

@@ -66,6 +66,16 @@
 //! `docs/confidential.md`). A blob that does not open under the VM's
 //! current key fails with EINVAL, as the device refuses it, and changes
 //! nothing. The daemon never holds a key: the blob is ciphertext to it.
+//!
+//! # Confidential VMs: establishing a session (ABI 1.11)
+//! [`TENANT_IOC_CC_KEY_EXCHANGE`] and [`TENANT_IOC_CC_FINISH`] carry the
+//! two messages of the key exchange ([`crate::cc`]) between the VM's
+//! tenant tool and the device; the daemon checks the caller as for a
+//! rekey (EACCES alike for another tenant's VM, a VM that is not
+//! confidential, one that does not exist, and the admin) and relays the
+//! struct to the device unchanged, answering the device's reply or errno.
+//! Everything in them is public. A tenant's exchanges are rate limited
+//! (EAGAIN when it asks faster: see `docs/confidential.md`).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -408,8 +418,12 @@ const _: () = assert!(core::mem::size_of::<EventInfo>() == 16 + 32 + 16 + 96);
 
 /// Output bits of [`KeyState::flags`].
 pub mod key_flags {
-    /// The VM is confidential (`key_epoch` and `session` are meaningful).
+    /// The VM is confidential.
     pub const CONFIDENTIAL: u32 = 1 << 0;
+    /// The VM has an established session (ABI 1.11): `key_epoch` and
+    /// `session` are its; without it both are 0 and the VM's counts are
+    /// withheld.
+    pub const SESSION: u32 = 1 << 1;
 }
 
 /// `TENANT_IOC_KEY_STATE` (ABI 1.5): a VM's current key epoch and device
@@ -429,9 +443,9 @@ pub struct KeyState {
     pub vm: u32,
     /// Output: bits in [`key_flags`] (0 on input).
     pub flags: u32,
-    /// Output: key epoch (1 = the provisioned key, +1 per rekey).
+    /// Output: key epoch (1 = the session's first key, +1 per rekey).
     pub key_epoch: u32,
-    /// Output: the device's current session id.
+    /// Output: the VM's current session id (0: no session).
     pub session: u64,
     /// Reserved, 0.
     pub reserved: u64,
@@ -501,6 +515,10 @@ tenant_ioctls! {
     TENANT_IOC_KEY_STATE = read_write(0x09, KeyState);
     /// [`Rekey`] (ABI 1.5).
     TENANT_IOC_REKEY = write(0x0A, Rekey);
+    /// [`crate::cc::KeyExchange`] (ABI 1.11): relayed to the device.
+    TENANT_IOC_CC_KEY_EXCHANGE = read_write(0x0E, crate::cc::KeyExchange);
+    /// [`crate::cc::Finish`] (ABI 1.11): relayed to the device.
+    TENANT_IOC_CC_FINISH = read_write(0x0F, crate::cc::Finish);
     /// [`OpenRi`] (ABI 1.7): make the handle a runtime-instrumentation session.
     TENANT_IOC_OPEN_RI = read_write(0x10, OpenRi);
     /// [`RiEmit`] (ABI 1.7): RIEMIT into the handle's RI session.

@@ -12,6 +12,7 @@
 //! checked result), `resolve` (checking and resolving names).
 
 mod kernel_pmu;
+mod limits;
 mod pages;
 mod resolve;
 mod settings;
@@ -27,15 +28,17 @@ pub use self::kernel_pmu::{
     KernelPmuSection, DEFAULT_DEVICE as DEFAULT_KERNEL_PMU_DEVICE,
     MAX_INTERVAL_MS as MAX_KERNEL_PMU_INTERVAL_MS,
 };
+pub use self::limits::{default as default_limits, Limits, LimitsSection};
 pub use self::pages::{
     PagesConfig, PagesSection, DEFAULT_BACKSTOP_MS as DEFAULT_PAGE_BACKSTOP_MS,
     MAX_BACKSTOP_MS as MAX_PAGE_BACKSTOP_MS, MIN_BACKSTOP_MS as MIN_PAGE_BACKSTOP_MS,
 };
 use self::resolve::resolve;
 pub use self::settings::{
-    HealthConfig, KernelPmuConfig, MetricsConfig, Programming, Retention, Settings, TenantMap,
-    TenantPolicy, DEFAULT_DRAIN_INTERVAL_MS, DEFAULT_MAX_CONTEXTS, DEFAULT_TENANT_THREADS,
-    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
+    AuthenticatedListener, HealthConfig, KernelPmuConfig, MetricsConfig, Programming, Retention,
+    Settings, TenantMap, TenantPolicy, DEFAULT_DRAIN_INTERVAL_MS, DEFAULT_MAX_CONTEXTS,
+    DEFAULT_MAX_CONTEXTS_PER_VM, DEFAULT_TENANT_THREADS, MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS,
+    MAX_MAX_CONTEXTS_PER_VM, MAX_TENANT_THREADS,
 };
 pub use crate::paths::DEFAULT_CONFIG as DEFAULT_PATH;
 use crate::paths::{DEFAULT_JOURNAL_SOCKET, DEFAULT_NODE_DIR, DEFAULT_TENANT_DIR};
@@ -79,6 +82,8 @@ pub struct Config {
     pub kernel_pmu: KernelPmuSection,
     /// Tenant counter pages.
     pub pages: PagesSection,
+    /// What tenants can make the daemon hold.
+    pub limits: LimitsSection,
 }
 
 impl Default for Config {
@@ -101,6 +106,7 @@ impl Default for Config {
             retired: RetiredSection::default(),
             kernel_pmu: KernelPmuSection::default(),
             pages: PagesSection::default(),
+            limits: LimitsSection::default(),
         }
     }
 }
@@ -185,23 +191,43 @@ pub struct TenantConfig {
     pub group: Option<Spanned<String>>,
 }
 
-/// `[metrics]`.
+/// `[metrics]`: the local listener (device and daemon health, no
+/// tenant's series, no authentication) and the bound of context series.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsSection {
-    /// Listen address (loopback expected).
+    /// Listen address of the local listener (loopback expected).
     pub listen: SocketAddr,
-    /// Contexts exported individually per VM.
-    pub max_contexts_per_vm: usize,
+    /// Context instances exported individually per VM.
+    pub max_contexts_per_vm: Spanned<usize>,
+    /// The authenticated listener, for a remote Prometheus.
+    pub authenticated: Option<Spanned<AuthenticatedSection>>,
 }
 
 impl Default for MetricsSection {
     fn default() -> Self {
         MetricsSection {
             listen: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9477)),
-            max_contexts_per_vm: 64,
+            max_contexts_per_vm: Spanned::new(0..0, DEFAULT_MAX_CONTEXTS_PER_VM),
+            authenticated: None,
         }
     }
+}
+
+/// `[metrics.authenticated]`: a listener behind the exporter-toolkit web
+/// configuration (TLS, client certificates, basic auth), the only one that
+/// may serve tenants' series.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthenticatedSection {
+    /// Listen address.
+    pub listen: Spanned<SocketAddr>,
+    /// The web configuration file (YAML; relative to this file's directory).
+    pub web_config_file: Spanned<PathBuf>,
+    /// Serve the per-VM and per-context families (needs client
+    /// authentication in the web configuration).
+    #[serde(default)]
+    pub tenant_series: bool,
 }
 
 /// `[health]`.
@@ -434,6 +460,51 @@ mod tests {
         let (line, _, reason) = at(two);
         assert_eq!(line, 5, "{reason}");
         assert!(reason.contains("needs uid, user, gid or group"), "{reason}");
+    }
+
+    #[test]
+    fn the_authenticated_metrics_listener_is_explicit_and_its_file_resolved_here() {
+        let s = parse_str("").unwrap();
+        assert_eq!(s.metrics.authenticated, None);
+        let s = parse(
+            Path::new("/etc/gpupm/gpupmd.toml"),
+            "[metrics.authenticated]\nlisten = \"[::]:9478\"\nweb_config_file = \"metrics-web.yml\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.metrics.authenticated,
+            Some(AuthenticatedListener {
+                listen: "[::]:9478".parse().unwrap(),
+                web_config_file: PathBuf::from("/etc/gpupm/metrics-web.yml"),
+                tenant_series: false,
+            })
+        );
+        let s = parse_str(
+            "[metrics]\nlisten = \"127.0.0.1:1\"\n[metrics.authenticated]\nlisten = \"127.0.0.1:2\"\nweb_config_file = \"/w.yml\"\ntenant_series = true\n",
+        )
+        .unwrap();
+        assert!(s.metrics.authenticated.unwrap().tenant_series);
+        // No listener without its web configuration, nor on the local one's
+        // address; unknown keys refused where written.
+        let (line, _, reason) =
+            position(parse_str("[metrics.authenticated]\nlisten = \"[::]:9478\"\n").unwrap_err());
+        assert_eq!(line, 1, "{reason}");
+        assert!(reason.contains("web_config_file"), "{reason}");
+        let (line, col, reason) = position(
+            parse_str(
+                "[metrics.authenticated]\nlisten = \"127.0.0.1:9477\"\nweb_config_file = \"/w\"\n",
+            )
+            .unwrap_err(),
+        );
+        assert_eq!((line, col), (2, 10), "{reason}");
+        let (line, col, reason) = position(
+            parse_str("[metrics.authenticated]\nlisten = \"[::]:1\"\nweb_config_file = \"/w\"\nbasic_auth = 1\n")
+                .unwrap_err(),
+        );
+        assert_eq!((line, col), (4, 1), "{reason}");
+        let (line, col, reason) =
+            position(parse_str("[metrics]\nmax_contexts_per_vm = 5000\n").unwrap_err());
+        assert_eq!((line, col), (2, 23), "{reason}");
     }
 
     #[test]

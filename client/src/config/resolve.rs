@@ -11,8 +11,9 @@ use gpupm_uapi::regs::{MAX_CCUS, MAX_VMS, TRIG_THRESHOLD_MAX, TRIG_THRESHOLD_MIN
 use toml::Spanned;
 
 use super::settings::{
-    HealthConfig, MetricsConfig, Programming, Retention, Settings, TenantMap, TenantPolicy,
-    MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_TENANT_THREADS,
+    AuthenticatedListener, HealthConfig, MetricsConfig, Programming, Retention, Settings,
+    TenantMap, TenantPolicy, MAX_DRAIN_INTERVAL_MS, MAX_MAX_CONTEXTS, MAX_MAX_CONTEXTS_PER_VM,
+    MAX_TENANT_THREADS,
 };
 use super::{invalid, Config, ConfigError, DEFAULT_PATH};
 use crate::cpus::CpuList;
@@ -57,6 +58,7 @@ pub(super) fn resolve(
         .resolve()
         .map_err(|(span, why)| err(span, why))?;
     let pages = cfg.pages.resolve().map_err(|(span, why)| err(span, why))?;
+    let limits = cfg.limits.resolve().map_err(|(span, why)| err(span, why))?;
     let interval = *cfg.health.summary_interval_s.get_ref();
     if interval == 0 {
         return Err(err(
@@ -68,6 +70,7 @@ pub(super) fn resolve(
     let drain_interval = drain_interval(&cfg, &err)?;
 
     let policy = policy(&cfg, &err)?;
+    let metrics = metrics(&cfg, file, &err)?;
 
     Ok(Settings {
         source: file.map(Path::to_path_buf),
@@ -81,9 +84,7 @@ pub(super) fn resolve(
         drain_interval,
         policy,
         metrics_listen: cfg.metrics.listen,
-        metrics: MetricsConfig {
-            max_contexts_per_vm: cfg.metrics.max_contexts_per_vm,
-        },
+        metrics,
         health: HealthConfig {
             summary_interval: Duration::from_secs(interval),
             journal_socket: cfg.health.journal_socket,
@@ -91,6 +92,7 @@ pub(super) fn resolve(
         retention,
         kernel_pmu,
         pages,
+        limits,
     })
 }
 
@@ -121,6 +123,58 @@ fn retention(cfg: &Config, err: &Refuse<'_>) -> Result<Retention, ConfigError> {
     Ok(Retention {
         max_contexts,
         max_age_s: cfg.retired.max_age_s.as_ref().map(|a| *a.get_ref()),
+    })
+}
+
+/// `[metrics]`: the bound of context series, and the authenticated
+/// listener with its web configuration file made absolute (relative to the
+/// configuration file's directory, as exporter-toolkit resolves the paths
+/// inside a web configuration).
+fn metrics(
+    cfg: &Config,
+    file: Option<&Path>,
+    err: &Refuse<'_>,
+) -> Result<MetricsConfig, ConfigError> {
+    let max = &cfg.metrics.max_contexts_per_vm;
+    if *max.get_ref() > MAX_MAX_CONTEXTS_PER_VM {
+        return Err(err(
+            max.span(),
+            format!("max_contexts_per_vm must lie in 0..={MAX_MAX_CONTEXTS_PER_VM}"),
+        ));
+    }
+    let authenticated = match &cfg.metrics.authenticated {
+        None => None,
+        Some(section) => {
+            let a = section.get_ref();
+            let listen = *a.listen.get_ref();
+            let local = cfg.metrics.listen;
+            if listen.port() != 0 && listen == local {
+                return Err(err(
+                    a.listen.span(),
+                    format!("the authenticated listener cannot share the local listener's address {local}"),
+                ));
+            }
+            let path = a.web_config_file.get_ref();
+            if path.as_os_str().is_empty() {
+                return Err(err(
+                    a.web_config_file.span(),
+                    "web_config_file must name a file".into(),
+                ));
+            }
+            let web_config_file = match file.and_then(Path::parent) {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            };
+            Some(AuthenticatedListener {
+                listen,
+                web_config_file,
+                tenant_series: a.tenant_series,
+            })
+        }
+    };
+    Ok(MetricsConfig {
+        max_contexts_per_vm: *max.get_ref(),
+        authenticated,
     })
 }
 

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use super::kernel_pmu::KernelPmuConfig;
+pub use super::limits::Limits;
 pub use super::pages::PagesConfig;
 use crate::cpus::CpuList;
 use crate::paths::DEFAULT_JOURNAL_SOCKET;
@@ -68,6 +69,8 @@ pub struct Settings {
     pub kernel_pmu: KernelPmuConfig,
     /// Tenant counter pages.
     pub pages: PagesConfig,
+    /// What tenants can make the daemon hold (`[limits]`).
+    pub limits: Limits,
 }
 
 /// What the daemon writes to the device at start and after a reset.
@@ -140,21 +143,42 @@ impl Retention {
     }
 }
 
-/// Metrics settings (`[metrics]` besides the listen address).
+/// Default of `[metrics] max_contexts_per_vm`.
+pub const DEFAULT_MAX_CONTEXTS_PER_VM: usize = 64;
+/// Largest `[metrics] max_contexts_per_vm` (each exported instance is one
+/// series per event: beyond this a scrape is megabytes per VM).
+pub const MAX_MAX_CONTEXTS_PER_VM: usize = 4096;
+
+/// Metrics settings (`[metrics]` besides the local listen address).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MetricsConfig {
-    /// Per VM, contexts exported individually; the rest are summed into one
-    /// `ctx="other"` series (bounded label cardinality).
+    /// Per VM, context instances exported individually (the newest); the
+    /// rest are counted in one cumulative `ctx="other"` series (bounded
+    /// label cardinality).
     pub max_contexts_per_vm: usize,
+    /// The authenticated listener, when configured.
+    pub authenticated: Option<AuthenticatedListener>,
 }
 
 impl Default for MetricsConfig {
-    /// 64 contexts per VM.
+    /// 64 contexts per VM, no authenticated listener.
     fn default() -> Self {
         Self {
-            max_contexts_per_vm: 64,
+            max_contexts_per_vm: DEFAULT_MAX_CONTEXTS_PER_VM,
+            authenticated: None,
         }
     }
+}
+
+/// `[metrics.authenticated]`, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuthenticatedListener {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// The exporter-toolkit web configuration file (absolute).
+    pub web_config_file: PathBuf,
+    /// Serve the per-VM and per-context families.
+    pub tenant_series: bool,
 }
 
 /// Health reporting settings (`[health]`).

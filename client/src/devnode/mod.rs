@@ -327,6 +327,26 @@ impl DevNode {
         Ok(arg.now)
     }
 
+    /// `GPUPM_IOC_CC_KEY_EXCHANGE` (ABI 1.11): relays a confidential VM's
+    /// tenant's half of the key exchange; the device's half comes back in
+    /// `msg` (`docs/confidential.md`).
+    pub fn cc_key_exchange(&self, msg: &mut gpupm_uapi::cc::KeyExchange) -> Result<(), DevError> {
+        self.ioctl(
+            "GPUPM_IOC_CC_KEY_EXCHANGE",
+            gpupm_uapi::ioctl::GPUPM_IOC_CC_KEY_EXCHANGE,
+            msg,
+        )
+    }
+
+    /// `GPUPM_IOC_CC_FINISH` (ABI 1.11): relays the tenant's FINISH.
+    pub fn cc_finish(&self, msg: &mut gpupm_uapi::cc::Finish) -> Result<(), DevError> {
+        self.ioctl(
+            "GPUPM_IOC_CC_FINISH",
+            gpupm_uapi::ioctl::GPUPM_IOC_CC_FINISH,
+            msg,
+        )
+    }
+
     /// `GPUPM_IOC_LEDGER` (privileged debug).
     pub fn ledger(&self, scope: u32, id: u32) -> Result<LedgerQuery, DevError> {
         let mut arg = LedgerQuery::new_zeroed();

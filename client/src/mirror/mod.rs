@@ -24,10 +24,11 @@ use std::path::Path;
 
 use gpupm_uapi::layout::{CTX_BLOCK_SLOTS, CTX_BLOCK_SLOT_BASE};
 use gpupm_uapi::mirror::mirror_slot_offset;
+use nix::unistd::getegid;
 
 pub use self::reader::{MirrorError, MirrorReader, Snapshot};
 pub use self::rings::{mirror_span, RingLayout, RingRead, MAX_MIRROR_RINGS};
-pub use self::writer::{MirrorCommit, MirrorWriter};
+pub use self::writer::{MirrorCommit, MirrorDirs, MirrorWriter};
 
 /// Block slots the mirror holds: every slot of the memory window.
 pub const MIRROR_SLOTS: u32 = CTX_BLOCK_SLOT_BASE + CTX_BLOCK_SLOTS;
@@ -44,8 +45,10 @@ pub const WAITERS_FILE: &str = "commits.waiters";
 pub enum MirrorFile {
     /// The mirror itself: mapped read-only; no group write.
     Commits,
-    /// The waiter word: mapped writable by the reader, so the group the
-    /// directory shares it with may write it.
+    /// The waiter word: mapped writable by the reader, so it may be
+    /// group-writable, but only by the reader's own group: anyone who may
+    /// write it may truncate it under the mappings (SIGBUS in the driver
+    /// and the reader).
     Waiters,
 }
 
@@ -59,11 +62,13 @@ const DIR_FORBIDDEN: u32 = 0o022;
 /// is then opened in that directory without following a symlink and must
 /// be a regular file of at least
 /// `min_size` bytes with the directory's owner (root, or the node's
-/// server running unprivileged), no access for other, and, for
-/// [`MirrorFile::Commits`], no group write. So only root and the
-/// directory's owner can have placed it. `PermissionDenied` for a file or
-/// directory that fails the owner or mode check, `InvalidData` for one of
-/// the wrong type or size.
+/// server running unprivileged), no access for other, for
+/// [`MirrorFile::Commits`] no group write, and for [`MirrorFile::Waiters`]
+/// group write only when its group is this process's effective group. So
+/// only root and the directory's owner can have placed it, and nobody but
+/// them and the reader itself can shrink it under the mapping.
+/// `PermissionDenied` for a file or directory that fails the owner or mode
+/// check, `InvalidData` for one of the wrong type or size.
 pub fn open_checked(path: &Path, which: MirrorFile, min_size: u64) -> io::Result<(File, u64)> {
     let (Some(dir_path), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(io::Error::new(
@@ -89,7 +94,8 @@ pub fn open_checked(path: &Path, which: MirrorFile, min_size: u64) -> io::Result
     }
     let forbidden = match which {
         MirrorFile::Commits => 0o027,
-        MirrorFile::Waiters => 0o007,
+        MirrorFile::Waiters if meta.gid() == getegid().as_raw() => 0o007,
+        MirrorFile::Waiters => 0o027,
     };
     if meta.uid() != dir_meta.uid()
         || dir_meta.mode() & DIR_FORBIDDEN != 0
@@ -98,14 +104,17 @@ pub fn open_checked(path: &Path, which: MirrorFile, min_size: u64) -> io::Result
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "{}: owned by uid {} with mode {:o} in a directory of uid {} with mode {:o}; \
-                 a mirror must have its directory's owner, no other access and no group write, \
+                "{}: owned by uid {} gid {} with mode {:o} in a directory of uid {} with mode {:o}; \
+                 a mirror file must have its directory's owner, no other access and no group \
+                 write (the waiter file: unless its group is the reader's own, gid {}), \
                  its directory no group or other write",
                 path.display(),
                 meta.uid(),
+                meta.gid(),
                 meta.mode() & 0o7777,
                 dir_meta.uid(),
-                dir_meta.mode() & 0o7777
+                dir_meta.mode() & 0o7777,
+                getegid()
             ),
         ));
     }

@@ -101,12 +101,33 @@ fn a_mirror_with_its_directorys_owner_is_accepted_root_or_not() {
     fs_remove(&dir);
     let (dir, w) = owned_by(65534);
     assert!(!refused(&w), "uid 65534's directory and files");
-    // Shared with the directory's group as the shipped units do it: the
-    // mirror group-readable, the waiter word group-writable.
+    // Shared with the directory's group: the mirror group-readable, the
+    // waiter word group-writable by the reader's own group (gid 0 here).
     chmod(&dir, 0o750);
     chmod(&dir.join(MIRROR_FILE), 0o640);
     chmod(&dir.join(WAITERS_FILE), 0o660);
-    assert!(!refused(&w), "group read, group-writable waiter word");
+    assert!(
+        !refused(&w),
+        "group read, waiter word writable by our group"
+    );
+    fs_remove(&dir);
+}
+
+#[test]
+fn a_waiter_file_another_group_may_write_is_refused() {
+    // Any member of that group could truncate it under the mappings and
+    // kill the driver and the reader with SIGBUS.
+    let (dir, w) = owned_by(65534);
+    chmod(&dir, 0o750);
+    chmod(&dir.join(WAITERS_FILE), 0o660);
+    std::os::unix::fs::chown(dir.join(WAITERS_FILE), None, Some(65534)).unwrap();
+    assert!(
+        refused(&w),
+        "a waiter word group 65534 may write was accepted"
+    );
+    // The same group with read only is fine: it cannot shrink the file.
+    chmod(&dir.join(WAITERS_FILE), 0o640);
+    assert!(!refused(&w), "a waiter word group 65534 may read");
     fs_remove(&dir);
 }
 
@@ -188,9 +209,38 @@ fn a_directory_its_group_may_search_gets_group_shared_files() {
     chmod(&dir, 0o750);
     std::os::unix::fs::chown(&dir, None, Some(65534)).unwrap();
     let w = MirrorWriter::create(&dir, 1).unwrap();
+    // Next to the mirror, the waiter word is never shared: the mirror's
+    // readers are not all trusted with its size.
     assert_eq!(mode_gid(&dir, MIRROR_FILE), (0o640, 65534, 0));
-    assert_eq!(mode_gid(&dir, WAITERS_FILE), (0o660, 65534, 0));
+    assert_eq!(mode_gid(&dir, WAITERS_FILE), (0o600, 65534, 0));
     assert!(!refused(&w));
+    drop(w);
+    // In a directory of its own, shared with that directory's group: the
+    // reader takes it only when that is its own group (gid 0 here).
+    for (group, taken) in [(65534, false), (0, true)] {
+        let waiters = dir.join("waiters");
+        std::fs::create_dir(&waiters).unwrap();
+        chmod(&waiters, 0o750);
+        std::os::unix::fs::chown(&waiters, None, Some(group)).unwrap();
+        let dirs = MirrorDirs {
+            mirror: &dir,
+            waiters: Some(&waiters),
+        };
+        let w = MirrorWriter::create_in(dirs, 1, &[]).unwrap();
+        assert_eq!(mode_gid(&dir, MIRROR_FILE), (0o640, 65534, 0));
+        assert_eq!(mode_gid(&waiters, WAITERS_FILE), (0o660, group, 0));
+        assert_eq!(!refused(&w), taken, "waiter word of group {group}");
+        drop(w);
+        std::fs::remove_dir_all(&waiters).unwrap();
+    }
+    // The mirror's own directory named as the waiters' changes nothing.
+    let dirs = MirrorDirs {
+        mirror: &dir,
+        waiters: Some(&dir),
+    };
+    let w = MirrorWriter::create_in(dirs, 1, &[]).unwrap();
+    assert_eq!(mode_gid(&dir, WAITERS_FILE), (0o600, 65534, 0));
+    drop(w);
     fs_remove(&dir);
     // An owner-only directory keeps owner-only files.
     let dir = scratch();

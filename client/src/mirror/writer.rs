@@ -43,22 +43,36 @@ pub struct MirrorWriter {
 /// files with the directory's group).
 const DIR_FORBIDDEN: u32 = 0o027;
 
-/// The modes of the two files: root-only unless the directory lets its
-/// group search it (the shipped units' `/run/gpupm/mirror`, group
-/// `gpupm-admin`), then the mirror readable and the waiter word (which
-/// readers write) writable by that group.
+/// A file's mode and group in its directory: owner-only, unless the
+/// directory lets its group search it (the shipped units'
+/// `/run/gpupm/mirror`, group `gpupm-admin`, and `/run/gpupm/mirror/waiters`,
+/// group `gpupm`), then shared with that group.
 #[derive(Clone, Copy, Debug)]
-struct FileModes {
-    commits: u32,
-    waiters: u32,
+struct FileMode {
+    mode: u32,
     gid: u32,
+}
+
+/// Where the two files go.
+#[derive(Clone, Copy, Debug)]
+pub struct MirrorDirs<'a> {
+    /// The mirror's directory. Its group, when it may search it, may read
+    /// the mirror (`gpupm-admin` in the units).
+    pub mirror: &'a Path,
+    /// The waiter file's directory, when it is not the mirror's own. Its
+    /// group, when it may search it, may write the waiter word, so it must
+    /// be a group of the reader alone (`gpupm`, gpupmd's own, in the
+    /// units): whoever may write the file may also truncate it under both
+    /// processes' mappings, which kills them (SIGBUS). In the mirror's
+    /// directory (`None`) the waiter file is owner-only, whatever its group.
+    pub waiters: Option<&'a Path>,
 }
 
 /// Checks that `dir` is a directory (not a symlink) owned by root or by
 /// this process's effective uid, with no access for other and no group
-/// write, creating it (mode 0700) when missing; returns the files' modes
-/// and group.
-fn checked_dir(dir: &Path) -> io::Result<FileModes> {
+/// write, creating it (mode 0700) when missing; returns the group and
+/// whether that group may search it.
+fn checked_dir(dir: &Path) -> io::Result<(u32, bool)> {
     match DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -76,12 +90,7 @@ fn checked_dir(dir: &Path) -> io::Result<FileModes> {
             ),
         ));
     }
-    let shared = meta.mode() & 0o010 != 0;
-    Ok(FileModes {
-        commits: if shared { 0o640 } else { 0o600 },
-        waiters: if shared { 0o660 } else { 0o600 },
-        gid: meta.gid(),
-    })
+    Ok((meta.gid(), meta.mode() & 0o010 != 0))
 }
 
 /// Creates `path` afresh (a stale file from an earlier driver is removed:
@@ -89,7 +98,7 @@ fn checked_dir(dir: &Path) -> io::Result<FileModes> {
 /// `size` bytes long, with group `gid` and exactly `mode` (set on the
 /// descriptor, so the umask does not matter; the file is owner-only until
 /// its group is set), and maps it writable.
-fn create_file(path: &Path, size: u64, mode: u32, gid: u32) -> io::Result<Shared> {
+fn create_file(path: &Path, size: u64, FileMode { mode, gid }: FileMode) -> io::Result<Shared> {
     match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -149,8 +158,11 @@ pub struct MirrorCommit<'a> {
 
 impl MirrorWriter {
     /// Creates the mirror and its waiter file in `dir` (made owner-only if
-    /// missing; see `checked_dir` for what is refused and the files'
-    /// modes), with `generation` and no ring area (a 1.9 mirror).
+    /// missing; refused unless root's or this process's, with no group
+    /// write and no other access, not a symlink), with `generation` and no
+    /// ring area (a 1.9 mirror). The mirror is 0640 with the directory's
+    /// group when that group may search it, else 0600; the waiter file
+    /// 0600 (see [`MirrorDirs`] for sharing it).
     pub fn create(dir: &Path, generation: u64) -> io::Result<MirrorWriter> {
         Self::create_with_rings(dir, generation, &[])
     }
@@ -163,15 +175,46 @@ impl MirrorWriter {
         generation: u64,
         rings: &[RingLayout],
     ) -> io::Result<MirrorWriter> {
+        let dirs = MirrorDirs {
+            mirror: dir,
+            waiters: None,
+        };
+        Self::create_in(dirs, generation, rings)
+    }
+
+    /// As [`MirrorWriter::create_with_rings`], with the waiter file in
+    /// `dirs.waiters` when given. Each directory is checked as `dir` is
+    /// (see [`MirrorWriter::create`]); the mirror is shared read-only with
+    /// its directory's group, the waiter word writable with its own
+    /// directory's group only when that is not the mirror's directory.
+    pub fn create_in(
+        dirs: MirrorDirs<'_>,
+        generation: u64,
+        rings: &[RingLayout],
+    ) -> io::Result<MirrorWriter> {
         let area = (!rings.is_empty()).then(|| RingArea::plan(MIRROR_SIZE, rings));
         let size = area.as_ref().map_or(MIRROR_SIZE, |a| a.at + a.size);
-        let modes = checked_dir(dir)?;
-        let dir = fs::canonicalize(dir)?;
-        let (path, waiters_path) = (dir.join(MIRROR_FILE), dir.join(WAITERS_FILE));
+        let (gid, shared) = checked_dir(dirs.mirror)?;
+        let dir = fs::canonicalize(dirs.mirror)?;
+        let commits = FileMode {
+            mode: if shared { 0o640 } else { 0o600 },
+            gid,
+        };
+        let (waiters_dir, waiters_mode) = match dirs.waiters {
+            Some(w) => {
+                let (wgid, wshared) = checked_dir(w)?;
+                let w = fs::canonicalize(w)?;
+                let own_dir = w != dir;
+                let mode = if own_dir && wshared { 0o660 } else { 0o600 };
+                (w, FileMode { mode, gid: wgid })
+            }
+            None => (dir.clone(), FileMode { mode: 0o600, gid }),
+        };
+        let (path, waiters_path) = (dir.join(MIRROR_FILE), waiters_dir.join(WAITERS_FILE));
         path_bytes(&path)?;
         path_bytes(&waiters_path)?;
-        let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE, modes.waiters, modes.gid)?;
-        let map = create_file(&path, size, modes.commits, modes.gid).inspect_err(|_| {
+        let waiters = create_file(&waiters_path, MIRROR_WAITERS_SIZE, waiters_mode)?;
+        let map = create_file(&path, size, commits).inspect_err(|_| {
             fs::remove_file(&waiters_path).ok();
         })?;
         let mut head = MirrorHeader::new_zeroed();

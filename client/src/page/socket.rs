@@ -58,21 +58,42 @@ impl PageClient {
     /// page's descriptor (read-only).
     pub fn request(&self, req: &PageRequest) -> Result<(PageReply, Option<OwnedFd>), PageError> {
         let fd = self.sock.as_raw_fd();
-        sendmsg::<UnixAddr>(
+        let sent = sendmsg::<UnixAddr>(
             fd,
             &[IoSlice::new(req.as_bytes())],
             &[],
             MsgFlags::MSG_NOSIGNAL,
             None,
-        )
-        .map_err(PageError::Socket)?;
+        );
+        match sent {
+            Ok(_) => {}
+            // A connection the daemon refused at accept (no tenant, or
+            // past a cap) is closed with its refusal waiting to be read.
+            Err(Errno::EPIPE | Errno::ECONNRESET) => {}
+            Err(e) => return Err(PageError::Socket(e)),
+        }
         let mut reply = PageReply::new_zeroed();
         let mut cmsg = cmsg_space!([std::os::fd::RawFd; 1]);
         let (bytes, flags, fds) = {
             let mut iov = [IoSliceMut::new(reply.as_mut_bytes())];
-            let msg =
-                recvmsg::<UnixAddr>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)
-                    .map_err(PageError::Socket)?;
+            let msg = match recvmsg::<UnixAddr>(
+                fd,
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_CMSG_CLOEXEC,
+            ) {
+                // The daemon closed a refused connection with our
+                // request unread: the error comes first, then the
+                // refusal it had sent.
+                Err(Errno::ECONNRESET) => recvmsg::<UnixAddr>(
+                    fd,
+                    &mut iov,
+                    Some(&mut cmsg),
+                    MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+                )
+                .map_err(|_| PageError::Socket(Errno::ECONNRESET))?,
+                other => other.map_err(PageError::Socket)?,
+            };
             let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(PageError::Socket)? {
                 if let ControlMessageOwned::ScmRights(raw) = c {
@@ -82,7 +103,10 @@ impl PageClient {
             (msg.bytes, msg.flags, sys::own_received(fds))
         };
         if bytes == 0 {
-            return Err(PageError::Closed);
+            return Err(match sent {
+                Err(e) => PageError::Socket(e),
+                Ok(_) => PageError::Closed,
+            });
         }
         if bytes != size_of::<PageReply>() || flags.contains(MsgFlags::MSG_TRUNC) {
             return Err(PageError::Protocol("a reply of the wrong size"));

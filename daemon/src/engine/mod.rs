@@ -103,7 +103,13 @@ fn restore_retired(store: &Store) -> Result<(), EngineError> {
         tracing::warn!(path = %path.display(), "ignoring an unreadable retired-context file");
     }
     for rec in &persisted {
-        store.ctx_retired(rec.ctx, rec.created_cycle, rec.vm, rec.retired_cycle);
+        store.ctx_retired(
+            rec.ctx,
+            rec.created_cycle,
+            rec.vm,
+            rec.retired_cycle,
+            rec.tenancy,
+        );
     }
     Ok(())
 }

@@ -186,10 +186,10 @@ impl Worker<'_> {
         // Persisted before a crash: its file holds the retirement cycle; a
         // file that cannot be read ages from the creation instead, which
         // prunes it no later than its real age would.
-        let retired_cycle = if files.contains(ctx, c.created_cycle) {
+        let (retired_cycle, tenancy) = if files.contains(ctx, c.created_cycle) {
             files
                 .load(ctx, c.created_cycle)
-                .map_or(c.created_cycle, |r| r.retired_cycle)
+                .map_or((c.created_cycle, 0), |r| (r.retired_cycle, r.tenancy))
         } else {
             let slot = self.dev.block_slot(c.block_offset)?;
             let mut rec = RetiredFile::new_zeroed();
@@ -199,15 +199,16 @@ impl Worker<'_> {
             rec.vm = c.vm;
             rec.created_cycle = c.created_cycle;
             rec.retired_cycle = self.dev.read64(r::CYCLE)?;
+            rec.tenancy = self.store.tenancy(c.vm);
             if slot.envelope.flags & envelope_flags::ENCRYPTED != 0 {
                 rec.flags |= retired_flags::SEALED;
             }
             rec.slot = slot;
             files.persist(&rec)?;
-            rec.retired_cycle
+            (rec.retired_cycle, rec.tenancy)
         };
         self.store
-            .ctx_retired(ctx, c.created_cycle, c.vm, retired_cycle);
+            .ctx_retired(ctx, c.created_cycle, c.vm, retired_cycle, tenancy);
         if let Err(e) = self.dev.write32(r::ctx(ctx, r::CTX_CMD), ctx_cmd::RELEASE) {
             // Refused only if it is no longer a destroyed context.
             if self.read_ctx(ctx)?.is_some_and(|(s, now)| {

@@ -26,6 +26,10 @@ pub const HANDSHAKE_FALLBACK_ID: &str = "e016e3fbc46a4ebd8ecdf279a8ca6839";
 /// `OLDEST_RETIRED_CYCLE` of the pruned ones).
 pub const RETIRED_PRUNED_ID: &str = "491813e5979c42328f844d7287176380";
 
+/// `MESSAGE_ID` of the warning logged at start when every local user may
+/// read the configuration file (`CONFIG`, `MODE`): it holds the tenant map.
+pub const CONFIG_READABLE_ID: &str = "4dba9beedd1e4d469e86773a08059a95";
+
 /// The daemon started (before it is ready).
 pub fn startup(version: &str, config: &Path) {
     tracing::info!(
@@ -34,6 +38,21 @@ pub fn startup(version: &str, config: &Path) {
         version,
         config = %config.display(),
         "gpupmd {version} starting with {}",
+        config.display()
+    );
+}
+
+/// Every local user may read the configuration file (`mode`: its
+/// permission bits).
+pub fn config_readable(config: &Path, mode: u32) {
+    let mode = format!("{mode:04o}");
+    tracing::warn!(
+        target: TARGET,
+        message_id = CONFIG_READABLE_ID,
+        config = %config.display(),
+        mode = %mode,
+        "{} (mode {mode}) may be read by every local user, and it maps users to VMs: \
+         chown root:gpupm-admin {0} && chmod 0640 {0}",
         config.display()
     );
 }

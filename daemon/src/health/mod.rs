@@ -2,7 +2,8 @@
 //! exists, stderr otherwise), the periodic health summary with a stable
 //! `MESSAGE_ID`, anomaly warnings, and the lifecycle events the daemon core
 //! emits (startup, shutdown, config applied, device identity, retired
-//! contexts pruned).
+//! contexts pruned), and the warning about a configuration file every
+//! local user may read.
 //!
 //! # Journal fields
 //! Every event of this module carries `MESSAGE_ID` (one of the `*_ID`
@@ -22,9 +23,9 @@ mod fanout;
 mod reporter;
 
 pub use events::{
-    config_applied, device_identity, handshake_fallback, retired_pruned, shutdown, startup,
-    CONFIG_APPLIED_ID, DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID, RETIRED_PRUNED_ID, SHUTDOWN_ID,
-    STARTUP_ID,
+    config_applied, config_readable, device_identity, handshake_fallback, retired_pruned, shutdown,
+    startup, CONFIG_APPLIED_ID, CONFIG_READABLE_ID, DEVICE_IDENTITY_ID, HANDSHAKE_FALLBACK_ID,
+    RETIRED_PRUNED_ID, SHUTDOWN_ID, STARTUP_ID,
 };
 pub use fanout::HealthFanout;
 pub use gpupm_fusemount::logging::LogSink;

@@ -164,8 +164,7 @@ impl Summary {
         };
         let khz = f64::from(cur.device.clock_khz.max(1));
         #[allow(clippy::cast_precision_loss)] // cycles far below 2^52
-        let device_lag_ms =
-            cur.clock_lag_cycles.saturating_sub(prev.clock_lag_cycles) as f64 / khz;
+        let device_lag_ms = cur.clock_lag_cycles.saturating_sub(prev.clock_lag_cycles) as f64 / khz;
         let device_speed = if interval_s > 0.0 {
             (1.0 - device_lag_ms / 1e3 / interval_s).clamp(0.0, 1.0)
         } else {

@@ -3,66 +3,79 @@
 //! [`Collector`].
 //!
 //! # Families
-//! | name | type | labels |
-//! |---|---|---|
-//! | `gpupm_device_events_total` | counter | `event` (every catalogue event; the system block) |
-//! | `gpupm_vm_events_total` | counter | `vm`, `event` (events not of device-only units) |
-//! | `gpupm_context_events_total` | counter | `vm`, `ctx`, `event` (bounded, see below) |
-//! | `gpupm_vm_confidential` | gauge | `vm` (1: confidential, nothing per event is exported) |
-//! | `gpupm_handshake_duration_seconds` | histogram | |
-//! | `gpupm_handshakes_total`, `gpupm_handshake_fallbacks_total` | counter | |
-//! | `gpupm_stream_lost_records_total`, `gpupm_stream_drained_records_total` | counter | |
-//! | `gpupm_stream_mirrored_records_total`, `gpupm_stream_mirror_fallbacks_total` | counter | |
-//! | `gpupm_stream_drain_lag_records` | gauge | |
-//! | `gpupm_handshake_response_max_seconds` | gauge | |
-//! | `gpupm_device_lag_seconds_total` | counter | |
-//! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | |
-//! | `gpupm_contexts_active` | gauge | |
-//! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | |
-//! | `gpupm_contexts_retained` | gauge | |
-//! | `gpupm_uptime_seconds` | gauge | |
-//! | `gpupm_pages` | gauge | `kind` (`vm`, `context`): tenant pages published |
-//! | `gpupm_page_updates_total`, `gpupm_page_refreshes_total` | counter | |
-//! | `gpupm_page_requests_total`, `gpupm_page_request_errors_total` | counter | |
-//! | `gpupm_range_records_total`, `gpupm_range_lost_total`, `gpupm_range_sealed_total`, `gpupm_range_unclaimed_total`, `gpupm_range_malformed_total`, `gpupm_callgraph_records_total` | counter | |
-//! | `gpupm_range_ranges`, `gpupm_range_registers`, `gpupm_callgraph_graphs` | gauge | |
+//! | name | type | labels | served |
+//! |---|---|---|---|
+//! | `gpupm_device_events_total` | counter | `event` (every catalogue event; the system block) | always |
+//! | `gpupm_vm_events_total` | counter | `vm`, `event` (events not of device-only units) | tenant series only |
+//! | `gpupm_context_events_total` | counter | `vm`, `ctx`, `created_cycle`, `event` (bounded, see [`super::contexts`]) | tenant series only |
+//! | `gpupm_vm_confidential` | gauge | `vm` (1: confidential, nothing per event is exported) | tenant series only |
+//! | `gpupm_handshake_duration_seconds` | histogram | | always |
+//! | `gpupm_handshakes_total`, `gpupm_handshake_fallbacks_total` | counter | | always |
+//! | `gpupm_stream_lost_records_total`, `gpupm_stream_drained_records_total` | counter | | always |
+//! | `gpupm_stream_mirrored_records_total`, `gpupm_stream_mirror_fallbacks_total` | counter | | always |
+//! | `gpupm_stream_drain_lag_records` | gauge | | always |
+//! | `gpupm_handshake_response_max_seconds` | gauge | | always |
+//! | `gpupm_device_lag_seconds_total` | counter | | always |
+//! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | | always |
+//! | `gpupm_contexts_active` | gauge | | always |
+//! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | | always |
+//! | `gpupm_contexts_retained` | gauge | | always |
+//! | `gpupm_uptime_seconds` | gauge | | always |
+//! | `gpupm_pages` | gauge | `kind` (`vm`, `context`): tenant pages published | always |
+//! | `gpupm_page_updates_total`, `gpupm_page_refreshes_total` | counter | | always |
+//! | `gpupm_page_requests_total`, `gpupm_page_request_errors_total` | counter | | always |
+//! | `gpupm_range_records_total`, `gpupm_range_lost_total`, `gpupm_range_sealed_total`, `gpupm_range_unclaimed_total`, `gpupm_range_malformed_total`, `gpupm_callgraph_records_total` | counter | | always |
+//! | `gpupm_range_ranges`, `gpupm_range_registers`, `gpupm_callgraph_graphs` | gauge | | always |
+//! | `gpupm_metrics_*` | see [`super::stats`] | `listener` | always |
 //!
-//! # Context cardinality
-//! Per VM, the `max_contexts_per_vm` most recently created contexts (by
-//! created cycle, one series per context id: the latest instance) are
-//! exported individually; the others are summed into one `ctx="other"`
-//! series, so a VM has at most `max_contexts_per_vm + 1` context series and
-//! the sum over its context series equals the sum over its contexts. A
-//! context moving into `other` makes that series jump, and a reused id
-//! restarts its series from the new instance (a counter reset).
+//! "Tenant series only": on a listener with `tenant_series = true`, which
+//! the web configuration must authenticate; every other family describes
+//! the device or the daemon, never one tenant.
+//!
+//! The event counters only go up while the device runs (see
+//! [`super::contexts`]); the daemon's own work counters
+//! (`gpupm_handshakes_total` … `gpupm_metrics_*`) count since the daemon
+//! started and restart from zero with it, as every exporter's process
+//! counters do (`gpupm_uptime_seconds` falls at the same scrape).
 
-use std::collections::BTreeMap;
-
-use gpupm_uapi::events::{Scope as EventScope, CATALOGUE, MAX_EVENTS};
+use gpupm_uapi::events::{Scope as EventScope, CATALOGUE};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use crate::view::{CounterView, CtxId, HealthSnapshot, Scope, Totals, VmId};
+use super::contexts::{read_vm, Counters, InstanceSeries, OtherFloor};
+use super::stats::ListenerCounts;
+use crate::view::{CounterView, HealthSnapshot, Scope, Totals, VmId};
 
-/// Label value of the aggregated context series.
+/// Label value of the cumulative context series.
 pub const OTHER_CTX: &str = "other";
 
-type Counters = [u64; MAX_EVENTS];
+/// Which families a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Series {
+    /// Device and daemon health: nothing of any one tenant.
+    Health,
+    /// Also the per-VM and per-context families.
+    Tenants,
+}
 
 /// Everything one scrape exports.
 #[derive(Debug)]
 pub struct ScrapeData {
+    /// Which families are encoded.
+    pub series: Series,
     /// System block totals (None when the view has none).
     pub device: Option<Counters>,
-    /// Per VM, ascending ids.
+    /// Per VM, ascending ids (empty for [`Series::Health`]).
     pub vms: Vec<VmData>,
     /// Daemon self-metrics (latency samples already in `handshakes`).
     pub health: HealthSnapshot,
     /// Cumulative handshake latency histogram.
     pub handshakes: Histogram,
+    /// The metrics listeners' own counts.
+    pub listeners: Vec<ListenerCounts>,
 }
 
 /// One VM of a scrape.
@@ -74,45 +87,66 @@ pub struct VmData {
     pub confidential: bool,
     /// VM block totals (None when confidential).
     pub totals: Option<Counters>,
-    /// Context series: label value and totals, individual ones first
-    /// (newest first), then `other` if any.
-    pub contexts: Vec<(String, Counters)>,
+    /// Exported instances, newest first.
+    pub instances: Vec<InstanceSeries>,
+    /// The cumulative `other` series (None when confidential).
+    pub other: Option<Counters>,
 }
 
-/// Reads the view now. `max_ctx` bounds the individual context series per VM.
+/// Reads the view now. `max_ctx` bounds the individual context series per
+/// VM; `floor` keeps every VM's `other` from stepping back.
 pub fn gather(
     view: &dyn CounterView,
+    series: Series,
     max_ctx: usize,
+    floor: &mut OtherFloor,
     health: HealthSnapshot,
     handshakes: Histogram,
+    listeners: Vec<ListenerCounts>,
 ) -> ScrapeData {
     let device = plain(view.totals(Scope::System));
+    let vms = match series {
+        Series::Health => Vec::new(),
+        Series::Tenants => gather_vms(view, max_ctx, floor),
+    };
+    ScrapeData {
+        series,
+        device,
+        vms,
+        health,
+        handshakes,
+        listeners,
+    }
+}
+
+fn gather_vms(view: &dyn CounterView, max_ctx: usize, floor: &mut OtherFloor) -> Vec<VmData> {
     let mut vm_ids = view.vms();
     vm_ids.sort_unstable();
     vm_ids.dedup();
-    let vms = vm_ids
+    floor.retain(&vm_ids);
+    vm_ids
         .into_iter()
         .filter_map(|vm| match view.totals(Scope::Vm(vm))? {
             Totals::Sealed(_) => Some(VmData {
                 vm,
                 confidential: true,
                 totals: None,
-                contexts: Vec::new(),
+                instances: Vec::new(),
+                other: None,
             }),
-            Totals::Plain { counters, .. } => Some(VmData {
-                vm,
-                confidential: false,
-                totals: Some(counters),
-                contexts: contexts_of(view, vm, max_ctx),
-            }),
+            Totals::Plain { .. } => {
+                let mut read = read_vm(view, vm, max_ctx)?;
+                floor.apply(vm, &mut read.other);
+                Some(VmData {
+                    vm,
+                    confidential: false,
+                    totals: Some(read.totals),
+                    instances: read.instances,
+                    other: Some(read.other),
+                })
+            }
         })
-        .collect();
-    ScrapeData {
-        device,
-        vms,
-        health,
-        handshakes,
-    }
+        .collect()
 }
 
 fn plain(t: Option<Totals>) -> Option<Counters> {
@@ -120,41 +154,6 @@ fn plain(t: Option<Totals>) -> Option<Counters> {
         Totals::Plain { counters, .. } => Some(counters),
         Totals::Sealed(_) => None,
     }
-}
-
-/// The context series of `vm`: the newest `max_ctx` contexts individually,
-/// the rest summed into [`OTHER_CTX`].
-fn contexts_of(view: &dyn CounterView, vm: VmId, max_ctx: usize) -> Vec<(String, Counters)> {
-    let mut newest: BTreeMap<CtxId, u64> = BTreeMap::new();
-    for info in view.contexts(vm).unwrap_or_default() {
-        let cycle = newest.entry(info.ctx).or_insert(info.created_cycle);
-        *cycle = (*cycle).max(info.created_cycle);
-    }
-    let mut readable: Vec<(u64, CtxId, Counters)> = newest
-        .into_iter()
-        .filter(|&(ctx, _)| view.ctx_vm(ctx) == Some(vm))
-        .filter_map(|(ctx, cycle)| Some((cycle, ctx, plain(view.totals(Scope::Ctx(ctx)))?)))
-        .collect();
-    readable.sort_unstable_by_key(|&(cycle, ctx, _)| std::cmp::Reverse((cycle, ctx)));
-    let rest = if readable.len() > max_ctx {
-        readable.split_off(max_ctx)
-    } else {
-        Vec::new()
-    };
-    let mut out: Vec<(String, Counters)> = readable
-        .into_iter()
-        .map(|(_, ctx, c)| (ctx.to_string(), c))
-        .collect();
-    if !rest.is_empty() {
-        let mut sum = [0u64; MAX_EVENTS];
-        for (_, _, c) in rest {
-            for (s, v) in sum.iter_mut().zip(c) {
-                *s = s.wrapping_add(v);
-            }
-        }
-        out.push((OTHER_CTX.to_owned(), sum));
-    }
-    out
 }
 
 /// Events a VM or context block can count (device-only units never are).
@@ -170,13 +169,18 @@ fn value(c: &Counters, id: u16) -> u64 {
 
 impl Collector for ScrapeData {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        self.encode_events(&mut encoder)?;
-        self.encode_health(&mut encoder)
+        self.encode_device(&mut encoder)?;
+        if self.series == Series::Tenants {
+            self.encode_tenants(&mut encoder)?;
+        }
+        self.encode_health(&mut encoder)?;
+        super::stats::encode(&self.listeners, &mut encoder)
     }
 }
 
 impl ScrapeData {
-    fn encode_events(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+    /// The system block's family.
+    fn encode_device(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut m = encoder.encode_descriptor(
             "gpupm_device_events",
             "Events counted device-wide (system block, every partition and device-level units).",
@@ -190,7 +194,11 @@ impl ScrapeData {
                     .encode_counter::<NoLabelSet, _, u64>(&value(dev, e.id), None)?;
             }
         }
+        Ok(())
+    }
 
+    /// The per-VM and per-context families (tenant series only).
+    fn encode_tenants(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut m = encoder.encode_descriptor(
             "gpupm_vm_events",
             "Events counted for a VM (every context it ran).",
@@ -209,22 +217,34 @@ impl ScrapeData {
 
         let mut m = encoder.encode_descriptor(
             "gpupm_context_events",
-            "Events counted for a context; per VM the newest contexts individually, the rest as ctx=\"other\".",
+            "Events counted for a context instance (ctx, created_cycle); per VM the newest instances individually, everything else the VM counted in ctx=\"other\".",
             None,
             MetricType::Counter,
         )?;
         for vm in &self.vms {
             let vm_label = vm.vm.to_string();
-            for (ctx, totals) in &vm.contexts {
+            for i in &vm.instances {
+                let (ctx, created) = (i.ctx.to_string(), i.created_cycle.to_string());
                 for e in partition_events() {
                     let labels = [
                         ("vm", vm_label.as_str()),
                         ("ctx", ctx.as_str()),
+                        ("created_cycle", created.as_str()),
                         ("event", e.name),
                     ];
                     m.encode_family(&labels)?
-                        .encode_counter::<NoLabelSet, _, u64>(&value(totals, e.id), None)?;
+                        .encode_counter::<NoLabelSet, _, u64>(&value(&i.counters, e.id), None)?;
                 }
+            }
+            let Some(other) = &vm.other else { continue };
+            for e in partition_events() {
+                let labels = [
+                    ("vm", vm_label.as_str()),
+                    ("ctx", OTHER_CTX),
+                    ("event", e.name),
+                ];
+                m.encode_family(&labels)?
+                    .encode_counter::<NoLabelSet, _, u64>(&value(other, e.id), None)?;
             }
         }
 
@@ -312,6 +332,7 @@ impl ScrapeData {
             m.encode_family(&[("kind", kind)])?.encode_gauge(&n)?;
         }
         crate::ri::metrics::encode(&h.ri, encoder)?;
+        crate::tenant::bounds_metrics::encode(&h.bounds, encoder)?;
         encoder
             .encode_descriptor(
                 "gpupm_uptime",

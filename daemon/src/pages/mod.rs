@@ -36,6 +36,7 @@
 //! (or, for a context retired meanwhile, finished with its final totals).
 
 mod commits;
+mod conns;
 mod events;
 mod files;
 mod mirror;

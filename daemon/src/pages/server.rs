@@ -6,18 +6,19 @@
 //!
 //! One thread serves every connection (`poll`, non-blocking sockets): a
 //! request is a table lookup and, for a page not yet published, one block
-//! read and one file creation. At most [`MAX_CONNECTIONS`] connections
-//! ([`MAX_PER_USER`] per user) are kept; one idle for [`IDLE`] is closed,
-//! and so is one that does not take its replies.
+//! read and one file creation. Who may stay connected, and how many, is
+//! [`super::conns`]'s: no connection of a caller mapped to nothing, at
+//! most `page_connections_per_tenant` per tenant, `page_connections_total`
+//! of all tenants; one idle for a minute is closed, and so is one that
+//! does not take its replies (`conns::IDLE`).
 
 use std::fs::{self, File};
-use std::io::{self, IoSlice};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
 
 use gpupm_uapi::page::{
     page_request_flags, page_state, PageData, PageReply, PageRequest, PAGES_SOCKET_NAME, PAGE_SIZE,
@@ -26,23 +27,16 @@ use gpupm_uapi::page::{
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 use gpupm_uapi::tenant::scope;
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{
-    bind, getsockopt, listen, recv, sendmsg, socket, sockopt, AddressFamily, Backlog,
-    ControlMessage, MsgFlags, SockFlag, SockType, UnixAddr,
+    bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
 };
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
+use super::conns::{serve, Admission};
 use super::table::{self, Entry, Key, Source};
-use super::{sys, PageSource, Pages};
+use super::{PageSource, Pages};
+use crate::tenant::bounds::Bounds;
 use crate::tenant::policy::{Identity, Policy};
-
-/// Most connections kept open.
-pub const MAX_CONNECTIONS: usize = 1024;
-/// Most connections of one user.
-pub const MAX_PER_USER: usize = 128;
-/// A connection with no request for this long is closed.
-pub const IDLE: Duration = Duration::from_secs(60);
 
 /// Why the page socket could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +169,7 @@ impl Pages {
         })
     }
 
-    fn count_request(&self, ok: bool) {
+    pub(super) fn count_request(&self, ok: bool) {
         use std::sync::atomic::Ordering::Relaxed;
         self.counters.requests.fetch_add(1, Relaxed);
         if !ok {
@@ -238,13 +232,6 @@ fn resolve(
     }
 }
 
-struct Conn {
-    sock: OwnedFd,
-    uid: u32,
-    identity: Identity,
-    last: Instant,
-}
-
 /// The page socket's server thread; stops when dropped.
 #[derive(Debug)]
 pub struct PageServer {
@@ -260,6 +247,7 @@ impl PageServer {
         pages: Arc<Pages>,
         source: Arc<dyn PageSource>,
         policy: Policy,
+        bounds: Arc<Bounds>,
     ) -> Result<PageServer, ServerError> {
         let path = pages.dir().join(PAGES_SOCKET_NAME);
         let fail = |source: io::Error| ServerError::Listen {
@@ -286,7 +274,10 @@ impl PageServer {
         let (wake_rx, wake_tx) = nix::unistd::pipe().map_err(|e| fail(e.into()))?;
         let thread = thread::Builder::new()
             .name("gpupmd-pagesock".into())
-            .spawn(move || serve(&pages, &*source, &policy, &listener, &wake_rx))
+            .spawn(move || {
+                let admission = Admission::new(policy, bounds);
+                serve(&pages, &*source, admission, &listener, &wake_rx);
+            })
             .map_err(fail)?;
         tracing::info!(socket = %path.display(), "serving tenant pages");
         Ok(PageServer {
@@ -312,147 +303,4 @@ impl Drop for PageServer {
             }
         }
     }
-}
-
-fn serve(
-    pages: &Pages,
-    source: &dyn PageSource,
-    policy: &Policy,
-    listener: &OwnedFd,
-    wake: &OwnedFd,
-) {
-    let mut conns: Vec<Conn> = Vec::new();
-    loop {
-        let mut fds = vec![
-            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-        ];
-        fds.extend(
-            conns
-                .iter()
-                .map(|c| PollFd::new(c.sock.as_fd(), PollFlags::POLLIN)),
-        );
-        // Wake at least once a minute to close idle connections.
-        let timeout = PollTimeout::from(60_000u16);
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "the page socket failed; no more page requests are served");
-                return;
-            }
-        }
-        let ready = |f: &PollFd<'_>| f.revents().is_some_and(|r| !r.is_empty());
-        if ready(&fds[0]) {
-            return;
-        }
-        let accept_ready = ready(&fds[1]);
-        let readable: Vec<bool> = fds[2..].iter().map(ready).collect();
-        drop(fds);
-        let now = Instant::now();
-        let mut keep = Vec::with_capacity(conns.len());
-        for (c, r) in conns.into_iter().zip(readable) {
-            let alive = if r {
-                answer(pages, source, &c)
-            } else {
-                now.duration_since(c.last) < IDLE
-            };
-            if alive {
-                keep.push(Conn {
-                    last: if r { now } else { c.last },
-                    ..c
-                });
-            }
-        }
-        conns = keep;
-        if accept_ready {
-            accept_all(listener, policy, &mut conns, now);
-        }
-    }
-}
-
-/// Accepts every pending connection the limits allow (the others are
-/// closed at once: the client sees the connection end).
-fn accept_all(listener: &OwnedFd, policy: &Policy, conns: &mut Vec<Conn>, now: Instant) {
-    loop {
-        let sock = match sys::accept(listener.as_fd()) {
-            Ok(s) => s,
-            Err(Errno::EAGAIN | Errno::EINTR) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a page connection failed");
-                return;
-            }
-        };
-        let Ok(cred) = getsockopt(&sock, sockopt::PeerCredentials) else {
-            continue;
-        };
-        let groups = match sys::peer_groups(sock.as_fd()) {
-            Ok(g) => g,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading a page client's groups failed");
-                continue;
-            }
-        };
-        let uid = cred.uid();
-        let mine = conns.iter().filter(|c| c.uid == uid).count();
-        if conns.len() >= MAX_CONNECTIONS || mine >= MAX_PER_USER {
-            continue;
-        }
-        conns.push(Conn {
-            identity: policy.identify_groups(uid, cred.gid(), &groups),
-            sock,
-            uid,
-            last: now,
-        });
-    }
-}
-
-/// Reads one request from `c` and answers it; false when the connection
-/// is to be closed (end, error, or a client that does not read replies).
-fn answer(pages: &Pages, source: &dyn PageSource, c: &Conn) -> bool {
-    let mut buf = [0u8; 64];
-    let n = match recv(
-        c.sock.as_raw_fd(),
-        &mut buf,
-        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_TRUNC,
-    ) {
-        Ok(0) => return false,
-        Ok(n) => n,
-        Err(Errno::EAGAIN | Errno::EINTR) => return true,
-        Err(_) => return false,
-    };
-    let req = (n == size_of::<PageRequest>())
-        .then(|| PageRequest::read_from_bytes(&buf[..n]).ok())
-        .flatten();
-    let result = match &req {
-        Some(req) => pages.grant(source, &c.identity, req),
-        None => Err(Errno::EINVAL),
-    };
-    pages.count_request(result.is_ok());
-    let (reply, file) = match result {
-        Ok((reply, file)) => (reply, Some(file)),
-        Err(e) => {
-            let mut reply = PageReply::new_zeroed();
-            reply.version = PAGE_STRUCT_VERSION;
-            reply.status = e as u32;
-            if let Some(req) = req {
-                reply.scope = req.scope;
-                reply.id = req.id;
-            }
-            (reply, None)
-        }
-    };
-    let raw: Vec<_> = file.iter().map(|f| f.as_raw_fd()).collect();
-    let cmsg: Vec<ControlMessage<'_>> = if raw.is_empty() {
-        Vec::new()
-    } else {
-        vec![ControlMessage::ScmRights(&raw)]
-    };
-    sendmsg::<UnixAddr>(
-        c.sock.as_raw_fd(),
-        &[IoSlice::new(reply.as_bytes())],
-        &cmsg,
-        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .is_ok()
 }

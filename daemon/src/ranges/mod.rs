@@ -4,10 +4,15 @@
 //! turned into per-context call graphs ([`CallGraphData`]).
 //!
 //! A tenant range ([`RangeBook::add`]) names a context and a range of its
-//! program; ranges of one partition with the same programming share a
+//! program; ranges of one VM's contexts with the same programming share a
 //! register (each reads only its own context's share since it was
-//! added); a new programming takes a free register, and when all
-//! [`RANGES_PER_PARTITION`] are taken the request fails ([`RangeError::NoSpace`]).
+//! added); a new programming takes a free register. Each VM may hold at
+//! most its quota of a partition's [`RANGES_PER_PARTITION`] registers
+//! (the tenant node gives every VM bound to the partition an equal
+//! share) and its quota of ranges; past either the request fails
+//! ([`RangeError::NoSpace`]), whatever other VMs hold. Handles are counted
+//! per VM and a register is named to its tenant by its place among its
+//! VM's registers, so nothing a tenant is told depends on another's ranges.
 //!
 //! The interrupt thread calls [`RangeBook::snapshot`] right after it paused
 //! the outgoing contexts of a handshake (the counts up to the switch are
@@ -117,17 +122,34 @@ pub enum RangeError {
 /// What [`RangeBook::add`] answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Added {
-    /// Handle.
+    /// Handle (counted per VM).
     pub handle: u32,
-    /// Register.
+    /// The register's place among its VM's registers of the partition.
     pub register: u32,
-    /// Whether the register was armed already.
+    /// Whether the register already ran this programming for another of
+    /// the VM's ranges.
     pub shared: bool,
 }
 
+/// What one VM may hold: registers of one partition, and ranges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RangeQuota {
+    /// Registers of the partition the VM's ranges may use.
+    pub registers: u32,
+    /// Ranges the VM's contexts may hold together.
+    pub ranges: usize,
+}
+
+/// A range, as the book knows it: its VM and its per-VM handle.
+type HandleKey = (u32, u32);
+
 struct Register {
+    /// The VM whose ranges use it.
+    vm: u32,
+    /// Its place among the VM's registers of the partition.
+    slot: u32,
     prog: Programming,
-    users: BTreeSet<u32>,
+    users: BTreeSet<HandleKey>,
     ledger: Ledger,
 }
 
@@ -160,9 +182,10 @@ struct Handle {
 #[derive(Default)]
 struct State {
     parts: BTreeMap<u32, Partition>,
-    handles: BTreeMap<u32, Handle>,
+    handles: BTreeMap<HandleKey, Handle>,
     graphs: BTreeMap<u32, CallGraphData>,
-    next_handle: u32,
+    /// Per VM, the last handle given out.
+    next_handle: BTreeMap<u32, u32>,
     scratch: Vec<u8>,
 }
 
@@ -261,10 +284,7 @@ impl RangeBook {
     pub fn new(dev: Arc<DevNode>) -> RangeBook {
         RangeBook {
             dev,
-            state: Mutex::new(State {
-                next_handle: 1,
-                ..State::default()
-            }),
+            state: Mutex::new(State::default()),
             stats: RangeStats::default(),
         }
     }
@@ -283,7 +303,7 @@ impl RangeBook {
     pub fn start(&self, partitions: &[u32]) -> Result<(), DevError> {
         let mut st = self.lock();
         *st = State {
-            next_handle: st.next_handle,
+            next_handle: std::mem::take(&mut st.next_handle),
             ..State::default()
         };
         for &p in partitions.iter().filter(|&&p| p != 0) {
@@ -293,24 +313,31 @@ impl RangeBook {
         Ok(())
     }
 
-    /// Programs `spec` for context `ctx` running `program` on partition
-    /// `p`. Nothing changes when it fails.
+    /// Programs `spec` for context `ctx` of VM `vm` running `program` on
+    /// partition `p`, within the VM's `quota`. Nothing changes when it
+    /// fails.
     pub fn add(
         &self,
         ctx: u32,
+        vm: u32,
         p: u32,
         program: u32,
         spec: RangeSpec,
+        quota: RangeQuota,
     ) -> Result<Added, RangeError> {
         let mut st = self.lock();
-        if st.handles.values().filter(|h| h.ctx == ctx).count() >= MAX_CONTEXT_RANGES {
+        if st.handles.values().filter(|h| h.ctx == ctx).count() >= MAX_CONTEXT_RANGES
+            || st.handles.range((vm, 0)..=(vm, u32::MAX)).count() >= quota.ranges
+        {
             return Err(RangeError::NoSpace);
         }
         let prog = spec.programming(program);
         let part = st.parts.entry(p).or_default();
+        let mine = |r: &&Register| r.vm == vm;
         let same = (0..RANGES_PER_PARTITION).find(|&i| {
             part.regs[i as usize]
                 .as_ref()
+                .filter(mine)
                 .is_some_and(|r| r.prog == prog)
         });
         let (register, shared) = match same {
@@ -319,11 +346,23 @@ impl RangeBook {
                 (i, true)
             }
             None => {
+                let taken: Vec<u32> = part
+                    .regs
+                    .iter()
+                    .flatten()
+                    .filter(mine)
+                    .map(|r| r.slot)
+                    .collect();
+                let slot = (0..quota.registers)
+                    .find(|s| !taken.contains(s))
+                    .ok_or(RangeError::NoSpace)?;
                 let i = (0..RANGES_PER_PARTITION)
                     .find(|&i| part.regs[i as usize].is_none())
                     .ok_or(RangeError::NoSpace)?;
                 let at = device::arm(&self.dev, p, i, &prog).map_err(refusal)?;
                 part.regs[i as usize] = Some(Register {
+                    vm,
+                    slot,
                     prog,
                     users: BTreeSet::new(),
                     ledger: Ledger::armed(at),
@@ -331,17 +370,19 @@ impl RangeBook {
                 (i, false)
             }
         };
-        let handle = st.next_handle;
-        st.next_handle = st.next_handle.wrapping_add(1).max(1);
+        let last = st.next_handle.entry(vm).or_insert(0);
+        *last = last.wrapping_add(1).max(1);
+        let key = (vm, *last);
         let reg = st
             .parts
             .get_mut(&p)
             .and_then(|part| part.regs[register as usize].as_mut())
             .ok_or(RangeError::Missing)?;
-        reg.users.insert(handle);
-        let (base, base_unattributed) = (reg.ledger.of(ctx), reg.ledger.unattributed());
+        reg.users.insert(key);
+        let (base, base_unattributed, slot) =
+            (reg.ledger.of(ctx), reg.ledger.unattributed(), reg.slot);
         st.handles.insert(
-            handle,
+            key,
             Handle {
                 ctx,
                 partition: p,
@@ -356,26 +397,27 @@ impl RangeBook {
         st.graphs.entry(ctx).or_default();
         self.publish(&st);
         Ok(Added {
-            handle,
-            register,
+            handle: key.1,
+            register: slot,
             shared,
         })
     }
 
-    /// Removes range `handle` of context `ctx`.
-    pub fn remove(&self, ctx: u32, handle: u32) -> Result<(), RangeError> {
+    /// Removes range `handle` of context `ctx` of VM `vm`.
+    pub fn remove(&self, ctx: u32, vm: u32, handle: u32) -> Result<(), RangeError> {
         let mut st = self.lock();
-        if st.handles.get(&handle).is_none_or(|h| h.ctx != ctx) {
+        let key = (vm, handle);
+        if st.handles.get(&key).is_none_or(|h| h.ctx != ctx) {
             return Err(RangeError::Missing);
         }
-        self.drop_handle(&mut st, handle)?;
+        self.drop_handle(&mut st, key)?;
         self.publish(&st);
         Ok(())
     }
 
     /// Takes a handle out, disarming its register when it was the last
     /// user; the context's graph goes with its last range.
-    fn drop_handle(&self, st: &mut State, handle: u32) -> Result<(), DevError> {
+    fn drop_handle(&self, st: &mut State, handle: HandleKey) -> Result<(), DevError> {
         let Some(h) = st.handles.get(&handle) else {
             return Ok(());
         };
@@ -445,7 +487,7 @@ impl RangeBook {
             }
         }
         let mut rows = Vec::new();
-        for (&handle, h) in st.handles.iter().filter(|(_, h)| h.ctx == ctx) {
+        for (&(_, handle), h) in st.handles.iter().filter(|(_, h)| h.ctx == ctx) {
             let Some(reg) = st
                 .parts
                 .get(&h.partition)
@@ -453,7 +495,7 @@ impl RangeBook {
             else {
                 continue;
             };
-            rows.push(row(handle, h, &reg.ledger));
+            rows.push(row(handle, h, reg.slot, &reg.ledger));
         }
         Ok(rows)
     }
@@ -488,7 +530,7 @@ impl RangeBook {
                 source::CTX_DESTROYED => self.ctx_destroyed(&mut st, rec.arg),
                 source::DEVICE_RESET => {
                     // The reset disarmed every range and emptied the rings.
-                    let next_handle = st.next_handle;
+                    let next_handle = std::mem::take(&mut st.next_handle);
                     *st = State {
                         next_handle,
                         ..State::default()
@@ -510,7 +552,7 @@ impl RangeBook {
     }
 
     fn ctx_destroyed(&self, st: &mut State, ctx: u32) {
-        let mine: Vec<u32> = st
+        let mine: Vec<HandleKey> = st
             .handles
             .iter()
             .filter(|(_, h)| h.ctx == ctx)

@@ -78,12 +78,13 @@ pub(super) fn book_lost(st: &mut State, p: u32, i: u32, ctx: u32) {
     }
 }
 
-pub(super) fn row(handle: u32, h: &Handle, ledger: &Ledger) -> RangeRow {
+/// The row of range `handle`, on the register its VM knows as `slot`.
+pub(super) fn row(handle: u32, h: &Handle, slot: u32, ledger: &Ledger) -> RangeRow {
     let now = ledger.of(h.ctx);
     let inexact = ledger.unattributed() != h.base_unattributed;
     RangeRow {
         handle,
-        register: u16::try_from(h.register).unwrap_or(u16::MAX),
+        register: u16::try_from(slot).unwrap_or(u16::MAX),
         kind: u8::try_from(h.spec.kind).unwrap_or(0),
         event: u8::try_from(h.spec.event).unwrap_or(0),
         trigger: u8::try_from(h.spec.trigger).unwrap_or(0),

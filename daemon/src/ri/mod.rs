@@ -99,6 +99,9 @@ pub enum RiError {
     /// Every control block is in use.
     #[error("every RI control block is in use")]
     NoBlock,
+    /// The context's VM holds as many blocks as its quota allows.
+    #[error("the VM holds its share of RI control blocks")]
+    Quota,
     /// The device failed.
     #[error(transparent)]
     Device(#[from] DevError),
@@ -166,6 +169,10 @@ impl RiStats {
 #[derive(Debug)]
 struct Slot {
     id: u64,
+    /// The session's place among its VM's blocks (0..quota): what its
+    /// tenant is told, rather than the device block, whose number would
+    /// say how many blocks other tenants hold.
+    vm_slot: u32,
     config: RiConfig,
     cap: u64,
     /// Capability version of the partition the session began on.
@@ -200,6 +207,7 @@ impl std::fmt::Debug for RiUnit {
 pub struct RiTicket {
     unit: Weak<RiUnit>,
     block: u32,
+    vm_slot: u32,
     id: u64,
 }
 
@@ -211,6 +219,10 @@ impl RiTicket {
     /// The control block.
     pub fn block(&self) -> u32 {
         self.block
+    }
+    /// The session's place among its VM's blocks (0..quota).
+    pub fn vm_slot(&self) -> u32 {
+        self.vm_slot
     }
     /// The unit, while the daemon runs.
     pub fn unit(&self) -> Option<Arc<RiUnit>> {
@@ -296,11 +308,14 @@ impl RiUnit {
         })
     }
 
-    /// Opens a session for `config`, delivering to `sink`. On any error
-    /// nothing changes on the device or in the table.
+    /// Opens a session for `config`, delivering to `sink`, if the
+    /// context's VM holds fewer than `quota` blocks ([`RiError::Quota`]
+    /// otherwise). On any error nothing changes on the device or in the
+    /// table.
     pub fn open(
         self: &Arc<Self>,
         config: RiConfig,
+        quota: u32,
         sink: Arc<dyn RiSink>,
     ) -> Result<(RiTicket, PartitionCaps), RiError> {
         let caps = self.caps(config.vm)?;
@@ -311,6 +326,15 @@ impl RiUnit {
         if slots.iter().flatten().any(|s| s.config.ctx == config.ctx) {
             return Err(RiError::Busy);
         }
+        let taken: Vec<u32> = slots
+            .iter()
+            .flatten()
+            .filter(|s| s.config.vm == config.vm)
+            .map(|s| s.vm_slot)
+            .collect();
+        let vm_slot = (0..quota)
+            .find(|i| !taken.contains(i))
+            .ok_or(RiError::Quota)?;
         let block = slots
             .iter()
             .position(Option::is_none)
@@ -340,6 +364,7 @@ impl RiUnit {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         slots[block as usize] = Some(Slot {
             id,
+            vm_slot,
             config,
             cap: u64::from(config.buffer_groups),
             version: caps.version,
@@ -356,6 +381,7 @@ impl RiUnit {
         let ticket = RiTicket {
             unit: Arc::downgrade(self),
             block,
+            vm_slot,
             id,
         };
         Ok((ticket, caps))

@@ -208,12 +208,15 @@ impl Plane {
     }
 
     /// Opens a session: programs the samplers for the union with the
-    /// sessions already open on the partition. On a device error nothing
-    /// changes.
+    /// sessions already open on the partition. `seed` seeds the session's
+    /// own dither (the id its tenant is shown, so that what the session
+    /// receives does not depend on how many sessions others opened). On a
+    /// device error nothing changes.
     pub fn open(
         self: &Arc<Self>,
         target: Target,
         demand: Demand,
+        seed: u64,
         sink: Arc<dyn SampleSink>,
     ) -> Result<Ticket, DevError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -239,7 +242,7 @@ impl Plane {
             Entry {
                 target,
                 demand,
-                thinning: Thinning::new(demand, id),
+                thinning: Thinning::new(demand, seed),
                 sink,
             },
         );

@@ -107,6 +107,7 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
         .open(
             target(1, Some(3)),
             cycles(1000, 255),
+            1,
             Arc::new(Recorder::default()),
         )
         .unwrap();
@@ -114,6 +115,7 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
         .open(
             target(2, None),
             cycles(8000, 0),
+            1,
             Arc::new(Recorder::default()),
         )
         .unwrap();
@@ -141,6 +143,7 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
         .open(
             target(1, None),
             cycles(1000, 0),
+            1,
             Arc::new(Recorder::default())
         )
         .is_err());
@@ -158,16 +161,16 @@ fn records_reach_only_their_sessions_at_each_sessions_rate() {
         Arc::new(Recorder::default()),
     );
     let _ta = plane
-        .open(target(1, Some(3)), cycles(1000, 0), a.clone())
+        .open(target(1, Some(3)), cycles(1000, 0), 1, a.clone())
         .unwrap();
     let _tb = plane
-        .open(target(1, None), cycles(4000, 0), b.clone())
+        .open(target(1, None), cycles(4000, 0), 1, b.clone())
         .unwrap();
     let _to = plane
-        .open(target(2, Some(9)), cycles(1000, 0), other.clone())
+        .open(target(2, Some(9)), cycles(1000, 0), 1, other.clone())
         .unwrap();
     let _tc = plane
-        .open(target(5, Some(4)), cycles(1000, 0), conf.clone())
+        .open(target(5, Some(4)), cycles(1000, 0), 1, conf.clone())
         .unwrap();
     let mut slots: Vec<(u32, u32, u64)> = (0..40).map(|i| (1, 3, i * 1000)).collect();
     slots.extend((0..40).map(|i| (1, 7, i * 1000)));

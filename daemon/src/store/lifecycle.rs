@@ -69,8 +69,16 @@ impl Store {
 
     /// Records that an instance is persisted (and about to be, or already,
     /// released): it leaves the live table and enters the retired set,
-    /// ordered for retention by `retired_cycle`, the cycle its file records.
-    pub fn ctx_retired(&self, ctx: CtxId, created_cycle: u64, vm: VmId, retired_cycle: u64) {
+    /// ordered for retention by `retired_cycle`, the cycle its file records,
+    /// under `tenancy`, the VM's tenant mapping its file records.
+    pub fn ctx_retired(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        vm: VmId,
+        retired_cycle: u64,
+        tenancy: u32,
+    ) {
         let entered = {
             let mut t = self.write();
             if t.live
@@ -79,7 +87,11 @@ impl Store {
             {
                 t.live.remove(&ctx);
             }
-            let entry = RetiredEntry { vm, retired_cycle };
+            let entry = RetiredEntry {
+                vm,
+                retired_cycle,
+                tenancy,
+            };
             match t.retired.insert((ctx, created_cycle), entry) {
                 None => {
                     t.retired_order.insert((retired_cycle, created_cycle, ctx));

@@ -87,6 +87,8 @@ struct RetiredEntry {
     vm: VmId,
     /// Device cycle of its persisting (the retention clock).
     retired_cycle: u64,
+    /// The VM's tenant mapping then (`retired::tenancy_of`; 0 unknown).
+    tenancy: u32,
 }
 
 #[derive(Debug, Default)]
@@ -128,10 +130,13 @@ pub struct Store {
     pruning: Mutex<()>,
     prune_log: Mutex<retention::PruneLog>,
     tables: RwLock<Tables>,
+    /// Each VM's tenant mapping now (`retired::tenancy_of`).
+    tenancies: RwLock<BTreeMap<VmId, u32>>,
     history: Mutex<History>,
     stats: Stats,
     latencies: Mutex<Vec<u64>>,
     tenant_stats: OnceLock<Arc<TenantStats>>,
+    bounds: OnceLock<Arc<crate::tenant::bounds::Bounds>>,
     pages: OnceLock<Arc<Pages>>,
     sampler: Arc<DevSampler>,
     sampling: Arc<Plane>,
@@ -140,6 +145,8 @@ pub struct Store {
     /// The device's commit mirror, mapped once for the pages and the
     /// drains.
     mirror: Arc<crate::mirror::DeviceMirror>,
+    /// Tenants' confidential key exchanges, rate limited per VM.
+    exchanges: keys::ExchangeBudget,
 }
 
 impl Store {
@@ -169,11 +176,14 @@ impl Store {
             pruning: Mutex::new(()),
             prune_log: Mutex::new(retention::PruneLog::default()),
             tables: RwLock::new(Tables::default()),
+            tenancies: RwLock::new(BTreeMap::new()),
             history: Mutex::new(History::new(history)),
             stats: Stats::default(),
             latencies: Mutex::new(Vec::new()),
             tenant_stats: OnceLock::new(),
+            bounds: OnceLock::new(),
             pages: OnceLock::new(),
+            exchanges: keys::ExchangeBudget::default(),
         }
     }
 
@@ -230,6 +240,36 @@ impl Store {
     pub fn set_tenant_stats(&self, stats: Arc<TenantStats>) {
         if self.tenant_stats.set(stats).is_err() {
             tracing::debug!("tenant stats were already attached");
+        }
+    }
+
+    /// The tenant mapping in force: retired instances persisted under
+    /// another mapping of their VM are no longer its tenants' history.
+    pub fn set_tenancy(&self, policy: &gpupm_client::config::TenantPolicy) {
+        let vms: BTreeSet<VmId> = policy.tenants.iter().map(|t| t.vm).collect();
+        let tags = vms
+            .into_iter()
+            .map(|vm| (vm, retired::tenancy_of(policy, vm)))
+            .collect();
+        *self.tenancies.write().unwrap_or_else(|e| e.into_inner()) = tags;
+    }
+
+    /// VM `vm`'s tenant mapping now (that of no tenant when none is set).
+    pub fn tenancy(&self, vm: VmId) -> u32 {
+        self.tenancies
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&vm)
+            .copied()
+            .unwrap_or_else(|| {
+                retired::tenancy_of(&gpupm_client::config::TenantPolicy::default(), vm)
+            })
+    }
+
+    /// The tenant bounds' accountant, for the health snapshot.
+    pub fn set_bounds(&self, bounds: Arc<crate::tenant::bounds::Bounds>) {
+        if self.bounds.set(bounds).is_err() {
+            tracing::debug!("the tenant bounds were already attached");
         }
     }
 

@@ -97,6 +97,11 @@ impl CounterView for Store {
         Some(self)
     }
 
+    fn earlier_tenancy(&self, ctx: CtxId, created_cycle: u64) -> bool {
+        let entry = self.read().retired.get(&(ctx, created_cycle)).copied();
+        entry.is_some_and(|e| e.tenancy != 0 && e.tenancy != self.tenancy(e.vm))
+    }
+
     fn vms(&self) -> Vec<VmId> {
         self.read().vms.keys().copied().collect()
     }

@@ -13,6 +13,12 @@
 //! here, never lost; (id, created cycle) names one instance, so a restart
 //! that persists the same instance again rewrites the same file and never
 //! counts it twice. Temporary files left by a crash are removed on open.
+//!
+//! Each file records the tenant mapping its VM had when it was persisted
+//! ([`RetiredFile::tenancy`], [`tenancy_of`]): a VM later mapped to other
+//! tenants does not show them the previous tenants' history (the admin
+//! still sees it). Files of builds before the field hold 0 there and stay
+//! visible to the VM's tenants of the day.
 //! The retention policy ([`super::retention`]) removes files of the oldest
 //! instances (unlink, then fsync of the directory); they stay removed.
 
@@ -47,8 +53,9 @@ pub struct RetiredFile {
     pub retired_cycle: u64,
     /// Bits in [`retired_flags`].
     pub flags: u32,
-    /// Reserved, 0.
-    pub reserved: u32,
+    /// The VM's tenant mapping when the daemon persisted it
+    /// ([`tenancy_of`]; 0: not recorded, a file of an earlier build).
+    pub tenancy: u32,
     /// The context's block slot as the device published it.
     pub slot: BlockSlot,
 }
@@ -70,6 +77,32 @@ impl RetiredFile {
     pub fn block(&self) -> Option<Block> {
         plain_block(&self.slot)
     }
+}
+
+/// The tag of VM `vm`'s tenant mapping in `policy`: a hash of the uids
+/// and gids the `[[tenant]]` entries naming `vm` admit, in a canonical
+/// order, never 0. Mapping the VM to other users (or to more or fewer)
+/// changes it; reordering the file does not.
+pub fn tenancy_of(policy: &gpupm_client::config::TenantPolicy, vm: u32) -> u32 {
+    let mut rules: Vec<(u32, u32)> = policy
+        .tenants
+        .iter()
+        .filter(|t| t.vm == vm)
+        .map(|t| (t.uid.map_or(u32::MAX, |u| u), t.gid.map_or(u32::MAX, |g| g)))
+        .collect();
+    rules.sort_unstable();
+    rules.dedup();
+    // FNV-1a: stable across builds and runs, unlike the std hasher.
+    let mut h: u32 = 0x811c_9dc5;
+    for byte in rules
+        .iter()
+        .flat_map(|&(u, g)| u.to_le_bytes().into_iter().chain(g.to_le_bytes()))
+        .chain(vm.to_le_bytes())
+    {
+        h ^= u32::from(byte);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h.max(1)
 }
 
 /// The plaintext block of a slot (`None` when encrypted, empty or corrupt).
@@ -245,5 +278,26 @@ mod tests {
         assert!(!store.contains(7, 1234));
         assert_eq!(store.load_all().unwrap().0, vec![]);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_vms_tenancy_changes_with_its_tenants_only() {
+        use gpupm_client::config::{TenantMap, TenantPolicy};
+        let map = |vm, uid, gid| TenantMap { vm, uid, gid };
+        let policy = |tenants| TenantPolicy {
+            admin_gid: None,
+            tenants,
+        };
+        let a = policy(vec![map(1, Some(10), None), map(2, Some(20), None)]);
+        let reordered = policy(vec![map(2, Some(20), None), map(1, Some(10), None)]);
+        let other_vm_changed = policy(vec![map(1, Some(10), None), map(2, Some(21), None)]);
+        let reassigned = policy(vec![map(1, Some(11), None), map(2, Some(20), None)]);
+        let by_group = policy(vec![map(1, None, Some(10)), map(2, Some(20), None)]);
+        assert_eq!(tenancy_of(&a, 1), tenancy_of(&reordered, 1));
+        assert_eq!(tenancy_of(&a, 1), tenancy_of(&other_vm_changed, 1));
+        assert_ne!(tenancy_of(&a, 1), tenancy_of(&reassigned, 1));
+        assert_ne!(tenancy_of(&a, 1), tenancy_of(&by_group, 1));
+        assert_ne!(tenancy_of(&a, 1), tenancy_of(&a, 2));
+        assert_ne!(tenancy_of(&policy(vec![]), 3), 0);
     }
 }

@@ -100,6 +100,7 @@ impl HealthSource for Store {
             pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
             ri: self.ri.stats().counts(),
             ranges: self.ranges.stats().snapshot(),
+            bounds: self.bounds.get().map(|b| b.snapshot()).unwrap_or_default(),
         }
     }
 }

@@ -10,7 +10,7 @@ use gpupm_uapi::tenant::{instance_flags, scope};
 
 use super::error::RequestError;
 use super::policy::Identity;
-use crate::view::{CounterView, CtxId, CtxInfo, Scope, VmId};
+use crate::view::{CounterView, CtxId, CtxInfo, CtxState, Scope, VmId};
 
 pub(super) fn check_vm_id(vm: u32) -> Result<VmId, RequestError> {
     if (1..MAX_VMS).contains(&vm) {
@@ -36,6 +36,14 @@ pub(super) fn missing(identity: &Identity) -> RequestError {
     } else {
         RequestError::Denied
     }
+}
+
+/// Whether a tenant may see instance `c` of one of its VMs: not a
+/// retired instance of the VM's earlier tenants (the admin sees all).
+pub(super) fn shown(view: &dyn CounterView, identity: &Identity, c: &CtxInfo) -> bool {
+    identity.is_admin()
+        || c.state != CtxState::Retired
+        || !view.earlier_tenancy(c.ctx, c.created_cycle)
 }
 
 /// A scope the caller may see and that existed when it was resolved.
@@ -90,7 +98,7 @@ pub(super) fn resolve(
             let ctx = check_ctx_id(id)?;
             let vm = match identity {
                 Identity::Admin => view.ctx_vm(ctx).ok_or(RequestError::NotFound)?,
-                Identity::Tenant(vms) => own_ctx_vm(view, vms, ctx)?,
+                Identity::Tenant(vms) => own_ctx_vm(view, identity, vms, ctx)?,
             };
             Ok(Resolved {
                 scope: Scope::Ctx(ctx),
@@ -105,13 +113,18 @@ pub(super) fn resolve(
 /// the answer nor the work done depends on other tenants' contexts; then
 /// checks that the context id's current instance is still the tenant's
 /// (ids are reused after release).
-fn own_ctx_vm(view: &dyn CounterView, vms: &[VmId], ctx: CtxId) -> Result<VmId, RequestError> {
+fn own_ctx_vm(
+    view: &dyn CounterView,
+    identity: &Identity,
+    vms: &[VmId],
+    ctx: CtxId,
+) -> Result<VmId, RequestError> {
     let owner = vms
         .iter()
         .copied()
         .find(|&vm| {
             view.contexts(vm)
-                .is_some_and(|cs| cs.iter().any(|c| c.ctx == ctx))
+                .is_some_and(|cs| cs.iter().any(|c| c.ctx == ctx && shown(view, identity, c)))
         })
         .ok_or(RequestError::Denied)?;
     if view.ctx_vm(ctx) == Some(owner) {
@@ -173,7 +186,7 @@ pub(super) fn resolve_instance(
         view.instance(ctx, created_cycle)
     };
     match found {
-        Some(info) if identity.may_see_vm(info.vm) => Ok(info),
+        Some(info) if identity.may_see_vm(info.vm) && shown(view, identity, &info) => Ok(info),
         _ => Err(missing(identity)),
     }
 }

@@ -47,6 +47,22 @@ pub enum RequestError {
     /// The daemon's own data is inconsistent.
     #[error("internal error: {0}")]
     Internal(&'static str),
+    /// The caller's uid holds the most handles it may (`handles_per_uid`).
+    #[error("the caller holds the most handles it may")]
+    TooManyHandles,
+    /// The node holds the most handles it may (`handles_total`).
+    #[error("the node holds the most handles it may")]
+    NodeFull,
+    /// A cap of `[limits]` on sessions, ranges or queued bytes.
+    #[error("over a limit: {0}")]
+    OverQuota(&'static str),
+    /// As many reads of the caller (or of everyone) wait as may
+    /// (`parked_reads_per_uid`, `parked_reads_total`).
+    #[error("too many reads are waiting")]
+    TooManyWaiting,
+    /// The caller's bucket of device reads is empty (`device_reads_per_s`).
+    #[error("too many device reads; try again")]
+    RateLimited,
 }
 
 impl RequestError {
@@ -66,6 +82,11 @@ impl RequestError {
             RequestError::Exhausted => libc::EAGAIN,
             RequestError::NoSpace => libc::ENOSPC,
             RequestError::Device | RequestError::Internal(_) => libc::EIO,
+            RequestError::TooManyHandles => libc::EMFILE,
+            RequestError::NodeFull => libc::ENFILE,
+            RequestError::OverQuota(_) => libc::ENOSPC,
+            RequestError::TooManyWaiting => libc::EBUSY,
+            RequestError::RateLimited => libc::EAGAIN,
         }
     }
 }

@@ -13,8 +13,10 @@ use fuser::{
     ReplyEntry, ReplyIoctl, ReplyOpen, ReplyPoll, ReplyWrite, Request, WriteFlags,
 };
 
+use super::bounds::Share;
 use super::policy::{Identity, Policy};
 use super::requests::{self, Answer, RequestError};
+use super::ri;
 use super::session::Sessions;
 use super::{TenantStats, NODE_NAME};
 use crate::view::{Caller, CounterView};
@@ -99,14 +101,13 @@ impl Filesystem for TenantFs {
 
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match ino {
-            NODE_INO if self.admit(req).is_err() => {
-                count(&self.stats, Err(&RequestError::Denied));
-                reply.error(errno(&RequestError::Denied));
-            }
-            NODE_INO => reply.opened(
-                FileHandle(self.sessions.open()),
-                FopenFlags::FOPEN_DIRECT_IO,
-            ),
+            NODE_INO => match self.admit(req).and_then(|(c, _)| self.sessions.open(c.uid)) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+                Err(e) => {
+                    count(&self.stats, Err(&e));
+                    reply.error(errno(&e));
+                }
+            },
             ROOT_INO => reply.error(Errno::EISDIR),
             _ => reply.error(Errno::ENOENT),
         }
@@ -136,6 +137,7 @@ impl Filesystem for TenantFs {
             &identity,
             size,
             flags.0 & libc::O_NONBLOCK != 0,
+            caller.uid,
             caller.pid,
             Box::new(move |res| {
                 count(&stats, res.as_ref().map(|_| ()));
@@ -214,43 +216,79 @@ impl Filesystem for TenantFs {
         reply: ReplyIoctl,
     ) {
         let (caller, identity) = self.identify(req);
+        let bounds = self.sessions.bounds();
+        let uid = caller.uid;
+        let metered = !identity.is_admin() && requests::reads_device(cmd);
         let res = if identity.is_unmapped() {
             Err(RequestError::Denied)
-        } else if ino == NODE_INO {
+        } else if ino != NODE_INO {
+            Err(RequestError::UnknownIoctl)
+        } else if metered {
+            bounds.device_read(uid)
+        } else {
+            Ok(())
+        };
+        let res = res.and_then(|()| {
             requests::dispatch(
                 self.view.as_ref(),
                 &identity,
+                bounds.limits(),
                 caller,
                 cmd,
                 in_data,
                 out_size,
             )
-            .and_then(|a| match a {
-                Answer::Data(bytes) => Ok(bytes),
-                Answer::Stream(grant) => self
-                    .sessions
-                    .open_stream(fh.0, grant, &self.rt)
-                    .map(|()| Vec::new()),
-                // A daemon without a sampling plane answers as one older
-                // than ABI 1.4.
-                Answer::Sampling(grant) => match self.view.sampling() {
-                    Some(plane) => self.sessions.open_sampling(fh.0, grant, &plane),
-                    None => Err(RequestError::UnknownIoctl),
-                },
-                Answer::Ri(grant) => match self.view.ri() {
-                    Some(unit) => self.sessions.open_ri(fh.0, grant, &unit),
-                    None => Err(RequestError::UnknownIoctl),
-                },
-                Answer::RiEmit(value) => self
-                    .sessions
-                    .ri_emit(fh.0, &identity, value)
-                    .map(|()| Vec::new()),
-                Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
-                Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
-            })
-        } else {
-            Err(RequestError::UnknownIoctl)
+        });
+        let share = |vm| {
+            if identity.is_admin() {
+                Share::Admin
+            } else {
+                Share::Vm(vm)
+            }
         };
+        let res = res.and_then(|a| match a {
+            Answer::Data(bytes) => Ok(bytes),
+            Answer::Stream(grant) => {
+                let share = share(grant.vm);
+                self.sessions
+                    .open_stream(fh.0, grant, &self.rt, uid, share)
+                    .map(|()| Vec::new())
+            }
+            // A daemon without a sampling plane answers as one older
+            // than ABI 1.4.
+            Answer::Sampling(grant) => match self.view.sampling() {
+                Some(plane) => {
+                    let share = share(grant.target.vm);
+                    self.sessions.open_sampling(fh.0, grant, &plane, uid, share)
+                }
+                None => Err(RequestError::UnknownIoctl),
+            },
+            Answer::Ri(grant) => match self.view.ri() {
+                Some(unit) => {
+                    let share = share(grant.config.vm);
+                    let quota = ri::block_quota(self.view.as_ref());
+                    self.sessions.open_ri(fh.0, grant, &unit, quota, uid, share)
+                }
+                None => Err(RequestError::UnknownIoctl),
+            },
+            Answer::RiEmit(value) => self
+                .sessions
+                .ri_emit(fh.0, &identity, value)
+                .map(|()| Vec::new()),
+            Answer::RiStatus => self.sessions.ri_status(fh.0, &identity),
+            Answer::RiResume => self.sessions.ri_resume(fh.0, &identity),
+        });
+        // A request refused for its shape or its scope was answered before
+        // anything was read: it costs the caller's bucket nothing.
+        let read_something = match &res {
+            Ok(_) => true,
+            Err(e) => {
+                ![libc::EINVAL, libc::ENOTTY, libc::EACCES, libc::EAGAIN].contains(&e.errno())
+            }
+        };
+        if metered && read_something {
+            bounds.spend_device_read(uid);
+        }
         count(&self.stats, res.as_ref().map(|_| ()));
         match res {
             Ok(bytes) => reply.ioctl(0, &bytes),

@@ -14,7 +14,15 @@
 //! * a blob that does not open (sealed under another key, replayed after
 //!   a commit or a reset, altered) is the device's EINVAL, passed back, and
 //!   nothing changed (the batch is atomic).
+//!
+//! The key exchange that establishes a session (ABI 1.11) is relayed the
+//! same way: the caller must be the VM's tenant (EACCES alike otherwise,
+//! and always for the admin), and the daemon passes the message to the
+//! device unchanged and the device's answer back. Everything in it is
+//! public; the daemon keeps nothing of it. A VM's exchanges are rate
+//! limited (`store::keys::ExchangeBudget`, EAGAIN beyond it).
 
+use gpupm_uapi::cc::{Finish, KeyExchange};
 use gpupm_uapi::tenant::{key_flags, scope, KeyState, Rekey};
 
 use super::answer::{check_no_flags, check_reserved, check_version};
@@ -53,10 +61,10 @@ pub(super) fn key_state(
     let status = device(view)?
         .key_status(arg.vm)
         .map_err(|e| device_error(&e))?;
-    arg.flags = if status.confidential {
-        key_flags::CONFIDENTIAL
-    } else {
-        0
+    arg.flags = match (status.confidential, status.established) {
+        (true, true) => key_flags::CONFIDENTIAL | key_flags::SESSION,
+        (true, false) => key_flags::CONFIDENTIAL,
+        (false, _) => 0,
     };
     arg.key_epoch = status.epoch;
     arg.session = status.session;
@@ -96,6 +104,74 @@ pub(super) fn rekey(
         )),
         Err(e) => Err(device_error(&e)),
     }
+}
+
+/// Checks that the caller may run a key exchange for `vm`: its own
+/// tenant (never the admin), and the VM confidential.
+fn check_exchange_caller(
+    view: &dyn CounterView,
+    identity: &Identity,
+    vm: u32,
+) -> Result<(), RequestError> {
+    check_vm_id(vm)?;
+    if identity.is_admin() {
+        return Err(RequestError::Denied);
+    }
+    resolve(view, identity, scope::VM, vm, false)?;
+    let status = device(view)?.key_status(vm).map_err(|e| device_error(&e))?;
+    if !status.confidential {
+        return Err(RequestError::Denied);
+    }
+    Ok(())
+}
+
+/// The tenant's view of the device's refusal of an exchange message.
+fn exchange_error(e: &KeyError) -> RequestError {
+    match e {
+        KeyError::Refused => RequestError::Invalid("the device refused the key-exchange message"),
+        KeyError::SessionExists => RequestError::Busy,
+        KeyError::NoIdentity => {
+            RequestError::Unsupported("the device has no identity to establish a session with")
+        }
+        KeyError::RateLimited => RequestError::Exhausted,
+        KeyError::Device(_) => device_error(e),
+    }
+}
+
+/// `TENANT_IOC_CC_KEY_EXCHANGE`.
+pub(super) fn key_exchange(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<KeyExchange>,
+) -> Result<Box<KeyExchange>, RequestError> {
+    check_version(arg.version)?;
+    check_no_flags(arg.flags)?;
+    check_reserved(arg.reserved)?;
+    check_exchange_caller(view, identity, arg.vm)?;
+    device(view)?
+        .key_exchange(&mut arg)
+        .map_err(|e| exchange_error(&e))?;
+    Ok(arg)
+}
+
+/// `TENANT_IOC_CC_FINISH`.
+pub(super) fn finish(
+    view: &dyn CounterView,
+    identity: &Identity,
+    mut arg: Box<Finish>,
+) -> Result<Box<Finish>, RequestError> {
+    check_version(arg.version)?;
+    check_reserved(arg.reserved)?;
+    check_exchange_caller(view, identity, arg.vm)?;
+    device(view)?
+        .finish(&mut arg)
+        .map_err(|e| exchange_error(&e))?;
+    tracing::info!(
+        vm = arg.vm,
+        session = format_args!("{:#018x}", arg.session),
+        "a tenant established its confidential VM's session"
+    );
+    Ok(arg)
 }
 
 /// The blob's words in staging-register order.

@@ -43,30 +43,46 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use gpupmd::tenant::{TenantNode, TenantPolicy, DEFAULT_TENANT_DIR, TENANT_FDNAME};
+//! # use gpupmd::tenant::bounds::Bounds;
 //! # fn start(view: Arc<dyn gpupmd::view::CounterView>, policy: TenantPolicy)
 //! #     -> Result<TenantNode, gpupmd::tenant::TenantError> {
+//! // What tenants may hold (`[limits]`), charged as they hold it:
+//! let bounds = Bounds::new(gpupm_client::config::Limits::default(), &policy);
 //! // Early in main, before any thread (it reads and unsets LISTEN_*):
 //! let inherited = gpupm_fusemount::inherited_fd(TENANT_FDNAME);
 //! // ... later:
 //! let dir = std::path::Path::new(DEFAULT_TENANT_DIR);
 //! let threads = gpupmd::tenant::DEFAULT_THREADS;
 //! let node = match inherited {
-//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy, threads)?,
-//!     None => TenantNode::mount(dir, view, policy, threads)?,
+//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy, bounds, threads)?,
+//!     None => TenantNode::mount(dir, view, policy, bounds, threads)?,
 //! };
 //! # Ok(node) }
 //! ```
 //!
+//! # Bounds
+//! What a caller can make the node hold — handles, sessions of each kind,
+//! bytes of session queues, parked reads — and how fast it may read the
+//! device are capped per uid and in all by `[limits]` ([`bounds`],
+//! `docs/isolation.md`); a request past a cap fails at once with its
+//! errno and never waits. Answers describe the caller's own view only:
+//! session ids count per uid, range handles and register and RI block
+//! numbers per VM.
+//!
 //! Files: [`policy`] (caller → identity), `authz` (scope authorisation),
 //! [`requests`] (ioctl decoding and answers), `instance` (reads of one
 //! context instance by (id, created cycle)), `keys` (key state and
-//! rekeying of confidential VMs), `error` (errnos),
-//! [`session`] (handles, sessions, parked reads), `pump` (the feed thread),
-//! `fs` (the FUSE filesystem), `mount` (mounting or serving a passed
-//! descriptor). The typed client is `gpupm_client::TenantClient`.
+//! rekeying of confidential VMs), `error` (errnos), [`bounds`] (the caps
+//! and what is charged against them), [`bounds_metrics`] (their metrics),
+//! [`session`] (handles, sessions, parked reads, the reaper of killed
+//! readers), `pump` (the feed thread and the reaper's), `fs` (the FUSE
+//! filesystem), `mount` (mounting or serving a passed descriptor). The
+//! typed client is `gpupm_client::TenantClient`.
 
 mod answer;
 mod authz;
+pub mod bounds;
+pub mod bounds_metrics;
 mod error;
 mod fs;
 mod instance;
@@ -85,6 +101,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use self::bounds::Bounds;
 use crate::view::CounterView;
 
 /// The configured policy (who may see what) and the default number of
@@ -144,9 +161,10 @@ impl TenantNode {
         dir: &Path,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+        bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, view, policy, |fs| {
+        TenantNode::start(dir, view, policy, bounds, |fs| {
             mount::Mounted::mount(dir, fs, threads)
         })
     }
@@ -163,9 +181,10 @@ impl TenantNode {
         fd: OwnedFd,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+        bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, view, policy, |fs| {
+        TenantNode::start(dir, view, policy, bounds, |fs| {
             mount::Mounted::serve_inherited(dir, fd, fs, threads)
         })
     }
@@ -174,10 +193,11 @@ impl TenantNode {
         dir: &Path,
         view: Arc<dyn CounterView>,
         policy: TenantPolicy,
+        bounds: Arc<Bounds>,
         serve: impl FnOnce(fs::TenantFs) -> Result<mount::Mounted, mount::ServeError>,
     ) -> Result<TenantNode, TenantError> {
         let stats = Arc::new(TenantStats::default());
-        let sessions = session::Sessions::new(Arc::clone(&stats));
+        let sessions = session::Sessions::new(Arc::clone(&stats), bounds);
         let pump =
             pump::Pump::start(Arc::clone(&sessions)).map_err(|e| TenantError::mount(dir, e))?;
         let fs = fs::TenantFs::new(

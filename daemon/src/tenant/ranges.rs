@@ -14,16 +14,34 @@ use super::answer::{check_no_flags, check_reserved, check_version};
 use super::authz::{recheck, resolve};
 use super::error::RequestError;
 use super::policy::Identity;
-use crate::ranges::{CallGraphData, RangeBook, RangeError, RangeSpec};
-use crate::view::{CounterView, Scope, Totals};
 use std::sync::Arc;
 
-/// A context the caller may use ranges on: its partition and program.
+use gpupm_client::config::Limits;
+use gpupm_uapi::ranges::RANGES_PER_PARTITION;
+
+use crate::ranges::{CallGraphData, RangeBook, RangeError, RangeQuota, RangeSpec};
+use crate::view::{CounterView, Scope, Totals};
+
+/// A context the caller may use ranges on: its VM, partition and program.
 struct Target {
     ctx: u32,
+    vm: u32,
     partition: u32,
     program: u32,
     book: Arc<RangeBook>,
+}
+
+/// The range registers of partition `partition` each VM bound to it may
+/// use: an equal share of the partition's (at least one), fixed by the
+/// device's VM table and not by what anyone holds.
+pub fn register_quota(view: &dyn CounterView, partition: u32) -> u32 {
+    let vms = view
+        .vms()
+        .into_iter()
+        .filter(|&vm| view.vm_partition(vm) == Some(partition))
+        .count();
+    let vms = u32::try_from(vms).unwrap_or(u32::MAX).max(1);
+    (RANGES_PER_PARTITION / vms).max(1)
 }
 
 /// Resolves `ctx` for the caller (EACCES / ENOENT as for every scope),
@@ -45,6 +63,7 @@ fn target(view: &dyn CounterView, identity: &Identity, ctx: u32) -> Result<Targe
     }
     Ok(Target {
         ctx,
+        vm,
         partition,
         program,
         book,
@@ -115,6 +134,7 @@ fn checked_spec(arg: &AddRange) -> Result<RangeSpec, RequestError> {
 pub(super) fn add_range(
     view: &dyn CounterView,
     identity: &Identity,
+    limits: &Limits,
     mut arg: Box<AddRange>,
 ) -> Result<Box<AddRange>, RequestError> {
     let spec = checked_spec(&arg)?;
@@ -122,9 +142,13 @@ pub(super) fn add_range(
     if t.program == 0 {
         return Err(RequestError::Invalid("the context runs no program"));
     }
+    let quota = RangeQuota {
+        registers: register_quota(view, t.partition),
+        ranges: usize::try_from(limits.ranges_per_vm).unwrap_or(usize::MAX),
+    };
     let added = t
         .book
-        .add(t.ctx, t.partition, t.program, spec)
+        .add(t.ctx, t.vm, t.partition, t.program, spec, quota)
         .map_err(|e| range_error(e, identity))?;
     arg.handle = added.handle;
     arg.partition = t.partition;
@@ -163,7 +187,7 @@ pub(super) fn remove_range(
     check_reserved(arg.reserved)?;
     let t = target(view, identity, arg.ctx)?;
     t.book
-        .remove(t.ctx, arg.handle)
+        .remove(t.ctx, t.vm, arg.handle)
         .map_err(|e| range_error(e, identity))
 }
 

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use gpupm_client::config::Limits;
 use gpupm_uapi::events;
 use gpupm_uapi::ioc;
 use gpupm_uapi::tenant::OpenSampling;
@@ -33,7 +34,7 @@ use super::answer::{
     check_no_flags, check_reserved, check_version, checked_events, ctx_state_code,
     fill_rate_samples, CounterAnswer,
 };
-use super::authz::{missing, recheck, resolve};
+use super::authz::{missing, recheck, resolve, shown};
 pub use super::error::RequestError;
 use super::instance::{read_instance, read_instance_rates};
 use super::keys;
@@ -87,6 +88,7 @@ pub enum Answer {
 pub fn dispatch(
     view: &dyn CounterView,
     identity: &Identity,
+    limits: &Limits,
     caller: Caller,
     cmd: u32,
     input: &[u8],
@@ -138,7 +140,15 @@ pub fn dispatch(
         TENANT_IOC_REKEY => {
             keys::rekey(view, identity, &*decode(input)?).map(|()| Answer::Data(Vec::new()))
         }
-        TENANT_IOC_ADD_RANGE => out(ranges::add_range(view, identity, decode(input)?)?.as_bytes()),
+        gpupm_uapi::tenant::TENANT_IOC_CC_KEY_EXCHANGE => {
+            out(keys::key_exchange(view, identity, decode(input)?)?.as_bytes())
+        }
+        gpupm_uapi::tenant::TENANT_IOC_CC_FINISH => {
+            out(keys::finish(view, identity, decode(input)?)?.as_bytes())
+        }
+        TENANT_IOC_ADD_RANGE => {
+            out(ranges::add_range(view, identity, limits, decode(input)?)?.as_bytes())
+        }
         TENANT_IOC_READ_RANGES => {
             out(ranges::read_ranges(view, identity, decode(input)?)?.as_bytes())
         }
@@ -167,6 +177,33 @@ pub fn dispatch(
         }
         _ => Err(RequestError::UnknownIoctl),
     }
+}
+
+/// Whether `cmd` reads (or writes) the device, a persisted file or a
+/// device-backed plane: what a tenant's `device_reads_per_s` bucket is
+/// asked for before it is answered, and pays for unless it was refused
+/// for its shape or its scope (EINVAL, ENOTTY, EACCES: answered before
+/// anything is read). Table lookups (`WHOAMI`, `LIST_CONTEXTS`,
+/// `READ_RATES`, `EVENT_INFO`) and session reads are free.
+pub fn reads_device(cmd: u32) -> bool {
+    matches!(
+        cmd,
+        TENANT_IOC_READ_COUNTERS
+            | TENANT_IOC_READ_INSTANCE
+            | TENANT_IOC_OPEN_SAMPLING
+            | TENANT_IOC_OPEN_RI
+            | TENANT_IOC_RI_EMIT
+            | TENANT_IOC_RI_STATUS
+            | TENANT_IOC_RI_RESUME
+            | TENANT_IOC_KEY_STATE
+            | TENANT_IOC_REKEY
+            | TENANT_IOC_ADD_RANGE
+            | TENANT_IOC_READ_RANGES
+            | TENANT_IOC_REMOVE_RANGE
+            | TENANT_IOC_READ_CALL_EDGES
+            | TENANT_IOC_READ_CALL_KERNELS
+            | TENANT_IOC_READ_CALL_STACKS
+    )
 }
 
 /// Decodes an argument struct; anything but exactly its size is EINVAL.
@@ -209,6 +246,7 @@ fn list_contexts(
         return Err(RequestError::Internal("VM scope resolved to another kind"));
     };
     let mut ctxs = view.contexts(vm).ok_or_else(|| missing(identity))?;
+    ctxs.retain(|c| shown(view, identity, c));
     ctxs.sort_unstable_by_key(|c| (c.ctx, c.created_cycle));
     let start = usize::try_from(arg.offset)
         .unwrap_or(usize::MAX)
@@ -377,7 +415,15 @@ mod tests {
             gid: 7,
             pid: 0,
         };
-        match dispatch(&Empty, identity, caller, cmd, input, u32::MAX) {
+        match dispatch(
+            &Empty,
+            identity,
+            &Limits::default(),
+            caller,
+            cmd,
+            input,
+            u32::MAX,
+        ) {
             Ok(_) => 0,
             Err(e) => e.errno(),
         }

@@ -36,6 +36,14 @@ pub struct RiGrant {
     pub answer: Box<OpenRi>,
 }
 
+/// The RI control blocks each VM may hold: an equal share of the
+/// device's [`RI_BLOCKS`](gpupm_uapi::ri::RI_BLOCKS) over the VMs it has
+/// (at least one), fixed by the VM table, not by what anyone holds.
+pub fn block_quota(view: &dyn CounterView) -> u32 {
+    let vms = u32::try_from(view.vms().len()).unwrap_or(u32::MAX).max(1);
+    (gpupm_uapi::ri::RI_BLOCKS / vms).max(1)
+}
+
 /// Checks `TENANT_IOC_OPEN_RI`: shape first, then the context.
 pub(super) fn open_ri(
     view: &dyn CounterView,
@@ -140,6 +148,15 @@ pub(super) fn resume(arg: &RiResume) -> Result<(), RequestError> {
     };
     check_reserved(u32::from(*arg != blank))
 }
+
+/// Queue bytes one entry of a session with report groups of `rgs` takes:
+/// header, group and the entry's own allocation.
+pub fn entry_bytes(rgs: u32) -> u64 {
+    size_of::<RiGroupHeader>() as u64 + gpupm_uapi::ri::group_bytes(rgs) + ENTRY_OVERHEAD
+}
+
+/// What one queued entry costs besides its bytes (its vector and slot).
+const ENTRY_OVERHEAD: u64 = 64;
 
 /// Encoded entries of one session, oldest first.
 #[derive(Debug)]

@@ -27,6 +27,9 @@ use crate::view::{CounterView, Scope, Totals};
 /// slot and its header): the smallest `read()` a session accepts.
 pub const MAX_RECORD_BYTES: usize =
     size_of::<SampleHeader>() + size_of::<gpupm_uapi::sampling::BranchSlot>();
+/// Fewest records a session's queue is worth opening with: below this
+/// the request is refused (ENOSPC) rather than clamped.
+pub const MIN_QUEUE_RECORDS: u32 = 16;
 
 /// A sampling session the caller was granted.
 #[derive(Debug)]
@@ -39,6 +42,23 @@ pub struct SamplingGrant {
     pub queue_records: u32,
     /// The request, whose output fields the node fills in.
     pub answer: Box<OpenSampling>,
+}
+
+impl SamplingGrant {
+    /// Queue bytes one record of this session can take: its largest
+    /// record (by kinds, sealed or not), header and length included.
+    pub fn record_bytes(&self) -> u64 {
+        use gpupm_uapi::sampling::{BranchSlot, BranchStackRecord, PcRecord, PcSlot};
+        let sealed = self.answer.confidential != 0;
+        let branch = self.demand.kinds & sample_kind::BRANCH_STACK != 0;
+        let payload = match (sealed, branch) {
+            (true, true) => size_of::<BranchSlot>(),
+            (true, false) => size_of::<PcSlot>(),
+            (false, true) => size_of::<BranchStackRecord>(),
+            (false, false) => size_of::<PcRecord>(),
+        };
+        (size_of::<SampleHeader>() + payload + size_of::<u32>()) as u64
+    }
 }
 
 /// Checks `TENANT_IOC_OPEN_SAMPLING`: shape first, then the scope.
@@ -120,10 +140,23 @@ fn checked_demand(arg: &OpenSampling) -> Result<Demand, RequestError> {
 pub(super) struct SampleQueue {
     bytes: VecDeque<u8>,
     sizes: VecDeque<u32>,
+    /// Most records queued.
     cap: usize,
+    /// Most bytes queued (the queue never reallocates past it).
+    cap_bytes: usize,
     next_seq: u64,
     /// Lost records not yet reported, per kind (branch, cycle).
     lost_pending: [u64; 2],
+}
+
+/// Makes room in `q` for `more` items, doubling its capacity as a vector
+/// does but never past `cap` items (what its session was charged for).
+fn grow_within<T>(q: &mut VecDeque<T>, more: usize, cap: usize) {
+    let need = q.len() + more;
+    if need > q.capacity() {
+        let want = q.capacity().saturating_mul(2).max(need).min(cap.max(need));
+        q.reserve_exact(want - q.len());
+    }
 }
 
 fn kind_index(kind: u16) -> usize {
@@ -131,11 +164,22 @@ fn kind_index(kind: u16) -> usize {
 }
 
 impl SampleQueue {
-    pub(super) fn new(cap: u32) -> Self {
+    /// A queue of `cap` records of at most `record_bytes` each (as
+    /// [`SamplingGrant::record_bytes`] counts them): what the session was
+    /// charged for. Its memory grows as records queue up (a reader that
+    /// keeps up keeps it small) and never past that.
+    pub(super) fn new(cap: u32, record_bytes: u64) -> Self {
+        let cap = cap as usize;
+        let cap_bytes = cap.saturating_mul(
+            usize::try_from(record_bytes)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(size_of::<u32>()),
+        );
         SampleQueue {
             bytes: VecDeque::new(),
             sizes: VecDeque::new(),
-            cap: cap as usize,
+            cap,
+            cap_bytes,
             next_seq: 1,
             lost_pending: [0; 2],
         }
@@ -152,12 +196,14 @@ impl SampleQueue {
         self.lost_pending[k] = self.lost_pending[k].saturating_add(lost);
         let mut dropped = 0;
         for r in records {
-            if self.sizes.len() >= self.cap {
+            let size = size_of::<SampleHeader>() + r.payload.len();
+            if self.sizes.len() >= self.cap || self.bytes.len() + size > self.cap_bytes {
                 self.lost_pending[k] += 1;
                 dropped += 1;
                 continue;
             }
-            let size = size_of::<SampleHeader>() + r.payload.len();
+            grow_within(&mut self.bytes, size, self.cap_bytes);
+            grow_within(&mut self.sizes, 1, self.cap);
             let header = SampleHeader {
                 kind: r.kind,
                 flags: r.flags,
@@ -202,7 +248,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_reports_device_and_queue_losses_in_the_next_record() {
-        let mut q = SampleQueue::new(2);
+        let mut q = SampleQueue::new(2, 72 + 4);
         let p = [7u8; 48];
         assert_eq!(
             q.push(sample_kind::CYCLE, 3, &[rec(&p), rec(&p), rec(&p)]),
@@ -219,5 +265,18 @@ mod tests {
         let (h, _) = SampleHeader::read_from_prefix(&out).unwrap();
         assert_eq!((h.seq, h.lost_before), (3, 1));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_queue_grows_with_its_records_and_never_past_its_charge() {
+        let mut q = SampleQueue::new(1000, 72 + 4);
+        let p = [1u8; 48];
+        q.push(sample_kind::CYCLE, 0, &[rec(&p)]);
+        assert!(q.bytes.capacity() < 1000 * 72, "nothing allocated ahead");
+        let many: Vec<Outgoing<'_>> = (0..1500).map(|_| rec(&p)).collect();
+        assert_eq!(q.push(sample_kind::CYCLE, 0, &many), 501);
+        assert_eq!(q.sizes.len(), 1000);
+        assert!(q.bytes.capacity() <= 1000 * 72, "{}", q.bytes.capacity());
+        assert!(q.sizes.capacity() <= 1000, "{}", q.sizes.capacity());
     }
 }

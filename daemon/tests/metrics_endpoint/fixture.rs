@@ -20,8 +20,11 @@ pub struct FxCtx {
     pub counters: [u64; MAX_EVENTS],
 }
 
-/// A fixed device: VM 1 (two contexts), VM 2 (confidential, one context),
-/// VM 3 (`vm3_contexts` contexts with distinct created cycles).
+/// A fixed device: VM 1 (context 1 in two instances, one retired, and
+/// context 2, retired), VM 2 (confidential, one context), VM 3
+/// (`vm3_contexts` contexts with distinct created cycles). A VM block holds
+/// the sum of its instances plus what pruned instances counted (as on the
+/// device: every event once in its context's block and once in its VM's).
 #[derive(Debug)]
 pub struct FixtureView {
     pub vms: BTreeMap<VmId, Option<[u64; MAX_EVENTS]>>,
@@ -52,9 +55,10 @@ impl FixtureView {
                     created_cycle,
                     state,
                 },
-                counters: counters(u64::from(ctx) + 10),
+                counters: counters(u64::from(ctx) + created_cycle % 7 + 10),
             });
         };
+        add(1, 1, 50, CtxState::Retired);
         add(1, 1, 100, CtxState::Active);
         add(2, 1, 200, CtxState::Retired);
         add(30, 2, 300, CtxState::Active);
@@ -67,12 +71,23 @@ impl FixtureView {
                 CtxState::Active,
             );
         }
-        let mut vm1 = counters(1);
-        vm1[event("sm_inst_executed")] = VM1_SM_INST_EXECUTED;
+        let sum_of = |vm: VmId, pruned: u64| {
+            let mut total = counters(pruned);
+            for c in contexts.iter().filter(|c| c.info.vm == vm) {
+                for (t, v) in total.iter_mut().zip(c.counters) {
+                    *t += v;
+                }
+            }
+            total
+        };
+        let mut vm1 = sum_of(1, 5);
+        let inst = event("sm_inst_executed");
+        vm1[inst] = VM1_SM_INST_EXECUTED;
+        let vm3 = sum_of(3, 6);
         let mut vms = BTreeMap::new();
         vms.insert(1, Some(vm1));
         vms.insert(2, None);
-        vms.insert(3, Some(counters(3)));
+        vms.insert(3, Some(vm3));
         let mut system = counters(9);
         system[event("nvlink_rx_flits")] = 4242;
         Self {
@@ -80,6 +95,13 @@ impl FixtureView {
             contexts,
             system,
         }
+    }
+
+    /// The fixture's instance (ctx, created cycle).
+    pub fn instance(&self, ctx: CtxId, created_cycle: u64) -> Option<&FxCtx> {
+        self.contexts
+            .iter()
+            .find(|c| c.info.ctx == ctx && c.info.created_cycle == created_cycle)
     }
 }
 
@@ -118,13 +140,21 @@ impl CounterView for FixtureView {
                 None => Totals::Sealed(vec![0xa5; 64]),
             }),
             Scope::Ctx(ctx) => {
-                let c = self.contexts.iter().find(|c| c.info.ctx == ctx)?;
-                Some(match self.vms.get(&c.info.vm)? {
-                    Some(_) => plain(c.counters),
-                    None => Totals::Sealed(vec![0x5a; 64]),
-                })
+                let latest = self.latest_instance(ctx)?;
+                self.instance_totals(ctx, latest.created_cycle)
             }
         }
+    }
+    fn instance_totals(&self, ctx: CtxId, created_cycle: u64) -> Option<Totals> {
+        let c = self.instance(ctx, created_cycle)?;
+        Some(match self.vms.get(&c.info.vm)? {
+            Some(_) => Totals::Plain {
+                counters: c.counters,
+                commit_seq: 1,
+                cycle: 10,
+            },
+            None => Totals::Sealed(vec![0x5a; 64]),
+        })
     }
     fn recent(&self, _scope: Scope, _max: usize) -> Option<Vec<DeltaSample>> {
         None

@@ -551,14 +551,20 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
         &dir,
         view.clone(),
         policy(),
+        crate::fixture::bounds(),
         gpupmd::tenant::DEFAULT_THREADS,
     )
     .expect("recovers the stale mount");
     let c = TenantClient::open(dir.join("node")).unwrap();
     assert_eq!(c.whoami().unwrap().admin, 1);
     drop(c);
-    let again =
-        gpupmd::tenant::TenantNode::mount(&dir, view, policy(), gpupmd::tenant::DEFAULT_THREADS);
+    let again = gpupmd::tenant::TenantNode::mount(
+        &dir,
+        view,
+        policy(),
+        crate::fixture::bounds(),
+        gpupmd::tenant::DEFAULT_THREADS,
+    );
     assert!(again.is_err(), "mounted over a live node");
     drop(node);
     let fs_type = nix::sys::statfs::statfs(&dir).unwrap().filesystem_type();

@@ -60,6 +60,7 @@ fn tenant_node_serves_a_stored_descriptor_and_leaves_the_mount_to_its_owner() {
         passed,
         Arc::clone(&view) as Arc<dyn CounterView>,
         policy(),
+        crate::fixture::bounds(),
         DEFAULT_THREADS,
     )
     .expect("serves the passed descriptor");

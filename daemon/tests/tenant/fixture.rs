@@ -91,6 +91,11 @@ pub fn policy() -> TenantPolicy {
     }
 }
 
+/// The default `[limits]` over [`policy`].
+pub fn bounds() -> Arc<gpupmd::tenant::bounds::Bounds> {
+    gpupmd::tenant::bounds::Bounds::new(gpupm_client::config::Limits::default(), &policy())
+}
+
 /// Checks what the tenant-node tests need.
 pub fn require_root_and_fuse() {
     gpupm_test_support::require_root_and_fuse("the tenant-node tests");
@@ -152,7 +157,7 @@ impl Fixture {
         totals.insert(Scope::Vm(2), plain(2000, 20));
         totals.insert(Scope::Ctx(21), plain(2100, 21));
         totals.insert(Scope::Ctx(22), plain(2200, 22));
-        let mut cipher = VmCipher::new(3, &KEY3, FIXTURE_SESSION);
+        let mut cipher = VmCipher::with_key(3, &KEY3, FIXTURE_SESSION);
         let mut sealed = HashMap::new();
         for (scope, kind, id, base) in [
             (Scope::Vm(3), block_kind::VM, 3, 3000),
@@ -365,6 +370,11 @@ pub struct Mounted {
 
 impl Mounted {
     pub fn new() -> Self {
+        Mounted::with_limits(gpupm_client::config::Limits::default())
+    }
+
+    /// A node bounded by `limits`.
+    pub fn with_limits(limits: gpupm_client::config::Limits) -> Self {
         require_root_and_fuse();
         let n = MOUNTS.fetch_add(1, Ordering::Relaxed);
         let dir =
@@ -374,6 +384,7 @@ impl Mounted {
             &dir,
             Arc::clone(&view) as Arc<dyn CounterView>,
             policy(),
+            gpupmd::tenant::bounds::Bounds::new(limits, &policy()),
             DEFAULT_THREADS,
         )
         .unwrap_or_else(|e| panic!("mounting the tenant node failed: {e}"));

@@ -2,9 +2,11 @@
 //! fixture view, called by real unprivileged users (forked children that
 //! drop to their credentials): isolation and the errno of every bad input
 //! ([`access`]), stream sessions ([`stream`]), sampling sessions ([`sampling`]), fuzzed ioctls ([`fuzz`]),
-//! and the descriptor the service manager passes ([`fdstore`]).
+//! the descriptor the service manager passes ([`fdstore`]) and the
+//! `[limits]` bounds and their errnos ([`bounds`]).
 
 mod access;
+mod bounds;
 mod fdstore;
 mod fixture;
 mod fuzz;

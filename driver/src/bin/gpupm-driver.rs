@@ -10,6 +10,10 @@
 //! `--transport cuse`: the driver creates the character device
 //! `/dev/gpupm0` through `/dev/cuse` (as root) and removes it on exit;
 //! `--node-dir` is not used.
+//!
+//! `gpupm-driver provision`: the emulated factory — writes a device identity
+//! (an Ed25519 key and the vendor's certificate for it) that `--identity`
+//! then loads (`docs/confidential.md`, "The emulation boundary").
 
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
@@ -21,7 +25,9 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use gpupm_client::cpus::{CpuList, UnusableCpus};
+use gpupm_client::mirror::MirrorDirs;
 use gpupm_client::paths::{CUSE_DEVNAME, DEFAULT_CUSE_NODE, NODE_FDNAME};
+use gpupm_driver::model::cc::DeviceIdentity;
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::node::access::{self, AccessPolicy};
 use gpupm_driver::node::backend::DeviceBackend;
@@ -56,11 +62,24 @@ enum TransportKind {
 
 /// Serve the emulated gpupm device as a device node.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Subcommand>,
     /// Scenario file (default: the built-in scenario).
     #[arg(long, value_name = "FILE")]
     scenario: Option<PathBuf>,
+    /// Accept `confidential_key` in the scenario file. Such a key is
+    /// written by the host, so it keeps nothing from the host: for tests
+    /// and `gpupm demo` only; the shipped units never pass this.
+    #[arg(long)]
+    insecure_scenario_keys: bool,
+    /// The device's identity (written by `gpupm-driver provision`): the key
+    /// confidential VMs' tenants establish their sessions with. A missing
+    /// file leaves the device without one (logged): its confidential VMs
+    /// then stay without sessions and publish nothing readable.
+    #[arg(long, value_name = "FILE")]
+    identity: Option<PathBuf>,
     /// Device clock.
     #[arg(long, value_enum, default_value_t = Clock::Realtime)]
     clock: Clock,
@@ -92,6 +111,16 @@ struct Args {
     /// one host keep theirs apart; `/run/gpupm/mirror` for CUSE.
     #[arg(long, value_name = "DIR")]
     mirror_dir: Option<PathBuf>,
+    /// Directory of the mirror's waiter file, which the following daemon
+    /// writes (it registers there as a sleeper). Checked as the mirror's
+    /// directory is; the file is shared (0660) with this directory's group
+    /// when that group may search it, so give it a group of the following
+    /// daemon alone, as the shipped units' /run/gpupm/mirror/waiters
+    /// (gpupm-driver:gpupm 2750) does: whoever may write the file may
+    /// truncate it, which kills the driver and the daemon. Default: the
+    /// mirror's directory, where the file is owner-only (0600).
+    #[arg(long, value_name = "DIR")]
+    mirror_waiters_dir: Option<PathBuf>,
     /// Keep no commit mirror (`GPUPM_IOC_MIRROR_INFO` answers ENODEV):
     /// hosts follow commits with `GPUPM_IOC_WAIT_COMMIT`.
     #[arg(long)]
@@ -103,6 +132,34 @@ struct Args {
     /// should match. Default: wherever the scheduler puts them.
     #[arg(long, value_name = "LIST")]
     cpus: Option<CpuList>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Subcommand {
+    /// The emulated factory: write a device identity certified by the
+    /// vendor root's private key (exit 0 also when --if-missing keeps one).
+    Provision(ProvisionArgs),
+}
+
+/// Arguments of `gpupm-driver provision`.
+#[derive(Debug, clap::Args)]
+struct ProvisionArgs {
+    /// The vendor root's private key (32 raw bytes or 64 hex digits, a
+    /// file only its owner may access; the package's is
+    /// /usr/lib/gpupm/factory/vendor-root.key).
+    #[arg(long, value_name = "FILE")]
+    vendor_key: PathBuf,
+    /// Where to write the identity (mode 0600, given to the directory's
+    /// owner).
+    #[arg(long, value_name = "FILE")]
+    identity: PathBuf,
+    /// Keep an existing identity and succeed.
+    #[arg(long, conflicts_with = "force")]
+    if_missing: bool,
+    /// Replace an existing identity (the device becomes another device to
+    /// every tenant that knew it).
+    #[arg(long)]
+    force: bool,
 }
 
 /// Upper bound of `--threads`: more than the requests that can usefully be
@@ -144,9 +201,27 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
             .map_err(|e| DriverError::Scenario(e.to_string()))?,
         None => gpupm_driver::scenario::builtin(),
     };
+    let keyed: Vec<u32> = scenario
+        .vms
+        .iter()
+        .filter(|v| v.confidential_key.is_some())
+        .map(|v| v.id)
+        .collect();
+    if !keyed.is_empty() {
+        if !args.insecure_scenario_keys {
+            return Err(DriverError::Scenario(format!(
+                "{}: VM {keyed:?} has a confidential_key, which the host wrote and can read: \
+                 refusing it (use `confidential = true` and let the VM's tenant run \
+                 `gpupm cc establish`; --insecure-scenario-keys accepts it for tests and demos)",
+                scenario.name
+            )));
+        }
+        tracing::warn!(vms = ?keyed, "INSECURE: confidential VMs start with keys from the scenario file, which the host can read (--insecure-scenario-keys)");
+    }
     let step = args.clock == Clock::Step;
-    let dev = Device::new(&scenario, EngineKind::Batched, step)
+    let mut dev = Device::new(&scenario, EngineKind::Batched, step)
         .map_err(|e| DriverError::Scenario(format!("{}: {e}", scenario.name)))?;
+    install_identity(&mut dev, args.identity.as_deref());
     tracing::info!(scenario = %scenario.name, step_clock = step, debug_ledger = args.debug_ledger, "device model built");
     Ok(Box::new(if args.debug_ledger {
         ModelBackend::with_debug_ledger(dev)
@@ -155,8 +230,60 @@ fn make_backend(args: &Args) -> Result<Box<dyn DeviceBackend>, DriverError> {
     }))
 }
 
+/// Loads the device identity in `path`, if any; without one the device
+/// answers key exchanges with ENODEV.
+fn install_identity(dev: &mut Device, path: Option<&Path>) {
+    let Some(path) = path else {
+        tracing::info!("no --identity: confidential VMs cannot establish sessions");
+        return;
+    };
+    if !path.exists() {
+        tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
+        return;
+    }
+    match DeviceIdentity::load(path) {
+        Ok(id) => {
+            tracing::info!(identity = %path.display(), serial = %hex(&id.cert().serial), "device identity loaded");
+            dev.install_identity(id);
+        }
+        Err(e) => {
+            tracing::error!(identity = %path.display(), error = %anyhow::Error::new(e), "the device identity is unusable: confidential VMs cannot establish sessions");
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `gpupm-driver provision`.
+fn provision(a: &ProvisionArgs) -> ExitCode {
+    match gpupm_driver::model::cc::identity::provision(
+        &a.vendor_key,
+        &a.identity,
+        a.if_missing,
+        a.force,
+    ) {
+        Ok(true) => {
+            eprintln!(
+                "gpupm-driver: provisioned a device identity in {}",
+                a.identity.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Subcommand::Provision(a)) = &args.command {
+        return provision(a);
+    }
     if let Err(e) = logging::init(Path::new(logging::DEFAULT_JOURNAL_SOCKET)) {
         eprintln!("gpupm-driver: {e}");
     }
@@ -266,16 +393,16 @@ fn mirror_dir(args: &Args) -> PathBuf {
     }
 }
 
-/// Creates the commit mirror in `dir`; without it (a failure is logged)
+/// Creates the commit mirror in `dirs`; without it (a failure is logged)
 /// hosts fall back to `GPUPM_IOC_WAIT_COMMIT`.
-fn start_mirror(core: &NodeCore, dir: &Path) {
+fn start_mirror(core: &NodeCore, dirs: MirrorDirs<'_>) {
     // A new generation per driver start: readers of a previous driver's
     // mirror see it change.
     let generation = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-    if let Err(e) = core.start_mirror(dir, generation) {
-        tracing::warn!(dir = %dir.display(), error = %e, "no commit mirror");
+    if let Err(e) = core.start_mirror(dirs, generation) {
+        tracing::warn!(dir = %dirs.mirror.display(), error = %e, "no commit mirror");
     }
 }
 
@@ -298,7 +425,12 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
     if !args.no_mirror {
-        start_mirror(&core, &mirror_dir(args));
+        let dir = mirror_dir(args);
+        let dirs = MirrorDirs {
+            mirror: &dir,
+            waiters: args.mirror_waiters_dir.as_deref(),
+        };
+        start_mirror(&core, dirs);
     }
     let mut transport = make_transport(args, &core, inherited)?;
     transport.mount()?;

@@ -45,7 +45,12 @@ impl VmTable {
     pub fn configure(&mut self, spec: &VmSpec, session: u64) {
         let e = &mut self.entries[spec.id as usize];
         e.partition = spec.partition;
-        e.keys = KeySlot::new(spec.id, spec.confidential_key.as_ref(), session);
+        e.keys = KeySlot::new(
+            spec.id,
+            spec.is_confidential(),
+            spec.confidential_key.as_ref(),
+            session,
+        );
     }
 
     /// Moves every confidential VM to device session `session` (reset).
@@ -85,6 +90,12 @@ impl VmTable {
     #[inline]
     pub fn cipher(&mut self, vm: u32) -> Option<&mut VmCipher> {
         self.entries.get_mut(vm as usize)?.keys.cipher()
+    }
+
+    /// The cipher of VM `vm`, if it is confidential (read only).
+    #[inline]
+    pub fn cipher_ref(&self, vm: u32) -> Option<&VmCipher> {
+        self.entries.get(vm as usize)?.keys.cipher_ref()
     }
 
     /// Runnable contexts of VM `vm`, in id order.
@@ -155,6 +166,7 @@ mod tests {
             &VmSpec {
                 id: 3,
                 partition: 2,
+                confidential: false,
                 confidential_key: None,
             },
             1,

@@ -7,6 +7,7 @@
 
 use std::time::Instant;
 
+use gpupm_uapi::cc::{Finish, KeyExchange};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp, RiLedgerQuery};
 
@@ -27,6 +28,10 @@ pub enum BackendError {
     /// The device model failed internally.
     #[error("device fault: {0}")]
     Fault(String),
+    /// The device lacks what the request needs (a confidential key
+    /// exchange on a device without an identity).
+    #[error("not available on this device: {0}")]
+    Unavailable(String),
 }
 
 /// A device that a node transport serves.
@@ -74,6 +79,10 @@ pub trait DeviceBackend: Send + 'static {
     ) -> Result<gpupm_uapi::ranges::CallLedgerQuery, BackendError>;
     /// Device reset.
     fn reset(&mut self) -> Result<(), BackendError>;
+    /// A confidential VM's key exchange: fills the output fields of `msg`.
+    fn cc_key_exchange(&mut self, msg: &mut KeyExchange) -> Result<(), BackendError>;
+    /// Finishes a confidential VM's key exchange: fills `msg.key_epoch`.
+    fn cc_finish(&mut self, msg: &mut Finish) -> Result<(), BackendError>;
     /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).
     fn tick(&mut self, now: Instant);
     /// Interrupt records with seq >= `from_seq` appended to `out` (oldest

@@ -112,9 +112,13 @@ impl NodeCore {
 
     /// Creates the commit mirror in `dir` with `generation`, with a ring
     /// area for the device's stream rings, and keeps it current.
-    pub fn start_mirror(&self, dir: &std::path::Path, generation: u64) -> std::io::Result<()> {
+    pub fn start_mirror(
+        &self,
+        dirs: gpupm_client::mirror::MirrorDirs<'_>,
+        generation: u64,
+    ) -> std::io::Result<()> {
         let rings = super::mirror::ring_layouts(self.lock().backend.as_mut());
-        let mirror = Mirror::create(dir, generation, &rings)?;
+        let mirror = Mirror::create(dirs, generation, &rings)?;
         tracing::info!(path = %mirror.path().display(), "commit mirror created");
         self.set_mirror(mirror);
         Ok(())

@@ -50,6 +50,7 @@ impl NodeError {
             }
             NodeError::Backend(BackendError::Busy(_)) => libc::EBUSY,
             NodeError::Backend(BackendError::Fault(_)) => libc::EIO,
+            NodeError::Backend(BackendError::Unavailable(_)) => libc::ENODEV,
             NodeError::AccessDenied { .. } => libc::EACCES,
             NodeError::Malformed(_) => libc::EINVAL,
             NodeError::UnknownIoctl(_) | NodeError::NotOnThisNode(_) => libc::ENOTTY,

@@ -7,6 +7,7 @@
 //! Every check runs before the backend is called, so a malformed request
 //! changes nothing.
 
+mod cc;
 mod ledger;
 
 use gpupm_uapi::ioc;
@@ -69,6 +70,8 @@ pub fn dispatch(
         GPUPM_IOC_LEDGER_RANGES => ledger::ranges(backend, decode(input)?),
         GPUPM_IOC_LEDGER_CALLS => ledger::calls(backend, decode(input)?),
         GPUPM_IOC_RESET => reset(backend, decode(input)?),
+        gpupm_uapi::ioctl::GPUPM_IOC_CC_KEY_EXCHANGE => cc::key_exchange(backend, decode(input)?),
+        gpupm_uapi::ioctl::GPUPM_IOC_CC_FINISH => cc::finish(backend, decode(input)?),
         // Parks until a commit: only `NodeCore::ioctl_deferred` serves it.
         GPUPM_IOC_WAIT_COMMIT => Err(malformed("a commit wait cannot be answered at once")),
         // The mirror is the node's: `NodeCore::ioctl` answers it.

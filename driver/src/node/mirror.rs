@@ -22,7 +22,7 @@
 
 use std::path::Path;
 
-use gpupm_client::mirror::{MirrorWriter, RingLayout};
+use gpupm_client::mirror::{MirrorDirs, MirrorWriter, RingLayout};
 use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
 use gpupm_uapi::layout::{block_slot_offset, BlockSlot, StreamSlot, STREAM_SLOT_SIZE};
 use gpupm_uapi::mirror::MirrorInfo;
@@ -95,11 +95,15 @@ pub struct Mirror {
 }
 
 impl Mirror {
-    /// Creates the mirror files in `dir` with `generation` and a ring
-    /// area for `rings` (see [`MirrorWriter::create`] for the checks).
-    pub fn create(dir: &Path, generation: u64, rings: &[RingLayout]) -> std::io::Result<Mirror> {
+    /// Creates the mirror files in `dirs` with `generation` and a ring
+    /// area for `rings` (see [`MirrorWriter::create_in`] for the checks).
+    pub fn create(
+        dirs: MirrorDirs<'_>,
+        generation: u64,
+        rings: &[RingLayout],
+    ) -> std::io::Result<Mirror> {
         Ok(Mirror {
-            writer: MirrorWriter::create_with_rings(dir, generation, rings)?,
+            writer: MirrorWriter::create_in(dirs, generation, rings)?,
             rings: rings.iter().map(|&l| (l, 0)).collect(),
             records: vec![0; RECORDS_PER_READ as usize * size_of::<StreamSlot>()],
             // No count matches: the first delivery publishes every block

@@ -3,10 +3,12 @@
 
 use std::time::Instant;
 
+use gpupm_uapi::cc::{Finish, KeyExchange};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::{BlockLedgerQuery, Identity, LedgerQuery, RegOp, RiLedgerQuery};
 
 use super::backend::{BackendError, DeviceBackend};
+use crate::model::cc::ExchangeError;
 use crate::model::{Device, DeviceError, RegError};
 
 /// The emulated device behind a node.
@@ -48,6 +50,15 @@ impl ModelBackend {
 
 fn invalid(e: impl std::fmt::Display) -> BackendError {
     BackendError::Invalid(e.to_string())
+}
+
+fn from_exchange(e: ExchangeError) -> BackendError {
+    match e {
+        ExchangeError::NoIdentity => BackendError::Unavailable(e.to_string()),
+        ExchangeError::SessionExists(_) => BackendError::Busy(e.to_string()),
+        ExchangeError::Entropy(_) => BackendError::Fault(e.to_string()),
+        other => invalid(other),
+    }
 }
 
 fn from_device(e: DeviceError) -> BackendError {
@@ -145,6 +156,14 @@ impl DeviceBackend for ModelBackend {
         self.dev
             .reset()
             .map_err(|e| BackendError::Fault(e.to_string()))
+    }
+
+    fn cc_key_exchange(&mut self, msg: &mut KeyExchange) -> Result<(), BackendError> {
+        self.dev.cc_key_exchange(msg).map_err(from_exchange)
+    }
+
+    fn cc_finish(&mut self, msg: &mut Finish) -> Result<(), BackendError> {
+        self.dev.cc_finish(msg).map_err(from_exchange)
     }
 
     fn tick(&mut self, now: Instant) {

@@ -69,9 +69,14 @@ mod tests {
         assert_eq!(
             s.vms
                 .iter()
-                .filter(|v| v.confidential_key.is_some())
-                .count(),
-            1
+                .map(|v| (v.id, v.confidential))
+                .filter(|&(_, c)| c)
+                .collect::<Vec<_>>(),
+            [(4, true)]
+        );
+        assert!(
+            s.vms.iter().all(|v| v.confidential_key.is_none()),
+            "the built-in scenario gives no VM a key (anyone holding the binary would know it)"
         );
         assert!(s.profiles.len() >= 4);
         assert!(s.profiles.iter().any(|p| p.phases.len() >= 2));

@@ -121,7 +121,6 @@ mod example_tests {
     fn documented_example_resolves_to_the_expected_scenario() {
         let text = include_str!("example.toml");
         let parsed = parse("example.toml", text);
-        let key: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap_or(u8::MAX));
         let block = |name: &str, instructions, cpi: Vec<f64>, throttle, exit| BlockSpec {
             name: name.into(),
             instructions,
@@ -211,12 +210,14 @@ mod example_tests {
                 VmSpec {
                     id: 1,
                     partition: 1,
+                    confidential: false,
                     confidential_key: None,
                 },
                 VmSpec {
                     id: 2,
                     partition: 2,
-                    confidential_key: Some(key),
+                    confidential: true,
+                    confidential_key: None,
                 },
             ],
             profiles: vec![

@@ -171,6 +171,7 @@ pub(super) struct RawPartition {
 pub(super) struct RawVm {
     pub id: Spanned<u32>,
     pub partition: Spanned<u32>,
+    pub confidential: Option<Spanned<bool>>,
     pub confidential_key: Option<Spanned<String>>,
 }
 

@@ -159,9 +159,20 @@ pub(super) fn vms(raw: &[RawVm], partitions: &[PartitionSpec]) -> Result<Vec<VmS
             ));
         }
         let confidential_key = v.confidential_key.as_ref().map(hex_key).transpose()?;
+        if let (Some(flag), Some(_)) = (&v.confidential, &confidential_key) {
+            if !flag.get_ref() {
+                return Err(SpanError::new(
+                    flag.span(),
+                    format!("VM {id} has a confidential_key but confidential = false"),
+                ));
+            }
+        }
+        let confidential =
+            v.confidential.as_ref().is_some_and(|f| *f.get_ref()) || confidential_key.is_some();
         out.push(VmSpec {
             id,
             partition,
+            confidential,
             confidential_key,
         });
     }
@@ -334,6 +345,20 @@ mod tests {
         let s = ok(&good);
         let key = s.vms[0].confidential_key;
         assert_eq!(key.map(|k| (k[0], k[1], k[31])), Some((0x0f, 0xa1, 0xa1)));
+        assert!(s.vms[0].confidential, "a key makes the VM confidential");
         assert_eq!(s.vms[1].confidential_key, None);
+    }
+
+    #[test]
+    fn a_vm_is_confidential_without_a_key() {
+        let s = ok("[[vm]]\nid = 2\npartition = 1\nconfidential = true\n");
+        assert!(s.vms[0].confidential);
+        assert_eq!(s.vms[0].confidential_key, None);
+        assert!(!s.vms[1].confidential);
+        let e = err(&format!(
+            "[[vm]]\nid = 2\npartition = 1\nconfidential = false\nconfidential_key = \"{}\"\n",
+            "00".repeat(32)
+        ));
+        assert_at(&e, 4, "has a confidential_key but confidential = false");
     }
 }

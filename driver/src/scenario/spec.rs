@@ -118,8 +118,22 @@ pub struct VmSpec {
     pub id: u32,
     /// Partition slot it is bound to.
     pub partition: u32,
-    /// AES-256 key (64 hex digits in TOML) when the VM is confidential.
+    /// Whether the VM is confidential: its counts leave the device only
+    /// sealed under a session its tenant establishes (`docs/confidential.md`).
+    pub confidential: bool,
+    /// A key given in the scenario (64 hex digits in TOML): the VM starts
+    /// with a session under it at every device start and reset. The host
+    /// wrote it, so it protects nothing from the host: `gpupm-driver`
+    /// refuses such a scenario unless run with `--insecure-scenario-keys`
+    /// (tests and `gpupm demo`). Implies `confidential`.
     pub confidential_key: Option<[u8; 32]>,
+}
+
+impl VmSpec {
+    /// Whether the VM is confidential (`confidential`, or a scenario key).
+    pub fn is_confidential(&self) -> bool {
+        self.confidential || self.confidential_key.is_some()
+    }
 }
 
 /// An activity profile: phases that repeat.

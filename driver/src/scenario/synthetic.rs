@@ -71,6 +71,7 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
         .map(|id| VmSpec {
             id,
             partition: (id - 1) % n_parts + 1,
+            confidential: false,
             confidential_key: None,
         })
         .collect();

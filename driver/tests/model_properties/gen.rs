@@ -147,6 +147,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                     .map(|(i, &(p, cc))| VmSpec {
                         id: i as u32 + 1,
                         partition: slots[p],
+                        confidential: cc,
                         confidential_key: cc.then_some([i as u8 + 1; 32]),
                     })
                     .collect();

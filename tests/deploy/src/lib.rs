@@ -15,6 +15,7 @@ pub mod prometheus;
 pub mod promql;
 pub mod rules;
 pub mod scenario;
+pub mod web;
 
 use std::path::PathBuf;
 

@@ -1,6 +1,9 @@
 //! One gpupm node as the tests run it: the real `gpupm-driver` on a step
 //! clock and the real `gpupmd`, on private node, tenant and state
-//! directories, with the metrics endpoint on its own loopback port.
+//! directories, with its metrics listeners on loopback ports of their own:
+//! the local one (health only) and the authenticated one with tenant
+//! series (TLS and basic auth, the fleet's [`WebAuth`]), which Prometheus
+//! scrapes.
 
 use std::fs;
 use std::net::SocketAddr;
@@ -12,7 +15,9 @@ use nix::unistd::Pid;
 
 use crate::device::Device;
 use crate::process::Proc;
+use crate::web::WebAuth;
 use crate::{http, require_root_and_fuse};
+use gpupm_test_support::web::Client;
 use gpupm_test_support::Scratch;
 
 /// The directory holding this build's binaries (one build per test
@@ -26,8 +31,12 @@ pub fn binaries() -> PathBuf {
 pub struct Node {
     /// Its name (the `instance` label the tests give it).
     pub name: String,
-    /// The metrics endpoint; the same across daemon restarts.
+    /// The authenticated metrics listener (HTTPS, basic auth, tenant
+    /// series); the same across daemon restarts.
     pub metrics: SocketAddr,
+    /// The local metrics listener (health only, no credentials).
+    pub local_metrics: SocketAddr,
+    client: Client,
     daemon: Option<Proc>,
     driver: Proc,
     // Dropped last: unmounts what the processes leave.
@@ -36,9 +45,10 @@ pub struct Node {
 
 impl Node {
     /// Starts `gpupm-driver --clock step` with `scenario` (TOML text) and
-    /// `gpupmd` with `daemon_toml` (extra top-level keys and tables) on an
-    /// ephemeral loopback port; returns once both sent `READY=1`.
-    pub fn start(name: &str, scenario: &str, daemon_toml: &str) -> Node {
+    /// `gpupmd` with `daemon_toml` (extra top-level keys and tables) and
+    /// `auth`'s web configuration on ephemeral loopback ports; returns once
+    /// both sent `READY=1`.
+    pub fn start(name: &str, scenario: &str, daemon_toml: &str, auth: &WebAuth) -> Node {
         require_root_and_fuse();
         let bins = binaries();
         let dir = Scratch::new(&format!("node-{name}"));
@@ -49,6 +59,10 @@ impl Node {
             .arg("--node-dir")
             .arg(dir.join("dev"))
             .env("RUST_LOG", "info");
+        if scenario.contains("confidential_key") {
+            // The fleet's confidential VM has its key in the scenario.
+            cmd.arg("--insecure-scenario-keys");
+        }
         let mut driver = Proc::spawn(
             "gpupm-driver",
             cmd,
@@ -62,30 +76,47 @@ impl Node {
         } else {
             format!("[pages]\ndir = {:?}\n", dir.join("pages"))
         };
-        let config = |listen: &str| {
+        let config = |local: &str, authenticated: &str| {
             format!(
-                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{daemon_toml}\n{pages}[metrics]\nlisten = \"{listen}\"\n",
+                "node_dir = {:?}\ntenant_dir = {:?}\nstate_dir = {:?}\n{daemon_toml}\n{pages}[metrics]\nlisten = \"{local}\"\n\
+                 [metrics.authenticated]\nlisten = \"{authenticated}\"\nweb_config_file = {:?}\ntenant_series = true\n",
                 dir.join("dev"),
                 dir.join("tenant"),
                 dir.join("state"),
+                auth.web_config.display().to_string(),
             )
         };
-        fs::write(dir.join("gpupmd.toml"), config("127.0.0.1:0")).expect("write the config");
+        fs::write(
+            dir.join("gpupmd.toml"),
+            config("127.0.0.1:0", "127.0.0.1:0"),
+        )
+        .expect("write the config");
         let mut daemon = spawn_daemon(&dir);
         let status = daemon.wait_for("STATUS=serving");
         daemon.wait_for("READY=1");
-        let metrics = status
-            .split("metrics on http://")
+        let local_metrics = status
+            .split("; metrics on http://")
             .nth(1)
             .and_then(|rest| rest.strip_suffix("/metrics"))
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("no metrics address in {status:?}"));
+        let metrics = status
+            .split("authenticated metrics at https://")
+            .nth(1)
+            .and_then(|rest| rest.split_once("/metrics"))
+            .and_then(|(a, _)| a.parse().ok())
+            .unwrap_or_else(|| panic!("no authenticated metrics address in {status:?}"));
         // Restarts listen where Prometheus already scrapes.
-        fs::write(dir.join("gpupmd.toml"), config(&format!("{metrics}")))
-            .expect("write the config");
+        fs::write(
+            dir.join("gpupmd.toml"),
+            config(&format!("{local_metrics}"), &format!("{metrics}")),
+        )
+        .expect("write the config");
         Node {
             name: name.to_owned(),
             metrics,
+            local_metrics,
+            client: auth.client(),
             daemon: Some(daemon),
             driver,
             dir,
@@ -118,11 +149,22 @@ impl Node {
         self.daemon = Some(daemon);
     }
 
-    /// One scrape of the metrics endpoint (Prometheus text format).
+    /// One scrape of the authenticated listener (Prometheus text format).
     pub fn scrape(&self) -> String {
-        match http::get(self.metrics, "/metrics") {
-            Ok((200, body)) => body,
+        match self.client.get(self.metrics, "/metrics") {
+            Ok((200, _, body)) => body,
             other => panic!("scraping {} at {}: {other:?}", self.name, self.metrics),
+        }
+    }
+
+    /// One scrape of the local listener, without credentials.
+    pub fn scrape_local(&self) -> String {
+        match http::get(self.local_metrics, "/metrics") {
+            Ok((200, body)) => body,
+            other => panic!(
+                "scraping {} at {}: {other:?}",
+                self.name, self.local_metrics
+            ),
         }
     }
 

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use crate::web::WebAuth;
 use crate::{http, require_tool, wait_until};
 use gpupm_test_support::Scratch;
 
@@ -17,7 +18,8 @@ pub const INTERVAL: &str = "500ms";
 /// How often the tests poll the API while they wait for a condition.
 pub const POLL: Duration = Duration::from_millis(200);
 
-/// One scrape target: its `instance` label and address.
+/// One scrape target: its `instance` label and address (a node's
+/// authenticated listener).
 #[derive(Clone, Debug)]
 pub struct Target {
     /// The `instance` label.
@@ -53,10 +55,10 @@ pub struct Prometheus {
 }
 
 impl Prometheus {
-    /// Starts a server scraping `targets` as job `gpupm` every
-    /// [`INTERVAL`] and evaluating `rule_files` as often; returns once it
-    /// is ready.
-    pub fn start(targets: &[Target], rule_files: &[PathBuf]) -> Prometheus {
+    /// Starts a server scraping `targets` as job `gpupm` (over HTTPS with
+    /// basic auth, with `auth`'s credentials) every [`INTERVAL`] and
+    /// evaluating `rule_files` as often; returns once it is ready.
+    pub fn start(targets: &[Target], rule_files: &[PathBuf], auth: &WebAuth) -> Prometheus {
         let binary = require_tool("prometheus", "prometheus");
         let dir = Scratch::new("prometheus");
         let mut config = format!(
@@ -65,7 +67,9 @@ impl Prometheus {
         for f in rule_files {
             writeln!(config, "  - {:?}", f.display().to_string()).unwrap();
         }
-        config.push_str("scrape_configs:\n  - job_name: gpupm\n    static_configs:\n");
+        config.push_str("scrape_configs:\n  - job_name: gpupm\n");
+        config.push_str(&auth.job_settings());
+        config.push_str("    static_configs:\n");
         for t in targets {
             writeln!(
                 config,

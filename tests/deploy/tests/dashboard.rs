@@ -17,6 +17,7 @@ use gpupm_deploy_tests::prometheus::{Prometheus, Target, POLL};
 use gpupm_deploy_tests::promql::{grafana_to_promql, metric_names, variables};
 use gpupm_deploy_tests::rules::{self, ALERTS, RECORDING};
 use gpupm_deploy_tests::scenario::{scenario, STEP};
+use gpupm_deploy_tests::web::WebAuth;
 use gpupm_deploy_tests::{repo, wait_until};
 use serde_json::Value;
 
@@ -130,7 +131,8 @@ fn scraped_names(scrape: &str) -> BTreeSet<String> {
 
 #[test]
 fn every_metric_named_is_scraped_or_recorded_and_every_panel_shows_data() {
-    let mut node = Node::start("node-a", &scenario(31), "");
+    let auth = WebAuth::new();
+    let mut node = Node::start("node-a", &scenario(31), "", &auth);
     let dev = node.device();
     for _ in 0..20 {
         assert!(
@@ -181,7 +183,11 @@ fn every_metric_named_is_scraped_or_recorded_and_every_panel_shows_data() {
         instance: node.name.clone(),
         addr: node.metrics,
     };
-    let prom = Prometheus::start(&[target], &[rules::path(RECORDING), rules::path(ALERTS)]);
+    let prom = Prometheus::start(
+        &[target],
+        &[rules::path(RECORDING), rules::path(ALERTS)],
+        &auth,
+    );
     wait_until(
         "every panel and variable shows data",
         Duration::from_secs(60),

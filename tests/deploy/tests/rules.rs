@@ -115,3 +115,61 @@ fn every_recording_rule_has_expected_samples_in_a_unit_test() {
         );
     }
 }
+
+/// `deploy/prometheus/gpupm-scrape.yml` agrees with the package's daemon
+/// configuration: the job the rules expect, over HTTPS with basic auth, to
+/// the port of the documented `[metrics.authenticated]` listener; and
+/// `promtool check config` accepts it once its files exist.
+#[test]
+fn the_shipped_scrape_job_reaches_the_authenticated_listener_and_promtool_accepts_it() {
+    let text = std::fs::read_to_string(repo().join("deploy/prometheus/gpupm-scrape.yml"))
+        .expect("the scrape configuration");
+    let doc = load_yaml(&repo().join("deploy/prometheus/gpupm-scrape.yml"));
+    let job = &doc["scrape_configs"][0];
+    assert_eq!(job["job_name"].as_str(), Some("gpupm"));
+    assert_eq!(job["scheme"].as_str(), Some("https"));
+    assert!(job["tls_config"]["ca_file"].as_str().is_some());
+    assert!(job["basic_auth"]["password_file"].as_str().is_some());
+    let documented = std::fs::read_to_string(repo().join("daemon/gpupmd.toml")).unwrap();
+    let section = documented
+        .split("[metrics.authenticated]")
+        .nth(1)
+        .expect("gpupmd.toml documents [metrics.authenticated]");
+    let port = section
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \""))
+        .and_then(|l| l.split('"').next())
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(_, p)| p.to_owned())
+        .expect("its listen address");
+    for t in job["static_configs"][0]["targets"]
+        .as_vec()
+        .expect("targets")
+    {
+        let target = t.as_str().expect("a target");
+        assert!(
+            target.ends_with(&format!(":{port}")),
+            "{target} is not port {port}"
+        );
+    }
+
+    // promtool checks the files a job names: give it real ones.
+    let dir = gpupm_test_support::Scratch::new("scrape-config");
+    let mut local = text;
+    for (from, name) in [
+        ("/etc/prometheus/gpupm-ca.crt", "ca.crt"),
+        ("/etc/prometheus/gpupm-password", "password"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, "x").unwrap();
+        local = local.replace(from, &path.display().to_string());
+    }
+    local = local.replace(
+        "/usr/share/gpupm/prometheus/",
+        &format!("{}/", repo().join("deploy/prometheus").display()),
+    );
+    let config = dir.join("prometheus.yml");
+    std::fs::write(&config, local).unwrap();
+    let (ok, out) = promtool(&["check", "config", &config.display().to_string()]);
+    assert!(ok, "promtool check config:\n{out}");
+}

@@ -42,7 +42,8 @@ fn gpupmd_cuse_toml() -> String {
 }
 
 /// The PMU lane's checks, then the CUSE checks (after `unload` has stopped
-/// the FUSE services, before `dmesg` looks at everything), in order.
+/// the FUSE services), then CPU hotplug and the in-section reader (with no
+/// daemon publishing), before `dmesg` looks at everything, in order.
 fn pmu_and_cuse_lane() -> Lane {
     [
         "module",
@@ -58,6 +59,8 @@ fn pmu_and_cuse_lane() -> Lane {
         "cuse_node",
         "cuse_daemon",
         "cuse_bench",
+        "hotplug",
+        "nmi_read",
         "dmesg",
     ]
     .iter()

@@ -1,14 +1,15 @@
 //! Rekeying a confidential VM from its tenant's tool, through `gpupmd`
-//! (issue #9): the real driver (step clock, `--debug-ledger`) and daemon
-//! as processes, tenants as real unprivileged uids (`setpriv` for `gpupm`,
-//! forked children for raw requests). The tenant replaces its VM's key
-//! with `gpupm cc rekey` and then reads its totals with the new key, equal
-//! to the (sealed) ledger; the old key opens nothing new. Another tenant,
-//! the admin, a plain or missing VM, a blob sealed under a wrong key, a
-//! replayed blob, malformed requests and a key file others may read are
-//! refused with the documented errors, and nothing changed: every
-//! register, the memory window and the admin's view of the daemon are
-//! byte-identical before and after.
+//! (issues #9, #26): the real driver (step clock, `--debug-ledger`, a
+//! device identity) and daemon as processes, tenants as real unprivileged
+//! uids (`setpriv` for `gpupm`, forked children for raw requests). The
+//! tenant establishes the VM's session (`gpupm cc establish`), replaces
+//! its key with `gpupm cc rekey` and then reads its totals through the
+//! session, equal to the (sealed) ledger; the old keys open nothing new.
+//! Another tenant, the admin, a plain or missing VM, a blob sealed under a
+//! wrong key, a replayed blob, malformed requests and a key file others
+//! may read are refused with the documented errors, and nothing changed:
+//! every register, the memory window and the admin's view of the daemon
+//! are byte-identical before and after.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,10 +17,11 @@ use std::path::Path;
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_driver::model::cc::{open_ledger, Key, RekeyBlob};
 use gpupm_test_support::cc::{
-    admin_view, drive, flush_and_settle, key_file, scenario, tenants, total, window, RegisterMap,
-    CC_KEY, CC_VM, OTHER_VM, PLAIN_VM, UID_CC, UID_OTHER, UID_PLAIN,
+    admin_view, drive, flush_and_settle, install_session_key, key_file, session_of,
+    session_scenario, tenant_state, tenants, total, window, RegisterMap, CC_VM, OTHER_VM, PLAIN_VM,
+    UID_CC, UID_OTHER, UID_PLAIN,
 };
-use gpupm_test_support::cli::gpupm_as;
+use gpupm_test_support::cli::gpupm_as_in;
 use gpupm_test_support::device::expected;
 use gpupm_test_support::services::{daemon_config, spawn_daemon};
 use gpupm_test_support::users::{errno_of, run_as, Cred};
@@ -31,7 +33,6 @@ use gpupm_uapi::tenant::{Rekey, TENANT_IOC_REKEY, TENANT_STRUCT_VERSION};
 use serde_json::{json, Value};
 
 const NEW_KEY: Key = [0x4e; 32];
-const NEWER_KEY: Key = [0x6b; 32];
 const WRONG_KEY: Key = [0x77; 32];
 
 /// Everything the host and the admin can read that a request could change.
@@ -91,22 +92,22 @@ fn malformed_as(node: &Path, blob: RekeyBlob) -> Value {
     })
 }
 
-/// `gpupm stat --vm CC_VM --key-file KEY --json` with every event, as the
-/// VM's tenant: the events, or the exit code and message.
-fn stat_with_key(node: &Path, key: &Path) -> Result<BTreeMap<String, u64>, (i32, String)> {
+/// `gpupm stat --vm CC_VM --json` with every event, as the VM's tenant
+/// (state directory `state`), with `--key-file KEY` if given (else through
+/// its session): the events, or the exit code and message.
+fn stat_with_key(
+    node: &Path,
+    state: &Path,
+    key: Option<&Path>,
+) -> Result<BTreeMap<String, u64>, (i32, String)> {
     let events: Vec<&str> = CATALOGUE.iter().map(|e| e.name).collect();
     let vm = CC_VM.to_string();
-    let args = [
-        "stat",
-        "--vm",
-        &vm,
-        "--json",
-        "-e",
-        &events.join(","),
-        "--key-file",
-        key.to_str().expect("utf-8 path"),
-    ];
-    let (code, out, err) = gpupm_as(UID_CC, node, &args);
+    let events = events.join(",");
+    let mut args = vec!["stat", "--vm", &vm, "--json", "-e", &events];
+    if let Some(key) = key {
+        args.extend(["--key-file", key.to_str().expect("utf-8 path")]);
+    }
+    let (code, out, err) = gpupm_as_in(UID_CC, node, Some(state), &args);
     if code != 0 {
         return Err((code, err));
     }
@@ -138,39 +139,66 @@ fn alive(daemon: &mut Proc) -> impl FnMut() -> bool + '_ {
 #[test]
 fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
     let tmp = Scratch::new("cc-rekey");
-    let driver = Driver::start_in(&tmp, DriverOptions::system(scenario(1.0)));
+    let identity = tmp.join("device-identity");
+    let driver = Driver::start_in(
+        &tmp,
+        DriverOptions::system(session_scenario(1.0)).with_identity(&identity),
+    );
     let dev = driver.node();
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
     daemon.wait_for("READY=1");
     let node = tmp.join("tenant").join("node");
     let admin = TenantClient::open(&node).expect("open the tenant node as root");
+    let state = tenant_state(tmp.path(), UID_CC);
+    let other_state = tenant_state(tmp.path(), UID_OTHER);
+    let gpupm_as = |uid: u32, node: &Path, args: &[&str]| {
+        let dir = if uid == UID_CC { &state } else { &other_state };
+        gpupm_as_in(uid, node, Some(dir), args)
+    };
     drive(&dev, 6, alive(&mut daemon));
     flush_and_settle(&dev, alive(&mut daemon));
 
+    let (code, _, err) = gpupm_as(UID_CC, &node, &["cc", "establish", "--vm", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let (session, epoch, cc_key) = session_of(&state);
+    assert_eq!(epoch_and_session(&dev), (1, session));
+
     let keys = tmp.join("keys");
     std::fs::create_dir(&keys).expect("key dir");
-    let old = key_file(&keys.join("old"), &CC_KEY, UID_CC, 0o600);
+    let old = key_file(&keys.join("old"), &cc_key, UID_CC, 0o600);
     let new = key_file(&keys.join("new"), &NEW_KEY, UID_CC, 0o600);
-    let newer = key_file(&keys.join("newer"), &NEWER_KEY, UID_CC, 0o400);
     let wrong = key_file(&keys.join("wrong"), &WRONG_KEY, UID_CC, 0o600);
-    let loose = key_file(&keys.join("loose"), &CC_KEY, UID_CC, 0o640);
-    let other_old = key_file(&keys.join("other-old"), &CC_KEY, UID_OTHER, 0o600);
-    let other_new = key_file(&keys.join("other-new"), &WRONG_KEY, UID_OTHER, 0o600);
+    let loose = key_file(&keys.join("loose"), &cc_key, UID_CC, 0o640);
 
-    let (epoch, session) = epoch_and_session(&dev);
-    assert_eq!(epoch, 1);
     let (code, out, err) = gpupm_as(UID_CC, &node, &["cc", "status", "--vm", "2", "--json"]);
     assert_eq!(code, 0, "{err}");
     let st: Value = serde_json::from_str(&out).expect("status JSON");
     assert_eq!(
-        st,
-        json!({"vm": CC_VM, "confidential": true, "key_epoch": 1, "session": session})
+        (
+            &st["confidential"],
+            &st["established"],
+            &st["key_epoch"],
+            &st["session"],
+            &st["state"],
+            &st["local"]["session"],
+            &st["local"]["key_epoch"]
+        ),
+        (
+            &json!(true),
+            &json!(true),
+            &json!(1),
+            &json!(session),
+            &json!("ok"),
+            &json!(session),
+            &json!(1)
+        ),
+        "{out}"
     );
 
     // Refused, and nothing changes.
     let regs = RegisterMap::discover(&dev);
     let before = digest(&regs, &dev, &admin);
-    let valid = RekeyBlob::seal(&CC_KEY, CC_VM, epoch, session, &NEW_KEY, [1; 8]);
+    let valid = RekeyBlob::seal(&cc_key, CC_VM, epoch, session, &NEW_KEY, [1; 8]);
     let words = valid.to_words();
     assert_eq!(
         errno_of(&admin.rekey(CC_VM, &words)),
@@ -184,7 +212,7 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
         (UID_PLAIN, PLAIN_VM),
         (UID_CC, 9),
     ] {
-        let blob = RekeyBlob::seal(&CC_KEY, vm, epoch, session, &NEW_KEY, [2; 8]);
+        let blob = RekeyBlob::seal(&cc_key, vm, epoch, session, &NEW_KEY, [2; 8]);
         let got = rekey_as(&node, &Cred::user(uid), vm, blob);
         assert_eq!(got, i64::from(libc::EACCES), "uid {uid} rekeying VM {vm}");
     }
@@ -194,7 +222,7 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
         i64::from(libc::EINVAL),
         "a blob sealed under a wrong key"
     );
-    let stale = RekeyBlob::seal(&CC_KEY, CC_VM, epoch, session ^ 1, &NEW_KEY, [4; 8]);
+    let stale = RekeyBlob::seal(&cc_key, CC_VM, epoch, session ^ 1, &NEW_KEY, [4; 8]);
     assert_eq!(
         rekey_as(&node, &Cred::user(UID_CC), CC_VM, stale),
         i64::from(libc::EINVAL),
@@ -206,30 +234,19 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
         json!([einval, einval, einval, einval, einval]),
         "malformed requests"
     );
-    // `gpupm cc rekey --vm 2` as `uid` from `key` to `new_key`.
-    let cli = |uid: u32, key: &Path, new_key: &Path, extra: &[&str]| {
-        let mut args = vec![
-            "cc",
-            "rekey",
-            "--vm",
-            "2",
-            "--key-file",
-            key.to_str().expect("path"),
-            "--new-key-file",
-            new_key.to_str().expect("path"),
-        ];
-        args.extend_from_slice(extra);
-        gpupm_as(uid, &node, &args)
-    };
-    let (code, _, err) = cli(UID_CC, &wrong, &new, &[]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("the device refused the new key"), "{err}");
-    let (code, _, err) = cli(UID_CC, &loose, &new, &[]);
+    // `gpupm stat` with a key file others may read, or a wrong key: refused.
+    let (code, err) = stat_with_key(&node, &state, Some(&loose)).expect_err("a loose key file");
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("accessible by others"), "{err}");
-    let (code, _, err) = cli(UID_OTHER, &other_old, &other_new, &[]);
+    let (code, err) = stat_with_key(&node, &state, Some(&wrong)).expect_err("a wrong key");
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("no VM 2 visible to you"), "{err}");
+    assert!(err.contains("does not open"), "{err}");
+    // Another tenant's `gpupm cc` cannot touch VM 2.
+    for cmd in ["establish", "rekey"] {
+        let (code, _, err) = gpupm_as(UID_OTHER, &node, &["cc", cmd, "--vm", "2"]);
+        assert_eq!(code, 2, "{cmd}: {err}");
+        assert!(err.contains("no VM 2 visible to you"), "{cmd}: {err}");
+    }
     assert!(
         digest(&regs, &dev, &admin) == before,
         "a refused rekey changed the device or the daemon"
@@ -250,23 +267,39 @@ fn the_tenant_rekeys_its_own_vm_and_nobody_else_can() {
         "a replay changed something"
     );
 
-    // `gpupm cc rekey`, then the tenant reads with the newest key.
-    let (code, out, err) = cli(UID_CC, &new, &newer, &["--json"]);
+    // The tenant made that commit (its tool would have kept the key): the
+    // session file learns it, or the tools would refuse the epoch.
+    let (code, _, err) = gpupm_as(UID_CC, &node, &["cc", "status", "--vm", "2"]);
+    assert_eq!(
+        code, 1,
+        "an epoch that moved without the session file: {err}"
+    );
+    assert!(err.contains("moved ahead without you"), "{err}");
+    install_session_key(&state, 2, &NEW_KEY);
+
+    // `gpupm cc rekey`, then the tenant reads through its session.
+    let (code, out, err) = gpupm_as(UID_CC, &node, &["cc", "rekey", "--vm", "2", "--json"]);
     assert_eq!(code, 0, "{err}");
     let done: Value = serde_json::from_str(&out).expect("rekey JSON");
     assert_eq!(
         done,
         json!({"vm": CC_VM, "old_epoch": 2, "new_epoch": 3, "session": session})
     );
+    let (_, epoch, newest) = session_of(&state);
+    assert_eq!(epoch, 3);
+    assert!(newest != NEW_KEY && newest != cc_key, "a fresh key");
     drive(&dev, 6, alive(&mut daemon));
     flush_and_settle(&dev, alive(&mut daemon));
-    let seen = stat_with_key(&node, &newer).expect("stat with the new key");
-    let want = ledger_by_name(&dev, &NEWER_KEY);
-    assert_eq!(seen, want, "the tenant's totals with the new key != ledger");
+    let seen = stat_with_key(&node, &state, None).expect("stat through the session");
+    let want = ledger_by_name(&dev, &newest);
+    assert_eq!(
+        seen, want,
+        "the tenant's totals through its session != ledger"
+    );
     assert!(want.values().sum::<u64>() > 0, "the VM counted nothing");
     for stale_key in [&new, &old] {
-        let (code, err) =
-            stat_with_key(&node, stale_key).expect_err("an old key opens nothing new");
+        let (code, err) = stat_with_key(&node, &state, Some(stale_key))
+            .expect_err("an old key opens nothing new");
         assert_eq!(code, 2, "{err}");
         assert!(err.contains("does not open"), "{err}");
     }

@@ -8,9 +8,13 @@ use gpupm_system_tests::check_exact;
 use gpupm_test_support::device::{self, flush, step, wait_none_destroyed, Instances};
 use gpupm_test_support::scenario::{churn, STEP};
 use gpupm_test_support::services::{daemon_config, start_daemon};
+use gpupm_test_support::web::write_web_config;
 use gpupm_test_support::{Driver, DriverOptions, Scratch};
 use gpupm_uapi::regs as r;
 use nix::sys::signal::Signal;
+
+/// The metrics endpoint's basic-auth user and password.
+const METRICS_USER: (&str, &str) = ("prometheus", "e2e-not-a-secret");
 
 /// Host-driven switches the test runs at least.
 const SWITCHES: u64 = 10_000;
@@ -27,7 +31,14 @@ fn every_vm_context_and_retired_context_equals_the_ledger_after_10000_host_drive
     let driver = Driver::start_in(&tmp, DriverOptions::system(churn()));
     let dev = driver.node();
     let mut seen = Instances::new(&dev);
-    let mut daemon = start_daemon(&tmp, &daemon_config(&tmp, PROGRAM));
+    // Tenant series come from an authenticated listener only (basic auth;
+    // plain HTTP is allowed on loopback).
+    let web = write_web_config(&tmp.join("metrics-web.yml"), None, &[METRICS_USER]);
+    let extra = format!(
+        "{PROGRAM}[metrics.authenticated]\nlisten = \"127.0.0.1:0\"\nweb_config_file = {:?}\ntenant_series = true\n",
+        web.display().to_string()
+    );
+    let mut daemon = start_daemon(&tmp, &daemon_config(&tmp, &extra));
     assert!(
         daemon.notes.iter().any(|l| l.starts_with("STATUS=serving")),
         "{:?}",
@@ -165,18 +176,23 @@ fn tenant_node_totals_equal_the_ledger_after_10000_host_driven_switches() {
     driver.stop();
 }
 
-/// The daemon's own metrics endpoint (address from its READY status): the
-/// scrape passes `promtool check metrics`, and every VM's per-event totals
-/// equal the ledger.
+/// The daemon's authenticated metrics listener (address from its READY
+/// status): the scrape passes `promtool check metrics`, and every VM's
+/// per-event totals equal the ledger.
 // Exposition values are floats; these counts are exact below 2^53.
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 fn metrics_agree_with_the_ledger(daemon: &gpupm_test_support::Proc, dev: &gpupm_client::DevNode) {
-    use gpupm_test_support::scrape::{metrics, metrics_addr};
+    use gpupm_test_support::scrape::authenticated_metrics_addr;
+    use gpupm_test_support::web::Client;
 
     use gpupm_uapi::events::{Scope, CATALOGUE};
     use gpupm_uapi::ioctl::ledger_scope;
 
-    let body = metrics(metrics_addr(&daemon.notes));
+    let (code, _, body) = Client::plain()
+        .basic_auth(METRICS_USER.0, METRICS_USER.1)
+        .get(authenticated_metrics_addr(&daemon.notes), "/metrics")
+        .expect("scrape the authenticated listener");
+    assert_eq!(code, 200, "{body}");
     let body = body.as_str();
     let (clean, problems) = promtool_check(body);
     assert!(clean, "promtool check metrics: {problems}");

@@ -14,7 +14,9 @@
 //!   (`Requires=`) with them;
 //! * the driver keeps its commit mirror in `/run/gpupm/mirror` (modes and
 //!   group as the units' comments say), gpupmd follows commits through it
-//!   and an unprivileged user can read none of it;
+//!   and an unprivileged user can read none of it; a real `gpupm-admin`
+//!   member can change none of it (so cannot crash either daemon with a
+//!   truncated mapping), and both daemons run on;
 //! * `systemctl stop` unmounts both nodes and empties the descriptor stores;
 //! * the units' journal holds no error apart from the crash window.
 //!
@@ -52,6 +54,36 @@ const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
 const DEADLINE: Duration = Duration::from_secs(60);
 /// gpupmd's journal line when it follows commits through the mirror.
 const MIRROR_FOLLOWED: &str = "following the device's commits through its mirror";
+/// What an admin tries on the mirror's files (run as a `gpupm-admin`
+/// member): for every entry it can list in the mirror's directories and
+/// the known file names (listable or not), open for writing, write,
+/// truncate on open, truncate to nothing (last, so that a file the admin
+/// could shrink stays empty under the daemons' mappings), rename, replace,
+/// remove; then add a file to each directory. Prints `DONE OP PATH` for
+/// what worked, `REFUSED OP PATH` for what did not (no command is told to ignore a missing file: a path
+/// that does not exist, or that the admin cannot reach, counts as refused
+/// only because the attempt failed).
+const MIRROR_ATTACK: &str = r#"
+try() {
+    op=$1; path=$2; shift 2
+    if "$@" 2>/dev/null; then echo "DONE $op $path"; else echo "REFUSED $op $path"; fi
+}
+known="/run/gpupm/mirror/commits /run/gpupm/mirror/commits.waiters /run/gpupm/mirror/waiters/commits.waiters"
+listed=$(find /run/gpupm/mirror -mindepth 1 2>/dev/null)
+for f in $(printf '%s\n' $known $listed | sort -u); do
+    try open-rw "$f" sh -c "exec 3<>'$f'"
+    try write "$f" dd if=/dev/zero of="$f" bs=8 count=1 conv=notrunc,nocreat status=none
+    try o_trunc "$f" sh -c ": > '$f'"
+    try truncate "$f" truncate -s 0 "$f"
+    try rename "$f" mv -f "$f" "$f.moved"
+    try replace "$f" ln -sfn /dev/null "$f"
+    try remove "$f" rm "$f"
+done
+for d in /run/gpupm/mirror /run/gpupm/mirror/waiters; do
+    try create "$d" sh -c "echo x > '$d/planted'"
+    try mkdir "$d" mkdir "$d/planted.d"
+done
+"#;
 
 /// CLOCK_MONOTONIC in µs: the clock of the journal's
 /// `__MONOTONIC_TIMESTAMP` (the container shares the kernel).
@@ -157,14 +189,16 @@ impl Booted {
             "%a %U %G %n",
             "/run/gpupm/mirror",
             "/run/gpupm/mirror/commits",
-            "/run/gpupm/mirror/commits.waiters",
+            "/run/gpupm/mirror/waiters",
+            "/run/gpupm/mirror/waiters/commits.waiters",
         ]);
         assert_eq!(
             modes.lines().collect::<Vec<_>>(),
             [
                 "2750 gpupm-driver gpupm-admin /run/gpupm/mirror",
                 "640 gpupm-driver gpupm-admin /run/gpupm/mirror/commits",
-                "660 gpupm-driver gpupm-admin /run/gpupm/mirror/commits.waiters",
+                "2750 gpupm-driver gpupm /run/gpupm/mirror/waiters",
+                "660 gpupm-driver gpupm /run/gpupm/mirror/waiters/commits.waiters",
             ]
         );
         // A page is made by its first read and followed once it moves;
@@ -186,7 +220,7 @@ impl Booted {
         for argv in [
             &["ls", "/run/gpupm/mirror"][..],
             &["cat", "/run/gpupm/mirror/commits"],
-            &["cat", "/run/gpupm/mirror/commits.waiters"],
+            &["cat", "/run/gpupm/mirror/waiters/commits.waiters"],
         ] {
             let mut all = vec![
                 "setpriv",
@@ -205,6 +239,101 @@ impl Booted {
                 String::from_utf8_lossy(&out.stdout)
             );
         }
+    }
+
+    /// An admin attacks the mirror: a real member of `gpupm-admin` (a uid
+    /// of its own, through `setpriv`) tries to shrink, overwrite, replace,
+    /// remove or add every file it can reach in the mirror's directories
+    /// (the mirror, its ring area, the waiter word — whose truncation
+    /// would kill both daemons with SIGBUS at their next touch). Every
+    /// attempt must be refused, and afterwards both daemons run on under
+    /// the same pids with no restart, the device counts on and gpupmd
+    /// still serves it.
+    fn check_admin_cannot_fault_the_daemons(&self, driver: &UnitState, daemon: &UnitState) {
+        let admin_gid = self
+            .ok(&["getent", "group", "gpupm-admin"])
+            .split(':')
+            .nth(2)
+            .unwrap_or("")
+            .to_owned();
+        assert!(!admin_gid.is_empty(), "no gpupm-admin group");
+        let attacker = [
+            "setpriv",
+            "--reuid=4321",
+            "--regid=4321",
+            &format!("--groups={admin_gid}"),
+            "--",
+            "sh",
+            "-c",
+            MIRROR_ATTACK,
+        ];
+        let started = Instant::now();
+        let out = self.run(&attacker);
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        let done: Vec<&str> = report.lines().filter(|l| l.starts_with("DONE ")).collect();
+        let tried = report.lines().filter(|l| l.starts_with("REFUSED ")).count();
+        eprintln!(
+            "the admin's attack on the mirror: {tried} attempts refused, {} succeeded\n{report}{}",
+            done.len(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the attack script failed: {out:?}");
+        assert!(tried >= 20, "the attack reached too little:\n{report}");
+        // Let both daemons touch the files: the driver at every commit,
+        // gpupmd when it next sleeps on the doorbell; a count that moves
+        // after the attack proves the driver committed since.
+        let first = self.system_count();
+        let deadline = Instant::now() + DEADLINE;
+        let counting = loop {
+            if let (Some(a), Some(b)) = (first, self.system_count()) {
+                if b > a {
+                    break true;
+                }
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        for (unit, before) in [(UNITS[0], driver), (UNITS[1], daemon)] {
+            let now = UnitState::of(self, unit);
+            assert_eq!(
+                (now.sub.as_str(), now.main_pid, now.restarts),
+                ("running", before.main_pid, before.restarts),
+                "{unit} after the admin's attack ({} succeeded: {done:?})\n{}",
+                done.len(),
+                self.journal()
+            );
+        }
+        assert!(
+            counting,
+            "the device stopped counting after the attack\n{}",
+            self.journal()
+        );
+        self.check_nodes_serve();
+        assert!(done.is_empty(), "the admin changed the mirror: {done:?}");
+        eprintln!(
+            "the admin's attack and the checks after it took {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// The device's `sm_inst_executed` total through the driver node, or
+    /// `None` when it cannot be read.
+    fn system_count(&self) -> Option<u64> {
+        let out = self.run(&[
+            "/usr/bin/gpupm",
+            "stat",
+            "--system",
+            "-e",
+            "sm_inst_executed",
+            "--json",
+        ]);
+        if !out.status.success() {
+            return None;
+        }
+        let stat: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+        stat["events"]["sm_inst_executed"].as_u64()
     }
 
     fn wait_running(&self, unit: &str) -> UnitState {
@@ -470,6 +599,7 @@ fn units_boot_restart_recover_and_stop_under_a_real_systemd() {
     }
     c.check_nodes_serve();
     c.check_mirror(&daemon);
+    c.check_admin_cannot_fault_the_daemons(&driver, &daemon);
     let started = t0.elapsed();
 
     // Restart: a fresh mount and descriptor; gpupmd (Requires=) restarts too.

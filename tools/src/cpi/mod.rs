@@ -27,13 +27,15 @@ use std::time::{Duration, Instant};
 use gpupm_client::sampling::reconstruct::{Estimator, Scale};
 use gpupm_client::sampling::session::{SampleBody, SamplingRequest};
 use gpupm_client::Scope;
-use gpupm_driver::model::cc::Key;
 use gpupm_driver::scenario;
+use gpupm_uapi::layout::{envelope_flags, Envelope};
 use gpupm_uapi::sampling::{DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, DEFAULT_DITHER};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use zerocopy::FromBytes;
 
 use crate::error::{CliError, CliResult};
+use crate::keyfile::KeySource;
 use crate::node::{Global, Node};
 
 /// Arguments of `gpupm cpi`.
@@ -67,8 +69,9 @@ pub struct Args {
     /// One JSON object instead of a table.
     #[arg(long)]
     json: bool,
-    /// The confidential VM's key file, to open its sealed samples (see
-    /// `gpupm stat --key-file`).
+    /// The confidential VM's session or key file, to open its sealed
+    /// samples (default: your session of the VM; see `gpupm stat
+    /// --key-file`).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
 }
@@ -84,6 +87,22 @@ pub struct Collected {
     pub lost: u64,
     /// Branch stacks lost.
     pub stacks_lost: u64,
+    /// When the stacks came sealed (a confidential VM's, which the device
+    /// writes on a schedule of the context's cycles, not every N-th taken
+    /// branch): the context's taken branches from its first stack to its
+    /// last, and the stacks produced after the first (lost included).
+    pub scheduled: Option<(u64, u64)>,
+}
+
+impl Collected {
+    /// Taken branches per stack produced: N, or for scheduled stacks what
+    /// their own branch counts say.
+    pub fn branches_per_stack(&self, n: u32) -> f64 {
+        match self.scheduled {
+            Some((branches, stacks)) if stacks > 0 => branches as f64 / stacks as f64,
+            _ => f64::from(n),
+        }
+    }
 }
 
 /// Where the records go and which are the context's.
@@ -93,31 +112,40 @@ pub struct Sink<'a> {
     /// The sampled context (sealed records of the VM's other contexts are
     /// dropped once opened).
     pub ctx: u32,
-    /// The VM's key, to open sealed records.
-    pub key: Option<&'a Key>,
+    /// The VM's keys, to open sealed records.
+    pub keys: &'a KeySource,
 }
 
-/// A sealed record opened with the key (or the refusal without one).
-fn unseal(kind: u16, slot: &[u8], key: Option<&Key>) -> CliResult<SampleBody> {
-    let key = key.ok_or_else(|| {
-        CliError::usage(
-            "the context belongs to a confidential VM: its samples are sealed; \
-             give the VM's key with --key-file",
-        )
+/// A sealed record opened with the VM's keys (or the refusal without
+/// any); `None` for a record withheld while the VM had no session (it
+/// carries nothing: counted as lost).
+fn unseal(node: &Node, kind: u16, slot: &[u8], keys: &KeySource) -> CliResult<Option<SampleBody>> {
+    let envelope = Envelope::read_from_prefix(slot).map(|(e, _)| e).ok();
+    let vm = envelope.map_or(0, |e| e.vm);
+    let key = keys.for_vm(node, vm)?.ok_or_else(|| {
+        CliError::usage(format!(
+            "the context belongs to confidential VM {vm}: its samples are sealed; \
+             establish its session with `gpupm cc establish --vm {vm}` (or give a key with --key-file)"
+        ))
     })?;
-    crate::keyfile::open_sample(kind, slot, key)
+    if envelope.is_some_and(|e| e.flags & envelope_flags::WITHHELD != 0) {
+        return Ok(None);
+    }
+    crate::keyfile::open_sample(kind, slot, key).map(Some)
 }
 
 /// Reads records from `node`'s session into `sink` until `want` cycle
 /// samples of its context arrived or `deadline` passed.
 pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> CliResult<Collected> {
-    let Sink { est, ctx, key } = sink;
+    let Sink { est, ctx, keys } = sink;
     let mut c = Collected {
         samples: 0,
         stacks: 0,
         lost: 0,
         stacks_lost: 0,
+        scheduled: None,
     };
+    let mut first_branches = None;
     while c.samples < want {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -136,9 +164,15 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
         drop(client);
         for s in samples {
             c.lost += s.header.lost_before;
-            let body = match s.body {
-                SampleBody::Sealed(slot) => unseal(s.header.kind, &slot, key)?,
-                plain => plain,
+            let (body, sealed) = match s.body {
+                SampleBody::Sealed(slot) => match unseal(node, s.header.kind, &slot, keys)? {
+                    Some(body) => (body, true),
+                    None => {
+                        c.lost += 1;
+                        continue;
+                    }
+                },
+                plain => (plain, false),
             };
             match body {
                 SampleBody::Cycle(pc) if pc.ctx == ctx => {
@@ -149,6 +183,16 @@ pub fn collect(node: &Node, sink: Sink<'_>, want: u64, deadline: Instant) -> Cli
                     est.add_stack_record(&b);
                     c.stacks += 1;
                     c.stacks_lost += s.header.lost_before;
+                    if sealed {
+                        let first = *first_branches.get_or_insert(b.branches);
+                        c.scheduled = Some(match c.scheduled {
+                            None => (0, 0),
+                            Some((_, n)) => (
+                                b.branches.saturating_sub(first),
+                                n.saturating_add(1).saturating_add(s.header.lost_before),
+                            ),
+                        });
+                    }
                 }
                 // Another context of the confidential VM (sealed records
                 // reach every session on the VM).
@@ -165,11 +209,7 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
         Some(path) => scenario::parse_file(path).map_err(|e| CliError::usage(e.to_string()))?,
         None => scenario::builtin(),
     };
-    let key = args
-        .key_file
-        .as_deref()
-        .map(crate::keyfile::load)
-        .transpose()?;
+    let keys = KeySource::new(args.key_file.as_deref())?;
     let node = Node::open(&g.tenant_node)?;
     let scope = Scope::Ctx(args.ctx);
     let req =
@@ -194,12 +234,12 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
     let sink = Sink {
         est: &mut est,
         ctx: args.ctx,
-        key: key.as_ref(),
+        keys: &keys,
     };
     let got = collect(&node, sink, args.samples, deadline)?;
     let estimate = est.estimate(Scale::Rates {
         branch_records: (got.stacks + got.stacks_lost) as f64,
-        branch_every: f64::from(args.branch_every),
+        branch_every: got.branches_per_stack(args.branch_every),
     });
     let out = output::CpiOutput::new(args.ctx, spec, args, &got, &estimate);
     let text = if args.json {

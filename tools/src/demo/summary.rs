@@ -1,9 +1,9 @@
 //! The demo's final summary: totals read through the tenant node as the
 //! admin (every context instance, retired ones included, by its id and
-//! created cycle), sealed
-//! blocks of confidential VMs opened with the scenario's key (the demo
-//! wrote the scenario, so it holds the key), and the comparison with the
-//! device's ledger (`GPUPM_IOC_LEDGER`).
+//! created cycle), sealed blocks of confidential VMs opened with the key
+//! the demo gave them in its private copy of the scenario (the demo plays
+//! their tenants), and the comparison with the device's ledger
+//! (`GPUPM_IOC_LEDGER`).
 //!
 //! JSON (stable): [`DemoJson`] (`gpupm demo --help` shows the schema) —
 //! `sealed` VMs' totals are shown after decryption with the scenario's key;

@@ -54,8 +54,9 @@ pub struct Args {
     /// flags}} (docs/ri.md); an RI record's cycle is its group's time.
     #[arg(long)]
     trace: bool,
-    /// Open a confidential VM's sealed records with its key file (see
-    /// `gpupm stat --key-file`).
+    /// Open a confidential VM's sealed records with its session file (the
+    /// session they were recorded in) or key file (see `gpupm stat
+    /// --key-file`).
     #[arg(long, value_name = "FILE")]
     key_file: Option<PathBuf>,
 }
@@ -248,12 +249,8 @@ pub fn run(args: &Args) -> CliResult<ExitCode> {
         .map_err(|e| CliError::usage(format!("cannot read {}: {e}", args.file.display())))?;
     let shown = |e: String| CliError::usage(format!("{}: {e}", args.file.display()));
     let decoded = format::decode(&bytes).map_err(|e| shown(e.to_string()))?;
-    let key = args
-        .key_file
-        .as_deref()
-        .map(crate::keyfile::load)
-        .transpose()?;
-    let mut streams = crate::trace::decode::decode(&decoded.frames, key.as_ref())
+    let keys = crate::keyfile::KeySource::new(args.key_file.as_deref())?;
+    let mut streams = crate::trace::decode::decode(&decoded.frames, keys.explicit())
         .map_err(|e| shown(e.msg.clone()))?;
     let h = decoded.header;
     if h.scope == scope::CONTEXT {

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use gpupm_client::sampling::session::SampleBody;
-use gpupm_driver::model::cc::Key;
 use gpupm_uapi::layout::{envelope_flags, StreamRecord, RECORD_MAGIC};
 use gpupm_uapi::sampling::{BranchStackRecord, PcRecord};
 use gpupm_uapi::tenant::sampling::{sample_flags, sample_kind, OpenSampling, SampleHeader};
@@ -13,6 +12,7 @@ use zerocopy::FromBytes;
 use super::{Body, RecordType, TraceKey, TraceRecord};
 use crate::error::{CliError, CliResult};
 use crate::keyfile;
+use crate::keyfile::Keyring;
 use crate::record::format::{frame_kind, Frame};
 
 /// A recording's records, one stream per type, and its metadata.
@@ -60,7 +60,7 @@ fn corrupt(f: &Frame<'_>, why: &str) -> CliError {
 
 /// Decodes `frames`; sealed records are opened with `key` when given (a key
 /// that does not open them is an error, never a guess).
-pub fn decode(frames: &[Frame<'_>], key: Option<&Key>) -> CliResult<Streams> {
+pub fn decode(frames: &[Frame<'_>], key: Option<&Keyring>) -> CliResult<Streams> {
     let mut out = Streams::default();
     let mut last_cycle: BTreeMap<RecordType, u64> = BTreeMap::new();
     let mut sequence = 0u64;
@@ -138,11 +138,14 @@ struct Fields {
 /// Type, cycle (None when sealed and not opened) and fields of a frame.
 type Decoded = (RecordType, Option<u64>, Fields);
 
-fn counter(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
+fn counter(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
     let d = TenantDelta::read_from_bytes(f.body)
         .map_err(|_| corrupt(f, "a counter delta of the wrong size"))?;
     let sealed = d.slot.envelope.flags & envelope_flags::ENCRYPTED != 0;
-    let record = match (sealed, key) {
+    // A record withheld while the VM had no session carries nothing to
+    // open: it stays sealed whatever the key.
+    let withheld = d.slot.envelope.flags & envelope_flags::WITHHELD != 0;
+    let record = match (sealed, key.filter(|_| !withheld)) {
         (false, _) => StreamRecord::read_from_bytes(&d.slot.payload)
             .ok()
             .filter(|r| r.magic == RECORD_MAGIC)
@@ -169,7 +172,7 @@ fn counter(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
     Ok((RecordType::CounterDelta, Some(record.end_cycle), fields))
 }
 
-fn sample(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
+fn sample(f: &Frame<'_>, key: Option<&Keyring>) -> CliResult<Decoded> {
     let (h, payload) = SampleHeader::read_from_prefix(f.body)
         .map_err(|_| corrupt(f, "a sample shorter than its header"))?;
     let (want_kind, kind) = if f.kind == frame_kind::PC_SAMPLE {
@@ -181,7 +184,10 @@ fn sample(f: &Frame<'_>, key: Option<&Key>) -> CliResult<Decoded> {
         return Err(corrupt(f, "a sample whose header does not match its frame"));
     }
     let sealed = h.flags & sample_flags::SEALED != 0;
-    let body = match (sealed, key) {
+    let withheld = sealed
+        && gpupm_uapi::layout::Envelope::read_from_prefix(payload)
+            .is_ok_and(|(e, _)| e.flags & envelope_flags::WITHHELD != 0);
+    let body = match (sealed, key.filter(|_| !withheld)) {
         (false, _) if want_kind == sample_kind::CYCLE => SampleBody::Cycle(
             PcRecord::read_from_bytes(payload)
                 .map_err(|_| corrupt(f, "a PC sample of the wrong size"))?,

@@ -174,6 +174,7 @@ macro_rules! offsets {
 }
 
 // After `group!` and `offsets!`, which they use.
+mod cc;
 mod events_c;
 mod page_c;
 mod ranges;
@@ -225,7 +226,7 @@ fn emit_layout(h: &mut Header) {
          (GPUPM_STREAM_REGION + (uint64_t)(p) * GPUPM_STREAM_RING_SPAN + (uint64_t)(i) * GPUPM_STREAM_SLOT_SIZE)",
     );
     group!(h, dec "GPUPM_BLOCK_KIND_", gpupm_uapi::layout::block_kind: SYSTEM, VM, CONTEXT);
-    group!(h, hex "GPUPM_ENVELOPE_FLAGS_", gpupm_uapi::layout::envelope_flags: VALID, ENCRYPTED);
+    group!(h, hex "GPUPM_ENVELOPE_FLAGS_", gpupm_uapi::layout::envelope_flags: VALID, ENCRYPTED, WITHHELD);
     group!(h, hex "GPUPM_RECORD_FLAGS_", gpupm_uapi::layout::record_flags: SWITCH, FALLBACK, SECONDARY_CLOCK, THRESHOLD);
     group!(h, hex "GPUPM_CCU_RECORD_FLAGS_", gpupm_uapi::layout::ccu_record_flags: FLUSH_ACK);
 }
@@ -250,7 +251,7 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_", gpupm_uapi::ioctl: MAX_ADVANCE_CYCLES);
     group!(h, dec "GPUPM_REG_OP_", gpupm_uapi::ioctl::reg_op: READ, WRITE);
     group!(h, dec "GPUPM_LEDGER_SCOPE_", gpupm_uapi::ioctl::ledger_scope: CONTEXT, VM, SYSTEM);
-    group!(h, hex "GPUPM_LEDGER_FLAGS_", gpupm_uapi::ioctl::ledger_flags: SEALED);
+    group!(h, hex "GPUPM_LEDGER_FLAGS_", gpupm_uapi::ioctl::ledger_flags: SEALED, WITHHELD);
     group!(h, dec "GPUPM_", gpupm_uapi::ioctl: LEDGER_SEALED_LEN);
     for &(name, cmd) in ioctl::DEVICE_IOCTLS {
         h.item(&format!("ioctl::{name}"), name, cmd, true, "");
@@ -290,7 +291,7 @@ fn emit_ioctls(h: &mut Header) {
     group!(h, hex "GPUPM_TENANT_SAMPLE_KIND_", gpupm_uapi::tenant::sampling::sample_kind: BRANCH_STACK, CYCLE, ALL);
     group!(h, hex "GPUPM_TENANT_SAMPLE_FLAGS_", gpupm_uapi::tenant::sampling::sample_flags: SEALED);
     group!(h, dec "GPUPM_TENANT_", gpupm_uapi::tenant::sampling: MIN_SAMPLE_PERIOD, MAX_SAMPLE_PERIOD, MAX_SAMPLE_DITHER, MAX_BRANCH_EVERY, DEFAULT_SESSION_RECORDS, MAX_SESSION_RECORDS);
-    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL);
+    group!(h, hex "GPUPM_TENANT_KEY_FLAGS_", gpupm_uapi::tenant::key_flags: CONFIDENTIAL, SESSION);
     group!(h, dec "GPUPM_TENANT_RI_MODE_", gpupm_uapi::tenant::ri::ri_session_mode: CYCLE, INSTRUCTION, DIRECTED);
     group!(h, hex "GPUPM_TENANT_RI_CONTROLS_", gpupm_uapi::tenant::ri::ri_controls: EMIT, ABORT, SUPPRESS_PRIMARY, SUPPRESS_SECONDARY, ALL);
     group!(h, hex "GPUPM_TENANT_RI_STATE_", gpupm_uapi::tenant::ri::ri_state: ENABLED, HALTED, ENDED);
@@ -390,6 +391,7 @@ fn render_pass(names: Names) -> Header {
     sampling::emit_sampling(&mut h);
     ri::emit_ri(&mut h);
     ranges::emit_ranges(&mut h);
+    cc::emit_cc(&mut h);
     emit_structs(&mut h);
     emit_asserts(&mut h);
     h.line("\n#endif /* GPUPM_UAPI_H */");

@@ -57,6 +57,11 @@ pub fn render() -> String {
         ("SIZEOF_REG_ACCESS", size_of::<RegAccess>()),
         ("SIZEOF_WINDOW_READ", size_of::<WindowRead>()),
         ("SIZEOF_INTERRUPT_RECORD", size_of::<InterruptRecord>()),
+        (
+            "SIZEOF_CC_KEY_EXCHANGE",
+            size_of::<gpupm_uapi::cc::KeyExchange>(),
+        ),
+        ("SIZEOF_CC_FINISH", size_of::<gpupm_uapi::cc::Finish>()),
     ] {
         writeln!(s, "{name} = {size}").expect("write to String");
     }

@@ -9,6 +9,7 @@
 use std::fmt::Write;
 use std::mem::{offset_of, size_of};
 
+use gpupm_uapi::cc::{DeviceCert, Finish, KeyExchange};
 use gpupm_uapi::events::{CATALOGUE, EVENT_COUNT, MAX_EVENTS};
 use gpupm_uapi::page::{
     self, page_flags, page_request_flags, page_state, Page, PageCounters, PageData, PageHeader,
@@ -69,6 +70,12 @@ pub fn render() -> String {
         ("COUNTER_FLAGS_SEALED", counter_flags::SEALED),
         ("INSTANCE_FLAGS_LATEST", instance_flags::LATEST),
         ("KEY_FLAGS_CONFIDENTIAL", key_flags::CONFIDENTIAL),
+        ("KEY_FLAGS_SESSION", key_flags::SESSION),
+        (
+            "CC_FINISH_FLAGS_REPLACE",
+            gpupm_uapi::cc::finish_flags::REPLACE,
+        ),
+        ("CC_CERT_MAGIC", gpupm_uapi::cc::CC_CERT_MAGIC),
         ("PAGE_MAGIC", page::PAGE_MAGIC),
         ("PAGE_VERSION", page::PAGE_VERSION),
         ("PAGE_STRUCT_VERSION", page::PAGE_STRUCT_VERSION),
@@ -133,6 +140,7 @@ pub fn render() -> String {
     }
     writeln!(s, "DEFAULT_PAGES_SOCKET = {:?}", page::DEFAULT_PAGES_SOCKET)
         .expect("write to String");
+    cc_constants(&mut s);
     s.push_str(
         "\n# Event names indexed by id (the names `gpupm stat -e` takes).\nEVENT_NAMES = (\n",
     );
@@ -143,6 +151,30 @@ pub fn render() -> String {
     struct_layouts(&mut s);
     record_and_graph_constants(&mut s);
     s
+}
+
+/// The key exchange's labels and the vendor root key, as Python bytes
+/// (docs/confidential.md, "Establishing a session").
+fn cc_constants(s: &mut String) {
+    use gpupm_uapi::cc as c;
+    for (name, bytes) in [
+        ("CC_CERT_CONTEXT", c::CC_CERT_CONTEXT),
+        ("CC_TRANSCRIPT_LABEL", c::CC_TRANSCRIPT_LABEL),
+        ("CC_SIGNATURE_CONTEXT", c::CC_SIGNATURE_CONTEXT),
+        ("CC_EXTRACT_SALT", c::CC_EXTRACT_SALT),
+        ("CC_RSP_FINISHED_INFO", c::CC_RSP_FINISHED_INFO),
+        ("CC_REQ_FINISHED_INFO", c::CC_REQ_FINISHED_INFO),
+        ("CC_VM_KEY_INFO", c::CC_VM_KEY_INFO),
+        ("CC_REPLACE_LABEL", c::CC_REPLACE_LABEL),
+        ("SESSION_KEY_INFO", gpupm_uapi::layout::SESSION_KEY_INFO),
+    ] {
+        writeln!(s, "{name} = b{:?}", String::from_utf8_lossy(bytes)).expect("write to String");
+    }
+    let hex: String = c::CC_VENDOR_ROOT_KEY
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    writeln!(s, "CC_VENDOR_ROOT_KEY = bytes.fromhex({hex:?})").expect("write to String");
 }
 
 /// Size and field offsets of every tenant struct and page part.
@@ -166,6 +198,13 @@ fn struct_layouts(s: &mut String) {
             reserved, count, out_flags, clock_khz, reserved2, samples;
         KeyState => "KEY_STATE": version, vm, flags, key_epoch, session, reserved;
         Rekey => "REKEY": version, vm, flags, reserved, nonce, sealed_key, tag;
+        DeviceCert => "CC_CERT": magic, version, algorithm, serial, device_key, vendor_key_id,
+            signature;
+        KeyExchange => "CC_KEY_EXCHANGE": version, vm, flags, reserved, requester_nonce,
+            requester_share, session, responder_nonce, responder_share, cert, signature,
+            responder_verify;
+        Finish => "CC_FINISH": version, vm, flags, reserved, session, requester_verify,
+            replace_proof, key_epoch, reserved2;
         PageHeader => "PAGE_HEADER": magic, version, size, scope, id, vm, created_cycle, audience;
         PageCounters => "PAGE_COUNTERS": generation, state, flags, commit_seq, cycle, clock_khz,
             totals;

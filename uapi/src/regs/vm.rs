@@ -55,11 +55,15 @@ pub const VM_BLOCK: u64 = 0x08;
 /// another VM, epoch or session, or malformed) fails with EINVAL and
 /// changes nothing. Confidential VMs only.
 pub const VM_KEY_COMMIT: u64 = 0x30;
-/// RO: key epoch (number of keys installed, 1 = the provisioned key).
+/// RO: key epoch within the VM's session (1 = the key the session started
+/// with, +1 per rekey); 0 while the VM has no session and for a VM that is
+/// not confidential.
 pub const VM_KEY_EPOCH: u64 = 0x34;
-/// RO 64-bit: the device's current session (boot) id, drawn from the
-/// operating system's random source at device start and at every reset;
-/// 0 for a VM that is not confidential.
+/// RO 64-bit: the VM's current session id — the device's choice in the
+/// key exchange that established it (or, for a key given in the scenario
+/// under `--insecure-scenario-keys`, drawn at device start and at every
+/// reset); 0 while the VM has no session and for a VM that is not
+/// confidential.
 pub const VM_KEY_SESSION: u64 = 0x38;
 
 /// Bits of [`VM_FLAGS`].
@@ -67,4 +71,7 @@ pub mod vm_flags {
     /// The VM is confidential: its blocks and stream records leave the
     /// device only as AES-256-GCM ciphertext.
     pub const CONFIDENTIAL: u32 = 1 << 0;
+    /// The confidential VM has an established session (ABI 1.11): its
+    /// counts are sealed under it. Without it they are withheld.
+    pub const SESSION: u32 = 1 << 1;
 }

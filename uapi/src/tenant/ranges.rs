@@ -16,9 +16,10 @@
 //! triggers, thresholds or ids → EINVAL, and so does a programming the
 //! device refuses (a kernel or block the program does not have); another
 //! tenant's context or handle → EACCES exactly like a missing one (ENOENT
-//! for the admin); every range register of the partition busy with other
-//! programmings, or the context already holding
-//! [`MAX_CONTEXT_RANGES`] ranges → ENOSPC; a confidential VM's context →
+//! for the admin); the VM's share of the partition's range registers
+//! busy with its other programmings (ABI 1.11: an equal share for each VM
+//! bound to the partition), the VM holding its most ranges, or the
+//! context already holding [`MAX_CONTEXT_RANGES`] ranges → ENOSPC; a confidential VM's context →
 //! EOPNOTSUPP (its records are sealed: the daemon cannot attribute them or
 //! build its call graph). A refused request changes nothing.
 
@@ -95,14 +96,18 @@ pub struct AddRange {
     pub last: u32,
     /// Must be 0.
     pub flags: u32,
-    /// Output: the range's handle (unique while the daemon runs).
+    /// Output: the range's handle, counted per VM (ABI 1.11: before,
+    /// unique daemon-wide).
     pub handle: u32,
     /// Output: partition slot of the context's VM.
     pub partition: u32,
-    /// Output: the range register (0..8) the range uses.
+    /// Output: the register's place among the VM's own range registers
+    /// of the partition (0 .. its share; ABI 1.11: before, the device's
+    /// register number, 0..8).
     pub register: u32,
     /// Output: 1 when the register was already armed with this
-    /// programming for another range.
+    /// programming for another of the VM's own ranges (ABI 1.11: never
+    /// another tenant's — ranges of different VMs share no register).
     pub shared: u32,
     /// Output: the program the range counts (`regs::CTX_PROGRAM`).
     pub program: u32,
@@ -117,9 +122,10 @@ const _: () = assert!(core::mem::size_of::<AddRange>() == 64);
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,
 )]
 pub struct RangeRow {
-    /// The range's handle.
+    /// The range's handle (counted per VM).
     pub handle: u32,
-    /// Range register (0..8) of the partition.
+    /// The register's place among the VM's own registers (as
+    /// [`AddRange::register`]).
     pub register: u16,
     /// [`range_kind`] (as u8).
     pub kind: u8,

@@ -103,15 +103,19 @@ pub struct OpenRi {
     pub rgs: u32,
     /// Program-buffer size in groups.
     pub buffer_groups: u32,
-    /// Groups the session queues before it drops (and counts) new ones.
+    /// Groups the session queues before it drops (and counts) new ones;
+    /// output (ABI 1.11): the groups granted, clamped to the caller's
+    /// queue budget.
     pub queue_groups: u32,
     /// Must be 0.
     pub flags: u32,
     /// Reserved, 0.
     pub reserved: u64,
-    /// Output: session id (unique while the daemon runs).
+    /// Output: session id, counted per uid (ABI 1.11: before, unique
+    /// daemon-wide).
     pub session: u64,
-    /// Output: the device control block the session uses.
+    /// Output: the session's place among its VM's RI control blocks (0 ..
+    /// the VM's share; ABI 1.11: before, the device's block number).
     pub block: u32,
     /// Output: partition slot the context's VM is on.
     pub partition: u32,

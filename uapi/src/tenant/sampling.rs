@@ -15,7 +15,13 @@
 //! the smallest period and the smallest N any session asked for, and the
 //! largest dither; each session then receives at most its own rate (see
 //! `docs/sampling.md`, "Tenant sampling sessions"). The output fields of
-//! [`OpenSampling`] say what the device runs after this session joined.
+//! [`OpenSampling`] describe this session only (since ABI 1.11; before,
+//! they said what the device ran for every session of the partition —
+//! another tenant's demands, `docs/isolation.md`).
+//!
+//! Bounds (ABI 1.11, `docs/isolation.md`): past the caller's sampling
+//! sessions, or when not even 16 records fit its queue budget → ENOSPC;
+//! a larger queue than fits is clamped (`queue_records` answers it).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
@@ -82,19 +88,23 @@ pub struct OpenSampling {
     pub dither: u32,
     /// N: taken branches per branch-stack capture.
     pub branch_every: u32,
-    /// Records the session queues before it drops (and counts) new ones.
+    /// Records the session queues before it drops (and counts) new ones;
+    /// output (ABI 1.11): the records granted, at most the ones asked
+    /// for (clamped to the caller's queue budget).
     pub queue_records: u32,
     /// Must be 0.
     pub flags: u32,
     /// Reserved, 0.
     pub reserved: u32,
-    /// Output: session id (unique while the daemon runs).
+    /// Output: session id, counted per uid (1, 2, …; ABI 1.11: before,
+    /// unique daemon-wide).
     pub session: u64,
-    /// Output: the period the device runs for the partition now.
+    /// Output: the period this session receives: its own `period` (ABI
+    /// 1.11; before, what the device ran for the partition's sessions).
     pub device_period: u32,
-    /// Output: the dither the device runs now.
+    /// Output: the dither this session receives: its own `dither`.
     pub device_dither: u32,
-    /// Output: the N the device runs now.
+    /// Output: the N this session receives: its own `branch_every`.
     pub device_branch_every: u32,
     /// Output: nominal device clock in kHz.
     pub clock_khz: u32,

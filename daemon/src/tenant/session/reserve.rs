@@ -26,16 +26,19 @@ impl std::fmt::Debug for HandleSink {
 }
 
 impl Sessions {
-    /// Takes the next session id for `fh` and lets `install` put the
-    /// session's queue on the handle, all under one lock; answers the sink
-    /// of that session. Refused while the table shuts down, for an unknown
-    /// handle, and for a handle that already holds a session.
+    /// Takes the next session id for `fh` (and the next id `uid` is
+    /// shown) and lets `install` put the session's queue on the handle,
+    /// all under one lock; answers the sink of that session and the id
+    /// shown. Refused while the table shuts down, for an unknown handle,
+    /// and for a handle that already holds a session.
     pub(super) fn reserve_session(
         self: &Arc<Self>,
         fh: u64,
-        install: impl FnOnce(&mut Handle, u64),
-    ) -> Result<Arc<HandleSink>, RequestError> {
-        let mut t = self.lock();
+        uid: u32,
+        install: impl FnOnce(&mut Handle, u64, u64),
+    ) -> Result<(Arc<HandleSink>, u64), RequestError> {
+        let mut guard = self.lock();
+        let t = &mut *guard;
         if t.shut {
             return Err(RequestError::ShuttingDown);
         }
@@ -44,13 +47,18 @@ impl Sessions {
         if handle.has_session() {
             return Err(RequestError::Busy);
         }
-        install(handle, id);
         t.next_session += 1;
-        Ok(Arc::new(HandleSink {
-            sessions: Arc::downgrade(self),
-            fh,
-            id,
-        }))
+        let public = Sessions::public_id(t, uid);
+        let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
+        install(handle, id, public);
+        Ok((
+            Arc::new(HandleSink {
+                sessions: Arc::downgrade(self),
+                fh,
+                id,
+            }),
+            public,
+        ))
     }
 
     /// Settles session `id` of `fh` once its unit answered `opened`:

@@ -12,9 +12,10 @@ use zerocopy::IntoBytes;
 use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, Sessions};
 use crate::ri::{drain::Status, Entry, RiError, RiSink, RiTicket, RiUnit};
+use crate::tenant::bounds::{SessionCharge, SessionKind, Share};
 use crate::tenant::error::RequestError;
 use crate::tenant::policy::Identity;
-use crate::tenant::ri::{RiGrant, RiQueue};
+use crate::tenant::ri::{entry_bytes, RiGrant, RiQueue};
 
 /// One RI session: its queue and its control block.
 #[derive(Debug)]
@@ -25,6 +26,7 @@ pub(super) struct RiSession {
     pub(super) queue: RiQueue,
     pub(super) ended: bool,
     ticket: Option<RiTicket>,
+    _charge: SessionCharge,
 }
 
 impl Reserved for RiSession {
@@ -68,6 +70,7 @@ fn refused(e: RiError) -> RequestError {
         RiError::Busy => RequestError::Busy,
         RiError::Unsupported(why) => RequestError::Unsupported(why),
         RiError::NoBlock => RequestError::Exhausted,
+        RiError::Quota => RequestError::OverQuota("the VM holds its share of RI control blocks"),
         RiError::Device(e) => {
             tracing::warn!(
                 error = format!("{:#}", anyhow::Error::new(e)),
@@ -79,27 +82,46 @@ fn refused(e: RiError) -> RequestError {
 }
 
 impl Sessions {
-    /// Makes `fh` an RI session of `grant` on `unit`: the queue is in
-    /// place before the block is programmed, and the table lock is not
-    /// held while it is. Answers the filled-in request.
+    /// Makes `fh` an RI session of `grant` on `unit` for `uid`: the
+    /// queue is in place before the block is programmed, and the table
+    /// lock is not held while it is. The queue holds what fits of
+    /// `grant.queue_groups` in the uid's and `share`'s queue budget
+    /// (ENOSPC when not one group does, past the uid's RI sessions, or
+    /// when the context's VM holds `quota` blocks). Answers the filled-in
+    /// request: the session id (counted per uid), the VM's own block
+    /// slot and the groups the queue holds.
+    #[allow(clippy::too_many_arguments)]
     pub fn open_ri(
         self: &Arc<Self>,
         fh: u64,
         grant: RiGrant,
         unit: &Arc<RiUnit>,
+        quota: u32,
+        uid: u32,
+        share: Share,
     ) -> Result<Vec<u8>, RequestError> {
-        let sink = self.reserve_session(fh, |handle, id| {
+        let per_group = entry_bytes(grant.config.rgs);
+        let charge = self.bounds.open_session(
+            uid,
+            SessionKind::Ri,
+            share,
+            u64::from(grant.queue_groups) * per_group,
+            per_group,
+        )?;
+        let groups = u32::try_from(charge.bytes() / per_group).unwrap_or(u32::MAX);
+        let (sink, public) = self.reserve_session(fh, uid, |handle, id, public| {
             handle.ri = Some(RiSession {
                 id,
                 vm: grant.config.vm,
                 rgs: grant.config.rgs,
-                queue: RiQueue::new(grant.queue_groups, 0),
+                queue: RiQueue::new(groups, public),
                 ended: false,
                 ticket: None,
+                _charge: charge,
             });
         })?;
         let id = sink.id;
-        let opened = unit.open(grant.config, sink);
+        let opened = unit.open(grant.config, quota, sink);
         self.settle_session(
             fh,
             id,
@@ -107,14 +129,14 @@ impl Sessions {
             |h| &mut h.ri,
             |s, (ticket, caps)| {
                 let mut answer = grant.answer;
-                answer.session = ticket.id();
-                answer.block = ticket.block();
+                answer.session = public;
+                answer.block = ticket.vm_slot();
+                answer.queue_groups = groups;
                 answer.partition = caps.partition;
                 answer.partition_version = caps.version;
                 answer.partition_max_rgs = caps.max_rgs;
                 answer.device_max_rgs = caps.device_max_rgs;
                 answer.reserved2 = 0;
-                s.queue.session = ticket.id();
                 s.ticket = Some(ticket);
                 answer.as_bytes().to_vec()
             },

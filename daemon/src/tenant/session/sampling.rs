@@ -7,8 +7,9 @@ use std::sync::Arc;
 use super::reserve::{HandleSink, Reserved};
 use super::{run, serve_readers, SampleQueue, SampleSession, Sessions};
 use crate::sampling::{Outgoing, Plane, SampleSink};
+use crate::tenant::bounds::{SessionKind, Share};
 use crate::tenant::error::RequestError;
-use crate::tenant::sampling::SamplingGrant;
+use crate::tenant::sampling::{SamplingGrant, MIN_QUEUE_RECORDS};
 
 impl SampleSink for HandleSink {
     fn deliver(&self, kind: u16, lost: u64, records: &[Outgoing<'_>]) -> bool {
@@ -25,25 +26,42 @@ impl Reserved for SampleSession {
 }
 
 impl Sessions {
-    /// Makes `fh` a sampling session of `grant` on `plane`: the queue is
-    /// in place before the samplers are programmed, and the table lock is
-    /// not held while they are. Answers the filled-in request.
+    /// Makes `fh` a sampling session of `grant` on `plane` for `uid`:
+    /// the queue is in place before the samplers are programmed, and the
+    /// table lock is not held while they are. The queue holds what fits
+    /// of `grant.queue_records` in the uid's and `share`'s queue budget
+    /// (ENOSPC when not even [`MIN_QUEUE_RECORDS`] do, or past the uid's
+    /// sampling sessions). Answers the filled-in request: the records the
+    /// queue holds, the session id (counted per uid) and the caller's own
+    /// requested rates — nothing of other sessions on the partition.
     pub fn open_sampling(
         self: &Arc<Self>,
         fh: u64,
         grant: SamplingGrant,
         plane: &Arc<Plane>,
+        uid: u32,
+        share: Share,
     ) -> Result<Vec<u8>, RequestError> {
-        let sink = self.reserve_session(fh, |handle, id| {
+        let per_record = grant.record_bytes();
+        let charge = self.bounds.open_session(
+            uid,
+            SessionKind::Sampling,
+            share,
+            u64::from(grant.queue_records) * per_record,
+            u64::from(MIN_QUEUE_RECORDS) * per_record,
+        )?;
+        let records = u32::try_from(charge.bytes() / per_record).unwrap_or(u32::MAX);
+        let (sink, public) = self.reserve_session(fh, uid, |handle, id, _| {
             handle.sampling = Some(SampleSession {
                 id,
                 vm: grant.target.vm,
-                queue: SampleQueue::new(grant.queue_records),
+                queue: SampleQueue::new(records, per_record),
                 ticket: None,
+                _charge: charge,
             });
         })?;
         let id = sink.id;
-        let opened = plane.open(grant.target, grant.demand, sink);
+        let opened = plane.open(grant.target, grant.demand, public, sink);
         self.settle_session(
             fh,
             id,
@@ -51,10 +69,11 @@ impl Sessions {
             |h| &mut h.sampling,
             |s, ticket| {
                 let mut answer = grant.answer;
-                let settings = ticket.settings();
-                answer.session = ticket.id();
-                (answer.device_period, answer.device_dither) = settings.cycle.unwrap_or((0, 0));
-                answer.device_branch_every = settings.branch_every.unwrap_or(0);
+                answer.session = public;
+                answer.queue_records = records;
+                answer.device_period = grant.demand.period;
+                answer.device_dither = grant.demand.dither;
+                answer.device_branch_every = grant.demand.branch_every;
                 answer.clock_khz = plane.clock_khz();
                 s.ticket = Some(ticket);
                 zerocopy::IntoBytes::as_bytes(answer.as_ref()).to_vec()

@@ -4,7 +4,9 @@
 //!
 //! Threat model (`docs/confidential.md`): the host, the daemon and the BMC
 //! are untrusted for a confidential VM's counters; the VM's own tenant tool
-//! holds the VM's key and is trusted. Files: [`session`] derives session
+//! holds the VM's key and is trusted. Files: [`identity`] is the device's
+//! certified identity key; [`exchange`] is the device's side of the key
+//! exchange that establishes a VM's session; [`session`] derives session
 //! keys and seals and opens slots; [`rekey`] is the sealed rekey blob and
 //! its staging registers.
 //!
@@ -13,16 +15,24 @@
 //! `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG` ([`rekey::RekeyStaging`]).
 
 pub mod boot;
+pub mod exchange;
+pub mod identity;
 pub mod rekey;
 pub mod session;
 
 use gpupm_uapi::ioctl::{ledger_flags, LedgerQuery, LEDGER_SEALED_LEN};
+use gpupm_uapi::layout::envelope_flags;
 use gpupm_uapi::regs::{self as r, vm_flags};
 use zerocopy::IntoBytes;
+use zeroize::Zeroizing;
 
 pub use self::boot::{BootIds, EntropyError};
+pub use self::exchange::{Established, ExchangeError, Responder};
+pub use self::identity::{DeviceIdentity, IdentityError};
 pub use self::rekey::{RekeyBlob, RekeyStaging};
-pub use self::session::{open, seal, seal_into_slot, session_key, Key, OpenError, VmCipher};
+pub use self::session::{
+    open, seal, seal_into_slot, session_key, Key, OpenError, Origin, VmCipher,
+};
 use super::access::{r32, r64, RegValue, Reject};
 
 /// A VM's key registers: the cipher of a confidential VM.
@@ -32,28 +42,46 @@ pub struct KeySlot {
 }
 
 /// A checked write to a VM's key registers.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 pub enum KeyWrite {
     /// Install `key`, which the staged blob carried.
     Commit {
         /// The opened new key.
-        key: Key,
+        key: Zeroizing<Key>,
     },
 }
 
-impl KeySlot {
-    /// The key slot of VM `vm`: confidential with `key` in `session`, or
-    /// plaintext.
-    pub fn new(vm: u32, key: Option<&Key>, session: u64) -> Self {
-        KeySlot {
-            cipher: key.map(|k| VmCipher::new(vm, k, session)),
+impl std::fmt::Debug for KeyWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeyWrite::Commit { .. } => f.write_str("Commit { .. }"),
         }
+    }
+}
+
+impl KeySlot {
+    /// The key slot of VM `vm`: plaintext, or confidential — with a session
+    /// under `key` (id `session`) when the scenario gives one, without a
+    /// session otherwise.
+    pub fn new(vm: u32, confidential: bool, key: Option<&Key>, session: u64) -> Self {
+        let cipher = match (confidential, key) {
+            (_, Some(k)) => Some(VmCipher::with_key(vm, k, session)),
+            (true, None) => Some(VmCipher::without_session(vm)),
+            (false, None) => None,
+        };
+        KeySlot { cipher }
     }
 
     /// The cipher, for a confidential VM.
     #[inline]
     pub fn cipher(&mut self) -> Option<&mut VmCipher> {
         self.cipher.as_mut()
+    }
+
+    /// The cipher, for a confidential VM (read only).
+    #[inline]
+    pub fn cipher_ref(&self) -> Option<&VmCipher> {
+        self.cipher.as_ref()
     }
 
     /// Whether the VM is confidential.
@@ -80,10 +108,10 @@ impl KeySlot {
     pub fn read(&self, offset: u64) -> Option<RegValue> {
         let c = self.cipher.as_ref();
         match offset {
-            r::VM_FLAGS => r32(if c.is_some() {
-                vm_flags::CONFIDENTIAL
-            } else {
-                0
+            r::VM_FLAGS => r32(match c {
+                Some(c) if c.has_session() => vm_flags::CONFIDENTIAL | vm_flags::SESSION,
+                Some(_) => vm_flags::CONFIDENTIAL,
+                None => 0,
             }),
             r::VM_KEY_COMMIT => r32(0),
             r::VM_KEY_EPOCH => r32(c.map_or(0, VmCipher::key_epoch)),
@@ -137,6 +165,9 @@ pub fn seal_ledger(q: &mut LedgerQuery, cipher: &mut VmCipher) {
     q.envelope = envelope;
     q.tag = tag;
     q.flags |= ledger_flags::SEALED;
+    if envelope.flags & envelope_flags::WITHHELD != 0 {
+        q.flags |= ledger_flags::WITHHELD;
+    }
 }
 
 /// Opens a sealed ledger answer in place with the VM's key (a no-op for an
@@ -181,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_commit_installs_only_a_key_sealed_under_the_current_one() {
-        let mut slot = KeySlot::new(4, Some(&[1; 32]), 99);
+        let mut slot = KeySlot::new(4, true, Some(&[1; 32]), 99);
         let mut staged = RekeyStaging::default();
         // Nothing staged: the zero blob does not open.
         assert!(matches!(
@@ -203,13 +234,17 @@ mod tests {
         slot.apply(commit);
         assert_eq!(slot.read(r::VM_KEY_EPOCH), r32(2));
         assert_eq!(slot.read(r::VM_KEY_SESSION), r64(99));
+        assert_eq!(
+            slot.read(r::VM_FLAGS),
+            r32(vm_flags::CONFIDENTIAL | vm_flags::SESSION)
+        );
         // The same blob again is a replay: the epoch moved on.
         assert!(slot.check_write(r::VM_KEY_COMMIT, 1, &mut staged).is_err());
         let mut buf = [9u8; 16];
         let (env, tag) = slot.cipher().unwrap().seal(&mut buf);
         open(&[2; 32], &env, &mut buf, &tag).unwrap();
         assert_eq!(buf, [9u8; 16]);
-        let plain = KeySlot::new(5, None, 99);
+        let plain = KeySlot::new(5, false, None, 99);
         assert!(matches!(
             plain.check_write(r::VM_KEY_COMMIT, 1, &mut staged),
             Err(Reject::BadValue(_))
@@ -220,6 +255,16 @@ mod tests {
         );
         assert_eq!(plain.read(r::VM_FLAGS), r32(0));
         assert_eq!(plain.read(r::VM_KEY_SESSION), r64(0));
+        let waiting = KeySlot::new(6, true, None, 99);
+        assert_eq!(waiting.read(r::VM_FLAGS), r32(vm_flags::CONFIDENTIAL));
+        assert_eq!(waiting.read(r::VM_KEY_EPOCH), r32(0));
+        assert_eq!(waiting.read(r::VM_KEY_SESSION), r64(0));
+        assert!(
+            waiting
+                .check_write(r::VM_KEY_COMMIT, 1, &mut staged)
+                .is_err(),
+            "no rekey without a session"
+        );
     }
 
     #[test]
@@ -230,7 +275,7 @@ mod tests {
         q.masked[5] = 6;
         q.remainder[63] = 31;
         let plain = q;
-        let mut cipher = VmCipher::new(2, &[8; 32], 1);
+        let mut cipher = VmCipher::with_key(2, &[8; 32], 1);
         seal_ledger(&mut q, &mut cipher);
         assert_ne!(q.flags & ledger_flags::SEALED, 0);
         assert_ne!(q.generated, plain.generated);

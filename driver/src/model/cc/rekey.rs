@@ -13,6 +13,8 @@ use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use gpupm_uapi::regs::{self as r, REKEY_NONCE_DOMAIN};
 
+use zeroize::Zeroizing;
+
 use super::session::{session_key, Key, OpenError, VmCipher};
 use crate::model::access::{r32, RegValue, Reject};
 
@@ -63,7 +65,7 @@ impl RekeyBlob {
         new_key: &Key,
         nonce_tail: [u8; 8],
     ) -> Self {
-        let aead = Aes256Gcm::new(&session_key(current_key, vm, session, epoch).into());
+        let aead = Aes256Gcm::new(session_key(current_key, vm, session, epoch).as_ref().into());
         let mut sealed_key = *new_key;
         let aad = rekey_aad(vm, epoch, session);
         // Encryption of 32 bytes in memory cannot fail; an empty tag would
@@ -84,19 +86,19 @@ impl RekeyBlob {
     }
 
     /// Opens the blob with `cipher`'s current session key; the new key if
-    /// the blob was sealed for this VM, epoch and session under that key.
-    pub fn open(&self, cipher: &VmCipher) -> Result<Key, OpenError> {
+    /// the blob was sealed for this VM, epoch and session under that key
+    /// (never without a session).
+    pub fn open(&self, cipher: &VmCipher) -> Result<Zeroizing<Key>, OpenError> {
+        let aead = cipher.aead().ok_or(OpenError::Withheld)?;
         let aad = rekey_aad(cipher.vm(), cipher.key_epoch(), cipher.session());
-        let mut key = self.sealed_key;
-        cipher
-            .aead()
-            .decrypt_in_place_detached(
-                Nonce::from_slice(&rekey_nonce(&self.nonce_tail)),
-                &aad,
-                &mut key,
-                Tag::from_slice(&self.tag),
-            )
-            .map_err(|_| OpenError::Authentication)?;
+        let mut key = Zeroizing::new(self.sealed_key);
+        aead.decrypt_in_place_detached(
+            Nonce::from_slice(&rekey_nonce(&self.nonce_tail)),
+            &aad,
+            key.as_mut_slice(),
+            Tag::from_slice(&self.tag),
+        )
+        .map_err(|_| OpenError::Authentication)?;
         Ok(key)
     }
 
@@ -203,20 +205,25 @@ mod tests {
     fn a_blob_opens_only_for_its_vm_epoch_session_and_key() {
         let current = [3u8; 32];
         let next = [4u8; 32];
-        let cipher = VmCipher::new(5, &current, 77);
+        let cipher = VmCipher::with_key(5, &current, 77);
         let blob = RekeyBlob::seal(&current, 5, 1, 77, &next, [9; 8]);
-        assert_eq!(blob.open(&cipher), Ok(next));
+        assert_eq!(blob.open(&cipher).as_deref(), Ok(&next));
+        assert_eq!(
+            blob.open(&VmCipher::without_session(5)),
+            Err(OpenError::Withheld),
+            "no rekey without a session"
+        );
         for bad in [
             RekeyBlob::seal(&[0u8; 32], 5, 1, 77, &next, [9; 8]),
             RekeyBlob::seal(&current, 6, 1, 77, &next, [9; 8]),
             RekeyBlob::seal(&current, 5, 2, 77, &next, [9; 8]),
             RekeyBlob::seal(&current, 5, 1, 78, &next, [9; 8]),
         ] {
-            assert_eq!(bad.open(&cipher), Err(OpenError::Authentication));
+            assert_eq!(bad.open(&cipher).err(), Some(OpenError::Authentication));
         }
         let mut flipped = blob;
         flipped.sealed_key[0] ^= 1;
-        assert_eq!(flipped.open(&cipher), Err(OpenError::Authentication));
+        assert_eq!(flipped.open(&cipher).err(), Some(OpenError::Authentication));
     }
 
     #[test]

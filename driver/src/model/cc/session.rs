@@ -1,106 +1,155 @@
 //! Session keys and the copy engine's sealing.
 //!
-//! The device never seals under a VM's key `K_vm` directly. At every
-//! device start and reset it draws a fresh 64-bit session (boot) id, and
-//! seals a VM's blocks and records with the VM's *session key*
+//! The device never seals under a VM's key `K_vm` directly: it seals a
+//! VM's blocks and records with the VM's *session key*
 //! `HKDF-SHA256(ikm = K_vm, salt = session, info = "gpupm-cc-v1" || vm ||
-//! key epoch)`. The 96-bit nonce is the VM id followed by a counter that
-//! only increases, so within one session key no nonce repeats, and a new
-//! session or a new key epoch is a new key: the (key, nonce) pair of a
-//! seal is never reused, across resets, rekeys and driver restarts alike.
+//! key epoch)` ([`session_key`]). A session is established by the key
+//! exchange (`super::exchange`), which gives it a fresh id and a fresh
+//! `K_vm`; a rekey replaces `K_vm` and bumps the epoch. The 96-bit nonce is
+//! the VM id followed by a counter that only increases over the VM's whole
+//! life in this device, so no (key, nonce) pair is ever reused, across
+//! sessions, resets, rekeys and driver restarts alike.
+//!
+//! A confidential VM without a session publishes nothing readable: its
+//! slots are *withheld* (envelope `VALID | ENCRYPTED | WITHHELD`, every
+//! other byte 0) while the device keeps its counts.
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
-use gpupm_uapi::layout::{envelope_flags, Envelope, ENVELOPE_AAD_LEN, SESSION_KEY_INFO};
-use hkdf::Hkdf;
-use sha2::Sha256;
+pub use gpupm_client::cc::schedule::session_key;
+use gpupm_uapi::layout::{envelope_flags, Envelope, ENVELOPE_AAD_LEN};
 use zerocopy::IntoBytes;
+use zeroize::Zeroizing;
 
 /// An AES-256 key.
 pub type Key = [u8; 32];
 
-/// The session key of `vm` under `vm_key` in session `session` and key
-/// epoch `epoch` (what the VM's trusted environment derives from the
-/// envelope to open a slot).
-pub fn session_key(vm_key: &Key, vm: u32, session: u64, epoch: u32) -> Key {
-    let hk = Hkdf::<Sha256>::new(Some(&session.to_le_bytes()), vm_key);
-    let mut info = [0u8; SESSION_KEY_INFO.len() + 8];
-    let (label, ids) = info.split_at_mut(SESSION_KEY_INFO.len());
-    label.copy_from_slice(SESSION_KEY_INFO);
-    ids[..4].copy_from_slice(&vm.to_le_bytes());
-    ids[4..].copy_from_slice(&epoch.to_le_bytes());
-    let mut okm = [0u8; 32];
-    // 32 bytes is far below HKDF-SHA256's limit of 255 hash lengths, the
-    // only way expansion can fail.
-    match hk.expand(&info, &mut okm) {
-        Ok(()) => okm,
-        Err(_) => [0; 32],
+/// Where a VM's session came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A key written in the scenario (`--insecure-scenario-keys`): known
+    /// to the host. A reset starts a new session under the same key.
+    Scenario,
+    /// The key exchange with the VM's tenant. A reset ends it.
+    Exchange,
+}
+
+/// An established session: its id, key, epoch and AEAD.
+struct Session {
+    id: u64,
+    vm_key: Zeroizing<Key>,
+    epoch: u32,
+    origin: Origin,
+    aead: Aes256Gcm,
+}
+
+impl Session {
+    fn new(vm: u32, id: u64, vm_key: &Key, epoch: u32, origin: Origin) -> Self {
+        Session {
+            id,
+            vm_key: Zeroizing::new(*vm_key),
+            epoch,
+            origin,
+            aead: Aes256Gcm::new(session_key(vm_key, vm, id, epoch).as_ref().into()),
+        }
     }
 }
 
-/// A confidential VM's key, its current session key and nonce counter.
+/// A confidential VM's session (if it has one) and nonce counter.
 ///
 /// Not `Clone`: a copy would seal with the same key and counter as the
 /// original, reusing nonces. There is exactly one per confidential VM.
 pub struct VmCipher {
     vm: u32,
-    vm_key: Key,
-    key_epoch: u32,
-    session: u64,
-    aead: Aes256Gcm,
     counter: u64,
+    session: Option<Session>,
 }
 
 impl std::fmt::Debug for VmCipher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("VmCipher")
             .field("vm", &self.vm)
-            .field("key_epoch", &self.key_epoch)
-            .field("session", &self.session)
+            .field("key_epoch", &self.key_epoch())
+            .field("session", &self.session())
             .field("counter", &self.counter)
             .finish_non_exhaustive()
     }
 }
 
 impl VmCipher {
-    /// A cipher for `vm` with its provisioned key (epoch 1) in `session`.
-    pub fn new(vm: u32, vm_key: &Key, session: u64) -> Self {
+    /// A confidential VM without a session: it withholds everything.
+    pub fn without_session(vm: u32) -> Self {
         VmCipher {
             vm,
-            vm_key: *vm_key,
-            key_epoch: 1,
-            session,
-            aead: Aes256Gcm::new(&session_key(vm_key, vm, session, 1).into()),
             counter: 0,
+            session: None,
         }
     }
 
-    /// Moves to a new session (device reset): a new session key.
+    /// A confidential VM with a session under a key from the scenario
+    /// (epoch 1, id `session`).
+    pub fn with_key(vm: u32, vm_key: &Key, session: u64) -> Self {
+        VmCipher {
+            vm,
+            counter: 0,
+            session: Some(Session::new(vm, session, vm_key, 1, Origin::Scenario)),
+        }
+    }
+
+    /// The device was reset (a new device session `session`): a session
+    /// the key exchange established ends; one under a scenario key goes on
+    /// under a new id.
     pub fn start_session(&mut self, session: u64) {
-        self.session = session;
-        self.derive();
+        self.session = match self.session.take() {
+            Some(s) if s.origin == Origin::Scenario => Some(Session::new(
+                self.vm,
+                session,
+                &s.vm_key,
+                s.epoch,
+                Origin::Scenario,
+            )),
+            _ => None,
+        };
     }
 
-    /// Installs `vm_key` as the VM's key of the next epoch.
+    /// Installs the session a key exchange established: id `session`,
+    /// first key `vm_key` (epoch 1). Replaces any current one.
+    pub fn establish(&mut self, session: u64, vm_key: &Key) {
+        self.session = Some(Session::new(self.vm, session, vm_key, 1, Origin::Exchange));
+    }
+
+    /// Installs `vm_key` as the VM's key of the next epoch (no-op without
+    /// a session: a rekey cannot be checked then).
     pub fn rekey(&mut self, vm_key: &Key) {
-        self.vm_key = *vm_key;
-        self.key_epoch += 1;
-        self.derive();
+        if let Some(s) = self.session.take() {
+            self.session = Some(Session::new(
+                self.vm,
+                s.id,
+                vm_key,
+                s.epoch.saturating_add(1),
+                s.origin,
+            ));
+        }
     }
 
-    fn derive(&mut self) {
-        let key = session_key(&self.vm_key, self.vm, self.session, self.key_epoch);
-        self.aead = Aes256Gcm::new(&key.into());
-    }
-
-    /// Key epoch (number of keys installed; 1 = the provisioned key).
+    /// Key epoch within the session (0 without one).
     pub fn key_epoch(&self) -> u32 {
-        self.key_epoch
+        self.session.as_ref().map_or(0, |s| s.epoch)
     }
 
-    /// The session (boot) id the cipher seals in.
+    /// The session id (0 without one).
     pub fn session(&self) -> u64 {
-        self.session
+        self.session.as_ref().map_or(0, |s| s.id)
+    }
+
+    /// Whether the VM has a session.
+    pub fn has_session(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// Where the session came from, if there is one.
+    pub fn origin(&self) -> Option<Origin> {
+        self.session.as_ref().map(|s| s.origin)
     }
 
     /// The VM.
@@ -108,15 +157,32 @@ impl VmCipher {
         self.vm
     }
 
+    /// The current session key (what a FINISH replacing the session must
+    /// prove), if there is a session.
+    pub(super) fn current_session_key(&self) -> Option<Zeroizing<Key>> {
+        let s = self.session.as_ref()?;
+        Some(session_key(&s.vm_key, self.vm, s.id, s.epoch))
+    }
+
     /// The AEAD under the current session key (the rekey blob is opened
-    /// with it).
-    pub(super) fn aead(&self) -> &Aes256Gcm {
-        &self.aead
+    /// with it), if there is a session.
+    pub(super) fn aead(&self) -> Option<&Aes256Gcm> {
+        self.session.as_ref().map(|s| &s.aead)
     }
 
     /// Encrypts `payload` in place with the next nonce; returns the
-    /// envelope and tag to store beside it.
+    /// envelope and tag to store beside it. Without a session the payload
+    /// is zeroed and the envelope says `WITHHELD`.
     pub fn seal(&mut self, payload: &mut [u8]) -> (Envelope, [u8; 16]) {
+        let Some(s) = self.session.as_ref() else {
+            payload.fill(0);
+            let envelope = Envelope {
+                vm: self.vm,
+                flags: envelope_flags::VALID | envelope_flags::ENCRYPTED | envelope_flags::WITHHELD,
+                ..Envelope::default()
+            };
+            return (envelope, [0; 16]);
+        };
         self.counter += 1;
         let mut nonce = [0u8; 12];
         nonce[..4].copy_from_slice(&self.vm.to_le_bytes());
@@ -124,15 +190,15 @@ impl VmCipher {
         let envelope = Envelope {
             vm: self.vm,
             flags: envelope_flags::VALID | envelope_flags::ENCRYPTED,
-            key_epoch: self.key_epoch,
-            session_lo: low32(self.session),
+            key_epoch: s.epoch,
+            session_lo: low32(s.id),
             nonce,
-            session_hi: low32(self.session >> 32),
+            session_hi: low32(s.id >> 32),
         };
         let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
         // Encryption of an in-memory buffer below the AES-GCM length limit
         // cannot fail; an empty tag would only make the slot fail to open.
-        let tag = self
+        let tag = s
             .aead
             .encrypt_in_place_detached(Nonce::from_slice(&nonce), aad, payload)
             .map(|t| t.into())
@@ -188,6 +254,10 @@ pub enum OpenError {
     /// The envelope does not say the payload is encrypted.
     #[error("the slot is not encrypted")]
     NotEncrypted,
+    /// The VM had no session: nothing was sealed, the counts are held
+    /// inside the device.
+    #[error("the slot is withheld: the VM had no session")]
+    Withheld,
     /// Wrong key, or the bytes were altered.
     #[error("authentication failed: wrong key or altered ciphertext")]
     Authentication,
@@ -206,9 +276,12 @@ pub fn open(
     if envelope.flags & envelope_flags::ENCRYPTED == 0 {
         return Err(OpenError::NotEncrypted);
     }
+    if envelope.flags & envelope_flags::WITHHELD != 0 {
+        return Err(OpenError::Withheld);
+    }
     let key = session_key(vm_key, envelope.vm, envelope.session(), envelope.key_epoch);
     let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
-    Aes256Gcm::new(&key.into())
+    Aes256Gcm::new(key.as_ref().into())
         .decrypt_in_place_detached(
             Nonce::from_slice(&envelope.nonce),
             aad,
@@ -225,7 +298,7 @@ mod tests {
     #[test]
     fn seal_then_open_round_trips_and_nonces_never_repeat() {
         let key = [7u8; 32];
-        let mut c = VmCipher::new(3, &key, 0x1234_5678_9abc_def0);
+        let mut c = VmCipher::with_key(3, &key, 0x1234_5678_9abc_def0);
         let mut seen = std::collections::HashSet::new();
         for i in 0..100u8 {
             let plain = [i; 48];
@@ -251,19 +324,47 @@ mod tests {
     }
 
     #[test]
-    fn session_keys_differ_by_session_epoch_vm_and_key() {
-        let k = [1u8; 32];
-        let base = session_key(&k, 1, 5, 1);
-        assert_ne!(base, session_key(&k, 1, 6, 1));
-        assert_ne!(base, session_key(&k, 1, 5, 2));
-        assert_ne!(base, session_key(&k, 2, 5, 1));
-        assert_ne!(base, session_key(&[2u8; 32], 1, 5, 1));
-        assert_eq!(base, session_key(&k, 1, 5, 1));
+    fn without_a_session_nothing_is_sealed_and_a_reset_ends_an_exchanged_session() {
+        let mut c = VmCipher::without_session(4);
+        let mut buf = [7u8; 40];
+        let (env, tag) = c.seal(&mut buf);
+        assert_eq!(buf, [0; 40], "a withheld payload is zeroed");
+        assert_eq!(tag, [0; 16]);
+        assert_eq!(
+            env,
+            Envelope {
+                vm: 4,
+                flags: envelope_flags::VALID | envelope_flags::ENCRYPTED | envelope_flags::WITHHELD,
+                ..Envelope::default()
+            }
+        );
+        assert_eq!(
+            open(&[0; 32], &env, &mut buf, &tag),
+            Err(OpenError::Withheld)
+        );
+        c.rekey(&[1; 32]);
+        assert!(!c.has_session(), "no rekey without a session");
+        c.establish(77, &[2; 32]);
+        assert_eq!((c.session(), c.key_epoch()), (77, 1));
+        let mut buf = [7u8; 40];
+        let (env, tag) = c.seal(&mut buf);
+        open(&[2; 32], &env, &mut buf, &tag).unwrap();
+        assert_eq!(buf, [7; 40]);
+        c.start_session(78);
+        assert!(!c.has_session(), "a reset ends an exchanged session");
+        let mut s = VmCipher::with_key(4, &[3; 32], 5);
+        s.rekey(&[4; 32]);
+        s.start_session(6);
+        assert_eq!(
+            (s.session(), s.key_epoch(), s.origin()),
+            (6, 2, Some(Origin::Scenario)),
+            "a scenario key's session goes on under a new id"
+        );
     }
 
     #[test]
     fn wrong_key_or_tampered_envelope_fails() {
-        let mut c = VmCipher::new(1, &[1; 32], 9);
+        let mut c = VmCipher::with_key(1, &[1; 32], 9);
         let mut buf = [5u8; 32];
         let (env, tag) = c.seal(&mut buf);
         let mut copy = buf;

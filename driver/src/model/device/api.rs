@@ -264,8 +264,11 @@ impl Device {
 
     /// Device reset: every count, block, ring and the ledger go to zero;
     /// trigger settings and masks return to the scenario's (which masks
-    /// nothing); a new confidential session starts (a fresh session id, so
-    /// new session keys); contexts, scheduling and VM keys carry on.
+    /// nothing); every confidential session a key exchange established
+    /// ends, and so does every pending exchange (the VMs' slots are
+    /// withheld until their tenants establish new ones); a VM whose key
+    /// the scenario gives goes on under a fresh session id; contexts and
+    /// scheduling carry on.
     pub fn reset(&mut self) -> Result<(), DeviceError> {
         let session = self.next_session()?;
         self.reset_into(session);
@@ -287,6 +290,7 @@ impl Device {
         self.rc.reset();
         self.resets += 1;
         self.vms.start_session(session);
+        self.responder.clear();
         self.staging.clear();
         for slot in self.mem.zero_counters() {
             let vm = self.mem.block(slot).vm;

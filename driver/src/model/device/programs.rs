@@ -36,13 +36,19 @@ impl Device {
     /// the same pass. Returns whether it did (the cycle-level engine only
     /// counts).
     pub(super) fn count(&mut self, p: u32, fused: Option<bool>) -> bool {
-        self.count_or_walk(p, fused, false)
+        let fused = self.count_or_walk(p, fused, false);
+        // The counters as the device asked for them: the base of the next
+        // threshold check (a catch-up count of `walk` is not).
+        self.ccu.counted(p);
+        fused
     }
 
     /// Brings partition `p`'s running program, and what watches it, up to
     /// now without counting (the batched engine counts the span later from
     /// what the walk recorded, [`ProgLane`]); the cycle-level engine, which
-    /// needs every cycle's instructions as they happen, counts.
+    /// needs every cycle's instructions as they happen, counts, but its
+    /// threshold checks stay where the batched engine's are
+    /// ([`crate::model::ccu::Counting::counted`]).
     fn walk(&mut self, p: u32) {
         let batched = self.ccu.kind() == EngineKind::Batched;
         self.count_or_walk(p, None, batched);
@@ -53,6 +59,7 @@ impl Device {
         let now = self.clock.now();
         let ctx = self.ccu.owner(p).ctx;
         let c = self.ctxs.get(ctx);
+        let leak = self.leaks_confidential_ranges();
         let batched = self.ccu.kind() == EngineKind::Batched;
         let drain = match fused {
             Some(to_system) if batched => Some(self.rc.drain(p, to_system)),
@@ -90,7 +97,10 @@ impl Device {
         });
         let confidential = self.vms.confidential(c.vm);
         let program = u32::try_from(run.program + 1).unwrap_or(0);
-        let ranges = self.ranges[p as usize].armed().then(|| {
+        let branches = run.branches();
+        // A range counts no confidential VM's context (docs/confidential.md).
+        let counted = !confidential || leak;
+        let ranges = (self.ranges[p as usize].armed() && counted).then(|| {
             let ids = (ctx, c.vm, c.serial, program);
             RangeWatcher::new(&mut self.ranges[p as usize], ids, blank_env(), confidential)
         });
@@ -101,6 +111,8 @@ impl Device {
             vm: c.vm,
             serial: c.serial,
             env: blank_env(),
+            confidential,
+            branches,
             cipher: self.vms.cipher(c.vm).map(|k: &mut VmCipher| k),
         });
         let mut lane = ProgLane::new(

@@ -147,7 +147,7 @@ pub(super) struct Shadow {
 }
 
 /// A checked write, ready to execute.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) enum Write {
     /// A reset into the new session `session`.
     Reset {
@@ -415,6 +415,9 @@ impl Device {
             Write::Vm(vm, w) => {
                 self.vms.apply(vm, w);
                 self.staging.clear();
+                // Everything of the VM is sealed under the new key at
+                // once: the tenant needs no older epoch's key for a block.
+                self.republish_vm(vm);
             }
             Write::CtxRelease(ctx) => self.release_context(ctx),
         }

@@ -122,6 +122,10 @@ impl Device {
             let c = self.ctxs.get(who.ctx);
             self.phases[p as usize] = self.rates.context_phase(c.profile, c.created_at, now);
         }
+        let last = std::mem::replace(&mut self.phase_vm[p as usize], who.vm);
+        let scrub = p != 0
+            && last != who.vm
+            && (self.vms.confidential(last) || self.vms.confidential(who.vm));
         let topo = &self.topo;
         let mut rate_of = self.rates.counter_rates(topo, who, now, &base);
         let rate_of = move |j| {
@@ -133,6 +137,12 @@ impl Device {
             }
         };
         self.ccu.set_generation(topo, p, now, who, rate_of);
+        if scrub {
+            // The phases carry what the last VM generated: across a
+            // confidential VM's boundary they restart from their power-on
+            // values (docs/confidential.md, "Time-slicing").
+            self.ccu.scrub_phases(topo, p, self.scenario.seed);
+        }
     }
 
     /// Base rates of whatever partition `p` runs now, and the cycle its

@@ -160,6 +160,17 @@ impl Memory {
         in_use
     }
 
+    /// The block slots in use that belong to VM `vm` (its VM block and its
+    /// contexts'), in slot order.
+    pub fn slots_of_vm(&self, vm: u32) -> Vec<u32> {
+        (0..BLOCK_SLOTS)
+            .filter(|&slot| {
+                let b = &self.blocks[slot as usize];
+                b.magic == BLOCK_MAGIC && b.kind != block_kind::SYSTEM && b.vm == vm
+            })
+            .collect()
+    }
+
     /// The plaintext block in `slot` (device-internal view).
     pub fn block(&self, slot: u32) -> &Block {
         &self.blocks[slot as usize]

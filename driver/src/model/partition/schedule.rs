@@ -150,6 +150,7 @@ mod tests {
             &VmSpec {
                 id: 1,
                 partition: 1,
+                confidential: false,
                 confidential_key: None,
             },
             1,

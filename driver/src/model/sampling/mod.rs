@@ -7,23 +7,35 @@
 //! `SAMP_CYCLE_DITHER`, `SAMP_SKID`, `SAMP_REFILL`, `SAMP_STACK_DEPTH`,
 //! `SAMP_BRANCHES`, `SAMP_CYCLE_SAMPLES`, `SAMP_SPAN`,
 //! `SAMP_MIN_BRANCH_GAP`, and per buffer `BUF_*`. See `docs/sampling.md`.
+//!
+//! A confidential VM's context is sampled on a schedule of its context
+//! cycles alone, so that nothing the host reads (heads, counts, interrupts,
+//! the envelopes' nonce counter) depends on what it executes: the cycle
+//! sampler is time-driven anyway, and the branch sampler writes one stack
+//! every N × [`CONFIDENTIAL_BRANCH_CYCLES`] + R context cycles (R dithered
+//! below N × [`CONFIDENTIAL_BRANCH_CYCLES`] by the seeded generator)
+//! instead of every N-th taken branch; its branches are not counted in
+//! `SAMP_BRANCHES`.
 
 pub mod buffer;
+mod watcher;
 
 use gpupm_uapi::sampling::{
-    self as s, buf_kind, samp_ctrl, samp_status, sample_flags, BranchEntry, BranchStackRecord,
-    PcRecord, BRANCH_RECORD_MAGIC, BRANCH_STACK_ENTRIES, PC_RECORD_MAGIC,
+    self as s, buf_kind, samp_ctrl, samp_status, BranchEntry, BRANCH_STACK_ENTRIES,
+    CONFIDENTIAL_BRANCH_CYCLES,
 };
-use zerocopy::{FromZeros, IntoBytes};
 
 use self::buffer::{BufEvent, BufWrite, Placement, SampleBuffer};
 use super::access::{r32, r64, RegValue, Reject};
-use super::cc::VmCipher;
-use super::program::run::{Env, Quantity, Visit, Watch, Window};
 use super::rng;
+
+pub use self::watcher::Watcher;
 
 /// Random-draw domain of the cycle sampler's R.
 const SAMPLE_DOMAIN: u64 = 0x5341_4D50;
+/// Random-draw domain of the dither of confidential contexts' scheduled
+/// branch stacks.
+const STACK_DOMAIN: u64 = 0x5354_4B53;
 
 /// The batch's view of a sampling unit.
 #[derive(Clone, Copy, Debug, Default)]
@@ -84,6 +96,11 @@ pub struct Sampler {
     stack: Vec<BranchEntry>,
     stack_owner: u64,
     since_capture: u32,
+    /// Context cycles of confidential contexts to the next scheduled
+    /// branch stack.
+    stack_due: u64,
+    /// Scheduled branch stacks so far (the dither's draw ordinal).
+    scheduled: u64,
     remaining: u64,
     interval: u32,
     seed: u64,
@@ -109,6 +126,8 @@ impl Sampler {
             stack: Vec::with_capacity(BRANCH_STACK_ENTRIES),
             stack_owner: u64::MAX,
             since_capture: 0,
+            stack_due: stack_period(s::DEFAULT_BRANCH_PERIOD),
+            scheduled: 0,
             remaining: 0,
             interval: 0,
             seed,
@@ -229,6 +248,7 @@ impl Sampler {
                 }
                 if newly & samp_ctrl::BRANCH_ENABLE != 0 {
                     self.since_capture = 0;
+                    self.stack_due = self.stack_interval();
                 }
             }
             SampWrite::BranchPeriod(v) => self.n = v,
@@ -237,6 +257,20 @@ impl Sampler {
             SampWrite::Buf(kind, w) => self.bufs[kind as usize].apply(w),
             SampWrite::LostSelect(v) => self.lost_select = v,
         }
+    }
+
+    /// Draws the context cycles to the next scheduled branch stack of a
+    /// confidential context: N × `CONFIDENTIAL_BRANCH_CYCLES` + R, R
+    /// uniform below N × `CONFIDENTIAL_BRANCH_CYCLES` from the seeded
+    /// generator — time and the seed alone, and never in step with a loop
+    /// whose period divides a fixed interval.
+    fn stack_interval(&self) -> u64 {
+        let period = stack_period(self.n);
+        let r = rng::hash(
+            self.seed,
+            &[STACK_DOMAIN, u64::from(self.partition), self.scheduled],
+        ) % period;
+        period + r
     }
 
     /// Draws the next interval P + R + S − A (R from the seeded generator).
@@ -261,203 +295,16 @@ impl Sampler {
     }
 }
 
+/// The shortest interval, in context cycles, between two branch stacks of
+/// confidential contexts at branch period `n`: N ×
+/// [`CONFIDENTIAL_BRANCH_CYCLES`].
+fn stack_period(n: u32) -> u64 {
+    u64::from(n) * u64::from(CONFIDENTIAL_BRANCH_CYCLES)
+}
+
 /// (kind, register within the buffer's set) of a buffer register.
 fn buf_reg(reg: u64) -> Option<(u32, u64)> {
     let rel = reg.checked_sub(s::SAMP_BUF_BRANCH)?;
     let kind = u32::try_from(rel / s::SAMP_BUF_STRIDE).ok()?;
     (kind < buf_kind::COUNT).then_some((kind, rel % s::SAMP_BUF_STRIDE))
-}
-
-/// The sampling unit watching one context's walk through one span.
-#[derive(Debug)]
-pub struct Watcher<'a> {
-    /// The unit.
-    pub unit: &'a mut Sampler,
-    /// The running context.
-    pub ctx: u32,
-    /// Its VM.
-    pub vm: u32,
-    /// Its serial (the branch stack holds only its branches).
-    pub serial: u64,
-    /// The span.
-    pub env: Env<'a>,
-    /// The VM's cipher when confidential.
-    pub cipher: Option<&'a mut VmCipher>,
-}
-
-impl Watcher<'_> {
-    fn flags(&self, ctx_cycle: u64) -> u16 {
-        if self.env.secondary(ctx_cycle) {
-            sample_flags::SECONDARY_CLOCK
-        } else {
-            0
-        }
-    }
-
-    fn store(&mut self, kind: u32, bytes: &[u8], at: u64) {
-        let buf = &mut self.unit.bufs[kind as usize];
-        if let Some(ev) = buf.push(bytes, (self.vm, self.ctx), self.cipher.as_deref_mut()) {
-            self.unit.events.push((kind, ev, at));
-        }
-    }
-}
-
-impl Watcher<'_> {
-    /// A cycle sample at context cycle `at`, in block `block` of `kernel`.
-    fn pc_sample(&mut self, at: u64, kernel: u16, block: u16) {
-        let cycle = self.env.device_cycle(at);
-        let rec = PcRecord {
-            magic: PC_RECORD_MAGIC,
-            partition: u16::try_from(self.unit.partition).unwrap_or(0),
-            flags: self.flags(at),
-            vm: self.vm,
-            ctx: self.ctx,
-            seq: self.unit.bufs[1].produced() + 1,
-            cycle,
-            ctx_cycle: at,
-            kernel,
-            block,
-            interval: self.unit.interval,
-        };
-        self.store(buf_kind::PC, rec.as_bytes(), cycle);
-        self.unit.samples += 1;
-        self.unit.draw_interval();
-    }
-
-    /// A branch record of `stack` (oldest first; the newest entry is the
-    /// capturing branch, the context's `branches`-th).
-    fn branch_record(&mut self, stack: &[BranchEntry], branches: u64) {
-        let Some(newest) = stack.last() else {
-            return;
-        };
-        let mut rec = BranchStackRecord::new_zeroed();
-        rec.magic = BRANCH_RECORD_MAGIC;
-        rec.partition = u16::try_from(self.unit.partition).unwrap_or(0);
-        rec.vm = self.vm;
-        rec.ctx = self.ctx;
-        rec.seq = self.unit.bufs[0].produced() + 1;
-        rec.cycle = self.env.device_cycle(newest.cycle);
-        rec.branches = branches;
-        rec.count = u32::try_from(stack.len()).unwrap_or(0);
-        rec.entries[..stack.len()].copy_from_slice(stack);
-        rec.flags = self.flags(newest.cycle);
-        let cycle = rec.cycle;
-        self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
-    }
-
-    /// The stack's last entries followed by `newer` (the newest 32), into
-    /// `out`.
-    fn stack_with(&self, newer: &[BranchEntry], out: &mut Vec<BranchEntry>) {
-        let old = &self.unit.stack;
-        let keep = BRANCH_STACK_ENTRIES
-            .saturating_sub(newer.len())
-            .min(old.len());
-        out.clear();
-        out.extend_from_slice(&old[old.len() - keep..]);
-        out.extend_from_slice(&newer[newer.len().saturating_sub(BRANCH_STACK_ENTRIES)..]);
-    }
-
-    /// The cycle samples that fall in the first `n` iterations of `w`:
-    /// each in the visit its path runs at that cycle.
-    fn skipped_cycles(&mut self, w: &Window<'_>, n: u64) {
-        let total = w.sum(Quantity::Cycles, n);
-        let mut at = self.unit.remaining;
-        while at <= total {
-            let Some((i, before)) = w.find(Quantity::Cycles, at, n) else {
-                break;
-            };
-            let v = w.path(i).visit_at(at - before);
-            self.pc_sample(w.start + at, v.kernel, v.block);
-            at += self.unit.remaining;
-        }
-        self.unit.remaining = at - total;
-    }
-
-    /// The taken branches of the first `n` iterations of `w`: the
-    /// captures among them, with their stacks from the paths, and the
-    /// stack they leave.
-    fn skipped_branches(&mut self, w: &Window<'_>, n: u64) {
-        let total = w.sum(Quantity::Branches, n);
-        if total == 0 {
-            return;
-        }
-        if self.unit.stack_owner != self.serial {
-            self.unit.stack.clear();
-            self.unit.stack_owner = self.serial;
-        }
-        let period = u64::from(self.unit.n);
-        let depth = BRANCH_STACK_ENTRIES as u64;
-        let mut entries = Vec::with_capacity(BRANCH_STACK_ENTRIES);
-        let mut stack = Vec::with_capacity(BRANCH_STACK_ENTRIES);
-        // A period written below the count so far captures at the next branch.
-        let mut k = period
-            .saturating_sub(u64::from(self.unit.since_capture))
-            .max(1);
-        let mut since = u64::from(self.unit.since_capture) + total;
-        while k <= total {
-            w.branch_entries(k, k.min(depth), &mut entries);
-            self.stack_with(&entries, &mut stack);
-            self.branch_record(&stack, w.branches + k);
-            since = total - k;
-            k += period;
-        }
-        self.unit.branches += total;
-        self.unit.since_capture = u32::try_from(since).unwrap_or(u32::MAX);
-        w.branch_entries(total, total.min(depth), &mut entries);
-        self.stack_with(&entries, &mut stack);
-        self.unit.stack = stack;
-    }
-}
-
-impl Watch for Watcher<'_> {
-    fn ran(&mut self, from: u64, to: u64, kernel: u16, block: u16) {
-        if self.unit.ctrl & samp_ctrl::CYCLE_ENABLE == 0 {
-            return;
-        }
-        let mut at = from;
-        while to - at >= self.unit.remaining {
-            at += self.unit.remaining;
-            self.pc_sample(at, kernel, block);
-        }
-        self.unit.remaining -= to - at;
-    }
-
-    fn taken(&mut self, entry: BranchEntry, branches: u64) {
-        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE == 0 {
-            return;
-        }
-        let unit = &mut *self.unit;
-        if unit.stack_owner != self.serial {
-            unit.stack.clear();
-            unit.stack_owner = self.serial;
-        }
-        if unit.stack.len() == BRANCH_STACK_ENTRIES {
-            unit.stack.remove(0);
-        }
-        unit.stack.push(entry);
-        unit.branches += 1;
-        unit.since_capture += 1;
-        if unit.since_capture < unit.n {
-            return;
-        }
-        unit.since_capture = 0;
-        let stack = std::mem::take(&mut unit.stack);
-        self.branch_record(&stack, branches);
-        self.unit.stack = stack;
-    }
-
-    /// Everything: samples and branch records inside the iterations are
-    /// taken from their paths.
-    fn admit(&mut self, window: &Window<'_>) -> u64 {
-        window.len()
-    }
-
-    fn skipped(&mut self, window: &Window<'_>, n: u64, _latch: &Visit) {
-        if self.unit.ctrl & samp_ctrl::CYCLE_ENABLE != 0 {
-            self.skipped_cycles(window, n);
-        }
-        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE != 0 {
-            self.skipped_branches(window, n);
-        }
-    }
 }

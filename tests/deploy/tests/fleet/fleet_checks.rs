@@ -182,12 +182,26 @@ impl Rates {
             proportional(n, s, snaps[n].vms.get(&id).ok_or(format!("VM {id}"))?[e])?;
         }
         let ctx = prom.query("instance_vm_ctx_event:gpupm_context_events:rate5m")?;
+        // Every context is exported on its own (no churn, fewer than
+        // max_contexts_per_vm per VM): each plain VM's `other` is 0.
+        let (other, ctx): (Vec<_>, Vec<_>) =
+            ctx.into_iter().partition(|s| s.label("ctx") == "other");
+        let want_other = snaps.len() * PLAIN_VMS.len() * vm_events().count();
+        if other.len() != want_other || other.iter().any(|s| s.value != 0.0) {
+            return Err(format!(
+                "ctx=\"other\" rates: {} series, want {want_other} at 0: {other:?}",
+                other.len()
+            ));
+        }
         let series: usize =
             snaps.iter().map(|s| s.contexts.len()).sum::<usize>() * vm_events().count();
         if ctx.len() != series {
             return Err(format!("{} context rate series, not {series}", ctx.len()));
         }
         for s in &ctx {
+            if s.label("created_cycle").is_empty() {
+                return Err(format!("a context rate without its instance: {s:?}"));
+            }
             let (n, e, id) = (node_index(s)?, event_of(s)?, label_u32(s, "ctx")?);
             let (vm, counts) = snaps[n].contexts.get(&id).ok_or(format!("ctx {id}"))?;
             if label_u32(s, "vm")? != *vm {

@@ -1,7 +1,10 @@
 //! The fleet view: three `gpupm-driver` + `gpupmd` pairs on private
 //! directories and loopback ports, scraped by one real Prometheus server
-//! (job `gpupm`, an `instance` label per node) that evaluates
-//! `deploy/prometheus/` every 500 ms.
+//! (job `gpupm`, an `instance` label per node) over HTTPS with basic auth
+//! on each daemon's authenticated listener (one fleet CA and scrape user,
+//! as `deploy/prometheus/gpupm-scrape.yml` sets up), evaluating
+//! `deploy/prometheus/` every 500 ms. Each node's unauthenticated local
+//! listener meanwhile serves no tenant's series.
 //!
 //! * At a quiescent point (step clocks stopped, every switch finished,
 //!   everything flushed into the blocks) `sum by (event)
@@ -33,6 +36,7 @@ use gpupm_deploy_tests::prometheus::{Prometheus, Target, POLL};
 use gpupm_deploy_tests::rules::{self, RECORDING};
 use gpupm_deploy_tests::scenario::{scenario, STEP, SWITCH_TIMEOUT};
 use gpupm_deploy_tests::wait_until;
+use gpupm_deploy_tests::web::WebAuth;
 use gpupm_test_support::Scratch;
 use gpupm_uapi::regs as r;
 
@@ -91,9 +95,10 @@ fn alerting(prom: &Prometheus, name: &str, state: &str) -> Result<Vec<String>, S
 #[test]
 fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resumes_without_loss() {
     let t0 = Instant::now();
+    let auth = WebAuth::new();
     let mut nodes: Vec<Node> = NODES
         .iter()
-        .map(|&(name, seed)| Node::start(name, &scenario(seed), ""))
+        .map(|&(name, seed)| Node::start(name, &scenario(seed), "", &auth))
         .collect();
     let devices: Vec<Device> = nodes.iter().map(Node::device).collect();
     let targets: Vec<Target> = nodes
@@ -110,7 +115,7 @@ fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resum
         5,
         "the alerts with a for:"
     );
-    let prom = Prometheus::start(&targets, &[rules::path(RECORDING), alerts]);
+    let prom = Prometheus::start(&targets, &[rules::path(RECORDING), alerts], &auth);
     let names: Vec<String> = NODES.iter().map(|n| n.0.to_owned()).collect();
 
     // Every series starts at zero: the devices have not run yet.
@@ -129,6 +134,18 @@ fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resum
     });
     let first_scrape = Instant::now();
     let ready = t0.elapsed();
+    for node in &nodes {
+        let local = node.scrape_local();
+        assert!(
+            local.contains("gpupm_device_events_total{")
+                && !local.contains("vm=\"")
+                && !local.contains("ctx=\"")
+                && !local.contains("gpupm_vm_")
+                && !local.contains("gpupm_context_"),
+            "{}: the local listener names a tenant:\n{local}",
+            node.name
+        );
+    }
 
     run(&devices, &mut nodes, 60);
     let first = quiesce(&devices);
@@ -197,7 +214,8 @@ fn fleet_totals_and_rules_equal_the_ledgers_and_a_killed_daemon_alerts_and_resum
     check_quiescent(&prom, &second, false);
     let resets = prom
         .query(
-            "sum(resets(gpupm_device_events_total[5m])) + sum(resets(gpupm_vm_events_total[5m]))",
+            "sum(resets(gpupm_device_events_total[5m])) + sum(resets(gpupm_vm_events_total[5m])) \
+             + sum(resets(gpupm_context_events_total[5m]))",
         )
         .expect("resets");
     assert_eq!(

@@ -19,6 +19,8 @@ const UNITS: [&str; 2] = ["gpupm-driver.service", "gpupmd.service"];
 const STEP_CYCLES: u64 = 1_000_000;
 /// The tenant the test maps to VM 1.
 const TENANT: &str = "alice";
+/// The tenant the test maps to the built-in scenario's confidential VM 4.
+const CC_TENANT: &str = "bob";
 
 /// Runs a host binary; stdout (it must succeed).
 pub fn run_ok(binary: &Path, args: &[&str]) -> String {
@@ -61,7 +63,18 @@ pub fn run(deb: &Path) {
     check_installed(&c);
     check_admin_view(&c);
     configure_tenant(&c, daemon.main_pid);
+    check_confidential_session(&c);
     let (before, after) = counts_survive_a_daemon_restart(&c);
+    // dpkg unpacks the conffile again and keeps the override's owner and mode.
+    c.ok(&[
+        "apt-get",
+        "install",
+        "-y",
+        "--reinstall",
+        "--no-install-recommends",
+        &inside,
+    ]);
+    check_conffile_access(&c);
     remove_then_purge(&c);
     eprintln!(
         "container booted in {:.2} s; apt-get install to both units ready: {:.2} s; \
@@ -99,6 +112,14 @@ fn check_installed(c: &Container) {
         c.ok(&["stat", "-c", "%U %a", "/var/lib/gpupm"]).trim(),
         "gpupm 700"
     );
+    check_conffile_access(c);
+    // The emulated factory provisioned the device's identity before the
+    // driver's first start (docs/confidential.md).
+    assert_eq!(
+        c.ok(&["stat", "-c", "%U %a", "/var/lib/gpupm-driver/identity"])
+            .trim(),
+        "gpupm-driver 600"
+    );
     assert_eq!(
         gpupm_mounts(c),
         [
@@ -108,6 +129,37 @@ fn check_installed(c: &Container) {
                 "fuse.gpupm-tenant".to_owned()
             ),
         ]
+    );
+}
+
+/// The conffile (the tenant map) is root:gpupm-admin 0640 by a
+/// dpkg-statoverride: a local user who is not an admin cannot read it,
+/// gpupmd (through gpupm-admin) can, and it did not warn about it.
+fn check_conffile_access(c: &Container) {
+    let conf = "/etc/gpupm/gpupmd.toml";
+    assert_eq!(
+        c.ok(&["stat", "-c", "%U %G %a", conf]).trim(),
+        "root gpupm-admin 640"
+    );
+    assert_eq!(
+        c.ok(&["dpkg-statoverride", "--list", conf]).trim(),
+        format!("root gpupm-admin 640 {conf}")
+    );
+    let out = c.run(&["runuser", "-u", "nobody", "--", "cat", conf]);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+        "nobody reads the tenant map: {out:?}"
+    );
+    let warned = c.ok(&[
+        "journalctl",
+        "--no-pager",
+        "-u",
+        UNITS[1],
+        "MESSAGE_ID=4dba9beedd1e4d469e86773a08059a95",
+    ]);
+    assert!(
+        !warned.contains("may be read by every local user"),
+        "gpupmd warned about the packaged conffile: {warned}"
     );
 }
 
@@ -179,11 +231,13 @@ fn as_tenant(c: &Container, args: &[&str]) -> std::process::Output {
 /// only, and VM 2 fails exactly like a VM that does not exist.
 fn configure_tenant(c: &Container, daemon_pid: u32) {
     c.ok(&["useradd", "--no-create-home", TENANT]);
+    c.ok(&["useradd", "--no-create-home", CC_TENANT]);
     let mut conf = fs::OpenOptions::new()
         .append(true)
         .open(c.host_path("/etc/gpupm/gpupmd.toml"))
         .expect("open the conffile");
     writeln!(conf, "\n[[tenant]]\nvm = 1\nuser = \"{TENANT}\"").expect("append a tenant");
+    writeln!(conf, "\n[[tenant]]\nvm = 4\nuser = \"{CC_TENANT}\"").expect("append a tenant");
     drop(conf);
     c.ok(&["systemctl", "restart", UNITS[1]]);
     c.wait_running(UNITS[1], daemon_pid);
@@ -214,6 +268,41 @@ fn configure_tenant(c: &Container, daemon_pid: u32) {
         String::from_utf8_lossy(&other.stderr).replace('2', "N"),
         String::from_utf8_lossy(&missing.stderr).replace("63", "N"),
         "another tenant's VM must fail like a missing one"
+    );
+}
+
+/// The confidential VM's tenant establishes its session with the installed
+/// device and reads its totals through it; before, they are withheld.
+fn check_confidential_session(c: &Container) {
+    let as_cc = |args: &[&str]| {
+        let mut all = vec![
+            "runuser",
+            "-u",
+            CC_TENANT,
+            "--",
+            "env",
+            "XDG_STATE_HOME=/tmp/bob-state",
+            "gpupm",
+        ];
+        all.extend_from_slice(args);
+        c.run(&all)
+    };
+    let status = as_cc(&["cc", "status", "--vm", "4", "--json"]);
+    assert!(status.status.success(), "{status:?}");
+    assert_eq!(
+        json(&String::from_utf8_lossy(&status.stdout))["state"],
+        "none"
+    );
+    let out = as_cc(&["cc", "establish", "--vm", "4", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let est = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(est["key_epoch"], 1, "{est}");
+    let out = as_cc(&["stat", "--vm", "4", "-e", "sm_inst_executed", "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let stat = json(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        stat.get("sealed").is_none(),
+        "opened through the session: {stat}"
     );
 }
 
@@ -400,7 +489,18 @@ fn remove_then_purge(c: &Container) {
             "group {group} left"
         );
     }
-    for path in ["/etc/gpupm", "/var/lib/gpupm", "/run/gpupm"] {
+    assert!(
+        !c.run(&["dpkg-statoverride", "--list", "/etc/gpupm/gpupmd.toml"])
+            .status
+            .success(),
+        "the conffile's override outlived the purge"
+    );
+    for path in [
+        "/etc/gpupm",
+        "/var/lib/gpupm",
+        "/var/lib/gpupm-driver",
+        "/run/gpupm",
+    ] {
         assert!(
             !c.run(&["test", "-e", path]).status.success(),
             "{path} left"

@@ -31,7 +31,11 @@ use gpupm_deploy_tests::repo;
 const BINARIES: [&str; 4] = ["gpupm", "gpupmd", "gpupm-driver", "gpupm-mount"];
 
 /// `(repository file, installed path)`: shipped unchanged.
-const SHIPPED_AS_IS: [(&str, &str); 18] = [
+const SHIPPED_AS_IS: [(&str, &str); 21] = [
+    (
+        "packaging/factory/vendor-root.key",
+        "/usr/lib/gpupm/factory/vendor-root.key",
+    ),
     (
         "systemd/gpupm-driver.service",
         "/usr/lib/systemd/system/gpupm-driver.service",
@@ -92,6 +96,14 @@ const SHIPPED_AS_IS: [(&str, &str); 18] = [
         "deploy/grafana/gpupm.json",
         "/usr/share/gpupm/grafana/gpupm.json",
     ),
+    (
+        "deploy/prometheus/gpupm-scrape.yml",
+        "/usr/share/gpupm/prometheus/gpupm-scrape.yml",
+    ),
+    (
+        "packaging/metrics-web.yml",
+        "/usr/share/doc/gpupm/examples/metrics-web.yml",
+    ),
 ];
 
 #[test]
@@ -108,6 +120,10 @@ fn package_holds_what_it_promises_and_runs_the_debhelper_snippets_in_order() {
             .mode();
         assert_eq!(mode & 0o777, 0o755, "{path}");
     }
+    // The emulated factory's vendor key: root only (docs/confidential.md).
+    let key = fs::metadata(deb.file("/usr/lib/gpupm/factory/vendor-root.key"))
+        .expect("the vendor key in the package");
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
     for (from, to) in SHIPPED_AS_IS {
         let want = fs::read(repo().join(from)).unwrap_or_else(|e| panic!("{from}: {e}"));
         let got = fs::read(deb.file(to)).unwrap_or_else(|e| panic!("{to} in the package: {e}"));
@@ -206,10 +222,11 @@ fn check_conffile(deb: &Unpacked) {
     }
 }
 
-/// postinst: users (systemd-sysusers), then directories
-/// (systemd-tmpfiles), then the units enabled (deb-systemd-helper) and
-/// started (deb-systemd-invoke); prerm stops them; postrm purges the
-/// units' state, then removes users and state on purge.
+/// postinst: users (systemd-sysusers), the conffile's owner and mode,
+/// then directories (systemd-tmpfiles), then the units enabled
+/// (deb-systemd-helper) and started (deb-systemd-invoke); prerm stops
+/// them; postrm purges the units' state, then removes the conffile's
+/// override, users and state on purge.
 fn check_maintainer_scripts(deb: &Unpacked) {
     let postinst = deb.control("postinst");
     let order = [
@@ -227,6 +244,19 @@ fn check_maintainer_scripts(deb: &Unpacked) {
             .unwrap_or_else(|| panic!("postinst lacks {step:?} after byte {at}:\n{postinst}"));
         at += found + step.len();
     }
+    // The conffile's owner and mode (root:gpupm-admin 0640) are set once
+    // the group exists and before the units start.
+    let override_at = postinst
+        .find("dpkg-statoverride --update --add root gpupm-admin 0640 \"$CONFIG\"")
+        .unwrap_or_else(|| panic!("postinst sets no owner and mode on the conffile:\n{postinst}"));
+    let sysusers_at = postinst.find("systemd-sysusers").expect("sysusers");
+    let first_start = postinst
+        .find("deb-systemd-invoke $_dh_action")
+        .expect("units started");
+    assert!(
+        sysusers_at < override_at && override_at < first_start,
+        "postinst: the group, then the override, then the units:\n{postinst}"
+    );
     let prerm = deb.control("prerm");
     for unit in ["gpupm-driver.service", "gpupmd.service"] {
         assert!(
@@ -242,6 +272,14 @@ fn check_maintainer_scripts(deb: &Unpacked) {
     assert!(
         purge_units < userdel,
         "units purged before users:\n{postrm}"
+    );
+    let unoverride = postrm
+        .find("dpkg-statoverride --remove /etc/gpupm/gpupmd.toml")
+        .expect("postrm removes the conffile's override on purge");
+    let groupdel = postrm.find("groupdel").expect("postrm removes the groups");
+    assert!(
+        unoverride < groupdel,
+        "override removed before the group:\n{postrm}"
     );
     for script in ["postinst", "prerm", "postrm"] {
         let out = std::process::Command::new("sh")

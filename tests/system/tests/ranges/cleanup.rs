@@ -2,7 +2,9 @@
 //! destroyed while it holds ranges, and a device reset, each leave every
 //! range register of the partition disarmed (read through the device
 //! node), the old ranges gone for their tenant with the documented error,
-//! and all eight registers free for a new tenant.
+//! and every register free again. Each VM on the partition arms at most its
+//! share of the eight (four each here): the other tenant gets its own share
+//! while the first holds all of its.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -83,34 +85,45 @@ impl Rig {
     }
 }
 
-/// `uid` takes all eight registers with eight programmings on `ctx`;
-/// answers the handles. Each must be a fresh register.
-fn take_all_eight(node: &Path, uid: u32, ctx: u32) -> Vec<u32> {
+/// Each VM's share of the partition's registers: two VMs, four each.
+const SHARE: u32 = RANGES_PER_PARTITION / 2;
+
+/// `uid` takes its VM's whole share of the registers with as many
+/// programmings on `ctx`, and is refused the next (ENOSPC); answers the
+/// handles. Each must be a fresh register, numbered among the VM's own.
+fn take_share(node: &Path, uid: u32, ctx: u32) -> Vec<u32> {
     let n = node.to_owned();
     let got = run_as(&Cred::user(uid), move || {
         let c = TenantClient::open(&n).expect("open");
-        let added: Vec<Value> = (0..RANGES_PER_PARTITION)
+        let added: Vec<Value> = (0..SHARE)
             .map(|i| {
                 let a = c
                     .add_range(&store_range(ctx, 1000 + i))
-                    .expect("a free register");
+                    .expect("a register of its share");
                 json!([a.handle, a.register, a.shared])
             })
             .collect();
-        json!(added)
+        let past = errno_of(&c.add_range(&store_range(ctx, 1000 + SHARE)));
+        json!([added, past])
     });
-    let rows = got.as_array().expect("rows");
+    assert_eq!(got[1], json!(libc::ENOSPC), "past its share: {got}");
+    let rows = got[0].as_array().expect("rows");
     let mut regs: Vec<u64> = rows.iter().map(|x| x[1].as_u64().unwrap()).collect();
     regs.sort_unstable();
     assert_eq!(
         regs,
-        (0..8).collect::<Vec<u64>>(),
-        "all eight registers: {got}"
+        (0..u64::from(SHARE)).collect::<Vec<u64>>(),
+        "its share's registers: {got}"
     );
     assert!(rows.iter().all(|x| x[2] == json!(0)), "none shared: {got}");
     rows.iter()
         .map(|x| u32::try_from(x[0].as_u64().unwrap()).unwrap())
         .collect()
+}
+
+/// Registers armed on partition 1.
+fn armed(rig: &Rig) -> usize {
+    rig.ctrls().iter().filter(|&&c| c != 0).count()
 }
 
 /// What `uid` gets for `ctx`'s ranges, graph and each of `handles`.
@@ -146,15 +159,22 @@ fn wait_for_metric(daemon: &Proc, name: &str, want: u64) {
 fn a_destroyed_context_releases_its_range_registers() {
     let destroy_at = 400_000;
     let mut rig = Rig::start("ranges-destroyed", Some(destroy_at));
-    let handles = take_all_eight(&rig.node, UID_A, rig.a);
-    assert!(rig.ctrls().iter().all(|&c| c != 0), "eight armed");
+    let handles = take_share(&rig.node, UID_A, rig.a);
+    assert_eq!(armed(&rig), SHARE as usize);
+    // A holding all of its share leaves B its own.
     let n = rig.node.clone();
     let b = rig.b;
-    let full = run_as(&Cred::user(UID_B), move || {
+    let own = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
-        json!(errno_of(&c.add_range(&store_range(b, 999))))
+        let added = c.add_range(&store_range(b, 999)).expect("B's own share");
+        json!([
+            added.register,
+            added.shared,
+            errno_of(&c.remove_range(b, added.handle))
+        ])
     });
-    assert_eq!(full, json!(libc::ENOSPC), "A holds every register");
+    assert_eq!(own, json!([0, 0, 0]), "B's first register, removed again");
+    assert_eq!(armed(&rig), SHARE as usize);
 
     // Run past the destruction until gpupmd disarmed A's registers.
     for _ in 0..200 {
@@ -178,7 +198,7 @@ fn a_destroyed_context_releases_its_range_registers() {
     let eacces = libc::EACCES;
     assert_eq!(
         errnos(&rig.node, UID_A, rig.a, &handles),
-        json!({"read": 0, "rows": 0, "graph": 0, "remove": vec![eacces; 8]}),
+        json!({"read": 0, "rows": 0, "graph": 0, "remove": vec![eacces; SHARE as usize]}),
         "A's ranges are gone with its context"
     );
     let (n, a) = (rig.node.clone(), rig.a);
@@ -192,16 +212,16 @@ fn a_destroyed_context_releases_its_range_registers() {
         "a released context has no program"
     );
     assert_eq!(rig.ctrls(), vec![0; 8], "the refusal armed nothing");
-    take_all_eight(&rig.node, UID_B, rig.b);
-    assert!(rig.ctrls().iter().all(|&c| c != 0), "B armed all eight");
+    take_share(&rig.node, UID_B, rig.b);
+    assert_eq!(armed(&rig), SHARE as usize, "B armed its share");
     rig.stop();
 }
 
 #[test]
 fn a_device_reset_releases_every_range_register() {
     let rig = Rig::start("ranges-reset", None);
-    let handles = take_all_eight(&rig.node, UID_A, rig.a);
-    assert!(rig.ctrls().iter().all(|&c| c != 0), "eight armed");
+    let handles = take_share(&rig.node, UID_A, rig.a);
+    assert_eq!(armed(&rig), SHARE as usize);
     rig.dev
         .write32(r::RESET, r::RESET_MAGIC)
         .expect("device reset");
@@ -216,11 +236,11 @@ fn a_device_reset_releases_every_range_register() {
     let eacces = libc::EACCES;
     assert_eq!(
         errnos(&rig.node, UID_A, rig.a, &handles),
-        json!({"read": 0, "rows": 0, "graph": 0, "remove": vec![eacces; 8]}),
+        json!({"read": 0, "rows": 0, "graph": 0, "remove": vec![eacces; SHARE as usize]}),
         "A's context holds no range; the old handles are gone"
     );
-    take_all_eight(&rig.node, UID_B, rig.b);
-    assert!(rig.ctrls().iter().all(|&c| c != 0), "B armed all eight");
-    assert_eq!(rig.daemon.metric("gpupm_range_ranges"), 8);
+    take_share(&rig.node, UID_B, rig.b);
+    assert_eq!(armed(&rig), SHARE as usize, "B armed its share");
+    assert_eq!(rig.daemon.metric("gpupm_range_ranges"), u64::from(SHARE));
     rig.stop();
 }

@@ -7,7 +7,7 @@
 //! device's records say and every stack is a call path of the program
 //! (call-site ledger); a tenant cannot touch the other's contexts or
 //! ranges; malformed and fuzzed requests change no register; all eight
-//! registers busy is ENOSPC; a restarted daemon disarms what it does not
+//! registers of its VM's share busy is ENOSPC; a restarted daemon disarms what it does not
 //! know.
 mod cleanup;
 mod cli;
@@ -76,11 +76,14 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     assert_eq!(got[1][1], got[0][1]);
     assert_eq!(got[2][2], json!(0));
     assert_eq!(got[3], json!(libc::EACCES));
-    let (store_reg, loop_reg) = (reg(0), reg(2));
+    assert_eq!((reg(0), reg(2)), (0, 1), "A's first two registers");
+    // The device registers behind them, told apart by their thresholds.
+    let (store_reg, loop_reg) = (armed_with(&dev, 500), armed_with(&dev, 4_000));
     let (a1_store, a2_store, a1_loop) = (h(0), h(1), h(2));
 
-    // Tenant B joins the store register; A's contexts and handles are as
-    // invisible to it as missing ones.
+    // Tenant B's store range, the same programming, takes a register of
+    // its own VM's (ranges of two VMs never share one); A's contexts and
+    // handles are as invisible to it as missing ones.
     let n = node.clone();
     let got = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
@@ -92,14 +95,21 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
             errno_of(&c.add_range(&store_range(a1, 500))),
             errno_of(&c.read_ranges(a1)),
             errno_of(&c.remove_range(a1, a1_store)),
-            errno_of(&c.remove_range(b1, a1_store)),
+            // Handles count per VM: A's third is no handle of B's.
+            errno_of(&c.remove_range(b1, a1_loop)),
             errno_of(&c.call_graph(a1)),
             errno_of(&c.read_ranges(4000)),
             errno_of(&c.remove_range(b1, 999_999))
         ])
     });
-    assert_eq!(got[1], json!(store_reg));
-    assert_eq!(got[2], json!(1));
+    assert_eq!(
+        (&got[1], &got[2]),
+        (&json!(0), &json!(0)),
+        "B's own first register"
+    );
+    let b_reg = (0..8u8)
+        .find(|&i| ![store_reg, loop_reg].contains(&i) && registers(&dev)[usize::from(i) * 4] != 0)
+        .expect("B's register");
     assert_eq!(
         got.as_array().unwrap()[3..],
         vec![json!(libc::EACCES); 7][..]
@@ -122,7 +132,7 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     let cases = [
         (UID_A, a1, vec![(a1_store, store_reg), (a1_loop, loop_reg)]),
         (UID_A, a2, vec![(a2_store, store_reg)]),
-        (UID_B, b1, vec![(b1_store, store_reg)]),
+        (UID_B, b1, vec![(b1_store, b_reg)]),
     ];
     let (mut total_crossings, mut called) = (0, 0);
     for (uid, ctx, handles) in &cases {
@@ -174,7 +184,7 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
         &dev,
         (a1, a2, b1),
         (a1_store, a2_store, b1_store),
-        store_reg,
+        (store_reg, b_reg),
     );
 
     // A restarted daemon disarms the ranges it does not know (a1's loop).
@@ -192,35 +202,50 @@ fn each_tenant_gets_its_exact_share_and_the_call_graph_of_its_records() {
     driver.stop();
 }
 
-/// Removing a shared range keeps the register for the others; the last
-/// removal disarms it.
+/// Removing a shared range keeps the register for the VM's others; the
+/// last removal disarms it; another VM's register with the same
+/// programming is its own and stays.
 fn removal_disarms_only_the_last_user(
     node: &std::path::Path,
     dev: &DevNode,
     (a1, a2, b1): (u32, u32, u32),
     (h1, h2, hb): (u32, u32, u32),
-    reg: u8,
+    (a_reg, b_reg): (u8, u8),
 ) {
-    let ctrl = || {
+    let ctrl = |reg: u8| {
         dev.read32(range_reg(1, u32::from(reg), rg::RANGE_CTRL))
             .unwrap()
     };
-    let n = node.to_owned();
-    let got = run_as(&Cred::user(UID_A), move || {
-        let c = TenantClient::open(&n).expect("open");
-        json!([
-            errno_of(&c.remove_range(a1, h1)),
-            errno_of(&c.remove_range(a2, h2)),
-            errno_of(&c.remove_range(a2, h2))
-        ])
-    });
-    assert_eq!(got, json!([0, 0, libc::EACCES]));
-    assert_ne!(ctrl(), 0, "b1 still uses the register");
-    let n = node.to_owned();
-    let got = run_as(&Cred::user(UID_B), move || {
-        let c = TenantClient::open(&n).expect("open");
-        json!(errno_of(&c.remove_range(b1, hb)))
-    });
-    assert_eq!(got, json!(0));
-    assert_eq!(ctrl(), 0, "the last removal disarms the register");
+    let remove = |uid: u32, ctx: u32, handle: u32| {
+        let n = node.to_owned();
+        run_as(&Cred::user(uid), move || {
+            let c = TenantClient::open(&n).expect("open");
+            json!(errno_of(&c.remove_range(ctx, handle)))
+        })
+    };
+    assert_eq!(remove(UID_A, a1, h1), json!(0));
+    assert_ne!(ctrl(a_reg), 0, "a2 still uses the register");
+    assert_eq!(remove(UID_A, a2, h2), json!(0));
+    assert_eq!(remove(UID_A, a2, h2), json!(libc::EACCES));
+    assert_eq!(ctrl(a_reg), 0, "the last removal disarms the register");
+    assert_ne!(ctrl(b_reg), 0, "B's register is its own");
+    assert_eq!(remove(UID_B, b1, hb), json!(0));
+    assert_eq!(ctrl(b_reg), 0);
+}
+
+/// The one armed register of partition 1 whose threshold is `threshold`.
+fn armed_with(dev: &DevNode, threshold: u32) -> u8 {
+    let regs = registers(dev);
+    let found: Vec<u8> = (0..8u8)
+        .filter(|&i| {
+            let r = &regs[usize::from(i) * 4..usize::from(i) * 4 + 4];
+            r[0] != 0 && r[3] == u64::from(threshold)
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "registers with threshold {threshold}: {found:?}"
+    );
+    found[0]
 }

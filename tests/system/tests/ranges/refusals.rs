@@ -295,18 +295,22 @@ pub(crate) fn malformed_and_fuzzed_requests_change_nothing(
     );
 }
 
-/// Distinct programmings take the free registers; the ninth is ENOSPC
-/// and changes nothing; removing them frees the registers.
+/// Distinct programmings take the rest of B's VM's share of the
+/// registers; the next is ENOSPC and changes nothing, while registers of
+/// VM 1's share stay free; removing them frees the registers.
 pub(crate) fn registers_run_out_with_enospc(node: &std::path::Path, dev: &DevNode, b1: u32) {
     let before = registers(dev);
-    let free = before.iter().step_by(4).filter(|&&ctrl| ctrl == 0).count();
+    let armed = |v: &[u64]| v.iter().step_by(4).filter(|&&ctrl| ctrl != 0).count();
+    // B holds one register (its store range) of its VM's share of four
+    // (two VMs on the partition): three more, then ENOSPC — with device
+    // registers still free, which are VM 1's share.
     let n = node.to_owned();
     let got = run_as(&Cred::user(UID_B), move || {
         let c = TenantClient::open(&n).expect("open");
-        let handles: Vec<u32> = (0..free)
+        let handles: Vec<u32> = (0..3u32)
             .map(|k| {
-                c.add_range(&store_range(b1, 10_000 + u32::try_from(k).unwrap()))
-                    .expect("free register")
+                c.add_range(&store_range(b1, 10_000 + k))
+                    .expect("a register of B's share")
                     .handle
             })
             .collect();
@@ -314,7 +318,9 @@ pub(crate) fn registers_run_out_with_enospc(node: &std::path::Path, dev: &DevNod
         json!([handles, full])
     });
     assert_eq!(got[1], json!(libc::ENOSPC));
-    assert!(registers(dev).iter().step_by(4).all(|&ctrl| ctrl != 0));
+    let held = registers(dev);
+    assert_eq!(armed(&held), armed(&before) + 3);
+    assert!(armed(&held) < 8, "the refusal left registers free");
     let n = node.to_owned();
     let handles = got[0].clone();
     let removed = run_as(&Cred::user(UID_B), move || {

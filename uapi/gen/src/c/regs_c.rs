@@ -149,7 +149,7 @@ fn emit_instance_blocks(h: &mut Header) {
             VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY_COMMIT, VM_KEY_EPOCH, VM_KEY_SESSION
         },
     );
-    group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL);
+    group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL, SESSION);
     registers(
         h,
         r::ctx(0, 0),

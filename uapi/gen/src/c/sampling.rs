@@ -89,7 +89,7 @@ fn emit_sampling_limits(h: &mut Header) {
     group!(h, hex "GPUPM_SAMPLE_FLAGS_", gpupm_uapi::sampling::sample_flags: SECONDARY_CLOCK);
     group!(h, dec "GPUPM_", gpupm_uapi::sampling: BRANCH_PERIOD_MAX, CYCLE_PERIOD_MIN,
         CYCLE_PERIOD_MAX, DEFAULT_DITHER, DEFAULT_BRANCH_PERIOD, DEFAULT_CYCLE_PERIOD, SKID_CYCLES,
-        REFILL_CYCLES, BRANCH_STACK_ENTRIES);
+        REFILL_CYCLES, BRANCH_STACK_ENTRIES, CONFIDENTIAL_BRANCH_CYCLES);
     h.item(
         "sampling::DITHER_MAX",
         "GPUPM_SAMP_DITHER_MAX",

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::mem::{align_of, size_of};
 
 use cbindgen::{Builder, Config, ItemType, Language, Style};
+use gpupm_uapi::cc::{DeviceCert, Finish, KeyExchange};
 use gpupm_uapi::commit_wait::WaitCommit;
 use gpupm_uapi::events::CATALOGUE;
 use gpupm_uapi::intr::InterruptRecord;
@@ -49,7 +50,7 @@ macro_rules! structs {
 }
 
 /// Every `#[repr(C)]` struct of the ABI, in header order.
-pub fn all_structs() -> [StructInfo; 80] {
+pub fn all_structs() -> [StructInfo; 83] {
     structs![
         Block => "gpupm_block",
         Envelope => "gpupm_envelope",
@@ -131,11 +132,14 @@ pub fn all_structs() -> [StructInfo; 80] {
         ReadCallKernels => "gpupm_tenant_read_call_kernels",
         StackCount => "gpupm_tenant_stack_count",
         ReadCallStacks => "gpupm_tenant_read_call_stacks",
+        DeviceCert => "gpupm_cc_cert",
+        KeyExchange => "gpupm_cc_key_exchange",
+        Finish => "gpupm_cc_finish",
     ]
 }
 
 /// Struct of each ioctl number.
-const IOCTL_STRUCTS: [(&str, &str); 33] = [
+const IOCTL_STRUCTS: [(&str, &str); 37] = [
     ("GPUPM_IOC_IDENTITY", "gpupm_identity"),
     ("GPUPM_IOC_REG_BATCH", "gpupm_reg_batch"),
     ("GPUPM_IOC_ADVANCE", "gpupm_advance"),
@@ -176,12 +180,16 @@ const IOCTL_STRUCTS: [(&str, &str); 33] = [
         "TENANT_IOC_READ_CALL_STACKS",
         "gpupm_tenant_read_call_stacks",
     ),
+    ("GPUPM_IOC_CC_KEY_EXCHANGE", "gpupm_cc_key_exchange"),
+    ("GPUPM_IOC_CC_FINISH", "gpupm_cc_finish"),
+    ("TENANT_IOC_CC_KEY_EXCHANGE", "gpupm_cc_key_exchange"),
+    ("TENANT_IOC_CC_FINISH", "gpupm_cc_finish"),
     ("GPUPM_PMU_IOC_PUBLISH", "gpupm_pmu_publish"),
     ("GPUPM_PMU_IOC_WANTED", "gpupm_pmu_wanted"),
 ];
 
 /// Constants that size arrays in struct bodies, by their C names.
-const ARRAY_LENGTHS: [(&str, &str); 24] = [
+const ARRAY_LENGTHS: [(&str, &str); 31] = [
     ("MAX_EVENTS", "GPUPM_MAX_EVENTS"),
     ("MAX_BATCH_OPS", "GPUPM_MAX_BATCH_OPS"),
     ("RECORD_VALUES", "GPUPM_RECORD_VALUES"),
@@ -206,6 +214,13 @@ const ARRAY_LENGTHS: [(&str, &str); 24] = [
     ("STACK_FRAMES", "GPUPM_TENANT_STACK_FRAMES"),
     ("WAIT_COMMIT_MAX_BLOCKS", "GPUPM_WAIT_COMMIT_MAX_BLOCKS"),
     ("MIRROR_PATH_MAX", "GPUPM_MIRROR_PATH_MAX"),
+    ("CC_NONCE_LEN", "GPUPM_CC_NONCE_LEN"),
+    ("CC_SHARE_LEN", "GPUPM_CC_SHARE_LEN"),
+    ("CC_PUBLIC_KEY_LEN", "GPUPM_CC_PUBLIC_KEY_LEN"),
+    ("CC_SIGNATURE_LEN", "GPUPM_CC_SIGNATURE_LEN"),
+    ("CC_VERIFY_LEN", "GPUPM_CC_VERIFY_LEN"),
+    ("CC_SERIAL_LEN", "GPUPM_CC_SERIAL_LEN"),
+    ("CC_KEY_ID_LEN", "GPUPM_CC_KEY_ID_LEN"),
 ];
 
 /// Struct bodies of `include` from cbindgen, named by [`all_structs`];
@@ -363,6 +378,7 @@ pub fn emit_structs(h: &mut Header) {
     super::sampling::emit_sampling_structs(h);
     super::ri::emit_ri_structs(h);
     super::ranges::emit_ranges_structs(h);
+    super::cc::emit_cc_structs(h);
 }
 
 pub fn emit_asserts(h: &mut Header) {

@@ -18,7 +18,7 @@
 
 use gpupm_uapi::sampling::BranchEntry;
 
-use super::draws::LANES;
+use super::draws::{LANES, LANE_SLOTS};
 use super::walk::Step;
 use super::{CallStack, Cursor, Path, PathVisit, ProgramRun, Visit, Watch, Window};
 use crate::model::program::run::Env;
@@ -223,7 +223,7 @@ impl ProgramRun {
         let late = totals(&counted).0 > until - now;
         // Which path each iteration takes, when something looks at them
         // one by one.
-        let mut lanes = [0u8; LANES as usize];
+        let mut lanes = [0u8; LANE_SLOTS];
         if each && (!passive || exits != 0 || late) {
             for (c, &m) in masks.iter().enumerate().take(info.paths) {
                 let mut m = m;

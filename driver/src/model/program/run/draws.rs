@@ -23,6 +23,9 @@ const BRANCH_DOMAIN: u64 = 0x4252_414E;
 
 /// Visits per batch.
 pub(super) const LANES: u64 = 64;
+/// [`LANES`] as an array length.
+#[allow(clippy::cast_possible_truncation)] // 64
+pub(super) const LANE_SLOTS: usize = LANES as usize;
 
 /// One batch's lanes per edge (lanes in none fall through).
 #[derive(Clone, Debug, Default)]
@@ -77,12 +80,12 @@ fn below(thr: u64, prefix: u64, words: &mut [u64; 32], made: &mut usize) -> u64 
         return !0;
     }
     let (mut undecided, mut lt) = (!0u64, 0u64);
-    for i in 0..32 {
+    for (i, word) in words.iter_mut().enumerate() {
         if i == *made {
-            words[i] = rng::nth(prefix, i as u64);
+            *word = rng::nth(prefix, i as u64);
             *made += 1;
         }
-        let w = words[i];
+        let w = *word;
         if thr >> (31 - i) & 1 == 1 {
             lt |= undecided & !w;
             undecided &= w;

@@ -17,9 +17,11 @@ use crate::sys;
 
 const VM: u32 = 63;
 const CTX: u32 = 4000;
-const EVENT: &str = "sm_inst_executed";
+/// The event every publication check counts.
+pub const EVENT: &str = "sm_inst_executed";
 
-fn entry(kind: u32, id: u32, generation: u64, total: u64) -> ScopeTotals {
+/// A publication entry with `total` for [`EVENT`] (0 for the others).
+pub fn entry(kind: u32, id: u32, generation: u64, total: u64) -> ScopeTotals {
     let mut e = ScopeTotals {
         scope: kind,
         id,
@@ -31,7 +33,8 @@ fn entry(kind: u32, id: u32, generation: u64, total: u64) -> ScopeTotals {
     e
 }
 
-fn request(entries: &[ScopeTotals]) -> Publish {
+/// A request publishing `entries`.
+pub fn request(entries: &[ScopeTotals]) -> Publish {
     let mut req = Publish {
         count: u32::try_from(entries.len()).unwrap_or(u32::MAX),
         ..Default::default()

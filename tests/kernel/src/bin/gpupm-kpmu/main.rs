@@ -13,6 +13,8 @@
 //! gpupm-kpmu restart EVENT VM NODE PIDFILE INTERVAL_MS -- DAEMON…
 //! gpupm-kpmu bench ROUNDS
 //! gpupm-kpmu unload KO
+//! gpupm-kpmu hotplug CPU OTHER              events follow the designated CPU going offline
+//! gpupm-kpmu nmi-read ROUNDS                a reader inside the write section (kprobe + BPF)
 //! gpupm-kpmu cuse-node NODE                 identity, registers, refusals on /dev/gpupm0
 //! gpupm-kpmu cuse-handshake NODE N          N switches through the node, then conservation
 //! gpupm-kpmu cuse-access NODE NOBODY GID    owner, mode, EACCES (drops privileges)
@@ -24,12 +26,15 @@
 
 mod abi;
 mod bench;
+mod bpf_sys;
 mod compare;
 mod cuse;
 mod cuse_access;
 mod cuse_bench;
 mod cuse_handshake;
 mod fuzz;
+mod hotplug;
+mod nmi_read;
 mod pmu;
 mod sys;
 mod unload;
@@ -132,6 +137,8 @@ fn dispatch(args: &[String]) -> Result<(), String> {
         }
         "bench" => bench::run(arg(a, 0, "rounds")?),
         "unload" => unload::run(Path::new(a.first().ok_or("ko")?)),
+        "hotplug" => hotplug::run(arg(a, 0, "cpu")?, arg(a, 1, "other cpu")?),
+        "nmi-read" => nmi_read::run(arg(a, 0, "rounds")?),
         "cuse-node" => cuse::run(node(a)?),
         "cuse-digest" => cuse::print_digest(node(a)?),
         "cuse-monotonic" => cuse::monotonic(node(a)?, arg(a, 1, "secs")?),
