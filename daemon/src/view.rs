@@ -284,6 +284,9 @@ pub struct HealthSnapshot {
     /// pause since the previous snapshot: how close the host came to the
     /// device's fallback timeout.
     pub handshake_response_max_ns: u64,
+    /// Device cycles the device's real-time clock dropped since it
+    /// started (`CLOCK_LAG`): it ran slower than the wall clock.
+    pub clock_lag_cycles: u64,
     /// Contexts active on the device.
     pub contexts_active: u64,
     /// Context instances that entered the retired set (persisted and

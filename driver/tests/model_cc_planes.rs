@@ -12,6 +12,7 @@
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::Scenario;
+use gpupm_test_support::model::sampling::{self, Arm};
 use gpupm_test_support::model::{assert_blocks_match_ledger, device, digest, host_block};
 use gpupm_test_support::planes::{
     self, arm_everything, mailbox, model_scenario, range_counts, register_map, registers, window,
@@ -19,7 +20,9 @@ use gpupm_test_support::planes::{
 };
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::ioctl::ledger_scope;
-use gpupm_uapi::sampling::{buf_kind, BranchSlot, BranchStackRecord, PcSlot};
+use gpupm_uapi::sampling::{
+    buf, buf_kind, samp, BranchSlot, BranchStackRecord, PcSlot, BUF_PRODUCED,
+};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Cycles each run lasts: a few dozen switches on the shared partition,
@@ -147,7 +150,11 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 /// The confidential VM's branch-stack records in the window, opened with
 /// its key (the tenant's view of the sampling plane).
 fn cc_stacks(seen: &Seen) -> Vec<BranchStackRecord> {
-    let dev = &seen.dev;
+    cc_stacks_of(&seen.dev)
+}
+
+/// [`cc_stacks`] of a device.
+fn cc_stacks_of(dev: &Device) -> Vec<BranchStackRecord> {
     let p = planes::SHARED_SLOT;
     let reg = |kind, r| {
         let off = gpupm_uapi::sampling::samp(p, gpupm_uapi::sampling::buf(kind, r));
@@ -298,6 +305,118 @@ fn both_engines_agree_bit_for_bit_with_every_plane_armed() {
     );
     assert_eq!(cycle.dev.self_check_failures(), (0, 0));
     assert_blocks_match_ledger(&mut cycle.dev, &s);
+}
+
+/// The shared partition's two sample buffers as the host reads them,
+/// sealed records included.
+fn sample_buffers(dev: &Device) -> Vec<u8> {
+    use gpupm_uapi::sampling::{slot_size, BUF_ADDR, BUF_CAP};
+    let mut out = Vec::new();
+    for kind in [buf_kind::BRANCH, buf_kind::PC] {
+        let cap = dev.read_reg(samp(planes::SHARED_SLOT, buf(kind, BUF_CAP)), 4);
+        let addr = dev.read_reg(samp(planes::SHARED_SLOT, buf(kind, BUF_ADDR)), 8);
+        let len = usize::try_from(cap.unwrap() * slot_size(kind)).unwrap();
+        let mut bytes = vec![0u8; len];
+        dev.read_window(addr.unwrap(), &mut bytes).unwrap();
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+/// A confidential context's sample records hold what it executed (sealed
+/// for its tenant): the batched engine takes them from whole loop
+/// iterations in aggregate — each scheduled branch stack with the branches
+/// taken before its cycle, in cycle order with the cycle samples — the
+/// cycle-level engine block by block. The buffers are small and wrap, so
+/// they are compared, ciphertext and all, every 1,000 cycles: every record
+/// either engine wrote must be the same.
+#[test]
+fn both_engines_seal_the_same_confidential_sample_records_all_along() {
+    let s = model_scenario(BUSY);
+    let mut devs = [EngineKind::Batched, EngineKind::CycleLevel].map(|engine| {
+        let mut dev = device(&s, engine);
+        arm_everything(&mut dev, Some(64), true);
+        (dev, Host::new())
+    });
+    let mut stacks = 0;
+    while devs[0].0.now() < CYCLES {
+        let mut seen = Vec::new();
+        for (dev, host) in &mut devs {
+            dev.advance(1_000).unwrap();
+            host.service(dev).unwrap();
+            seen.push(sample_buffers(dev));
+        }
+        let at = devs[0].0.now();
+        assert!(
+            seen[0] == seen[1],
+            "the sample buffers differ at cycle {at}"
+        );
+        let opened = cc_stacks_of(&devs[0].0);
+        stacks = stacks.max(opened.iter().filter(|r| r.count > 0).count());
+    }
+    assert!(
+        stacks > 0,
+        "the confidential context's stacks held branches"
+    );
+}
+
+/// The same where a scheduled stack often falls on the cycle a branch's
+/// target starts: a confidential context on a loop of 7- or 9-cycle
+/// iterations with a branch point, a stack due every 64–127 cycles (N =
+/// 1). A stack holds the branches reported before its cycle — the walk
+/// reports a branch after the time up to its target's start — however
+/// the walk went.
+#[test]
+fn both_engines_agree_on_scheduled_stacks_that_fall_on_a_branch() {
+    let text = format!(
+        "seed = 5\n[trigger]\nperiod_cycles = 0\n\
+         [[partition]]\nslot = 1\ngpcs = [0]\nmemory_slices = [0]\n\
+         ctx_timeslice_cycles = 0\nvm_timeslice_cycles = 0\n\
+         [[vm]]\nid = 1\npartition = 1\nconfidential_key = \"{key}\"\n\
+         [[profile]]\nname = \"t\"\nprogram = \"tight\"\n\
+         [[profile.phase]]\nduration_cycles = 1000000\nrates = {{ sm_cycles_elapsed = 1.0 }}\n\
+         [[context]]\nvm = 1\nprofile = \"t\"\n\
+         [[program]]\nname = \"tight\"\n[[program.kernel]]\nname = \"main\"\n\
+         [[program.kernel.block]]\nname = \"a\"\ninstructions = 3\ncpi = 1.0\n\
+         branch = [{{ to = \"c\", p = 0.5 }}]\n\
+         [[program.kernel.block]]\nname = \"b\"\ninstructions = 2\ncpi = 1.0\n\
+         [[program.kernel.block]]\nname = \"c\"\ninstructions = 4\ncpi = 1.0\n\
+         loop = {{ to = \"a\", trips = 1000000 }}\n",
+        key = "3d".repeat(32)
+    );
+    let s = gpupm_driver::scenario::parse("tight.toml", &text).expect("the scenario parses");
+    let arm = Arm {
+        pc_cap: 64,
+        branch_cap: 8,
+        period: 300,
+        dither: 255,
+        n: 1,
+    };
+    let mut devs = [EngineKind::Batched, EngineKind::CycleLevel].map(|engine| {
+        let mut dev = device(&s, engine);
+        sampling::arm(&mut dev, 1, arm);
+        (dev, Host::new())
+    });
+    while devs[0].0.now() < 200_000 {
+        let mut seen = Vec::new();
+        for (dev, host) in &mut devs {
+            dev.advance(500).unwrap();
+            host.service(dev).unwrap();
+            seen.push(
+                [buf_kind::BRANCH, buf_kind::PC].map(|kind| sampling::slots(dev, 1, kind).concat()),
+            );
+        }
+        let at = devs[0].0.now();
+        assert!(
+            seen[0] == seen[1],
+            "the sample buffers differ at cycle {at}"
+        );
+    }
+    let stacks = devs[0]
+        .0
+        .read_reg(samp(1, buf(buf_kind::BRANCH, BUF_PRODUCED)), 8)
+        .unwrap();
+    assert!(stacks > 1_000, "{stacks} stacks");
 }
 
 /// Runs `s` serviced by the host with no plane armed, flushes; returns the

@@ -112,3 +112,58 @@ fn ticks_stop_at_switch_requests_and_catch_up_only_while_no_switch_waits() {
         .sum();
     assert_eq!(fallbacks, 0);
 }
+
+#[test]
+fn time_the_clock_could_not_run_is_counted_in_clock_lag() {
+    let mut s = small_scenario();
+    s.switch_timeout_cycles = 3_960_000;
+    for part in &mut s.partitions {
+        part.ctx_timeslice_cycles = 1_000_000;
+        part.vm_timeslice_cycles = 0;
+    }
+    let mut dev = Device::new(&s, EngineKind::Batched, false).expect("scenario builds");
+    let t0 = Instant::now();
+    let wall = Cell::new(t0);
+    let tick_and_answer = |dev: &mut Device, after: Duration| {
+        wall.set(wall.get() + after);
+        dev.tick(wall.get());
+        for p in requested(dev) {
+            let answered = host::handshake_with(dev, p, |d| {
+                wall.set(wall.get() + Duration::from_micros(1));
+                d.tick(wall.get());
+                Ok(())
+            })
+            .expect("handshake");
+            assert!(answered);
+        }
+    };
+    dev.tick(t0);
+    // Regular ticks: nothing is dropped.
+    for _ in 0..40 {
+        tick_and_answer(&mut dev, TICK);
+    }
+    assert_eq!(reg(&dev, r::CLOCK_LAG, 8), 0);
+    // A tick 30 ms late runs 1 ms and drops the other 29, to the cycle.
+    tick_and_answer(&mut dev, Duration::from_millis(30));
+    assert_eq!(reg(&dev, r::CLOCK_LAG, 8), 29 * KHZ);
+    for _ in 0..40 {
+        tick_and_answer(&mut dev, TICK);
+    }
+    assert_eq!(
+        reg(&dev, r::CLOCK_LAG, 8),
+        29 * KHZ,
+        "nothing more was dropped"
+    );
+    // The device's time and the time it dropped make up the wall clock's
+    // (up to what a tick owes while it stops at a request).
+    let since = u64::try_from(wall.get().duration_since(t0).as_nanos()).unwrap() * KHZ / 1_000_000;
+    let accounted = reg(&dev, r::CYCLE, 8) + reg(&dev, r::CLOCK_LAG, 8);
+    assert!(
+        accounted <= since && since - accounted <= KHZ,
+        "device time + lag {accounted}, wall clock {since}"
+    );
+    // A step clock drops nothing.
+    let mut step = Device::new(&s, EngineKind::Batched, true).expect("scenario builds");
+    step.advance(1_000_000).expect("advance");
+    assert_eq!(reg(&step, r::CLOCK_LAG, 8), 0);
+}

@@ -88,7 +88,8 @@
  * an authenticated key exchange — the device node's
  * `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
  * relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
- * the ledger's — see `docs/confidential.md`).
+ * the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
+ * time a real-time clock dropped — see `docs/performance.md`).
  */
 #define GPUPM_ABI_MINOR 11
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -231,6 +232,14 @@
 #define GPUPM_REG_TOPO_CONTEXTS 0x4c
 /** RO 64-bit: CCU counter wraps ever observed (must stay 0; a model self-check). */
 #define GPUPM_REG_CCU_WRAPS 0x50 /* 64-bit */
+/**
+ * RO 64-bit: device cycles a real-time clock dropped since it started:
+ * wall time it could not run (the device ran slower than the wall clock,
+ * or was not ticked for longer than 1 ms). GPUPM_REG_CYCLE plus this is the
+ * wall time since the clock started, in cycles; 0 on a step clock. Not
+ * cleared by GPUPM_REG_RESET (ABI 1.11).
+ */
+#define GPUPM_REG_CLOCK_LAG 0x58 /* 64-bit */
 /**
  * RW: periodic trigger period in cycles; 0 disables periodic triggers.
  * Non-zero values below GPUPM_TRIG_PERIOD_MIN are rejected.

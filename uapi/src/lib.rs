@@ -51,7 +51,8 @@ pub const ABI_MAJOR: u16 = 1;
 /// an authenticated key exchange — the device node's
 /// `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
 /// relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
-/// the ledger's — see `docs/confidential.md`).
+/// the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
+/// time a real-time clock dropped — see `docs/performance.md`).
 pub const ABI_MINOR: u16 = 11;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;

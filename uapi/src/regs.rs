@@ -37,9 +37,10 @@ const _: () =
 
 /// Whether `offset` names a 64-bit register (readable with one 8-byte access).
 pub fn is_64bit(offset: u64) -> bool {
-    const GLOBAL: [u64; 7] = [
+    const GLOBAL: [u64; 8] = [
         CYCLE,
         CCU_WRAPS,
+        CLOCK_LAG,
         TRIG_COUNT_PERIODIC,
         TRIG_COUNT_THRESHOLD,
         TRIG_COUNT_COMMAND,

@@ -16,6 +16,8 @@ use crate::view::{HealthSnapshot, HealthSource};
 /// samples), `FALLBACKS`, `FALLBACKS_INTERVAL`, `FALLBACK_RATIO` (of the
 /// interval's switches), `FALLBACK_LOGS_SUPPRESSED` (per-event warnings
 /// not logged, total), `LOST_RECORDS`, `LOST_INTERVAL`, `DRAINED_RECORDS`,
+/// `DEVICE_LAG_MS` (device time the real-time clock dropped in the
+/// interval), `DEVICE_SPEED_PCT` (device time per wall time over it),
 /// `DRAIN_LAG_RECORDS`, `CONTEXTS_ACTIVE`, `CONTEXTS_RETIRED`,
 /// `CONTEXTS_PRUNED`, `CONTEXTS_RETAINED`, `TENANT_REQUESTS`, `TENANT_ERRORS` (totals), `TENANT_REQUEST_RATE`
 /// (requests per second over the interval), `TENANT_ERRORS_INTERVAL`.
@@ -26,7 +28,9 @@ pub const SUMMARY_ID: &str = "cc6ed650059e4f7c90aa08e5963e2eba";
 /// switches, [`gpupm_client::health::FALLBACK_RATIO`]) and `lost_records`
 /// (any; with `NEW` and `TOTAL`),
 /// `handshake_p99` (with `HANDSHAKE_P99_US` and `THRESHOLD_US`),
-/// `tenant_errors` (with `ERRORS` and `REQUESTS` of the interval).
+/// `tenant_errors` (with `ERRORS` and `REQUESTS` of the interval),
+/// `device_behind` (with `DEVICE_SPEED_PCT` and `DEVICE_LAG_MS` of the
+/// interval: the device ran slower than real time).
 pub const ANOMALY_ID: &str = "8477bf470b0344b186a0460076da9531";
 
 /// When a summary interval is an anomaly.
@@ -38,16 +42,19 @@ pub struct Thresholds {
     pub tenant_errors_min: u64,
     /// …and at least this fraction of the interval's requests failing.
     pub tenant_error_ratio: f64,
+    /// Warn when the device ran below this fraction of real time.
+    pub device_speed_min: f64,
 }
 
 impl Default for Thresholds {
     /// p99 above 500 µs (the handshake goal), ≥ 10 tenant errors making up
-    /// ≥ 25 % of the interval's requests.
+    /// ≥ 25 % of the interval's requests, a device below 99 % of real time.
     fn default() -> Self {
         Self {
             handshake_p99_us: 500,
             tenant_errors_min: 10,
             tenant_error_ratio: 0.25,
+            device_speed_min: 0.99,
         }
     }
 }
@@ -103,10 +110,14 @@ pub struct Summary {
     pub tenant_requests_interval: u64,
     /// Tenant errors in the interval.
     pub tenant_errors_interval: u64,
+    /// Device time the real-time clock dropped in the interval, ms.
+    pub device_lag_ms: f64,
+    /// Device time per wall time over the interval (1: real time).
+    pub device_speed: f64,
 }
 
 /// Something in a summary interval an operator should look at.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Anomaly {
     /// The device completed switches by fallback.
     Fallbacks {
@@ -136,6 +147,13 @@ pub enum Anomaly {
         /// Requests in the interval.
         requests: u64,
     },
+    /// The device ran slower than real time.
+    DeviceBehind {
+        /// Device time per wall time, percent.
+        speed_pct: f64,
+        /// Device time dropped in the interval, ms.
+        lag_ms: f64,
+    },
 }
 
 impl Summary {
@@ -152,9 +170,19 @@ impl Summary {
         } else {
             0.0
         };
+        let khz = f64::from(cur.device.clock_khz.max(1));
+        #[allow(clippy::cast_precision_loss)] // cycles far below 2^52
+        let device_lag_ms = cur.clock_lag_cycles.saturating_sub(prev.clock_lag_cycles) as f64 / khz;
+        let device_speed = if interval_s > 0.0 {
+            (1.0 - device_lag_ms / 1e3 / interval_s).clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
         Self {
             uptime_s: cur.uptime_s,
             interval_s,
+            device_lag_ms,
+            device_speed,
             handshakes: cur.handshakes,
             handshake_samples: samples.len(),
             handshake_p50_us: percentile_ns(&samples, 50).map_or(0, ns_to_us),
@@ -221,6 +249,12 @@ impl Summary {
                 requests: self.tenant_requests_interval,
             });
         }
+        if self.device_lag_ms > 0.0 && self.device_speed < t.device_speed_min {
+            out.push(Anomaly::DeviceBehind {
+                speed_pct: self.device_speed * 100.0,
+                lag_ms: self.device_lag_ms,
+            });
+        }
         out
     }
 
@@ -252,8 +286,10 @@ impl Summary {
             tenant_errors = self.tenant_errors,
             tenant_request_rate = self.tenant_request_rate,
             tenant_errors_interval = self.tenant_errors_interval,
+            device_lag_ms = self.device_lag_ms,
+            device_speed_pct = self.device_speed * 100.0,
             "health: {} handshakes (p50 {} µs, p99 {} µs), {} fallbacks ({} in the interval, \
-             {:.2} %), {} lost ({} in the interval), {} drained, {} contexts active, {:.1} tenant req/s",
+             {:.2} %), {} lost ({} in the interval), {} drained, {} contexts active, {:.1} tenant req/s, device at {:.0} % of real time",
             self.handshakes,
             self.handshake_p50_us,
             self.handshake_p99_us,
@@ -264,7 +300,8 @@ impl Summary {
             self.lost_new,
             self.drained_records,
             self.contexts_active,
-            self.tenant_request_rate
+            self.tenant_request_rate,
+            self.device_speed * 100.0
         );
     }
 }
@@ -307,6 +344,15 @@ impl Anomaly {
                 errors,
                 requests,
                 "{errors} of {requests} tenant requests failed since the last summary"
+            ),
+            Anomaly::DeviceBehind { speed_pct, lag_ms } => tracing::warn!(
+                target: TARGET,
+                message_id = ANOMALY_ID,
+                anomaly = "device_behind",
+                device_speed_pct = speed_pct,
+                device_lag_ms = lag_ms,
+                "the device ran slower than real time: {speed_pct:.1} % of real time, \
+                 {lag_ms:.1} ms of device time dropped since the last summary"
             ),
         }
     }
@@ -411,6 +457,23 @@ mod tests {
                     requests: 40
                 },
             ]
+        );
+        // 2 s at 1.98 GHz: 0.5 s of device time dropped is 75 % of real time.
+        let mut behind = cur.clone();
+        behind.device.clock_khz = 1_980_000;
+        behind.clock_lag_cycles = 990_000_000;
+        behind.handshake_latency_ns.clear();
+        let prev_lag = HealthSnapshot {
+            clock_lag_cycles: 0,
+            ..behind.clone()
+        };
+        let s = Summary::compute(&prev_lag, &behind, Duration::from_secs(2));
+        assert_eq!(
+            s.anomalies(&Thresholds::default()),
+            vec![Anomaly::DeviceBehind {
+                speed_pct: 75.0,
+                lag_ms: 500.0
+            }]
         );
         let quiet = HealthSnapshot {
             handshake_latency_ns: vec![],

@@ -15,6 +15,7 @@
 //! | `gpupm_stream_mirrored_records_total`, `gpupm_stream_mirror_fallbacks_total` | counter | | always |
 //! | `gpupm_stream_drain_lag_records` | gauge | | always |
 //! | `gpupm_handshake_response_max_seconds` | gauge | | always |
+//! | `gpupm_device_lag_seconds_total` | counter | | always |
 //! | `gpupm_tenant_requests_total`, `gpupm_tenant_request_errors_total` | counter | | always |
 //! | `gpupm_contexts_active` | gauge | | always |
 //! | `gpupm_contexts_retired_total`, `gpupm_contexts_pruned_total` | counter | | always |
@@ -303,6 +304,17 @@ impl ScrapeData {
                 MetricType::Gauge,
             )?
             .encode_gauge(&response_max_s)?;
+        let khz = f64::from(h.device.clock_khz.max(1));
+        #[allow(clippy::cast_precision_loss)] // cycles far below 2^52
+        let lag_s = h.clock_lag_cycles as f64 / (khz * 1e3);
+        encoder
+            .encode_descriptor(
+                "gpupm_device_lag",
+                "Device time the device's real-time clock dropped (it ran slower than the wall clock), from CLOCK_LAG at the nominal clock.",
+                Some(&Unit::Seconds),
+                MetricType::Counter,
+            )?
+            .encode_counter::<NoLabelSet, _, f64>(&lag_s, None)?;
         encoder
             .encode_descriptor(
                 "gpupm_contexts_active",

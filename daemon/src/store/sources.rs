@@ -24,6 +24,16 @@ impl Store {
     }
 }
 
+impl Store {
+    /// `CLOCK_LAG` (0 on a device older than ABI 1.11, which has none).
+    fn clock_lag(&self) -> u64 {
+        self.dev.read64(regs::CLOCK_LAG).unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "reading CLOCK_LAG failed");
+            0
+        })
+    }
+}
+
 impl PageSource for Store {
     fn vm_source(&self, vm: VmId) -> Option<Source> {
         self.vm_info(vm).map(|i| i.page_source(vm))
@@ -80,6 +90,7 @@ impl HealthSource for Store {
                 self.stats.response_max_cycles.swap(0, Ordering::Relaxed),
                 self.identity.clock_khz,
             ),
+            clock_lag_cycles: self.clock_lag(),
             contexts_active: active,
             contexts_retired: self.stats.retired.load(Ordering::Relaxed),
             contexts_pruned: self.stats.pruned.load(Ordering::Relaxed),

@@ -194,6 +194,12 @@ pub fn steady_health() -> HealthSnapshot {
         mirror_fallbacks: 2,
         drain_lag_records: 6,
         handshake_response_max_ns: 1_250_000,
+        // 0.25 s at the device's 1.98 GHz.
+        device: gpupmd::view::DeviceIdentity {
+            clock_khz: 1_980_000,
+            ..Default::default()
+        },
+        clock_lag_cycles: 495_000_000,
         contexts_active: 12,
         contexts_retired: 7,
         tenant_requests: 800,

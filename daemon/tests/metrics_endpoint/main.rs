@@ -114,6 +114,10 @@ fn the_local_listener_passes_promtool_and_names_no_tenant() {
         value_of(&body, "gpupm_metrics_connections", &[("listener", "local")]),
         Some("1".into())
     );
+    assert_eq!(
+        value_of(&body, "gpupm_device_lag_seconds_total", &[]),
+        Some("0.25".into())
+    );
 }
 
 #[test]

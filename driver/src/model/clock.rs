@@ -4,7 +4,8 @@
 //! the scenario's throttle windows, secondary inside), and the idle-cycle
 //! count the mailbox reports.
 //!
-//! Registers: `CLOCK_KHZ`, `CLOCK_CAP`, `CYCLE` (in the identity block).
+//! Registers: `CLOCK_KHZ`, `CLOCK_CAP`, `CYCLE`, `CLOCK_LAG` (in the
+//! identity block).
 
 use std::time::Instant;
 
@@ -31,8 +32,11 @@ pub struct Clock {
     throttle: Vec<ThrottleWindow>,
     pacer: Option<Pacer>,
     /// Real-time cycles a tick owed but did not run because it stopped at
-    /// a switch request (see [`Clock::owed`]).
+    /// a switch request, or ran too slowly (see [`Clock::tick_target`]).
     tick_debt: u64,
+    /// Real-time cycles dropped for good: the device's clock fell behind
+    /// the wall clock by this much (`CLOCK_LAG`).
+    dropped: u64,
     idle_cycles: u64,
 }
 
@@ -46,8 +50,17 @@ impl Clock {
             throttle: throttle.to_vec(),
             pacer: None,
             tick_debt: 0,
+            dropped: 0,
             idle_cycles: 0,
         }
+    }
+
+    /// Real-time cycles the device never ran: wall time a tick could not
+    /// turn into device time (it came more than [`MAX_TICK`] after the
+    /// previous one), or time owed beyond [`MAX_TICK`] (the model ran
+    /// slower than the wall clock). 0 on a step clock.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// Current device cycle.
@@ -101,7 +114,8 @@ impl Clock {
     pub fn tick_target(&mut self, wall: Instant, switch_pending: bool) -> u64 {
         let khz = self.khz_now();
         let pacer = self.pacer.get_or_insert_with(|| Pacer::new(wall));
-        let elapsed = pacer.elapsed_cycles(wall, khz);
+        let (elapsed, slipped) = pacer.elapsed_cycles(wall, khz);
+        self.dropped += slipped;
         let owed = if switch_pending {
             elapsed
         } else {
@@ -114,7 +128,9 @@ impl Clock {
     /// start) left unrun, bounded by [`MAX_TICK`] worth of cycles.
     pub fn settle_tick(&mut self, target: u64, khz: u32) {
         let max_debt = u64::from(khz) * u64::try_from(MAX_TICK.as_micros()).unwrap_or(0) / 1000;
-        self.tick_debt = (self.tick_debt + (target - self.now)).min(max_debt);
+        let owed = self.tick_debt + (target - self.now);
+        self.dropped += owed.saturating_sub(max_debt);
+        self.tick_debt = owed.min(max_debt);
     }
 
     /// The frequency a tick starting now is paced at, in kHz.
@@ -132,6 +148,7 @@ impl Clock {
                 clock_cap::PRIMARY
             }),
             r::CYCLE => r64(self.now),
+            r::CLOCK_LAG => r64(self.dropped),
             _ => None,
         }
     }
@@ -152,6 +169,8 @@ pub const MAX_TICK: std::time::Duration = std::time::Duration::from_millis(1);
 pub struct Pacer {
     last: Instant,
     carry_ps: u128,
+    /// The same for the wall time dropped.
+    dropped_ps: u128,
 }
 
 impl Pacer {
@@ -160,21 +179,26 @@ impl Pacer {
         Pacer {
             last: now,
             carry_ps: 0,
+            dropped_ps: 0,
         }
     }
 
     /// Cycles that elapsed at `khz` since the previous call (at most
-    /// [`MAX_TICK`] worth).
-    pub fn elapsed_cycles(&mut self, now: Instant, khz: u32) -> u64 {
-        let ns = now
-            .saturating_duration_since(self.last)
-            .as_nanos()
-            .min(MAX_TICK.as_nanos());
+    /// [`MAX_TICK`] worth), and the cycles of the wall time beyond that,
+    /// which the device drops.
+    pub fn elapsed_cycles(&mut self, now: Instant, khz: u32) -> (u64, u64) {
+        let all = now.saturating_duration_since(self.last).as_nanos();
+        let ns = all.min(MAX_TICK.as_nanos());
         self.last = now.max(self.last);
         // cycles = ns * khz / 1e6; keep the remainder in picocycle units.
         let total = ns * u128::from(khz) + self.carry_ps;
         self.carry_ps = total % 1_000_000;
-        u64::try_from(total / 1_000_000).unwrap_or(u64::MAX)
+        let dropped = (all - ns) * u128::from(khz) + self.dropped_ps;
+        self.dropped_ps = dropped % 1_000_000;
+        (
+            u64::try_from(total / 1_000_000).unwrap_or(u64::MAX),
+            u64::try_from(dropped / 1_000_000).unwrap_or(u64::MAX),
+        )
     }
 }
 
@@ -185,22 +209,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn debt_beyond_one_tick_is_dropped_and_counted() {
+        let spec = ClockSpec {
+            khz: 1_980_000,
+            secondary_khz: 990_000,
+        };
+        let mut c = Clock::new(spec, &[], false);
+        // A tick that aimed 3 ms ahead ran nothing: 1 ms stays owed.
+        c.settle_tick(3 * 1_980_000, 1_980_000);
+        assert_eq!((c.tick_debt, c.dropped()), (1_980_000, 2 * 1_980_000));
+        c.settle_tick(1_000, 1_980_000);
+        assert_eq!(
+            (c.tick_debt, c.dropped()),
+            (1_980_000, 2 * 1_980_000 + 1_000)
+        );
+    }
+
+    #[test]
     fn regular_ticks_lose_no_time_and_a_stalled_tick_slips() {
         let t0 = Instant::now();
         let mut p = Pacer::new(t0);
         // 1.98 GHz: 3 ticks of 333,333 ns add up to exactly 1,980,000 cycles.
         let mut total = 0;
         for i in 1..=3u32 {
-            total += p.elapsed_cycles(
+            let (ran, dropped) = p.elapsed_cycles(
                 t0 + Duration::from_nanos(333_333) * i + Duration::from_nanos(u64::from(i / 3)),
                 1_980_000,
             );
+            assert_eq!(dropped, 0);
+            total += ran;
         }
         assert_eq!(total, 1_980_000);
         let stalled = p.elapsed_cycles(t0 + Duration::from_millis(51), 1_980_000);
         assert_eq!(
-            stalled, 1_980_000,
-            "a 50 ms stall advances the device by MAX_TICK only"
+            stalled,
+            (1_980_000, 49 * 1_980_000),
+            "a 50 ms stall advances the device by MAX_TICK only and drops the rest"
         );
     }
 }

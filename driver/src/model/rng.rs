@@ -11,17 +11,28 @@ use gpupm_client::splitmix::{mix, GAMMA};
 
 /// Mixes `keys` into `seed` and returns 64 well-distributed bits.
 pub fn hash(seed: u64, keys: &[u64]) -> u64 {
-    let mut x = seed ^ GAMMA;
-    for &k in keys {
-        x = mix(x ^ mix(k.wrapping_add(GAMMA)));
-    }
-    x
+    keys.iter().fold(seed ^ GAMMA, |x, &k| then(x, k))
+}
+
+/// Mixes one more key into a [`hash`]: `then(hash(s, keys), k)` is
+/// `hash(s, keys ++ [k])`, so many draws that share a key prefix hash the
+/// prefix once.
+#[inline]
+pub fn then(hashed: u64, key: u64) -> u64 {
+    mix(hashed ^ mix(key.wrapping_add(GAMMA)))
 }
 
 /// A factor in Q16 fixed point, uniform in `[lo, hi]` (both Q16).
 pub fn factor_q16(seed: u64, keys: &[u64], lo: u32, hi: u32) -> u32 {
     let span = u64::from(hi - lo) + 1;
     lo + u32::try_from(hash(seed, keys) % span).unwrap_or(0)
+}
+
+/// Output `i` (0-based) of SplitMix64 started from state `hashed` (a
+/// [`hash`]): many words for one key at one finaliser each.
+#[inline]
+pub fn nth(hashed: u64, i: u64) -> u64 {
+    mix(hashed.wrapping_add(i.wrapping_add(1).wrapping_mul(GAMMA)))
 }
 
 /// Domain tags so unrelated draws never share keys.
@@ -49,6 +60,7 @@ mod tests {
         assert_ne!(hash(7, &[1, 2, 3]), hash(7, &[1, 2, 4]));
         assert_ne!(hash(7, &[1, 2, 3]), hash(8, &[1, 2, 3]));
         assert_ne!(hash(7, &[1, 2]), hash(7, &[2, 1]));
+        assert_eq!(then(hash(7, &[1, 2]), 3), hash(7, &[1, 2, 3]));
     }
 
     #[test]

@@ -39,7 +39,8 @@ impl Verdict {
 /// One subsystem's check.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct Check {
-    /// `daemon`, `handshakes`, `streams`, `mirror`, `retention`, `device`.
+    /// `daemon`, `handshakes`, `streams`, `mirror`, `retention`, `device`,
+    /// `clock`.
     pub subsystem: &'static str,
     /// The outcome.
     pub verdict: Verdict,
@@ -69,7 +70,14 @@ pub struct Inputs<'a> {
 type CheckFn = fn(&Inputs<'_>) -> Option<Check>;
 
 /// Every check, in output order.
-pub const CHECKS: [CheckFn; 6] = [daemon, handshakes, streams, mirror, retention, device];
+pub const CHECKS: [CheckFn; 7] = [
+    daemon, handshakes, streams, mirror, retention, device, clock,
+];
+
+/// Below this share of real time (device time per wall time since the
+/// clock started, percent) the device is behind: gpupmd's `device_behind`
+/// anomaly uses the same floor per summary interval.
+pub const REALTIME_PCT_MIN: f64 = 99.0;
 
 /// Runs every check.
 pub fn run(i: &Inputs<'_>) -> Vec<Check> {
@@ -303,6 +311,33 @@ fn device(i: &Inputs<'_>) -> Option<Check> {
     ))
 }
 
+/// A real-time device that ran slower than the wall clock: every
+/// real-time figure (handshake latency, page freshness) is then one of a
+/// slowed device.
+fn clock(i: &Inputs<'_>) -> Option<Check> {
+    let d = i.device?;
+    #[allow(clippy::cast_precision_loss)] // seconds, for people
+    let dropped = d.clock_lag_cycles as f64 / (f64::from(d.clock_khz.max(1)) * 1e3);
+    let verdict = if d.realtime_pct < REALTIME_PCT_MIN {
+        Verdict::Warn
+    } else {
+        Verdict::Pass
+    };
+    Some(check(
+        "clock",
+        verdict,
+        format!(
+            "device at {:.1} % of real time since its clock started ({dropped:.3} s of device \
+             time dropped)",
+            d.realtime_pct
+        ),
+        None,
+        "the device model cannot keep up with the wall clock: give gpupm-driver more \
+         CPU (--cpus, --threads) or fewer armed samplers, RI sessions and ranges \
+         (docs/performance.md)",
+    ))
+}
+
 /// The worst verdict of `checks` (PASS without any).
 pub fn overall(checks: &[Check]) -> Verdict {
     checks
@@ -388,5 +423,38 @@ mod tests {
         });
         assert_eq!(c.len(), 1);
         assert_eq!(overall(&c), Verdict::Fail);
+    }
+
+    #[test]
+    fn a_device_behind_real_time_warns_at_the_daemons_floor() {
+        let mut d = DeviceHealth {
+            cycle: 99_000_000,
+            clock_khz: 1_000_000,
+            clock_capability: ClockCapability::Primary,
+            fallbacks: 0,
+            fallback_seen: false,
+            ccu_wraps: 0,
+            stream_lost_records: 0,
+            switches: 0,
+            clock_lag_cycles: 1_000_000,
+            realtime_pct: 99.0,
+        };
+        let clock_of = |d: &DeviceHealth| {
+            run(&Inputs {
+                daemon: None,
+                daemon_error: Some("not asked"),
+                device: Some(d),
+            })
+            .into_iter()
+            .find(|c| c.subsystem == "clock")
+            .unwrap()
+        };
+        let at_floor = clock_of(&d);
+        assert_eq!(at_floor.verdict, Verdict::Pass, "{at_floor:?}");
+        assert!(at_floor.summary.contains("0.001 s"), "{}", at_floor.summary);
+        d.realtime_pct = 98.9;
+        let behind = clock_of(&d);
+        assert_eq!(behind.verdict, Verdict::Warn);
+        assert!(behind.next.is_some_and(|n| n.contains("gpupm-driver")));
     }
 }

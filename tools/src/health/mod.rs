@@ -1,7 +1,8 @@
 //! `gpupm health` (admin): one verdict per subsystem — PASS, WARN or FAIL
 //! ([`checks`]) — from the daemon's metrics endpoint (the address in the
 //! daemon's configuration) and the device node (CCU wraps, clock
-//! capability, switches), with the numbers judged (fallback share,
+//! capability, switches, how far a real-time device fell behind the wall
+//! clock), with the numbers judged (fallback share,
 //! handshake p50/p99, losses) and what to do next. Warnings use the
 //! thresholds of the shipped alert rules ([`gpupm_client::health`]).
 //!
@@ -219,6 +220,9 @@ pub struct DaemonMetrics {
     pub contexts_retained: f64,
     /// Seconds since the daemon started.
     pub uptime_seconds: f64,
+    /// Device time the device's real-time clock dropped (it ran slower
+    /// than the wall clock), seconds.
+    pub device_lag_seconds: f64,
 }
 
 impl DaemonMetrics {
@@ -244,6 +248,7 @@ impl DaemonMetrics {
             contexts_retired: v("gpupm_contexts_retired_total"),
             contexts_retained: v("gpupm_contexts_retained"),
             uptime_seconds: v("gpupm_uptime_seconds"),
+            device_lag_seconds: v("gpupm_device_lag_seconds_total"),
         }
     }
 }
@@ -277,6 +282,12 @@ pub struct DeviceHealth {
     pub stream_lost_records: u64,
     /// Context switches (all partitions).
     pub switches: u64,
+    /// Cycles the real-time clock dropped since it started (`CLOCK_LAG`):
+    /// the device ran slower than the wall clock.
+    pub clock_lag_cycles: u64,
+    /// Device time per wall time since the clock started, percent
+    /// (`CYCLE / (CYCLE + CLOCK_LAG)`; 100 for a step clock).
+    pub realtime_pct: f64,
 }
 
 fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
@@ -286,8 +297,17 @@ fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
         Ok(dev.read_many(&offsets)?.iter().sum())
     };
     let cap = dev.read32(r::CLOCK_CAP)?;
+    let cycle = dev.read64(r::CYCLE)?;
+    // A device older than ABI 1.11 has no CLOCK_LAG.
+    let lag = dev.read64(r::CLOCK_LAG).unwrap_or(0);
+    #[allow(clippy::cast_precision_loss)] // a ratio
+    let realtime_pct = if lag == 0 {
+        100.0
+    } else {
+        cycle as f64 * 100.0 / (cycle as f64 + lag as f64)
+    };
     Ok(DeviceHealth {
-        cycle: dev.read64(r::CYCLE)?,
+        cycle,
         clock_khz: dev.read32(r::CLOCK_KHZ)?,
         clock_capability: if cap == clock_cap::SECONDARY {
             ClockCapability::Secondary
@@ -299,6 +319,8 @@ fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
         ccu_wraps: dev.read64(r::CCU_WRAPS)?,
         stream_lost_records: sum(r::PART_STREAM_LOST)?,
         switches: sum(r::PART_SWITCHES)?,
+        clock_lag_cycles: lag,
+        realtime_pct,
     })
 }
 

@@ -86,6 +86,7 @@ fn register_values() -> Vec<(&'static str, u64)> {
         ("REG_ID", regs::ID),
         ("REG_ABI_VERSION", regs::ABI_VERSION),
         ("REG_CYCLE", regs::CYCLE),
+        ("REG_CLOCK_LAG", regs::CLOCK_LAG),
         ("REG_TRIG_CMD", regs::TRIG_CMD),
         ("REG_INTR_STATUS", regs::INTR_STATUS),
         ("REG_INTR_MASK", regs::INTR_MASK),

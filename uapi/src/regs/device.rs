@@ -47,6 +47,12 @@ pub const TOPO_VMS: u64 = 0x0048;
 pub const TOPO_CONTEXTS: u64 = 0x004C;
 /// RO 64-bit: CCU counter wraps ever observed (must stay 0; a model self-check).
 pub const CCU_WRAPS: u64 = 0x0050;
+/// RO 64-bit: device cycles a real-time clock dropped since it started:
+/// wall time it could not run (the device ran slower than the wall clock,
+/// or was not ticked for longer than 1 ms). [`CYCLE`] plus this is the
+/// wall time since the clock started, in cycles; 0 on a step clock. Not
+/// cleared by [`RESET`] (ABI 1.11).
+pub const CLOCK_LAG: u64 = 0x0058;
 
 /// Value that must be written to [`RESET`].
 pub const RESET_MAGIC: u32 = 0x5245_5345; // "ESER"

@@ -92,6 +92,13 @@ pub struct PartCounting {
     pub ulc_paused: bool,
     /// Largest active-bank CCU counter of the partition.
     pub max_active: u32,
+    /// `(synced_to, max_active)` as the device last asked for the
+    /// partition's counts ([`Counting::counted`]): the base of
+    /// [`Counting::threshold_horizon`]. A count that only keeps the
+    /// cycle-level engine in step with a walk brought up to now (the
+    /// batched engine counts nothing then) leaves it, so both engines
+    /// check thresholds, and so sync, at the same cycles.
+    pub horizon_base: (u64, u32),
     /// The last transfer boundary at or before the partition's banks were
     /// last emitted: no active-bank counter holds counts of cycles before
     /// it (the confidential threshold guard counts from here).
@@ -217,15 +224,18 @@ impl Counting {
     }
 
     /// Earliest transfer boundary at which a counter of `p` could reach
-    /// `threshold`, given that one transfer adds at most 511.
+    /// `threshold`, given that one transfer adds at most 511, from the
+    /// counts the device last asked for ([`PartCounting::horizon_base`]:
+    /// a bound from older counts is earlier, never wrong).
     #[inline]
     pub fn threshold_horizon(&self, p: u32, threshold: u32) -> u64 {
         let part = &self.parts[p as usize];
         if part.ulc_paused {
             return u64::MAX;
         }
-        let first = (part.synced_to / ULC_PERIOD + 1) * ULC_PERIOD;
-        let need = threshold.saturating_sub(part.max_active);
+        let (from, max_active) = part.horizon_base;
+        let first = (from / ULC_PERIOD + 1) * ULC_PERIOD;
+        let need = threshold.saturating_sub(max_active);
         let transfers = u64::from(need).div_ceil(u64::from(ULC_MAX)).max(1);
         first + (transfers - 1) * ULC_PERIOD
     }
@@ -353,7 +363,17 @@ impl Counting {
     pub fn banks_emitted(&mut self, p: u32) {
         let part = &mut self.parts[p as usize];
         part.max_active = 0;
+        part.horizon_base = (part.synced_to, 0);
         part.guard_from = part.synced_to / ULC_PERIOD * ULC_PERIOD;
+    }
+
+    /// The device asked for partition `p`'s counts up to now and has them:
+    /// its next threshold check is bounded from here
+    /// ([`PartCounting::horizon_base`]).
+    #[inline]
+    pub fn counted(&mut self, p: u32) {
+        let part = &mut self.parts[p as usize];
+        part.horizon_base = (part.synced_to, part.max_active);
     }
 
     /// Pauses or resumes partition `p`'s periodic ULC→CCU transfers
@@ -394,6 +414,7 @@ impl Counting {
         self.bank.fill([0; 2]);
         for p in &mut self.parts {
             p.max_active = 0;
+            p.horizon_base = (p.synced_to, 0);
             p.guard_from = p.synced_to / ULC_PERIOD * ULC_PERIOD;
         }
     }

@@ -49,23 +49,145 @@ pub(super) fn sync(
 /// of `p`: each active bank is routed into the RCs and cleared, and the
 /// banks swap. Equivalent to `sync` followed by record emission and routing
 /// (the cycle-level engine takes that explicit path, and the tests compare).
-#[allow(clippy::too_many_arguments)] // the sync span plus where the drained banks go
 pub(super) fn sync_and_trigger(
     st: &mut Counting,
     topo: &Topology,
     p: u32,
-    s: u64,
-    t: u64,
-    boundary: Option<u64>,
+    (s, t, boundary): (u64, u64, Option<u64>),
+    prog: Option<ProgSpan>,
     tally: &mut Tally,
     drain: Drain<'_>,
 ) {
-    run(st, topo, p, s, t, boundary, None, tally, Some(drain));
+    match boundary {
+        Some(b) if st.parts[p as usize].generating => {
+            trigger_pass(st, topo, p, (s, b, t), prog, tally, drain);
+        }
+        _ => run(st, topo, p, s, t, boundary, prog, tally, Some(drain)),
+    }
     for &c in &topo.partition_ccus[p as usize] {
         st.active_bank[c as usize] ^= 1;
     }
     st.parts[p as usize].synced_to = t.max(st.parts[p as usize].synced_to);
     st.banks_emitted(p);
+}
+
+/// [`run`] specialised for the periodic trigger of a generating
+/// partition with a transfer boundary `b` in `(s, t]`, the common case:
+/// every cell is counted, moved to the RCs and cleared in one pass, with
+/// no branch on what the general pass must decide per counter. The largest
+/// active value is not tracked: the banks are emptied.
+fn trigger_pass(
+    st: &mut Counting,
+    topo: &Topology,
+    p: u32,
+    (s, b, t): (u64, u64, u64),
+    prog: Option<ProgSpan>,
+    tally: &mut Tally,
+    mut drain: Drain<'_>,
+) {
+    let seg = st.parts[p as usize].seg_start;
+    let (ds, db, dt) = (s - seg, b - seg, t - seg);
+    let mut wraps = 0;
+    for &c in &topo.partition_ccus[p as usize] {
+        let range = topo.ccus[c as usize].counters.clone();
+        let (a, z) = (range.start as usize, range.end as usize);
+        let bank = usize::from(st.active_bank[c as usize]);
+        let lanes = st.rate_q[a..z]
+            .iter()
+            .zip(&st.phase_q[a..z])
+            .zip(st.acc[a..z].iter_mut())
+            .zip(st.pending[a..z].iter_mut())
+            .zip(st.bank[a..z].iter_mut())
+            .zip(&st.masked[a..z])
+            .zip(&topo.counter_event[a..z])
+            .zip(&topo.counter_multibit[a..z]);
+        for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
+            let (r, ph) = (u64::from(r), u64::from(ph));
+            let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
+                Some(l) => (0, l.at_boundary, l.at_end),
+                None => (
+                    (ph + ds * r) >> 16,
+                    (ph + db * r) >> 16,
+                    (ph + dt * r) >> 16,
+                ),
+            };
+            let e = usize::from(event);
+            tally.generated[e] += g_t - g_s;
+            let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
+            *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+            let held = std::mem::take(&mut cell[bank]);
+            if masked {
+                tally.masked[e] += sent;
+                drain.add(event, held);
+            } else {
+                let sum = u64::from(held) + sent;
+                wraps += u64::from(sum > u64::from(CCU_MASK));
+                drain.add(event, wrap28(sum));
+            }
+        }
+    }
+    st.wraps += wraps;
+}
+
+/// [`run`] specialised for counting a generating partition without a
+/// trigger (no branch on what only a trigger needs).
+fn sync_pass(
+    st: &mut Counting,
+    topo: &Topology,
+    p: u32,
+    (s, t, boundary): (u64, u64, Option<u64>),
+    prog: Option<ProgSpan>,
+    tally: &mut Tally,
+) {
+    let part = &st.parts[p as usize];
+    let seg = part.seg_start;
+    let (ds, dt) = (s - seg, t - seg);
+    // Without a boundary the whole span stays in the ULCs.
+    let db = boundary.map_or(ds, |b| b - seg);
+    let transfer = boundary.is_some();
+    let mut max = part.max_active;
+    let mut wraps = 0;
+    for &c in &topo.partition_ccus[p as usize] {
+        let range = topo.ccus[c as usize].counters.clone();
+        let (a, z) = (range.start as usize, range.end as usize);
+        let bank = usize::from(st.active_bank[c as usize]);
+        let lanes = st.rate_q[a..z]
+            .iter()
+            .zip(&st.phase_q[a..z])
+            .zip(st.acc[a..z].iter_mut())
+            .zip(st.pending[a..z].iter_mut())
+            .zip(st.bank[a..z].iter_mut())
+            .zip(&st.masked[a..z])
+            .zip(&topo.counter_event[a..z])
+            .zip(&topo.counter_multibit[a..z]);
+        for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
+            let (r, ph) = (u64::from(r), u64::from(ph));
+            let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
+                Some(l) if transfer => (0, l.at_boundary, l.at_end),
+                Some(l) => (0, 0, l.at_end),
+                None => (
+                    (ph + ds * r) >> 16,
+                    (ph + db * r) >> 16,
+                    (ph + dt * r) >> 16,
+                ),
+            };
+            let e = usize::from(event);
+            tally.generated[e] += g_t - g_s;
+            if !transfer {
+                *pending = ulc9(u64::from(*pending) + ulc_counts(acc, multibit, g_t - g_s));
+                continue;
+            }
+            let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
+            *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+            if sent != 0 && masked {
+                tally.masked[e] += sent;
+            } else if sent != 0 {
+                wraps += u64::from(add_to_cell(&mut cell[bank], sent, &mut max));
+            }
+        }
+    }
+    st.wraps += wraps;
+    st.parts[p as usize].max_active = max;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -80,6 +202,9 @@ fn run(
     tally: &mut Tally,
     mut drain: Option<Drain<'_>>,
 ) {
+    if drain.is_none() && st.parts[p as usize].generating {
+        return sync_pass(st, topo, p, (s, t, boundary), prog, tally);
+    }
     let part = &st.parts[p as usize];
     if !part.generating && drain.is_none() {
         return transfer_only(st, topo, p, boundary, tally);

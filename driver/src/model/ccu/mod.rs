@@ -36,6 +36,12 @@ use super::rc::Drain;
 use super::topology::Topology;
 
 impl Counting {
+    /// Which engine counts.
+    #[inline]
+    pub fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
     /// Counts everything partition `p` generates and transfers up to cycle `t`.
     pub fn sync(
         &mut self,
@@ -75,10 +81,11 @@ impl Counting {
         ledger.add_masked(part.who, &tally.masked);
     }
 
-    /// Counts partition `p` up to `t` and triggers its CCUs in the same
-    /// pass, draining the banks into `drain` (batched engine only; returns
-    /// false for the cycle-level engine, whose caller takes the explicit
-    /// sync + record path instead).
+    /// Counts partition `p` up to `t` (running `lane`'s program over the
+    /// same cycles) and triggers its CCUs in the same pass, draining the
+    /// banks into `drain` (batched engine only; returns false for the
+    /// cycle-level engine, whose caller takes the explicit sync + record
+    /// path instead, and then counts nothing).
     pub fn sync_and_trigger(
         &mut self,
         topo: &Topology,
@@ -86,6 +93,7 @@ impl Counting {
         p: u32,
         t: u64,
         drain: Drain<'_>,
+        lane: Option<&mut dyn Lane>,
     ) -> bool {
         if self.kind != EngineKind::Batched {
             return false;
@@ -97,8 +105,11 @@ impl Counting {
         } else {
             last_boundary(s, t)
         };
+        let prog = lane
+            .filter(|_| part.generating && t > s)
+            .map(|l| batched::ProgSpan::run(l, s, t, boundary));
         let mut tally = Tally::new();
-        batched::sync_and_trigger(self, topo, p, s, t, boundary, &mut tally, drain);
+        batched::sync_and_trigger(self, topo, p, (s, t, boundary), prog, &mut tally, drain);
         let part = &mut self.parts[p as usize];
         part.synced_to = t.max(part.synced_to);
         ledger.add_generated(part.who, &tally.generated);

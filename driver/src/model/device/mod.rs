@@ -9,6 +9,7 @@
 
 pub(crate) mod api;
 mod cc;
+mod lane;
 mod programs;
 mod ranges;
 mod ri;

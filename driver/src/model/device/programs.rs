@@ -10,114 +10,85 @@ use gpupm_uapi::sampling::{sample_span_offset, SAMPLE_REGION, SAMPLE_SPAN};
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::api::DeviceError;
+use super::lane::{blank_env, ProgLane};
 use super::Device;
 use crate::model::cc::VmCipher;
 use crate::model::ccu::bank::RATE_ONE_Q16;
-use crate::model::ccu::{Lane, CYCLES_EVENT, INST_EVENT};
+use crate::model::ccu::{EngineKind, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
-use crate::model::program::run::{BlockSpan, CallStack, Env, ProgramRun, Unwatched, Visit, Watch};
-use crate::model::program::Program;
+use crate::model::program::run::ProgramRun;
 use crate::model::ranges::watch::RangeWatcher;
-use crate::model::ri::watch::{RiWatcher, Tee};
+use crate::model::ri::watch::RiWatcher;
 use crate::model::sampling::buffer::BufEvent;
 use crate::model::sampling::Watcher;
 use crate::model::topology::Topology;
-use crate::scenario::ThrottleWindow;
-
-/// An environment the lane replaces before every span.
-fn blank_env() -> Env<'static> {
-    Env {
-        ctx_base: 0,
-        dev_base: 0,
-        phase: 0,
-        throttle: &[],
-        seed: 0,
-    }
-}
-
-/// A partition's running program, as the counting engines see it.
-struct ProgLane<'a> {
-    run: &'a mut ProgramRun,
-    prog: &'a Program,
-    dev: u64,
-    phase: usize,
-    throttle: &'a [ThrottleWindow],
-    seed: u64,
-    watcher: Option<Watcher<'a>>,
-    ri: Option<RiWatcher<'a>>,
-    ranges: Option<RangeWatcher<'a>>,
-}
-
-/// Two watchers on one walk.
-struct Both<'x, A, B>(&'x mut A, &'x mut B);
-
-impl<A: Watch, B: Watch> Watch for Both<'_, A, B> {
-    fn entered(&mut self, visit: &Visit, stack: CallStack<'_>) {
-        self.0.entered(visit, stack);
-        self.1.entered(visit, stack);
-    }
-    fn ran(&mut self, from: u64, to: u64, k: u16, b: u16) {
-        self.0.ran(from, to, k, b);
-        self.1.ran(from, to, k, b);
-    }
-    fn ran_block(&mut self, span: &BlockSpan) {
-        self.0.ran_block(span);
-        self.1.ran_block(span);
-    }
-    fn taken(&mut self, entry: gpupm_uapi::sampling::BranchEntry, branches: u64) {
-        self.0.taken(entry, branches);
-        self.1.taken(entry, branches);
-    }
-}
-
-impl Lane for ProgLane<'_> {
-    fn run(&mut self, n: u64) -> u64 {
-        let env = Env {
-            ctx_base: self.run.ctx_cycles(),
-            dev_base: self.dev,
-            phase: self.phase,
-            throttle: self.throttle,
-            seed: self.seed,
-        };
-        self.dev += n;
-        if let Some(w) = self.watcher.as_mut() {
-            w.env = env;
-        }
-        if let Some(w) = self.ri.as_mut() {
-            w.env = env;
-        }
-        if let Some(r) = self.ranges.as_mut() {
-            r.env = env;
-        }
-        let (samp, ri) = (self.watcher.as_mut(), self.ri.as_mut());
-        match (samp, ri, self.ranges.as_mut()) {
-            (None, None, None) => self.run.advance(n, self.prog, &env, &mut Unwatched),
-            (Some(w), None, None) => self.run.advance(n, self.prog, &env, w),
-            (None, None, Some(r)) => self.run.advance(n, self.prog, &env, r),
-            (samp, ri, None) => self.run.advance(n, self.prog, &env, &mut Tee { samp, ri }),
-            (samp, ri, Some(r)) => {
-                let mut tee = Tee { samp, ri };
-                self.run.advance(n, self.prog, &env, &mut Both(&mut tee, r))
-            }
-        }
-    }
-}
 
 impl Device {
     /// Counts partition `p` up to now, running its context's program (and
     /// the sampling unit watching it) over the same cycles.
     pub(super) fn sync(&mut self, p: u32) {
+        self.count(p, None);
+    }
+
+    /// Counts partition `p` up to now, running its context's program and
+    /// what watches it; with `fused` (whether the drained banks go to the
+    /// system RC too) the batched engine triggers the partition's CCUs in
+    /// the same pass. Returns whether it did (the cycle-level engine only
+    /// counts).
+    pub(super) fn count(&mut self, p: u32, fused: Option<bool>) -> bool {
+        let fused = self.count_or_walk(p, fused, false);
+        // The counters as the device asked for them: the base of the next
+        // threshold check (a catch-up count of `walk` is not).
+        self.ccu.counted(p);
+        fused
+    }
+
+    /// Brings partition `p`'s running program, and what watches it, up to
+    /// now without counting (the batched engine counts the span later from
+    /// what the walk recorded, [`ProgLane`]); the cycle-level engine, which
+    /// needs every cycle's instructions as they happen, counts, but its
+    /// threshold checks stay where the batched engine's are
+    /// ([`crate::model::ccu::Counting::counted`]).
+    fn walk(&mut self, p: u32) {
+        let batched = self.ccu.kind() == EngineKind::Batched;
+        self.count_or_walk(p, None, batched);
+    }
+
+    fn count_or_walk(&mut self, p: u32, fused: Option<bool>, walk_only: bool) -> bool {
         let thr = Some(self.trig.threshold());
         let now = self.clock.now();
         let ctx = self.ccu.owner(p).ctx;
         let c = self.ctxs.get(ctx);
         let leak = self.leaks_confidential_ranges();
+        let batched = self.ccu.kind() == EngineKind::Batched;
+        let drain = match fused {
+            Some(to_system) if batched => Some(self.rc.drain(p, to_system)),
+            _ => None,
+        };
+        let fused = drain.is_some();
+        if !fused && self.ccu.synced_to(p) >= now {
+            return false;
+        }
+        if walk_only && !self.ccu.generating(p) {
+            return false;
+        }
         let run = self.runs.get_mut(ctx as usize).and_then(Option::as_mut);
-        let (Some(run), true) = (run, p != 0 && ctx != 0) else {
-            self.ccu
-                .sync(&self.topo, &mut self.ledger, p, now, thr, None);
+        let prog = run.as_ref().and_then(|r| self.programs.get(r.program));
+        let (Some(run), Some(prog), true) = (run, prog, p != 0 && ctx != 0) else {
+            if walk_only {
+                return false;
+            }
+            match drain {
+                Some(d) => {
+                    self.ccu
+                        .sync_and_trigger(&self.topo, &mut self.ledger, p, now, d, None);
+                }
+                None => self
+                    .ccu
+                    .sync(&self.topo, &mut self.ledger, p, now, thr, None),
+            }
             self.deliver_sample_events(p);
-            return;
+            return fused;
         };
         let ri = self.ri.watching(ctx).map(|session| RiWatcher {
             session,
@@ -144,29 +115,44 @@ impl Device {
             branches,
             cipher: self.vms.cipher(c.vm).map(|k: &mut VmCipher| k),
         });
-        let Some(prog) = self.programs.get(run.program) else {
-            return;
-        };
-        let mut lane = ProgLane {
+        let mut lane = ProgLane::new(
             run,
             prog,
-            dev: self.ccu.synced_to(p),
-            phase: self.phases[p as usize],
-            throttle: &self.scenario.throttle,
-            seed: self.scenario.seed,
-            watcher,
-            ri,
-            ranges,
-        };
-        self.ccu
-            .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane));
+            self.ccu.synced_to(p),
+            (
+                self.phases[p as usize],
+                &self.scenario.throttle,
+                self.scenario.seed,
+            ),
+            (watcher, ri, ranges),
+        );
+        if walk_only {
+            lane.walk_to(now);
+        } else {
+            match drain {
+                Some(d) => {
+                    self.ccu.sync_and_trigger(
+                        &self.topo,
+                        &mut self.ledger,
+                        p,
+                        now,
+                        d,
+                        Some(&mut lane),
+                    );
+                }
+                None => self
+                    .ccu
+                    .sync(&self.topo, &mut self.ledger, p, now, thr, Some(&mut lane)),
+            }
+        }
         let watched_ranges = lane.ranges.is_some();
-        drop(lane);
+        lane.finish();
         self.deliver_sample_events(p);
         self.deliver_ri_events();
         if watched_ranges {
             self.deliver_range_events(p, c.vm);
         }
+        fused
     }
 
     /// Raises the interrupts partition `p`'s sampling unit produced.
@@ -186,15 +172,15 @@ impl Device {
         }
     }
 
-    /// Counts every partition with an armed sampler or range up to now,
-    /// so that its records are in the window when time stops.
+    /// Brings every partition with an armed sampler, range or RI session
+    /// up to now, so that its records are in the window when time stops.
     pub(super) fn sync_sampled(&mut self) {
         for p in 1..MAX_PARTITION_SLOTS {
             let ri = self.ri.armed() && self.ri.block_of(self.ccu.owner(p).ctx).is_some();
             let watched =
                 self.samplers[p as usize].armed() || self.ranges[p as usize].armed() || ri;
             if watched && self.ccu.generating(p) {
-                self.sync(p);
+                self.walk(p);
             }
         }
     }

@@ -223,7 +223,7 @@ impl Device {
             r::TOPO_PARTITIONS => count32(self.parts.slice_count()),
             r::TOPO_EVENTS => count32(EVENT_COUNT),
             r::TOPO_MEMORY_SLICES => r32(t.memory_slices),
-            r::CLOCK_KHZ | r::CLOCK_CAP | r::CYCLE => self.clock.read(offset),
+            r::CLOCK_KHZ | r::CLOCK_CAP | r::CYCLE | r::CLOCK_LAG => self.clock.read(offset),
             r::DEVICE_STATUS => r32(self.device_status()),
             r::RESET => r32(0),
             r::TOPO_VMS => r32(r::MAX_VMS),

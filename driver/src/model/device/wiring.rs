@@ -55,21 +55,11 @@ impl Device {
     }
 
     /// The batched engine's one-pass trigger of partition `p`'s CCUs (same
-    /// result as sync + record emission and routing); false if the engine
-    /// has none.
+    /// result as sync + record emission and routing; a running program is
+    /// walked in the same pass); false if the engine has none.
     fn trigger_fused(&mut self, p: u32) -> bool {
-        // A running program is walked by the full sync; the fused pass then
-        // has nothing left to count.
-        if self.runs_program(self.ccu.owner(p).ctx) {
-            self.sync(p);
-        }
-        let now = self.clock.now();
         let to_system = !self.owner_confidential(p);
-        let drain = self.rc.drain(p, to_system);
-        if !self
-            .ccu
-            .sync_and_trigger(&self.topo, &mut self.ledger, p, now, drain)
-        {
+        if !self.count(p, Some(to_system)) {
             return false;
         }
         let records = self.ccu.count_fused_records(&self.topo, p);

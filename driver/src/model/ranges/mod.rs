@@ -12,6 +12,7 @@
 //! `RRING_HEAD`, `RRING_TAIL`, `RRING_LOST` (`uapi::ranges::rring(p, reg)`).
 //! See `docs/ranges.md`.
 
+mod bulk;
 pub mod ring;
 #[cfg(test)]
 mod tests;

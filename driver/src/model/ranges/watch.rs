@@ -21,11 +21,11 @@ use zerocopy::IntoBytes;
 
 use super::{RangeProg, RangeUnit, RANGES};
 use crate::model::cc::VmCipher;
-use crate::model::program::run::{CallStack, Env, Visit, Watch};
+use crate::model::program::run::{CallStack, Env, Visit, Watch, Window};
 
 /// Where a context stands with one range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     /// No visit observed since the range was armed.
     Unseen,
     /// The last observed visit was outside.
@@ -40,13 +40,13 @@ enum State {
 pub struct Cursor {
     /// The context's creation serial (a reused id starts afresh).
     pub serial: u64,
-    program: u32,
+    pub(super) program: u32,
     /// Context cycle up to which the walk was watched without a gap.
-    seen_to: Option<u64>,
-    visit: Option<Visit>,
+    pub(super) seen_to: Option<u64>,
+    pub(super) visit: Option<Visit>,
     depth: u32,
     stack: [StackEntry; RANGE_STACK_DEPTH],
-    state: [State; RANGES],
+    pub(super) state: [State; RANGES],
     /// The ledger: per range, entries, count and crossings of this context.
     pub truth: [RangeTruth; RANGES],
 }
@@ -121,14 +121,16 @@ type Crossing = (u64, usize, u8, u64);
 /// The unit watching one context's walk through one span.
 #[derive(Debug)]
 pub struct RangeWatcher<'a> {
-    unit: &'a mut RangeUnit,
+    pub(super) unit: &'a mut RangeUnit,
     ctx: u32,
     vm: u32,
-    cursor: Option<Cursor>,
+    pub(super) cursor: Option<Cursor>,
     /// The span.
     pub env: Env<'a>,
     confidential: bool,
     found: Vec<Crossing>,
+    /// What the ranges make of the window the walk offers now.
+    pub(super) memo: super::bulk::Memo,
 }
 
 impl<'a> RangeWatcher<'a> {
@@ -155,17 +157,18 @@ impl<'a> RangeWatcher<'a> {
             env,
             confidential,
             found: Vec::new(),
+            memo: super::bulk::Memo::default(),
         }
     }
 
-    fn cursor(&mut self) -> &mut Cursor {
+    pub(super) fn cursor(&mut self) -> &mut Cursor {
         self.cursor
             .as_mut()
             .expect("a watcher holds its cursor until dropped")
     }
 
     /// Whether `visit` lies inside range `p` for a context of `program`.
-    fn inside(p: &RangeProg, program: u32, visit: &Visit) -> bool {
+    pub(super) fn inside(p: &RangeProg, program: u32, visit: &Visit) -> bool {
         if p.program() != 0 && p.program() != program {
             return false;
         }
@@ -348,4 +351,12 @@ impl Watch for RangeWatcher<'_> {
     }
 
     fn taken(&mut self, _entry: BranchEntry, _branches: u64) {}
+
+    fn admit(&mut self, window: &Window<'_>) -> u64 {
+        self.admit_window(window)
+    }
+
+    fn skipped(&mut self, window: &Window<'_>, n: u64, latch: &Visit) {
+        self.skip_window(window, n, latch);
+    }
 }

@@ -228,6 +228,18 @@ impl Session {
         }
     }
 
+    /// `n` marker-block entries that neither emit nor sample (the session
+    /// has neither `EMIT` nor directed mode): only their count moves.
+    pub fn markers_passed(&mut self, n: u64) {
+        self.markers += n;
+    }
+
+    /// Whether a marker-block entry is an observation: it emits a record
+    /// or is a directed sample point.
+    pub fn markers_observed(&self) -> bool {
+        self.ctrl & ri_ctrl::EMIT != 0 || self.mode() == ri_mode::DIRECTED
+    }
+
     /// The context stopped running at `self.last` (switched out).
     pub fn switched_out(&mut self) {
         if !self.enabled() || self.ctrl & ri_ctrl::ABORT == 0 || self.stopped_or_halted() {

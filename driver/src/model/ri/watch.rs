@@ -5,7 +5,7 @@ use gpupm_uapi::ri::ri_mode;
 use gpupm_uapi::sampling::BranchEntry;
 
 use super::session::{Point, Session};
-use crate::model::program::run::{BlockSpan, Env, Watch};
+use crate::model::program::run::{BlockSpan, Env, Quantity, Visit, Watch, Window};
 use crate::model::sampling::Watcher;
 
 /// A session watching its context run on partition `partition`.
@@ -66,6 +66,48 @@ impl RiWatcher<'_> {
 impl Watch for RiWatcher<'_> {
     fn ran(&mut self, _: u64, _: u64, _: u16, _: u16) {}
 
+    /// Iterations before the next sample point (and, when marker entries
+    /// emit or sample, before the first one).
+    fn admit(&mut self, window: &Window<'_>) -> u64 {
+        let s = &*self.session;
+        let n = if s.markers_observed() {
+            window.prefix_below(1, |p| p.markers)
+        } else {
+            window.len()
+        };
+        match s.mode() {
+            ri_mode::CYCLE => n.min(window.below(Quantity::Cycles, s.countdown())),
+            ri_mode::INSTRUCTION => n.min(window.below(Quantity::Instructions, s.countdown())),
+            _ => n,
+        }
+    }
+
+    fn skipped(&mut self, window: &Window<'_>, n: u64, latch: &Visit) {
+        let (mut cycles, mut insts, mut markers) = (0, 0, 0);
+        window.tally(n, |p, k| {
+            cycles += k * p.cycles;
+            insts += k * p.instructions;
+            markers += k * p.markers;
+        });
+        self.session.markers_passed(markers);
+        let counted = match self.session.mode() {
+            ri_mode::CYCLE => self.session.count(cycles),
+            ri_mode::INSTRUCTION => self.session.count(insts),
+            _ => None,
+        };
+        debug_assert!(counted.is_none(), "admit keeps sample points out");
+        let end = window.start + cycles;
+        self.session.last = Point {
+            kernel: latch.kernel,
+            block: latch.block,
+            ctx_cycle: end,
+            dev_cycle: self.env.device_cycle(end),
+            partition: self.partition,
+            secondary: self.env.secondary(end),
+            retired: window.retired + insts,
+        };
+    }
+
     fn ran_block(&mut self, span: &BlockSpan) {
         if span.marker && span.from == span.start {
             let p = self.point(span, span.from);
@@ -115,5 +157,23 @@ impl Watch for Tee<'_, '_> {
 
     fn passive(&self) -> bool {
         self.samp.is_none() && self.ri.is_none()
+    }
+
+    fn admit(&mut self, window: &Window<'_>) -> u64 {
+        let samp = self
+            .samp
+            .as_deref_mut()
+            .map_or(u64::MAX, |w| w.admit(window));
+        let ri = self.ri.as_deref_mut().map_or(u64::MAX, |w| w.admit(window));
+        samp.min(ri)
+    }
+
+    fn skipped(&mut self, window: &Window<'_>, n: u64, latch: &Visit) {
+        if let Some(w) = self.samp.as_deref_mut() {
+            w.skipped(window, n, latch);
+        }
+        if let Some(w) = self.ri.as_deref_mut() {
+            w.skipped(window, n, latch);
+        }
     }
 }

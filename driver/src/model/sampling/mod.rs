@@ -18,19 +18,18 @@
 //! `SAMP_BRANCHES`.
 
 pub mod buffer;
+mod watcher;
 
 use gpupm_uapi::sampling::{
-    self as s, buf_kind, samp_ctrl, samp_status, sample_flags, BranchEntry, BranchStackRecord,
-    PcRecord, BRANCH_RECORD_MAGIC, BRANCH_STACK_ENTRIES, CONFIDENTIAL_BRANCH_CYCLES,
-    PC_RECORD_MAGIC,
+    self as s, buf_kind, samp_ctrl, samp_status, BranchEntry, BRANCH_STACK_ENTRIES,
+    CONFIDENTIAL_BRANCH_CYCLES,
 };
-use zerocopy::{FromZeros, IntoBytes};
 
 use self::buffer::{BufEvent, BufWrite, Placement, SampleBuffer};
 use super::access::{r32, r64, RegValue, Reject};
-use super::cc::VmCipher;
-use super::program::run::{Env, Watch};
 use super::rng;
+
+pub use self::watcher::Watcher;
 
 /// Random-draw domain of the cycle sampler's R.
 const SAMPLE_DOMAIN: u64 = 0x5341_4D50;
@@ -308,164 +307,4 @@ fn buf_reg(reg: u64) -> Option<(u32, u64)> {
     let rel = reg.checked_sub(s::SAMP_BUF_BRANCH)?;
     let kind = u32::try_from(rel / s::SAMP_BUF_STRIDE).ok()?;
     (kind < buf_kind::COUNT).then_some((kind, rel % s::SAMP_BUF_STRIDE))
-}
-
-/// The sampling unit watching one context's walk through one span.
-#[derive(Debug)]
-pub struct Watcher<'a> {
-    /// The unit.
-    pub unit: &'a mut Sampler,
-    /// The running context.
-    pub ctx: u32,
-    /// Its VM.
-    pub vm: u32,
-    /// Its serial (the branch stack holds only its branches).
-    pub serial: u64,
-    /// The span.
-    pub env: Env<'a>,
-    /// Whether the VM is confidential: its branch stacks follow the
-    /// schedule of its context cycles, not its branches.
-    pub confidential: bool,
-    /// The context's taken branches so far (kept up to date by the walk).
-    pub branches: u64,
-    /// The VM's cipher when confidential.
-    pub cipher: Option<&'a mut VmCipher>,
-}
-
-impl Watcher<'_> {
-    fn flags(&self, ctx_cycle: u64) -> u16 {
-        if self.env.secondary(ctx_cycle) {
-            sample_flags::SECONDARY_CLOCK
-        } else {
-            0
-        }
-    }
-
-    fn store(&mut self, kind: u32, bytes: &[u8], at: u64) {
-        let buf = &mut self.unit.bufs[kind as usize];
-        if let Some(ev) = buf.push(bytes, (self.vm, self.ctx), self.cipher.as_deref_mut()) {
-            self.unit.events.push((kind, ev, at));
-        }
-    }
-
-    /// The branch stack holds only the running context's branches.
-    fn own_stack(&mut self) {
-        let unit = &mut *self.unit;
-        if unit.stack_owner != self.serial {
-            unit.stack.clear();
-            unit.stack_owner = self.serial;
-        }
-    }
-
-    /// Writes a branch-stack record at context cycle `at`.
-    fn stack_record(&mut self, at: u64) {
-        let unit = &mut *self.unit;
-        let mut rec = BranchStackRecord::new_zeroed();
-        rec.magic = BRANCH_RECORD_MAGIC;
-        rec.partition = u16::try_from(unit.partition).unwrap_or(0);
-        rec.vm = self.vm;
-        rec.ctx = self.ctx;
-        rec.seq = unit.bufs[0].produced() + 1;
-        rec.cycle = self.env.device_cycle(at);
-        rec.branches = self.branches;
-        rec.count = u32::try_from(unit.stack.len()).unwrap_or(0);
-        rec.entries[..unit.stack.len()].copy_from_slice(&unit.stack);
-        rec.flags = self.flags(at);
-        let cycle = rec.cycle;
-        self.store(buf_kind::BRANCH, rec.as_bytes(), cycle);
-    }
-
-    /// Writes a PC record at context cycle `at`, in block `(kernel, block)`.
-    fn pc_record(&mut self, at: u64, kernel: u16, block: u16) {
-        let cycle = self.env.device_cycle(at);
-        let rec = PcRecord {
-            magic: PC_RECORD_MAGIC,
-            partition: u16::try_from(self.unit.partition).unwrap_or(0),
-            flags: self.flags(at),
-            vm: self.vm,
-            ctx: self.ctx,
-            seq: self.unit.bufs[1].produced() + 1,
-            cycle,
-            ctx_cycle: at,
-            kernel,
-            block,
-            interval: self.unit.interval,
-        };
-        self.store(buf_kind::PC, rec.as_bytes(), cycle);
-        self.unit.samples += 1;
-        self.unit.draw_interval();
-    }
-}
-
-impl Watch for Watcher<'_> {
-    fn ran(&mut self, from: u64, to: u64, kernel: u16, block: u16) {
-        // Cycle samples, and a confidential context's scheduled branch
-        // stacks (holding the branches taken before them), in cycle order
-        // (stack first at a tie): each record is sealed as it is written,
-        // so the order must not depend on how the walk's spans are cut.
-        let stacks = self.confidential && self.unit.ctrl & samp_ctrl::BRANCH_ENABLE != 0;
-        let pcs = self.unit.ctrl & samp_ctrl::CYCLE_ENABLE != 0;
-        if !stacks && !pcs {
-            return;
-        }
-        let mut at = from;
-        loop {
-            let to_stack = if stacks {
-                self.unit.stack_due
-            } else {
-                u64::MAX
-            };
-            let to_pc = if pcs { self.unit.remaining } else { u64::MAX };
-            let step = to_stack.min(to_pc);
-            if step > to - at {
-                break;
-            }
-            at += step;
-            if stacks {
-                self.unit.stack_due -= step;
-                if self.unit.stack_due == 0 {
-                    self.own_stack();
-                    self.stack_record(at);
-                    self.unit.scheduled += 1;
-                    self.unit.stack_due = self.unit.stack_interval();
-                }
-            }
-            if pcs {
-                self.unit.remaining -= step;
-                if self.unit.remaining == 0 {
-                    self.pc_record(at, kernel, block);
-                }
-            }
-        }
-        if stacks {
-            self.unit.stack_due -= to - at;
-        }
-        if pcs {
-            self.unit.remaining -= to - at;
-        }
-    }
-
-    fn taken(&mut self, entry: BranchEntry, branches: u64) {
-        self.branches = branches;
-        if self.unit.ctrl & samp_ctrl::BRANCH_ENABLE == 0 {
-            return;
-        }
-        self.own_stack();
-        let unit = &mut *self.unit;
-        if unit.stack.len() == BRANCH_STACK_ENTRIES {
-            unit.stack.remove(0);
-        }
-        unit.stack.push(entry);
-        if self.confidential {
-            // Its stacks follow the schedule of its cycles (`ran`).
-            return;
-        }
-        unit.branches += 1;
-        unit.since_capture += 1;
-        if unit.since_capture < unit.n {
-            return;
-        }
-        unit.since_capture = 0;
-        self.stack_record(entry.cycle);
-    }
 }

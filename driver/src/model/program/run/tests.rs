@@ -1,5 +1,6 @@
 use super::*;
-use crate::scenario::program::generate;
+use crate::scenario::program::{generate, BlockSpec, Exit, KernelSpec, ProgramSpec};
+use gpupm_uapi::sampling::BranchEntry;
 
 fn env() -> Env<'static> {
     Env {
@@ -33,7 +34,7 @@ fn any_split_of_time_walks_the_same_program() {
     assert_eq!(t.iter().map(|r| r.cycles).sum::<u64>(), 100_000);
 }
 
-/// Watches, so the walk never skips.
+/// Watches, and admits nothing: the walk steps through every block.
 struct Stepper(u64);
 
 impl Watch for Stepper {
@@ -44,12 +45,15 @@ impl Watch for Stepper {
 }
 
 #[test]
-fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
+fn advancing_in_aggregate_reaches_the_state_the_walk_reaches() {
     let windows = [ThrottleWindow {
         start: 50_000,
         end: 90_001,
     }];
-    for spec in &crate::scenario::builtin().programs {
+    let mut specs = crate::scenario::builtin().programs;
+    specs.extend((0..4).map(|k| generate(3, k)));
+    specs.push(nested());
+    for spec in &specs {
         let prog = Program::compile(spec);
         let mut fast = ProgramRun::new(0, &prog, 4);
         let mut slow = fast.clone();
@@ -66,8 +70,68 @@ fn skipping_loop_iterations_reaches_the_state_the_walk_reaches() {
             let b = slow.advance(step, &prog, &env(&slow), &mut stepper);
             assert_eq!(a, b, "{}", spec.name);
             assert_eq!(fast.truth(&prog), slow.truth(&prog), "{}", spec.name);
+            assert_eq!(fast.cur.frames, slow.cur.frames, "{}", spec.name);
         }
         assert_eq!(fast.branches, stepper.0, "{}", spec.name);
         assert_eq!(fast.branches, slow.branches);
     }
+}
+
+/// An outer loop with a branch of its own, a random inner loop and a call
+/// into a kernel with a branch and a loop of its own.
+fn nested() -> ProgramSpec {
+    let block = |name: &str, instructions: u32, cpi: f64, exit: Exit| BlockSpec {
+        name: name.into(),
+        instructions,
+        cpi: vec![cpi, cpi * 1.5],
+        throttle: 1.5,
+        exit,
+        marker: false,
+        data: None,
+    };
+    ProgramSpec {
+        name: "nested".into(),
+        entry: 0,
+        kernels: vec![
+            KernelSpec {
+                name: "main".into(),
+                blocks: vec![
+                    block("prologue", 20, 1.5, Exit::Fall),
+                    block("outer_head", 8, 1.0, Exit::Branch(vec![(3, 0.4)])),
+                    block("a", 30, 2.0, Exit::Fall),
+                    block("inner_head", 12, 1.2, Exit::Fall),
+                    block("inner_body", 16, 2.5, Exit::Branch(vec![(6, 0.5)])),
+                    block("x", 40, 3.0, Exit::Fall),
+                    block("inner_latch", 4, 1.0, Exit::Loop { to: 3, trips: 7 }),
+                    block("outer_mid", 10, 1.0, Exit::Call(1)),
+                    block("outer_latch", 6, 1.0, Exit::Loop { to: 1, trips: 5 }),
+                    block("epilogue", 24, 2.0, Exit::Ret),
+                ],
+            },
+            KernelSpec {
+                name: "helper".into(),
+                blocks: vec![
+                    block("h0", 8, 1.0, Exit::Branch(vec![(2, 0.2)])),
+                    block("h1", 20, 1.0, Exit::Fall),
+                    block("hloop", 9, 2.0, Exit::Loop { to: 2, trips: 3 }),
+                    block("hret", 3, 1.0, Exit::Ret),
+                ],
+            },
+        ],
+    }
+}
+
+#[test]
+fn composite_paths_cover_outer_loops_and_launches() {
+    let prog = Program::compile(&nested());
+    let mut run = ProgramRun::new(0, &prog, 4);
+    run.advance(5_000_000, &prog, &env(), &mut Unwatched);
+    // The outer loop (latch row 8) is advanced through its composite paths.
+    assert!(run.composite.learned(8));
+    let gemm = Program::compile(&crate::scenario::builtin().programs[0]);
+    let mut run = ProgramRun::new(0, &gemm, 4);
+    run.advance(5_000_000, &gemm, &env(), &mut Unwatched);
+    // Launches of GEMM (they end in the store kernel) are.
+    let store = gemm.block(1, 0).row;
+    assert!(run.composite.learned(store));
 }
