@@ -80,7 +80,7 @@ enum Command {
     /// instructions, cycles and CPI.
     Cpi(cpi::Args),
     /// Runtime instrumentation of one of your contexts: report groups of
-    /// samples, emits and aborts (seed 002).
+    /// samples, emits and aborts.
     Ri(ri::Args),
     /// Marked ranges on one of your contexts: add, list (hottest first), rm.
     Ranges(ranges::Args),
@@ -90,7 +90,8 @@ enum Command {
     Health(health::Args),
     /// Device-level counters through the out-of-band mailbox (admin).
     Bmc(bmc::Args),
-    /// A confidential VM's keys: status, rekey (the VM's tenant).
+    /// A confidential VM's session: establish, status, rekey (the VM's
+    /// tenant).
     Cc(cc::Args),
     /// Simulate a scenario in-process and print per-VM and per-context
     /// totals beside the device's ledger.

@@ -371,9 +371,20 @@ fn tenant_stat_settles(c: &Container, scope: &[&str], expected: &Counts, what: &
 fn counts_survive_a_daemon_restart(c: &Container) -> (u64, u64) {
     let dropin = c.host_path("/etc/systemd/system/gpupm-driver.service.d");
     fs::create_dir_all(&dropin).expect("create the drop-in directory");
+    // The shipped command line with a step clock and the debug ledger:
+    // its mirror directory (where the instance lock lives, writable under
+    // ProtectSystem=strict) and its identity stay.
+    let unit = fs::read_to_string(c.host_path("/usr/lib/systemd/system/gpupm-driver.service"))
+        .expect("read the installed driver unit");
+    let shipped = unit
+        .lines()
+        .find(|l| l.starts_with("ExecStart=/usr/bin/gpupm-driver "))
+        .expect("the driver unit's ExecStart=");
+    assert!(shipped.contains(" --clock realtime"), "{shipped}");
+    let stepped = shipped.replace(" --clock realtime", " --clock step --debug-ledger");
     fs::write(
         dropin.join("step-clock.conf"),
-        "[Service]\nExecStart=\nExecStart=/usr/bin/gpupm-driver --node-dir /run/gpupm/dev --clock step --debug-ledger\n",
+        format!("[Service]\nExecStart=\n{stepped}\n"),
     )
     .expect("write the drop-in");
     let old_driver = c.unit(UNITS[0]).main_pid;

@@ -155,6 +155,9 @@ fn package_holds_what_it_promises_and_runs_the_debhelper_snippets_in_order() {
         .lines()
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
+        // A command starts its line after two spaces; a description
+        // wrapped at 80 columns continues further in.
+        .filter(|l| l.starts_with("  ") && !l[2..].starts_with(' '))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|c| *c != "help")
         .collect();
