@@ -19,6 +19,24 @@ pub fn thousands(v: u64) -> String {
     out
 }
 
+/// `v` with two significant digits, never in e-notation: `0.48`, `4.8`,
+/// `37`, `148` (above 100 every integer digit is kept). Non-finite values
+/// print as `-`.
+pub fn two_significant(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    // Digits after the point that leave two significant ones; the
+    // magnitude of a finite non-zero f64 is within ±324.
+    #[allow(clippy::cast_possible_truncation)]
+    let magnitude = v.abs().log10().floor() as i32;
+    let decimals = usize::try_from(1 - magnitude).unwrap_or(0);
+    format!("{v:.decimals$}")
+}
+
 /// `v` with an SI prefix and three significant digits (`1.35 T`, `512 k`,
 /// `7.00`); values below 1000 keep `decimals` decimals. Non-finite values
 /// print as `-`.
@@ -116,6 +134,17 @@ mod tests {
         assert_eq!(si(999.0, 1), "999.0");
         assert_eq!(si(999_600.0, 0), "1.00 M");
         assert_eq!(si(f64::NAN, 0), "-");
+    }
+
+    #[test]
+    fn real_time_factors_keep_two_significant_digits() {
+        assert_eq!(two_significant(0.4812), "0.48");
+        assert_eq!(two_significant(0.04812), "0.048");
+        assert_eq!(two_significant(4.812), "4.8");
+        assert_eq!(two_significant(37.4), "37");
+        assert_eq!(two_significant(148.2), "148");
+        assert_eq!(two_significant(0.0), "0");
+        assert_eq!(two_significant(f64::INFINITY), "-");
     }
 
     #[test]

@@ -83,12 +83,14 @@ pub fn run(args: &Args) -> Result<ExitCode, String> {
         .sum();
     let all_exact = rows.iter().all(Row::exact);
     let summary = format!(
-        "{}: {:.1} ms simulated ({} cycles) in {:.2} s wall ({:.0}x real time); {} host-driven switches, {} fallbacks",
+        "{}: {:.1} ms simulated ({} cycles) in {:.2} s wall ({}x real time); {} host-driven switches, {} fallbacks",
         scenario.name,
         dev.now() as f64 / f64::from(scenario.clock.khz),
         dev.now(),
         wall,
-        dev.now() as f64 / f64::from(scenario.clock.khz) / 1000.0 / wall.max(1e-9),
+        crate::numfmt::two_significant(
+            dev.now() as f64 / f64::from(scenario.clock.khz) / 1000.0 / wall.max(1e-9)
+        ),
         handshakes,
         fallbacks
     );
