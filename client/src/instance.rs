@@ -6,7 +6,7 @@
 //! however it exits; the file stays.
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -55,16 +55,27 @@ impl InstanceLock {
             path: path.to_owned(),
             source,
         };
+        // The lock is held through a read-only handle and the pid written
+        // through one closed at once: the holder keeps nothing open for
+        // writing there, so the directory's file system can still be
+        // remounted read-only (gpupmd then keeps serving with its state
+        // read-only, docs/pages.md).
+        let write_handle = |truncate: bool| {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(truncate)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(path)
+        };
+        drop(write_handle(false).map_err(io)?);
         let file = OpenOptions::new()
             .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(io)?;
-        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((mut file, Errno::EWOULDBLOCK)) => {
                 let mut text = String::new();
@@ -84,9 +95,8 @@ impl InstanceLock {
             }
             Err((_, e)) => return Err(io(io::Error::from(e))),
         };
-        lock.set_len(0).map_err(io)?;
-        lock.seek(SeekFrom::Start(0)).map_err(io)?;
-        writeln!(lock, "{}\n{serves}", std::process::id()).map_err(io)?;
+        let mut pid_file = write_handle(true).map_err(io)?;
+        writeln!(pid_file, "{}\n{serves}", std::process::id()).map_err(io)?;
         Ok(InstanceLock {
             _lock: lock,
             path: path.to_owned(),
@@ -122,6 +132,40 @@ mod tests {
         let again = InstanceLock::acquire(&path, "/elsewhere").unwrap();
         assert_eq!(again.path(), path);
         drop(again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_holder_keeps_no_handle_open_for_writing() {
+        let dir = std::env::temp_dir().join(format!("gpupm-lock-ro-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.lock");
+        let held = InstanceLock::acquire(&path, "/run/gpupm/dev").unwrap();
+        // Every descriptor of this process on the lock file, by its
+        // access mode (fdinfo's octal flags).
+        let modes: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| std::fs::read_link(e.path()).ok().as_deref() == Some(path.as_path()))
+            .map(|e| {
+                let info = std::fs::read_to_string(format!(
+                    "/proc/self/fdinfo/{}",
+                    e.file_name().to_string_lossy()
+                ))
+                .unwrap();
+                let flags = info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("flags:"))
+                    .unwrap()
+                    .trim();
+                u32::from_str_radix(flags, 8).unwrap()
+            })
+            .collect();
+        assert_eq!(modes.len(), 1, "{modes:?}");
+        assert_eq!(modes[0] & libc::O_ACCMODE as u32, libc::O_RDONLY as u32);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("{}\n/run/gpupm/dev\n", std::process::id()));
+        drop(held);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

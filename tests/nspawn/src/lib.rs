@@ -175,13 +175,28 @@ impl Container {
     /// [`Container::run`] that must succeed; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "{args:?} in the container: {}\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-        );
+        if !out.status.success() {
+            // A unit that failed says why in the journal only.
+            let journal = if args.first() == Some(&"systemctl") {
+                let j = self.run(&[
+                    "journalctl",
+                    "--no-pager",
+                    "-n",
+                    "40",
+                    "-o",
+                    "short-monotonic",
+                ]);
+                String::from_utf8_lossy(&j.stdout).into_owned()
+            } else {
+                String::new()
+            };
+            panic!(
+                "{args:?} in the container: {}\nstdout: {}\nstderr: {}\n{journal}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+            );
+        }
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 

@@ -493,10 +493,15 @@ fn install(dir: &Path, bins: &Path) {
         repo.join("systemd/gpupm.tmpfiles"),
         etc.join("tmpfiles.d/gpupm.conf"),
     );
-    copy(
-        repo.join("daemon/gpupmd.toml"),
-        etc.join("gpupm/gpupmd.toml"),
-    );
+    // The documented configuration without its [metrics.authenticated]
+    // table: that listener's web configuration and TLS key are the
+    // operator's to write (the package installs the table commented out).
+    let config = fs::read_to_string(repo.join("daemon/gpupmd.toml")).unwrap();
+    let (head, rest) = config
+        .split_once("[metrics.authenticated]")
+        .expect("the documented config has [metrics.authenticated]");
+    let tail = rest.find("\n[").map_or("", |i| &rest[i + 1..]);
+    fs::write(etc.join("gpupm/gpupmd.toml"), format!("{head}{tail}")).unwrap();
     // A machine id makes this a regular boot, not a first boot (which
     // would enable every installed unit by preset and run firstboot).
     let uuid = fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap();
