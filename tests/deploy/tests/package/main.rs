@@ -173,7 +173,12 @@ fn package_holds_what_it_promises_and_runs_the_debhelper_snippets_in_order() {
             fs::read_to_string(deb.file(&format!("/usr/lib/systemd/system/{unit}"))).expect("unit");
         for line in text.lines().filter(|l| l.starts_with("Exec")) {
             let (_, cmd) = line.split_once('=').expect("Exec*=");
-            let binary = cmd.trim_start_matches('+').split(' ').next().unwrap_or("");
+            // Prefixes: `-` (failure ignored), `+` (full privileges), `!`, `@`, `:`.
+            let binary = cmd
+                .trim_start_matches(['-', '+', '!', '@', ':'])
+                .split(' ')
+                .next()
+                .unwrap_or("");
             assert!(
                 files.contains(binary),
                 "{unit}: {line} runs {binary}, which the package does not install"
