@@ -73,7 +73,28 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
     let config = daemon_config(&tmp, &format!("device_cpus = \"{cpu}\"\n"));
     let mut daemon = spawn_daemon(&tmp, &config, &[], &[]);
     daemon.wait_for("READY=1");
-    let threads = threads_cpus(daemon.pid());
+    // A thread takes its name when it first runs (the spawning thread's
+    // until then): read the list until every thread named below has run.
+    let names = [
+        "gpupmd-irq",
+        "gpupmd-commits",
+        "gpupmd-work",
+        "gpupmd-samples",
+        "gpupmd-rt",
+        "fuser-0",
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let threads = loop {
+        let threads = threads_cpus(daemon.pid());
+        if names.iter().all(|n| threads.iter().any(|(t, _)| t == n)) {
+            break threads;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every thread named within 10 s: {threads:?}"
+        );
+        std::thread::yield_now();
+    };
     let of = |name: &str| -> Vec<&String> {
         threads
             .iter()
