@@ -63,6 +63,13 @@ pub const ALERT_THRESHOLDS: [Threshold; 5] = [
     RETAINED_CONTEXTS,
 ];
 
+/// The share of real time below which a real-time device is behind
+/// (device time per wall time): gpupmd's `device_behind` anomaly per
+/// summary interval and `gpupm health`'s clock check since the clock
+/// started. No alert rule carries it (`gpupm_device_lag_seconds_total`
+/// rising is the metric to alert on).
+pub const DEVICE_SPEED_MIN: f64 = 0.99;
+
 impl Threshold {
     /// Whether `v` is above the threshold.
     pub fn exceeded(&self, v: f64) -> bool {

@@ -54,7 +54,7 @@ impl Default for Thresholds {
             handshake_p99_us: 500,
             tenant_errors_min: 10,
             tenant_error_ratio: 0.25,
-            device_speed_min: 0.99,
+            device_speed_min: gpupm_client::health::DEVICE_SPEED_MIN,
         }
     }
 }

@@ -4,8 +4,8 @@
 //! both); the checks are a list ([`CHECKS`]), so a new one is one entry.
 
 use gpupm_client::health::{
-    Threshold, DRAIN_LAG_RECORDS, FALLBACK_RATIO, LOST_RECORDS, RESPONSE_MAX_SECONDS,
-    RETAINED_CONTEXTS,
+    Threshold, DEVICE_SPEED_MIN, DRAIN_LAG_RECORDS, FALLBACK_RATIO, LOST_RECORDS,
+    RESPONSE_MAX_SECONDS, RETAINED_CONTEXTS,
 };
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -73,11 +73,6 @@ type CheckFn = fn(&Inputs<'_>) -> Option<Check>;
 pub const CHECKS: [CheckFn; 7] = [
     daemon, handshakes, streams, mirror, retention, device, clock,
 ];
-
-/// Below this share of real time (device time per wall time since the
-/// clock started, percent) the device is behind: gpupmd's `device_behind`
-/// anomaly uses the same floor per summary interval.
-pub const REALTIME_PCT_MIN: f64 = 99.0;
 
 /// Runs every check.
 pub fn run(i: &Inputs<'_>) -> Vec<Check> {
@@ -318,7 +313,7 @@ fn clock(i: &Inputs<'_>) -> Option<Check> {
     let d = i.device?;
     #[allow(clippy::cast_precision_loss)] // seconds, for people
     let dropped = d.clock_lag_cycles as f64 / (f64::from(d.clock_khz.max(1)) * 1e3);
-    let verdict = if d.realtime_pct < REALTIME_PCT_MIN {
+    let verdict = if d.realtime_pct < DEVICE_SPEED_MIN * 100.0 {
         Verdict::Warn
     } else {
         Verdict::Pass
