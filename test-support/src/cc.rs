@@ -39,20 +39,10 @@ pub const PARTS: std::ops::RangeInclusive<u32> = 1..=3;
 /// Cycles per clock step (below the switch timeout, above the timeslices).
 pub const STEP: u64 = 8192;
 
-/// Three partitions, one VM each with two contexts; VM [`CC_VM`] is
-/// confidential and its contexts run the profile "cc", whose rates are
-/// `cc_rate` times the plain VMs'. Periodic and threshold triggers.
-pub fn scenario(cc_rate: f64) -> String {
-    let rates = |k: f64| {
-        format!(
-            "{{ sm_cycles_active = {}, sm_inst_executed = {}, l2_read_req = {}, l2_hit = {}, fb_bytes = {}, pcie_rx_bytes = {} }}",
-            0.9 * k, 0.6 * k, 0.3 * k, 0.2 * k, 0.4 * k, 0.1 * k
-        )
-    };
-    let mut s = format!(
-        r#"name = "daemon-cc"
-seed = 23
-switch_timeout_cycles = 200000
+/// The small three-partition device both confidential scenarios run
+/// ([`scenario`] here and [`crate::planes::scenario`]): topology, 1 GHz
+/// clock, triggers and rings, in scenario-file syntax.
+pub const DEVICE: &str = r#"switch_timeout_cycles = 200000
 device_profile = "links"
 [clock]
 mhz = 1000
@@ -70,7 +60,22 @@ threshold = 4000
 [stream]
 ring_records = 64
 watermark = 32
-[[profile]]
+"#;
+
+/// Three partitions, one VM each with two contexts; VM [`CC_VM`] is
+/// confidential and its contexts run the profile "cc", whose rates are
+/// `cc_rate` times the plain VMs'. Periodic and threshold triggers.
+pub fn scenario(cc_rate: f64) -> String {
+    let rates = |k: f64| {
+        format!(
+            "{{ sm_cycles_active = {}, sm_inst_executed = {}, l2_read_req = {}, l2_hit = {}, fb_bytes = {}, pcie_rx_bytes = {} }}",
+            0.9 * k, 0.6 * k, 0.3 * k, 0.2 * k, 0.4 * k, 0.1 * k
+        )
+    };
+    let mut s = format!(
+        r#"name = "daemon-cc"
+seed = 23
+{DEVICE}[[profile]]
 name = "busy"
 [[profile.phase]]
 duration_cycles = 30000

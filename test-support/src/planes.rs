@@ -21,6 +21,7 @@ use gpupm_uapi::regs::{self as r, mbox_op, BAR0_SIZE, MAX_PARTITION_SLOTS};
 use gpupm_uapi::ri::{self, ri_ctrl, ri_mode, RI_BLOCKS, RI_SPAN};
 use gpupm_uapi::sampling::{self as s, buf_kind, samp, samp_status};
 
+use crate::cc::DEVICE;
 use crate::scenario::hex;
 
 /// The plain VM alone on partition 1.
@@ -133,25 +134,7 @@ pub fn scenario(w: Workload) -> String {
     let mut s = format!(
         r#"name = "cc-planes"
 seed = 31
-switch_timeout_cycles = 200000
-device_profile = "links"
-[clock]
-mhz = 1000
-[topology]
-sms_per_gpc = [2, 2, 2]
-memory_slices = 3
-l2_per_slice = 1
-fb_per_slice = 1
-ce_per_slice = 1
-nvlinks = 2
-pcie = true
-[trigger]
-period_cycles = 20000
-threshold = 4000
-[stream]
-ring_records = 64
-watermark = 32
-[[throttle]]
+{DEVICE}[[throttle]]
 start_cycles = 60000
 end_cycles = 110000
 [[profile]]
