@@ -11,6 +11,41 @@ use super::bank::{ulc9, ulc_counts, wrap28, Counting, Lane, Tally, CCU_MASK, INS
 use crate::model::rc::Drain;
 use crate::model::topology::Topology;
 
+/// The per-counter state of counters `range` side by side: (rate, phase,
+/// accumulator, pending ULC count, bank cells, masked, event, multi-bit),
+/// as the passes below walk them. A macro, not a function, so that each
+/// pass keeps its loop over plain slices (the zip's type is unnameable
+/// without boxing, and this is the device model's innermost loop).
+macro_rules! counter_lanes {
+    ($st:expr, $topo:expr, $range:expr) => {{
+        let r = $range;
+        $st.rate_q[r.clone()]
+            .iter()
+            .zip(&$st.phase_q[r.clone()])
+            .zip($st.acc[r.clone()].iter_mut())
+            .zip($st.pending[r.clone()].iter_mut())
+            .zip($st.bank[r.clone()].iter_mut())
+            .zip(&$st.masked[r.clone()])
+            .zip(&$topo.counter_event[r.clone()])
+            .zip(&$topo.counter_multibit[r])
+    }};
+}
+
+/// Splits a counter's generated signal `(g_s, g_b, g_t)` at the transfer
+/// boundary: answers what its ULC sends at the boundary (what it held
+/// before the span plus `[g_s, g_b)`) and keeps `[g_b, g_t)` pending.
+#[inline]
+fn split_at_boundary(
+    acc: &mut u8,
+    multibit: bool,
+    pending: &mut u16,
+    (g_s, g_b, g_t): (u64, u64, u64),
+) -> u64 {
+    let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
+    *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+    sent
+}
+
 /// A program's instructions over a span `[s, t)`: retired in `[s, b)` and
 /// in `[s, t)` (per SM), `b` the span's last transfer boundary.
 #[derive(Clone, Copy, Debug)]
@@ -92,15 +127,7 @@ fn trigger_pass(
         let range = topo.ccus[c as usize].counters.clone();
         let (a, z) = (range.start as usize, range.end as usize);
         let bank = usize::from(st.active_bank[c as usize]);
-        let lanes = st.rate_q[a..z]
-            .iter()
-            .zip(&st.phase_q[a..z])
-            .zip(st.acc[a..z].iter_mut())
-            .zip(st.pending[a..z].iter_mut())
-            .zip(st.bank[a..z].iter_mut())
-            .zip(&st.masked[a..z])
-            .zip(&topo.counter_event[a..z])
-            .zip(&topo.counter_multibit[a..z]);
+        let lanes = counter_lanes!(st, topo, a..z);
         for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
             let (r, ph) = (u64::from(r), u64::from(ph));
             let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
@@ -113,8 +140,7 @@ fn trigger_pass(
             };
             let e = usize::from(event);
             tally.generated[e] += g_t - g_s;
-            let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
-            *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+            let sent = split_at_boundary(acc, multibit, pending, (g_s, g_b, g_t));
             let held = std::mem::take(&mut cell[bank]);
             if masked {
                 tally.masked[e] += sent;
@@ -151,15 +177,7 @@ fn sync_pass(
         let range = topo.ccus[c as usize].counters.clone();
         let (a, z) = (range.start as usize, range.end as usize);
         let bank = usize::from(st.active_bank[c as usize]);
-        let lanes = st.rate_q[a..z]
-            .iter()
-            .zip(&st.phase_q[a..z])
-            .zip(st.acc[a..z].iter_mut())
-            .zip(st.pending[a..z].iter_mut())
-            .zip(st.bank[a..z].iter_mut())
-            .zip(&st.masked[a..z])
-            .zip(&topo.counter_event[a..z])
-            .zip(&topo.counter_multibit[a..z]);
+        let lanes = counter_lanes!(st, topo, a..z);
         for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
             let (r, ph) = (u64::from(r), u64::from(ph));
             let (g_s, g_b, g_t) = match prog.filter(|_| event == INST_EVENT) {
@@ -177,8 +195,7 @@ fn sync_pass(
                 *pending = ulc9(u64::from(*pending) + ulc_counts(acc, multibit, g_t - g_s));
                 continue;
             }
-            let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
-            *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+            let sent = split_at_boundary(acc, multibit, pending, (g_s, g_b, g_t));
             if sent != 0 && masked {
                 tally.masked[e] += sent;
             } else if sent != 0 {
@@ -219,15 +236,7 @@ fn run(
         let range = topo.ccus[c as usize].counters.clone();
         let (a, z) = (range.start as usize, range.end as usize);
         let bank = usize::from(st.active_bank[c as usize]);
-        let lanes = st.rate_q[a..z]
-            .iter()
-            .zip(&st.phase_q[a..z])
-            .zip(st.acc[a..z].iter_mut())
-            .zip(st.pending[a..z].iter_mut())
-            .zip(st.bank[a..z].iter_mut())
-            .zip(&st.masked[a..z])
-            .zip(&topo.counter_event[a..z])
-            .zip(&topo.counter_multibit[a..z]);
+        let lanes = counter_lanes!(st, topo, a..z);
         for (((((((&r, &ph), acc), pending), cell), &masked), &event), &multibit) in lanes {
             let r = if generating { r } else { 0 };
             let lane = prog.filter(|_| event == INST_EVENT);
@@ -248,8 +257,7 @@ fn run(
             match db {
                 Some(db) => {
                     let g_b = lane.map_or_else(|| g(db), |l| l.at_boundary);
-                    let sent = u64::from(*pending) + ulc_counts(acc, multibit, g_b - g_s);
-                    *pending = ulc9(ulc_counts(acc, multibit, g_t - g_b));
+                    let sent = split_at_boundary(acc, multibit, pending, (g_s, g_b, g_t));
                     if sent != 0 && masked {
                         tally.masked[usize::from(event)] += sent;
                     } else if sent != 0 {
