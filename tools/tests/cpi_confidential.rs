@@ -180,6 +180,10 @@ fn check_estimate(
 ) {
     let doc: Value = serde_json::from_str(&run.out).expect("cpi JSON");
     let total = doc["samples"].as_u64().expect("samples");
+    eprintln!(
+        "{total} samples, {} stacks, {} lost, {} broken walks",
+        doc["stacks"], doc["lost"], doc["broken_walks"]
+    );
     assert!(total >= SAMPLES, "{}", run.out);
     let program = f
         .dev

@@ -9,7 +9,12 @@
 //!   instruction count times the walks that crossed it.
 //! * **Cycles**: a cycle sample names the block the context was in; the
 //!   cycles of a block are its share of the samples times the cycles
-//!   sampled.
+//!   sampled. A sample stands for the interval since the previous sample
+//!   point, so a lost sample's interval is in no record: when records carry
+//!   their context cycle, the cycles between the first and the last sample
+//!   received are what the samples stand for under [`Scale::Rates`], not
+//!   the sum of the intervals received (which falls short by the share
+//!   lost, a bias every block shares).
 //! * **Scale**: walks and samples give shares; [`Scale`] turns them into
 //!   absolute numbers, either from exact totals (the context's
 //!   `sm_inst_executed` and cycle counters from the counting plane) or from
@@ -83,7 +88,9 @@ pub enum Scale {
     /// `branch_every` taken branches (`branch_records` captured, lost ones
     /// included), and each cycle sample stands for the cycles it was
     /// added with ([`Estimator::add_sample`]'s `cycles`: the record's
-    /// interval, P + R + S − A).
+    /// interval, P + R + S − A), scaled up to the context cycles the
+    /// samples span when they were added with their context cycle
+    /// ([`Estimator::add_sample_at`]) and some were lost between.
     Rates {
         /// Branch-stack records the device produced (delivered + lost).
         branch_records: f64,
@@ -107,6 +114,30 @@ pub struct Estimator {
     samples_total: u64,
     sampled_cycles: u64,
     unknown_samples: u64,
+    span: Option<SampledSpan>,
+}
+
+/// The context cycles the cycle samples span: the first and the last
+/// sample's context cycle, and the intervals of the samples after the
+/// first (what those samples stand for; short of `last − first` by the
+/// intervals of the samples lost between).
+#[derive(Clone, Copy, Debug)]
+struct SampledSpan {
+    first: u64,
+    last: u64,
+    chained: u64,
+}
+
+impl SampledSpan {
+    /// Context cycles spanned per cycle the samples after the first stand
+    /// for: 1 when none was lost.
+    fn scale(&self) -> f64 {
+        if self.chained == 0 {
+            1.0
+        } else {
+            (self.last - self.first) as f64 / self.chained as f64
+        }
+    }
 }
 
 /// Estimated numbers of one block.
@@ -184,6 +215,7 @@ impl Estimator {
             samples_total: 0,
             sampled_cycles: 0,
             unknown_samples: 0,
+            span: None,
         }
     }
 
@@ -229,6 +261,29 @@ impl Estimator {
         self.sampled_cycles += cycles;
     }
 
+    /// Adds one cycle sample as [`Estimator::add_sample`], taken at
+    /// context cycle `ctx_cycle` (samples come in context-cycle order): the
+    /// span of context cycles the samples cover corrects, under
+    /// [`Scale::Rates`], for samples lost between.
+    pub fn add_sample_at(&mut self, block: BlockRef, ctx_cycle: u64, cycles: u64) {
+        self.span = Some(match self.span {
+            None => SampledSpan {
+                first: ctx_cycle,
+                last: ctx_cycle,
+                chained: 0,
+            },
+            Some(s) if ctx_cycle > s.last => SampledSpan {
+                last: ctx_cycle,
+                chained: s.chained.saturating_add(cycles),
+                ..s
+            },
+            // Not after the last one: a record out of order, or a repeat;
+            // it is counted but does not move the span.
+            Some(s) => s,
+        });
+        self.add_sample(block, cycles);
+    }
+
     /// Adds a device branch-stack record (its valid entries).
     pub fn add_stack_record(&mut self, r: &gpupm_uapi::sampling::BranchStackRecord) {
         let n = (r.count as usize).min(r.entries.len());
@@ -248,13 +303,14 @@ impl Estimator {
         self.add_branch_stack(&stack);
     }
 
-    /// Adds a device PC record (its block, standing for its interval).
+    /// Adds a device PC record (its block, standing for its interval,
+    /// taken at its context cycle).
     pub fn add_pc_record(&mut self, r: &gpupm_uapi::sampling::PcRecord) {
         let block = BlockRef {
             kernel: u32::from(r.kernel),
             block: u32::from(r.block),
         };
-        self.add_sample(block, u64::from(r.interval));
+        self.add_sample_at(block, r.ctx_cycle, u64::from(r.interval));
     }
 
     /// Cycle samples added (known blocks only).
@@ -284,7 +340,10 @@ impl Estimator {
             Scale::Rates {
                 branch_records,
                 branch_every,
-            } => (ratio(branch_records * branch_every, intervals), 1.0),
+            } => (
+                ratio(branch_records * branch_every, intervals),
+                self.span.map_or(1.0, |s| s.scale()),
+            ),
         };
         let overlap = self.overlap();
         let mut kernels: BTreeMap<u32, KernelEstimate> = BTreeMap::new();

@@ -15,6 +15,11 @@
 //! batch as the buffer's head, tail and `BUF_LOST`; the difference from
 //! the previous read is the scope's share of the batch's losses.
 //!
+//! Drain epochs: every batch is stamped with the epoch it was read in,
+//! and a session's open cuts the partition's buffers (drains them) and
+//! starts a new epoch, so that the session is handed only what was
+//! written after it opened ([`SamplerDevice::cut`]).
+//!
 //! One lock ([`DevSampler`]'s) serialises programming and draining of the
 //! buffers; routing runs after it is released.
 
@@ -74,6 +79,8 @@ struct State {
     pending: Vec<Batch>,
     /// Read buffer, kept across drains.
     scratch: Vec<u8>,
+    /// Stamped on every batch read ([`Batch::epoch`]); a cut advances it.
+    epoch: u64,
 }
 
 /// The samplers of the device node.
@@ -198,6 +205,7 @@ impl DevSampler {
             bytes: Vec::with_capacity(fill as usize * slot),
             lost: lost.saturating_sub(b.last_lost),
             lost_by,
+            epoch: st.epoch,
         };
         let mut scratch = std::mem::take(&mut st.scratch);
         let per_chunk = u32::try_from((CHUNK_BYTES / slot).max(1)).unwrap_or(u32::MAX);
@@ -310,6 +318,17 @@ impl SamplerDevice for DevSampler {
         // Even after an error: `bufs` says what the daemon programmed.
         self.programmed.notify_all();
         res
+    }
+
+    fn cut(&self, p: u32) -> Result<u64, DevError> {
+        let mut st = self.lock();
+        for k in [buf_kind::BRANCH, buf_kind::PC] {
+            if let Some(b) = self.drain_one(&mut st, p, k)? {
+                st.pending.push(b);
+            }
+        }
+        st.epoch += 1;
+        Ok(st.epoch)
     }
 
     fn watch_lost(&self, p: u32, scope: LostScope, on: bool) -> Result<(), DevError> {

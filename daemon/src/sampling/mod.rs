@@ -15,6 +15,15 @@
 //! daemon sees only the envelope's VM, so they go to every session on that
 //! VM, unthinned, and the tenant filters after opening them.
 //!
+//! A session receives only records written after it opened: the open cuts
+//! the partition's buffers ([`SamplerDevice::cut`]), draining what they
+//! hold for the sessions already open, and the session takes batches of
+//! the cut's epoch or later. Otherwise a session would be handed what the
+//! buffers held from before — records of a previous session that closed
+//! unread, or written for others before the open — which, sealed, not
+//! even the daemon can tell apart, and which skews a tenant's estimate
+//! (a span of branches or cycles longer than the session's).
+//!
 //! Lost records are attributed exactly: the device counts each record a
 //! full buffer loses for the context that was running (and its VM), and
 //! the daemon reads those counts for the scope of every open session
@@ -55,6 +64,15 @@ pub trait SamplerDevice: Send + Sync + std::fmt::Debug {
     /// reports no losses per scope (a test double) needs nothing here.
     fn watch_lost(&self, _p: u32, _scope: LostScope, _on: bool) -> Result<(), DevError> {
         Ok(())
+    }
+
+    /// Drains partition `p`'s buffers (their records routed with the next
+    /// drain, to the sessions open now) and answers the drain epoch from
+    /// which every batch holds only records written after this call
+    /// ([`Batch::epoch`]). A device whose batches are all 0 (a test
+    /// double) answers 0.
+    fn cut(&self, _p: u32) -> Result<u64, DevError> {
+        Ok(0)
     }
 }
 
@@ -109,6 +127,8 @@ pub struct Target {
 
 struct Entry {
     target: Target,
+    /// The first drain epoch whose batches the session receives.
+    from_epoch: u64,
     demand: Demand,
     thinning: Thinning,
     sink: Arc<dyn SampleSink>,
@@ -230,6 +250,15 @@ impl Plane {
                 .chain([&demand]),
         );
         self.device.watch_lost(p, target.lost_scope(), true)?;
+        // Cut before programming: whatever the samplers write once they
+        // run for this session is after the cut.
+        let from_epoch = match self.device.cut(p) {
+            Ok(epoch) => epoch,
+            Err(e) => {
+                self.unwatch(p, target.lost_scope());
+                return Err(e);
+            }
+        };
         if t.programmed.get(&p).copied().unwrap_or_default() != settings {
             if let Err(e) = self.device.program(p, &settings) {
                 self.unwatch(p, target.lost_scope());
@@ -241,6 +270,7 @@ impl Plane {
             id,
             Entry {
                 target,
+                from_epoch,
                 demand,
                 thinning: Thinning::new(demand, seed),
                 sink,
@@ -262,6 +292,12 @@ impl Plane {
         self.stats.sessions.fetch_sub(1, Ordering::Relaxed);
         let p = e.target.partition;
         self.unwatch(p, e.target.lost_scope());
+        self.settle(&mut t, p);
+    }
+
+    /// Programs partition `p` for the sessions open on it, if it runs
+    /// anything else.
+    fn settle(&self, t: &mut Table, p: u32) {
         let settings = demand::combine(
             t.sessions
                 .values()
@@ -323,7 +359,10 @@ impl Plane {
                 .copied()
                 .unwrap_or_default();
             for e in t.sessions.values_mut() {
-                if e.target.partition != batch.partition || e.demand.kinds & batch.kind == 0 {
+                if e.target.partition != batch.partition
+                    || e.demand.kinds & batch.kind == 0
+                    || batch.epoch < e.from_epoch
+                {
                     continue;
                 }
                 let picks: Vec<Outgoing<'_>> = records

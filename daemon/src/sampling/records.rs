@@ -23,6 +23,10 @@ pub struct Batch {
     pub lost: u64,
     /// Of them, per watched scope (`SamplerDevice::watch_lost`).
     pub lost_by: Vec<(LostScope, u64)>,
+    /// The device's drain epoch when the slots were read
+    /// ([`super::SamplerDevice::cut`]): a session receives only batches
+    /// of the epoch its open cut, or later.
+    pub epoch: u64,
 }
 
 /// One slot, parsed.

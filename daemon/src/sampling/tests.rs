@@ -13,6 +13,8 @@ use super::*;
 struct FakeDevice {
     programmed: Mutex<Vec<(u32, Settings)>>,
     fail: AtomicBool,
+    /// The drain epoch; each cut advances it.
+    epoch: AtomicU64,
 }
 
 impl SamplerDevice for FakeDevice {
@@ -22,6 +24,10 @@ impl SamplerDevice for FakeDevice {
         }
         self.programmed.lock().unwrap().push((p, *settings));
         Ok(())
+    }
+
+    fn cut(&self, _p: u32) -> Result<u64, DevError> {
+        Ok(self.epoch.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 
@@ -96,6 +102,7 @@ fn pc_batch(
         bytes,
         lost,
         lost_by: lost_by.to_vec(),
+        epoch: 0,
     }
 }
 
@@ -153,7 +160,8 @@ fn sessions_program_their_union_and_closing_withdraws_it() {
 
 #[test]
 fn records_reach_only_their_sessions_at_each_sessions_rate() {
-    let plane = Plane::new(Arc::new(FakeDevice::default()), 1_000_000);
+    let dev = Arc::new(FakeDevice::default());
+    let plane = Plane::new(dev.clone(), 1_000_000);
     let (a, b, other, conf) = (
         Arc::new(Recorder::default()),
         Arc::new(Recorder::default()),
@@ -183,7 +191,11 @@ fn records_reach_only_their_sessions_at_each_sessions_rate() {
         (LostScope::Ctx(9), 1),
         (LostScope::Vm(2), 1),
     ];
-    plane.route(&pc_batch(&slots, &[5], 3, &lost_by));
+    let batch = Batch {
+        epoch: dev.epoch.load(Ordering::Relaxed),
+        ..pc_batch(&slots, &[5], 3, &lost_by)
+    };
+    plane.route(&batch);
     let count = |r: &Recorder| r.got.lock().unwrap().len();
     // a: context 3 only, at the device's rate; b: the whole VM at a
     // quarter of it; the other tenant nothing; the confidential session
@@ -206,4 +218,33 @@ fn records_reach_only_their_sessions_at_each_sessions_rate() {
     );
     assert_eq!(plane.stats().device_lost.load(Ordering::Relaxed), 3);
     assert_eq!(plane.stats().drained.load(Ordering::Relaxed), 81);
+}
+
+#[test]
+fn a_session_receives_nothing_written_before_it_opened() {
+    let dev = Arc::new(FakeDevice::default());
+    let plane = Plane::new(dev.clone(), 1_000_000);
+    let (early, late) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    // Sealed records of confidential VM 5 go to every session on the VM:
+    // only the drain epoch tells a late session what is not its own.
+    let _te = plane
+        .open(target(5, Some(4)), cycles(1000, 0), 1, early.clone())
+        .unwrap();
+    let before_late = dev.epoch.load(Ordering::Relaxed);
+    let _tl = plane
+        .open(target(5, Some(4)), cycles(1000, 0), 2, late.clone())
+        .unwrap();
+    let after_late = dev.epoch.load(Ordering::Relaxed);
+    assert!(after_late > before_late);
+    // What the late open's cut drained (and any batch read before it)
+    // belongs to the early session alone; what follows, to both.
+    for (epoch, n) in [(before_late, 3), (after_late, 2)] {
+        let slots: Vec<(u32, u32, u64)> = (0..n).map(|i| (5, 0, i * 1000)).collect();
+        plane.route(&Batch {
+            epoch,
+            ..pc_batch(&slots, &[5], 0, &[])
+        });
+    }
+    let count = |r: &Recorder| r.got.lock().unwrap().len();
+    assert_eq!((count(&early), count(&late)), (5, 2));
 }

@@ -241,6 +241,74 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
     driver.stop();
 }
 
+/// A session is handed only what the device wrote after it opened: a
+/// first session closes with records still in the device's buffers (the
+/// daemon drains them when reprogramming the samplers off); a second
+/// session on the same context opens later and none of the records it
+/// receives was written before its open.
+#[test]
+fn a_session_is_handed_nothing_written_before_it_opened() {
+    let tmp = Scratch::new("sampling-cut");
+    let driver = Driver::start_in(&tmp, DriverOptions::system(BUILTIN_TOML));
+    let dev = driver.node();
+    let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
+    daemon.wait_for("READY=1");
+    let node = tmp.join("tenant").join("node");
+    for _ in 0..64 {
+        step(&dev, STEP, &mut daemon);
+    }
+    let (gemm, _) = context_running(&dev, Some(1), "gemm");
+    let request = SamplingRequest::cycles(Scope::Ctx(gemm), 4096, 255);
+
+    let first_node = node.clone();
+    let mut first = spawn_as(&Cred::user(UID_A), move |ctl| {
+        let c = TenantClient::open(&first_node).expect("open");
+        c.open_sampling(&request).expect("own context");
+        ctl.ready();
+        ctl.wait_go();
+        json!(null)
+    });
+    first.wait_ready();
+    for _ in 0..32 {
+        step(&dev, STEP, &mut daemon);
+    }
+    first.go();
+    first.finish();
+    // Closed: the samplers go off, what the buffers held drained.
+    while dev.read32(samp(1, s::SAMP_CTRL)).unwrap() != 0 {
+        std::thread::yield_now();
+    }
+
+    let opened_at = dev.read64(gpupm_uapi::regs::CYCLE).expect("CYCLE");
+    let second_node = node.clone();
+    let mut second = spawn_as(&Cred::user(UID_A), move |ctl| {
+        let c = TenantClient::open(&second_node).expect("open");
+        c.open_sampling(&request).expect("own context");
+        ctl.ready();
+        let (mut n, mut earliest) = (0u64, u64::MAX);
+        while n < 64 {
+            for rec in c.read_samples().expect("read") {
+                if let SampleBody::Cycle(pc) = rec.body {
+                    n += 1;
+                    earliest = earliest.min(pc.cycle);
+                }
+            }
+        }
+        json!({ "records": n, "earliest": earliest })
+    });
+    second.wait_ready();
+    while !second.done() {
+        step(&dev, STEP, &mut daemon);
+    }
+    let got = second.finish();
+    let earliest = got["earliest"].as_u64().expect("earliest");
+    assert!(
+        earliest > opened_at,
+        "the session opened at cycle {opened_at} was handed a record of cycle {earliest}"
+    );
+    driver.stop();
+}
+
 /// Runs `argv` as `uid` through `setpriv` while the device advances;
 /// returns its stdout.
 fn run_while_advancing(
