@@ -3228,7 +3228,8 @@ struct gpupm_tenant_open_sampling {
   uint64_t session;
   /**
    * Output: the period this session receives: its own `period` (ABI
-   * 1.11; before, what the device ran for the partition's sessions).
+   * 1.11; before, what the device ran for the partition's sessions),
+   * for a tenant raised to the daemon's `tenant_min_sample_period`.
    */
   uint32_t device_period;
   /**
@@ -3236,7 +3237,8 @@ struct gpupm_tenant_open_sampling {
    */
   uint32_t device_dither;
   /**
-   * Output: the N this session receives: its own `branch_every`.
+   * Output: the N this session receives: its own `branch_every`, for a
+   * tenant raised to the daemon's `tenant_min_branch_every`.
    */
   uint32_t device_branch_every;
   /**

@@ -98,6 +98,16 @@ limits! {
     /// (a bucket of as many tokens, refilled continuously; one refused
     /// for its shape or scope costs nothing); past it EAGAIN.
     device_reads_per_s = 2000, 1, 1_000_000;
+    /// Shortest cycle-sample period P a tenant's sampling session gets
+    /// (the admin is not bound): a shorter request is raised to it, and
+    /// the answer's `device_period` says so. What one tenant's samplers
+    /// cost the device and the daemon is what another partition's tenant
+    /// waits behind.
+    tenant_min_sample_period = 4096, 256, 1 << 30;
+    /// Fewest taken branches N per branch stack a tenant's sampling
+    /// session gets (the admin is not bound): a smaller request is raised
+    /// to it, and the answer's `device_branch_every` says so.
+    tenant_min_branch_every = 64, 1, 1 << 20;
 }
 
 fn check(name: &str, value: &Spanned<u64>) -> Result<(), (Range<usize>, String)> {

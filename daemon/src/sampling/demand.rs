@@ -33,6 +33,27 @@ pub struct Demand {
     pub branch_every: u32,
 }
 
+impl Demand {
+    /// The demand with P at least `period` and N at least `branch_every`
+    /// (for the kinds it asks for; the other fields stay 0).
+    pub fn at_least(self, period: u32, branch_every: u32) -> Demand {
+        let has = |kind| self.kinds & kind != 0;
+        Demand {
+            period: if has(sample_kind::CYCLE) {
+                self.period.max(period)
+            } else {
+                self.period
+            },
+            branch_every: if has(sample_kind::BRANCH_STACK) {
+                self.branch_every.max(branch_every)
+            } else {
+                self.branch_every
+            },
+            ..self
+        }
+    }
+}
+
 /// What one partition's samplers run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Settings {

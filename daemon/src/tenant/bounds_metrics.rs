@@ -66,6 +66,8 @@ pub fn encode(b: &BoundsSnapshot, encoder: &mut DescriptorEncoder) -> Result<(),
         ("page_connections", "each", l.page_connections_per_tenant),
         ("page_connections", "total", l.page_connections_total),
         ("device_reads_per_second", "each", l.device_reads_per_s),
+        ("sample_period_min", "each", l.tenant_min_sample_period),
+        ("branch_every_min", "each", l.tenant_min_branch_every),
     ] {
         m.encode_family(&[("resource", resource), ("scope", scope)])?
             .encode_gauge(&v)?;

@@ -220,3 +220,43 @@ fn records_reach_their_session_and_closing_withdraws_the_demand() {
     }
     assert_eq!(m.view.plane.stats().sessions.load(Ordering::Relaxed), 0);
 }
+
+/// A tenant's sampling rates are raised to the `[limits]` floors (the
+/// answer says what it gets, and the samplers run no faster for it); the
+/// admin's are not.
+#[test]
+fn a_tenants_rates_are_raised_to_the_floors_and_the_admins_are_not() {
+    let m = Mounted::new();
+    let limits = gpupm_client::config::Limits::default();
+    let fastest = |c: &TenantClient| {
+        let opened = c
+            .open_sampling(&SamplingRequest::cycles(Scope::Ctx(11), 256, 0).with_branches(1))
+            .expect("own context");
+        json!([opened.device_period, opened.device_branch_every])
+    };
+    let mut tenant = spawn_as(&Cred::tenant_a(), |ctl| {
+        let c = TenantClient::open(&m.path).expect("open");
+        let got = fastest(&c);
+        ctl.ready();
+        ctl.wait_go();
+        got
+    });
+    tenant.wait_ready();
+    let floors = json!([
+        limits.tenant_min_sample_period,
+        limits.tenant_min_branch_every
+    ]);
+    assert_eq!(
+        m.view.plane.settings(1),
+        gpupmd::sampling::Settings {
+            cycle: Some((u32::try_from(limits.tenant_min_sample_period).unwrap(), 0)),
+            branch_every: Some(u32::try_from(limits.tenant_min_branch_every).unwrap())
+        }
+    );
+    tenant.go();
+    assert_eq!(tenant.finish(), floors);
+
+    let admin = TenantClient::open(&m.path).expect("open as root");
+    assert_eq!(fastest(&admin), json!([256, 1]));
+    assert_eq!(m.view.plane.settings(1).cycle, Some((256, 0)));
+}

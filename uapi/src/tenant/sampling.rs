@@ -100,11 +100,13 @@ pub struct OpenSampling {
     /// unique daemon-wide).
     pub session: u64,
     /// Output: the period this session receives: its own `period` (ABI
-    /// 1.11; before, what the device ran for the partition's sessions).
+    /// 1.11; before, what the device ran for the partition's sessions),
+    /// for a tenant raised to the daemon's `tenant_min_sample_period`.
     pub device_period: u32,
     /// Output: the dither this session receives: its own `dither`.
     pub device_dither: u32,
-    /// Output: the N this session receives: its own `branch_every`.
+    /// Output: the N this session receives: its own `branch_every`, for a
+    /// tenant raised to the daemon's `tenant_min_branch_every`.
     pub device_branch_every: u32,
     /// Output: nominal device clock in kHz.
     pub clock_khz: u32,

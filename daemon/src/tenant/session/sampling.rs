@@ -33,15 +33,24 @@ impl Sessions {
     /// (ENOSPC when not even [`MIN_QUEUE_RECORDS`] do, or past the uid's
     /// sampling sessions). Answers the filled-in request: the records the
     /// queue holds, the session id (counted per uid) and the caller's own
-    /// requested rates — nothing of other sessions on the partition.
+    /// requested rates, a tenant's raised to its floors
+    /// (`tenant_min_sample_period`, `tenant_min_branch_every`) — nothing
+    /// of other sessions on the partition.
     pub fn open_sampling(
         self: &Arc<Self>,
         fh: u64,
-        grant: SamplingGrant,
+        mut grant: SamplingGrant,
         plane: &Arc<Plane>,
         uid: u32,
         share: Share,
     ) -> Result<Vec<u8>, RequestError> {
+        if share != Share::Admin {
+            let limits = self.bounds.limits();
+            grant.demand = grant.demand.at_least(
+                clamp_u32(limits.tenant_min_sample_period),
+                clamp_u32(limits.tenant_min_branch_every),
+            );
+        }
         let per_record = grant.record_bytes();
         let charge = self.bounds.open_session(
             uid,
@@ -118,4 +127,8 @@ impl Sessions {
         run(actions);
         true
     }
+}
+
+fn clamp_u32(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
 }
