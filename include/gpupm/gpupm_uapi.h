@@ -281,7 +281,11 @@
 #define GPUPM_REG_INTR_ACK 0x208
 /** RO: `INTR_STATUS & !INTR_MASK`. */
 #define GPUPM_REG_INTR_PENDING 0x20c
-/** RO 64-bit: sequence number of the last interrupt record raised. */
+/**
+ * RO 64-bit: the `seq` the next interrupt record will get, which is the
+ * number of records raised so far (a masked source raises none); the
+ * last record raised has `INTR_SEQ - 1`.
+ */
 #define GPUPM_REG_INTR_SEQ 0x210 /* 64-bit */
 /** RW: argument for the next command (e.g. an event id). */
 #define GPUPM_REG_MBOX_ARG 0x300
@@ -861,7 +865,12 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * (`partition`, `arg` = incoming context, `arg2` = incoming VM).
  */
 #define GPUPM_INTR_SWITCH_FALLBACK 0x40
-/** An OOB mailbox command completed (`arg` = opcode, `arg2` = status). */
+/**
+ * A command of the host's mailbox (`MBOX_CMD`) completed (`arg` =
+ * opcode, `arg2` = `MBOX_STATUS`). A command of the out-of-band
+ * mailbox (`OOB_MBOX_CMD`) raises nothing: no record and no
+ * `INTR_STATUS` bit (its completion is `OOB_MBOX_SEQ` alone).
+ */
 #define GPUPM_INTR_MAILBOX_DONE 0x80
 /**
  * The device was reset: settings the host programmed are gone
@@ -1373,7 +1382,7 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_PAGE_MAGIC 0x47415067 /* "gPAG" */
 /**
  * Where `gpupmd` listens for page requests unless configured otherwise
- * (`pages_dir` in `gpupmd.toml`, plus PAGES_SOCKET_NAME).
+ * (`dir` in the `[pages]` table of `gpupmd.toml`, plus PAGES_SOCKET_NAME).
  */
 #define GPUPM_DEFAULT_PAGES_SOCKET "/run/gpupm/pages/socket"
 /** File name of the page socket in the daemon's pages directory. */

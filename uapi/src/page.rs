@@ -54,7 +54,7 @@ pub const PAGE_VERSION: u32 = 1;
 /// Version every [`PageRequest`] and [`PageReply`] carries.
 pub const PAGE_STRUCT_VERSION: u32 = 1;
 /// Where `gpupmd` listens for page requests unless configured otherwise
-/// (`pages_dir` in `gpupmd.toml`, plus [`PAGES_SOCKET_NAME`]).
+/// (`dir` in the `[pages]` table of `gpupmd.toml`, plus [`PAGES_SOCKET_NAME`]).
 pub const DEFAULT_PAGES_SOCKET: &str = "/run/gpupm/pages/socket";
 /// File name of the page socket in the daemon's pages directory.
 pub const PAGES_SOCKET_NAME: &str = "socket";
