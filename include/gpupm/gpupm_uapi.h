@@ -839,8 +839,11 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * Interrupt records (docs/abi.md section 8): every open handle of card0 has
  * its own cursor, starting at the next record raised after open(); it never
  * sees earlier ones. A host that starts must therefore scan PART_STATUS of
- * every configured slot for REQUESTED, read the context table and drain
- * every ring after opening its interrupt handle. seq counts every record raised;
+ * every configured slot for REQUESTED (run the handshake) and for TRIGGERED
+ * or ACKED (a switch its previous run left between the two batches: take
+ * it over with PART_NEXT_VM/PART_NEXT_CTX, finishing an ACKED one at once),
+ * read the context table and drain every ring after opening its interrupt
+ * handle. seq counts every record raised;
  * a gap means records were missed (the device keeps the last 16384).
  * Record arguments: SWITCH_REQUESTED and SWITCH_FALLBACK: partition, arg =
  * incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:

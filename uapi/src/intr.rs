@@ -6,7 +6,9 @@
 //! sees every record raised after. A host that (re)starts therefore opens
 //! its interrupt handle first and then looks at the registers for what
 //! earlier records announced: `PART_STATUS` of every configured slot for a
-//! switch still `REQUESTED`, the context table, the stream rings.
+//! switch still `REQUESTED` or left between the handshake's two batches by
+//! its previous run (`TRIGGERED`, `ACKED`), the context table, the stream
+//! rings.
 //! `INTR_ACK` only clears the latch (`INTR_STATUS`, `INTR_PENDING`,
 //! `POLLPRI`); records are delivered whether or not anyone acknowledges.
 
