@@ -12,9 +12,11 @@
 //! time pass in between) or, when it cannot make device time pass (a step
 //! clock someone else advances), leaves the switch
 //! [`Outcome::AwaitingAcks`] and [`resume`]s it on the device's
-//! `FLUSH_ACKED` interrupt. Out-of-order writes are refused by the device
-//! as a whole and change nothing, so a partition that is not waiting for
-//! the host is left alone.
+//! `FLUSH_ACKED` interrupt. A host that starts while a previous run of
+//! it left a switch between the two batches [`adopt`]s it and resumes it
+//! the same way. Out-of-order writes are refused by the device as a
+//! whole and change nothing, so a partition that is not waiting for the
+//! host is left alone.
 
 use gpupm_uapi::ioctl::RegOp;
 use gpupm_uapi::regs::{self as r, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
@@ -239,6 +241,34 @@ pub fn resume<B: RegisterBatch>(
     }
 }
 
+/// Takes over a switch on partition slot `p` that another host — a
+/// previous run of this one, killed between its two batches — left half
+/// done, holding its [`Pending`]: its first batch ran and the flush acks
+/// are on their way (`TRIGGERED`) or in (`ACKED`). Reads what [`resume`]
+/// needs from the device, in one batch with the state so that the two
+/// agree: the incoming VM and context latched at the request. `None` in
+/// any other state (nothing to take over).
+pub fn adopt<B: RegisterBatch>(dev: &mut B, p: u32) -> Result<Option<Pending>, B::Error> {
+    let mut ops = [
+        read32(r::part(p, r::PART_STATUS)),
+        read32(r::part(p, r::PART_NEXT_VM)),
+        read32(r::part(p, r::PART_NEXT_CTX)),
+    ];
+    dev.batch(&mut ops)?;
+    let state = value32(ops[0]) & part_status::STATE_MASK;
+    if state != hs_state::TRIGGERED && state != hs_state::ACKED {
+        return Ok(None);
+    }
+    Ok(Some(Pending {
+        partition: p,
+        vm: value32(ops[1]),
+        ctx: value32(ops[2]),
+        // The pause was the other host's, at a time nobody kept: 0 claims
+        // no response time (and leaves a maximum of measured ones alone).
+        response_cycles: 0,
+    }))
+}
+
 /// Steps 6–7 (and the interrupt acknowledgement).
 fn rebind<B: RegisterBatch>(
     dev: &mut B,
@@ -321,6 +351,7 @@ mod tests {
         fn batch(&mut self, ops: &mut [RegOp]) -> Result<(), ()> {
             for op in ops.iter_mut() {
                 op.value = match op.offset {
+                    o if o == r::part(3, r::PART_STATUS) => u64::from(self.state),
                     o if o == r::part(3, r::PART_NEXT_VM) => 7,
                     o if o == r::part(3, r::PART_NEXT_CTX) => 70,
                     o if o == r::part(3, r::PART_CCU_ASSIGNED) => 0b11,
@@ -444,6 +475,51 @@ mod tests {
         );
         assert_eq!(dev.batches.len(), 2);
     }
+    #[test]
+    fn a_switch_left_between_its_batches_is_adopted_and_resume_finishes_it() {
+        let mut dev = Scripted::new(None);
+        // Idle, or waiting for a first batch (which `run` answers): no
+        // switch to take over.
+        for state in [hs_state::IDLE, hs_state::REQUESTED, hs_state::REPOINTED] {
+            dev.state = state;
+            assert_eq!(adopt(&mut dev, 3).unwrap(), None, "state {state}");
+        }
+        let want = Pending {
+            partition: 3,
+            vm: 7,
+            ctx: 70,
+            response_cycles: 0,
+        };
+        // Acks still travelling: adopted, and resume keeps it waiting.
+        dev.state = hs_state::TRIGGERED;
+        assert_eq!(adopt(&mut dev, 3).unwrap(), Some(want));
+        let mut ack = 0;
+        assert_eq!(
+            resume(&mut dev, &want, &mut ack).unwrap(),
+            Outcome::AwaitingAcks(want)
+        );
+        // Acks in: resume binds the latched incoming VM and context.
+        dev.state = hs_state::ACKED;
+        let pending = adopt(&mut dev, 3).unwrap().expect("an ACKED switch");
+        let before = dev.batches.len();
+        assert_eq!(
+            resume(&mut dev, &pending, &mut ack).unwrap(),
+            Outcome::Done { response_cycles: 0 }
+        );
+        assert_eq!(dev.batches.len(), before + 1, "one rebind batch");
+        let binds: Vec<(u64, u64)> = dev.batches[before][..2]
+            .iter()
+            .map(|o| (o.offset, o.value))
+            .collect();
+        assert_eq!(
+            binds,
+            [
+                (r::part(3, r::PART_RC_BIND_VM), 7),
+                (r::part(3, r::PART_RC_BIND_CTX), 70)
+            ]
+        );
+    }
+
     #[test]
     fn without_an_acknowledgement_the_rebind_has_four_ops() {
         let mut second = Rebind::new(1, 2, 3, 0);

@@ -124,6 +124,36 @@
  * INTR_ACK is write-one-to-clear of INTR_STATUS; it affects only the latch,
  * INTR_PENDING and POLLPRI, never the delivery of records. INTR_MASK stops a
  * source's records (it still latches). (docs/abi.md section 8)
+ *
+ * Which GPUPM_REG_* names are registers (docs/abi.md section 3.1): the
+ * prefix does not always say. A name is the absolute BAR0 offset of a
+ * register, or an offset inside a per-instance block (absolute = the
+ * block's macro: BASE + index * STRIDE + name), or a layout offset that
+ * is no register at all.
+ *   Absolute: ID, ABI_VERSION, TOPO_*, CLOCK_KHZ, CLOCK_CAP, CLOCK_LAG,
+ *     CYCLE, DEVICE_STATUS, RESET, CCU_WRAPS, TRIG_*, RECORDS_ROUTED,
+ *     INTR_*, MBOX_*, OOB_MBOX_*, REKEY_NONCE/KEY/TAG (the first of 2/8/4
+ *     words, word i at name + 4i), RI_COUNT, RI_MAX_RGS, RI_SPAN_BYTES,
+ *     RI_MIGRATE_VM, RI_MIGRATE, RI_MIGRATIONS.
+ *   Absolute, first of a per-slot array: RI_PART_VERSION, RI_PART_MAX_RGS
+ *     (slot p: GPUPM_RI_PART_VERSION(p), GPUPM_RI_PART_MAX_RGS(p)).
+ *   Inside a block:
+ *     PART_*                       GPUPM_PART(p, reg)
+ *     CCU_* except CCU_WRAPS       GPUPM_CCU(c, reg)
+ *     VM_*                         GPUPM_VM(v, reg)
+ *     CTX_*                        GPUPM_CTX(c, reg)
+ *     SAMP_* except SAMP_BUF_*     GPUPM_SAMP(p, reg)
+ *     BUF_*                        GPUPM_SAMP(p, GPUPM_SAMP_BUF(kind, reg))
+ *     RI_CTX .. RI_COLLECTED       GPUPM_RI(i, reg)
+ *     RANGE_*                      GPUPM_RANGE(p, i, reg)
+ *     RRING_*                      GPUPM_RRING(p, reg)
+ *   Layout offsets, not registers: SAMP_BUF_BRANCH and SAMP_BUF_PC (where
+ *     a buffer's BUF_* set starts in a sampling block), SAMP_BUF_STRIDE (the
+ *     distance between the sets); GPUPM_SAMP_BUF uses them.
+ *   Not offsets: REG_OP_READ, REG_OP_WRITE (values of gpupm_reg_op.op).
+ * The Rust crate gpupm_uapi has the macros as functions: regs::part, ccu,
+ * vm, ctx; sampling::samp, buf; ri::ri, ri_part_version, ri_part_max_rgs;
+ * ranges::range_reg, rring.
  */
 
 /** Size of the BAR0 register aperture in bytes. */
@@ -281,7 +311,11 @@
 #define GPUPM_REG_INTR_ACK 0x208
 /** RO: `INTR_STATUS & !INTR_MASK`. */
 #define GPUPM_REG_INTR_PENDING 0x20c
-/** RO 64-bit: sequence number of the last interrupt record raised. */
+/**
+ * RO 64-bit: the `seq` the next interrupt record will get, which is the
+ * number of records raised so far (a masked source raises none); the
+ * last record raised has `INTR_SEQ - 1`.
+ */
 #define GPUPM_REG_INTR_SEQ 0x210 /* 64-bit */
 /** RW: argument for the next command (e.g. an event id). */
 #define GPUPM_REG_MBOX_ARG 0x300
@@ -805,8 +839,11 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * Interrupt records (docs/abi.md section 8): every open handle of card0 has
  * its own cursor, starting at the next record raised after open(); it never
  * sees earlier ones. A host that starts must therefore scan PART_STATUS of
- * every configured slot for REQUESTED, read the context table and drain
- * every ring after opening its interrupt handle. seq counts every record raised;
+ * every configured slot for REQUESTED (run the handshake) and for TRIGGERED
+ * or ACKED (a switch its previous run left between the two batches: take
+ * it over with PART_NEXT_VM/PART_NEXT_CTX, finishing an ACKED one at once),
+ * read the context table and drain every ring after opening its interrupt
+ * handle. seq counts every record raised;
  * a gap means records were missed (the device keeps the last 16384).
  * Record arguments: SWITCH_REQUESTED and SWITCH_FALLBACK: partition, arg =
  * incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:
@@ -861,7 +898,12 @@ static const uint8_t gpupm_event_multibit[GPUPM_EVENT_COUNT] = { 0, 0, 0, 0, 1, 
  * (`partition`, `arg` = incoming context, `arg2` = incoming VM).
  */
 #define GPUPM_INTR_SWITCH_FALLBACK 0x40
-/** An OOB mailbox command completed (`arg` = opcode, `arg2` = status). */
+/**
+ * A command of the host's mailbox (`MBOX_CMD`) completed (`arg` =
+ * opcode, `arg2` = `MBOX_STATUS`). A command of the out-of-band
+ * mailbox (`OOB_MBOX_CMD`) raises nothing: no record and no
+ * `INTR_STATUS` bit (its completion is `OOB_MBOX_SEQ` alone).
+ */
 #define GPUPM_INTR_MAILBOX_DONE 0x80
 /**
  * The device was reset: settings the host programmed are gone
@@ -1373,7 +1415,7 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_PAGE_MAGIC 0x47415067 /* "gPAG" */
 /**
  * Where `gpupmd` listens for page requests unless configured otherwise
- * (`pages_dir` in `gpupmd.toml`, plus PAGES_SOCKET_NAME).
+ * (`dir` in the `[pages]` table of `gpupmd.toml`, plus PAGES_SOCKET_NAME).
  */
 #define GPUPM_DEFAULT_PAGES_SOCKET "/run/gpupm/pages/socket"
 /** File name of the page socket in the daemon's pages directory. */
@@ -1420,6 +1462,14 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_PAGE_REQUEST_FLAGS_ALL 0x1
 
 /* Sampling units and sample buffers (uapi/src/sampling.rs, docs/sampling.md) */
+
+/*
+ * GPUPM_REG_SAMP_* except SAMP_BUF_* are offsets inside partition slot p's
+ * sampling block: GPUPM_SAMP(p, reg). GPUPM_REG_SAMP_BUF_BRANCH, _PC and
+ * _STRIDE are no registers: they place the two buffers' GPUPM_REG_BUF_*
+ * sets inside the block, so buffer register reg of buffer kind is at
+ * GPUPM_SAMP(p, GPUPM_SAMP_BUF(kind, reg)). (docs/abi.md section 3.1)
+ */
 
 /** Base of the sampling block array. */
 #define GPUPM_SAMP_BASE 0x2000
@@ -1599,6 +1649,14 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_BLOCK_LEDGER_SEALED_LEN 2048
 
 /* Runtime-instrumentation control blocks and report groups (uapi/src/ri.rs, docs/ri.md) */
+
+/*
+ * GPUPM_REG_RI_* holds two kinds (docs/abi.md section 3.1): RI_COUNT ..
+ * RI_MIGRATIONS are absolute registers; RI_PART_VERSION and RI_PART_MAX_RGS
+ * are the first of a per-slot array (GPUPM_RI_PART_VERSION(p),
+ * GPUPM_RI_PART_MAX_RGS(p)); RI_CTX .. RI_COLLECTED are offsets inside
+ * control block i: GPUPM_RI(i, reg).
+ */
 
 /** RO: number of control blocks (GPUPM_RI_BLOCKS). */
 #define GPUPM_REG_RI_COUNT 0x600

@@ -6,7 +6,9 @@
 //! sees every record raised after. A host that (re)starts therefore opens
 //! its interrupt handle first and then looks at the registers for what
 //! earlier records announced: `PART_STATUS` of every configured slot for a
-//! switch still `REQUESTED`, the context table, the stream rings.
+//! switch still `REQUESTED` or left between the handshake's two batches by
+//! its previous run (`TRIGGERED`, `ACKED`), the context table, the stream
+//! rings.
 //! `INTR_ACK` only clears the latch (`INTR_STATUS`, `INTR_PENDING`,
 //! `POLLPRI`); records are delivered whether or not anyone acknowledges.
 
@@ -44,7 +46,10 @@ pub mod source {
     /// The device completed a switch itself after the host timed out
     /// (`partition`, `arg` = incoming context, `arg2` = incoming VM).
     pub const SWITCH_FALLBACK: u32 = 1 << 6;
-    /// An OOB mailbox command completed (`arg` = opcode, `arg2` = status).
+    /// A command of the host's mailbox (`MBOX_CMD`) completed (`arg` =
+    /// opcode, `arg2` = `MBOX_STATUS`). A command of the out-of-band
+    /// mailbox (`OOB_MBOX_CMD`) raises nothing: no record and no
+    /// `INTR_STATUS` bit (its completion is `OOB_MBOX_SEQ` alone).
     pub const MAILBOX_DONE: u32 = 1 << 7;
     /// The device was reset: settings the host programmed are gone
     /// (`TRIG_TARGET` is 0 again); re-apply them.

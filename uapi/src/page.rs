@@ -4,17 +4,23 @@
 //!
 //! # Obtaining a page
 //! A client connects a `SOCK_SEQPACKET` Unix socket to the daemon's page
-//! socket ([`DEFAULT_PAGES_SOCKET`]), sends one [`PageRequest`] per page
-//! and receives one [`PageReply`] each; a reply with `status` 0 carries one
+//! socket ([`DEFAULT_PAGES_SOCKET`]), sends one [`PageRequest`] per page,
+//! one per message, and receives one [`PageReply`] each, in order; a
+//! message that is not exactly `size_of::<PageRequest>()` bytes is answered
+//! with `status` EINVAL and every other field but `version` 0, and an
+//! empty message closes the connection (docs/pages.md). A reply with
+//! `status` 0 carries one
 //! read-only file descriptor of the page (`SCM_RIGHTS`), which the client
 //! maps with `mmap(NULL, PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0)`. Who may
 //! have which page is decided exactly as on the tenant node, from the
 //! credentials the kernel records for the connection (`SO_PEERCRED`,
 //! `SO_PEERGROUPS`): a tenant gets its VMs' pages and their contexts' pages;
 //! the admin gets every page. `status` is an errno: EINVAL for a bad
-//! `version`, `flags`, scope kind (only [`crate::tenant::scope::VM`] and
-//! [`crate::tenant::scope::CONTEXT`] have pages) or id, non-zero reserved
-//! fields or a `created_cycle` on a VM request; EACCES for a page that is
+//! `version`, `flags` (an undefined bit, or any bit on a VM request),
+//! scope kind (only [`crate::tenant::scope::VM`] and
+//! [`crate::tenant::scope::CONTEXT`] have pages) or id, or a
+//! `created_cycle` on a VM request or with
+//! [`page_request_flags::LATEST`]; EACCES for a page that is
 //! not the caller's and — for a tenant — one that does not exist (a
 //! retired context has none), so that existence never leaks; ENOENT for
 //! the admin's missing page. The descriptor refuses `PROT_WRITE` shared
@@ -54,7 +60,7 @@ pub const PAGE_VERSION: u32 = 1;
 /// Version every [`PageRequest`] and [`PageReply`] carries.
 pub const PAGE_STRUCT_VERSION: u32 = 1;
 /// Where `gpupmd` listens for page requests unless configured otherwise
-/// (`pages_dir` in `gpupmd.toml`, plus [`PAGES_SOCKET_NAME`]).
+/// (`dir` in the `[pages]` table of `gpupmd.toml`, plus [`PAGES_SOCKET_NAME`]).
 pub const DEFAULT_PAGES_SOCKET: &str = "/run/gpupm/pages/socket";
 /// File name of the page socket in the daemon's pages directory.
 pub const PAGES_SOCKET_NAME: &str = "socket";

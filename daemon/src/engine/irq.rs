@@ -204,9 +204,12 @@ fn record(store: &Store, (p, incoming, t0, outcome): Step, awaiting: &mut Awaiti
     }
 }
 
-/// Runs the handshake on every partition that waits for one, and finishes
+/// Runs the handshake on every partition that waits for one, finishes
 /// every switch whose acks arrived (a `FLUSH_ACKED` record may have been
-/// missed).
+/// missed), and adopts a switch a previous daemon left between its two
+/// batches ([`adopt`]). Runs at start, after the interrupt handle was
+/// opened (whatever happens later arrives as a record), and when records
+/// were missed.
 fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
     let waiting: Vec<(Pending, Instant)> = std::mem::take(awaiting).into_values().collect();
     for (pending, t0) in waiting {
@@ -230,9 +233,40 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
         }
     };
     for (&p, s) in parts.iter().zip(status) {
-        if reg32(s) & part_status::STATE_MASK == hs_state::REQUESTED {
-            let outcome = handshake::run_polling(&mut &*dev, p, &mut 0, 0);
-            record(store, (p, None, Instant::now(), outcome), awaiting);
+        match reg32(s) & part_status::STATE_MASK {
+            hs_state::REQUESTED => {
+                let outcome = handshake::run_polling(&mut &*dev, p, &mut 0, 0);
+                record(store, (p, None, Instant::now(), outcome), awaiting);
+            }
+            // Between the two batches, and not one of this thread's: a
+            // previous daemon's, killed after its first batch.
+            hs_state::TRIGGERED | hs_state::ACKED if !awaiting.contains_key(&p) => {
+                adopt(dev, store, p, awaiting);
+            }
+            _ => {}
         }
+    }
+}
+
+/// Takes over a switch a previous daemon left between its two batches
+/// (docs/abi.md §9): finished now when its flush acks are in (`ACKED`:
+/// the `FLUSH_ACKED` record went to the dead daemon, so none comes for
+/// this one), else held with the switches awaiting their acks
+/// (`TRIGGERED`), to be finished on the record as this daemon's own are.
+/// Left alone, it would wait for the device's fallback.
+fn adopt(dev: &DevNode, store: &Store, p: u32, awaiting: &mut Awaiting) {
+    let t0 = Instant::now();
+    match handshake::adopt(&mut &*dev, p) {
+        Ok(Some(pending)) => {
+            tracing::info!(
+                partition = p,
+                "adopting a switch a previous daemon left between its two batches"
+            );
+            let outcome = handshake::resume(&mut &*dev, &pending, &mut 0);
+            record(store, (p, Some(pending.ctx), t0, outcome), awaiting);
+        }
+        // Moved on since the status was read (e.g. the fallback finished it).
+        Ok(None) => {}
+        Err(e) => record(store, (p, None, t0, Err(e)), awaiting),
     }
 }

@@ -85,5 +85,7 @@ pub const INTR_MASK: u64 = 0x0204;
 pub const INTR_ACK: u64 = 0x0208;
 /// RO: `INTR_STATUS & !INTR_MASK`.
 pub const INTR_PENDING: u64 = 0x020C;
-/// RO 64-bit: sequence number of the last interrupt record raised.
+/// RO 64-bit: the `seq` the next interrupt record will get, which is the
+/// number of records raised so far (a masked source raises none); the
+/// last record raised has `INTR_SEQ - 1`.
 pub const INTR_SEQ: u64 = 0x0210;

@@ -68,7 +68,55 @@ without it fails (EINVAL).
 
 INTR_ACK is write-one-to-clear of INTR_STATUS; it affects only the latch,
 INTR_PENDING and POLLPRI, never the delivery of records. INTR_MASK stops a
-source's records (it still latches). (docs/abi.md section 8)";
+source's records (it still latches). (docs/abi.md section 8)
+
+Which GPUPM_REG_* names are registers (docs/abi.md section 3.1): the
+prefix does not always say. A name is the absolute BAR0 offset of a
+register, or an offset inside a per-instance block (absolute = the
+block's macro: BASE + index * STRIDE + name), or a layout offset that
+is no register at all.
+  Absolute: ID, ABI_VERSION, TOPO_*, CLOCK_KHZ, CLOCK_CAP, CLOCK_LAG,
+    CYCLE, DEVICE_STATUS, RESET, CCU_WRAPS, TRIG_*, RECORDS_ROUTED,
+    INTR_*, MBOX_*, OOB_MBOX_*, REKEY_NONCE/KEY/TAG (the first of 2/8/4
+    words, word i at name + 4i), RI_COUNT, RI_MAX_RGS, RI_SPAN_BYTES,
+    RI_MIGRATE_VM, RI_MIGRATE, RI_MIGRATIONS.
+  Absolute, first of a per-slot array: RI_PART_VERSION, RI_PART_MAX_RGS
+    (slot p: GPUPM_RI_PART_VERSION(p), GPUPM_RI_PART_MAX_RGS(p)).
+  Inside a block:
+    PART_*                       GPUPM_PART(p, reg)
+    CCU_* except CCU_WRAPS       GPUPM_CCU(c, reg)
+    VM_*                         GPUPM_VM(v, reg)
+    CTX_*                        GPUPM_CTX(c, reg)
+    SAMP_* except SAMP_BUF_*     GPUPM_SAMP(p, reg)
+    BUF_*                        GPUPM_SAMP(p, GPUPM_SAMP_BUF(kind, reg))
+    RI_CTX .. RI_COLLECTED       GPUPM_RI(i, reg)
+    RANGE_*                      GPUPM_RANGE(p, i, reg)
+    RRING_*                      GPUPM_RRING(p, reg)
+  Layout offsets, not registers: SAMP_BUF_BRANCH and SAMP_BUF_PC (where
+    a buffer's BUF_* set starts in a sampling block), SAMP_BUF_STRIDE (the
+    distance between the sets); GPUPM_SAMP_BUF uses them.
+  Not offsets: REG_OP_READ, REG_OP_WRITE (values of gpupm_reg_op.op).
+The Rust crate gpupm_uapi has the macros as functions: regs::part, ccu,
+vm, ctx; sampling::samp, buf; ri::ri, ri_part_version, ri_part_max_rgs;
+ranges::range_reg, rring.";
+
+/// Above the sampling registers: the one group there whose names are no
+/// registers.
+pub const SAMPLING: &str = "\
+GPUPM_REG_SAMP_* except SAMP_BUF_* are offsets inside partition slot p's
+sampling block: GPUPM_SAMP(p, reg). GPUPM_REG_SAMP_BUF_BRANCH, _PC and
+_STRIDE are no registers: they place the two buffers' GPUPM_REG_BUF_*
+sets inside the block, so buffer register reg of buffer kind is at
+GPUPM_SAMP(p, GPUPM_SAMP_BUF(kind, reg)). (docs/abi.md section 3.1)";
+
+/// Above the runtime-instrumentation registers: the group that mixes
+/// absolute registers and block offsets.
+pub const RI: &str = "\
+GPUPM_REG_RI_* holds two kinds (docs/abi.md section 3.1): RI_COUNT ..
+RI_MIGRATIONS are absolute registers; RI_PART_VERSION and RI_PART_MAX_RGS
+are the first of a per-slot array (GPUPM_RI_PART_VERSION(p),
+GPUPM_RI_PART_MAX_RGS(p)); RI_CTX .. RI_COLLECTED are offsets inside
+control block i: GPUPM_RI(i, reg).";
 
 /// Above the per-instance arrays.
 pub const INSTANCES: &str = "\
@@ -119,8 +167,11 @@ pub const INTERRUPTS: &str = "\
 Interrupt records (docs/abi.md section 8): every open handle of card0 has
 its own cursor, starting at the next record raised after open(); it never
 sees earlier ones. A host that starts must therefore scan PART_STATUS of
-every configured slot for REQUESTED, read the context table and drain
-every ring after opening its interrupt handle. seq counts every record raised;
+every configured slot for REQUESTED (run the handshake) and for TRIGGERED
+or ACKED (a switch its previous run left between the two batches: take
+it over with PART_NEXT_VM/PART_NEXT_CTX, finishing an ACKED one at once),
+read the context table and drain every ring after opening its interrupt
+handle. seq counts every record raised;
 a gap means records were missed (the device keeps the last 16384).
 Record arguments: SWITCH_REQUESTED and SWITCH_FALLBACK: partition, arg =
 incoming context, arg2 = incoming VM; CTX_CREATED/CTX_DESTROYED:

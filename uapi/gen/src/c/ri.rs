@@ -4,13 +4,13 @@
 
 use gpupm_uapi::ri as ri_regs;
 
-use super::{item_key, module_key, registers_in, Header};
+use super::{item_key, module_key, prose, registers_in, Header};
 
 /// Registers, bits, limits and window layout of the RI control blocks.
 pub(super) fn emit_ri(h: &mut Header) {
     h.section(
         "Runtime-instrumentation control blocks and report groups (uapi/src/ri.rs, docs/ri.md)",
-        "",
+        prose::RI,
     );
     registers_in(
         h,

@@ -7,13 +7,13 @@ use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{self as s, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 
 use super::structs::slot_struct;
-use super::{item_key, module_key, registers_in, Header};
+use super::{item_key, module_key, prose, registers_in, Header};
 
 /// Registers (then [`emit_sampling_limits`]) of the sampling units.
 pub(super) fn emit_sampling(h: &mut Header) {
     h.section(
         "Sampling units and sample buffers (uapi/src/sampling.rs, docs/sampling.md)",
-        "",
+        prose::SAMPLING,
     );
     h.item(
         "sampling::SAMP_BASE",
