@@ -46,7 +46,7 @@ pub const fn read64(offset: u64) -> RegOp {
 
 /// Reads a register at its natural width ([`width_of`]).
 pub fn read(offset: u64) -> RegOp {
-    if regs::is_64bit(offset) {
+    if gpupm_uapi::map::is_64bit(offset) {
         read64(offset)
     } else {
         read32(offset)
@@ -88,7 +88,7 @@ pub const fn access(offset: u64, width: u32, value: u64) -> RegAccess {
 
 /// Width in bytes of register `offset`: 8 for 64-bit registers, else 4.
 pub fn width_of(offset: u64) -> u32 {
-    if regs::is_64bit(offset) {
+    if gpupm_uapi::map::is_64bit(offset) {
         8
     } else {
         4

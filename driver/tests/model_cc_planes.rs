@@ -158,15 +158,8 @@ fn cc_stacks_of(dev: &Device) -> Vec<BranchStackRecord> {
     let p = planes::SHARED_SLOT;
     let reg = |kind, r| {
         let off = gpupm_uapi::sampling::samp(p, gpupm_uapi::sampling::buf(kind, r));
-        dev.read_reg(
-            off,
-            if gpupm_uapi::regs::is_64bit(off) {
-                8
-            } else {
-                4
-            },
-        )
-        .unwrap()
+        dev.read_reg(off, if gpupm_uapi::map::is_64bit(off) { 8 } else { 4 })
+            .unwrap()
     };
     let (cap, addr) = (
         reg(buf_kind::BRANCH, gpupm_uapi::sampling::BUF_CAP),

@@ -26,7 +26,16 @@ use zeroize::Zeroizing;
 
 use crate::ccsession::{self, SessionFile};
 use crate::error::{CliError, CliResult};
-use crate::node::Node;
+
+/// What checking a session needs of the tenant node it was established
+/// through (the node, `crate::node::Node`, implements it; keys know
+/// nothing else of it).
+pub trait SessionHost {
+    /// The tenant node's path (session files are kept per node).
+    fn node_path(&self) -> &Path;
+    /// The device's key state of VM `vm`, through the node.
+    fn key_state(&self, vm: u32) -> CliResult<gpupm_uapi::tenant::KeyState>;
+}
 
 /// A raw key file is never larger than this (64 hex digits and a CR LF).
 const MAX_LEN: usize = 66;
@@ -105,7 +114,7 @@ impl Keyring {
     /// Settles a session's pending change against the device and checks
     /// that the device still has this session at this epoch (a loud error
     /// otherwise: [`SessionFile::check`]). A raw key is not checked.
-    pub fn check_live(&mut self, node: &Node, vm: u32) -> CliResult<()> {
+    pub fn check_live(&mut self, node: &dyn SessionHost, vm: u32) -> CliResult<()> {
         let Keyring::Session { file, path } = self else {
             return Ok(());
         };
@@ -139,7 +148,7 @@ impl KeySource {
     /// The keys for VM `vm`'s sealed slots read through `node`: checked
     /// once against the device. `None`: the caller gave none and keeps no
     /// session of the VM.
-    pub fn for_vm(&self, node: &Node, vm: u32) -> CliResult<Option<&Keyring>> {
+    pub fn for_vm(&self, node: &dyn SessionHost, vm: u32) -> CliResult<Option<&Keyring>> {
         if let Some(k) = self.checked.get() {
             return Ok(k.as_ref());
         }
@@ -150,7 +159,7 @@ impl KeySource {
                 path: path.clone(),
             }),
             None => {
-                let path = ccsession::default_path(&node.path, vm)?;
+                let path = ccsession::default_path(node.node_path(), vm)?;
                 SessionFile::load_if_present(&path)?.map(|f| Keyring::Session {
                     file: Box::new(f),
                     path,

@@ -15,7 +15,7 @@ use gpupm_uapi::tenant::{counter_flags, ReadCounters, Whoami};
 use nix::errno::Errno;
 
 use crate::error::{one_line, CliError, CliResult};
-use crate::keyfile::KeySource;
+use crate::keyfile::{KeySource, SessionHost};
 
 pub use gpupm_client::paths::{DEFAULT_NODE_DIR, DEFAULT_PAGES_SOCKET, DEFAULT_TENANT_NODE};
 
@@ -516,6 +516,16 @@ pub fn delta(a: &[u64; MAX_EVENTS], b: &[u64; MAX_EVENTS]) -> [u64; MAX_EVENTS] 
         *o = x.saturating_sub(*y);
     }
     out
+}
+
+impl SessionHost for Node {
+    fn node_path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    fn key_state(&self, vm: u32) -> CliResult<gpupm_uapi::tenant::KeyState> {
+        Node::key_state(self, vm)
+    }
 }
 
 #[cfg(test)]

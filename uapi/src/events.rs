@@ -230,7 +230,7 @@ pub fn by_name(name: &str) -> Option<&'static EventInfo> {
 /// Divisor that turns one count of `event` into signal units (32 for
 /// multi-bit): the value of the multi-bit accumulator's most significant
 /// bit, which drives the count.
-pub const MULTIBIT_SCALE: u64 = 1 << (crate::regs::MULTIBIT_ACC_BITS - 1);
+pub const MULTIBIT_SCALE: u64 = 32;
 
 #[cfg(test)]
 mod tests {

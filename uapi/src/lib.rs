@@ -12,6 +12,7 @@ pub mod intr;
 pub mod ioc;
 pub mod ioctl;
 pub mod layout;
+pub mod map;
 pub mod mirror;
 pub mod page;
 pub mod pmu;

@@ -438,7 +438,7 @@ impl RegisterBatch for &DevNode {
     /// One access at the register's natural width (a `pread`, or a
     /// `GPUPM_IOC_REG_READ` on the character device) instead of a batch.
     fn read(&mut self, offset: u64) -> Result<u64, DevError> {
-        if regs::is_64bit(offset) {
+        if gpupm_uapi::map::is_64bit(offset) {
             self.read64(offset)
         } else {
             self.read32(offset).map(u64::from)

@@ -44,8 +44,8 @@ use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
 use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use zerocopy::FromZeros;
 
+use super::applied::Applied;
 use super::mirror::{self, Follower, Offer};
-use super::refresh::Applied;
 use super::table::Key;
 use super::Pages;
 

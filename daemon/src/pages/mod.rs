@@ -35,6 +35,7 @@
 //! see the new generation at the first refresh; the rest are withdrawn
 //! (or, for a context retired meanwhile, finished with its final totals).
 
+mod applied;
 mod commits;
 mod conns;
 mod events;

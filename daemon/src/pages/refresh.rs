@@ -22,6 +22,7 @@ use gpupm_uapi::layout::{BlockSlot, BLOCK_SLOT_SIZE};
 use gpupm_uapi::regs::{self as r, trig_ctrl};
 use zerocopy::FromBytes;
 
+use super::applied::Applied;
 use super::commits::Waiter;
 use super::table::{self, Key, Next, Stale};
 use super::watch::WATCH_EVERY;
@@ -58,15 +59,6 @@ impl State {
             follow: true,
         }
     }
-}
-
-/// What a refresh found.
-#[derive(Debug, Default)]
-pub(super) struct Applied {
-    /// A VM block went backwards (a device reset).
-    reset: bool,
-    /// Pages whose block moved (a newer commit).
-    pub(super) moved: Vec<Key>,
 }
 
 impl Pages {

@@ -2,7 +2,7 @@
 //! value's type, an access decoded once into the register it names and the
 //! part of it it touches, and why a unit refuses a write.
 //!
-//! Every register is 32 or 64 bits wide (`uapi::regs::is_64bit` says which).
+//! Every register is 32 or 64 bits wide (`uapi::map::is_64bit` says which).
 //! A 64-bit register is read with one 8-byte access at its offset, or one
 //! half at a time with 4-byte accesses. Writes are 4 bytes wide: no 64-bit
 //! register is writable.
@@ -152,10 +152,12 @@ impl Access {
             return Err(RegError::NoRegister { offset });
         }
         let (base, part) = match w {
-            Width::W64 if r::is_64bit(offset) => (offset, Part::Whole(Width::W64)),
+            Width::W64 if gpupm_uapi::map::is_64bit(offset) => (offset, Part::Whole(Width::W64)),
             Width::W64 => return Err(RegError::Not64 { offset }),
-            Width::W32 if r::is_64bit(offset) => (offset, Part::Low),
-            Width::W32 if offset >= 4 && r::is_64bit(offset - 4) => (offset - 4, Part::High),
+            Width::W32 if gpupm_uapi::map::is_64bit(offset) => (offset, Part::Low),
+            Width::W32 if offset >= 4 && gpupm_uapi::map::is_64bit(offset - 4) => {
+                (offset - 4, Part::High)
+            }
             Width::W32 => (offset, Part::Whole(Width::W32)),
         };
         Ok(Access { base, part })

@@ -76,11 +76,7 @@ pub fn arm(dev: &mut Device, p: u32, a: Arm) {
 pub fn slots(dev: &Device, p: u32, kind: u32) -> Vec<Vec<u8>> {
     let reg = |r| {
         let off = samp(p, s::buf(kind, r));
-        let width = if gpupm_uapi::regs::is_64bit(off) {
-            8
-        } else {
-            4
-        };
+        let width = if gpupm_uapi::map::is_64bit(off) { 8 } else { 4 };
         dev.read_reg(off, width).unwrap()
     };
     let word = |r| u32::try_from(reg(r)).expect("a 32-bit buffer register");

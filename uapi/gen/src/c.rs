@@ -33,7 +33,7 @@ mod prose;
 mod structs;
 
 use docs::{c_comment, Docs, Names};
-use gpupm_uapi::{ioctl, pmu, regs, tenant};
+use gpupm_uapi::{ioctl, map, pmu, tenant};
 use structs::{all_structs, emit_asserts, emit_structs};
 
 /// An integer constant of any width.
@@ -183,7 +183,7 @@ mod ri;
 mod sampling;
 
 /// Register offsets, with a note on the 64-bit ones; `base` places a
-/// per-instance offset inside the array for [`regs::is_64bit`].
+/// per-instance offset inside the array for [`gpupm_uapi::map::is_64bit`].
 fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
     registers_in(h, "regs", base, regs);
 }
@@ -192,7 +192,7 @@ fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
 /// carries (`module` as in `sampling`).
 fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
     for &(name, off) in regs {
-        let wide = if regs::is_64bit(base + off) {
+        let wide = if map::is_64bit(base + off) {
             "64-bit"
         } else {
             ""
@@ -409,4 +409,19 @@ pub fn render_checked() -> (String, Vec<String>) {
 /// The header's text.
 pub fn render() -> String {
     render_checked().0
+}
+
+/// The two slot structs cbindgen cannot size.
+fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
+    let tag = total - size_of::<gpupm_uapi::layout::Envelope>() - payload.1;
+    h.line(&format!(
+        "\n/**\n * A {what} slot in the memory window: envelope, {} bytes (ciphertext when\n \
+         * encrypted), GCM tag (0 when not encrypted).\n */\nstruct {c} {{\n  struct gpupm_envelope envelope;\n  \
+         uint8_t payload[{}]; /* sizeof(struct {}) */\n  uint8_t tag[{tag}];\n}};",
+        payload.0, payload.1, payload.0
+    ));
+    h.assert(&format!(
+        "sizeof(((struct {c} *)0)->payload) == sizeof(struct {})",
+        payload.0
+    ));
 }

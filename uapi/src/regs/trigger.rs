@@ -56,6 +56,10 @@ pub const CCU_COUNTER_BITS: u32 = 28;
 /// input (seed 000 ¶56: a six-bit counter whose most significant bit
 /// drives the count, so the count is the signal sum modulo 32).
 pub const MULTIBIT_ACC_BITS: u32 = 6;
+// The catalogue's divisor for multi-bit events is the value of this
+// accumulator's most significant bit (declared with the events, which
+// know nothing of the register map).
+const _: () = assert!(crate::events::MULTIBIT_SCALE == 1 << (MULTIBIT_ACC_BITS - 1));
 
 /// Cycles from a flush request until a CCU's flush ack reaches the RC
 /// buffer, before the CCU's own records: the ack follows the records the

@@ -529,7 +529,11 @@ mod tests {
             };
             seen += 1;
             let wide = matches!(v, RegValue::R64(_));
-            assert_eq!(wide, r::is_64bit(offset), "register {offset:#x}");
+            assert_eq!(
+                wide,
+                gpupm_uapi::map::is_64bit(offset),
+                "register {offset:#x}"
+            );
         }
         assert!(seen > 1000, "only {seen} registers answered");
     }

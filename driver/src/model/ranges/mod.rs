@@ -12,7 +12,6 @@
 //! `RRING_HEAD`, `RRING_TAIL`, `RRING_LOST` (`uapi::ranges::rring(p, reg)`).
 //! See `docs/ranges.md`.
 
-mod bulk;
 pub mod ring;
 #[cfg(test)]
 mod tests;

@@ -19,6 +19,8 @@ use gpupm_uapi::ranges::{
 use gpupm_uapi::sampling::BranchEntry;
 use zerocopy::IntoBytes;
 
+mod bulk;
+
 use super::{RangeProg, RangeUnit, RANGES};
 use crate::model::cc::VmCipher;
 use crate::model::program::run::{CallStack, Env, Visit, Watch, Window};
@@ -130,7 +132,7 @@ pub struct RangeWatcher<'a> {
     confidential: bool,
     found: Vec<Crossing>,
     /// What the ranges make of the window the walk offers now.
-    pub(super) memo: super::bulk::Memo,
+    memo: bulk::Memo,
 }
 
 impl<'a> RangeWatcher<'a> {
@@ -157,7 +159,7 @@ impl<'a> RangeWatcher<'a> {
             env,
             confidential,
             found: Vec::new(),
-            memo: super::bulk::Memo::default(),
+            memo: bulk::Memo::default(),
         }
     }
 

@@ -5,8 +5,7 @@ use std::mem::size_of;
 
 use gpupm_uapi::ranges::{self as rg, RangeRecord, RangeSlot};
 
-use super::structs::slot_struct;
-use super::{item_key, module_key, registers_in, Header};
+use super::{item_key, module_key, registers_in, slot_struct, Header};
 
 /// Registers, bits, limits and window layout of the marked ranges.
 pub(super) fn emit_ranges(h: &mut Header) {

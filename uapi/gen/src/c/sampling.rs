@@ -6,8 +6,7 @@ use std::mem::size_of;
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{self as s, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 
-use super::structs::slot_struct;
-use super::{item_key, module_key, prose, registers_in, Header};
+use super::{item_key, module_key, prose, registers_in, slot_struct, Header};
 
 /// Registers (then [`emit_sampling_limits`]) of the sampling units.
 pub(super) fn emit_sampling(h: &mut Header) {

@@ -38,7 +38,7 @@ use gpupm_uapi::tenant::{
 };
 use gpupm_uapi::tenant::{OpenRi, RiEmit, RiGroupHeader, RiResume, RiStatus};
 
-use super::Header;
+use super::{slot_struct, Header};
 
 /// Rust struct name, C struct tag, size, alignment.
 type StructInfo = (&'static str, &'static str, usize, usize);
@@ -277,21 +277,6 @@ fn cbindgen_structs(include: &[&str], elsewhere: &[&str]) -> String {
         .expect("cbindgen writes UTF-8")
         .trim()
         .to_string()
-}
-
-/// The two slot structs cbindgen cannot size.
-pub fn slot_struct(h: &mut Header, c: &str, what: &str, payload: (&str, usize), total: usize) {
-    let tag = total - size_of::<Envelope>() - payload.1;
-    h.line(&format!(
-        "\n/**\n * A {what} slot in the memory window: envelope, {} bytes (ciphertext when\n \
-         * encrypted), GCM tag (0 when not encrypted).\n */\nstruct {c} {{\n  struct gpupm_envelope envelope;\n  \
-         uint8_t payload[{}]; /* sizeof(struct {}) */\n  uint8_t tag[{tag}];\n}};",
-        payload.0, payload.1, payload.0
-    ));
-    h.assert(&format!(
-        "sizeof(((struct {c} *)0)->payload) == sizeof(struct {})",
-        payload.0
-    ));
 }
 
 pub fn emit_structs(h: &mut Header) {

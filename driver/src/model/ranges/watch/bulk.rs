@@ -17,8 +17,8 @@
 
 use gpupm_uapi::ranges::{range_ctrl, range_event};
 
-use super::watch::{RangeWatcher, State};
-use super::{RangeProg, RANGES};
+use super::super::{RangeProg, RANGES};
+use super::{RangeWatcher, State};
 use crate::model::program::run::{Path, PathVisit, Quantity, Visit, Window};
 use crate::model::program::MAX_PATHS;
 
