@@ -1,6 +1,6 @@
-//! The context/VM switch handshake (seed 000 ¶71–76), the one sequence
-//! used by the daemon (through the device node) and by the driver's
-//! in-process host (against the model), over a [`RegisterBatch`] executor.
+//! The context/VM switch handshake, the one sequence used by the daemon
+//! (through the device node) and by the driver's in-process host (against
+//! the model), over a [`RegisterBatch`] executor.
 //!
 //! Two register batches: [`PauseAndFlush`] carries steps 1–5 (pause the
 //! context, pause transfers, trigger with ULC flush, flush request, read

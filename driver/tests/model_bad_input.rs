@@ -1,4 +1,4 @@
-//! SPEC §5 at the register level: every malformed access, out-of-range id,
+//! Bad input at the register level: every malformed access, out-of-range id,
 //! bad value and out-of-order handshake write gets its error and changes
 //! nothing (every register, the whole memory window, the ledger and every
 //! counter compare equal before and after).

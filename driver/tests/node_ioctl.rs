@@ -1,6 +1,6 @@
 //! ioctls through the node against the real device model: identity,
-//! batches, advance, ledger, reset, and bad input (SPEC §5: ENOTTY for an
-//! unknown number, EINVAL with no state change for everything malformed).
+//! batches, advance, ledger, reset, and bad input (ENOTTY for an unknown
+//! number, EINVAL with no state change for everything malformed).
 
 use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::rawnode::{

@@ -174,25 +174,26 @@
 #define GPUPM_TRIG_THRESHOLD_MAX 268434944
 /**
  * Bits of the dither R added to each dithered period: R is uniform in
- * `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+ * `0..=DITHER_MAX`, the cycle sampler's default range, so that a
+ * periodic trigger does not stay in step with a loop.
  */
 #define GPUPM_DITHER_BITS 8
 /** Largest dither R in cycles. */
 #define GPUPM_DITHER_MAX 255
-/** Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits"). */
+/** Width of a ULC counter (a ULC has up to 45 counters of up to 9 bits). */
 #define GPUPM_ULC_COUNTER_BITS 9
 /**
  * Largest ULC count, which is also the ULC transfer period in cycles
- * (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
- * counter that counts at most once per cycle never wraps).
+ * (the ULC transfers every 2^9 − 1 = 511 cycles, so a counter that
+ * counts at most once per cycle never wraps).
  */
 #define GPUPM_ULC_COUNTER_MAX 511
-/** Width of a CCU counter (seed 000 ¶59: 28 bits). */
+/** Width of a CCU counter (28 bits). */
 #define GPUPM_CCU_COUNTER_BITS 28
 /**
  * Width of the multi-bit accumulator in front of a 1-bit ULC counter
- * input (seed 000 ¶56: a six-bit counter whose most significant bit
- * drives the count, so the count is the signal sum modulo 32).
+ * input (a six-bit counter whose most significant bit drives the count,
+ * so the count is the signal sum modulo 32).
  */
 #define GPUPM_MULTIBIT_ACC_BITS 6
 /**
@@ -1605,7 +1606,7 @@ static const char *const gpupm_intr_source_names[15] = {
 #define GPUPM_CYCLE_PERIOD_MIN 256
 /** Largest P. */
 #define GPUPM_CYCLE_PERIOD_MAX 1073741824
-/** R_MAX after reset: R uniform in 0..=255 (seed 004). */
+/** R_MAX after reset: R uniform in 0..=255. */
 #define GPUPM_DEFAULT_DITHER 255
 /** N after reset. */
 #define GPUPM_DEFAULT_BRANCH_PERIOD 64
@@ -1729,7 +1730,7 @@ static const char *const gpupm_intr_source_names[15] = {
  * RW: SF, the scaling factor: sample every SF units of the mode (cycles
  * or instructions). 0 loads 1; values outside
  * `SF_MIN..=SF_MAX` of the mode load the nearest bound when the block is
- * enabled (seed 002). Writable only while disabled.
+ * enabled. Writable only while disabled.
  */
 #define GPUPM_REG_RI_SF 0x10
 /**
@@ -3229,12 +3230,11 @@ struct gpupm_tenant_read_instance_rates {
  * VM), `id`, `kinds` (non-empty subset of
  * GPUPM_TENANT_SAMPLE_KIND_ALL), `period` (P, with GPUPM_TENANT_SAMPLE_KIND_CYCLE:
  * `MIN_SAMPLE_PERIOD..=MAX_SAMPLE_PERIOD`, else 0), `dither` (R_MAX,
- * `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, seed 004 uses 255; 0
- * without CYCLE),
- * `branch_every` (N, with GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK:
- * `1..=MAX_BRANCH_EVERY`, else 0), `queue_records` (0 = default, else
- * `1..=MAX_SESSION_RECORDS`); `flags` and the reserved fields 0. Output:
- * the rest.
+ * `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, 255 = the sampler's reset
+ * value; 0 without CYCLE), `branch_every` (N, with
+ * GPUPM_TENANT_SAMPLE_KIND_BRANCH_STACK: `1..=MAX_BRANCH_EVERY`, else 0),
+ * `queue_records` (0 = default, else `1..=MAX_SESSION_RECORDS`); `flags`
+ * and the reserved fields 0. Output: the rest.
  */
 struct gpupm_tenant_open_sampling {
   /**
@@ -4641,7 +4641,8 @@ GPUPM_STATIC_ASSERT(sizeof(((struct gpupm_pc_slot *)0)->payload) == sizeof(struc
 /**
  * Begin record: the first record of the group stored at ROA. The device
  * rewrites it whenever it stores a later group (NRG) or stops or halts
- * the session (S, H), as seed 002 does.
+ * the session (S, H), so it always holds the current group count and
+ * the session's stop and halt bits.
  */
 struct gpupm_ri_begin_record {
   /**

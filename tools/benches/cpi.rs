@@ -1,4 +1,5 @@
-//! `cargo bench -p gpupm --bench cpi`: seed 004's comparison reproduced on
+//! `cargo bench -p gpupm --bench cpi`: per-block CPI from fixed-period and
+//! from dithered cycle samples, each against the exact CPI, measured on
 //! the device, end to end (driver node → gpupmd → tenant node → reader),
 //! on the built-in scenario (step clock, `--debug-ledger` for the truth):
 //!

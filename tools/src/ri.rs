@@ -1,10 +1,10 @@
-//! `gpupm ri --ctx ID`: a runtime-instrumentation session (seed 002,
-//! `docs/ri.md`) on one of the caller's contexts through the tenant node;
-//! streams the report groups gpupmd drains, one line per record (or one
-//! JSON object per entry with `--json`), or with `-o FILE` records each
-//! entry as read into a `gpupm record` file (frame kind 4, for `gpupm
-//! report`), until `--duration` passes, the session ends (the context was
-//! released) or the command is interrupted.
+//! `gpupm ri --ctx ID`: a runtime-instrumentation session (`docs/ri.md`) on
+//! one of the caller's contexts through the tenant node; streams the report
+//! groups gpupmd drains, one line per record (or one JSON object per entry
+//! with `--json`), or with `-o FILE` records each entry as read into a
+//! `gpupm record` file (frame kind 4, for `gpupm report`), until
+//! `--duration` passes, the session ends (the context was released) or the
+//! command is interrupted.
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;

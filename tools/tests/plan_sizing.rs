@@ -1,12 +1,12 @@
-//! The sample-buffer plan (seed 001) against the device model: random
-//! scenarios (seed, P, N, drain interval) with buffers sized by
+//! The sample-buffer plan against the device model: random scenarios (seed,
+//! P, N, drain interval) with buffers sized by
 //! `gpupm_client::sampling::plan` and drained once per interval lose no
-//! record unless the plan says it was clamped to the sample span (then
-//! the losses are exact); with the cycle buffer at half the planned record bound they
-//! lose records, and per buffer the records read plus the device's lost
-//! count equal the records it produced — exactly; the lost records counted
-//! per context (`SAMP_LOST_SELECT`, `BUF_LOST_SELECTED`) sum over the
-//! contexts to `BUF_LOST`, and so do those counted per VM.
+//! record unless the plan says it was clamped to the sample span (then the
+//! losses are exact); with the cycle buffer at half the planned record
+//! bound they lose records, and per buffer the records read plus the
+//! device's lost count equal the records it produced — exactly; the lost
+//! records counted per context (`SAMP_LOST_SELECT`, `BUF_LOST_SELECTED`)
+//! sum over the contexts to `BUF_LOST`, and so do those counted per VM.
 
 use gpupm_client::sampling::plan::{self, RecordType, SamplerSettings};
 use gpupm_driver::host::Host;

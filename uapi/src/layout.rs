@@ -254,7 +254,7 @@ pub mod ccu_record_flags {
 }
 
 // ---------------------------------------------------------------------------
-// Runtime-instrumentation report-group records (seed 002, `crate::ri`)
+// Runtime-instrumentation report-group records (`crate::ri`)
 // ---------------------------------------------------------------------------
 
 /// Record types: the first byte of every 16-byte report-group record.
@@ -303,7 +303,8 @@ pub mod ri_emit_source {
 
 /// Begin record: the first record of the group stored at ROA. The device
 /// rewrites it whenever it stores a later group (NRG) or stops or halts
-/// the session (S, H), as seed 002 does.
+/// the session (S, H), so it always holds the current group count and
+/// the session's stop and halt bits.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,

@@ -1,10 +1,10 @@
-//! Marked ranges (seed 003): per partition slot, [`RANGES_PER_PARTITION`]
-//! range registers, each a *code range* (blocks of one kernel of one
-//! program) or a *data range* (data addresses the program's blocks touch),
-//! counting entries and one chosen event inside the range; a count or
-//! per-entry latency passing a programmed threshold writes a
-//! [`RangeRecord`] (with the context's device-side call stack) into the
-//! partition's record ring and raises `RANGE_THRESHOLD`.
+//! Marked ranges: per partition slot, [`RANGES_PER_PARTITION`] range
+//! registers, each a *code range* (blocks of one kernel of one program) or
+//! a *data range* (data addresses the program's blocks touch), counting
+//! entries and one chosen event inside the range; a count or per-entry
+//! latency passing a programmed threshold writes a [`RangeRecord`] (with
+//! the context's device-side call stack) into the partition's record ring
+//! and raises `RANGE_THRESHOLD`.
 //!
 //! Range registers are at [`range_reg`]`(p, i, reg)`; the partition's
 //! ring registers at [`rring`]`(p, reg)`; the ring's slots in the

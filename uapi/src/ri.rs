@@ -1,7 +1,7 @@
-//! Runtime-instrumentation (RI) control blocks (seed 002): registers, bits,
-//! limits and the program-buffer region of the memory window. The 16-byte
-//! records a control block stores into its program buffer are in
-//! [`crate::layout`] (`Ri*Record`).
+//! Runtime-instrumentation (RI) control blocks: registers, bits, limits and
+//! the program-buffer region of the memory window. The 16-byte records a
+//! control block stores into its program buffer are in [`crate::layout`]
+//! (`Ri*Record`).
 //!
 //! A control block ([`RI_BASE`] + i · [`RI_STRIDE`], `i` in
 //! `0..RI_BLOCKS`) is bound to one context ([`RI_CTX`]); while enabled it
@@ -96,7 +96,7 @@ pub const RI_HALT_REASON: u64 = 0x0C;
 /// RW: SF, the scaling factor: sample every SF units of the mode (cycles
 /// or instructions). 0 loads 1; values outside
 /// `SF_MIN..=SF_MAX` of the mode load the nearest bound when the block is
-/// enabled (seed 002). Writable only while disabled.
+/// enabled. Writable only while disabled.
 pub const RI_SF: u64 = 0x10;
 /// RW: RSIC, the remaining sample-interval count. Reads the live
 /// countdown; a write (only while disabled) sets the first interval of

@@ -1,6 +1,6 @@
-//! The sampling units (seeds 004 and 001): per partition slot, a
-//! branch-record sampler and a cycle (PC) sampler, each writing its own
-//! record type into its own ring buffer in the memory window.
+//! The sampling units: per partition slot, a branch-record sampler and a
+//! cycle (PC) sampler, each writing its own record type into its own ring
+//! buffer in the memory window.
 //!
 //! Register blocks are at [`samp`]`(p, reg)`, one per partition slot
 //! (slot 0, the system channel, runs no programs: like an unconfigured
@@ -155,7 +155,7 @@ pub const CYCLE_PERIOD_MIN: u32 = 256;
 pub const CYCLE_PERIOD_MAX: u32 = 1 << 30;
 /// Largest R_MAX.
 pub const DITHER_MAX: u32 = 4095;
-/// R_MAX after reset: R uniform in 0..=255 (seed 004).
+/// R_MAX after reset: R uniform in 0..=255.
 pub const DEFAULT_DITHER: u32 = 255;
 /// N after reset.
 pub const DEFAULT_BRANCH_PERIOD: u32 = 64;
@@ -346,8 +346,8 @@ pub const fn slot_size(kind: u32) -> u64 {
 }
 
 // ---------------------------------------------------------------------------
-// Sizing (seed 001): the same arithmetic for `gpupm plan`, the daemon and
-// the model's tests.
+// Sizing: the same arithmetic for `gpupm plan`, the daemon and the model's
+// tests.
 // ---------------------------------------------------------------------------
 
 /// Most PC records a partition produces in `drain_cycles` cycles with

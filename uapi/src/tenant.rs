@@ -31,8 +31,8 @@
 //!
 //! # Runtime-instrumentation sessions (ABI 1.7)
 //! [`TENANT_IOC_OPEN_RI`] makes a handle a session of report groups of
-//! one of the caller's contexts (seed 002); see [`ri`]. A daemon older
-//! than ABI 1.7 answers it with ENOTTY.
+//! one of the caller's contexts; see [`ri`]. A daemon older than ABI 1.7
+//! answers it with ENOTTY.
 //!
 //! # Marked ranges and call graphs (ABI 1.7)
 //! [`TENANT_IOC_ADD_RANGE`] … [`TENANT_IOC_READ_CALL_STACKS`] program

@@ -1,9 +1,9 @@
 //! Tenant-side sampling (issue 12): what the daemon and the tools share.
 //!
-//! - [`plan`]: sizing the per-type device buffers ahead (seed 001), for
-//!   the daemon and `gpupm plan`.
+//! - [`plan`]: sizing the per-type device buffers ahead, for the daemon
+//!   and `gpupm plan`.
 //! - [`reconstruct`]: per-block instructions, cycles and CPI from branch
-//!   stacks and cycle samples (seed 004).
+//!   stacks and dithered cycle samples.
 //! - [`session`]: sampling sessions on the tenant node.
 
 pub mod plan;

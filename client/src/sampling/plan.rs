@@ -1,7 +1,7 @@
-//! Sizing the per-type sample buffers ahead (seed 001): for each record
-//! type and partition, records per sampling event × sampling events per
-//! drain interval × record size, plus a margin, so that at the planned
-//! rates a buffer drained once per interval cannot overflow.
+//! Sizing the per-type sample buffers ahead: for each record type and
+//! partition, records per sampling event × sampling events per drain
+//! interval × record size, plus a margin, so that at the planned rates a
+//! buffer drained once per interval cannot overflow.
 //!
 //! The daemon sizes the device's buffers with [`plan`]; `gpupm plan`
 //! prints the same numbers for a scenario. The bounds are the device's

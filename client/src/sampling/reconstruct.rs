@@ -1,4 +1,4 @@
-//! Per-block instruction counts, cycles and CPI from samples (seed 004).
+//! Per-block instruction counts, cycles and CPI from samples.
 //!
 //! * **Instructions**: a branch-stack record lists the last taken branches
 //!   of a context, oldest first. Between two consecutive taken branches the

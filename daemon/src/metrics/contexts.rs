@@ -13,7 +13,7 @@
 //!   oldest: an instance that left it never comes back.
 //! * `ctx="other"` (no `created_cycle`) is everything else the VM counted:
 //!   the VM block minus the exported instances. The VM block is the sum of
-//!   every instance that ever ran on the VM (SPEC §2: each event counted
+//!   every instance that ever ran on the VM (the device counts each event
 //!   once in its context's block and once in its VM's), so `other` is the
 //!   sum over the instances not exported — also those retention pruned,
 //!   whose files are gone. It grows with them and jumps up when an

@@ -1,5 +1,5 @@
-//! Runtime-instrumentation sessions (seed 002, `docs/ri.md`): the daemon's
-//! side of the device's 64 RI control blocks.
+//! Runtime-instrumentation sessions (`docs/ri.md`): the daemon's side of
+//! the device's 64 RI control blocks.
 //!
 //! A session ([`RiUnit::open`]) takes a free control block, programs it
 //! for one context in one register batch (`WRAP` and `INTR_ENABLE` always

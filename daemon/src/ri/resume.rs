@@ -1,10 +1,10 @@
-//! Re-enabling a halted session in place (`TENANT_IOC_RI_RESUME`, ABI
-//! 1.8). A halt means the VM moved to a partition the session's control
-//! block does not fit (seed 002 ¶190); once the VM runs on one it fits
-//! again, the session may go on in the same block and buffer. The daemon
-//! checks the control block against the partition the VM is on now, then
-//! disables and re-enables the block in one register batch, in which the
-//! device checks the whole block once more.
+//! Re-enabling a halted session in place (`TENANT_IOC_RI_RESUME`, ABI 1.8).
+//! A halt means the VM moved to a partition the session's control block
+//! does not fit; once the VM runs on one it fits again, the session may go
+//! on in the same block and buffer. The daemon checks the control block
+//! against the partition the VM is on now, then disables and re-enables the
+//! block in one register batch, in which the device checks the whole block
+//! once more.
 
 use gpupm_client::ops::write32;
 use gpupm_uapi::ri::{self as ri, ri_ctrl, ri_status};

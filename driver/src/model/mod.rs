@@ -1,5 +1,5 @@
-//! The emulated GPU performance-monitoring device (SPEC §2, seed 000) and
-//! the kernel-style driver layer's in-process pieces (block allocation).
+//! The emulated GPU performance-monitoring device and the kernel-style
+//! driver layer's in-process pieces (block allocation).
 //!
 //! The device is a register-file state machine: everything host software
 //! can do goes through [`Device::read_reg`], [`Device::write_reg`],

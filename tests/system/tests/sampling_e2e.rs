@@ -1,12 +1,12 @@
-//! Sampling end to end: `gpupm-driver` (step clock, the built-in
-//! scenario and its programs) and `gpupmd` as processes, two tenants (real
-//! uids) sampling their own contexts through the tenant node at the same
-//! time. Every record they get is their context's, none is lost at the
-//! planned buffer sizes, and the CPI reconstructed per block (seed 004,
-//! dithered period) is within 20 % of the device ledger's exact CPI over
-//! the sampled window for every block with ≥ 1 % of the samples.
-//! Malformed requests change no sampling register; closing a session
-//! turns the samplers off.
+//! Sampling end to end: `gpupm-driver` (step clock, the built-in scenario
+//! and its programs) and `gpupmd` as processes, two tenants (real uids)
+//! sampling their own contexts through the tenant node at the same time.
+//! Every record they get is their context's, none is lost at the planned
+//! buffer sizes, and the CPI reconstructed per block (from branch stacks
+//! and cycle samples at a dithered period) is within 20 % of the device
+//! ledger's exact CPI over the sampled window for every block with ≥ 1 % of
+//! the samples. Malformed requests change no sampling register; closing a
+//! session turns the samplers off.
 
 use std::collections::BTreeMap;
 

@@ -1,8 +1,8 @@
 //! `gpupm cpi --ctx ID`: samples one of the caller's contexts through a
 //! tenant sampling session and prints its kernels and hot blocks with
 //! instructions, cycles, CPI, sample count and a ~95 % confidence
-//! interval, reconstructed as seed 004 describes
-//! (`gpupm_client::sampling::reconstruct`).
+//! interval, per-block CPI reconstructed from branch stacks and dithered
+//! cycle samples (`gpupm_client::sampling::reconstruct`).
 //!
 //! The program's shape (kernels, blocks in layout order, instruction
 //! counts) comes from the scenario description: the session answers the

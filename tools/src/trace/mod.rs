@@ -1,5 +1,5 @@
-//! One trace out of a recording's per-type record streams (seed 001's
-//! post-processing merge).
+//! One trace out of a recording's per-type record streams: the
+//! post-processing merge that orders the records of every buffer in time.
 //!
 //! A recording holds each record type as it arrived: counter deltas from
 //! the stream session, branch stacks and PC samples from the sampling

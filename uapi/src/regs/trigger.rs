@@ -39,22 +39,23 @@ pub const TRIG_THRESHOLD_MIN: u32 = 1024;
 /// [`CCU_COUNTER_BITS`] bits.
 pub const TRIG_THRESHOLD_MAX: u32 = (1 << CCU_COUNTER_BITS) - 1 - ULC_COUNTER_MAX;
 /// Bits of the dither R added to each dithered period: R is uniform in
-/// `0..=DITHER_MAX` (the "R uniform in 0..=255" of seed 004's sampler).
+/// `0..=DITHER_MAX`, the cycle sampler's default range, so that a
+/// periodic trigger does not stay in step with a loop.
 pub const DITHER_BITS: u32 = 8;
 /// Largest dither R in cycles.
 pub const DITHER_MAX: u32 = (1 << DITHER_BITS) - 1;
 
-/// Width of a ULC counter (seed 000 ¶57: "up to 45 counters of up to 9 bits").
+/// Width of a ULC counter (a ULC has up to 45 counters of up to 9 bits).
 pub const ULC_COUNTER_BITS: u32 = 9;
 /// Largest ULC count, which is also the ULC transfer period in cycles
-/// (seed 000 ¶57: the ULC transfers every 2^9 − 1 = 511 cycles, so a
-/// counter that counts at most once per cycle never wraps).
+/// (the ULC transfers every 2^9 − 1 = 511 cycles, so a counter that
+/// counts at most once per cycle never wraps).
 pub const ULC_COUNTER_MAX: u32 = (1 << ULC_COUNTER_BITS) - 1;
-/// Width of a CCU counter (seed 000 ¶59: 28 bits).
+/// Width of a CCU counter (28 bits).
 pub const CCU_COUNTER_BITS: u32 = 28;
 /// Width of the multi-bit accumulator in front of a 1-bit ULC counter
-/// input (seed 000 ¶56: a six-bit counter whose most significant bit
-/// drives the count, so the count is the signal sum modulo 32).
+/// input (a six-bit counter whose most significant bit drives the count,
+/// so the count is the signal sum modulo 32).
 pub const MULTIBIT_ACC_BITS: u32 = 6;
 // The catalogue's divisor for multi-bit events is the value of this
 // accumulator's most significant bit (declared with the events, which

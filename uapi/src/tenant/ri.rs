@@ -1,4 +1,4 @@
-//! Runtime-instrumentation sessions on the tenant node (ABI 1.7, seed 002):
+//! Runtime-instrumentation sessions on the tenant node (ABI 1.7):
 //! [`OpenRi`] turns a file handle into a session of report groups of one
 //! of the caller's own contexts. The daemon binds one of the device's RI
 //! control blocks (`docs/ri.md`) to the context, programs it in one

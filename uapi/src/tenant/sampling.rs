@@ -63,12 +63,11 @@ pub const MAX_SESSION_RECORDS: u32 = 1 << 20;
 /// [`super::scope::VM`]), `id`, `kinds` (non-empty subset of
 /// [`sample_kind::ALL`]), `period` (P, with [`sample_kind::CYCLE`]:
 /// `MIN_SAMPLE_PERIOD..=MAX_SAMPLE_PERIOD`, else 0), `dither` (R_MAX,
-/// `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, seed 004 uses 255; 0
-/// without CYCLE),
-/// `branch_every` (N, with [`sample_kind::BRANCH_STACK`]:
-/// `1..=MAX_BRANCH_EVERY`, else 0), `queue_records` (0 = default, else
-/// `1..=MAX_SESSION_RECORDS`); `flags` and the reserved fields 0. Output:
-/// the rest.
+/// `0..=MAX_SAMPLE_DITHER`, 0 = fixed period, 255 = the sampler's reset
+/// value; 0 without CYCLE), `branch_every` (N, with
+/// [`sample_kind::BRANCH_STACK`]: `1..=MAX_BRANCH_EVERY`, else 0),
+/// `queue_records` (0 = default, else `1..=MAX_SESSION_RECORDS`); `flags`
+/// and the reserved fields 0. Output: the rest.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable,

@@ -1,6 +1,6 @@
 //! Confidential computing: the copy engine's encryption of a confidential
-//! VM's blocks and stream records on their way to host-visible memory
-//! (seed 000 ¶79–80), its session keys, and rekeying.
+//! VM's blocks and stream records on their way to host-visible memory,
+//! its session keys, and rekeying.
 //!
 //! Threat model (`docs/confidential.md`): the host, the daemon and the BMC
 //! are untrusted for a confidential VM's counters; the VM's own tenant tool

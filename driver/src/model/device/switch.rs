@@ -1,5 +1,5 @@
-//! The context/VM switch handshake (seed 000 ¶71–76) wired across units,
-//! its fallback, and the context lifecycle.
+//! The context/VM switch handshake wired across units, its fallback, and
+//! the context lifecycle.
 //!
 //! The steps are the same functions whether host software drives them
 //! through registers or the device's fallback completes a switch itself.

@@ -1,4 +1,4 @@
-//! The switch handshake's states (seed 000 ¶71–76) as transitions of a
+//! The seven-step switch handshake's states as transitions of a
 //! partition's control state. Each step is the same whether host software
 //! drives it through registers or the device's fallback completes a switch
 //! itself; the device runs the counting, RC and interrupt side of each.

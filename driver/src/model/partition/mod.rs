@@ -1,7 +1,7 @@
 //! Partitions (GPU slices): per-partition control state ([`state`]), the
 //! scheduler that decides when a partition switches context or VM
-//! ([`schedule`]), the switch handshake's state machine (seed 000 ¶71–76,
-//! [`handshake`]) and the partition register block ([`regs`]).
+//! ([`schedule`]), the switch handshake's state machine ([`handshake`])
+//! and the partition register block ([`regs`]).
 //!
 //! The device wires the handshake steps to the other units (counting, RCs,
 //! interrupts); this unit owns the state the steps move through and decides

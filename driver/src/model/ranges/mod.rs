@@ -1,8 +1,8 @@
-//! The marked-range unit of one partition (seed 003): eight range
-//! registers, each a code range (blocks of one kernel of one program) or a
-//! data-address range, counting entries and one event inside the range;
-//! thresholds on the count or on one entry's latency write a record with
-//! the context's call stack into the partition's ring ([`ring`]) and raise
+//! The marked-range unit of one partition: eight range registers, each a
+//! code range (blocks of one kernel of one program) or a data-address
+//! range, counting entries and one event inside the range; thresholds on
+//! the count or on one entry's latency write a record with the context's
+//! call stack into the partition's ring ([`ring`]) and raise
 //! `RANGE_THRESHOLD`. The counting itself watches the program walk
 //! ([`watch`]); per context it keeps the exact ledger the debug node reads.
 //!

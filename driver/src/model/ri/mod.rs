@@ -1,8 +1,8 @@
-//! The runtime-instrumentation unit (seed 002): 64 control blocks, each
-//! bound to a context and, while enabled, storing report groups into its
-//! program buffer at the sample points its mode picks ([`session`]); the
-//! walk watcher ([`watch`]); the partitions' capability characteristics
-//! and VM migration.
+//! The runtime-instrumentation unit: 64 control blocks, each bound to a
+//! context and, while enabled, storing report groups into its program
+//! buffer at the sample points its mode picks ([`session`]); the walk
+//! watcher ([`watch`]); the partitions' capability characteristics and VM
+//! migration.
 //!
 //! Registers: the control blocks at `uapi::ri::ri(i, reg)`
 //! (`0x5000..0x6000`) and the globals at `0x0600..0x0700`. See

@@ -1,6 +1,6 @@
 //! One control block's session: the sample-point countdown, the 32-entry
 //! collection buffer, report-group assembly and the program buffer with
-//! its origin, limit and current address (seed 002).
+//! its origin, limit and current address.
 
 use std::collections::VecDeque;
 
@@ -415,8 +415,8 @@ impl Session {
         self.refresh_begin();
     }
 
-    /// Rewrites NRG, S and H of the begin record at ROA (seed 002: the
-    /// begin record is updated as later groups are stored).
+    /// Rewrites NRG, S and H of the begin record at ROA, so that it always
+    /// holds the current group count and stop and halt bits.
     fn refresh_begin(&mut self) {
         let at = usize::try_from(self.roa).unwrap_or(0);
         if self.groups == 0 || self.memory.get(at) != Some(&ri_record::BEGIN) {

@@ -1,6 +1,6 @@
-//! The sampling unit of one partition (seeds 004 and 001): a branch-record
-//! sampler and a cycle sampler watching the running context's program,
-//! each writing its record type into its own buffer ([`buffer`]).
+//! The sampling unit of one partition: a branch-record sampler and a cycle
+//! sampler watching the running context's program, each writing its record
+//! type into its own buffer ([`buffer`]).
 //!
 //! Registers, per partition slot (`uapi::sampling::samp(p, reg)`):
 //! `SAMP_CTRL`, `SAMP_STATUS`, `SAMP_BRANCH_PERIOD`, `SAMP_CYCLE_PERIOD`,
