@@ -80,3 +80,43 @@ pub fn thread_cpu_pct(
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     out
 }
+
+/// The state letters of `pid`'s threads.
+pub fn thread_states(pid: i32) -> Vec<String> {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let s = fs::read_to_string(task.path().join("stat")).ok()?;
+            let (head, rest) = s.rsplit_once(')')?;
+            let name = head.split_once('(').map_or("", |(_, n)| n);
+            Some(format!("{name}:{}", rest.split_whitespace().next()?))
+        })
+        .collect()
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in
+/// `/proc/<pid>/task/*/stat`) or blocked in the kernel (`D`: a FUSE
+/// request, which only a fatal signal interrupts; the thread stops on its
+/// way back to user space and runs no code of its own before it).
+/// `kill(SIGSTOP)` returns before the group stop is complete: a thread
+/// running on another CPU may still act until it next enters the kernel,
+/// so a test that needs the process frozen waits for this.
+pub fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|s| {
+                let (_, rest) = s.rsplit_once(')')?;
+                rest.split_whitespace()
+                    .next()
+                    .map(|state| state == "T" || state == "D")
+            })
+            .unwrap_or(false)
+    })
+}

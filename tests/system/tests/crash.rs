@@ -256,6 +256,20 @@ fn a_restarted_daemon_finishes_a_switch_left_in_acked() {
     // Stopped, the daemon holds the switches but cannot act on their
     // FLUSH_ACKED records; then it dies with them in ACKED.
     kill(daemon.pid(), Signal::SIGSTOP).expect("stop gpupmd");
+    // kill() returns before the threads have stopped, and one that has
+    // not may still read the FLUSH_ACKED records and finish the switches
+    // (4 runs of 15 on one loaded CPU without this wait, 0 of 15 with it).
+    let pid = daemon.pid().as_raw();
+    wait_until("gpupmd stops", ANSWER, POLL, || {
+        if gpupm_test_support::procfs::all_threads_stopped(pid) {
+            Ok(())
+        } else {
+            Err(format!(
+                "threads {:?}",
+                gpupm_test_support::procfs::thread_states(pid)
+            ))
+        }
+    });
     dev.advance(u64::from(r::FLUSH_ACK_MAX_CYCLES))
         .expect("advance");
     assert_eq!(slots_in(&dev, hs_state::ACKED), triggered);
