@@ -115,6 +115,7 @@ fn a_answers(node: &Path) -> Value {
 
 #[test]
 fn a_tenants_answers_are_byte_identical_whether_or_not_its_co_tenant_holds_everything() {
+    let _machine = crate::fixture::sharing();
     let mut alone = System::start(scenario(), "step", LIMITS);
     let quiet = a_answers(&alone.node());
     alone.daemon.stop();

@@ -149,6 +149,7 @@ fn median(mut v: Vec<u64>) -> u64 {
 
 #[test]
 fn a_tenant_opening_sessions_until_refused_leaves_memory_and_handshakes_alone() {
+    let _machine = crate::fixture::measuring();
     let mut sys = System::realtime();
     let t0 = Instant::now();
     let mut v = victim(&sys.node(), 1 + 2 * ROUNDS, WINDOW_READS);

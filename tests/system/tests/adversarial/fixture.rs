@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use gpupm_client::{DevNode, Scope, TenantClient};
@@ -243,4 +244,22 @@ pub(crate) fn p99(window: &Value) -> u64 {
         .collect();
     v.sort_unstable();
     v[(v.len() * 99 / 100).min(v.len() - 1)]
+}
+
+/// The machine, as the tests of this binary share it: the libtest harness
+/// runs them on parallel threads, and a test that compares a victim's
+/// latency with and without its attack must not also measure another
+/// test's attack (pageflood's 1,100 connections put a victim's p99 at 2×
+/// in a run where the attack under test cost the daemon no CPU at all).
+static MACHINE: RwLock<()> = RwLock::new(());
+
+/// Held by a test that measures latency: it runs alone.
+pub(crate) fn measuring() -> RwLockWriteGuard<'static, ()> {
+    MACHINE.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Held by every other test: they run beside each other, never beside a
+/// measuring one.
+pub(crate) fn sharing() -> RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(PoisonError::into_inner)
 }

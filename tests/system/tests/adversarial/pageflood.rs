@@ -88,6 +88,7 @@ fn served_as(socket_path: &Path, uid: u32, vm: u32) -> Value {
 
 #[test]
 fn a_thousand_page_connections_from_nine_uids_leave_the_admin_and_other_tenants_served() {
+    let _machine = crate::fixture::sharing();
     let mut sys = System::realtime();
     let sock = sys.pages_socket();
     let fds_before = sys.fds();

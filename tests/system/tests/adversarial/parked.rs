@@ -72,6 +72,7 @@ fn attacker(node: &Path) -> Child {
 
 #[test]
 fn five_thousand_parked_reads_leave_another_tenant_served_and_die_with_their_reader() {
+    let _machine = crate::fixture::measuring();
     let mut sys = System::realtime();
     let t0 = Instant::now();
     let mut v = victim(&sys.node(), 3, 1500);

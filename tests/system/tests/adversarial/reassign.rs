@@ -67,6 +67,7 @@ fn retired_seen(node: &Path, uid: u32) -> BTreeSet<(u32, u64)> {
 
 #[test]
 fn a_reassigned_vms_new_tenant_sees_none_of_the_previous_tenants_retired_contexts() {
+    let _machine = crate::fixture::sharing();
     let mut sys = System::start_mapped(churn(), "step", &mapped_to(FIRST), "");
     retire_some(&mut sys, 2);
     let firsts = retired_seen(&sys.node(), FIRST);
