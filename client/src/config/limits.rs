@@ -163,6 +163,28 @@ mod tests {
         assert_eq!(l.parked_reads_total, default::parked_reads_total);
     }
 
+    /// Every key refuses the value just outside each end of its range and
+    /// takes both ends (the keys added later as much as the first ones).
+    #[test]
+    fn every_key_holds_both_ends_of_its_range() {
+        for key in KEYS {
+            let at = |v: u64| parse(&format!("[limits]\n{} = {v}\n", key.name));
+            for v in [*key.range.start(), *key.range.end()] {
+                assert!(at(v).is_ok(), "{} = {v}", key.name);
+            }
+            if let Some(below) = key.range.start().checked_sub(1) {
+                assert!(at(below).is_err(), "{} = {below}", key.name);
+            }
+            let above = key.range.end() + 1;
+            let (_, reason) = at(above).unwrap_err();
+            assert!(
+                reason.contains(key.name),
+                "{} = {above}: {reason}",
+                key.name
+            );
+        }
+    }
+
     #[test]
     fn out_of_range_values_point_at_the_value() {
         let text = "[limits]\nhandles_per_uid = 0\n";

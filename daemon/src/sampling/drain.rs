@@ -149,6 +149,17 @@ impl DevSampler {
         Ok(out)
     }
 
+    /// Drains both buffers of partition `p` into `pending`, routed by the
+    /// next drain (with the epoch they were read in).
+    fn keep_pending(&self, st: &mut State, p: u32) -> Result<(), DevError> {
+        for k in [buf_kind::BRANCH, buf_kind::PC] {
+            if let Some(b) = self.drain_one(st, p, k)? {
+                st.pending.push(b);
+            }
+        }
+        Ok(())
+    }
+
     /// Partitions with a buffer.
     pub fn partitions(&self) -> Vec<u32> {
         let st = self.lock();
@@ -278,11 +289,7 @@ impl SamplerDevice for DevSampler {
         let (branch_cap, pc_cap) = self.capacities(p, settings)?;
         // Stop both samplers and keep what the buffers hold.
         self.dev.write32(samp(p, s::SAMP_CTRL), 0)?;
-        for k in [buf_kind::BRANCH, buf_kind::PC] {
-            if let Some(b) = self.drain_one(&mut st, p, k)? {
-                st.pending.push(b);
-            }
-        }
+        self.keep_pending(&mut st, p)?;
         // Empty both first: a new base must not overlap the other
         // buffer's old place.
         let mut ops = vec![
@@ -322,11 +329,7 @@ impl SamplerDevice for DevSampler {
 
     fn cut(&self, p: u32) -> Result<u64, DevError> {
         let mut st = self.lock();
-        for k in [buf_kind::BRANCH, buf_kind::PC] {
-            if let Some(b) = self.drain_one(&mut st, p, k)? {
-                st.pending.push(b);
-            }
-        }
+        self.keep_pending(&mut st, p)?;
         st.epoch += 1;
         Ok(st.epoch)
     }

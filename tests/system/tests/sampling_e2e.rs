@@ -141,18 +141,24 @@ fn score(
     checked
 }
 
-#[test]
-fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger() {
-    let tmp = Scratch::new("sampling");
+/// The driver (built-in scenario, step clock) and a ready gpupmd with
+/// both tenants mapped, stepped until the scenario's contexts exist.
+fn started(name: &str) -> (Scratch, Driver, DevNode, gpupm_test_support::Proc) {
+    let tmp = Scratch::new(name);
     let driver = Driver::start_in(&tmp, DriverOptions::system(BUILTIN_TOML));
     let dev = driver.node();
     let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
     daemon.wait_for("READY=1");
-    let node = tmp.join("tenant").join("node");
-    // Let the scenario's contexts exist.
     for _ in 0..64 {
         step(&dev, STEP, &mut daemon);
     }
+    (tmp, driver, dev, daemon)
+}
+
+#[test]
+fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger() {
+    let (tmp, driver, dev, mut daemon) = started("sampling");
+    let node = tmp.join("tenant").join("node");
     let (gemm, gemm_prog) = context_running(&dev, Some(1), "gemm");
     let (res, res_prog) = context_running(&dev, Some(2), "resonant");
 
@@ -248,15 +254,8 @@ fn two_tenants_sample_their_own_contexts_and_the_dithered_cpi_matches_the_ledger
 /// receives was written before its open.
 #[test]
 fn a_session_is_handed_nothing_written_before_it_opened() {
-    let tmp = Scratch::new("sampling-cut");
-    let driver = Driver::start_in(&tmp, DriverOptions::system(BUILTIN_TOML));
-    let dev = driver.node();
-    let mut daemon = spawn_daemon(&tmp, &daemon_config(&tmp, &tenants()), &[], &[]);
-    daemon.wait_for("READY=1");
+    let (tmp, driver, dev, mut daemon) = started("sampling-cut");
     let node = tmp.join("tenant").join("node");
-    for _ in 0..64 {
-        step(&dev, STEP, &mut daemon);
-    }
     let (gemm, _) = context_running(&dev, Some(1), "gemm");
     let request = SamplingRequest::cycles(Scope::Ctx(gemm), 4096, 255);
 
