@@ -11,9 +11,14 @@
 //!   and the sequence-lock reader, and [`CounterReader`], which reads
 //!   through a page when the daemon offers one and through the tenant
 //!   node otherwise.
+//! - [`sampling`], [`ri`], [`ranges`]: sampling sessions (with buffer
+//!   planning and CPI reconstruction), runtime-instrumentation sessions,
+//!   marked ranges and call graphs through the tenant node.
 //! - [`cc`]: confidential VMs' sessions — the tenant's side of the key
 //!   exchange with the device, its key schedule, device certificates and
 //!   secret files.
+//! - [`mirror`]: the driver's commit mirror — writing it (the driver) and
+//!   reading it (the daemon's commit follower and drains).
 //! - [`ops`]: register-op builders for batches.
 //! - [`handshake`]: the context-switch handshake as one sequence over any
 //!   [`RegisterBatch`] executor (the device node, or an in-process model).
@@ -25,8 +30,15 @@
 //! - [`health`]: the health thresholds `gpupm health`, gpupmd and the
 //!   shipped alert rules share.
 //! - [`instance`]: the one-instance lock of gpupmd and gpupm-driver.
-//! - [`sys`]: the ioctl system call, typed and raw; with `page::sys`
-//!   (mapping pages, received descriptors) the crate's only `unsafe`.
+//! - [`cpus`]: CPU lists, and pinning a thread to them.
+//! - [`splitmix`]: the workspace's one 64-bit mixer.
+//! - [`sys`]: the ioctl system call, typed and raw.
+//!
+//! The crate's `unsafe` is in three modules, each about one kind of
+//! system call: [`sys`] (ioctls), `page::sys` (mapping a page, taking the
+//! descriptors a page reply carries) and `mirror::sys` (opening and
+//! mapping the mirror's files, the atomics on the mapping, the futex
+//! calls). Everything else is safe code over them.
 //!
 //! The ABI itself (numbers, layouts) is [`gpupm_uapi`]; this crate only
 //! carries it to the nodes. It links no async runtime and no FUSE library.

@@ -1,7 +1,7 @@
-//! The crate's only `unsafe`: the ioctl system call on a node, typed
-//! (argument size checked against the request number), on a byte buffer
-//! of exactly the encoded size, or raw (for probing the ABI with arbitrary
-//! bytes).
+//! The ioctl system call on a node: typed (argument size checked against
+//! the request number), on a byte buffer of exactly the encoded size, or
+//! raw (for probing the ABI with arbitrary bytes). The crate's other
+//! `unsafe` is in `page::sys` and `mirror::sys`.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
