@@ -61,35 +61,13 @@
  */
 #define GPUPM_ABI_MAJOR 1
 /**
- * ABI minor version: bumped on compatible additions (2: the tenant
- * node's context-instance reads; 3: confidential sessions and rekeying,
- * the OOB mailbox's own registers, flush-ack latency, the debug-only
- * sealed ledger — see `docs/confidential.md`; 4: register and window
- * ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
- * sampling units, their buffers and interrupts, the per-block debug
- * ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
- * node's key-state and rekey ioctls — see `docs/confidential.md`; 6:
- * runtime-instrumentation control blocks, report-group records, their
- * interrupts, VM migration between partitions and the RI debug ledger —
- * see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
- * range and call-graph debug ledgers — see `docs/ranges.md`;
- * per-context lost sample records, `SAMP_LOST_SELECT` and
- * `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
- * runtime-instrumentation sessions — see `docs/ri.md` — and its
- * marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
- * tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
- * device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
- * commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
- * the commit mirror's ring area — see `docs/pages.md`; 11: tenant answers
- * describe the caller's own view only (per-tenant session ids and range
- * handles, per-VM register and RI block numbers, a sampling session's own
- * rates), queue sizes clamped to the caller's budget, and the bounds'
- * errnos — see `docs/isolation.md`; confidential sessions established by
- * an authenticated key exchange — the device node's
- * `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
- * relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
- * the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
- * time a real-time clock dropped — see `docs/performance.md`).
+ * ABI minor version: bumped when the ABI grows within its major —
+ * registers, ioctls, flags, interrupt sources, fields in what were
+ * reserved words. A device or daemon of an older minor lacks what came
+ * after it (the nodes answer `ENOTTY` to an ioctl they do not have).
+ * Some minors also changed what an older client relied on (1.3 most of
+ * all). Every minor, what it added or changed and which document
+ * describes it: `docs/abi.md`, "Versions".
  */
 #define GPUPM_ABI_MINOR 11
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
@@ -346,14 +324,14 @@
  * words (low word first). The nonce is GPUPM_REKEY_NONCE_DOMAIN (LE)
  * followed by these 8 bytes.
  */
-#define GPUPM_REG_REKEY_NONCE 0x500
+#define GPUPM_REG_REKEY_NONCE 0x500 /* 2 words */
 /**
  * WO: eight words: the new AES-256 key encrypted under the current
  * session key (word `i` = bytes `4i..4i+4`, little-endian).
  */
-#define GPUPM_REG_REKEY_KEY 0x508
+#define GPUPM_REG_REKEY_KEY 0x508 /* 8 words */
 /** WO: four words: the AES-GCM tag of the sealed key. */
-#define GPUPM_REG_REKEY_TAG 0x528
+#define GPUPM_REG_REKEY_TAG 0x528 /* 4 words */
 /** Running at primary (boost) capability. */
 #define GPUPM_CLOCK_CAP_PRIMARY 0x0
 /** Running at secondary (throttled) capability. */
@@ -1690,13 +1668,13 @@ static const char *const gpupm_intr_source_names[15] = {
  * RO: per partition slot `p`, at `RI_PART_VERSION + 4p`: the partition's
  * capability version (scenario key `ri_version`, default 1).
  */
-#define GPUPM_REG_RI_PART_VERSION 0x640
+#define GPUPM_REG_RI_PART_VERSION 0x640 /* 16 words */
 /**
  * RO: per partition slot `p`, at `RI_PART_MAX_RGS + 4p`: the largest RGS
  * a session may use on the partition (scenario key `ri_max_rgs`, default
  * GPUPM_RI_RGS_MAX).
  */
-#define GPUPM_REG_RI_PART_MAX_RGS 0x680
+#define GPUPM_REG_RI_PART_MAX_RGS 0x680 /* 16 words */
 #define GPUPM_RI_PART_VERSION(p) (GPUPM_REG_RI_PART_VERSION + 4 * (uint64_t)(p))
 #define GPUPM_RI_PART_MAX_RGS(p) (GPUPM_REG_RI_PART_MAX_RGS + 4 * (uint64_t)(p))
 /** Base of the control-block array. */

@@ -17,6 +17,7 @@ pub mod mirror;
 pub mod page;
 pub mod pmu;
 pub mod ranges;
+pub mod regdef;
 pub mod regs;
 pub mod ri;
 pub mod sampling;

@@ -15,6 +15,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::layout::Envelope;
+use crate::regdef::register_block;
 use crate::regs::MAX_PARTITION_SLOTS;
 
 // ---------------------------------------------------------------------------
@@ -35,27 +36,37 @@ pub const fn range_reg(p: u32, i: u32, reg: u64) -> u64 {
     RANGE_BASE + p as u64 * RANGE_STRIDE + i as u64 * RANGE_REG_STRIDE + reg
 }
 
-/// RW: what the range is and counts, see [`range_ctrl`]. Writing a value
-/// with [`range_ctrl::ENABLE`] *arms* the range: it checks the whole
-/// programming (`RANGE_START`, `RANGE_END`, `RANGE_THRESHOLD` and this
-/// value) and zeroes the counts. While armed, the only accepted write is
-/// 0 (disarm; the counts stay readable).
-pub const RANGE_CTRL: u64 = 0x00;
-/// RW: first item of the range, inclusive: `kernel << 16 | block` for a
-/// code range, a data address for a data range. Writable only while the
-/// range is disarmed.
-pub const RANGE_START: u64 = 0x04;
-/// RW: last item of the range, inclusive (same encoding as
-/// [`RANGE_START`]). Writable only while the range is disarmed.
-pub const RANGE_END: u64 = 0x08;
-/// RW: the threshold [`range_ctrl::COUNT_IRQ`] or
-/// [`range_ctrl::LATENCY_IRQ`] compares against (1..=2^32 − 1 when one
-/// is set). Writable only while the range is disarmed.
-pub const RANGE_THRESHOLD: u64 = 0x0C;
-/// RO 64-bit: entries into the range since it was armed.
-pub const RANGE_ENTRIES: u64 = 0x10;
-/// RO 64-bit: the chosen event counted inside the range since it was armed.
-pub const RANGE_COUNT: u64 = 0x18;
+register_block! {
+    /// One partition slot's marked ranges: [`RANGES_PER_PARTITION`]
+    /// register sets, one per range.
+    pub const RANGE_REGS = Range "RANGE" in "ranges",
+        array RANGE_BASE, stride RANGE_STRIDE, count MAX_PARTITION_SLOTS;
+    registers {
+    }
+    set RANGE(at 0, stride RANGE_REG_STRIDE, count RANGES_PER_PARTITION) {
+        /// what the range is and counts, see [`range_ctrl`]. Writing a value
+        /// with [`range_ctrl::ENABLE`] *arms* the range: it checks the whole
+        /// programming (`RANGE_START`, `RANGE_END`, `RANGE_THRESHOLD` and this
+        /// value) and zeroes the counts. While armed, the only accepted write is
+        /// 0 (disarm; the counts stay readable).
+        RANGE_CTRL = 0x00, rw;
+        /// first item of the range, inclusive: `kernel << 16 | block` for a
+        /// code range, a data address for a data range. Writable only while the
+        /// range is disarmed.
+        RANGE_START = 0x04, rw;
+        /// last item of the range, inclusive (same encoding as
+        /// [`RANGE_START`]). Writable only while the range is disarmed.
+        RANGE_END = 0x08, rw;
+        /// the threshold [`range_ctrl::COUNT_IRQ`] or
+        /// [`range_ctrl::LATENCY_IRQ`] compares against (1..=2^32 − 1 when one
+        /// is set). Writable only while the range is disarmed.
+        RANGE_THRESHOLD = 0x0C, rw;
+        /// entries into the range since it was armed.
+        RANGE_ENTRIES = 0x10, ro64;
+        /// the chosen event counted inside the range since it was armed.
+        RANGE_COUNT = 0x18, ro64;
+    }
+}
 
 /// Bits of [`RANGE_CTRL`].
 pub mod range_ctrl {
@@ -114,20 +125,27 @@ pub const fn rring(p: u32, reg: u64) -> u64 {
     RRING_BASE + p as u64 * RRING_STRIDE + reg
 }
 
-/// RW: ring capacity in records: 0 or a power of two up to
-/// [`RRING_MAX_RECORDS`]. Writable only while no range of the partition
-/// has a threshold armed; a write empties the ring (head, tail, lost and
-/// sequence return to 0).
-pub const RRING_CAP: u64 = 0x00;
-/// RO: next record index the device writes, modulo 2^32.
-pub const RRING_HEAD: u64 = 0x04;
-/// RW: next record index the host reads, modulo 2^32; writes must lie in
-/// `[old tail, head]`.
-pub const RRING_TAIL: u64 = 0x08;
-/// RO: records lost to a full ring since the last [`RRING_CAP`] write,
-/// modulo 2^32 (a record's 64-bit `seq` counts lost records too, so gaps
-/// in `seq` are exact).
-pub const RRING_LOST: u64 = 0x0C;
+register_block! {
+    /// One partition slot's range-record ring registers.
+    pub const RRING_REGS = RangeRing "RRING" in "ranges",
+        array RRING_BASE, stride RRING_STRIDE, count MAX_PARTITION_SLOTS;
+    registers {
+        /// ring capacity in records: 0 or a power of two up to
+        /// [`RRING_MAX_RECORDS`]. Writable only while no range of the partition
+        /// has a threshold armed; a write empties the ring (head, tail, lost and
+        /// sequence return to 0).
+        RRING_CAP = 0x00, rw;
+        /// next record index the device writes, modulo 2^32.
+        RRING_HEAD = 0x04, ro;
+        /// next record index the host reads, modulo 2^32; writes must lie in
+        /// `[old tail, head]`.
+        RRING_TAIL = 0x08, rw;
+        /// records lost to a full ring since the last [`RRING_CAP`] write,
+        /// modulo 2^32 (a record's 64-bit `seq` counts lost records too, so gaps
+        /// in `seq` are exact).
+        RRING_LOST = 0x0C, ro;
+    }
+}
 
 // ---------------------------------------------------------------------------
 // The range region of the memory window
@@ -148,12 +166,6 @@ pub const RRING_MAX_RECORDS: u32 = 4096;
 /// Window offset of partition slot `p`'s ring (slot 0 of the ring).
 pub const fn range_span_offset(p: u32) -> u64 {
     RANGE_REGION + p as u64 * RANGE_SPAN
-}
-
-/// Whether `offset` inside a range block is a 64-bit register.
-pub fn is_64bit_in_block(offset: u64) -> bool {
-    let r = offset % RANGE_REG_STRIDE;
-    r == RANGE_ENTRIES || r == RANGE_COUNT
 }
 
 // ---------------------------------------------------------------------------
@@ -376,10 +388,6 @@ const _: () = assert!(core::mem::size_of::<CallLedgerQuery>() == 24 + 16 * CALL_
 /// Bytes of a [`CallLedgerQuery`] that a sealed answer encrypts: `rows`.
 pub const CALL_LEDGER_SEALED_LEN: usize = 16 * CALL_LEDGER_ROWS;
 
-const _: () = assert!(RANGE_BASE + MAX_PARTITION_SLOTS as u64 * RANGE_STRIDE <= 0x7000);
-const _: () = assert!(RANGES_PER_PARTITION as u64 * RANGE_REG_STRIDE <= RANGE_STRIDE);
-const _: () = assert!(RRING_BASE + MAX_PARTITION_SLOTS as u64 * RRING_STRIDE <= 0x0800);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -389,8 +397,8 @@ mod tests {
         assert_eq!(range_reg(1, 0, RANGE_CTRL), 0x6100);
         assert_eq!(range_reg(15, 7, RANGE_COUNT) + 8, 0x7000);
         assert_eq!(rring(15, RRING_LOST) + 4, 0x0800);
-        assert!(is_64bit_in_block(RANGE_REG_STRIDE * 3 + RANGE_COUNT));
-        assert!(!is_64bit_in_block(RANGE_REG_STRIDE * 3 + RANGE_THRESHOLD));
+        assert!(crate::map::is_64bit(range_reg(2, 3, RANGE_COUNT)));
+        assert!(!crate::map::is_64bit(range_reg(2, 3, RANGE_THRESHOLD)));
         assert_eq!(RANGE_REGION % 4096, 0);
         assert_eq!(code_item(2, 5), 0x0002_0005);
     }

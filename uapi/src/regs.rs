@@ -28,7 +28,3 @@ pub use self::mailbox::*;
 pub use self::partition::*;
 pub use self::trigger::*;
 pub use self::vm::*;
-
-const _: () = assert!(CTX_BASE + MAX_CONTEXTS as u64 * CTX_STRIDE <= BAR0_SIZE);
-const _: () = assert!(VM_BASE + MAX_VMS as u64 * VM_STRIDE <= CTX_BASE);
-const _: () = assert!(CCU_BASE + MAX_CCUS as u64 * CCU_STRIDE <= VM_BASE);

@@ -15,6 +15,7 @@
 //!
 //! See `docs/ri.md` for the programming model.
 
+use crate::regdef::register_block;
 use crate::regs::MAX_PARTITION_SLOTS;
 use crate::sampling::{SAMPLE_REGION, SAMPLE_SPAN};
 
@@ -22,34 +23,43 @@ use crate::sampling::{SAMPLE_REGION, SAMPLE_SPAN};
 // Global registers (0x0600..0x0700)
 // ---------------------------------------------------------------------------
 
-/// RO: number of control blocks ([`RI_BLOCKS`]).
-pub const RI_COUNT: u64 = 0x0600;
-/// RO: the largest RGS the device accepts ([`RGS_MAX`]); a partition may
-/// declare a smaller limit ([`ri_part_max_rgs`]).
-pub const RI_MAX_RGS: u64 = 0x0604;
-/// RO: bytes of each control block's span of the memory window
-/// ([`RI_SPAN`]).
-pub const RI_SPAN_BYTES: u64 = 0x0608;
-/// RW: the VM that the next [`RI_MIGRATE`] write moves (staging).
-pub const RI_MIGRATE_VM: u64 = 0x060C;
-/// WO: migrate the VM staged in [`RI_MIGRATE_VM`] to the partition slot
-/// written here. Refused (EINVAL, nothing changes) when the VM does not
-/// exist, the slot is not configured or is the VM's own, or the VM is
-/// running or about to run on its partition (current or incoming of a
-/// switch). On success every enabled control block bound to a context
-/// of the VM is checked against the new partition and halts when the
-/// partition's version differs from the one its session began on, or
-/// its maximum RGS is below the session's RGS.
-pub const RI_MIGRATE: u64 = 0x0610;
-/// RO: migrations performed (register writes and scenario timeline).
-pub const RI_MIGRATIONS: u64 = 0x0614;
-/// RO: per partition slot `p`, at `RI_PART_VERSION + 4p`: the partition's
-/// capability version (scenario key `ri_version`, default 1).
-pub const RI_PART_VERSION: u64 = 0x0640;
-/// RO: per partition slot `p`, at `RI_PART_MAX_RGS + 4p`: the largest RGS
-/// a session may use on the partition (scenario key `ri_max_rgs`, default
-/// [`RGS_MAX`]).
-pub const RI_PART_MAX_RGS: u64 = 0x0680;
+register_block! {
+    /// The runtime-instrumentation unit's device-wide registers: the
+    /// unit's size, VM migration, and each partition slot's
+    /// characteristics.
+    pub const RI_GLOBAL_REGS = RiGlobal "RI_GLOBAL" in "ri",
+        fixed 0x0600..0x0700;
+    registers {
+        /// number of control blocks ([`RI_BLOCKS`]).
+        RI_COUNT = 0x0600, ro;
+        /// the largest RGS the device accepts ([`RGS_MAX`]); a partition may
+        /// declare a smaller limit ([`ri_part_max_rgs`]).
+        RI_MAX_RGS = 0x0604, ro;
+        /// bytes of each control block's span of the memory window
+        /// ([`RI_SPAN`]).
+        RI_SPAN_BYTES = 0x0608, ro;
+        /// the VM that the next [`RI_MIGRATE`] write moves (staging).
+        RI_MIGRATE_VM = 0x060C, rw;
+        /// migrate the VM staged in [`RI_MIGRATE_VM`] to the partition slot
+        /// written here. Refused (EINVAL, nothing changes) when the VM does not
+        /// exist, the slot is not configured or is the VM's own, or the VM is
+        /// running or about to run on its partition (current or incoming of a
+        /// switch). On success every enabled control block bound to a context
+        /// of the VM is checked against the new partition and halts when the
+        /// partition's version differs from the one its session began on, or
+        /// its maximum RGS is below the session's RGS.
+        RI_MIGRATE = 0x0610, wo;
+        /// migrations performed (register writes and scenario timeline).
+        RI_MIGRATIONS = 0x0614, ro;
+        /// per partition slot `p`, at `RI_PART_VERSION + 4p`: the partition's
+        /// capability version (scenario key `ri_version`, default 1).
+        RI_PART_VERSION = 0x0640, ro words MAX_PARTITION_SLOTS as usize;
+        /// per partition slot `p`, at `RI_PART_MAX_RGS + 4p`: the largest RGS
+        /// a session may use on the partition (scenario key `ri_max_rgs`, default
+        /// [`RGS_MAX`]).
+        RI_PART_MAX_RGS = 0x0680, ro words MAX_PARTITION_SLOTS as usize;
+    }
+}
 
 /// Offset of partition slot `p`'s version register.
 pub const fn ri_part_version(p: u32) -> u64 {
@@ -77,55 +87,62 @@ pub const fn ri(i: u32, reg: u64) -> u64 {
     RI_BASE + i as u64 * RI_STRIDE + reg
 }
 
-/// RW: the context the block watches (0 = none). Writable only while the
-/// block is disabled; a context another block watches, a free context, or
-/// a context of a confidential VM is refused.
-pub const RI_CTX: u64 = 0x00;
-/// RW: control bits, see [`ri_ctrl`]. Setting `ENABLE` checks the whole
-/// control block (context bound, mode, RGS within the limit of the
-/// context's partition, origin and limit) and starts a session: RCA =
-/// ROA, the next group is a begin group, the countdown starts from RSIC
-/// (or SF when RSIC is 0), the halt and stop conditions are cleared.
-/// While enabled only `ENABLE` may change (clearing it ends the session;
-/// the buffer and counts stay readable).
-pub const RI_CTRL: u64 = 0x04;
-/// RO: status bits, see [`ri_status`].
-pub const RI_STATUS: u64 = 0x08;
-/// RO: why the session halted, see [`halt_reason`].
-pub const RI_HALT_REASON: u64 = 0x0C;
-/// RW: SF, the scaling factor: sample every SF units of the mode (cycles
-/// or instructions). 0 loads 1; values outside
-/// `SF_MIN..=SF_MAX` of the mode load the nearest bound when the block is
-/// enabled. Writable only while disabled.
-pub const RI_SF: u64 = 0x10;
-/// RW: RSIC, the remaining sample-interval count. Reads the live
-/// countdown; a write (only while disabled) sets the first interval of
-/// the next session (0 = a full SF interval).
-pub const RI_RSIC: u64 = 0x14;
-/// RW: ROA, byte offset of the program buffer's first byte in the block's
-/// span; a multiple of the group size 2^(RGS+5) (checked at enable).
-/// Writable only while disabled.
-pub const RI_ROA: u64 = 0x18;
-/// RW: RLA, byte offset of the program buffer's last byte in the block's
-/// span (< [`RI_SPAN`]); the buffer must hold at least one group
-/// (checked at enable). Writable only while disabled.
-pub const RI_RLA: u64 = 0x1C;
-/// RO: RCA, byte offset in the span where the next group goes: ROA plus
-/// a multiple of the group size. An enable sets it to ROA; a full buffer
-/// in `WRAP` mode sets it back to ROA.
-pub const RI_RCA: u64 = 0x20;
-/// WO: RIEMIT — puts an emit record with this value into the collection
-/// buffer (while enabled with `EMIT`, not halted or stopped; otherwise the
-/// write is accepted and does nothing, as RIEMIT is a no-op then).
-pub const RI_EMIT: u64 = 0x24;
-/// RO 64-bit: report groups stored since the session began (NRG).
-pub const RI_GROUPS: u64 = 0x28;
-/// RO 64-bit: sample points whose group was suppressed (Y/Z).
-pub const RI_SUPPRESSED: u64 = 0x30;
-/// RO: collection-buffer records overwritten before a group reported them.
-pub const RI_OVERWRITTEN: u64 = 0x38;
-/// RO: entries in the collection buffer now (0..=[`COLLECTION_ENTRIES`]).
-pub const RI_COLLECTED: u64 = 0x3C;
+register_block! {
+    /// One runtime-instrumentation control block.
+    pub const RI_REGS = Ri "RI" in "ri",
+        array RI_BASE, stride RI_STRIDE, count RI_BLOCKS;
+    registers {
+        /// the context the block watches (0 = none). Writable only while the
+        /// block is disabled; a context another block watches, a free context, or
+        /// a context of a confidential VM is refused.
+        RI_CTX = 0x00, rw;
+        /// control bits, see [`ri_ctrl`]. Setting `ENABLE` checks the whole
+        /// control block (context bound, mode, RGS within the limit of the
+        /// context's partition, origin and limit) and starts a session: RCA =
+        /// ROA, the next group is a begin group, the countdown starts from RSIC
+        /// (or SF when RSIC is 0), the halt and stop conditions are cleared.
+        /// While enabled only `ENABLE` may change (clearing it ends the session;
+        /// the buffer and counts stay readable).
+        RI_CTRL = 0x04, rw;
+        /// status bits, see [`ri_status`].
+        RI_STATUS = 0x08, ro;
+        /// why the session halted, see [`halt_reason`].
+        RI_HALT_REASON = 0x0C, ro;
+        /// SF, the scaling factor: sample every SF units of the mode (cycles
+        /// or instructions). 0 loads 1; values outside
+        /// `SF_MIN..=SF_MAX` of the mode load the nearest bound when the block is
+        /// enabled. Writable only while disabled.
+        RI_SF = 0x10, rw;
+        /// RSIC, the remaining sample-interval count. Reads the live
+        /// countdown; a write (only while disabled) sets the first interval of
+        /// the next session (0 = a full SF interval).
+        RI_RSIC = 0x14, rw;
+        /// ROA, byte offset of the program buffer's first byte in the block's
+        /// span; a multiple of the group size 2^(RGS+5) (checked at enable).
+        /// Writable only while disabled.
+        RI_ROA = 0x18, rw;
+        /// RLA, byte offset of the program buffer's last byte in the block's
+        /// span (< [`RI_SPAN`]); the buffer must hold at least one group
+        /// (checked at enable). Writable only while disabled.
+        RI_RLA = 0x1C, rw;
+        /// RCA, byte offset in the span where the next group goes: ROA plus
+        /// a multiple of the group size. An enable sets it to ROA; a full buffer
+        /// in `WRAP` mode sets it back to ROA.
+        RI_RCA = 0x20, ro;
+        /// RIEMIT — puts an emit record with this value into the collection
+        /// buffer (while enabled with `EMIT`, not halted or stopped; otherwise the
+        /// write is accepted and does nothing, as RIEMIT is a no-op then).
+        RI_EMIT = 0x24, wo;
+        /// report groups stored since the session began (NRG).
+        RI_GROUPS = 0x28, ro64;
+        /// sample points whose group was suppressed (Y/Z).
+        RI_SUPPRESSED = 0x30, ro64;
+        /// collection-buffer records overwritten before a group reported them.
+        RI_OVERWRITTEN = 0x38, ro;
+        /// entries in the collection buffer now (0..=[`COLLECTION_ENTRIES`]).
+        RI_COLLECTED = 0x3C, ro;
+    }
+}
 
 /// Bits and fields of [`RI_CTRL`].
 pub mod ri_ctrl {
@@ -233,20 +250,6 @@ pub const fn ri_span_offset(i: u32) -> u64 {
     RI_REGION + i as u64 * RI_SPAN
 }
 
-/// Whether `offset` (anywhere in BAR0) is a 64-bit RI register.
-pub fn is_64bit(offset: u64) -> bool {
-    let end = RI_BASE + RI_BLOCKS as u64 * RI_STRIDE;
-    if !(RI_BASE..end).contains(&offset) {
-        return false;
-    }
-    let r = (offset - RI_BASE) % RI_STRIDE;
-    r == RI_GROUPS || r == RI_SUPPRESSED
-}
-
-const _: () = assert!(RI_BASE + RI_BLOCKS as u64 * RI_STRIDE <= 0x6000);
-const _: () = assert!(RI_BASE >= crate::regs::VM_BASE + crate::regs::MAX_VMS as u64 * 0x40);
-const _: () = assert!(ri_part_max_rgs(MAX_PARTITION_SLOTS) <= 0x0700);
-const _: () = assert!(ri_part_version(MAX_PARTITION_SLOTS) <= RI_PART_MAX_RGS);
 const _: () = assert!(group_bytes(RGS_MAX) == 4096);
 
 #[cfg(test)]
@@ -256,8 +259,8 @@ mod tests {
     #[test]
     fn blocks_and_region_fit_their_space() {
         assert_eq!(ri(1, RI_CTRL), 0x5044);
-        assert!(is_64bit(ri(3, RI_GROUPS)));
-        assert!(!is_64bit(ri(3, RI_COLLECTED)));
+        assert!(crate::map::is_64bit(ri(3, RI_GROUPS)));
+        assert!(!crate::map::is_64bit(ri(3, RI_COLLECTED)));
         assert_eq!(group_bytes(0), 32);
         assert_eq!(RI_REGION % RI_ALIGN, 0);
         assert!(ri_span_offset(RI_BLOCKS) > ri_span_offset(0));

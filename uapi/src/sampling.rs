@@ -14,6 +14,7 @@
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::layout::{Envelope, STREAM_REGION, STREAM_RING_SPAN};
+use crate::regdef::register_block;
 use crate::regs::MAX_PARTITION_SLOTS;
 
 // ---------------------------------------------------------------------------
@@ -30,43 +31,83 @@ pub const fn samp(p: u32, reg: u64) -> u64 {
     SAMP_BASE + p as u64 * SAMP_STRIDE + reg
 }
 
-/// RW: sampler enables, see [`samp_ctrl`]. Enabling a sampler whose
-/// buffer has no capacity fails.
-pub const SAMP_CTRL: u64 = 0x00;
-/// RO: status bits, see [`samp_status`].
-pub const SAMP_STATUS: u64 = 0x04;
-/// RW: N — the branch-record sampler captures its stack into a record
-/// every N taken branches (`1..=BRANCH_PERIOD_MAX`; 0 fails).
-pub const SAMP_BRANCH_PERIOD: u64 = 0x08;
-/// RW: P — the cycle sampler's base period in context cycles
-/// (`CYCLE_PERIOD_MIN..=CYCLE_PERIOD_MAX`).
-pub const SAMP_CYCLE_PERIOD: u64 = 0x0C;
-/// RW: R_MAX — each cycle-sampler interval adds R uniform in `0..=R_MAX`
-/// from the device's seeded generator (`0..=DITHER_MAX`; 0 = the fixed
-/// period, for comparison). Default [`DEFAULT_DITHER`].
-pub const SAMP_CYCLE_DITHER: u64 = 0x10;
-/// RO: S, the interrupt skid in cycles (a device parameter).
-pub const SAMP_SKID: u64 = 0x14;
-/// RO: A, the pipeline-refill cycles (a device parameter).
-pub const SAMP_REFILL: u64 = 0x18;
-/// RO: entries in the branch stack ([`BRANCH_STACK_ENTRIES`]).
-pub const SAMP_STACK_DEPTH: u64 = 0x1C;
-/// RO 64-bit: taken branches the branch-record sampler saw while enabled.
-pub const SAMP_BRANCHES: u64 = 0x20;
-/// RO 64-bit: cycle samples taken while enabled.
-pub const SAMP_CYCLE_SAMPLES: u64 = 0x28;
-/// RO: bytes in this partition's sample span ([`SAMPLE_SPAN`]).
-pub const SAMP_SPAN: u64 = 0x30;
-/// RO: fewest context cycles between two taken branches of any program a
-/// context of this partition can run (the `min_branch_gap` argument of
-/// [`branch_records_per_drain`]); 0 when none runs a program.
-pub const SAMP_MIN_BRANCH_GAP: u64 = 0x34;
-
-/// RW: the scope whose lost records the buffers' [`BUF_LOST_SELECTED`]
-/// registers count ([`lost_select`]: a context id, or a VM id with
-/// [`lost_select::VM`]). An id out of range or undefined bits fail.
-/// 0 after reset (context 0: no context, counts 0).
-pub const SAMP_LOST_SELECT: u64 = 0x38;
+register_block! {
+    /// One partition slot's sampling block: the two samplers' settings
+    /// and counts, then one register set per buffer kind.
+    pub const SAMP_REGS = Sampling "SAMP" in "sampling",
+        array SAMP_BASE, stride SAMP_STRIDE, count MAX_PARTITION_SLOTS;
+    registers {
+        /// sampler enables, see [`samp_ctrl`]. Enabling a sampler whose
+        /// buffer has no capacity fails.
+        SAMP_CTRL = 0x00, rw;
+        /// status bits, see [`samp_status`].
+        SAMP_STATUS = 0x04, ro;
+        /// N — the branch-record sampler captures its stack into a record
+        /// every N taken branches (`1..=BRANCH_PERIOD_MAX`; 0 fails).
+        SAMP_BRANCH_PERIOD = 0x08, rw;
+        /// P — the cycle sampler's base period in context cycles
+        /// (`CYCLE_PERIOD_MIN..=CYCLE_PERIOD_MAX`).
+        SAMP_CYCLE_PERIOD = 0x0C, rw;
+        /// R_MAX — each cycle-sampler interval adds R uniform in `0..=R_MAX`
+        /// from the device's seeded generator (`0..=DITHER_MAX`; 0 = the fixed
+        /// period, for comparison). Default [`DEFAULT_DITHER`].
+        SAMP_CYCLE_DITHER = 0x10, rw;
+        /// S, the interrupt skid in cycles (a device parameter).
+        SAMP_SKID = 0x14, ro;
+        /// A, the pipeline-refill cycles (a device parameter).
+        SAMP_REFILL = 0x18, ro;
+        /// entries in the branch stack ([`BRANCH_STACK_ENTRIES`]).
+        SAMP_STACK_DEPTH = 0x1C, ro;
+        /// taken branches the branch-record sampler saw while enabled.
+        SAMP_BRANCHES = 0x20, ro64;
+        /// cycle samples taken while enabled.
+        SAMP_CYCLE_SAMPLES = 0x28, ro64;
+        /// bytes in this partition's sample span ([`SAMPLE_SPAN`]).
+        SAMP_SPAN = 0x30, ro;
+        /// fewest context cycles between two taken branches of any program a
+        /// context of this partition can run (the `min_branch_gap` argument of
+        /// [`branch_records_per_drain`]); 0 when none runs a program.
+        SAMP_MIN_BRANCH_GAP = 0x34, ro;
+        /// the scope whose lost records the buffers' [`BUF_LOST_SELECTED`]
+        /// registers count ([`lost_select`]: a context id, or a VM id with
+        /// [`lost_select::VM`]). An id out of range or undefined bits fail.
+        /// 0 after reset (context 0: no context, counts 0).
+        SAMP_LOST_SELECT = 0x38, rw;
+    }
+    set BUF(at SAMP_BUF_BRANCH, stride SAMP_BUF_STRIDE, count buf_kind::COUNT) {
+        /// byte offset of the buffer's first slot inside the partition's
+        /// sample span; a multiple of [`BUF_ALIGN`]. Writable only while the
+        /// buffer's sampler is disabled; a write empties the buffer.
+        BUF_BASE = 0x00, rw;
+        /// capacity in records: 0 (no buffer) or a power of two, with the
+        /// buffer inside the span and not overlapping the other buffer. Writable
+        /// only while the buffer's sampler is disabled; a write empties the buffer
+        /// (head, tail, lost and sequence return to 0).
+        BUF_CAP = 0x04, rw;
+        /// next record index the device writes, modulo 2^32.
+        BUF_HEAD = 0x08, ro;
+        /// next record index the host reads, modulo 2^32; writes must lie in
+        /// `[old tail, head]`.
+        BUF_TAIL = 0x0C, rw;
+        /// raise `SAMPLE_WATERMARK` when `head - tail` reaches this (1..=cap);
+        /// raised once per drain (re-armed by a tail write). A `BUF_CAP` write sets
+        /// it to half the capacity (at least 1).
+        BUF_WATERMARK = 0x10, rw;
+        /// records lost because the buffer was full.
+        BUF_LOST = 0x18, ro64;
+        /// memory-window offset of the buffer's first slot.
+        BUF_ADDR = 0x20, ro64;
+        /// records produced (stored or lost) since the last `BUF_CAP`
+        /// write; a record's `seq` is this count after it.
+        BUF_PRODUCED = 0x28, ro64;
+        /// records of the scope [`SAMP_LOST_SELECT`] names (a context,
+        /// or every context of a VM) this buffer lost since the last `BUF_CAP`
+        /// write. Each lost record counts for exactly one context (the one that
+        /// was running), so over the contexts of the partition these sum to
+        /// [`BUF_LOST`]. Select and read in one batch (batches are atomic).
+        BUF_LOST_SELECTED = 0x30, ro64;
+    }
+}
 
 /// Encoding of [`SAMP_LOST_SELECT`].
 pub mod lost_select {
@@ -88,38 +129,6 @@ pub const SAMP_BUF_STRIDE: u64 = 0x40;
 pub const fn buf(kind: u32, reg: u64) -> u64 {
     SAMP_BUF_BRANCH + kind as u64 * SAMP_BUF_STRIDE + reg
 }
-
-/// RW: byte offset of the buffer's first slot inside the partition's
-/// sample span; a multiple of [`BUF_ALIGN`]. Writable only while the
-/// buffer's sampler is disabled; a write empties the buffer.
-pub const BUF_BASE: u64 = 0x00;
-/// RW: capacity in records: 0 (no buffer) or a power of two, with the
-/// buffer inside the span and not overlapping the other buffer. Writable
-/// only while the buffer's sampler is disabled; a write empties the buffer
-/// (head, tail, lost and sequence return to 0).
-pub const BUF_CAP: u64 = 0x04;
-/// RO: next record index the device writes, modulo 2^32.
-pub const BUF_HEAD: u64 = 0x08;
-/// RW: next record index the host reads, modulo 2^32; writes must lie in
-/// `[old tail, head]`.
-pub const BUF_TAIL: u64 = 0x0C;
-/// RW: raise `SAMPLE_WATERMARK` when `head - tail` reaches this (1..=cap);
-/// raised once per drain (re-armed by a tail write). A `BUF_CAP` write sets
-/// it to half the capacity (at least 1).
-pub const BUF_WATERMARK: u64 = 0x10;
-/// RO 64-bit: records lost because the buffer was full.
-pub const BUF_LOST: u64 = 0x18;
-/// RO 64-bit: memory-window offset of the buffer's first slot.
-pub const BUF_ADDR: u64 = 0x20;
-/// RO 64-bit: records produced (stored or lost) since the last `BUF_CAP`
-/// write; a record's `seq` is this count after it.
-pub const BUF_PRODUCED: u64 = 0x28;
-/// RO 64-bit: records of the scope [`SAMP_LOST_SELECT`] names (a context,
-/// or every context of a VM) this buffer lost since the last `BUF_CAP`
-/// write. Each lost record counts for exactly one context (the one that
-/// was running), so over the contexts of the partition these sum to
-/// [`BUF_LOST`]. Select and read in one batch (batches are atomic).
-pub const BUF_LOST_SELECTED: u64 = 0x30;
 
 /// Buffer kinds (the index in [`buf`], and `arg2` of the sample interrupts).
 pub mod buf_kind {
@@ -186,20 +195,6 @@ pub const SAMPLE_REGION: u64 =
 /// Window offset of partition slot `p`'s sample span.
 pub const fn sample_span_offset(p: u32) -> u64 {
     SAMPLE_REGION + p as u64 * SAMPLE_SPAN
-}
-
-/// Whether `offset` inside a sampling block is a 64-bit register.
-pub fn is_64bit_in_block(offset: u64) -> bool {
-    if offset == SAMP_BRANCHES || offset == SAMP_CYCLE_SAMPLES {
-        return true;
-    }
-    if (SAMP_BUF_BRANCH..SAMP_BUF_BRANCH + u64::from(buf_kind::COUNT) * SAMP_BUF_STRIDE)
-        .contains(&offset)
-    {
-        let r = (offset - SAMP_BUF_BRANCH) % SAMP_BUF_STRIDE;
-        return r == BUF_LOST || r == BUF_ADDR || r == BUF_PRODUCED || r == BUF_LOST_SELECTED;
-    }
-    false
 }
 
 // ---------------------------------------------------------------------------
@@ -383,10 +378,7 @@ pub const fn planned_capacity(records: u64, margin_pct: u64) -> u64 {
     }
 }
 
-const _: () =
-    assert!(SAMP_BASE + MAX_PARTITION_SLOTS as u64 * SAMP_STRIDE <= crate::regs::CCU_BASE);
 const _: () = assert!(SAMP_BUF_PC == buf(buf_kind::PC, 0));
-const _: () = assert!(SAMP_LOST_SELECT + 4 <= SAMP_BUF_BRANCH);
 const _: () = assert!(CYCLE_PERIOD_MIN + SKID_CYCLES > REFILL_CYCLES + 1);
 const _: () = assert!(SAMPLE_SPAN.is_multiple_of(BUF_ALIGN));
 
@@ -399,9 +391,10 @@ mod tests {
         assert_eq!(samp(1, SAMP_CTRL), 0x2100);
         assert_eq!(buf(buf_kind::PC, BUF_PRODUCED) + 8, SAMP_BUF_PC + 0x30);
         assert!(buf(buf_kind::PC, BUF_LOST_SELECTED) + 8 <= SAMP_STRIDE);
-        assert!(is_64bit_in_block(buf(buf_kind::PC, BUF_LOST_SELECTED)));
-        assert!(is_64bit_in_block(buf(buf_kind::BRANCH, BUF_LOST)));
-        assert!(!is_64bit_in_block(buf(buf_kind::PC, BUF_TAIL)));
+        let wide = |reg| crate::map::is_64bit(samp(3, reg));
+        assert!(wide(buf(buf_kind::PC, BUF_LOST_SELECTED)));
+        assert!(wide(buf(buf_kind::BRANCH, BUF_LOST)));
+        assert!(!wide(buf(buf_kind::PC, BUF_TAIL)));
         assert_eq!(SAMPLE_REGION % BUF_ALIGN, 0);
     }
 

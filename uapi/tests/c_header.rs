@@ -48,8 +48,10 @@ fn committed_c_header_matches_uapi() {
 #[test]
 fn c_header_carries_every_constants_documentation() {
     let (header, unused) = gen_c::render_checked();
-    // Tables the header writes as arrays or macros under their own comment.
-    let tables = ["pmu::FIELDS"];
+    // Tables the header writes as arrays or macros under their own comment,
+    // and the map's tables, which it writes as the registers' and regions'
+    // own defines.
+    let tables = ["pmu::FIELDS", "map::BLOCKS", "map::WINDOW"];
     let unused: Vec<&String> = unused
         .iter()
         .filter(|k| !tables.contains(&k.as_str()))
@@ -88,7 +90,9 @@ fn c_header_carries_every_constants_documentation() {
 }
 
 /// Every `pub const` of the crate's source appears as a `#define` whose
-/// name ends with the Rust name (tables are emitted as arrays instead).
+/// name ends with the Rust name (tables are emitted as arrays instead),
+/// and so does every register the register map declares (as
+/// `GPUPM_REG_<name>`, with its offset and its access in the comment).
 #[test]
 fn c_header_defines_every_uapi_constant() {
     let header = gen_c::render();
@@ -104,6 +108,8 @@ fn c_header_defines_every_uapi_constant() {
         "SOURCE_NAMES",
         "FIELDS",
         "PMU_IOCTLS",
+        "BLOCKS",
+        "WINDOW",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut missing = Vec::new();
@@ -115,10 +121,28 @@ fn c_header_defines_every_uapi_constant() {
             .filter(|rest| !rest.starts_with("fn "))
             .filter_map(|rest| rest.split(':').next())
             .filter(|name| !name.starts_with('$'))
+            // A block of the register map (`pub const X_REGS = Unit …` in
+            // a `register_block!`), whose registers are checked below.
+            .filter(|name| !name.contains(' '))
         {
             let ends_with = |d: &&str| *d == name || d.ends_with(&format!("_{name}"));
             if !tables.contains(&name) && !defined.iter().any(ends_with) {
                 missing.push(format!("{}: {name}", path.display()));
+            }
+        }
+    }
+    for block in gpupm_uapi::map::BLOCKS {
+        let sets = block.sets.iter().flat_map(|set| set.regs);
+        for reg in block.regs.iter().chain(sets) {
+            let define = format!("#define GPUPM_REG_{} {:#x}", reg.name, reg.offset);
+            let Some(at) = header.find(&define) else {
+                missing.push(define);
+                continue;
+            };
+            let comment = &header[header[..at].rfind("/**").expect("a comment")..at];
+            let access = format!("{}: ", reg.label());
+            if !comment.contains(&access) {
+                missing.push(format!("{define}: no {access:?} in {comment:?}"));
             }
         }
     }

@@ -2,11 +2,14 @@
 //! value's type, an access decoded once into the register it names and the
 //! part of it it touches, and why a unit refuses a write.
 //!
-//! Every register is 32 or 64 bits wide (`uapi::map::is_64bit` says which).
-//! A 64-bit register is read with one 8-byte access at its offset, or one
-//! half at a time with 4-byte accesses. Writes are 4 bytes wide: no 64-bit
-//! register is writable.
+//! Every register is declared in the register map (`gpupm_uapi::map`),
+//! 32 or 64 bits wide. A 64-bit register is read with one 8-byte access at
+//! its offset, or one half at a time with 4-byte accesses. Writes are 4
+//! bytes wide: no 64-bit register is writable. An offset where the map
+//! declares no register is no register, whatever unit's block it is in.
 
+use gpupm_uapi::map::{self, Location};
+use gpupm_uapi::regdef::{self, Reg};
 use gpupm_uapi::regs::{self as r};
 
 /// Why a register access failed. All map to EINVAL at the node boundary.
@@ -131,36 +134,53 @@ pub enum Part {
     High,
 }
 
-/// A decoded access: the register's offset and the part touched.
+/// A decoded access: the register the map declares there and the part
+/// touched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access {
-    /// Offset of the register (the 64-bit register's offset for a high half).
+    /// Offset of the register (the 64-bit register's offset for a high
+    /// half; the word's for a word of a multi-word register).
     pub base: u64,
     /// The part of the register accessed.
     pub part: Part,
+    /// The register's declaration.
+    pub reg: &'static Reg,
+    /// Where [`Access::base`] lies: block, instance, offset in the block.
+    pub at: Location,
 }
 
 impl Access {
     /// Decodes a `width`-byte access at `offset`: width and alignment, the
-    /// aperture, and which register and half it names.
+    /// register the map declares there, and which half of it.
     #[inline]
     pub fn decode(offset: u64, width: u32) -> Result<Self, RegError> {
         let w = Width::from_bytes(width)
             .filter(|w| offset.is_multiple_of(w.bytes()))
             .ok_or(RegError::BadAccess { offset, width })?;
-        if offset >= r::BAR0_SIZE {
-            return Err(RegError::NoRegister { offset });
-        }
-        let (base, part) = match w {
-            Width::W64 if gpupm_uapi::map::is_64bit(offset) => (offset, Part::Whole(Width::W64)),
-            Width::W64 => return Err(RegError::Not64 { offset }),
-            Width::W32 if gpupm_uapi::map::is_64bit(offset) => (offset, Part::Low),
-            Width::W32 if offset >= 4 && gpupm_uapi::map::is_64bit(offset - 4) => {
-                (offset - 4, Part::High)
-            }
-            Width::W32 => (offset, Part::Whole(Width::W32)),
+        let mut at = map::locate(offset).ok_or(RegError::NoRegister { offset })?;
+        let (reg, first) = at.register().ok_or(RegError::NoRegister { offset })?;
+        let into = at.offset - first;
+        let part = match (reg.width, w) {
+            (regdef::Width::W32, Width::W32) => Part::Whole(Width::W32),
+            (regdef::Width::W32, Width::W64) => return Err(RegError::Not64 { offset }),
+            (regdef::Width::W64, Width::W64) => Part::Whole(Width::W64),
+            (regdef::Width::W64, Width::W32) if into == 0 => Part::Low,
+            (regdef::Width::W64, Width::W32) => Part::High,
         };
-        Ok(Access { base, part })
+        // A 64-bit register is one register; a word of a word array is
+        // a register of its own.
+        let back = if reg.width == regdef::Width::W64 {
+            into
+        } else {
+            0
+        };
+        at.offset -= back;
+        Ok(Access {
+            base: offset - back,
+            part,
+            reg,
+            at,
+        })
     }
 
     /// Whether the access is one a write can be: the whole of a 32-bit register.
@@ -237,18 +257,6 @@ impl Reject {
     }
 }
 
-/// Which instance of a per-instance register array `offset` falls in, and
-/// the register's offset inside the instance's block.
-#[inline]
-pub(crate) fn instance(offset: u64, base: u64, stride: u64, count: u32) -> Option<(u32, u64)> {
-    let rel = offset.checked_sub(base)?;
-    if rel >= stride * u64::from(count) {
-        return None;
-    }
-    let index = u32::try_from(rel / stride).ok()?;
-    Some((index, rel % stride))
-}
-
 /// Partition slots named by a mask (bit `p` = slot `p`).
 #[inline]
 pub(crate) fn slots(mask: u32) -> impl Iterator<Item = u32> {
@@ -261,14 +269,26 @@ mod tests {
 
     #[test]
     fn decode_resolves_halves_and_rejects_bad_widths() {
+        let high = Access::decode(r::CYCLE + 4, 4).unwrap();
         assert_eq!(
-            Access::decode(r::CYCLE + 4, 4),
-            Ok(Access {
-                base: r::CYCLE,
-                part: Part::High
+            (high.base, high.part, high.reg.name),
+            (r::CYCLE, Part::High, "CYCLE")
+        );
+        assert_eq!(high.at.offset, r::CYCLE);
+        assert_eq!(Access::decode(r::CYCLE, 4).map(|a| a.part), Ok(Part::Low));
+        let word = Access::decode(r::REKEY_KEY + 12, 4).unwrap();
+        assert_eq!((word.base, word.reg.name), (r::REKEY_KEY + 12, "REKEY_KEY"));
+        let counter = Access::decode(r::part(5, r::PART_STREAM_LOST) + 4, 4).unwrap();
+        assert_eq!(
+            (counter.at.instance, counter.at.offset),
+            (5, r::PART_STREAM_LOST)
+        );
+        assert_eq!(
+            Access::decode(r::part(0, r::PART_SWITCH_REQ_CYCLE + 8), 4),
+            Err(RegError::NoRegister {
+                offset: r::part(0, r::PART_SWITCH_REQ_CYCLE + 8)
             })
         );
-        assert_eq!(Access::decode(r::CYCLE, 4).map(|a| a.part), Ok(Part::Low));
         assert_eq!(
             Access::decode(r::ID, 8),
             Err(RegError::Not64 { offset: r::ID })
@@ -291,25 +311,12 @@ mod tests {
     #[test]
     fn extract_splits_a_64_bit_value_into_halves() {
         let v = RegValue::R64(0x1122_3344_5566_7788);
-        let at = |part| Access { base: 0, part }.extract(v);
+        let at = |part| {
+            let access = Access::decode(r::CYCLE, 8).unwrap();
+            Access { part, ..access }.extract(v)
+        };
         assert_eq!(at(Part::Low), 0x5566_7788);
         assert_eq!(at(Part::High), 0x1122_3344);
         assert_eq!(at(Part::Whole(Width::W64)), 0x1122_3344_5566_7788);
-    }
-
-    #[test]
-    fn instance_finds_index_and_register() {
-        assert_eq!(
-            instance(r::part(3, r::PART_CTRL), r::PART_BASE, r::PART_STRIDE, 16),
-            Some((3, r::PART_CTRL))
-        );
-        assert_eq!(
-            instance(r::PART_BASE - 4, r::PART_BASE, r::PART_STRIDE, 16),
-            None
-        );
-        assert_eq!(
-            instance(r::part(16, 0), r::PART_BASE, r::PART_STRIDE, 16),
-            None
-        );
     }
 }

@@ -33,7 +33,8 @@ mod prose;
 mod structs;
 
 use docs::{c_comment, Docs, Names};
-use gpupm_uapi::{ioctl, map, pmu, tenant};
+use gpupm_uapi::regdef::{Block, Reg, Width};
+use gpupm_uapi::{ioctl, pmu, tenant};
 use structs::{all_structs, emit_asserts, emit_structs};
 
 /// An integer constant of any width.
@@ -168,12 +169,7 @@ macro_rules! group {
     (@hex dec) => { false };
 }
 
-/// `(name, offset)` of each listed register of `regs`.
-macro_rules! offsets {
-    ($($name:ident),+ $(,)?) => { [$((stringify!($name), gpupm_uapi::regs::$name)),+] };
-}
-
-// After `group!` and `offsets!`, which they use.
+// After `group!`, which they use.
 mod cc;
 mod events_c;
 mod page_c;
@@ -182,28 +178,33 @@ mod regs_c;
 mod ri;
 mod sampling;
 
-/// Register offsets, with a note on the 64-bit ones; `base` places a
-/// per-instance offset inside the array for [`gpupm_uapi::map::is_64bit`].
-fn registers(h: &mut Header, base: u64, regs: &[(&str, u64)]) {
-    registers_in(h, "regs", base, regs);
+/// Every register of `block` as `GPUPM_REG_<name>`, its offset as
+/// declared (absolute for a fixed block, inside the instance for an
+/// array), with its declaration's documentation after its access; a note
+/// on the 64-bit ones and on word arrays.
+fn block_registers(h: &mut Header, block: &Block) {
+    registers_of(h, block.module, block.regs);
+    for set in block.sets {
+        registers_of(h, block.module, set.regs);
+    }
 }
 
-/// [`registers`] of another uapi module, whose doc comments the header
-/// carries (`module` as in `sampling`).
-fn registers_in(h: &mut Header, module: &str, base: u64, regs: &[(&str, u64)]) {
-    for &(name, off) in regs {
-        let wide = if map::is_64bit(base + off) {
-            "64-bit"
-        } else {
-            ""
+/// [`block_registers`] of one list of registers of uapi module `module`.
+fn registers_of(h: &mut Header, module: &str, regs: &[Reg]) {
+    for reg in regs {
+        let key = format!("{module}::{}", reg.name);
+        let name = format!("GPUPM_REG_{}", reg.name);
+        h.names.add(&key, &name);
+        let doc: Vec<&str> = reg.doc.lines().map(str::trim).collect();
+        let text = format!("{}: {}", reg.label(), doc.join("\n"));
+        let text = h.names.rewrite_in(module, &text);
+        h.line(&c_comment(&text));
+        let note = match (reg.width, reg.words) {
+            (Width::W64, _) => "64-bit".to_string(),
+            (Width::W32, 1) => String::new(),
+            (Width::W32, n) => format!("{n} words"),
         };
-        h.item(
-            &format!("{module}::{name}"),
-            &format!("GPUPM_REG_{name}"),
-            off,
-            true,
-            wide,
-        );
+        h.define(&name, reg.offset, true, &note);
     }
 }
 

@@ -9,7 +9,7 @@ use gpupm_uapi::intr::{self, InterruptRecord};
 use gpupm_uapi::ioctl::{
     self, Advance, Identity, LedgerQuery, RegAccess, RegBatch, RegOp, Reset, WindowRead,
 };
-use gpupm_uapi::{layout, regs, sampling};
+use gpupm_uapi::{layout, map, regs, sampling};
 
 /// The generated module's text.
 pub fn render() -> String {
@@ -40,7 +40,7 @@ pub fn render() -> String {
     c("DEVICE_MAGIC", u64::from(regs::DEVICE_MAGIC));
     c("RESET_MAGIC", u64::from(regs::RESET_MAGIC));
     for (name, value) in register_values() {
-        c(name, value);
+        c(&name, value);
     }
     c("TRIG_CMD_TRIGGER", u64::from(regs::trig_cmd::TRIGGER));
     c("MBOX_OP_GET_CAPS", u64::from(regs::mbox_op::GET_CAPS));
@@ -79,37 +79,29 @@ pub fn render() -> String {
     s
 }
 
-/// Registers, bits, limits and sizes the Python clients use, in the
-/// module's order.
-fn register_values() -> Vec<(&'static str, u64)> {
+/// Every register of the map as `REG_<name>` (its offset as declared:
+/// absolute for a fixed block, inside the instance for an array), then
+/// the layout offsets, bits, limits and sizes the Python clients use.
+fn register_values() -> Vec<(String, u64)> {
+    let mut values: Vec<(String, u64)> = map::BLOCKS
+        .iter()
+        .flat_map(|block| {
+            block
+                .regs
+                .iter()
+                .chain(block.sets.iter().flat_map(|set| set.regs))
+        })
+        .map(|reg| (format!("REG_{}", reg.name), reg.offset))
+        .collect();
+    values.extend(others().into_iter().map(|(name, v)| (name.to_string(), v)));
+    values
+}
+
+/// Values beside the registers, in the module's order.
+fn others() -> Vec<(&'static str, u64)> {
     vec![
-        ("REG_ID", regs::ID),
-        ("REG_ABI_VERSION", regs::ABI_VERSION),
-        ("REG_CYCLE", regs::CYCLE),
-        ("REG_CLOCK_LAG", regs::CLOCK_LAG),
-        ("REG_TRIG_CMD", regs::TRIG_CMD),
-        ("REG_INTR_STATUS", regs::INTR_STATUS),
-        ("REG_INTR_MASK", regs::INTR_MASK),
-        ("REG_INTR_ACK", regs::INTR_ACK),
-        ("REG_INTR_PENDING", regs::INTR_PENDING),
-        ("REG_INTR_SEQ", regs::INTR_SEQ),
-        ("REG_MBOX_ARG", regs::MBOX_ARG),
-        ("REG_MBOX_CMD", regs::MBOX_CMD),
-        ("REG_MBOX_STATUS", regs::MBOX_STATUS),
-        ("REG_MBOX_SEQ", regs::MBOX_SEQ),
-        ("REG_MBOX_DATA", regs::MBOX_DATA),
-        ("REG_OOB_MBOX_ARG", regs::OOB_MBOX_ARG),
-        ("REG_OOB_MBOX_CMD", regs::OOB_MBOX_CMD),
-        ("REG_OOB_MBOX_STATUS", regs::OOB_MBOX_STATUS),
-        ("REG_OOB_MBOX_SEQ", regs::OOB_MBOX_SEQ),
-        ("REG_OOB_MBOX_DATA", regs::OOB_MBOX_DATA),
         ("REG_PART_BASE", regs::PART_BASE),
         ("REG_PART_STRIDE", regs::PART_STRIDE),
-        ("REG_PART_RC_BIND_VM", regs::PART_RC_BIND_VM),
-        ("REG_TRIG_TARGET", regs::TRIG_TARGET),
-        ("REG_TOPO_PARTITIONS", regs::TOPO_PARTITIONS),
-        ("REG_PART_STATUS", regs::PART_STATUS),
-        ("REG_PART_SWITCH_TIMEOUT", regs::PART_SWITCH_TIMEOUT),
         ("MAX_PARTITION_SLOTS", u64::from(regs::MAX_PARTITION_SLOTS)),
         (
             "PART_STATUS_CONFIGURED",
@@ -125,18 +117,8 @@ fn register_values() -> Vec<(&'static str, u64)> {
         ("SIZEOF_BLOCK_SLOT", size_of::<layout::BlockSlot>() as u64),
         ("SAMP_BASE", sampling::SAMP_BASE),
         ("SAMP_STRIDE", sampling::SAMP_STRIDE),
-        ("REG_SAMP_CTRL", sampling::SAMP_CTRL),
-        ("REG_SAMP_CYCLE_PERIOD", sampling::SAMP_CYCLE_PERIOD),
-        ("REG_SAMP_CYCLE_DITHER", sampling::SAMP_CYCLE_DITHER),
-        ("REG_SAMP_BRANCH_PERIOD", sampling::SAMP_BRANCH_PERIOD),
         ("REG_SAMP_BUF_BRANCH", sampling::SAMP_BUF_BRANCH),
         ("REG_SAMP_BUF_PC", sampling::SAMP_BUF_PC),
-        ("REG_BUF_BASE", sampling::BUF_BASE),
-        ("REG_BUF_CAP", sampling::BUF_CAP),
-        ("REG_BUF_HEAD", sampling::BUF_HEAD),
-        ("REG_BUF_TAIL", sampling::BUF_TAIL),
-        ("REG_BUF_ADDR", sampling::BUF_ADDR),
-        ("REG_BUF_LOST", sampling::BUF_LOST),
         ("SAMPLE_REGION", sampling::SAMPLE_REGION),
         ("SAMPLE_SPAN", sampling::SAMPLE_SPAN),
         (

@@ -1,5 +1,7 @@
 //! The CCU array.
 
+use crate::regdef::register_block;
+
 // ---------------------------------------------------------------------------
 // CCUs (0x3000..0x4000)
 // ---------------------------------------------------------------------------
@@ -16,24 +18,31 @@ pub const fn ccu(c: u32, reg: u64) -> u64 {
     CCU_BASE + c as u64 * CCU_STRIDE + reg
 }
 
-/// RO: partition slot owning this CCU (0 = system).
-pub const CCU_OWNER: u64 = 0x00;
-/// RO: number of ULCs served.
-pub const CCU_ULCS: u64 = 0x04;
-/// RO: number of counters (sum of the ULCs' counters).
-pub const CCU_COUNTERS: u64 = 0x08;
-/// RO: index of the active bank (0 or 1).
-pub const CCU_ACTIVE_BANK: u64 = 0x0C;
-/// RW: index of the 32-bit mask word that `CCU_MASK_DATA` accesses.
-pub const CCU_MASK_INDEX: u64 = 0x10;
-/// RW: mask word: bit i masks counter `32 * index + i` (1 = masked).
-pub const CCU_MASK_DATA: u64 = 0x14;
-/// RO 64-bit: records emitted.
-pub const CCU_RECORDS: u64 = 0x18;
-/// RO: unit group kind, see [`ccu_group`].
-pub const CCU_GROUP: u64 = 0x20;
-/// RO: unit group index within its kind.
-pub const CCU_GROUP_INDEX: u64 = 0x24;
+register_block! {
+    /// One CCU's registers: owner, size, banks, mask, records.
+    pub const CCU_REGS = Ccu "CCU" in "regs",
+        array CCU_BASE, stride CCU_STRIDE, count MAX_CCUS;
+    registers {
+        /// partition slot owning this CCU (0 = system).
+        CCU_OWNER = 0x00, ro;
+        /// number of ULCs served.
+        CCU_ULCS = 0x04, ro;
+        /// number of counters (sum of the ULCs' counters).
+        CCU_COUNTERS = 0x08, ro;
+        /// index of the active bank (0 or 1).
+        CCU_ACTIVE_BANK = 0x0C, ro;
+        /// index of the 32-bit mask word that `CCU_MASK_DATA` accesses.
+        CCU_MASK_INDEX = 0x10, rw;
+        /// mask word: bit i masks counter `32 * index + i` (1 = masked).
+        CCU_MASK_DATA = 0x14, rw;
+        /// records emitted.
+        CCU_RECORDS = 0x18, ro64;
+        /// unit group kind, see [`ccu_group`].
+        CCU_GROUP = 0x20, ro;
+        /// unit group index within its kind.
+        CCU_GROUP_INDEX = 0x24, ro;
+    }
+}
 
 /// Values of [`CCU_GROUP`].
 pub mod ccu_group {

@@ -1,5 +1,7 @@
 //! The context table.
 
+use crate::regdef::register_block;
+
 // ---------------------------------------------------------------------------
 // Context table (0x8000..0x28000)
 // ---------------------------------------------------------------------------
@@ -16,22 +18,29 @@ pub const fn ctx(c: u32, reg: u64) -> u64 {
     CTX_BASE + c as u64 * CTX_STRIDE + reg
 }
 
-/// RO: VM owning the context.
-pub const CTX_VM: u64 = 0x00;
-/// RO: lifecycle state, see [`ctx_state`].
-pub const CTX_STATE: u64 = 0x04;
-/// RO 64-bit: memory-window offset of the context block slot.
-pub const CTX_BLOCK: u64 = 0x08;
-/// WO: context command, see [`ctx_cmd`].
-pub const CTX_CMD: u64 = 0x10;
-/// RO: program the context runs: 0 = none (it counts by its profile's
-/// rates alone), else 1 + its index in the scenario's program table
-/// (`Scenario::programs`: the `[[program]]` entries in file order, then the
-/// programs generated for churn contexts), see `docs/sampling.md`.
-pub const CTX_PROGRAM: u64 = 0x14;
-/// RO 64-bit: cycle at which the context was created. Context ids are
-/// reused after release; (id, created cycle) names one context instance.
-pub const CTX_CREATED_CYCLE: u64 = 0x18;
+register_block! {
+    /// One context table entry.
+    pub const CTX_REGS = Ctx "CTX" in "regs",
+        array CTX_BASE, stride CTX_STRIDE, count MAX_CONTEXTS;
+    registers {
+        /// VM owning the context.
+        CTX_VM = 0x00, ro;
+        /// lifecycle state, see [`ctx_state`].
+        CTX_STATE = 0x04, ro;
+        /// memory-window offset of the context block slot.
+        CTX_BLOCK = 0x08, ro64;
+        /// context command, see [`ctx_cmd`].
+        CTX_CMD = 0x10, wo;
+        /// program the context runs: 0 = none (it counts by its profile's
+        /// rates alone), else 1 + its index in the scenario's program table
+        /// (`Scenario::programs`: the `[[program]]` entries in file order, then the
+        /// programs generated for churn contexts), see `docs/sampling.md`.
+        CTX_PROGRAM = 0x14, ro;
+        /// cycle at which the context was created. Context ids are
+        /// reused after release; (id, created cycle) names one context instance.
+        CTX_CREATED_CYCLE = 0x18, ro64;
+    }
+}
 
 /// Values of [`CTX_STATE`].
 pub mod ctx_state {

@@ -1,5 +1,7 @@
 //! The host's and the out-of-band mailboxes.
 
+use crate::regdef::register_block;
+
 // ---------------------------------------------------------------------------
 // Mailboxes, SMBPBI-like: the host's (0x0300..0x0400) and the out-of-band
 // one (0x0400..0x0500). They are two register sets with the same layout and
@@ -10,30 +12,45 @@
 // the OOB node (`card0-oob`) only the OOB set.
 // ---------------------------------------------------------------------------
 
-/// RW: argument for the next command (e.g. an event id).
-pub const MBOX_ARG: u64 = 0x0300;
-/// WO: writing an opcode from [`mbox_op`] runs the command.
-pub const MBOX_CMD: u64 = 0x0304;
-/// RO: status of the last command, see [`mbox_status`].
-pub const MBOX_STATUS: u64 = 0x0308;
-/// RO: commands completed on this mailbox (modulo 2^32); a caller knows
-/// its command completed when the value moved past the one it read before.
-pub const MBOX_SEQ: u64 = 0x030C;
-/// RO 64-bit: result data of the last command.
-pub const MBOX_DATA: u64 = 0x0310;
+register_block! {
+    /// The host's mailbox (`card0` only).
+    pub const MAILBOX_REGS = Mailbox "MBOX" in "regs",
+        fixed 0x0300..0x0400;
+    registers {
+        /// argument for the next command (e.g. an event id).
+        MBOX_ARG = 0x0300, rw;
+        /// writing an opcode from [`mbox_op`] runs the command.
+        MBOX_CMD = 0x0304, wo;
+        /// status of the last command, see [`mbox_status`].
+        MBOX_STATUS = 0x0308, ro;
+        /// commands completed on this mailbox (modulo 2^32); a caller knows
+        /// its command completed when the value moved past the one it read before.
+        MBOX_SEQ = 0x030C, ro;
+        /// result data of the last command.
+        MBOX_DATA = 0x0310, ro64;
+    }
+}
 
 /// Offset of the OOB mailbox's register set from the host's.
 pub const OOB_MBOX_DELTA: u64 = 0x0100;
-/// RW: the OOB mailbox's [`MBOX_ARG`].
-pub const OOB_MBOX_ARG: u64 = MBOX_ARG + OOB_MBOX_DELTA;
-/// WO: the OOB mailbox's [`MBOX_CMD`].
-pub const OOB_MBOX_CMD: u64 = MBOX_CMD + OOB_MBOX_DELTA;
-/// RO: the OOB mailbox's [`MBOX_STATUS`].
-pub const OOB_MBOX_STATUS: u64 = MBOX_STATUS + OOB_MBOX_DELTA;
-/// RO: the OOB mailbox's [`MBOX_SEQ`].
-pub const OOB_MBOX_SEQ: u64 = MBOX_SEQ + OOB_MBOX_DELTA;
-/// RO 64-bit: the OOB mailbox's [`MBOX_DATA`].
-pub const OOB_MBOX_DATA: u64 = MBOX_DATA + OOB_MBOX_DELTA;
+register_block! {
+    /// The out-of-band mailbox (`card0-oob` only): the host's registers,
+    /// [`OOB_MBOX_DELTA`] further on.
+    pub const OOB_MAILBOX_REGS = OobMailbox "OOB_MBOX" in "regs",
+        fixed 0x0400..0x0500;
+    registers {
+        /// the OOB mailbox's [`MBOX_ARG`].
+        OOB_MBOX_ARG = MBOX_ARG + OOB_MBOX_DELTA, rw;
+        /// the OOB mailbox's [`MBOX_CMD`].
+        OOB_MBOX_CMD = MBOX_CMD + OOB_MBOX_DELTA, wo;
+        /// the OOB mailbox's [`MBOX_STATUS`].
+        OOB_MBOX_STATUS = MBOX_STATUS + OOB_MBOX_DELTA, ro;
+        /// the OOB mailbox's [`MBOX_SEQ`].
+        OOB_MBOX_SEQ = MBOX_SEQ + OOB_MBOX_DELTA, ro;
+        /// the OOB mailbox's [`MBOX_DATA`].
+        OOB_MBOX_DATA = MBOX_DATA + OOB_MBOX_DELTA, ro64;
+    }
+}
 
 /// Mailbox opcodes for [`MBOX_CMD`] and [`OOB_MBOX_CMD`].
 pub mod mbox_op {

@@ -1,5 +1,7 @@
 //! Per-partition blocks: control, handshake, RC, stream ring.
 
+use crate::regdef::register_block;
+
 #[cfg(doc)] // the links below name the trigger block's timing
 use super::trigger::{flush_ack_latency, FLUSH_ACK_MAX_CYCLES};
 
@@ -20,67 +22,74 @@ pub const fn part(p: u32, reg: u64) -> u64 {
     PART_BASE + p as u64 * PART_STRIDE + reg
 }
 
-/// RW: pause bits, see [`part_ctrl`]; writable only during a switch.
-pub const PART_CTRL: u64 = 0x00;
-/// RO: handshake state (bits 0..4, [`hs_state`]) and flags ([`part_status`]).
-pub const PART_STATUS: u64 = 0x04;
-/// RO: VM whose block the RC is bound to (0 = none).
-pub const PART_CUR_VM: u64 = 0x08;
-/// RO: context whose block the RC is bound to (0 = none).
-pub const PART_CUR_CTX: u64 = 0x0C;
-/// RO: VM the pending switch brings in (0 = none).
-pub const PART_NEXT_VM: u64 = 0x10;
-/// RO: context the pending switch brings in (0 = none, partition goes idle).
-pub const PART_NEXT_CTX: u64 = 0x14;
-/// RO 64-bit: CCUs assigned to this partition (bit = CCU index).
-pub const PART_CCU_ASSIGNED: u64 = 0x18;
-/// RO 64-bit: CCUs whose flush ack has arrived since the last flush
-/// request; a CCU's bit is set [`flush_ack_latency`] cycles after the
-/// request (device time), so a host polls it (bounded; on a step clock it
-/// advances the clock, e.g. by [`FLUSH_ACK_MAX_CYCLES`]).
-pub const PART_CCU_ACKED: u64 = 0x20;
-/// WO: reduction-channel command, bits in [`rc_cmd`].
-pub const PART_RC_CMD: u64 = 0x28;
-/// RW: VM to bind at the next re-point.
-pub const PART_RC_BIND_VM: u64 = 0x2C;
-/// RW: context to bind at the next re-point.
-pub const PART_RC_BIND_CTX: u64 = 0x30;
-/// RW: cycles the device waits for host software to finish a requested
-/// switch before completing it itself.
-pub const PART_SWITCH_TIMEOUT: u64 = 0x34;
-/// RO 64-bit: switches completed by the device's fallback.
-pub const PART_FALLBACKS: u64 = 0x38;
-/// RO 64-bit: switches completed (host-driven and fallback).
-pub const PART_SWITCHES: u64 = 0x40;
-/// RO 64-bit: RC commits (= stream records produced or lost).
-pub const PART_COMMIT_SEQ: u64 = 0x48;
-/// RO: stream ring head (next record index the device writes), modulo 2^32.
-pub const PART_STREAM_HEAD: u64 = 0x50;
-/// RW: stream ring tail (next record index the host reads), modulo 2^32.
-/// Writes must lie in `[old tail, head]`.
-pub const PART_STREAM_TAIL: u64 = 0x54;
-/// RO: ring capacity in records (a power of two). Ring 0 (RC0) receives a
-/// commit for the triggers of every partition, so it is larger: the
-/// scenario's capacity times (GPU slices + 1), rounded up to a power of
-/// two, at most `layout::STREAM_RING_MAX`.
-pub const PART_STREAM_CAP: u64 = 0x58;
-/// RW: raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
-/// raised once per drain (re-armed by a tail write).
-pub const PART_STREAM_WATERMARK: u64 = 0x5C;
-/// RO 64-bit: records lost because the ring was full.
-pub const PART_STREAM_LOST: u64 = 0x60;
-/// RO 64-bit: memory-window offset of the ring's first slot.
-pub const PART_STREAM_BASE: u64 = 0x68;
-/// RW: context timeslice in cycles (0 = never rotate contexts).
-pub const PART_TIMESLICE_CTX: u64 = 0x70;
-/// RW: VM timeslice in cycles (0 = never rotate VMs).
-pub const PART_TIMESLICE_VM: u64 = 0x74;
-/// RO: GPC ownership mask.
-pub const PART_GPC_MASK: u64 = 0x78;
-/// RO: memory-slice ownership mask.
-pub const PART_MEM_MASK: u64 = 0x7C;
-/// RO 64-bit: cycle at which the pending switch was requested.
-pub const PART_SWITCH_REQ_CYCLE: u64 = 0x80;
+register_block! {
+    /// One partition slot's block: control, handshake, RC, stream ring.
+    pub const PART_REGS = Partition "PART" in "regs",
+        array PART_BASE, stride PART_STRIDE, count MAX_PARTITION_SLOTS;
+    registers {
+        /// pause bits, see [`part_ctrl`]; writable only during a switch.
+        PART_CTRL = 0x00, rw;
+        /// handshake state (bits 0..4, [`hs_state`]) and flags ([`part_status`]).
+        PART_STATUS = 0x04, ro;
+        /// VM whose block the RC is bound to (0 = none).
+        PART_CUR_VM = 0x08, ro;
+        /// context whose block the RC is bound to (0 = none).
+        PART_CUR_CTX = 0x0C, ro;
+        /// VM the pending switch brings in (0 = none).
+        PART_NEXT_VM = 0x10, ro;
+        /// context the pending switch brings in (0 = none, partition goes idle).
+        PART_NEXT_CTX = 0x14, ro;
+        /// CCUs assigned to this partition (bit = CCU index).
+        PART_CCU_ASSIGNED = 0x18, ro64;
+        /// CCUs whose flush ack has arrived since the last flush
+        /// request; a CCU's bit is set [`flush_ack_latency`] cycles after the
+        /// request (device time), so a host polls it (bounded; on a step clock it
+        /// advances the clock, e.g. by [`FLUSH_ACK_MAX_CYCLES`]).
+        PART_CCU_ACKED = 0x20, ro64;
+        /// reduction-channel command, bits in [`rc_cmd`].
+        PART_RC_CMD = 0x28, wo;
+        /// VM to bind at the next re-point.
+        PART_RC_BIND_VM = 0x2C, rw;
+        /// context to bind at the next re-point.
+        PART_RC_BIND_CTX = 0x30, rw;
+        /// cycles the device waits for host software to finish a requested
+        /// switch before completing it itself.
+        PART_SWITCH_TIMEOUT = 0x34, rw;
+        /// switches completed by the device's fallback.
+        PART_FALLBACKS = 0x38, ro64;
+        /// switches completed (host-driven and fallback).
+        PART_SWITCHES = 0x40, ro64;
+        /// RC commits (= stream records produced or lost).
+        PART_COMMIT_SEQ = 0x48, ro64;
+        /// stream ring head (next record index the device writes), modulo 2^32.
+        PART_STREAM_HEAD = 0x50, ro;
+        /// stream ring tail (next record index the host reads), modulo 2^32.
+        /// Writes must lie in `[old tail, head]`.
+        PART_STREAM_TAIL = 0x54, rw;
+        /// ring capacity in records (a power of two). Ring 0 (RC0) receives a
+        /// commit for the triggers of every partition, so it is larger: the
+        /// scenario's capacity times (GPU slices + 1), rounded up to a power of
+        /// two, at most `layout::STREAM_RING_MAX`.
+        PART_STREAM_CAP = 0x58, ro;
+        /// raise `STREAM_WATERMARK` when `head - tail` reaches this (1..=cap);
+        /// raised once per drain (re-armed by a tail write).
+        PART_STREAM_WATERMARK = 0x5C, rw;
+        /// records lost because the ring was full.
+        PART_STREAM_LOST = 0x60, ro64;
+        /// memory-window offset of the ring's first slot.
+        PART_STREAM_BASE = 0x68, ro64;
+        /// context timeslice in cycles (0 = never rotate contexts).
+        PART_TIMESLICE_CTX = 0x70, rw;
+        /// VM timeslice in cycles (0 = never rotate VMs).
+        PART_TIMESLICE_VM = 0x74, rw;
+        /// GPC ownership mask.
+        PART_GPC_MASK = 0x78, ro;
+        /// memory-slice ownership mask.
+        PART_MEM_MASK = 0x7C, ro;
+        /// cycle at which the pending switch was requested.
+        PART_SWITCH_REQ_CYCLE = 0x80, ro64;
+    }
+}
 
 /// Bits of [`PART_CTRL`].
 pub mod part_ctrl {

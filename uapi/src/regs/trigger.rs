@@ -1,34 +1,52 @@
-//! The trigger block.
+//! The trigger block and the reduction-channel buffer's registers.
+
+use crate::regdef::register_block;
 
 // ---------------------------------------------------------------------------
-// Trigger block (0x0100..0x0200)
+// Trigger block (0x0100..0x0130), RC buffer (0x0130..0x0200)
 // ---------------------------------------------------------------------------
 
-/// RW: periodic trigger period in cycles; 0 disables periodic triggers.
-/// Non-zero values below [`TRIG_PERIOD_MIN`] are rejected.
-pub const TRIG_PERIOD: u64 = 0x0100;
-/// RW: trigger control bits, see [`trig_ctrl`].
-pub const TRIG_CTRL: u64 = 0x0104;
-/// RW: CCU threshold: when any active-bank CCU counter reaches this value
-/// the partition owning the CCU is triggered. Must lie in
-/// `[TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX]`.
-pub const TRIG_THRESHOLD: u64 = 0x0108;
-/// RW: target mask for [`TRIG_CMD`]: bit `p` selects partition slot `p`
-/// (bit 0 = system CCUs).
-pub const TRIG_TARGET: u64 = 0x010C;
-/// WO: register-write trigger, bits in [`trig_cmd`], applied to the CCUs of
-/// the partitions selected in [`TRIG_TARGET`].
-pub const TRIG_CMD: u64 = 0x0110;
-/// WO: external trigger input; writing 1 triggers every unpaused partition.
-pub const TRIG_EXTERNAL: u64 = 0x0114;
-/// RO 64-bit: periodic triggers delivered.
-pub const TRIG_COUNT_PERIODIC: u64 = 0x0118;
-/// RO 64-bit: threshold triggers delivered.
-pub const TRIG_COUNT_THRESHOLD: u64 = 0x0120;
-/// RO 64-bit: register-write and external triggers delivered.
-pub const TRIG_COUNT_COMMAND: u64 = 0x0128;
-/// RO 64-bit: records routed by the reduction-channel buffer.
-pub const RECORDS_ROUTED: u64 = 0x0130;
+register_block! {
+    /// The trigger block: periodic, threshold, command and external
+    /// triggers, and their counts.
+    pub const TRIGGER_REGS = Trigger "TRIG" in "regs",
+        fixed 0x0100..0x0130;
+    registers {
+        /// periodic trigger period in cycles; 0 disables periodic triggers.
+        /// Non-zero values below [`TRIG_PERIOD_MIN`] are rejected.
+        TRIG_PERIOD = 0x0100, rw;
+        /// trigger control bits, see [`trig_ctrl`].
+        TRIG_CTRL = 0x0104, rw;
+        /// CCU threshold: when any active-bank CCU counter reaches this value
+        /// the partition owning the CCU is triggered. Must lie in
+        /// `[TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX]`.
+        TRIG_THRESHOLD = 0x0108, rw;
+        /// target mask for [`TRIG_CMD`]: bit `p` selects partition slot `p`
+        /// (bit 0 = system CCUs).
+        TRIG_TARGET = 0x010C, rw;
+        /// register-write trigger, bits in [`trig_cmd`], applied to the CCUs of
+        /// the partitions selected in [`TRIG_TARGET`].
+        TRIG_CMD = 0x0110, wo;
+        /// external trigger input; writing 1 triggers every unpaused partition.
+        TRIG_EXTERNAL = 0x0114, wo;
+        /// periodic triggers delivered.
+        TRIG_COUNT_PERIODIC = 0x0118, ro64;
+        /// threshold triggers delivered.
+        TRIG_COUNT_THRESHOLD = 0x0120, ro64;
+        /// register-write and external triggers delivered.
+        TRIG_COUNT_COMMAND = 0x0128, ro64;
+    }
+}
+
+register_block! {
+    /// The reduction-channel buffer's device-wide registers.
+    pub const RC_BUFFER_REGS = RcBuffer "RC_BUFFER" in "regs",
+        fixed 0x0130..0x0200;
+    registers {
+        /// records routed by the reduction-channel buffer.
+        RECORDS_ROUTED = 0x0130, ro64;
+    }
+}
 
 /// Smallest non-zero periodic trigger period in cycles.
 pub const TRIG_PERIOD_MIN: u32 = 1024;

@@ -10,17 +10,15 @@
 //! by op, and executes only if all pass, which makes batches atomic without
 //! copying the device.
 
-use std::ops::Range;
-
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::layout::SYSTEM_BLOCK_SLOT;
+use gpupm_uapi::map::Location;
+use gpupm_uapi::regdef::BlockId;
 use gpupm_uapi::regs::{self as r, device_status, hs_state, part_ctrl, rc_cmd};
 
 use super::Device;
-use crate::model::access::{
-    count32, instance, r32, r64, slots, Access, RegError, RegValue, Reject,
-};
+use crate::model::access::{count32, r32, r64, slots, Access, RegError, RegValue, Reject};
 use crate::model::cc::rekey::StagingWrite;
 use crate::model::cc::{KeyWrite, RekeyStaging};
 use crate::model::ccu::regs::CcuWrite;
@@ -35,29 +33,10 @@ use crate::model::ri::{RiShadow, RiWrite};
 use crate::model::sampling::buffer::BufWrite;
 use crate::model::sampling::{SampShadow, SampWrite};
 use crate::model::trigger::{TriggerBlock, TriggerWrite};
-use gpupm_uapi::ranges::{RANGE_BASE, RANGE_STRIDE, RRING_BASE, RRING_STRIDE};
-use gpupm_uapi::ri as ri_regs;
-use gpupm_uapi::sampling::{SAMP_BASE, SAMP_STRIDE};
 
-/// Identity, topology and clock registers.
-const IDENTITY: Range<u64> = r::ID..r::TRIG_PERIOD;
-/// The trigger block.
-const TRIGGER: Range<u64> = r::TRIG_PERIOD..r::INTR_STATUS;
-/// `RECORDS_ROUTED`, inside the trigger block's range, is the RC buffer's.
-const RC_BUFFER: Range<u64> = r::RECORDS_ROUTED..r::RECORDS_ROUTED + 8;
-/// The interrupt controller.
-const INTERRUPTS: Range<u64> = r::INTR_STATUS..r::MBOX_ARG;
-/// The host's mailbox.
-const MAILBOX: Range<u64> = r::MBOX_ARG..r::OOB_MBOX_ARG;
-/// The out-of-band mailbox.
-const OOB_MAILBOX: Range<u64> = r::OOB_MBOX_ARG..r::OOB_MBOX_ARG + r::OOB_MBOX_DELTA;
-/// The confidential rekey staging registers.
-const REKEY: Range<u64> = r::REKEY_NONCE..r::REKEY_NONCE + 0x100;
-/// The runtime-instrumentation globals.
-const RI_GLOBAL: Range<u64> = ri_regs::RI_COUNT..ri_regs::RI_COUNT + 0x100;
-
-/// The unit an offset belongs to, with the instance and the offset inside
-/// the instance's block for per-instance arrays.
+/// The unit an access goes to, with the instance and the offset inside
+/// the instance's block for per-instance arrays (the absolute offset for
+/// the device-wide blocks, as their constants are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Unit {
     Identity,
@@ -83,51 +62,29 @@ enum Unit {
     Ccu(u32, u64),
     Vm(u32, u64),
     Ctx(u32, u64),
-    Unmapped,
 }
 
-fn unit_of(offset: u64) -> Unit {
-    if let Some((p, o)) = instance(offset, r::PART_BASE, r::PART_STRIDE, r::MAX_PARTITION_SLOTS) {
-        Unit::Partition(p, o)
-    } else if let Some((p, o)) = instance(offset, SAMP_BASE, SAMP_STRIDE, r::MAX_PARTITION_SLOTS) {
-        Unit::Sampling(p, o)
-    } else if let Some((i, o)) = instance(
-        offset,
-        ri_regs::RI_BASE,
-        ri_regs::RI_STRIDE,
-        ri_regs::RI_BLOCKS,
-    ) {
-        Unit::Ri(i, o)
-    } else if let Some((p, o)) = instance(offset, RANGE_BASE, RANGE_STRIDE, r::MAX_PARTITION_SLOTS)
-    {
-        Unit::Range(p, o)
-    } else if let Some((p, o)) = instance(offset, RRING_BASE, RRING_STRIDE, r::MAX_PARTITION_SLOTS)
-    {
-        Unit::RangeRing(p, o)
-    } else if let Some((c, o)) = instance(offset, r::CCU_BASE, r::CCU_STRIDE, r::MAX_CCUS) {
-        Unit::Ccu(c, o)
-    } else if let Some((vm, o)) = instance(offset, r::VM_BASE, r::VM_STRIDE, r::MAX_VMS) {
-        Unit::Vm(vm, o)
-    } else if let Some((ctx, o)) = instance(offset, r::CTX_BASE, r::CTX_STRIDE, r::MAX_CONTEXTS) {
-        Unit::Ctx(ctx, o)
-    } else if IDENTITY.contains(&offset) {
-        Unit::Identity
-    } else if RC_BUFFER.contains(&offset) {
-        Unit::RcBuffer
-    } else if TRIGGER.contains(&offset) {
-        Unit::Trigger
-    } else if INTERRUPTS.contains(&offset) {
-        Unit::Interrupts
-    } else if MAILBOX.contains(&offset) {
-        Unit::Mailbox
-    } else if OOB_MAILBOX.contains(&offset) {
-        Unit::OobMailbox(offset - r::OOB_MBOX_DELTA)
-    } else if REKEY.contains(&offset) {
-        Unit::Rekey
-    } else if RI_GLOBAL.contains(&offset) {
-        Unit::RiGlobal
-    } else {
-        Unit::Unmapped
+/// Who serves the block a decoded access lies in: one arm per block of
+/// the register map, so a new block does not compile until it is routed.
+fn unit_of(at: &Location) -> Unit {
+    let (i, o) = (at.instance, at.offset);
+    match at.block.id {
+        BlockId::Identity => Unit::Identity,
+        BlockId::Trigger => Unit::Trigger,
+        BlockId::RcBuffer => Unit::RcBuffer,
+        BlockId::Interrupts => Unit::Interrupts,
+        BlockId::Mailbox => Unit::Mailbox,
+        BlockId::OobMailbox => Unit::OobMailbox(o - r::OOB_MBOX_DELTA),
+        BlockId::Rekey => Unit::Rekey,
+        BlockId::RiGlobal => Unit::RiGlobal,
+        BlockId::RangeRing => Unit::RangeRing(i, o),
+        BlockId::Partition => Unit::Partition(i, o),
+        BlockId::Sampling => Unit::Sampling(i, o),
+        BlockId::Ccu => Unit::Ccu(i, o),
+        BlockId::Ri => Unit::Ri(i, o),
+        BlockId::Range => Unit::Range(i, o),
+        BlockId::Vm => Unit::Vm(i, o),
+        BlockId::Ctx => Unit::Ctx(i, o),
     }
 }
 
@@ -176,14 +133,16 @@ impl Device {
     pub fn read_reg(&self, offset: u64, width: u32) -> Result<u64, RegError> {
         let access = Access::decode(offset, width)?;
         let v = self
-            .read_value(access.base)
+            .read_value(&access.at, access.base)
             .ok_or(RegError::NoRegister { offset })?;
         Ok(access.extract(v))
     }
 
-    /// The value of the register at `offset`, typed by its width.
-    fn read_value(&self, offset: u64) -> Option<RegValue> {
-        match unit_of(offset) {
+    /// The value of the register at `offset` (located at `at`), typed by
+    /// its width; `None` where its instance does not exist (or answers
+    /// nothing yet).
+    fn read_value(&self, at: &Location, offset: u64) -> Option<RegValue> {
+        match unit_of(at) {
             Unit::Identity => self.read_identity(offset),
             Unit::Trigger => self.trig.read(offset),
             Unit::RcBuffer => self.rc.read_global(offset),
@@ -203,7 +162,6 @@ impl Device {
             Unit::Ccu(c, o) => self.ccu.read_ccu(&self.topo, c, o),
             Unit::Vm(vm, o) => self.vms.read(vm, o),
             Unit::Ctx(ctx, o) => self.ctxs.read(ctx, o),
-            Unit::Unmapped => None,
         }
     }
 
@@ -275,10 +233,10 @@ impl Device {
         value: u64,
     ) -> Result<Write, RegError> {
         let access = Access::decode(offset, width)?;
-        if self.read_value(access.base).is_none() {
+        if self.read_value(&access.at, access.base).is_none() {
             return Err(RegError::NoRegister { offset });
         }
-        if !access.is_whole32() {
+        if !access.is_whole32() || !access.reg.access.writable() {
             return Err(RegError::ReadOnly { offset });
         }
         let v = u32::try_from(value).map_err(|_| RegError::BadValue {
@@ -286,13 +244,14 @@ impl Device {
             value,
             reason: "wider than 32 bits",
         })?;
-        self.check_routed(sh, access.base, v)
+        self.check_routed(sh, &access, v)
             .map_err(|reject| reject.at(offset, value))
     }
 
-    /// Routes a checked-width write of `v` at `offset` to its unit's check.
-    fn check_routed(&self, sh: &mut Shadow, offset: u64, v: u32) -> Result<Write, Reject> {
-        Ok(match unit_of(offset) {
+    /// Routes a checked-width write of `v` to its unit's check.
+    fn check_routed(&self, sh: &mut Shadow, access: &Access, v: u32) -> Result<Write, Reject> {
+        let offset = access.base;
+        Ok(match unit_of(&access.at) {
             Unit::Identity if offset == r::RESET && v == r::RESET_MAGIC => Write::Reset {
                 session: self
                     .next_session()
@@ -360,7 +319,7 @@ impl Device {
             Unit::Ctx(ctx, o) => {
                 Write::CtxRelease(self.ctxs.check_write(ctx, o, v, &mut sh.released)?)
             }
-            Unit::Identity | Unit::RcBuffer | Unit::Unmapped => return Err(Reject::ReadOnly),
+            Unit::Identity | Unit::RcBuffer => return Err(Reject::ReadOnly),
         })
     }
 
@@ -491,50 +450,86 @@ mod tests {
     use super::*;
     use crate::model::ccu::EngineKind;
 
+    fn unit_at(offset: u64) -> Unit {
+        unit_of(&gpupm_uapi::map::locate(offset).expect("a block"))
+    }
+
     #[test]
     fn routing_follows_the_register_map() {
-        assert_eq!(unit_of(r::CYCLE), Unit::Identity);
-        assert_eq!(unit_of(r::RECORDS_ROUTED), Unit::RcBuffer);
-        assert_eq!(unit_of(r::TRIG_COUNT_COMMAND), Unit::Trigger);
-        assert_eq!(unit_of(r::INTR_SEQ), Unit::Interrupts);
-        assert_eq!(unit_of(r::MBOX_DATA), Unit::Mailbox);
-        assert_eq!(unit_of(r::OOB_MBOX_DATA), Unit::OobMailbox(r::MBOX_DATA));
-        assert_eq!(unit_of(r::REKEY_TAG), Unit::Rekey);
+        assert_eq!(unit_at(r::CYCLE), Unit::Identity);
+        assert_eq!(unit_at(r::RECORDS_ROUTED), Unit::RcBuffer);
+        assert_eq!(unit_at(r::TRIG_COUNT_COMMAND), Unit::Trigger);
+        assert_eq!(unit_at(r::INTR_SEQ), Unit::Interrupts);
+        assert_eq!(unit_at(r::MBOX_DATA), Unit::Mailbox);
+        assert_eq!(unit_at(r::OOB_MBOX_DATA), Unit::OobMailbox(r::MBOX_DATA));
+        assert_eq!(unit_at(r::REKEY_TAG), Unit::Rekey);
         assert_eq!(
-            unit_of(r::part(2, r::PART_STREAM_TAIL)),
+            unit_at(r::part(2, r::PART_STREAM_TAIL)),
             Unit::Partition(2, r::PART_STREAM_TAIL)
         );
         assert_eq!(
-            unit_of(r::ccu(5, r::CCU_RECORDS)),
+            unit_at(r::ccu(5, r::CCU_RECORDS)),
             Unit::Ccu(5, r::CCU_RECORDS)
         );
         assert_eq!(
-            unit_of(r::vm(7, r::VM_KEY_COMMIT)),
+            unit_at(r::vm(7, r::VM_KEY_COMMIT)),
             Unit::Vm(7, r::VM_KEY_COMMIT)
         );
-        assert_eq!(unit_of(r::ctx(9, r::CTX_CMD)), Unit::Ctx(9, r::CTX_CMD));
-        assert_eq!(unit_of(r::BAR0_SIZE - 4), Unit::Unmapped);
+        assert_eq!(unit_at(r::ctx(9, r::CTX_CMD)), Unit::Ctx(9, r::CTX_CMD));
+        assert_eq!(gpupm_uapi::map::locate(r::BAR0_SIZE - 4), None);
     }
 
-    /// Every register a unit answers has the width the register map gives
-    /// it, so a unit cannot silently widen or narrow a register.
+    /// Every offset a unit answers is a register the map declares, with
+    /// the width it declares: a unit cannot serve an undocumented
+    /// register, nor silently widen or narrow one. The units are asked
+    /// directly, past the map's check, at every word of every block.
     #[test]
-    fn every_register_has_the_width_the_register_map_declares() {
+    fn units_answer_only_the_registers_the_map_declares_at_their_width() {
         let scenario = crate::scenario::builtin();
         let dev = Device::new(&scenario, EngineKind::Batched, true).unwrap();
         let mut seen = 0;
         for offset in (0..r::BAR0_SIZE).step_by(4) {
-            let Some(v) = dev.read_value(offset) else {
+            let Some(at) = gpupm_uapi::map::locate(offset) else {
+                continue;
+            };
+            let Some(v) = dev.read_value(&at, offset) else {
                 continue;
             };
             seen += 1;
+            let reg = gpupm_uapi::map::register(offset)
+                .unwrap_or_else(|| panic!("{offset:#x} answers but the map declares nothing"));
             let wide = matches!(v, RegValue::R64(_));
             assert_eq!(
                 wide,
                 gpupm_uapi::map::is_64bit(offset),
-                "register {offset:#x}"
+                "register {} at {offset:#x}",
+                reg.name
             );
         }
         assert!(seen > 1000, "only {seen} registers answered");
+    }
+
+    /// The other way round: every register of the device-wide blocks (which
+    /// always exist) reads, whatever its access: a write-only one reads 0.
+    #[test]
+    fn every_declared_device_wide_register_reads() {
+        let scenario = crate::scenario::builtin();
+        let dev = Device::new(&scenario, EngineKind::Batched, true).unwrap();
+        for block in gpupm_uapi::map::BLOCKS {
+            if !matches!(block.placement, gpupm_uapi::regdef::Placement::Fixed { .. }) {
+                continue;
+            }
+            for reg in block.regs {
+                for word in 0..u64::from(reg.words) {
+                    let offset = reg.offset + 4 * word;
+                    let width = u32::try_from(reg.width.bytes()).unwrap();
+                    let v = dev.read_reg(offset, width);
+                    assert!(v.is_ok(), "{} word {word}: {v:?}", reg.name);
+                    if reg.access == gpupm_uapi::regdef::Access::Wo {
+                        assert_eq!(v, Ok(0), "{} is write-only", reg.name);
+                    }
+                }
+            }
+        }
     }
 }

@@ -82,6 +82,9 @@ impl Docs {
                         self.items(&key(&m.ident.to_string()), inner);
                     }
                 }
+                // Registers carry their documentation in the map's table
+                // (`gpupm_uapi::map`), which the header reads directly.
+                Item::Macro(m) if m.mac.path.is_ident("register_block") => {}
                 // Invocations only: a `macro_rules!` body is a template.
                 Item::Macro(m) if m.ident.is_none() => {
                     for (name, doc) in macro_entries(m.mac.tokens.clone()) {

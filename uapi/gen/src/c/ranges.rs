@@ -5,7 +5,7 @@ use std::mem::size_of;
 
 use gpupm_uapi::ranges::{self as rg, RangeRecord, RangeSlot};
 
-use super::{item_key, module_key, registers_in, slot_struct, Header};
+use super::{block_registers, item_key, module_key, slot_struct, Header};
 
 /// Registers, bits, limits and window layout of the marked ranges.
 pub(super) fn emit_ranges(h: &mut Header) {
@@ -22,30 +22,8 @@ pub(super) fn emit_ranges(h: &mut Header) {
     );
     h.line("#define GPUPM_RRING(p, reg) (GPUPM_RRING_BASE + (uint64_t)(p) * GPUPM_RRING_STRIDE + (reg))");
     h.line("#define GPUPM_RANGE_CODE_ITEM(kernel, block) (((uint32_t)(kernel) << 16) | (uint32_t)(block))");
-    registers_in(
-        h,
-        "ranges",
-        rg::range_reg(0, 0, 0),
-        &[
-            ("RANGE_CTRL", rg::RANGE_CTRL),
-            ("RANGE_START", rg::RANGE_START),
-            ("RANGE_END", rg::RANGE_END),
-            ("RANGE_THRESHOLD", rg::RANGE_THRESHOLD),
-            ("RANGE_ENTRIES", rg::RANGE_ENTRIES),
-            ("RANGE_COUNT", rg::RANGE_COUNT),
-        ],
-    );
-    registers_in(
-        h,
-        "ranges",
-        rg::rring(0, 0),
-        &[
-            ("RRING_CAP", rg::RRING_CAP),
-            ("RRING_HEAD", rg::RRING_HEAD),
-            ("RRING_TAIL", rg::RRING_TAIL),
-            ("RRING_LOST", rg::RRING_LOST),
-        ],
-    );
+    block_registers(h, &rg::RANGE_REGS);
+    block_registers(h, &rg::RRING_REGS);
     group!(h, hex "GPUPM_RANGE_CTRL_", gpupm_uapi::ranges::range_ctrl: ENABLE, DATA, EVENT_SHIFT,
         EVENT_MASK, COUNT_IRQ, LATENCY_IRQ, PROGRAM_SHIFT, PROGRAM_MASK, ALL);
     group!(h, dec "GPUPM_RANGE_EVENT_", gpupm_uapi::ranges::range_event: INSTRUCTIONS, CYCLES,

@@ -1,10 +1,11 @@
-//! The BAR0 register map part of the C header (`uapi/src/regs.rs`):
+//! The BAR0 register map part of the C header (`uapi/src/regs.rs`, the
+//! registers from the map's table):
 //! device-wide registers and their bits, then the per-instance blocks
 //! (partition, CCU, VM, context) with their array macros.
 
 use gpupm_uapi::regs as r;
 
-use super::{item_key, module_key, prose, registers, Header};
+use super::{block_registers, item_key, module_key, prose, Header};
 
 /// Device-wide registers, limits and bits.
 pub(super) fn emit_global_regs(h: &mut Header) {
@@ -36,21 +37,17 @@ pub(super) fn emit_global_regs(h: &mut Header) {
          #define GPUPM_FLUSH_ACK_LATENCY(counters) \
          (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)",
     );
-    registers(
-        h,
-        0,
-        &offsets! {
-            ID, ABI_VERSION, TOPO_GPCS, TOPO_SMS, TOPO_L2_SLICES, TOPO_FB_PARTITIONS, TOPO_NVLINKS,
-            TOPO_COPY_ENGINES, TOPO_CCUS, TOPO_PARTITIONS, TOPO_EVENTS, TOPO_MEMORY_SLICES,
-            CLOCK_KHZ, CLOCK_CAP, CYCLE, DEVICE_STATUS, RESET, TOPO_VMS, TOPO_CONTEXTS, CCU_WRAPS,
-            CLOCK_LAG,
-            TRIG_PERIOD, TRIG_CTRL, TRIG_THRESHOLD, TRIG_TARGET, TRIG_CMD, TRIG_EXTERNAL,
-            TRIG_COUNT_PERIODIC, TRIG_COUNT_THRESHOLD, TRIG_COUNT_COMMAND, RECORDS_ROUTED,
-            INTR_STATUS, INTR_MASK, INTR_ACK, INTR_PENDING, INTR_SEQ, MBOX_ARG, MBOX_CMD,
-            MBOX_STATUS, MBOX_SEQ, MBOX_DATA, OOB_MBOX_ARG, OOB_MBOX_CMD, OOB_MBOX_STATUS,
-            OOB_MBOX_SEQ, OOB_MBOX_DATA, REKEY_NONCE, REKEY_KEY, REKEY_TAG
-        },
-    );
+    for block in [
+        &r::IDENTITY_REGS,
+        &r::TRIGGER_REGS,
+        &r::RC_BUFFER_REGS,
+        &r::INTERRUPT_REGS,
+        &r::MAILBOX_REGS,
+        &r::OOB_MAILBOX_REGS,
+        &r::REKEY_REGS,
+    ] {
+        block_registers(h, block);
+    }
     group!(h, hex "GPUPM_CLOCK_CAP_", gpupm_uapi::regs::clock_cap: PRIMARY, SECONDARY);
     group!(h, hex "GPUPM_DEVICE_STATUS_", gpupm_uapi::regs::device_status: STEP_CLOCK, FALLBACK_SEEN);
     group!(h, hex "GPUPM_TRIG_CTRL_", gpupm_uapi::regs::trig_ctrl: PERIODIC_ENABLE, DITHER, THRESHOLD_ENABLE, ALL);
@@ -115,48 +112,18 @@ pub(super) fn emit_instance_regs(h: &mut Header) {
 
 /// Each per-instance block's registers and bits.
 fn emit_instance_blocks(h: &mut Header) {
-    registers(
-        h,
-        r::part(0, 0),
-        &offsets! {
-            PART_CTRL, PART_STATUS, PART_CUR_VM, PART_CUR_CTX, PART_NEXT_VM, PART_NEXT_CTX,
-            PART_CCU_ASSIGNED, PART_CCU_ACKED, PART_RC_CMD, PART_RC_BIND_VM, PART_RC_BIND_CTX,
-            PART_SWITCH_TIMEOUT, PART_FALLBACKS, PART_SWITCHES, PART_COMMIT_SEQ, PART_STREAM_HEAD,
-            PART_STREAM_TAIL, PART_STREAM_CAP, PART_STREAM_WATERMARK, PART_STREAM_LOST,
-            PART_STREAM_BASE, PART_TIMESLICE_CTX, PART_TIMESLICE_VM, PART_GPC_MASK, PART_MEM_MASK,
-            PART_SWITCH_REQ_CYCLE
-        },
-    );
+    block_registers(h, &r::PART_REGS);
     group!(h, hex "GPUPM_PART_CTRL_", gpupm_uapi::regs::part_ctrl: CTX_PAUSE, TRIG_PAUSE, ULC_PAUSE, ALL);
     group!(h, hex "GPUPM_PART_STATUS_", gpupm_uapi::regs::part_status:
         STATE_MASK, CONFIGURED, LAST_FALLBACK, VM_SWITCH);
     group!(h, dec "GPUPM_HS_STATE_", gpupm_uapi::regs::hs_state:
         IDLE, REQUESTED, CTX_PAUSED, XFER_PAUSED, TRIGGERED, ACKED, COMMITTED, REPOINTED);
     group!(h, hex "GPUPM_RC_CMD_", gpupm_uapi::regs::rc_cmd: COMMIT, REPOINT, ALL);
-    registers(
-        h,
-        r::ccu(0, 0),
-        &offsets! {
-            CCU_OWNER, CCU_ULCS, CCU_COUNTERS, CCU_ACTIVE_BANK, CCU_MASK_INDEX, CCU_MASK_DATA,
-            CCU_RECORDS, CCU_GROUP, CCU_GROUP_INDEX
-        },
-    );
+    block_registers(h, &r::CCU_REGS);
     group!(h, dec "GPUPM_CCU_GROUP_", gpupm_uapi::regs::ccu_group: GPC, MEMORY_SLICE, SYSTEM, SHARED_LANE);
-    registers(
-        h,
-        r::vm(0, 0),
-        &offsets! {
-            VM_PARTITION, VM_FLAGS, VM_BLOCK, VM_KEY_COMMIT, VM_KEY_EPOCH, VM_KEY_SESSION
-        },
-    );
+    block_registers(h, &r::VM_REGS);
     group!(h, hex "GPUPM_VM_FLAGS_", gpupm_uapi::regs::vm_flags: CONFIDENTIAL, SESSION);
-    registers(
-        h,
-        r::ctx(0, 0),
-        &offsets! {
-            CTX_VM, CTX_STATE, CTX_BLOCK, CTX_CMD, CTX_PROGRAM, CTX_CREATED_CYCLE
-        },
-    );
+    block_registers(h, &r::CTX_REGS);
     group!(h, dec "GPUPM_CTX_STATE_", gpupm_uapi::regs::ctx_state: FREE, ACTIVE, DESTROYED);
     group!(h, dec "GPUPM_CTX_CMD_", gpupm_uapi::regs::ctx_cmd: RELEASE);
 }

@@ -4,7 +4,7 @@
 
 use gpupm_uapi::ri as ri_regs;
 
-use super::{item_key, module_key, prose, registers_in, Header};
+use super::{block_registers, item_key, module_key, prose, Header};
 
 /// Registers, bits, limits and window layout of the RI control blocks.
 pub(super) fn emit_ri(h: &mut Header) {
@@ -12,47 +12,13 @@ pub(super) fn emit_ri(h: &mut Header) {
         "Runtime-instrumentation control blocks and report groups (uapi/src/ri.rs, docs/ri.md)",
         prose::RI,
     );
-    registers_in(
-        h,
-        "ri",
-        0,
-        &[
-            ("RI_COUNT", ri_regs::RI_COUNT),
-            ("RI_MAX_RGS", ri_regs::RI_MAX_RGS),
-            ("RI_SPAN_BYTES", ri_regs::RI_SPAN_BYTES),
-            ("RI_MIGRATE_VM", ri_regs::RI_MIGRATE_VM),
-            ("RI_MIGRATE", ri_regs::RI_MIGRATE),
-            ("RI_MIGRATIONS", ri_regs::RI_MIGRATIONS),
-            ("RI_PART_VERSION", ri_regs::RI_PART_VERSION),
-            ("RI_PART_MAX_RGS", ri_regs::RI_PART_MAX_RGS),
-        ],
-    );
+    block_registers(h, &ri_regs::RI_GLOBAL_REGS);
     h.line("#define GPUPM_RI_PART_VERSION(p) (GPUPM_REG_RI_PART_VERSION + 4 * (uint64_t)(p))");
     h.line("#define GPUPM_RI_PART_MAX_RGS(p) (GPUPM_REG_RI_PART_MAX_RGS + 4 * (uint64_t)(p))");
     group!(h, hex "GPUPM_", gpupm_uapi::ri: RI_BASE, RI_STRIDE);
     group!(h, dec "GPUPM_", gpupm_uapi::ri: RI_BLOCKS);
     h.line("#define GPUPM_RI(i, reg) (GPUPM_RI_BASE + (uint64_t)(i) * GPUPM_RI_STRIDE + (reg))");
-    registers_in(
-        h,
-        "ri",
-        ri_regs::RI_BASE,
-        &[
-            ("RI_CTX", ri_regs::RI_CTX),
-            ("RI_CTRL", ri_regs::RI_CTRL),
-            ("RI_STATUS", ri_regs::RI_STATUS),
-            ("RI_HALT_REASON", ri_regs::RI_HALT_REASON),
-            ("RI_SF", ri_regs::RI_SF),
-            ("RI_RSIC", ri_regs::RI_RSIC),
-            ("RI_ROA", ri_regs::RI_ROA),
-            ("RI_RLA", ri_regs::RI_RLA),
-            ("RI_RCA", ri_regs::RI_RCA),
-            ("RI_EMIT", ri_regs::RI_EMIT),
-            ("RI_GROUPS", ri_regs::RI_GROUPS),
-            ("RI_SUPPRESSED", ri_regs::RI_SUPPRESSED),
-            ("RI_OVERWRITTEN", ri_regs::RI_OVERWRITTEN),
-            ("RI_COLLECTED", ri_regs::RI_COLLECTED),
-        ],
-    );
+    block_registers(h, &ri_regs::RI_REGS);
     group!(h, hex "GPUPM_RI_CTRL_", gpupm_uapi::ri::ri_ctrl: ENABLE, MODE_MASK, RGS_MASK, EMIT,
         ABORT, SUPPRESS_PRIMARY, SUPPRESS_SECONDARY, INTR_ENABLE, WRAP, ALL);
     group!(h, dec "GPUPM_RI_CTRL_", gpupm_uapi::ri::ri_ctrl: MODE_SHIFT, RGS_SHIFT);

@@ -6,7 +6,7 @@ use std::mem::size_of;
 use gpupm_uapi::regs;
 use gpupm_uapi::sampling::{self as s, BranchSlot, BranchStackRecord, PcRecord, PcSlot};
 
-use super::{item_key, module_key, prose, registers_in, slot_struct, Header};
+use super::{item_key, module_key, prose, registers_of, slot_struct, Header};
 
 /// Registers (then [`emit_sampling_limits`]) of the sampling units.
 pub(super) fn emit_sampling(h: &mut Header) {
@@ -31,51 +31,30 @@ pub(super) fn emit_sampling(h: &mut Header) {
     h.line(
         "#define GPUPM_SAMP(p, reg) (GPUPM_SAMP_BASE + (uint64_t)(p) * GPUPM_SAMP_STRIDE + (reg))",
     );
-    registers_in(
-        h,
-        "sampling",
-        s::samp(0, 0),
-        &[
-            ("SAMP_CTRL", s::SAMP_CTRL),
-            ("SAMP_STATUS", s::SAMP_STATUS),
-            ("SAMP_BRANCH_PERIOD", s::SAMP_BRANCH_PERIOD),
-            ("SAMP_CYCLE_PERIOD", s::SAMP_CYCLE_PERIOD),
-            ("SAMP_CYCLE_DITHER", s::SAMP_CYCLE_DITHER),
-            ("SAMP_SKID", s::SAMP_SKID),
-            ("SAMP_REFILL", s::SAMP_REFILL),
-            ("SAMP_STACK_DEPTH", s::SAMP_STACK_DEPTH),
-            ("SAMP_BRANCHES", s::SAMP_BRANCHES),
-            ("SAMP_CYCLE_SAMPLES", s::SAMP_CYCLE_SAMPLES),
-            ("SAMP_SPAN", s::SAMP_SPAN),
-            ("SAMP_MIN_BRANCH_GAP", s::SAMP_MIN_BRANCH_GAP),
-            ("SAMP_LOST_SELECT", s::SAMP_LOST_SELECT),
-            ("SAMP_BUF_BRANCH", s::SAMP_BUF_BRANCH),
-            ("SAMP_BUF_PC", s::SAMP_BUF_PC),
-            ("SAMP_BUF_STRIDE", s::SAMP_BUF_STRIDE),
-        ],
-    );
+    registers_of(h, "sampling", s::SAMP_REGS.regs);
+    for name in ["SAMP_BUF_BRANCH", "SAMP_BUF_PC", "SAMP_BUF_STRIDE"] {
+        let value = match name {
+            "SAMP_BUF_BRANCH" => s::SAMP_BUF_BRANCH,
+            "SAMP_BUF_PC" => s::SAMP_BUF_PC,
+            _ => s::SAMP_BUF_STRIDE,
+        };
+        h.item(
+            &format!("sampling::{name}"),
+            &format!("GPUPM_REG_{name}"),
+            value,
+            true,
+            "",
+        );
+    }
     h.line(
         "/* Buffer register `reg` of buffer `kind` inside a sampling block:\n   \
          GPUPM_SAMP(p, GPUPM_SAMP_BUF(GPUPM_BUF_KIND_PC, GPUPM_REG_BUF_TAIL)). */\n\
          #define GPUPM_SAMP_BUF(kind, reg) \
          (GPUPM_REG_SAMP_BUF_BRANCH + (uint64_t)(kind) * GPUPM_REG_SAMP_BUF_STRIDE + (reg))",
     );
-    registers_in(
-        h,
-        "sampling",
-        s::samp(0, s::SAMP_BUF_BRANCH),
-        &[
-            ("BUF_BASE", s::BUF_BASE),
-            ("BUF_CAP", s::BUF_CAP),
-            ("BUF_HEAD", s::BUF_HEAD),
-            ("BUF_TAIL", s::BUF_TAIL),
-            ("BUF_WATERMARK", s::BUF_WATERMARK),
-            ("BUF_LOST", s::BUF_LOST),
-            ("BUF_ADDR", s::BUF_ADDR),
-            ("BUF_PRODUCED", s::BUF_PRODUCED),
-            ("BUF_LOST_SELECTED", s::BUF_LOST_SELECTED),
-        ],
-    );
+    for set in s::SAMP_REGS.sets {
+        registers_of(h, "sampling", set.regs);
+    }
     emit_sampling_limits(h);
 }
 
