@@ -165,7 +165,7 @@ impl Device {
         }
     }
 
-    /// Identity, topology, clock and device-status registers.
+    /// Identity, topology and device-status registers; the clock's own.
     fn read_identity(&self, offset: u64) -> Option<RegValue> {
         let t = &self.scenario.topology;
         match offset {
@@ -181,13 +181,13 @@ impl Device {
             r::TOPO_PARTITIONS => count32(self.parts.slice_count()),
             r::TOPO_EVENTS => count32(EVENT_COUNT),
             r::TOPO_MEMORY_SLICES => r32(t.memory_slices),
-            r::CLOCK_KHZ | r::CLOCK_CAP | r::CYCLE | r::CLOCK_LAG => self.clock.read(offset),
             r::DEVICE_STATUS => r32(self.device_status()),
             r::RESET => r32(0),
             r::TOPO_VMS => r32(r::MAX_VMS),
             r::TOPO_CONTEXTS => r32(r::MAX_CONTEXTS),
             r::CCU_WRAPS => r64(self.ccu.wraps()),
-            _ => None,
+            // The rest of the block is the clock's (`CLOCK_KHZ`, `CYCLE`, …).
+            _ => self.clock.read(offset),
         }
     }
 
