@@ -26,35 +26,13 @@ pub mod tenant;
 /// ABI major version: bumped on any incompatible change to registers,
 /// layouts or ioctls. Consumers refuse a device whose major differs.
 pub const ABI_MAJOR: u16 = 1;
-/// ABI minor version: bumped on compatible additions (2: the tenant
-/// node's context-instance reads; 3: confidential sessions and rekeying,
-/// the OOB mailbox's own registers, flush-ack latency, the debug-only
-/// sealed ledger — see `docs/confidential.md`; 4: register and window
-/// ioctls for the CUSE character device — see `docs/kernel.md`; 5: the
-/// sampling units, their buffers and interrupts, the per-block debug
-/// ledger, tenant sampling sessions — see `docs/sampling.md`; the tenant
-/// node's key-state and rekey ioctls — see `docs/confidential.md`; 6:
-/// runtime-instrumentation control blocks, report-group records, their
-/// interrupts, VM migration between partitions and the RI debug ledger —
-/// see `docs/ri.md`; marked ranges, their threshold records and `RANGE_THRESHOLD`, the
-/// range and call-graph debug ledgers — see `docs/ranges.md`;
-/// per-context lost sample records, `SAMP_LOST_SELECT` and
-/// `BUF_LOST_SELECTED` — see `docs/sampling.md`; 7: the tenant node's
-/// runtime-instrumentation sessions — see `docs/ri.md` — and its
-/// marked-range and call-graph ioctls — see `docs/ranges.md`; 8: the
-/// tenant node's `TENANT_IOC_RI_RESUME` — see `docs/ri.md` — and the
-/// device node's `GPUPM_IOC_WAIT_COMMIT` — see `docs/pages.md`; 9: the
-/// commit mirror and `GPUPM_IOC_MIRROR_INFO` — see `docs/pages.md`; 10:
-/// the commit mirror's ring area — see `docs/pages.md`; 11: tenant answers
-/// describe the caller's own view only (per-tenant session ids and range
-/// handles, per-VM register and RI block numbers, a sampling session's own
-/// rates), queue sizes clamped to the caller's budget, and the bounds'
-/// errnos — see `docs/isolation.md`; confidential sessions established by
-/// an authenticated key exchange — the device node's
-/// `GPUPM_IOC_CC_KEY_EXCHANGE` / `GPUPM_IOC_CC_FINISH`, the tenant node's
-/// relays of them, `VM_FLAGS.SESSION`, the envelope's `WITHHELD` bit and
-/// the ledger's — see `docs/confidential.md`; `CLOCK_LAG`, the device
-/// time a real-time clock dropped — see `docs/performance.md`).
+/// ABI minor version: bumped when the ABI grows within its major —
+/// registers, ioctls, flags, interrupt sources, fields in what were
+/// reserved words. A device or daemon of an older minor lacks what came
+/// after it (the nodes answer `ENOTTY` to an ioctl they do not have).
+/// Some minors also changed what an older client relied on (1.3 most of
+/// all). Every minor, what it added or changed and which document
+/// describes it: `docs/abi.md`, "Versions".
 pub const ABI_MINOR: u16 = 11;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
