@@ -31,7 +31,8 @@
 //!   shipped alert rules share.
 //! - [`instance`]: the one-instance lock of gpupmd and gpupm-driver.
 //! - [`cpus`]: CPU lists, and pinning a thread to them.
-//! - [`splitmix`]: the workspace's one 64-bit mixer.
+//! - [`splitmix`]: the workspace's one 64-bit mixer (re-exported from
+//!   `gpupm-splitmix`).
 //! - [`sys`]: the ioctl system call, typed and raw.
 //!
 //! The crate's `unsafe` is in three modules, each about one kind of
@@ -69,12 +70,12 @@ mod patience;
 pub mod ranges;
 pub mod ri;
 pub mod sampling;
-pub mod splitmix;
 pub mod stepclock;
 pub mod sys;
 pub mod tenant;
 
 pub use devnode::{DevError, DevNode, IntrReader};
+pub use gpupm_splitmix as splitmix;
 pub use handshake::RegisterBatch;
 pub use page::{CounterReader, PageClient};
 pub use tenant::{ClientError, CtxId, Scope, TenantClient, VmId, WhoamiExt};

@@ -7,7 +7,7 @@
 //! hash (SplitMix64's finaliser over the mixed keys) gives that; a stream RNG
 //! such as ChaCha would tie values to call order.
 
-use gpupm_client::splitmix::{mix, GAMMA};
+use gpupm_splitmix::{mix, GAMMA};
 
 /// Mixes `keys` into `seed` and returns 64 well-distributed bits.
 pub fn hash(seed: u64, keys: &[u64]) -> u64 {

@@ -3,7 +3,7 @@
 //! the programs generated for churn contexts.
 
 use gpupm_client::sampling::reconstruct::{KernelShape, ProgramShape};
-use gpupm_client::splitmix::{mix, GAMMA};
+use gpupm_splitmix::{mix, GAMMA};
 
 /// Most frames on a program's call stack (the entry kernel's included).
 pub const CALL_DEPTH: usize = 16;

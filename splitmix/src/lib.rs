@@ -2,6 +2,13 @@
 //! workspace: the device model's counter-based hashes, the scenario's
 //! generated programs, the daemon's sampling dither and the tests' seeded
 //! generators all draw from it.
+//!
+//! A crate of its own because the device model, the client and the
+//! daemon all use it and none of them should depend on another for it.
+//! It is neither part of the ABI (`gpupm-uapi`, whose every constant the
+//! generated C header carries) nor a cryptographic generator (keys and
+//! nonces come from the operating system's random source, see
+//! `gpupm-cc`).
 
 /// The golden-ratio increment between two states.
 pub const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
