@@ -10,6 +10,7 @@ pub mod kernel_pmu;
 pub mod metrics;
 pub mod mirror;
 pub mod pages;
+pub mod planes;
 pub mod ranges;
 pub mod ri;
 pub mod sampling;

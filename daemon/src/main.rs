@@ -34,11 +34,15 @@ use gpupm_client::{DevError, DevNode};
 use gpupmd::config::{self, ConfigError, Settings};
 use gpupmd::config_access::{self, Exposure};
 use gpupmd::engine::{program, Engine, EngineError};
+use gpupmd::health::DaemonHealth;
+use gpupmd::mirror::DeviceMirror;
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
+use gpupmd::planes::Planes;
+use gpupmd::store::events::TableEvents;
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::bounds::Bounds;
-use gpupmd::tenant::{TenantError, TenantNode, TENANT_FDNAME};
+use gpupmd::tenant::{Served, TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
 use gpupmd::{health, kernel_pmu, metrics};
 use sd_notify::NotifyState;
@@ -283,9 +287,17 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     // The metrics web configuration (credentials, certificates) is checked
     // before the device is touched, as the rest of the configuration is.
     let metrics_web = metrics::prepare(&settings.metrics)?;
-    let (dev, identity, store, mut engine, pages) = start_device(&settings).await?;
+    let (dev, identity, store, planes, mut engine, pages) = start_device(&settings).await?;
     let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
-    let services = start_services(&settings, &store, inherited_tenant, pages, metrics_web).await?;
+    let services = start_services(
+        &settings,
+        &store,
+        &planes,
+        inherited_tenant,
+        pages,
+        metrics_web,
+    )
+    .await?;
     // Handlers before READY: a stop request right after READY must be clean.
     let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
     let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
@@ -359,14 +371,14 @@ fn identify_device(settings: &Settings) -> Result<(Arc<DevNode>, DeviceIdentity,
     Ok((dev, identity, step_clock))
 }
 
-/// The tenant pages, attached to `store`, when enabled and usable. Pages
-/// are an optimisation over the tenant node: a pages directory that cannot
-/// be used costs them, not the service.
+/// The tenant pages, when enabled and usable. Pages are an optimisation
+/// over the tenant node: a pages directory that cannot be used costs
+/// them, not the service.
 fn open_pages(
     settings: &Settings,
     dev: &Arc<DevNode>,
     identity: &DeviceIdentity,
-    store: &Store,
+    mirror: &Arc<DeviceMirror>,
 ) -> Option<Arc<Pages>> {
     if !settings.pages.enabled {
         return None;
@@ -374,14 +386,11 @@ fn open_pages(
     match Pages::open(
         settings.pages.dir.clone(),
         Arc::clone(dev),
-        Arc::clone(store.mirror()),
+        Arc::clone(mirror),
         settings.policy.clone(),
         identity.clock_khz,
     ) {
-        Ok(p) => {
-            store.attach_pages(Arc::clone(&p));
-            Some(p)
-        }
+        Ok(p) => Some(p),
         Err(e) => {
             tracing::error!(
                 error = format!("{:#}", anyhow::Error::new(e)),
@@ -435,39 +444,43 @@ fn adopt_pages(
     })
 }
 
-/// Opens and identifies the device, loads the state directory, starts the
-/// engine (programming and reconciling), applies the retention policy and
-/// takes over the tenant pages.
-async fn start_device(
-    settings: &Settings,
-) -> Result<
-    (
-        Arc<DevNode>,
-        DeviceIdentity,
-        Arc<Store>,
-        Engine,
-        StartedPages,
-    ),
-    MainError,
-> {
+/// The device, its identity, the store, the planes, the engine and the
+/// tenant pages, started.
+type StartedDevice = (
+    Arc<DevNode>,
+    DeviceIdentity,
+    Arc<Store>,
+    Planes,
+    Engine,
+    StartedPages,
+);
+
+/// Opens and identifies the device, makes its planes, loads the state
+/// directory, starts the engine (programming and reconciling), applies
+/// the retention policy and takes over the tenant pages.
+async fn start_device(settings: &Settings) -> Result<StartedDevice, MainError> {
     let (dev, identity, step_clock) = identify_device(settings)?;
+    let planes = Planes::new(&dev, identity.clock_khz);
     let retired = RetiredStore::open(&settings.state_dir)?;
+    // The pages follow the store's tables from the first change on.
+    let pages = open_pages(settings, &dev, &identity, &planes.mirror);
     let store = Arc::new(Store::new(
         Arc::clone(&dev),
         identity,
         retired,
         settings.retention,
         settings.history_samples,
+        pages.clone().map(|p| p as Arc<dyn TableEvents>),
     ));
     // Before the engine retires anything: files record the mapping.
     store.set_tenancy(&settings.policy);
-    let pages = open_pages(settings, &dev, &identity, &store);
     notify(&[NotifyState::Status(
         "programming the device and reconciling state",
     )]);
     let engine = Engine::start(
         Arc::clone(&dev),
         Arc::clone(&store),
+        &planes,
         settings.program.clone(),
         settings.drain_interval,
         settings.device_cpus.clone(),
@@ -483,7 +496,7 @@ async fn start_device(
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }
     let pages = pages.map(|p| adopt_pages(p, &store, step_clock, identity.clock_khz));
-    Ok((dev, identity, store, engine, pages))
+    Ok((dev, identity, store, planes, engine, pages))
 }
 
 /// The daemon's services, running.
@@ -501,35 +514,45 @@ struct Services {
 async fn start_services(
     settings: &Settings,
     store: &Arc<Store>,
+    planes: &Planes,
     inherited_tenant: Option<OwnedFd>,
     pages: StartedPages,
     metrics_web: metrics::Prepared,
 ) -> Result<Services, MainError> {
     let view: Arc<dyn CounterView> = store.clone();
-    // Snapshots hand out latency samples once; the fan-out gives the
-    // reporter, the metrics endpoint and the final summary each all of them.
-    let fanout = health::HealthFanout::new(store.clone());
-    let final_health = fanout.subscribe();
+    let served = Served {
+        view: Arc::clone(&view),
+        features: planes.features(),
+    };
     let bounds = Bounds::new(settings.limits, &settings.policy);
-    store.set_bounds(Arc::clone(&bounds));
     let tenant_node = match inherited_tenant {
         Some(fd) => TenantNode::serve_fd(
             &settings.tenant_dir,
             fd,
-            Arc::clone(&view),
+            served,
             settings.policy.clone(),
             Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
         None => TenantNode::mount(
             &settings.tenant_dir,
-            Arc::clone(&view),
+            served,
             settings.policy.clone(),
             Arc::clone(&bounds),
             settings.tenant_threads,
         )?,
     };
-    store.set_tenant_stats(tenant_node.stats());
+    // Snapshots hand out latency samples once; the fan-out gives the
+    // reporter, the metrics endpoint and the final summary each all of them.
+    let fanout = health::HealthFanout::new(Arc::new(DaemonHealth {
+        store: Arc::clone(store),
+        ri: Arc::clone(&planes.ri),
+        ranges: Arc::clone(&planes.ranges),
+        pages: pages.as_ref().map(|(p, _)| Arc::clone(p)),
+        tenant: tenant_node.stats(),
+        bounds: Arc::clone(&bounds),
+    }));
+    let final_health = fanout.subscribe();
     let pages = match pages {
         Some((p, state)) => {
             match PageServer::start(

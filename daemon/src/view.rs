@@ -10,6 +10,7 @@ pub use gpupm_client::tenant::{CtxId, Scope, VmId};
 /// Who is asking, as the kernel reported it for the request.
 pub use gpupm_fusemount::Caller;
 use gpupm_uapi::events::MAX_EVENTS;
+use gpupm_uapi::layout::BlockSlot;
 
 /// Lifecycle of a context as the daemon tracks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,24 +100,6 @@ pub trait CounterView: Send + Sync + 'static {
         -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
-
-    /// The sampling plane, when the daemon samples (the default: none;
-    /// the node then answers `TENANT_IOC_OPEN_SAMPLING` with ENOTTY).
-    fn sampling(&self) -> Option<Arc<crate::sampling::Plane>> {
-        None
-    }
-
-    /// The runtime-instrumentation unit, when the daemon has a device
-    /// (the default: none; the node then answers the RI ioctls with ENOTTY).
-    fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
-        None
-    }
-
-    /// The range plane, when the daemon serves marked ranges (the default:
-    /// none; the node then answers the range ioctls with ENOTTY).
-    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
-        None
-    }
 
     /// The program a context runs, as its `CTX_PROGRAM` register reads
     /// (0 none, else 1 + its index in the scenario's program table).
@@ -400,4 +383,30 @@ impl TenantStats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+}
+
+/// Where a scope's numbers come from: its VM's partition and block slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockSource {
+    /// The VM (itself, or the context's owner).
+    pub vm: VmId,
+    /// Partition slot of the VM.
+    pub partition: u32,
+    /// Window offset of the block slot.
+    pub block_offset: u64,
+    /// Confidential: the page holds ciphertext only.
+    pub confidential: bool,
+}
+
+/// What the daemon's tables say about scopes, for creating and adopting
+/// pages (the store implements it, the pages use it).
+pub trait PageSource: Send + Sync + 'static {
+    /// A VM the device has.
+    fn vm_source(&self, vm: VmId) -> Option<BlockSource>;
+    /// The newest instance of a context id if the device still holds it
+    /// (active or destroyed, not retired): its created cycle, source and
+    /// whether it is destroyed.
+    fn live_ctx(&self, ctx: CtxId) -> Option<(u64, BlockSource, bool)>;
+    /// The persisted final block of a retired instance.
+    fn retired_slot(&self, ctx: CtxId, created_cycle: u64) -> Option<BlockSlot>;
 }

@@ -17,7 +17,7 @@ use gpupm_uapi::layout::{StreamSlot, STREAM_SLOT_SIZE};
 use gpupm_uapi::regs::{self as r, vm_flags, MAX_PARTITION_SLOTS, MAX_VMS};
 use gpupmd::engine::drain::{self, Rings};
 use gpupmd::engine::program;
-use gpupmd::mirror::OpenMirror;
+use gpupmd::mirror::{DeviceMirror, OpenMirror};
 use gpupmd::store::retention::Retention;
 use gpupmd::store::retired::RetiredStore;
 use gpupmd::store::{Store, VmInfo};
@@ -170,15 +170,17 @@ fn drains_record_every_record_once(source: Source) -> Rings {
         retired,
         Retention::default(),
         65_536,
+        None,
     );
+    let mirror = DeviceMirror::new(Arc::clone(&dev));
     let vms = vms(&dev);
     store.set_topology(vms.clone(), partitions.clone());
 
     let mut rings = Rings::new(true);
     let mut lagging = None;
     match source {
-        Source::Mirror => assert!(rings.follow(store.mirror()), "the driver's mirror"),
-        Source::Window => assert!(!rings.follow(store.mirror()), "--no-mirror"),
+        Source::Mirror => assert!(rings.follow(&mirror), "the driver's mirror"),
+        Source::Window => assert!(!rings.follow(&mirror), "--no-mirror"),
         Source::LaggingMirror => {
             let (l, open) = Lagging::new(&tmp.join("lagging"), &dev, &partitions);
             assert!(rings.follow_mirror(open));

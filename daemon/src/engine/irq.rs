@@ -25,6 +25,7 @@ use gpupm_uapi::regs::{self as r, hs_state, mbox_op, part_status};
 
 use super::handshakes::{self, Awaiting, Step};
 use super::worker::Work;
+use crate::planes::Planes;
 use crate::store::Store;
 
 /// Pause before reading again after the node failed.
@@ -46,6 +47,7 @@ pub struct Handoff<'a> {
 pub fn run(
     dev: &DevNode,
     store: &Store,
+    planes: &Planes,
     mut reader: IntrReader,
     to: Handoff<'_>,
     stop: &AtomicBool,
@@ -94,7 +96,7 @@ pub fn run(
         let requested = slots(source::SWITCH_REQUESTED);
         let steps = handshakes::pause_and_flush(dev, &requested, t0, &mut unacked);
         // The outgoing contexts are paused: their range counts are final.
-        store.ranges().snapshot(&requested);
+        planes.ranges.snapshot(&requested);
         for step in steps {
             record(store, step, &mut awaiting);
         }
@@ -106,8 +108,8 @@ pub fn run(
             sweep(dev, store, &mut awaiting);
             send(work, stop, Work::Resync);
         }
-        route(&recs, store, to, stop);
-        store.ranges().on_interrupts(&recs);
+        route(&recs, store, planes, to, stop);
+        planes.ranges.on_interrupts(&recs);
         // What no batch carried: a switch still awaiting its acks carries
         // it soon; otherwise it is written now.
         if unacked != 0 && awaiting.is_empty() {
@@ -123,7 +125,13 @@ pub fn run(
 
 /// Hands each record's work to the thread that does it (the handshakes
 /// were done in place); a fallback is booked at once.
-fn route(recs: &[InterruptRecord], store: &Store, to: Handoff<'_>, stop: &AtomicBool) {
+fn route(
+    recs: &[InterruptRecord],
+    store: &Store,
+    planes: &Planes,
+    to: Handoff<'_>,
+    stop: &AtomicBool,
+) {
     let work = to.work;
     for rec in recs {
         match rec.source {
@@ -133,7 +141,7 @@ fn route(recs: &[InterruptRecord], store: &Store, to: Handoff<'_>, stop: &Atomic
             source::SAMPLE_WATERMARK | source::SAMPLE_OVERFLOW => {
                 send_drain(to.samples, stop, rec.partition)
             }
-            source::RI_BUFFER_FULL | source::RI_HALT => store.ri().notify(rec.arg),
+            source::RI_BUFFER_FULL | source::RI_HALT => planes.ri.notify(rec.arg),
             source::CTX_CREATED => send(work, stop, Work::Created(rec.arg)),
             source::CTX_DESTROYED => send(work, stop, Work::Destroyed(rec.arg)),
             source::DEVICE_RESET => send(work, stop, Work::Reset),

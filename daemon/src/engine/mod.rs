@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use self::drain::Rings;
 use self::worker::{Work, Worker};
 use crate::config::Programming;
+use crate::planes::Planes;
 use crate::sampling::drain::DevSampler;
 use crate::store::retired::RetiredError;
 use crate::store::Store;
@@ -120,6 +121,7 @@ impl Engine {
     pub fn start(
         dev: Arc<DevNode>,
         store: Arc<Store>,
+        planes: &Planes,
         program: Programming,
         drain_interval: Option<Duration>,
         device_cpus: Option<CpuList>,
@@ -128,7 +130,7 @@ impl Engine {
         let partitions = program::configured_partitions(&dev)?;
         store.set_topology(Default::default(), partitions.clone());
         program::program(&dev, &program, store.identity().clock_khz, &partitions)?;
-        store.ranges().start(&partitions)?;
+        planes.ranges.start(&partitions)?;
         tracing::info!(?program, "device programmed");
 
         let stop = Arc::new(AtomicBool::new(false));
@@ -136,28 +138,29 @@ impl Engine {
         let (sample_tx, sample_rx) = mpsc::channel();
         let irq = {
             let (dev, store, stop) = (Arc::clone(&dev), Arc::clone(&store), Arc::clone(&stop));
+            let planes = planes.clone();
             crate::affinity::spawn_device_thread("gpupmd-irq", device_cpus, move || {
                 let to = irq::Handoff {
                     work: &tx,
                     samples: &sample_tx,
                 };
-                irq::run(&dev, &store, reader, to, &stop);
+                irq::run(&dev, &store, &planes, reader, to, &stop);
                 stop.store(true, Ordering::Release);
             })
             .map_err(EngineError::Thread)?
         };
         let mut engine = Engine {
             dev: Arc::clone(&dev),
-            sampler: Arc::clone(store.sampler()),
-            ri: Arc::clone(store.ri()),
+            sampler: Arc::clone(&planes.sampler),
+            ri: Arc::clone(&planes.ri),
             stop: Arc::clone(&stop),
             threads: vec![irq],
         };
         let sampler = {
-            let (store, stop) = (Arc::clone(&store), Arc::clone(&stop));
+            let (planes, stop) = (planes.clone(), Arc::clone(&stop));
             thread::Builder::new()
                 .name("gpupmd-samples".into())
-                .spawn(move || samples::run(&store, &sample_rx, &stop))
+                .spawn(move || samples::run(&planes, &sample_rx, &stop))
                 .map_err(EngineError::Thread)
         };
         match sampler {
@@ -168,22 +171,27 @@ impl Engine {
             }
         }
 
-        match crate::ri::start(&store, &stop) {
+        if let Err(e) = planes.ri.reclaim() {
+            engine.stop();
+            return Err(e.into());
+        }
+        match crate::ri::start(&planes.ri, &stop) {
             Ok(t) => engine.threads.push(t),
             Err(e) => {
                 engine.stop();
-                return Err(e);
+                return Err(EngineError::Thread(e));
             }
         }
 
         restore_retired(&store)?;
         let mut rings = Rings::new(drain_interval.is_some());
-        if rings.follow(store.mirror()) {
+        if rings.follow(&planes.mirror) {
             tracing::info!("drains read the stream records from the device's commit mirror");
         }
         let mut worker = Worker {
             dev: &dev,
             store: &store,
+            planes,
             program: &program,
             rings,
         };
@@ -194,12 +202,14 @@ impl Engine {
         let rings = std::mem::take(&mut worker.rings);
         let work = {
             let stop = Arc::clone(&stop);
+            let planes = planes.clone();
             thread::Builder::new()
                 .name("gpupmd-work".into())
                 .spawn(move || {
                     let mut worker = Worker {
                         dev: &dev,
                         store: &store,
+                        planes: &planes,
                         program: &program,
                         rings,
                     };

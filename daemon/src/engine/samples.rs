@@ -10,19 +10,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
+use crate::planes::Planes;
 use crate::sampling::drain::DRAIN_INTERVAL;
-use crate::store::Store;
 
 /// Consecutive failures after which the thread gives up.
 const MAX_FAILURES: u32 = 50;
 
 /// Runs until `stop` is set or the node keeps failing; `rx` carries the
 /// partitions whose buffers raised an interrupt.
-pub fn run(store: &Store, rx: &Receiver<u32>, stop: &AtomicBool) {
+pub fn run(planes: &Planes, rx: &Receiver<u32>, stop: &AtomicBool) {
     let mut failures = 0;
     let mut due = Instant::now() + DRAIN_INTERVAL;
     while !stop.load(Ordering::Acquire) {
-        if store.sampler().wait_for_buffers(stop) {
+        if planes.sampler.wait_for_buffers(stop) {
             due = Instant::now() + DRAIN_INTERVAL;
             continue;
         }
@@ -36,10 +36,10 @@ pub fn run(store: &Store, rx: &Receiver<u32>, stop: &AtomicBool) {
             Err(RecvTimeoutError::Disconnected) => break,
         }
         if Instant::now() >= due {
-            parts.extend(store.sampler().partitions());
+            parts.extend(planes.sampler.partitions());
             due = Instant::now() + DRAIN_INTERVAL;
         }
-        match drain(store, &parts) {
+        match drain(planes, &parts) {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures += 1;
@@ -55,10 +55,10 @@ pub fn run(store: &Store, rx: &Receiver<u32>, stop: &AtomicBool) {
     }
 }
 
-fn drain(store: &Store, parts: &BTreeSet<u32>) -> Result<(), gpupm_client::DevError> {
+fn drain(planes: &Planes, parts: &BTreeSet<u32>) -> Result<(), gpupm_client::DevError> {
     for &p in parts {
-        for batch in store.sampler().drain(p)? {
-            store.sampling_plane().route(&batch);
+        for batch in planes.sampler.drain(p)? {
+            planes.sampling.route(&batch);
         }
     }
     Ok(())

@@ -20,6 +20,7 @@ use super::drain::{self, Rings};
 use super::program;
 use super::EngineError;
 use crate::config::Programming;
+use crate::planes::Planes;
 use crate::store::retired::{retired_flags, RetiredFile, RETIRED_MAGIC, RETIRED_VERSION};
 use crate::store::{LiveCtx, Store, VmInfo};
 use crate::view::CtxId;
@@ -67,6 +68,8 @@ pub struct Worker<'a> {
     pub dev: &'a DevNode,
     /// The store.
     pub store: &'a Store,
+    /// The planes (reprogrammed after a device reset).
+    pub planes: &'a Planes,
     /// What to program after a reset.
     pub program: &'a Programming,
     /// Ring drain state.
@@ -105,7 +108,7 @@ impl Worker<'_> {
                         &self.store.partitions(),
                     )?;
                     self.rings.reset();
-                    self.store.sampling_plane().reprogram()?;
+                    self.planes.sampling.reprogram()?;
                     self.store.device_was_reset();
                     tracing::info!("device reset: programming re-applied");
                     self.resync()?;

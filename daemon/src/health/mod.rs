@@ -18,11 +18,13 @@
 //! [`HealthConfig::journal_socket`] only decides whether journald is used;
 //! `tracing-journald` 0.3 always sends to `/run/systemd/journal/socket`.
 
+mod daemon;
 mod events;
 mod fanout;
 mod ratelimit;
 mod reporter;
 
+pub use daemon::DaemonHealth;
 pub use events::{
     config_applied, config_readable, device_identity, fallback_logs_suppressed, handshake_fallback,
     retired_pruned, shutdown, startup, CONFIG_APPLIED_ID, CONFIG_READABLE_ID, DEVICE_IDENTITY_ID,

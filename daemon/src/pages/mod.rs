@@ -63,22 +63,11 @@ use zerocopy::FromZeros;
 pub use self::files::{DirError, PageDir};
 pub use self::refresh::{Refresher, State};
 pub use self::server::{PageServer, ServerError};
+pub use self::table::Key;
 use self::table::{Entry, Table};
-pub use self::table::{Key, Source};
+use crate::store::events::TableEvents;
+pub use crate::view::{BlockSource, PageSource};
 use crate::view::{CtxId, PageStats, VmId};
-
-/// What the daemon's tables say about scopes, for creating and adopting
-/// pages (the store implements it).
-pub trait PageSource: Send + Sync + 'static {
-    /// A VM the device has.
-    fn vm_source(&self, vm: VmId) -> Option<Source>;
-    /// The newest instance of a context id if the device still holds it
-    /// (active or destroyed, not retired): its created cycle, source and
-    /// whether it is destroyed.
-    fn live_ctx(&self, ctx: CtxId) -> Option<(u64, Source, bool)>;
-    /// The persisted final block of a retired instance.
-    fn retired_slot(&self, ctx: CtxId, created_cycle: u64) -> Option<BlockSlot>;
-}
 
 /// Fingerprint of who may see VM `vm` under `policy` (FNV-1a over the
 /// admin group and the VM's tenant entries, sorted): a page made for one
@@ -312,7 +301,7 @@ impl Pages {
     /// Store hook: the VM table was (re)read from the device. Pages of VMs
     /// that are gone, or whose block, partition or confidentiality changed,
     /// are withdrawn (a new request makes a new page).
-    pub fn vms_changed(&self, vms: &BTreeMap<VmId, Source>) {
+    pub fn vms_changed(&self, vms: &BTreeMap<VmId, BlockSource>) {
         let mut inner = self.lock();
         let stale: Vec<Key> = inner
             .table
@@ -438,7 +427,7 @@ impl Pages {
                 Key::Ctx(ctx, created) => source.retired_slot(ctx, created),
                 Key::Vm(_) => None,
             };
-            let origin = Source {
+            let origin = BlockSource {
                 vm: header.vm,
                 partition: 0,
                 block_offset: 0,
@@ -506,5 +495,38 @@ impl Pages {
             generation = inner.generation,
             "device reset: tenant pages start a new generation"
         );
+    }
+}
+
+/// The pages follow the store's tables.
+impl TableEvents for Pages {
+    fn vms_changed(&self, vms: &BTreeMap<VmId, BlockSource>) {
+        Pages::vms_changed(self, vms);
+    }
+    fn live_changed(&self, live: &BTreeMap<CtxId, (u64, bool)>) {
+        Pages::live_changed(self, live);
+    }
+    fn ctx_destroyed(&self, ctx: CtxId, created_cycle: u64) {
+        Pages::ctx_destroyed(self, ctx, created_cycle);
+    }
+    fn ctx_retired(
+        &self,
+        ctx: CtxId,
+        created_cycle: u64,
+        final_slot: &dyn Fn() -> Option<BlockSlot>,
+    ) {
+        Pages::ctx_retired(self, ctx, created_cycle, final_slot);
+    }
+    fn switched(&self, p: u32, incoming: Option<CtxId>) {
+        Pages::switched(self, p, incoming);
+    }
+    fn device_reset(&self) {
+        Pages::device_reset(self);
+    }
+    fn resynced(&self) {
+        self.refresh_all();
+    }
+    fn samples(&self, samples: &[crate::view::DeltaSample]) {
+        Pages::samples(self, samples);
     }
 }

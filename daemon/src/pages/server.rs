@@ -33,10 +33,11 @@ use nix::sys::socket::{
 use zerocopy::FromZeros;
 
 use super::conns::{serve, Admission};
-use super::table::{self, Entry, Key, Source};
+use super::table::{self, Entry, Key};
 use super::{PageSource, Pages};
 use crate::tenant::bounds::Bounds;
 use crate::tenant::policy::{Identity, Policy};
+use crate::view::BlockSource;
 
 /// Why the page socket could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +86,7 @@ impl Pages {
         &self,
         source: &dyn PageSource,
         key: Key,
-        src: Source,
+        src: BlockSource,
         destroyed: bool,
     ) -> Result<File, Errno> {
         if let Some(f) = self.existing(key)? {
@@ -194,7 +195,7 @@ fn resolve(
     source: &dyn PageSource,
     identity: &Identity,
     req: &PageRequest,
-) -> Result<(Key, Source, bool), Errno> {
+) -> Result<(Key, BlockSource, bool), Errno> {
     if req.version != PAGE_STRUCT_VERSION || req.flags & !page_request_flags::ALL != 0 {
         return Err(Errno::EINVAL);
     }

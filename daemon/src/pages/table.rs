@@ -12,7 +12,7 @@ use gpupm_uapi::page::{page_flags, PageCounters, PageData};
 use gpupm_uapi::tenant::RateSample;
 use zerocopy::FromZeros;
 
-use crate::view::{CtxId, VmId};
+use crate::view::{BlockSource, CtxId, VmId};
 
 /// Names a page: a VM, or a context instance (id, created cycle).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -58,26 +58,13 @@ impl Key {
     }
 }
 
-/// Where a page's numbers come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Source {
-    /// The VM (itself, or the context's owner).
-    pub vm: VmId,
-    /// Partition slot of the VM.
-    pub partition: u32,
-    /// Window offset of the block slot.
-    pub block_offset: u64,
-    /// Confidential: the page holds ciphertext only.
-    pub confidential: bool,
-}
-
 /// One published page.
 #[derive(Debug)]
 pub struct Entry {
     /// The daemon's writable mapping.
     pub page: WritablePage,
     /// Where its numbers come from.
-    pub source: Source,
+    pub source: BlockSource,
     /// `page_state` of the page.
     pub state: u32,
     /// What the page holds (the last publication).
@@ -121,7 +108,7 @@ pub enum Stale {
 /// state, rate — is the caller's).
 pub fn with_slot(
     key: Key,
-    source: &Source,
+    source: &BlockSource,
     shown: &PageData,
     slot: &BlockSlot,
 ) -> Result<PageData, Stale> {
@@ -176,7 +163,7 @@ pub fn next_of(key: Key, e: &mut Entry, slot: &BlockSlot) -> Result<Next, Stale>
 /// block or of the counters); `shown` is untouched on an error.
 fn fold_plain(
     key: Key,
-    source: &Source,
+    source: &BlockSource,
     shown: &mut PageCounters,
     slot: &BlockSlot,
 ) -> Result<(), Stale> {
@@ -241,7 +228,7 @@ impl<'a> PlainView<'a> {
     }
 
     /// Whether the block is `key`'s, of `source`'s VM.
-    fn is_of(&self, key: Key, source: &Source) -> bool {
+    fn is_of(&self, key: Key, source: &BlockSource) -> bool {
         self.kind == key.block_kind() && self.id == key.block_id() && self.vm == source.vm
     }
 }
@@ -251,7 +238,7 @@ impl<'a> PlainView<'a> {
 /// [`with_slot`] builds a new page).
 pub fn shows(
     key: Key,
-    source: &Source,
+    source: &BlockSource,
     shown: &PageData,
     generation: u64,
     slot: &BlockSlot,
@@ -310,7 +297,7 @@ mod tests {
         s
     }
 
-    const SRC: Source = Source {
+    const SRC: BlockSource = BlockSource {
         vm: 2,
         partition: 1,
         block_offset: 0,
@@ -490,7 +477,7 @@ mod tests {
 
     #[test]
     fn a_confidential_scope_shows_the_slot_and_no_plaintext() {
-        let src = Source {
+        let src = BlockSource {
             confidential: true,
             ..SRC
         };

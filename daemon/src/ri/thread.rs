@@ -88,18 +88,15 @@ fn drain_loop(unit: &impl Blocks, rx: &Receiver<Wake>, stop: &AtomicBool) {
     }
 }
 
-/// Reclaims the blocks a previous daemon left in use and starts the
-/// unit's drain thread.
+/// Starts the unit's drain thread (after its [`RiUnit::reclaim`]).
 pub fn start(
-    store: &Arc<crate::store::Store>,
+    unit: &Arc<RiUnit>,
     stop: &Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<()>, crate::engine::EngineError> {
-    store.ri().reclaim()?;
-    let (unit, stop) = (Arc::clone(store.ri()), Arc::clone(stop));
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let (unit, stop) = (Arc::clone(unit), Arc::clone(stop));
     std::thread::Builder::new()
         .name("gpupmd-ri".into())
         .spawn(move || run(&unit, &stop))
-        .map_err(crate::engine::EngineError::Thread)
 }
 
 #[cfg(test)]

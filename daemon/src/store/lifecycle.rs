@@ -28,8 +28,8 @@ impl Store {
         t.live = live;
         drop(t);
         drop(hist);
-        if let Some(p) = self.pages.get() {
-            p.live_changed(&instances);
+        if let Some(e) = &self.events {
+            e.live_changed(&instances);
         }
     }
 
@@ -62,8 +62,8 @@ impl Store {
         {
             c.destroyed = true;
         }
-        if let Some(p) = self.pages.get() {
-            p.ctx_destroyed(ctx, created_cycle);
+        if let Some(e) = &self.events {
+            e.ctx_destroyed(ctx, created_cycle);
         }
     }
 
@@ -113,44 +113,45 @@ impl Store {
             // pass sees this instance.
             self.retired_signal.notify_one();
         }
-        if let Some(p) = self.pages.get() {
+        if let Some(e) = &self.events {
             // Its page shows the persisted final totals and goes, before
             // the block is released (and its slot or id reused); after the
             // tables say retired, so that no request makes a page anew.
-            p.ctx_retired(ctx, created_cycle, || {
+            e.ctx_retired(ctx, created_cycle, &|| {
                 self.retired_files.load(ctx, created_cycle).map(|r| r.slot)
             });
         }
     }
 
     /// Partition `p` committed a switch to `incoming` (`None`: not known;
-    /// the device's fallback included): the pages it touched are refreshed.
+    /// the device's fallback included): the follower is told (the pages it
+    /// touched are refreshed).
     pub fn switch_committed(&self, p: u32, incoming: Option<CtxId>) {
-        if let Some(pages) = self.pages.get() {
-            pages.switched(p, incoming);
+        if let Some(e) = &self.events {
+            e.switched(p, incoming);
         }
     }
 
     /// The device was reset: the pages start a new generation.
     pub fn device_was_reset(&self) {
-        if let Some(pages) = self.pages.get() {
-            pages.device_reset();
+        if let Some(e) = &self.events {
+            e.device_reset();
         }
     }
 
     /// The tables were rebuilt from the device's registers: every page is
     /// read again (whatever the missed interrupts announced).
     pub fn resynced(&self) {
-        if let Some(pages) = self.pages.get() {
-            pages.refresh_all();
+        if let Some(e) = &self.events {
+            e.resynced();
         }
     }
 
     /// Adds stream deltas to the history and feeds (and the pages'
     /// latest rate samples).
     pub fn record_samples(&self, samples: &[DeltaSample]) {
-        if let Some(p) = self.pages.get() {
-            p.samples(samples);
+        if let Some(e) = &self.events {
+            e.samples(samples);
         }
         let mut h = self.hist();
         for s in samples {

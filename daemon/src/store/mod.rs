@@ -15,8 +15,10 @@
 //!
 //! This module holds the tables and their locks; `lifecycle` writes them
 //! (device events), `reads` answers the counter view, `sources` serves the
-//! tenant pages and the health report.
+//! tenant pages and the health report; `events` is what it tells its
+//! follower.
 
+pub mod events;
 pub mod history;
 pub mod keys;
 mod lifecycle;
@@ -27,19 +29,17 @@ mod sources;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use gpupm_client::DevNode;
 
+use self::events::TableEvents;
 use self::history::History;
 pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::RetiredStore;
-use crate::pages::{Pages, Source};
-use crate::sampling::drain::DevSampler;
-use crate::sampling::Plane;
-use crate::view::{CtxId, DeviceIdentity, TenantStats, VmId};
+use crate::view::{BlockSource, CtxId, DeviceIdentity, VmId};
 
 /// Most history samples one instance-rates request looks at (the tail of
 /// the context's or VM's ring).
@@ -58,8 +58,8 @@ pub struct VmInfo {
 
 impl VmInfo {
     /// Where VM `vm`'s page gets its numbers.
-    pub fn page_source(&self, vm: VmId) -> Source {
-        Source {
+    pub fn page_source(&self, vm: VmId) -> BlockSource {
+        BlockSource {
             vm,
             partition: self.partition,
             block_offset: self.block_offset,
@@ -135,38 +135,25 @@ pub struct Store {
     history: Mutex<History>,
     stats: Stats,
     latencies: Mutex<Vec<u64>>,
-    tenant_stats: OnceLock<Arc<TenantStats>>,
-    bounds: OnceLock<Arc<crate::tenant::bounds::Bounds>>,
-    pages: OnceLock<Arc<Pages>>,
-    sampler: Arc<DevSampler>,
-    sampling: Arc<Plane>,
-    ri: Arc<crate::ri::RiUnit>,
-    ranges: Arc<crate::ranges::RangeBook>,
-    /// The device's commit mirror, mapped once for the pages and the
-    /// drains.
-    mirror: Arc<crate::mirror::DeviceMirror>,
+    /// Told of every change of the tables (the tenant pages, when offered).
+    events: Option<Arc<dyn TableEvents>>,
     /// Tenants' confidential key exchanges, rate limited per VM.
     exchanges: keys::ExchangeBudget,
 }
 
 impl Store {
     /// A store over `dev`, keeping `history` samples per scope and the
-    /// retired set in `retired_files`, bounded by `retention`.
+    /// retired set in `retired_files`, bounded by `retention`, telling
+    /// `events` of every change of its tables.
     pub fn new(
         dev: Arc<DevNode>,
         identity: DeviceIdentity,
         retired_files: RetiredStore,
         retention: Retention,
         history: usize,
+        events: Option<Arc<dyn TableEvents>>,
     ) -> Store {
-        let sampler = Arc::new(DevSampler::new(Arc::clone(&dev), identity.clock_khz));
-        let sampling = Plane::new(sampler.clone(), identity.clock_khz);
         Store {
-            ri: crate::ri::RiUnit::new(Arc::clone(&dev)),
-            ranges: Arc::new(crate::ranges::RangeBook::new(Arc::clone(&dev))),
-            mirror: Arc::new(crate::mirror::DeviceMirror::new(Arc::clone(&dev))),
-            sampler,
-            sampling,
             dev,
             identity,
             started: Instant::now(),
@@ -180,16 +167,9 @@ impl Store {
             history: Mutex::new(History::new(history)),
             stats: Stats::default(),
             latencies: Mutex::new(Vec::new()),
-            tenant_stats: OnceLock::new(),
-            bounds: OnceLock::new(),
-            pages: OnceLock::new(),
+            events,
             exchanges: keys::ExchangeBudget::default(),
         }
-    }
-
-    /// The device's commit mirror (asked for by its users).
-    pub fn mirror(&self) -> &Arc<crate::mirror::DeviceMirror> {
-        &self.mirror
     }
 
     fn read(&self) -> RwLockReadGuard<'_, Tables> {
@@ -206,26 +186,6 @@ impl Store {
         self.history.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The device's samplers (drained by the engine).
-    pub fn sampler(&self) -> &Arc<DevSampler> {
-        &self.sampler
-    }
-
-    /// The sampling plane (sessions and routing).
-    pub fn sampling_plane(&self) -> &Arc<Plane> {
-        &self.sampling
-    }
-
-    /// The runtime-instrumentation control blocks and their sessions.
-    pub fn ri(&self) -> &Arc<crate::ri::RiUnit> {
-        &self.ri
-    }
-
-    /// The range plane (tenants' marked ranges and call graphs).
-    pub fn ranges(&self) -> &Arc<crate::ranges::RangeBook> {
-        &self.ranges
-    }
-
     /// The persisted retired set.
     pub fn retired_files(&self) -> &RetiredStore {
         &self.retired_files
@@ -234,13 +194,6 @@ impl Store {
     /// Device identity.
     pub fn identity(&self) -> DeviceIdentity {
         self.identity
-    }
-
-    /// Counters of the tenant node, once it is mounted.
-    pub fn set_tenant_stats(&self, stats: Arc<TenantStats>) {
-        if self.tenant_stats.set(stats).is_err() {
-            tracing::debug!("tenant stats were already attached");
-        }
     }
 
     /// The tenant mapping in force: retired instances persisted under
@@ -266,33 +219,17 @@ impl Store {
             })
     }
 
-    /// The tenant bounds' accountant, for the health snapshot.
-    pub fn set_bounds(&self, bounds: Arc<crate::tenant::bounds::Bounds>) {
-        if self.bounds.set(bounds).is_err() {
-            tracing::debug!("the tenant bounds were already attached");
-        }
-    }
-
-    /// The tenant pages, told from now on about VMs, contexts and
-    /// drained commits (before the engine starts, so that they see the
-    /// tables it builds).
-    pub fn attach_pages(&self, pages: Arc<Pages>) {
-        if self.pages.set(pages).is_err() {
-            tracing::debug!("tenant pages were already attached");
-        }
-    }
-
     /// Replaces the VM table and the configured partition slots.
     pub fn set_topology(&self, vms: BTreeMap<VmId, VmInfo>, partitions: Vec<u32>) {
-        let sources: BTreeMap<VmId, Source> =
+        let sources: BTreeMap<VmId, BlockSource> =
             vms.iter().map(|(&vm, i)| (vm, i.page_source(vm))).collect();
         {
             let mut t = self.write();
             t.vms = vms;
             t.partitions = partitions;
         }
-        if let Some(p) = self.pages.get() {
-            p.vms_changed(&sources);
+        if let Some(e) = &self.events {
+            e.vms_changed(&sources);
         }
     }
 

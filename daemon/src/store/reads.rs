@@ -11,7 +11,6 @@ use zerocopy::IntoBytes;
 
 use super::retired::plain_block;
 use super::{LiveCtx, Store, Tables, INSTANCE_SCAN};
-use crate::sampling::Plane;
 use crate::view::{CounterView, CtxId, CtxInfo, CtxState, DeltaSample, Scope, Totals, VmId};
 
 impl Store {
@@ -74,18 +73,6 @@ impl Store {
 }
 
 impl CounterView for Store {
-    fn ranges(&self) -> Option<Arc<crate::ranges::RangeBook>> {
-        Some(Arc::clone(&self.ranges))
-    }
-
-    fn ri(&self) -> Option<Arc<crate::ri::RiUnit>> {
-        Some(Arc::clone(&self.ri))
-    }
-
-    fn sampling(&self) -> Option<Arc<Plane>> {
-        Some(Arc::clone(&self.sampling))
-    }
-
     fn ctx_program(&self, ctx: CtxId) -> Option<u32> {
         self.dev
             .read32(regs::ctx(ctx, regs::CTX_PROGRAM))

@@ -1,5 +1,6 @@
-//! The store as a source for the tenant pages ([`PageSource`]) and for the
-//! health report ([`HealthSource`]).
+//! The store as a source for the tenant pages ([`PageSource`]) and of its
+//! own figures of the health report ([`HealthSource`]; the daemon's whole
+//! report is `health::DaemonHealth`).
 
 use std::sync::atomic::Ordering;
 
@@ -7,8 +8,7 @@ use gpupm_uapi::layout::BlockSlot;
 use gpupm_uapi::regs;
 
 use super::Store;
-use crate::pages::{PageSource, Source};
-use crate::view::{CtxId, HealthSnapshot, HealthSource, VmId};
+use crate::view::{BlockSource, CtxId, HealthSnapshot, HealthSource, PageSource, VmId};
 
 impl Store {
     fn device_sum(&self, reg: u64) -> u64 {
@@ -35,15 +35,15 @@ impl Store {
 }
 
 impl PageSource for Store {
-    fn vm_source(&self, vm: VmId) -> Option<Source> {
+    fn vm_source(&self, vm: VmId) -> Option<BlockSource> {
         self.vm_info(vm).map(|i| i.page_source(vm))
     }
 
-    fn live_ctx(&self, ctx: CtxId) -> Option<(u64, Source, bool)> {
+    fn live_ctx(&self, ctx: CtxId) -> Option<(u64, BlockSource, bool)> {
         let t = self.read();
         let c = t.live.get(&ctx)?;
         let vm = t.vms.get(&c.vm)?;
-        let source = Source {
+        let source = BlockSource {
             block_offset: c.block_offset,
             ..vm.page_source(c.vm)
         };
@@ -69,12 +69,6 @@ impl HealthSource for Store {
                 t.retired.len() as u64,
             )
         };
-        let (requests, errors) = self.tenant_stats.get().map_or((0, 0), |s| {
-            (
-                s.requests.load(Ordering::Relaxed),
-                s.errors.load(Ordering::Relaxed),
-            )
-        });
         HealthSnapshot {
             device: self.identity,
             uptime_s: self.started.elapsed().as_secs_f64(),
@@ -95,12 +89,13 @@ impl HealthSource for Store {
             contexts_retired: self.stats.retired.load(Ordering::Relaxed),
             contexts_pruned: self.stats.pruned.load(Ordering::Relaxed),
             contexts_retained: retained,
-            tenant_requests: requests,
-            tenant_errors: errors,
-            pages: self.pages.get().map(|p| p.stats()).unwrap_or_default(),
-            ri: self.ri.stats().counts(),
-            ranges: self.ranges.stats().snapshot(),
-            bounds: self.bounds.get().map(|b| b.snapshot()).unwrap_or_default(),
+            // The other parts' figures: `health::DaemonHealth` adds them.
+            tenant_requests: 0,
+            tenant_errors: 0,
+            pages: Default::default(),
+            ri: Default::default(),
+            ranges: Default::default(),
+            bounds: Default::default(),
         }
     }
 }

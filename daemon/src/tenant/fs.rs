@@ -18,8 +18,9 @@ use super::policy::{Identity, Policy};
 use super::requests::{self, Answer, RequestError};
 use super::ri;
 use super::session::Sessions;
+use super::Served;
 use super::{TenantStats, NODE_NAME};
-use crate::view::{Caller, CounterView};
+use crate::view::Caller;
 use gpupm_fusemount::flat::{poll_wake, FileAccess, FlatDir, ROOT_INO};
 
 /// Inode of `node`.
@@ -34,7 +35,7 @@ const NODE_ACCESS: FileAccess = FileAccess {
 
 /// The filesystem.
 pub(super) struct TenantFs {
-    view: Arc<dyn CounterView>,
+    served: Served,
     policy: Policy,
     sessions: Arc<Sessions>,
     rt: tokio::runtime::Handle,
@@ -44,14 +45,14 @@ pub(super) struct TenantFs {
 
 impl TenantFs {
     pub(super) fn new(
-        view: Arc<dyn CounterView>,
+        served: Served,
         policy: Policy,
         sessions: Arc<Sessions>,
         rt: tokio::runtime::Handle,
         stats: Arc<TenantStats>,
     ) -> Self {
         TenantFs {
-            view,
+            served,
             policy,
             sessions,
             rt,
@@ -230,7 +231,7 @@ impl Filesystem for TenantFs {
         };
         let res = res.and_then(|()| {
             requests::dispatch(
-                self.view.as_ref(),
+                &self.served,
                 &identity,
                 bounds.limits(),
                 caller,
@@ -256,17 +257,17 @@ impl Filesystem for TenantFs {
             }
             // A daemon without a sampling plane answers as one older
             // than ABI 1.4.
-            Answer::Sampling(grant) => match self.view.sampling() {
+            Answer::Sampling(grant) => match self.served.features.sampling.clone() {
                 Some(plane) => {
                     let share = share(grant.target.vm);
                     self.sessions.open_sampling(fh.0, grant, &plane, uid, share)
                 }
                 None => Err(RequestError::UnknownIoctl),
             },
-            Answer::Ri(grant) => match self.view.ri() {
+            Answer::Ri(grant) => match self.served.features.ri.clone() {
                 Some(unit) => {
                     let share = share(grant.config.vm);
-                    let quota = ri::block_quota(self.view.as_ref());
+                    let quota = ri::block_quota(self.served.view.as_ref());
                     self.sessions.open_ri(fh.0, grant, &unit, quota, uid, share)
                 }
                 None => Err(RequestError::UnknownIoctl),

@@ -44,7 +44,8 @@
 //! # use std::sync::Arc;
 //! # use gpupmd::tenant::{TenantNode, TenantPolicy, DEFAULT_TENANT_DIR, TENANT_FDNAME};
 //! # use gpupmd::tenant::bounds::Bounds;
-//! # fn start(view: Arc<dyn gpupmd::view::CounterView>, policy: TenantPolicy)
+//! # use gpupmd::tenant::Served;
+//! # fn start(served: Served, policy: TenantPolicy)
 //! #     -> Result<TenantNode, gpupmd::tenant::TenantError> {
 //! // What tenants may hold (`[limits]`), charged as they hold it:
 //! let bounds = Bounds::new(gpupm_client::config::Limits::default(), &policy);
@@ -54,8 +55,8 @@
 //! let dir = std::path::Path::new(DEFAULT_TENANT_DIR);
 //! let threads = gpupmd::tenant::DEFAULT_THREADS;
 //! let node = match inherited {
-//!     Some(fd) => TenantNode::serve_fd(dir, fd, view, policy, bounds, threads)?,
-//!     None => TenantNode::mount(dir, view, policy, bounds, threads)?,
+//!     Some(fd) => TenantNode::serve_fd(dir, fd, served, policy, bounds, threads)?,
+//!     None => TenantNode::mount(dir, served, policy, bounds, threads)?,
 //! };
 //! # Ok(node) }
 //! ```
@@ -102,6 +103,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::bounds::Bounds;
+use crate::planes::Features;
 use crate::view::CounterView;
 
 /// The configured policy (who may see what) and the default number of
@@ -143,6 +145,34 @@ impl TenantError {
     }
 }
 
+/// What a tenant node serves: the counter view and the device features
+/// besides counters (a missing feature is answered `ENOTTY`).
+#[derive(Clone)]
+pub struct Served {
+    /// Tables, counters and history.
+    pub view: Arc<dyn CounterView>,
+    /// Sampling, runtime instrumentation, marked ranges.
+    pub features: Features,
+}
+
+impl Served {
+    /// `view` alone, without sampling, RI or ranges.
+    pub fn counters(view: Arc<dyn CounterView>) -> Served {
+        Served {
+            view,
+            features: Features::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Served")
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A served tenant node; unmounts when dropped if it mounted itself.
 #[derive(Debug)]
 pub struct TenantNode {
@@ -159,12 +189,12 @@ impl TenantNode {
     /// own; dropping the node unmounts it.
     pub fn mount(
         dir: &Path,
-        view: Arc<dyn CounterView>,
+        served: Served,
         policy: TenantPolicy,
         bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, view, policy, bounds, |fs| {
+        TenantNode::start(dir, served, policy, bounds, |fs| {
             mount::Mounted::mount(dir, fs, threads)
         })
     }
@@ -179,19 +209,19 @@ impl TenantNode {
     pub fn serve_fd(
         dir: &Path,
         fd: OwnedFd,
-        view: Arc<dyn CounterView>,
+        served: Served,
         policy: TenantPolicy,
         bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, view, policy, bounds, |fs| {
+        TenantNode::start(dir, served, policy, bounds, |fs| {
             mount::Mounted::serve_inherited(dir, fd, fs, threads)
         })
     }
 
     fn start(
         dir: &Path,
-        view: Arc<dyn CounterView>,
+        served: Served,
         policy: TenantPolicy,
         bounds: Arc<Bounds>,
         serve: impl FnOnce(fs::TenantFs) -> Result<mount::Mounted, mount::ServeError>,
@@ -201,7 +231,7 @@ impl TenantNode {
         let pump =
             pump::Pump::start(Arc::clone(&sessions)).map_err(|e| TenantError::mount(dir, e))?;
         let fs = fs::TenantFs::new(
-            view,
+            served,
             policy::Policy::new(policy),
             Arc::clone(&sessions),
             pump.handle(),

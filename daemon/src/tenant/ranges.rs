@@ -19,6 +19,7 @@ use std::sync::Arc;
 use gpupm_client::config::Limits;
 use gpupm_uapi::ranges::RANGES_PER_PARTITION;
 
+use super::Served;
 use crate::ranges::{CallGraphData, RangeBook, RangeError, RangeQuota, RangeSpec};
 use crate::view::{CounterView, Scope, Totals};
 
@@ -46,8 +47,13 @@ pub fn register_quota(view: &dyn CounterView, partition: u32) -> u32 {
 
 /// Resolves `ctx` for the caller (EACCES / ENOENT as for every scope),
 /// refusing a confidential VM's context (EOPNOTSUPP).
-fn target(view: &dyn CounterView, identity: &Identity, ctx: u32) -> Result<Target, RequestError> {
-    let book = view.ranges().ok_or(RequestError::UnknownIoctl)?;
+fn target(served: &Served, identity: &Identity, ctx: u32) -> Result<Target, RequestError> {
+    let book = served
+        .features
+        .ranges
+        .clone()
+        .ok_or(RequestError::UnknownIoctl)?;
+    let view = served.view.as_ref();
     let r = resolve(view, identity, scope::CONTEXT, ctx, false)?;
     let vm = r.vm.ok_or(RequestError::Internal("context without a VM"))?;
     let partition = view
@@ -133,13 +139,14 @@ fn checked_spec(arg: &AddRange) -> Result<RangeSpec, RequestError> {
 }
 
 pub(super) fn add_range(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     limits: &Limits,
     mut arg: Box<AddRange>,
 ) -> Result<Box<AddRange>, RequestError> {
+    let view = served.view.as_ref();
     let spec = checked_spec(&arg)?;
-    let t = target(view, identity, arg.ctx)?;
+    let t = target(served, identity, arg.ctx)?;
     if t.program == 0 {
         return Err(RequestError::Invalid("the context runs no program"));
     }
@@ -160,14 +167,14 @@ pub(super) fn add_range(
 }
 
 pub(super) fn read_ranges(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     mut arg: Box<ReadRanges>,
 ) -> Result<Box<ReadRanges>, RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
     check_no_flags(arg.flags)?;
-    let t = target(view, identity, arg.ctx)?;
+    let t = target(served, identity, arg.ctx)?;
     let rows = t.book.read(t.ctx).map_err(|e| range_error(e, identity))?;
     arg.count = 0;
     arg.partition = t.partition;
@@ -180,13 +187,13 @@ pub(super) fn read_ranges(
 }
 
 pub(super) fn remove_range(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     arg: &RemoveRange,
 ) -> Result<(), RequestError> {
     check_version(arg.version)?;
     check_reserved(arg.reserved)?;
-    let t = target(view, identity, arg.ctx)?;
+    let t = target(served, identity, arg.ctx)?;
     t.book
         .remove(t.ctx, t.vm, arg.handle)
         .map_err(|e| range_error(e, identity))
@@ -195,14 +202,14 @@ pub(super) fn remove_range(
 /// Checks a graph request's head and answers it with `fill`, which
 /// writes the rows from `head.first` and returns (rows written, total).
 fn graph_read(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     head: &mut GraphHeader,
     fill: impl FnOnce(&CallGraphData, usize) -> Result<(usize, usize), RequestError>,
 ) -> Result<(), RequestError> {
     check_version(head.version)?;
     check_no_flags(head.flags)?;
-    let t = target(view, identity, head.ctx)?;
+    let t = target(served, identity, head.ctx)?;
     let first = usize::try_from(head.first).unwrap_or(usize::MAX);
     let answered = t
         .book
@@ -251,12 +258,12 @@ fn page<I, R>(
 }
 
 pub(super) fn read_call_edges(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     mut arg: Box<ReadCallEdges>,
 ) -> Result<Box<ReadCallEdges>, RequestError> {
     let mut rows = [GraphEdge::default(); GRAPH_EDGE_ROWS];
-    graph_read(view, identity, &mut arg.head, |g, first| {
+    graph_read(served, identity, &mut arg.head, |g, first| {
         page(
             g.edges.iter(),
             first,
@@ -275,12 +282,12 @@ pub(super) fn read_call_edges(
 }
 
 pub(super) fn read_call_kernels(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     mut arg: Box<ReadCallKernels>,
 ) -> Result<Box<ReadCallKernels>, RequestError> {
     let mut rows = [KernelSamples::default(); GRAPH_KERNEL_ROWS];
-    graph_read(view, identity, &mut arg.head, |g, first| {
+    graph_read(served, identity, &mut arg.head, |g, first| {
         page(
             g.kernels.iter(),
             first,
@@ -298,12 +305,12 @@ pub(super) fn read_call_kernels(
 }
 
 pub(super) fn read_call_stacks(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     mut arg: Box<ReadCallStacks>,
 ) -> Result<Box<ReadCallStacks>, RequestError> {
     let mut rows = [StackCount::default(); GRAPH_STACK_ROWS];
-    graph_read(view, identity, &mut arg.head, |g, first| {
+    graph_read(served, identity, &mut arg.head, |g, first| {
         page(g.stacks.iter(), first, &mut rows, |(path, &count)| {
             let mut frames = [0u16; STACK_FRAMES];
             let n = path.len().min(STACK_FRAMES);

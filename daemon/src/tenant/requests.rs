@@ -44,6 +44,7 @@ use super::ri;
 pub use super::ri::RiGrant;
 use super::sampling::open_sampling;
 pub use super::sampling::SamplingGrant;
+use super::Served;
 use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
 use gpupm_uapi::tenant::{
     TENANT_IOC_ADD_RANGE, TENANT_IOC_READ_CALL_EDGES, TENANT_IOC_READ_CALL_KERNELS,
@@ -86,7 +87,7 @@ pub enum Answer {
 /// them in) for a caller with `identity`; `out_size` is how many bytes the
 /// kernel will copy back.
 pub fn dispatch(
-    view: &dyn CounterView,
+    served: &Served,
     identity: &Identity,
     limits: &Limits,
     caller: Caller,
@@ -94,6 +95,7 @@ pub fn dispatch(
     input: &[u8],
     out_size: u32,
 ) -> Result<Answer, RequestError> {
+    let view = served.view.as_ref();
     let out = |bytes: &[u8]| -> Result<Answer, RequestError> {
         if usize::try_from(out_size).map_or(true, |n| n < bytes.len()) {
             return Err(RequestError::Invalid("output buffer too small"));
@@ -147,21 +149,21 @@ pub fn dispatch(
             out(keys::finish(view, identity, decode(input)?)?.as_bytes())
         }
         TENANT_IOC_ADD_RANGE => {
-            out(ranges::add_range(view, identity, limits, decode(input)?)?.as_bytes())
+            out(ranges::add_range(served, identity, limits, decode(input)?)?.as_bytes())
         }
         TENANT_IOC_READ_RANGES => {
-            out(ranges::read_ranges(view, identity, decode(input)?)?.as_bytes())
+            out(ranges::read_ranges(served, identity, decode(input)?)?.as_bytes())
         }
-        TENANT_IOC_REMOVE_RANGE => ranges::remove_range(view, identity, &*decode(input)?)
+        TENANT_IOC_REMOVE_RANGE => ranges::remove_range(served, identity, &*decode(input)?)
             .map(|()| Answer::Data(Vec::new())),
         TENANT_IOC_READ_CALL_EDGES => {
-            out(ranges::read_call_edges(view, identity, decode(input)?)?.as_bytes())
+            out(ranges::read_call_edges(served, identity, decode(input)?)?.as_bytes())
         }
         TENANT_IOC_READ_CALL_KERNELS => {
-            out(ranges::read_call_kernels(view, identity, decode(input)?)?.as_bytes())
+            out(ranges::read_call_kernels(served, identity, decode(input)?)?.as_bytes())
         }
         TENANT_IOC_READ_CALL_STACKS => {
-            out(ranges::read_call_stacks(view, identity, decode(input)?)?.as_bytes())
+            out(ranges::read_call_stacks(served, identity, decode(input)?)?.as_bytes())
         }
         // The type byte 'T' is shared with the legacy terminal ioctls
         // (0x54xx, no direction), which must stay ENOTTY.
@@ -416,7 +418,7 @@ mod tests {
             pid: 0,
         };
         match dispatch(
-            &Empty,
+            &Served::counters(Arc::new(Empty)),
             identity,
             &Limits::default(),
             caller,

@@ -549,7 +549,7 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
     let view = Fixture::new();
     let node = gpupmd::tenant::TenantNode::mount(
         &dir,
-        view.clone(),
+        crate::fixture::served(&view),
         policy(),
         crate::fixture::bounds(),
         gpupmd::tenant::DEFAULT_THREADS,
@@ -560,7 +560,7 @@ fn a_stale_mount_is_recovered_and_a_live_one_refused() {
     drop(c);
     let again = gpupmd::tenant::TenantNode::mount(
         &dir,
-        view,
+        crate::fixture::served(&view),
         policy(),
         crate::fixture::bounds(),
         gpupmd::tenant::DEFAULT_THREADS,

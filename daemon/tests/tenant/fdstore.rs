@@ -9,7 +9,6 @@
 
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use gpupm_client::TenantClient;
 use gpupm_fusemount::notify::NotifyListener;
 use gpupm_fusemount::MountOptions;
 use gpupmd::tenant::{TenantNode, DEFAULT_THREADS, NODE_NAME, TENANT_FDNAME};
-use gpupmd::view::CounterView;
 
 fn mount_type(dir: &Path) -> Option<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
@@ -58,7 +56,7 @@ fn tenant_node_serves_a_stored_descriptor_and_leaves_the_mount_to_its_owner() {
     let node = TenantNode::serve_fd(
         &dir,
         passed,
-        Arc::clone(&view) as Arc<dyn CounterView>,
+        crate::fixture::served(&view),
         policy(),
         crate::fixture::bounds(),
         DEFAULT_THREADS,

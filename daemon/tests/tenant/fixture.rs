@@ -350,11 +350,20 @@ impl CounterView for Fixture {
     fn clock_khz(&self) -> u32 {
         1_500_000
     }
-    fn sampling(&self) -> Option<Arc<gpupmd::sampling::Plane>> {
-        Some(Arc::clone(&self.plane))
-    }
     fn ctx_program(&self, ctx: CtxId) -> Option<u32> {
         self.ctxs.iter().any(|c| c.ctx == ctx).then_some(1)
+    }
+}
+
+/// What a node over `view` serves: its counters and its sampling plane
+/// (no RI, no ranges: those requests are ENOTTY).
+pub fn served(view: &Arc<Fixture>) -> gpupmd::tenant::Served {
+    gpupmd::tenant::Served {
+        view: Arc::clone(view) as Arc<dyn CounterView>,
+        features: gpupmd::planes::Features {
+            sampling: Some(Arc::clone(&view.plane)),
+            ..Default::default()
+        },
     }
 }
 
@@ -382,7 +391,7 @@ impl Mounted {
         let view = Fixture::new();
         let node = TenantNode::mount(
             &dir,
-            Arc::clone(&view) as Arc<dyn CounterView>,
+            served(&view),
             policy(),
             gpupmd::tenant::bounds::Bounds::new(limits, &policy()),
             DEFAULT_THREADS,
