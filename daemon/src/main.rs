@@ -111,7 +111,7 @@ fn main() -> ExitCode {
     let settings = match config::load(args.config.as_deref()) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+            eprintln!("gpupmd: {}", gpupm_fusemount::logging::one_line(e));
             return ExitCode::from(2);
         }
     };
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         return check_config(&settings);
     }
     if let Err(e) = health::init_logging(&settings.health) {
-        eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+        eprintln!("gpupmd: {}", gpupm_fusemount::logging::one_line(e));
     }
     // Before anything is started: the file decides who sees which VM.
     match check_access(&settings) {
@@ -159,7 +159,7 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             let code = e.exit_code();
-            let msg = format!("{:#}", anyhow::Error::new(e));
+            let msg = gpupm_fusemount::logging::one_line(e);
             tracing::error!(error = %msg, "gpupmd failed");
             eprintln!("gpupmd: {msg}");
             notify(&[NotifyState::Status(&format!("failed: {msg}"))]);
@@ -198,7 +198,7 @@ fn check_access(settings: &Settings) -> Result<Option<(&std::path::Path, u32)>, 
     match config_access::check(path) {
         Ok(Exposure::Private) => Ok(None),
         Ok(Exposure::ReadableByOthers { mode }) => Ok(Some((path, mode))),
-        Err(e) => Err(format!("{:#}", anyhow::Error::new(e))),
+        Err(e) => Err(gpupm_fusemount::logging::one_line(e)),
     }
 }
 
@@ -214,14 +214,17 @@ fn check_config(settings: &Settings) -> ExitCode {
     };
     if let Some(cpus) = &settings.device_cpus {
         if let Err(e) = cpus.check_usable() {
-            eprintln!("gpupmd: device_cpus: {:#}", anyhow::Error::new(e));
+            eprintln!(
+                "gpupmd: device_cpus: {}",
+                gpupm_fusemount::logging::one_line(e)
+            );
             return ExitCode::from(2);
         }
     }
     let metrics_web = match metrics::prepare(&settings.metrics) {
         Ok(prepared) => prepared,
         Err(e) => {
-            eprintln!("gpupmd: {:#}", anyhow::Error::new(e));
+            eprintln!("gpupmd: {}", gpupm_fusemount::logging::one_line(e));
             return ExitCode::from(2);
         }
     };
@@ -393,7 +396,7 @@ fn open_pages(
         Ok(p) => Some(p),
         Err(e) => {
             tracing::error!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "tenant pages are not offered; tenants read through the node"
             );
             None
@@ -412,7 +415,7 @@ fn apply_retention(settings: &Settings, store: &Store) {
             "retention of retired contexts applied"
         ),
         Err(e) => tracing::warn!(
-            error = format!("{:#}", anyhow::Error::new(e)),
+            error = gpupm_fusemount::logging::one_line(e),
             "pruning retired contexts failed"
         ),
     }
@@ -436,7 +439,7 @@ fn adopt_pages(
         };
         if let Err(e) = p.refresh(&mut state) {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "the first refresh of the tenant pages failed"
             );
         }
@@ -573,7 +576,7 @@ async fn start_services(
                 }
                 Err(e) => {
                     tracing::error!(
-                        error = format!("{:#}", anyhow::Error::new(e)),
+                        error = gpupm_fusemount::logging::one_line(e),
                         "tenant pages are not offered; tenants read through the node"
                     );
                     None

@@ -139,3 +139,26 @@ fn report_choice(sink: LogSink, socket: &Path, journal_error: Option<&std::io::E
         ),
     }
 }
+
+/// An error and its causes on one line, `WHAT: CAUSE: …` (a newline inside
+/// a message becomes a space): how every program of gpupm logs or prints
+/// an error, one journal line each.
+pub fn one_line(e: impl std::error::Error + Send + Sync + 'static) -> String {
+    format!("{:#}", anyhow::Error::new(e)).replace('\n', " ")
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    #[derive(Debug, thiserror::Error)]
+    #[error("opening the node failed")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn the_chain_is_one_line_outer_first() {
+        let inner = std::io::Error::other("no such\ndevice");
+        assert_eq!(
+            super::one_line(Outer(inner)),
+            "opening the node failed: no such device"
+        );
+    }
+}

@@ -56,8 +56,4 @@ impl From<String> for CliError {
 /// Result of a subcommand.
 pub type CliResult<T = ()> = Result<T, CliError>;
 
-/// An error and its causes on one line (`WHAT: CAUSE: …`), as `anyhow`
-/// shows a chain.
-pub fn one_line(e: impl std::error::Error + Send + Sync + 'static) -> String {
-    format!("{:#}", anyhow::Error::new(e))
-}
+pub use gpupm_fusemount::logging::one_line;

@@ -117,7 +117,7 @@ impl Rings {
             Offer::None => None,
             Offer::Refused(e) => {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "the commit mirror is refused for the drains; they read the window"
                 );
                 None

@@ -64,7 +64,7 @@ pub fn run(
             Err(e) => {
                 failures += 1;
                 tracing::error!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "waiting for interrupts failed"
                 );
                 if failures >= MAX_FAILURES {
@@ -115,7 +115,7 @@ pub fn run(
         if unacked != 0 && awaiting.is_empty() {
             if let Err(e) = dev.write32(r::INTR_ACK, unacked) {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "acknowledging interrupts failed"
                 );
             }
@@ -161,7 +161,7 @@ fn route(
 pub fn wake(dev: &DevNode) {
     if let Err(e) = dev.write32(r::MBOX_CMD, mbox_op::GET_CAPS) {
         tracing::debug!(
-            error = format!("{:#}", anyhow::Error::new(e)),
+            error = gpupm_fusemount::logging::one_line(e),
             "waking the interrupt thread failed (the device is gone?)"
         );
     }
@@ -206,7 +206,7 @@ fn record(store: &Store, (p, incoming, t0, outcome): Step, awaiting: &mut Awaiti
         ),
         Err(e) => tracing::error!(
             partition = p,
-            error = format!("{:#}", anyhow::Error::new(e)),
+            error = gpupm_fusemount::logging::one_line(e),
             "handshake failed"
         ),
     }
@@ -234,7 +234,7 @@ fn sweep(dev: &DevNode, store: &Store, awaiting: &mut Awaiting) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "reading partition status failed"
             );
             return;

@@ -286,7 +286,7 @@ fn work_loop(
             Err(e) => {
                 failures += 1;
                 tracing::error!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "device work failed; resynchronising"
                 );
                 if failures > 50 {
@@ -294,7 +294,7 @@ fn work_loop(
                 }
                 if let Err(e) = worker.resync() {
                     tracing::error!(
-                        error = format!("{:#}", anyhow::Error::new(e)),
+                        error = gpupm_fusemount::logging::one_line(e),
                         "resynchronising failed"
                     );
                 }

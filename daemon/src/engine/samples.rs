@@ -44,7 +44,7 @@ pub fn run(planes: &Planes, rx: &Receiver<u32>, stop: &AtomicBool) {
             Err(e) => {
                 failures += 1;
                 tracing::error!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "draining sample buffers failed"
                 );
                 if failures >= MAX_FAILURES {

@@ -262,7 +262,7 @@ fn choose_via(
         Offer::Refused(e) => {
             if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "the device's commit mirror is refused; following its commits with GPUPM_IOC_WAIT_COMMIT"
                 );
                 *logged = Some(Instant::now());
@@ -286,7 +286,7 @@ fn follow_once(pages: &Pages, via: &mut Via, s: &mut Scratch) -> Result<bool, De
         Ok(timed_out) => Ok(timed_out),
         Err(e) => {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "reading the commit mirror failed; following commits with GPUPM_IOC_WAIT_COMMIT"
             );
             *via = Via::Wait;
@@ -353,7 +353,7 @@ fn run(pages: &Pages, stop: &AtomicBool) {
             Err(e) => {
                 if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
                     tracing::warn!(
-                        error = format!("{:#}", anyhow::Error::new(e)),
+                        error = gpupm_fusemount::logging::one_line(e),
                         "waiting for the device's commits failed; pages follow events only"
                     );
                     logged = Some(Instant::now());

@@ -470,7 +470,7 @@ impl Pages {
         inner.generation += 1;
         if let Err(e) = self.dir.store_generation(inner.generation) {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "cannot persist the page generation"
             );
         }

@@ -346,7 +346,7 @@ fn run(pages: &Pages, backstop: Duration, state: &mut State, stop: &AtomicBool) 
         if let Err(e) = result {
             if logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "refreshing tenant pages failed"
                 );
                 logged = Some(Instant::now());

@@ -94,7 +94,7 @@ impl Pages {
         }
         let slot = self.dev.block_slot(src.block_offset).map_err(|e| {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "reading a block for a new page failed"
             );
             Errno::EIO
@@ -130,7 +130,7 @@ impl Pages {
             .create(key, &self.header(key, src.vm), &data)
             .map_err(|e| {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "creating a page failed"
                 );
                 Errno::EIO

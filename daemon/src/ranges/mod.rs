@@ -481,7 +481,7 @@ impl RangeBook {
                 if let Err(e) = self.fold(part, p) {
                     tracing::warn!(
                         partition = p,
-                        error = format!("{:#}", anyhow::Error::new(e)),
+                        error = gpupm_fusemount::logging::one_line(e),
                         "reading range registers at a switch failed"
                     );
                 }
@@ -557,7 +557,7 @@ impl RangeBook {
             if let Err(e) = self.drain(&mut st, p) {
                 tracing::warn!(
                     partition = p,
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "draining a range ring failed"
                 );
             }
@@ -576,7 +576,7 @@ impl RangeBook {
             if let Err(e) = self.drop_handle(st, handle) {
                 tracing::warn!(
                     ctx,
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "disarming a destroyed context's range failed"
                 );
             }

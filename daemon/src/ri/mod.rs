@@ -454,7 +454,7 @@ impl RiUnit {
         if let Err(e) = ending {
             tracing::warn!(
                 block,
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "ending an RI session failed"
             );
         }
@@ -492,7 +492,7 @@ impl RiUnit {
             }
             Err(e) => tracing::warn!(
                 block,
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "draining an RI block failed"
             ),
         }

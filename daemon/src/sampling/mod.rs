@@ -316,7 +316,7 @@ impl Plane {
             // which no session receives.
             Err(e) => tracing::warn!(
                 partition = p,
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "withdrawing a sampling demand failed"
             ),
         }
@@ -326,7 +326,7 @@ impl Plane {
         if let Err(e) = self.device.watch_lost(p, scope, false) {
             tracing::warn!(
                 partition = p,
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "no longer counting a closed session's lost records failed"
             );
         }

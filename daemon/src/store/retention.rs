@@ -212,7 +212,7 @@ pub async fn run(store: Arc<Store>) {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "pruning retired contexts failed; retrying after the next retirement"
                 )
             }

@@ -238,7 +238,7 @@ impl TenantNode {
             Arc::clone(&stats),
         );
         let mounted = serve(fs)
-            .map_err(|e| TenantError::mount(dir, format_args!("{:#}", anyhow::Error::new(e))))?;
+            .map_err(|e| TenantError::mount(dir, gpupm_fusemount::logging::one_line(e)))?;
         if mounted.is_owned() {
             tracing::info!(dir = %dir.display(), "tenant node mounted");
         } else {

@@ -84,7 +84,7 @@ fn range_error(e: RangeError, identity: &Identity) -> RequestError {
         RangeError::Inactive => RequestError::Invalid("the context is not active"),
         RangeError::Device(e) => {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "a range request failed on the device"
             );
             RequestError::Device

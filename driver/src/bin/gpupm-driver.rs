@@ -302,9 +302,9 @@ fn check_config(args: &Args) -> Result<(), DriverError> {
                 path.display()
             ),
             Identity::Unusable(path, e) => format!(
-                "{} is unusable ({:#}): confidential VMs cannot establish sessions",
+                "{} is unusable ({}): confidential VMs cannot establish sessions",
                 path.display(),
-                anyhow::Error::new(e)
+                gpupm_fusemount::logging::one_line(e)
             ),
             Identity::Loaded(path, id) => format!(
                 "{} (serial {})",
@@ -392,7 +392,7 @@ fn install_identity(dev: &mut Device, path: Option<&Path>) {
             tracing::warn!(identity = %path.display(), "the device identity does not exist (run `gpupm-driver provision`): confidential VMs cannot establish sessions and publish nothing readable");
         }
         Identity::Unusable(path, e) => {
-            tracing::error!(identity = %path.display(), error = %anyhow::Error::new(e), "the device identity is unusable: confidential VMs cannot establish sessions");
+            tracing::error!(identity = %path.display(), error = gpupm_fusemount::logging::one_line(e), "the device identity is unusable: confidential VMs cannot establish sessions");
         }
         Identity::Loaded(path, id) => {
             tracing::info!(identity = %path.display(), serial = %hex(&id.cert().serial), "device identity loaded");
@@ -422,7 +422,7 @@ fn provision(a: &ProvisionArgs) -> ExitCode {
         }
         Ok(false) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+            eprintln!("gpupm-driver: {}", gpupm_fusemount::logging::one_line(e));
             ExitCode::FAILURE
         }
     }
@@ -437,7 +437,7 @@ fn main() -> ExitCode {
         return match check_config(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("gpupm-driver: {:#}", anyhow::Error::new(e));
+                eprintln!("gpupm-driver: {}", gpupm_fusemount::logging::one_line(e));
                 ExitCode::from(2)
             }
         };
@@ -462,7 +462,7 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             };
-            let msg = format!("{:#}", anyhow::Error::new(e));
+            let msg = gpupm_fusemount::logging::one_line(e);
             tracing::error!("{msg}");
             // Logged to the journal while stderr is a terminal or a file
             // (not the journal: systemd sets JOURNAL_STREAM): say it there too.

@@ -113,11 +113,7 @@ impl Failure {
     }
 }
 
-/// The error with its causes, on one line (journald shows one line per
-/// message).
-fn one_line(e: impl std::error::Error + Send + Sync + 'static) -> String {
-    format!("{:#}", anyhow::Error::new(e)).replace('\n', " ")
-}
+use gpupm_fusemount::logging::one_line;
 
 fn run(args: &Args) -> Result<String, Failure> {
     // First: setns refuses a process with more than one thread.

@@ -110,8 +110,15 @@ pub fn run(dev: &mut Device, host: &mut Host, total: u64, step: u64) {
 }
 
 pub fn reg(dev: &Device, i: u32, r: u64) -> u64 {
-    dev.read_reg(ri::ri(i, r), if gpupm_uapi::map::is_64bit(ri::ri(i, r)) { 8 } else { 4 })
-        .expect("RI register")
+    dev.read_reg(
+        ri::ri(i, r),
+        if gpupm_uapi::map::is_64bit(ri::ri(i, r)) {
+            8
+        } else {
+            4
+        },
+    )
+    .expect("RI register")
 }
 
 /// The span bytes `0..=rla` of block `i`.

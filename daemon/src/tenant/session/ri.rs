@@ -73,7 +73,7 @@ fn refused(e: RiError) -> RequestError {
         RiError::Quota => RequestError::OverQuota("the VM holds its share of RI control blocks"),
         RiError::Device(e) => {
             tracing::warn!(
-                error = format!("{:#}", anyhow::Error::new(e)),
+                error = gpupm_fusemount::logging::one_line(e),
                 "programming an RI control block failed"
             );
             RequestError::Device

@@ -89,7 +89,7 @@ impl Sessions {
             },
             |e| {
                 tracing::warn!(
-                    error = format!("{:#}", anyhow::Error::new(e)),
+                    error = gpupm_fusemount::logging::one_line(e),
                     "programming the samplers failed"
                 );
                 RequestError::Device
