@@ -26,6 +26,8 @@ mod batched;
 pub mod record;
 mod reference;
 pub mod regs;
+#[cfg(test)]
+mod tests;
 
 pub use bank::{Counting, CountingSnapshot, EngineKind, Lane, CYCLES_EVENT, INST_EVENT};
 
