@@ -18,6 +18,8 @@
 //! `SAMP_BRANCHES`.
 
 pub mod buffer;
+#[cfg(test)]
+mod tests;
 mod watcher;
 
 use gpupm_uapi::sampling::{
