@@ -242,3 +242,6 @@ impl Partitions {
         false
     }
 }
+
+#[cfg(test)]
+mod tests;
