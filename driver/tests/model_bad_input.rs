@@ -11,6 +11,7 @@ use gpupm_test_support::model::*;
 use gpupm_uapi::ioctl::{ledger_scope, reg_op, RegOp};
 use gpupm_uapi::layout;
 use gpupm_uapi::regs::{self as r, part_ctrl, rc_cmd, trig_cmd};
+use gpupm_uapi::ri;
 
 struct Snapshot(
     Vec<u8>,
@@ -346,6 +347,32 @@ fn a_batch_with_one_bad_op_changes_nothing_and_names_the_op() {
     ];
     assert_eq!(dev.batch(&mut twice).unwrap_err().0, 1);
     assert_unchanged(&mut dev, &before, "double release");
+    // A runtime-instrumentation control block programmed and enabled in
+    // one batch whose enabling write names an unknown mode: none of the five
+    // writes before it took effect (the unit's reasons for refusing each
+    // malformed control block are `src/model/ri/tests.rs`'s).
+    let s = small_scenario();
+    let plain = dev
+        .contexts()
+        .find(|c| {
+            c.2 == r::ctx_state::ACTIVE && s.vms.iter().any(|v| v.id == c.1 && !v.is_confidential())
+        })
+        .map(|c| c.0)
+        .expect("an active context of a plain VM");
+    let block = |reg| ri::ri(0, reg);
+    let mut arm = [
+        w(block(ri::RI_CTX), u64::from(plain)),
+        w(block(ri::RI_SF), 1000),
+        w(block(ri::RI_RSIC), 0),
+        w(block(ri::RI_ROA), 0),
+        w(block(ri::RI_RLA), 511),
+        w(
+            block(ri::RI_CTRL),
+            u64::from(ri::ri_ctrl::ENABLE | 5 << ri::ri_ctrl::MODE_SHIFT),
+        ),
+    ];
+    assert_eq!(dev.batch(&mut arm).unwrap_err().0, 5);
+    assert_unchanged(&mut dev, &before, "a control block with an unknown mode");
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! `docs/ri.md`.
 
 pub mod session;
+#[cfg(test)]
+mod tests;
 pub mod watch;
 
 use gpupm_uapi::ioctl::RiLedgerQuery;
