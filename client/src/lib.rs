@@ -14,9 +14,6 @@
 //! - [`sampling`], [`ri`], [`ranges`]: sampling sessions (with buffer
 //!   planning and CPI reconstruction), runtime-instrumentation sessions,
 //!   marked ranges and call graphs through the tenant node.
-//! - [`cc`]: confidential VMs' sessions — the tenant's side of the key
-//!   exchange with the device, its key schedule, device certificates and
-//!   secret files.
 //! - [`mirror`]: the driver's commit mirror — writing it (the driver) and
 //!   reading it (the daemon's commit follower and drains).
 //! - [`ops`]: register-op builders for batches.
@@ -42,7 +39,10 @@
 //! calls). Everything else is safe code over them.
 //!
 //! The ABI itself (numbers, layouts) is [`gpupm_uapi`]; this crate only
-//! carries it to the nodes. It links no async runtime and no FUSE library.
+//! carries it to the nodes. A confidential VM's cryptography — the key
+//! exchange's tenant side, opening sealed slots, rekey blobs, secret
+//! files — is `gpupm-cc`; the node calls that carry its messages
+//! (`cc_key_exchange`, `cc_finish`, `rekey`) are here. It links no async runtime and no FUSE library.
 //!
 //! ```no_run
 //! use gpupm_client::{Scope, TenantClient, WhoamiExt};
@@ -55,7 +55,6 @@
 //! # Ok::<(), gpupm_client::ClientError>(())
 //! ```
 
-pub mod cc;
 pub mod config;
 pub mod cpus;
 pub mod devnode;

@@ -4,23 +4,19 @@
 //! value as a batch returns it; the batch that stages and commits a rekey
 //! blob ([`rekey_writes`]).
 
+pub use gpupm_cc::REKEY_WORDS;
 use gpupm_uapi::ioctl::{reg_op, RegAccess, RegOp, IOCTL_STRUCT_VERSION};
-use gpupm_uapi::regs::{self, REKEY_KEY_WORDS, REKEY_NONCE_WORDS, REKEY_TAG_WORDS};
-
-/// Words of a rekey blob: `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG`.
-pub const REKEY_WORDS: usize = REKEY_NONCE_WORDS + REKEY_KEY_WORDS + REKEY_TAG_WORDS;
 
 /// The register batch that stages a rekey blob (`words` in staging-register
-/// order) and commits it for VM `vm`: the 14 staging writes from
+/// order) and commits it for VM `vm`, as [`RegOp`]s: the writes of
+/// [`gpupm_cc::rekey::register_writes`] — the 14 staging writes from
 /// `REKEY_NONCE` up, then `VM_KEY_COMMIT` = 1 (`docs/confidential.md`).
 /// Run it as one batch: the device opens the blob at the commit, and a
 /// refused commit leaves every op of the batch undone.
 pub fn rekey_writes(vm: u32, words: &[u32; REKEY_WORDS]) -> Vec<RegOp> {
-    (regs::REKEY_NONCE..)
-        .step_by(4)
-        .zip(words.iter().copied())
+    gpupm_cc::rekey::register_writes(vm, words)
+        .into_iter()
         .map(|(offset, word)| write32(offset, word))
-        .chain([write32(regs::vm(vm, regs::VM_KEY_COMMIT), 1)])
         .collect()
 }
 

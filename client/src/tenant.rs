@@ -365,7 +365,7 @@ impl TenantClient {
 
     /// Sends a confidential VM's KEY_EXCHANGE (ABI 1.11) through the daemon
     /// to the device; the device's half comes back in `msg`. See
-    /// [`crate::cc::Requester`].
+    /// `gpupm_cc::Requester`.
     pub fn cc_key_exchange(
         &self,
         msg: &mut gpupm_uapi::cc::KeyExchange,

@@ -10,7 +10,7 @@
 
 use std::collections::HashSet;
 
-use gpupm_client::cc::schedule::{self, Handshake};
+use gpupm_cc::schedule::{self, Handshake};
 use gpupm_driver::host::{self, Host};
 use gpupm_driver::model::cc::{open, open_ledger, RekeyBlob};
 use gpupm_driver::model::Device;
@@ -200,7 +200,7 @@ fn a_reset_ends_the_session_and_reestablishing_loses_nothing() {
     }
     // The new session is the VM's; replacing it needs proof of it.
     let mut other = Vec::new();
-    let req = gpupm_client::cc::Requester::new(VM).unwrap();
+    let req = gpupm_cc::Requester::new(VM).unwrap();
     let mut msg = req.request();
     dev.cc_key_exchange(&mut msg).unwrap();
     let agreed = req

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use gpupm_client::cc::Requester;
+use gpupm_cc::Requester;
 use gpupm_driver::model::cc::{self, RekeyBlob};
 use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::rawnode::{

@@ -18,9 +18,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use gpupm_client::cc::{Agreed, Requester};
+use gpupm_cc::{Agreed, Key, RekeyBlob, Requester};
 use gpupm_client::Scope;
-use gpupm_driver::model::cc::RekeyBlob;
 use gpupm_uapi::cc::CC_VENDOR_ROOT_KEY;
 use gpupm_uapi::tenant::{key_flags, KeyState};
 use nix::errno::Errno;
@@ -438,7 +437,7 @@ fn establish(node: &Node, a: &EstablishArgs) -> CliResult<ExitCode> {
 fn finish(
     node: &Node,
     agreed: &Agreed,
-    replacing: Option<(&gpupm_driver::model::cc::Key, u64, u32)>,
+    replacing: Option<(&Key, u64, u32)>,
 ) -> Result<(), gpupm_client::ClientError> {
     let mut fin = agreed.finish_request(replacing);
     node.client().cc_finish(&mut fin)

@@ -22,8 +22,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
-use gpupm_client::cc::secret_file;
-use gpupm_driver::model::cc::Key;
+use gpupm_cc::{secret_file, Key};
 use gpupm_uapi::tenant::{key_flags, KeyState};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;

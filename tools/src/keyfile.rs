@@ -13,9 +13,8 @@
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
-use gpupm_client::cc::secret_file;
+use gpupm_cc::{open, secret_file, Key, OpenError};
 use gpupm_client::sampling::session::SampleBody;
-use gpupm_driver::model::cc::{open, Key, OpenError};
 use gpupm_uapi::layout::{envelope_flags, RECORD_MAGIC};
 use gpupm_uapi::layout::{Block, BlockSlot, Envelope, StreamRecord, StreamSlot, BLOCK_MAGIC};
 use gpupm_uapi::sampling::{BranchSlot, BranchStackRecord, PcRecord, PcSlot};

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use gpupm_driver::model::cc::open;
+use gpupm_cc::open;
 use gpupm_test_support::cc::tenant_state;
 use gpupm_test_support::cli::{finish, spawn_as_in, Fixture, UID_VM4};
 use gpupm_uapi::ioctl::ledger_flags;

@@ -2,7 +2,7 @@
 //! identity, the tenant's side of the key exchange relayed by a host that
 //! keeps every byte it relays, and rekeying through the staging registers.
 
-use gpupm_client::cc::{schedule, Requester};
+use gpupm_cc::{schedule, Requester};
 use gpupm_driver::model::cc::{identity::test_identity, RekeyBlob};
 use gpupm_driver::model::{Device, EngineKind};
 use gpupm_driver::scenario::Scenario;

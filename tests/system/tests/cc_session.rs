@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpupm_client::cc::Requester;
+use gpupm_cc::Requester;
 use gpupm_client::{DevNode, TenantClient};
 use gpupm_driver::model::cc::{open, open_ledger, Key};
 use gpupm_test_support::cc::{

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 
 use gpupm_client::DevNode;
 use gpupm_client::{Scope, WhoamiExt};
-use gpupm_driver::model::cc;
 use gpupm_driver::scenario::Scenario;
 use gpupm_uapi::events::{self, Scope as EventScope, CATALOGUE, MAX_EVENTS, MULTIBIT_SCALE};
 use gpupm_uapi::ioctl::{ledger_scope, LedgerQuery};
@@ -72,7 +71,7 @@ fn open_slot(slot: &BlockSlot, key: Option<&[u8; 32]>) -> Totals {
     }
     let key = key?;
     let mut payload = slot.payload;
-    cc::open(key, &slot.envelope, &mut payload, &slot.tag).ok()?;
+    gpupm_cc::open(key, &slot.envelope, &mut payload, &slot.tag).ok()?;
     Block::read_from_prefix(payload.as_bytes())
         .ok()
         .map(|(b, _)| b.counters)
@@ -132,7 +131,7 @@ fn ledger_totals(
         .ledger(scope, id)
         .map_err(|e| CliError::runtime(crate::error::one_line(e)))?;
     if let Some(k) = key {
-        cc::open_ledger(&mut l, k)
+        gpupm_cc::open_ledger(&mut l, k)
             .map_err(|e| CliError::runtime(format!("ledger of {scope}/{id}: {e}")))?;
     }
     Ok(expected(&l))

@@ -9,7 +9,7 @@
 //! finished keys, the new `K_vm` — lives only here (inside the device) and
 //! is zeroized when the exchange ends.
 
-use gpupm_client::cc::schedule::{self, Handshake, Hash, Key};
+use gpupm_cc::schedule::{self, Handshake, Hash, Key};
 use gpupm_uapi::cc::{finish_flags, Finish, KeyExchange, CC_VERIFY_LEN};
 use gpupm_uapi::regs::MAX_VMS;
 use rand_core::OsRng;
@@ -228,7 +228,7 @@ fn equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod tests {
     use ed25519_dalek::SigningKey;
-    use gpupm_client::cc::{CcError, Requester};
+    use gpupm_cc::{CcError, Requester};
     use gpupm_uapi::cc::CC_VENDOR_ROOT_KEY;
 
     use super::super::identity::test_identity;

@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use ed25519_dalek::{Signature, Signer, SigningKey};
-use gpupm_client::cc::secret_file::{self, SecretFileError};
-use gpupm_client::cc::{cert, CcError};
+use gpupm_cc::secret_file::{self, SecretFileError};
+use gpupm_cc::{cert, CcError};
 use gpupm_uapi::cc::{DeviceCert, CC_SERIAL_LEN, CC_VENDOR_ROOT_KEY};
 use zerocopy::{FromBytes, IntoBytes};
 use zeroize::Zeroizing;

@@ -1,14 +1,20 @@
 //! Confidential computing: the copy engine's encryption of a confidential
 //! VM's blocks and stream records on their way to host-visible memory,
-//! its session keys, and rekeying.
+//! its sessions, and rekeying — the device's state of it.
 //!
 //! Threat model (`docs/confidential.md`): the host, the daemon and the BMC
 //! are untrusted for a confidential VM's counters; the VM's own tenant tool
 //! holds the VM's key and is trusted. Files: [`identity`] is the device's
 //! certified identity key; [`exchange`] is the device's side of the key
-//! exchange that establishes a VM's session; [`session`] derives session
-//! keys and seals and opens slots; [`rekey`] is the sealed rekey blob and
-//! its staging registers.
+//! exchange that establishes a VM's session; [`session`] is a VM's
+//! sessions and nonce counter, and seals slots; [`rekey`] is the rekey
+//! staging registers.
+//!
+//! The cryptography the tenant shares — the envelope's sealing and
+//! opening, session keys, the rekey blob, the key schedule, certificates
+//! — is `gpupm-cc`; the items of it that this module's API speaks in
+//! ([`Key`], [`open`], [`open_ledger`], [`RekeyBlob`], …) are re-exported
+//! here.
 //!
 //! Registers, per VM entry: `VM_FLAGS`, `VM_KEY_COMMIT`, `VM_KEY_EPOCH`,
 //! `VM_KEY_SESSION` (a [`KeySlot`] inside the VM table); the staging block
@@ -20,19 +26,16 @@ pub mod identity;
 pub mod rekey;
 pub mod session;
 
-use gpupm_uapi::ioctl::{ledger_flags, LedgerQuery, LEDGER_SEALED_LEN};
-use gpupm_uapi::layout::envelope_flags;
+pub use gpupm_cc::{open, open_ledger, session_key, Key, OpenError, RekeyBlob};
+use gpupm_uapi::ioctl::LedgerQuery;
 use gpupm_uapi::regs::{self as r, vm_flags};
-use zerocopy::IntoBytes;
 use zeroize::Zeroizing;
 
 pub use self::boot::{BootIds, EntropyError};
 pub use self::exchange::{Established, ExchangeError, Responder};
 pub use self::identity::{DeviceIdentity, IdentityError};
-pub use self::rekey::{RekeyBlob, RekeyStaging};
-pub use self::session::{
-    open, seal, seal_into_slot, session_key, Key, OpenError, Origin, VmCipher,
-};
+pub use self::rekey::RekeyStaging;
+pub use self::session::{seal, seal_into_slot, Origin, VmCipher};
 use super::access::{r32, r64, RegValue, Reject};
 
 /// A VM's key registers: the cipher of a confidential VM.
@@ -131,7 +134,7 @@ impl KeySlot {
     ) -> Result<KeyWrite, Reject> {
         match (offset, self.cipher.as_ref()) {
             (r::VM_KEY_COMMIT, Some(c)) if v == 1 => {
-                let key = staged.blob().open(c).map_err(|_| {
+                let key = c.open_rekey(&staged.blob()).map_err(|_| {
                     Reject::BadValue("the staged rekey blob does not open under the current key")
                 })?;
                 staged.clear();
@@ -157,55 +160,15 @@ impl KeySlot {
 }
 
 /// Seals a ledger answer's counts in place with `cipher` (the answer for a
-/// confidential VM or one of its contexts).
+/// confidential VM or one of its contexts; the format is
+/// [`gpupm_cc::seal_ledger`]'s).
 pub fn seal_ledger(q: &mut LedgerQuery, cipher: &mut VmCipher) {
-    let mut payload = counts_bytes(q);
-    let (envelope, tag) = cipher.seal(&mut payload);
-    set_counts_bytes(q, &payload);
-    q.envelope = envelope;
-    q.tag = tag;
-    q.flags |= ledger_flags::SEALED;
-    if envelope.flags & envelope_flags::WITHHELD != 0 {
-        q.flags |= ledger_flags::WITHHELD;
-    }
-}
-
-/// Opens a sealed ledger answer in place with the VM's key (a no-op for an
-/// answer that is not sealed).
-pub fn open_ledger(q: &mut LedgerQuery, vm_key: &Key) -> Result<(), OpenError> {
-    if q.flags & ledger_flags::SEALED == 0 {
-        return Ok(());
-    }
-    let mut payload = counts_bytes(q);
-    open(vm_key, &q.envelope, &mut payload, &q.tag)?;
-    set_counts_bytes(q, &payload);
-    q.flags &= !ledger_flags::SEALED;
-    Ok(())
-}
-
-fn counts_bytes(q: &LedgerQuery) -> [u8; LEDGER_SEALED_LEN] {
-    let mut out = [0u8; LEDGER_SEALED_LEN];
-    let third = LEDGER_SEALED_LEN / 3;
-    out[..third].copy_from_slice(q.generated.as_bytes());
-    out[third..2 * third].copy_from_slice(q.masked.as_bytes());
-    out[2 * third..].copy_from_slice(q.remainder.as_bytes());
-    out
-}
-
-fn set_counts_bytes(q: &mut LedgerQuery, bytes: &[u8; LEDGER_SEALED_LEN]) {
-    let third = LEDGER_SEALED_LEN / 3;
-    q.generated.as_mut_bytes().copy_from_slice(&bytes[..third]);
-    q.masked
-        .as_mut_bytes()
-        .copy_from_slice(&bytes[third..2 * third]);
-    q.remainder
-        .as_mut_bytes()
-        .copy_from_slice(&bytes[2 * third..]);
+    gpupm_cc::seal_ledger(q, |payload| cipher.seal(payload));
 }
 
 #[cfg(test)]
 mod tests {
-    use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
+    use gpupm_uapi::ioctl::{ledger_flags, IOCTL_STRUCT_VERSION};
     use zerocopy::FromZeros;
 
     use super::*;

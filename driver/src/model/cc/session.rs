@@ -1,28 +1,25 @@
-//! Session keys and the copy engine's sealing.
+//! A confidential VM's sessions and the copy engine's sealing.
 //!
 //! The device never seals under a VM's key `K_vm` directly: it seals a
 //! VM's blocks and records with the VM's *session key*
 //! `HKDF-SHA256(ikm = K_vm, salt = session, info = "gpupm-cc-v1" || vm ||
-//! key epoch)` ([`session_key`]). A session is established by the key
-//! exchange (`super::exchange`), which gives it a fresh id and a fresh
-//! `K_vm`; a rekey replaces `K_vm` and bumps the epoch. The 96-bit nonce is
-//! the VM id followed by a counter that only increases over the VM's whole
-//! life in this device, so no (key, nonce) pair is ever reused, across
-//! sessions, resets, rekeys and driver restarts alike.
+//! key epoch)` ([`gpupm_cc::SessionCipher`], where the envelope's format
+//! is). A session is established by the key exchange
+//! (`super::exchange`), which gives it a fresh id and a fresh `K_vm`; a
+//! rekey replaces `K_vm` and bumps the epoch. The 96-bit nonce is the VM
+//! id followed by a counter that only increases over the VM's whole life
+//! in this device ([`VmCipher`] keeps it), so no (key, nonce) pair is ever
+//! reused, across sessions, resets, rekeys and driver restarts alike.
 //!
 //! A confidential VM without a session publishes nothing readable: its
 //! slots are *withheld* (envelope `VALID | ENCRYPTED | WITHHELD`, every
 //! other byte 0) while the device keeps its counts.
 
-use aes_gcm::aead::{AeadInPlace, KeyInit};
-use aes_gcm::{Aes256Gcm, Nonce, Tag};
-pub use gpupm_client::cc::schedule::session_key;
-use gpupm_uapi::layout::{envelope_flags, Envelope, ENVELOPE_AAD_LEN};
+use gpupm_cc::envelope::withheld;
+use gpupm_cc::{session_key, Key, OpenError, RekeyBlob, SessionCipher, Tag};
+use gpupm_uapi::layout::{envelope_flags, Envelope};
 use zerocopy::IntoBytes;
 use zeroize::Zeroizing;
-
-/// An AES-256 key.
-pub type Key = [u8; 32];
 
 /// Where a VM's session came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,24 +31,29 @@ pub enum Origin {
     Exchange,
 }
 
-/// An established session: its id, key, epoch and AEAD.
+/// An established session: its key, origin and cipher (which holds its
+/// id and epoch).
 struct Session {
-    id: u64,
     vm_key: Zeroizing<Key>,
-    epoch: u32,
     origin: Origin,
-    aead: Aes256Gcm,
+    cipher: SessionCipher,
 }
 
 impl Session {
     fn new(vm: u32, id: u64, vm_key: &Key, epoch: u32, origin: Origin) -> Self {
         Session {
-            id,
             vm_key: Zeroizing::new(*vm_key),
-            epoch,
             origin,
-            aead: Aes256Gcm::new(session_key(vm_key, vm, id, epoch).as_ref().into()),
+            cipher: SessionCipher::new(vm_key, vm, id, epoch),
         }
+    }
+
+    fn id(&self) -> u64 {
+        self.cipher.session()
+    }
+
+    fn epoch(&self) -> u32 {
+        self.cipher.epoch()
     }
 }
 
@@ -105,7 +107,7 @@ impl VmCipher {
                 self.vm,
                 session,
                 &s.vm_key,
-                s.epoch,
+                s.epoch(),
                 Origin::Scenario,
             )),
             _ => None,
@@ -124,9 +126,9 @@ impl VmCipher {
         if let Some(s) = self.session.take() {
             self.session = Some(Session::new(
                 self.vm,
-                s.id,
+                s.id(),
                 vm_key,
-                s.epoch.saturating_add(1),
+                s.epoch().saturating_add(1),
                 s.origin,
             ));
         }
@@ -134,12 +136,12 @@ impl VmCipher {
 
     /// Key epoch within the session (0 without one).
     pub fn key_epoch(&self) -> u32 {
-        self.session.as_ref().map_or(0, |s| s.epoch)
+        self.session.as_ref().map_or(0, Session::epoch)
     }
 
     /// The session id (0 without one).
     pub fn session(&self) -> u64 {
-        self.session.as_ref().map_or(0, |s| s.id)
+        self.session.as_ref().map_or(0, Session::id)
     }
 
     /// Whether the VM has a session.
@@ -161,55 +163,28 @@ impl VmCipher {
     /// prove), if there is a session.
     pub(super) fn current_session_key(&self) -> Option<Zeroizing<Key>> {
         let s = self.session.as_ref()?;
-        Some(session_key(&s.vm_key, self.vm, s.id, s.epoch))
+        Some(session_key(&s.vm_key, self.vm, s.id(), s.epoch()))
     }
 
-    /// The AEAD under the current session key (the rekey blob is opened
-    /// with it), if there is a session.
-    pub(super) fn aead(&self) -> Option<&Aes256Gcm> {
-        self.session.as_ref().map(|s| &s.aead)
+    /// Opens a rekey blob with the current session key: the new key if
+    /// the blob was sealed under it for this VM, epoch and session (never
+    /// without a session).
+    pub fn open_rekey(&self, blob: &RekeyBlob) -> Result<Zeroizing<Key>, OpenError> {
+        let s = self.session.as_ref().ok_or(OpenError::Withheld)?;
+        blob.open(&s.cipher)
     }
 
     /// Encrypts `payload` in place with the next nonce; returns the
     /// envelope and tag to store beside it. Without a session the payload
     /// is zeroed and the envelope says `WITHHELD`.
-    pub fn seal(&mut self, payload: &mut [u8]) -> (Envelope, [u8; 16]) {
+    pub fn seal(&mut self, payload: &mut [u8]) -> (Envelope, Tag) {
         let Some(s) = self.session.as_ref() else {
             payload.fill(0);
-            let envelope = Envelope {
-                vm: self.vm,
-                flags: envelope_flags::VALID | envelope_flags::ENCRYPTED | envelope_flags::WITHHELD,
-                ..Envelope::default()
-            };
-            return (envelope, [0; 16]);
+            return (withheld(self.vm), [0; 16]);
         };
         self.counter += 1;
-        let mut nonce = [0u8; 12];
-        nonce[..4].copy_from_slice(&self.vm.to_le_bytes());
-        nonce[4..].copy_from_slice(&self.counter.to_le_bytes());
-        let envelope = Envelope {
-            vm: self.vm,
-            flags: envelope_flags::VALID | envelope_flags::ENCRYPTED,
-            key_epoch: s.epoch,
-            session_lo: low32(s.id),
-            nonce,
-            session_hi: low32(s.id >> 32),
-        };
-        let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
-        // Encryption of an in-memory buffer below the AES-GCM length limit
-        // cannot fail; an empty tag would only make the slot fail to open.
-        let tag = s
-            .aead
-            .encrypt_in_place_detached(Nonce::from_slice(&nonce), aad, payload)
-            .map(|t| t.into())
-            .unwrap_or([0; 16]);
-        (envelope, tag)
+        s.cipher.seal(self.counter, payload)
     }
-}
-
-/// The low 32 bits of `x`.
-fn low32(x: u64) -> u32 {
-    u32::try_from(x & u64::from(u32::MAX)).unwrap_or(0)
 }
 
 /// Writes the envelope and tag of a host-visible slot whose `payload` was
@@ -248,51 +223,10 @@ pub fn seal_into_slot(slot: &mut [u8], record: &[u8], vm: u32, cipher: Option<&m
     tag.copy_from_slice(&tag16);
 }
 
-/// Why a sealed slot did not open.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum OpenError {
-    /// The envelope does not say the payload is encrypted.
-    #[error("the slot is not encrypted")]
-    NotEncrypted,
-    /// The VM had no session: nothing was sealed, the counts are held
-    /// inside the device.
-    #[error("the slot is withheld: the VM had no session")]
-    Withheld,
-    /// Wrong key, or the bytes were altered.
-    #[error("authentication failed: wrong key or altered ciphertext")]
-    Authentication,
-}
-
-/// Decrypts a sealed payload in place with the VM's key `vm_key` of the
-/// envelope's key epoch (what the VM's trusted environment does; the host
-/// never holds the key): derives the session key from the envelope's VM,
-/// session and epoch, then opens.
-pub fn open(
-    vm_key: &Key,
-    envelope: &Envelope,
-    payload: &mut [u8],
-    tag: &[u8; 16],
-) -> Result<(), OpenError> {
-    if envelope.flags & envelope_flags::ENCRYPTED == 0 {
-        return Err(OpenError::NotEncrypted);
-    }
-    if envelope.flags & envelope_flags::WITHHELD != 0 {
-        return Err(OpenError::Withheld);
-    }
-    let key = session_key(vm_key, envelope.vm, envelope.session(), envelope.key_epoch);
-    let aad = &envelope.as_bytes()[..ENVELOPE_AAD_LEN];
-    Aes256Gcm::new(key.as_ref().into())
-        .decrypt_in_place_detached(
-            Nonce::from_slice(&envelope.nonce),
-            aad,
-            payload,
-            Tag::from_slice(tag),
-        )
-        .map_err(|_| OpenError::Authentication)
-}
-
 #[cfg(test)]
 mod tests {
+    use gpupm_cc::open;
+
     use super::*;
 
     #[test]

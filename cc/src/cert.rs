@@ -9,7 +9,7 @@ use gpupm_uapi::cc::{
 use sha2::{Digest, Sha256};
 use zerocopy::IntoBytes;
 
-use super::CcError;
+use crate::CcError;
 
 /// The vendor key id of a root public key: the first 8 bytes of its
 /// SHA-256.

@@ -21,8 +21,8 @@ use x25519_dalek::{EphemeralSecret, PublicKey};
 use zerocopy::FromZeros;
 use zeroize::Zeroizing;
 
-use super::schedule::{self, Handshake, Hash, Key, Verify};
-use super::{cert, CcError};
+use crate::schedule::{self, Handshake, Hash, Key, Verify};
+use crate::{cert, CcError};
 
 /// Version of the exchange's structs (`IOCTL_STRUCT_VERSION` and
 /// `TENANT_STRUCT_VERSION` are both 1).

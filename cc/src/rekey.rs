@@ -1,0 +1,160 @@
+//! The rekey blob: a confidential VM's next key sealed under the VM's
+//! current session key, which the device opens at `VM_KEY_COMMIT` and only
+//! then installs. The host, which does not hold the current key, can
+//! neither forge a blob nor replay an old one: the blob's associated data
+//! names the VM, the current key epoch and the session.
+//!
+//! [`RekeyBlob::seal`] is what the VM's trusted tenant tool runs;
+//! [`RekeyBlob::register_writes`] lists the register writes (one atomic
+//! batch) that stage and commit it.
+
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+use gpupm_uapi::regs::{
+    self as r, REKEY_KEY_WORDS, REKEY_NONCE_DOMAIN, REKEY_NONCE_WORDS, REKEY_TAG_WORDS,
+};
+use zeroize::Zeroizing;
+
+use crate::envelope::{OpenError, SessionCipher};
+use crate::schedule::{session_key, Key};
+
+/// Label at the end of a rekey blob's associated data.
+const REKEY_LABEL: &[u8; 5] = b"rekey";
+
+/// Words of a rekey blob: `REKEY_NONCE`, `REKEY_KEY`, `REKEY_TAG`.
+pub const REKEY_WORDS: usize = REKEY_NONCE_WORDS + REKEY_KEY_WORDS + REKEY_TAG_WORDS;
+
+/// A new key sealed under a VM's current session key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RekeyBlob {
+    /// The tenant-chosen 8 nonce bytes (random per blob).
+    pub nonce_tail: [u8; 8],
+    /// The new key, encrypted.
+    pub sealed_key: Key,
+    /// AES-GCM tag.
+    pub tag: [u8; 16],
+}
+
+/// The rekey nonce: the rekey domain, then the tenant's bytes. The domain
+/// `0xFFFFFFFF` is never a device nonce's first word (a VM id), so a
+/// tenant's blob never shares a (key, nonce) pair with the device's seals.
+fn rekey_nonce(tail: &[u8; 8]) -> [u8; 12] {
+    let mut nonce = [0u8; 12];
+    nonce[..4].copy_from_slice(&REKEY_NONCE_DOMAIN.to_le_bytes());
+    nonce[4..].copy_from_slice(tail);
+    nonce
+}
+
+/// Associated data of a rekey blob: `vm || epoch || session || "rekey"`.
+fn rekey_aad(vm: u32, epoch: u32, session: u64) -> [u8; 21] {
+    let mut aad = [0u8; 21];
+    aad[..4].copy_from_slice(&vm.to_le_bytes());
+    aad[4..8].copy_from_slice(&epoch.to_le_bytes());
+    aad[8..16].copy_from_slice(&session.to_le_bytes());
+    aad[16..].copy_from_slice(REKEY_LABEL);
+    aad
+}
+
+impl RekeyBlob {
+    /// Seals `new_key` for VM `vm` whose current key is `current_key` in
+    /// key epoch `epoch` and device session `session` (`VM_KEY_EPOCH` and
+    /// `VM_KEY_SESSION`), with the tenant's random `nonce_tail` (draw it
+    /// from the operating system's random source for every blob).
+    pub fn seal(
+        current_key: &Key,
+        vm: u32,
+        epoch: u32,
+        session: u64,
+        new_key: &Key,
+        nonce_tail: [u8; 8],
+    ) -> Self {
+        let aead = Aes256Gcm::new(session_key(current_key, vm, session, epoch).as_ref().into());
+        let mut sealed_key = *new_key;
+        let aad = rekey_aad(vm, epoch, session);
+        // Encryption of 32 bytes in memory cannot fail; an empty tag would
+        // only make the commit fail.
+        let tag = aead
+            .encrypt_in_place_detached(
+                Nonce::from_slice(&rekey_nonce(&nonce_tail)),
+                &aad,
+                &mut sealed_key,
+            )
+            .map(|t| t.into())
+            .unwrap_or([0; 16]);
+        RekeyBlob {
+            nonce_tail,
+            sealed_key,
+            tag,
+        }
+    }
+
+    /// Opens the blob with `current`, the VM's current session key; the
+    /// new key if the blob was sealed under that key for its VM, epoch and
+    /// session.
+    pub fn open(&self, current: &SessionCipher) -> Result<Zeroizing<Key>, OpenError> {
+        let aad = rekey_aad(current.vm(), current.epoch(), current.session());
+        let mut key = Zeroizing::new(self.sealed_key);
+        current
+            .aead()
+            .decrypt_in_place_detached(
+                Nonce::from_slice(&rekey_nonce(&self.nonce_tail)),
+                &aad,
+                key.as_mut_slice(),
+                Tag::from_slice(&self.tag),
+            )
+            .map_err(|_| OpenError::Authentication)?;
+        Ok(key)
+    }
+
+    /// The register writes (offset, value) that stage the blob and commit
+    /// it for VM `vm`, in order ([`register_writes`]); run them as one
+    /// register batch.
+    pub fn register_writes(&self, vm: u32) -> Vec<(u64, u32)> {
+        register_writes(vm, &self.to_words())
+    }
+
+    /// The blob as the 14 staging words, in register order (what
+    /// `TENANT_IOC_REKEY` carries).
+    pub fn to_words(self) -> [u32; REKEY_WORDS] {
+        let mut bytes = [0u8; REKEY_WORDS * 4];
+        bytes[..8].copy_from_slice(&self.nonce_tail);
+        bytes[8..40].copy_from_slice(&self.sealed_key);
+        bytes[40..].copy_from_slice(&self.tag);
+        let mut words = [0u32; REKEY_WORDS];
+        for (w, chunk) in words.iter_mut().zip(bytes.chunks_exact(4)) {
+            *w = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+        }
+        words
+    }
+
+    /// The blob from its 14 staging words.
+    pub fn from_words(words: &[u32; REKEY_WORDS]) -> Self {
+        let mut bytes = [0u8; REKEY_WORDS * 4];
+        for (chunk, w) in bytes.chunks_exact_mut(4).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        let mut blob = RekeyBlob {
+            nonce_tail: [0; 8],
+            sealed_key: [0; 32],
+            tag: [0; 16],
+        };
+        blob.nonce_tail.copy_from_slice(&bytes[..8]);
+        blob.sealed_key.copy_from_slice(&bytes[8..40]);
+        blob.tag.copy_from_slice(&bytes[40..]);
+        blob
+    }
+}
+
+/// The register writes (offset, value) that stage a rekey blob (`words`
+/// in staging-register order) and commit it for VM `vm`: the 14 staging
+/// writes from `REKEY_NONCE` up, then `VM_KEY_COMMIT` = 1
+/// (`docs/confidential.md`). Run them as one batch: the device opens the
+/// blob at the commit, and a refused commit leaves every op of the batch
+/// undone.
+pub fn register_writes(vm: u32, words: &[u32; REKEY_WORDS]) -> Vec<(u64, u32)> {
+    (r::REKEY_NONCE..)
+        .step_by(4)
+        .zip(words.iter().copied())
+        .chain([(r::vm(vm, r::VM_KEY_COMMIT), 1)])
+        .collect()
+}
