@@ -162,3 +162,154 @@ pub fn open(
         )
         .map_err(|_| OpenError::Authentication)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K_VM: Key = [
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+        26, 27, 28, 29, 30, 31, 32,
+    ];
+    const VM: u32 = 4;
+    const SESSION: u64 = 0x0123_4567_89ab_cdef;
+    const EPOCH: u32 = 2;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The session key and one sealed slot as an independent implementation
+    /// of `docs/confidential.md` ("Session keys and nonces") computes them:
+    /// Python's `cryptography` package (`HKDF(SHA256(), 32, salt = session
+    /// LE, info = b"gpupm-cc-v1" + vm LE + epoch LE)`, then `AESGCM(key)
+    /// .encrypt(vm LE || counter LE, payload, envelope)`), not this crate.
+    #[test]
+    fn session_key_and_seal_match_an_independent_implementation() {
+        assert_eq!(
+            session_key(&K_VM, VM, SESSION, EPOCH).to_vec(),
+            hex("9fe5f582ac6714e9e1ddbf9ef26becaa778a503312f7b69de142f096f9bb6414")
+        );
+        let c = SessionCipher::new(&K_VM, VM, SESSION, EPOCH);
+        let mut payload = *b"gpupm sealed payload, 32 bytes!!";
+        let (envelope, tag) = c.seal(7, &mut payload);
+        assert_eq!(
+            envelope,
+            Envelope {
+                vm: VM,
+                flags: envelope_flags::VALID | envelope_flags::ENCRYPTED,
+                key_epoch: EPOCH,
+                session_lo: 0x89ab_cdef,
+                nonce: [4, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0],
+                session_hi: 0x0123_4567,
+            }
+        );
+        assert_eq!(
+            payload.to_vec(),
+            hex("0f9ef7b1ccdaa8ab908125def33a838f65ba2c8173f19460ee354107579fce49")
+        );
+        assert_eq!(tag.to_vec(), hex("8b1a6dd0683116539e279d90d6e29877"));
+    }
+
+    #[test]
+    fn seal_then_open_round_trips() {
+        let c = SessionCipher::new(&K_VM, VM, SESSION, EPOCH);
+        assert_eq!((c.vm(), c.session(), c.epoch()), (VM, SESSION, EPOCH));
+        for (counter, len) in [(1, 0), (2, 1), (3, 48), (u64::MAX, 1536)] {
+            let plain: Vec<u8> = (0..len).map(|i| u8::try_from(i % 251).unwrap()).collect();
+            let mut buf = plain.clone();
+            let (envelope, tag) = c.seal(counter, &mut buf);
+            assert_eq!(envelope.nonce[4..], counter.to_le_bytes());
+            if len > 0 {
+                assert_ne!(buf, plain, "the payload is encrypted");
+            }
+            open(&K_VM, &envelope, &mut buf, &tag).unwrap();
+            assert_eq!(buf, plain);
+        }
+    }
+
+    #[test]
+    fn an_altered_tag_envelope_nonce_or_payload_or_another_key_fails() {
+        let c = SessionCipher::new(&K_VM, VM, SESSION, EPOCH);
+        let mut sealed = [0x5au8; 40];
+        let (envelope, tag) = c.seal(1, &mut sealed);
+        let attempt = |key: &Key, envelope: &Envelope, payload: &[u8; 40], tag: &Tag| {
+            let mut buf = *payload;
+            open(key, envelope, &mut buf, tag)
+        };
+        assert_eq!(attempt(&K_VM, &envelope, &sealed, &tag), Ok(()));
+        assert_eq!(
+            attempt(&[0; 32], &envelope, &sealed, &tag),
+            Err(OpenError::Authentication)
+        );
+        for bit in 0..128 {
+            let mut bad = tag;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(
+                attempt(&K_VM, &envelope, &sealed, &bad),
+                Err(OpenError::Authentication),
+                "tag bit {bit}"
+            );
+        }
+        for byte in 0..sealed.len() {
+            let mut bad = sealed;
+            bad[byte] ^= 0x01;
+            assert_eq!(
+                attempt(&K_VM, &envelope, &bad, &tag),
+                Err(OpenError::Authentication),
+                "payload byte {byte}"
+            );
+        }
+        // Every byte of the envelope is associated data (the bit flipped is
+        // none of the flags `open` reads first: see the next test).
+        for byte in 0..ENVELOPE_AAD_LEN {
+            let mut bytes = [0u8; 32];
+            bytes.copy_from_slice(envelope.as_bytes());
+            bytes[byte] ^= 0x80;
+            let bad: Envelope = zerocopy::transmute!(bytes);
+            assert_eq!(
+                attempt(&K_VM, &bad, &sealed, &tag),
+                Err(OpenError::Authentication),
+                "envelope byte {byte}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_withheld_or_plaintext_slot_is_not_opened() {
+        let mut buf = [0u8; 16];
+        let envelope = withheld(9);
+        assert_eq!(
+            (envelope.vm, envelope.flags),
+            (
+                9,
+                envelope_flags::VALID | envelope_flags::ENCRYPTED | envelope_flags::WITHHELD
+            )
+        );
+        assert_eq!(
+            Envelope {
+                vm: 0,
+                flags: 0,
+                ..envelope
+            },
+            Envelope::default(),
+            "nothing else is set"
+        );
+        assert_eq!(
+            open(&K_VM, &envelope, &mut buf, &[0; 16]),
+            Err(OpenError::Withheld)
+        );
+        let plain = Envelope {
+            vm: 9,
+            flags: envelope_flags::VALID,
+            ..Envelope::default()
+        };
+        assert_eq!(
+            open(&K_VM, &plain, &mut buf, &[0; 16]),
+            Err(OpenError::NotEncrypted)
+        );
+    }
+}

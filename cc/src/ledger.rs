@@ -57,3 +57,71 @@ fn set_counts_bytes(q: &mut LedgerQuery, bytes: &[u8; LEDGER_SEALED_LEN]) {
         .as_mut_bytes()
         .copy_from_slice(&bytes[2 * third..]);
 }
+
+#[cfg(test)]
+mod tests {
+    use gpupm_uapi::ioctl::IOCTL_STRUCT_VERSION;
+    use zerocopy::FromZeros;
+
+    use super::*;
+    use crate::envelope::{withheld, SessionCipher};
+
+    fn answer() -> LedgerQuery {
+        let mut q = LedgerQuery::new_zeroed();
+        q.version = IOCTL_STRUCT_VERSION;
+        q.generated[0] = 1;
+        q.masked[7] = u64::MAX;
+        q.remainder[63] = 31;
+        q
+    }
+
+    #[test]
+    fn a_sealed_answer_opens_under_its_key_only_and_round_trips() {
+        let plain = answer();
+        let mut q = plain;
+        let c = SessionCipher::new(&[8; 32], 2, 77, 1);
+        seal_ledger(&mut q, |p| c.seal(1, p));
+        assert_eq!(q.flags, ledger_flags::SEALED);
+        assert_ne!(
+            (q.generated, q.masked, q.remainder),
+            (plain.generated, plain.masked, plain.remainder)
+        );
+        assert_eq!(q.envelope.session(), 77);
+        let mut wrong = q;
+        assert_eq!(
+            open_ledger(&mut wrong, &[9; 32]),
+            Err(OpenError::Authentication)
+        );
+        let mut moved = q;
+        moved.generated.swap(0, 1);
+        assert_eq!(
+            open_ledger(&mut moved, &[8; 32]),
+            Err(OpenError::Authentication),
+            "the counts are authenticated"
+        );
+        open_ledger(&mut q, &[8; 32]).unwrap();
+        assert_eq!(
+            q,
+            LedgerQuery {
+                envelope: q.envelope,
+                tag: q.tag,
+                ..plain
+            }
+        );
+    }
+
+    #[test]
+    fn an_unsealed_answer_is_left_alone_and_a_withheld_one_says_so() {
+        let plain = answer();
+        let mut q = plain;
+        open_ledger(&mut q, &[0; 32]).unwrap();
+        assert_eq!(q, plain);
+        seal_ledger(&mut q, |p| {
+            p.fill(0);
+            (withheld(2), [0; 16])
+        });
+        assert_eq!(q.flags, ledger_flags::SEALED | ledger_flags::WITHHELD);
+        assert_eq!(q.generated, [0; 64]);
+        assert_eq!(open_ledger(&mut q, &[8; 32]), Err(OpenError::Withheld));
+    }
+}

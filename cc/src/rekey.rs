@@ -158,3 +158,81 @@ pub fn register_writes(vm: u32, words: &[u32; REKEY_WORDS]) -> Vec<(u64, u32)> {
         .chain([(r::vm(vm, r::VM_KEY_COMMIT), 1)])
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CURRENT: Key = [
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
+        26, 27, 28, 29, 30, 31, 32,
+    ];
+    const NEXT: Key = [0xA5; 32];
+    const TAIL: [u8; 8] = [0xF0, 0xF1, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7];
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// The blob as an independent implementation of `docs/confidential.md`
+    /// ("Rekeying with proof of the current key") computes it: Python's
+    /// `cryptography` package, `AESGCM(session_key).encrypt(0xFFFFFFFF LE
+    /// || tail, new key, vm LE || epoch LE || session LE || b"rekey")`,
+    /// the session key by HKDF as in `envelope`'s test — not this crate.
+    #[test]
+    fn a_blob_matches_an_independent_implementation() {
+        let blob = RekeyBlob::seal(&CURRENT, 4, 2, 0x0123_4567_89ab_cdef, &NEXT, TAIL);
+        assert_eq!(blob.nonce_tail, TAIL);
+        assert_eq!(
+            blob.sealed_key.to_vec(),
+            hex("fe90c42c8163d4a26f7a6650271127e61ef219411b526c55a344cb6ff86c7e51")
+        );
+        assert_eq!(blob.tag.to_vec(), hex("d71cb6dab1c5e861607c9f5bf698e0cb"));
+    }
+
+    #[test]
+    fn a_blob_opens_only_under_its_key_for_its_vm_epoch_and_session_unaltered() {
+        let current = SessionCipher::new(&CURRENT, 5, 77, 1);
+        let blob = RekeyBlob::seal(&CURRENT, 5, 1, 77, &NEXT, TAIL);
+        assert_eq!(blob.open(&current).as_deref(), Ok(&NEXT));
+        for other in [
+            SessionCipher::new(&[0; 32], 5, 77, 1),
+            SessionCipher::new(&CURRENT, 6, 77, 1),
+            SessionCipher::new(&CURRENT, 5, 78, 1),
+            SessionCipher::new(&CURRENT, 5, 77, 2),
+        ] {
+            assert_eq!(
+                blob.open(&other).err(),
+                Some(OpenError::Authentication),
+                "{other:?}"
+            );
+        }
+        let words = blob.to_words();
+        for word in 0..REKEY_WORDS {
+            let mut altered = words;
+            altered[word] ^= 0x0100;
+            assert_eq!(
+                RekeyBlob::from_words(&altered).open(&current).err(),
+                Some(OpenError::Authentication),
+                "word {word} (nonce, sealed key, tag)"
+            );
+        }
+    }
+
+    #[test]
+    fn the_staging_words_carry_the_blob_in_register_order() {
+        let blob = RekeyBlob::seal(&CURRENT, 2, 1, 3, &NEXT, TAIL);
+        let words = blob.to_words();
+        assert_eq!(words[0], u32::from_le_bytes([0xF0, 0xF1, 0xF2, 0xF3]));
+        assert_eq!(RekeyBlob::from_words(&words), blob);
+        let writes = blob.register_writes(2);
+        assert_eq!(writes.len(), REKEY_WORDS + 1);
+        assert_eq!(writes[0], (r::REKEY_NONCE, words[0]));
+        assert_eq!(writes[2], (r::REKEY_KEY, words[2]));
+        assert_eq!(writes[10], (r::REKEY_TAG, words[10]));
+        assert_eq!(writes[REKEY_WORDS], (r::vm(2, r::VM_KEY_COMMIT), 1));
+    }
+}
