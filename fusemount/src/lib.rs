@@ -11,8 +11,10 @@
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
-//!   says about it (supplementary groups, a pending SIGKILL, and so which
-//!   parked requests to fail: [`procfs::take_killed`]).
+//!   says about it (supplementary groups, a pending SIGKILL).
+//! - [`parked`]: parked blocking requests as a node's reaper sees them, and
+//!   the [`parked::Reaper`] thread that fails those of killed readers,
+//!   off the node's lock.
 //! - [`logging`]: the services' log setup (journald when its socket
 //!   exists, else stderr), one for `gpupm-driver` and `gpupmd`.
 //! - [`notify`]: the service manager's end of `$NOTIFY_SOCKET`, for
@@ -39,6 +41,7 @@ pub mod logging;
 pub mod mount;
 pub mod namespace;
 pub mod notify;
+pub mod parked;
 pub mod procfs;
 mod sys;
 pub mod systemd;

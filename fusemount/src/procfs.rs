@@ -47,20 +47,6 @@ pub fn fatal_signal_pending(pid: u32) -> bool {
     status(pid).is_none_or(|s| sigkill_pending(&s))
 }
 
-/// Takes out of `parked` the requests whose process has a fatal signal
-/// pending or is gone ([`fatal_signal_pending`]; `pid_of` names each one's
-/// process), for the server to fail them; the others stay, in order.
-pub fn take_killed<Q>(parked: &mut Q, pid_of: impl Fn(&Q::Item) -> u32) -> Q::IntoIter
-where
-    Q: Default + IntoIterator + Extend<Q::Item>,
-{
-    let (killed, alive): (Q, Q) = std::mem::take(parked)
-        .into_iter()
-        .partition(|r| fatal_signal_pending(pid_of(r)));
-    *parked = alive;
-    killed.into_iter()
-}
-
 fn status(pid: u32) -> Option<String> {
     if pid == 0 {
         return None;
@@ -94,7 +80,6 @@ fn sigkill_pending(status: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::VecDeque;
 
     use super::*;
 
@@ -114,19 +99,5 @@ mod tests {
         assert!(!fatal_signal_pending(0));
         assert!(supplementary_groups(0).is_empty());
         assert!(fatal_signal_pending(u32::MAX));
-    }
-
-    #[test]
-    fn take_killed_takes_the_gone_and_keeps_the_living_in_order() {
-        // No process has pid u32::MAX (pid_max is at most 2^22).
-        let (me, gone) = (std::process::id(), u32::MAX);
-        let mut parked = VecDeque::from([(me, "a"), (gone, "b"), (0, "c"), (gone, "d"), (me, "e")]);
-        let killed: Vec<_> = take_killed(&mut parked, |r| r.0).collect();
-        assert_eq!(killed, [(gone, "b"), (gone, "d")]);
-        assert_eq!(parked, [(me, "a"), (0, "c"), (me, "e")]);
-
-        let mut none_killed = vec![(me, "x")];
-        assert_eq!(take_killed(&mut none_killed, |r| r.0).count(), 0);
-        assert_eq!(none_killed, [(me, "x")]);
     }
 }

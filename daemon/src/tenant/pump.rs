@@ -1,6 +1,7 @@
 //! The node's own threads: the feed thread, a small single-threaded
 //! tokio runtime on which every stream session's feed task runs, and the
-//! reaper of killed readers (`session::reap`), apart from it so that no
+//! reaper of killed readers (`session::reap`, the shared
+//! `gpupm_fusemount::parked::Reaper`), apart from it so that no
 //! `/proc` work ever delays a feed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +9,8 @@ use std::sync::{mpsc, Arc};
 use std::thread::{self, JoinHandle};
 
 use tokio::sync::oneshot;
+
+use gpupm_fusemount::parked::Reaper;
 
 use super::session::{start_reaper, Sessions};
 
@@ -19,8 +22,7 @@ pub struct Pump {
     rt: tokio::runtime::Handle,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    sessions: Arc<Sessions>,
-    reaper: Option<JoinHandle<()>>,
+    reaper: Option<Reaper>,
 }
 
 /// Pumps started (for thread names).
@@ -59,12 +61,11 @@ impl Pump {
         let rt = rt_rx
             .recv()
             .map_err(|_| std::io::Error::other("tenant feed thread ended before starting"))??;
-        let reaper = start_reaper(Arc::clone(&sessions))?;
+        let reaper = start_reaper(&sessions)?;
         Ok(Pump {
             rt,
             stop: Some(stop_tx),
             thread: Some(thread),
-            sessions,
             reaper: Some(reaper),
         })
     }
@@ -77,12 +78,7 @@ impl Pump {
 
 impl Drop for Pump {
     fn drop(&mut self) {
-        self.sessions.stop_reaper();
-        if let Some(t) = self.reaper.take() {
-            if t.join().is_err() {
-                tracing::error!("tenant reaper thread panicked");
-            }
-        }
+        drop(self.reaper.take());
         if let Some(stop) = self.stop.take() {
             if stop.send(()).is_err() {
                 tracing::debug!("tenant feed thread already stopped");

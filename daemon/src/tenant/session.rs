@@ -12,7 +12,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use gpupm_fusemount::parked::Bell;
 
 use gpupm_uapi::tenant::TenantDelta;
 
@@ -166,24 +168,13 @@ fn serve_readers(handle: &mut Handle, actions: &mut Vec<Action>) {
     }
 }
 
-/// What the reaper (`reap`) waits on.
-#[derive(Debug, Default)]
-struct Parking {
-    /// Reads parked so far.
-    generation: u64,
-    /// The reaper is to stop.
-    stop: bool,
-}
-
 /// Every open handle of the node.
 pub struct Sessions {
     table: Mutex<Table>,
     stats: Arc<TenantStats>,
     bounds: Arc<Bounds>,
-    /// Reads parked so far (a generation), and the reaper's doorbell
-    /// (`reap`): it sleeps while no read is parked.
-    parked: Mutex<Parking>,
-    parked_bell: Condvar,
+    /// The reaper's doorbell, rung when a read parks (`reap`).
+    bell: Arc<Bell>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -207,8 +198,7 @@ impl Sessions {
             }),
             stats,
             bounds,
-            parked: Mutex::new(Parking::default()),
-            parked_bell: Condvar::new(),
+            bell: Arc::new(Bell::default()),
         })
     }
 
@@ -305,7 +295,7 @@ impl Sessions {
                             });
                             t.next_ticket += 1;
                             drop(guard);
-                            self.now_parked();
+                            self.bell.ring();
                             return;
                         }
                     },

@@ -596,6 +596,8 @@ fn run(args: &Args) -> Result<(), DriverError> {
         .admin_gid
         .or_else(|| access::group_id(access::DEFAULT_ADMIN_GROUP));
     let core = NodeCore::new(make_backend(args)?, AccessPolicy::new(admin_gid));
+    // Fails the reads and waits of killed readers until the driver exits.
+    let _reaper = core.start_reaper().map_err(DriverError::Thread)?;
     if !args.no_mirror {
         let dir = mirror_dir(args);
         let dirs = MirrorDirs {

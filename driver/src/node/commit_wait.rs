@@ -26,6 +26,8 @@ pub type IoctlCompletion = Box<dyn FnOnce(Result<IoctlReply, NodeError>) + Send>
 
 /// A wait that was not answerable when it arrived.
 pub struct ParkedWait {
+    /// Names the wait for the reaper (unique while the node runs).
+    pub ticket: u64,
     /// The caller's thread (for interrupts and killed waiters).
     pub pid: u32,
     /// The request, checked.

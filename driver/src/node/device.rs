@@ -7,10 +7,11 @@
 //! completion of a parked reader and every poll wake-up runs after the
 //! device lock is released.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use gpupm_fusemount::parked::{Bell, ParkedRef, Parking, Reaper};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
 use zerocopy::IntoBytes;
@@ -32,6 +33,8 @@ pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, NodeError>) + Send>;
 pub use gpupm_fusemount::flat::PollWake;
 
 struct ParkedRead {
+    /// Names the read for the reaper (unique while the node runs).
+    ticket: u64,
     pid: u32,
     max_records: usize,
     complete: ReadCompletion,
@@ -49,8 +52,10 @@ struct Handle {
 
 struct Inner {
     backend: Box<dyn DeviceBackend>,
-    handles: HashMap<u64, Handle>,
+    handles: BTreeMap<u64, Handle>,
     next_fh: u64,
+    /// The next parked request's ticket.
+    next_ticket: u64,
     scratch: Vec<InterruptRecord>,
     /// The commit mirror, when the driver keeps one.
     mirror: Option<Mirror>,
@@ -78,6 +83,8 @@ impl Inner {
 pub struct NodeCore {
     inner: Mutex<Inner>,
     policy: AccessPolicy,
+    /// The reaper's doorbell, rung when a read or a wait parks.
+    bell: Arc<Bell>,
 }
 
 impl std::fmt::Debug for NodeCore {
@@ -94,13 +101,22 @@ impl NodeCore {
         Arc::new(NodeCore {
             inner: Mutex::new(Inner {
                 backend,
-                handles: HashMap::new(),
+                handles: BTreeMap::new(),
                 next_fh: 1,
+                next_ticket: 1,
                 scratch: Vec::new(),
                 mirror: None,
             }),
             policy,
+            bell: Arc::new(Bell::default()),
         })
+    }
+
+    /// Starts the thread that fails the reads and waits of killed
+    /// processes ([`gpupm_fusemount::parked`]); it stops when dropped.
+    pub fn start_reaper(self: &Arc<Self>) -> std::io::Result<Reaper> {
+        let node = Arc::clone(self) as Arc<dyn Parking>;
+        Reaper::start("gpupm-reaper", node, Arc::clone(&self.bell))
     }
 
     /// Keeps `mirror` current from now on and answers
@@ -191,9 +207,13 @@ impl NodeCore {
         complete: ReadCompletion,
     ) {
         let mut slot = Some(complete);
-        let res = self.read_or_park(fh, offset, size, nonblock, pid, &mut slot);
-        if let (Some(res), Some(complete)) = (res, slot) {
-            complete(res);
+        match self.read_or_park(fh, offset, size, nonblock, pid, &mut slot) {
+            None => self.bell.ring(),
+            Some(res) => {
+                if let Some(complete) = slot {
+                    complete(res);
+                }
+            }
         }
     }
 
@@ -249,10 +269,12 @@ impl NodeCore {
         }
         let complete = slot.take()?;
         handle.readers.push_back(ParkedRead {
+            ticket: inner.next_ticket,
             pid,
             max_records,
             complete,
         });
+        inner.next_ticket += 1;
         None
     }
 
@@ -321,9 +343,13 @@ impl NodeCore {
             return complete(self.ioctl(fh, cmd, input, out_size));
         }
         let mut slot = Some(complete);
-        let res = self.wait_or_park(fh, input, pid, &mut slot);
-        if let (Some(res), Some(complete)) = (res, slot) {
-            complete(res);
+        match self.wait_or_park(fh, input, pid, &mut slot) {
+            None => self.bell.ring(),
+            Some(res) => {
+                if let Some(complete) = slot {
+                    complete(res);
+                }
+            }
         }
     }
 
@@ -358,11 +384,13 @@ impl NodeCore {
         }
         let complete = slot.take()?;
         handle.waits.push(ParkedWait {
+            ticket: inner.next_ticket,
             pid,
             arg,
             deadline,
             complete,
         });
+        inner.next_ticket += 1;
         None
     }
 
@@ -461,25 +489,68 @@ impl NodeCore {
         }
         any
     }
+}
 
-    /// Fails parked reads whose process has a fatal signal pending: the
-    /// kernel keeps such a process in the read until the request is answered.
-    pub fn reap_killed_readers(&self) {
+/// The node's parked reads and commit waits as the shared reaper sees them.
+impl Parking for NodeCore {
+    fn parked_batch(&self, after: u64, max: usize) -> (Vec<ParkedRef>, u64) {
+        let inner = self.lock();
+        let mut out = Vec::new();
+        let mut last = 0;
+        let order = inner
+            .handles
+            .range(after.saturating_add(1)..)
+            .chain(inner.handles.range(..=after));
+        for (&fh, h) in order {
+            if out.len() >= max {
+                break;
+            }
+            let parked = |ticket, pid| ParkedRef {
+                handle: fh,
+                ticket,
+                pid,
+            };
+            out.extend(h.readers.iter().map(|r| parked(r.ticket, r.pid)));
+            out.extend(h.waits.iter().map(|w| parked(w.ticket, w.pid)));
+            last = fh;
+        }
+        (out, last)
+    }
+
+    fn fail_killed(&self, killed: &BTreeMap<u64, BTreeSet<u64>>) {
         let mut actions = Vec::new();
         {
             let mut inner = self.lock();
-            for handle in inner.handles.values_mut() {
+            for (fh, tickets) in killed {
+                let Some(h) = inner.handles.get_mut(fh) else {
+                    continue;
+                };
+                let (dead, alive): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut h.readers)
+                    .into_iter()
+                    .partition(|r| tickets.contains(&r.ticket));
+                h.readers = alive;
                 actions.extend(
-                    gpupm_fusemount::procfs::take_killed(&mut handle.readers, |r| r.pid)
+                    dead.into_iter()
                         .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
                 );
+                let (dead, alive): (Vec<_>, Vec<_>) = std::mem::take(&mut h.waits)
+                    .into_iter()
+                    .partition(|w| tickets.contains(&w.ticket));
+                h.waits = alive;
                 actions.extend(
-                    gpupm_fusemount::procfs::take_killed(&mut handle.waits, |w| w.pid)
+                    dead.into_iter()
                         .map(|w| Action::Answer(w.complete, Err(NodeError::Interrupted))),
                 );
             }
         }
         run(actions);
+    }
+
+    fn any_parked(&self) -> bool {
+        self.lock()
+            .handles
+            .values()
+            .any(|h| !h.readers.is_empty() || !h.waits.is_empty())
     }
 }
 

@@ -1,6 +1,7 @@
 //! The clock thread: advances a real-time device, delivers interrupt
-//! records to waiting readers and pollers, answers commit waits that are
-//! due, and fails reads and waits of killed processes.
+//! records to waiting readers and pollers, and answers commit waits that
+//! are due. (Reads and waits of killed processes are the reaper's,
+//! [`NodeCore::start_reaper`], so that no `/proc` read delays a tick.)
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +15,6 @@ use super::device::NodeCore;
 pub const REALTIME_PERIOD: Duration = Duration::from_micros(250);
 /// Wake-up period when the clock is stepped by the host (housekeeping only).
 pub const STEP_PERIOD: Duration = Duration::from_millis(20);
-/// How often parked readers are checked for a pending SIGKILL.
-const REAP_PERIOD: Duration = Duration::from_millis(50);
 
 /// A running clock thread; stopped and joined by [`Ticker::stop`] or on drop.
 #[derive(Debug)]
@@ -37,7 +36,6 @@ impl Ticker {
         let thread = thread::Builder::new()
             .name("gpupm-clock".into())
             .spawn(move || {
-                let mut last_reap = Instant::now();
                 while !flag.load(Ordering::Acquire) {
                     thread::park_timeout(period);
                     let now = Instant::now();
@@ -47,10 +45,6 @@ impl Ticker {
                         // Times out `GPUPM_IOC_WAIT_COMMIT`s (a step clock
                         // delivers only when its owner advances it).
                         core.deliver();
-                    }
-                    if now.duration_since(last_reap) >= REAP_PERIOD {
-                        core.reap_killed_readers();
-                        last_reap = now;
                     }
                 }
             })?;
