@@ -32,11 +32,12 @@
 //!   `gpupm-splitmix`).
 //! - [`sys`]: the ioctl system call, typed and raw.
 //!
-//! The crate's `unsafe` is in three modules, each about one kind of
-//! system call: [`sys`] (ioctls), `page::sys` (mapping a page, taking the
-//! descriptors a page reply carries) and `mirror::sys` (opening and
-//! mapping the mirror's files, the atomics on the mapping, the futex
-//! calls). Everything else is safe code over them.
+//! The crate's `unsafe` is in four small modules, each about one kind of
+//! system call: [`sys`] (ioctls), [`shm`] (the one shared-memory mapping,
+//! seen as atomic words: pages, the mirror and its waiter word),
+//! `page::sys` (taking the descriptors a page reply carries) and
+//! `mirror::sys` (opening the mirror's files relative to their directory,
+//! the futex calls). Everything else is safe code over them.
 //!
 //! The ABI itself (numbers, layouts) is [`gpupm_uapi`]; this crate only
 //! carries it to the nodes. A confidential VM's cryptography — the key
@@ -69,6 +70,7 @@ mod patience;
 pub mod ranges;
 pub mod ri;
 pub mod sampling;
+pub mod shm;
 pub mod stepclock;
 pub mod sys;
 pub mod tenant;

@@ -16,9 +16,10 @@ use gpupm_uapi::mirror::{
 use zerocopy::IntoBytes;
 
 use super::rings::{self, RingArea, RingLayout, RingRead};
-use super::sys::{futex_wait, futex_wake, Shared};
+use super::sys::{futex_wait, futex_wake};
 use super::{open_checked, MirrorFile};
 use crate::patience::Patience;
+use crate::shm::Shared;
 
 /// Attempts a read spins before it starts yielding.
 const SPINS: u32 = 1_000;

@@ -9,7 +9,7 @@ use gpupm_uapi::layout::{StreamSlot, STREAM_SLOT_SIZE};
 use gpupm_uapi::mirror::{mirror_ring_offset, offset, MIRROR_RINGS_HEADER_SIZE, MIRROR_RING_SIZE};
 use zerocopy::{FromZeros, IntoBytes};
 
-use super::sys::Shared;
+use crate::shm::Shared;
 
 /// Bytes of one stream slot.
 const SLOT_BYTES: usize = size_of::<StreamSlot>();

@@ -20,8 +20,9 @@ use nix::unistd::geteuid;
 use zerocopy::{FromZeros, IntoBytes};
 
 use super::rings::{RingArea, RingLayout};
-use super::sys::{futex_wake, Shared};
+use super::sys::futex_wake;
 use super::{MIRROR_FILE, MIRROR_SIZE, MIRROR_SLOTS, WAITERS_FILE};
+use crate::shm::Shared;
 
 /// The mirror as its one writer (the driver) holds it.
 #[derive(Debug)]

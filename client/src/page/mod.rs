@@ -23,6 +23,7 @@
 //! - `seqlock`: both halves of the protocol; `sys`: the module's `unsafe`
 //!   (mapping, unmapping, received descriptors).
 
+mod mapping;
 mod reader;
 mod seqlock;
 mod socket;
@@ -35,6 +36,8 @@ use std::path::PathBuf;
 use gpupm_uapi::page::{PageCounters, PageData, PageHeader, PAGE_MAGIC, PAGE_SIZE, PAGE_VERSION};
 use nix::errno::Errno;
 use zerocopy::{FromZeros, IntoBytes};
+
+use self::mapping::Mapping;
 
 pub use self::reader::{CounterReader, Reading, Source, Target};
 pub use self::seqlock::Busy;
@@ -87,14 +90,14 @@ impl PageError {
     }
 }
 
-fn header_of(map: &sys::Mapping) -> PageHeader {
+fn header_of(map: &Mapping) -> PageHeader {
     let mut h = PageHeader::new_zeroed();
     seqlock::read_unlocked(map.words(), 0, h.as_mut_bytes());
     h
 }
 
 /// A consistent copy of everything the lock of `map`'s page protects.
-fn data_of(map: &sys::Mapping) -> Result<Box<PageData>, Busy> {
+fn data_of(map: &Mapping) -> Result<Box<PageData>, Busy> {
     let mut d = Box::new(PageData::new_zeroed());
     seqlock::read(map.words(), 0, &mut *d)?;
     Ok(d)
@@ -103,7 +106,7 @@ fn data_of(map: &sys::Mapping) -> Result<Box<PageData>, Busy> {
 /// A page mapped read-only.
 #[derive(Debug)]
 pub struct MappedPage {
-    map: sys::Mapping,
+    map: Mapping,
     header: PageHeader,
 }
 
@@ -111,7 +114,7 @@ impl MappedPage {
     /// Maps the page behind `fd` (`PROT_READ`, `MAP_SHARED`) and checks
     /// its header.
     pub fn from_fd(fd: BorrowedFd<'_>) -> Result<MappedPage, PageError> {
-        let map = sys::Mapping::map(fd, false).map_err(PageError::Map)?;
+        let map = Mapping::map(fd, false).map_err(PageError::Map)?;
         let header = header_of(&map);
         if header.magic != PAGE_MAGIC {
             return Err(PageError::NotAPage("no page magic"));
@@ -156,7 +159,7 @@ impl MappedPage {
 /// A page mapped writable: the writer's side (one writer at a time).
 #[derive(Debug)]
 pub struct WritablePage {
-    map: sys::Mapping,
+    map: Mapping,
 }
 
 impl WritablePage {
@@ -164,7 +167,7 @@ impl WritablePage {
     /// at least [`PAGE_SIZE`] long.
     pub fn map(fd: BorrowedFd<'_>) -> io::Result<WritablePage> {
         Ok(WritablePage {
-            map: sys::Mapping::map(fd, true)?,
+            map: Mapping::map(fd, true)?,
         })
     }
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 use gpupm_uapi::page::{PAGE_BUSY_MS, PAGE_DATA_OFFSET, PAGE_READ_SPINS, PAGE_SEQ_OFFSET};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-use super::sys::PageWords;
+use super::mapping::PageWords;
 use crate::patience::Patience;
 
 /// Word index of the sequence counter.
