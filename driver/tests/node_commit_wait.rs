@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::time::{Duration, Instant};
 
-use gpupm_test_support::rawnode::{advance, digest, errno, ioctl, rd64};
+use gpupm_test_support::rawnode::{advance, digest, drain_records, errno, ioctl, rd64};
 use gpupm_test_support::users::{run_as, Cred};
 use gpupm_test_support::Driver;
 use gpupm_uapi::commit_wait::{WaitCommit, WAIT_COMMIT_MAX_BLOCKS, WAIT_COMMIT_MAX_TIMEOUT_US};
@@ -206,5 +206,108 @@ fn a_caller_the_node_does_not_serve_gets_what_every_ioctl_gets() {
     assert_eq!(answer["identity"], json!(libc::EACCES));
     assert_eq!(answer["wait"], answer["identity"]);
     assert!(digest(&card) == before);
+    d.stop();
+}
+
+/// Forks a root child that opens `card0` and parks in `park` on it; returns
+/// once the child sleeps in its FUSE request.
+fn parked_child(
+    d: &Driver,
+    park: fn(&mut File) -> serde_json::Value,
+) -> gpupm_test_support::users::Child {
+    let path = d.card_path();
+    let mut child = gpupm_test_support::users::spawn_as(&Cred::root(), move |ctl| {
+        let mut card = File::options()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .expect("open card0");
+        ctl.ready();
+        park(&mut card)
+    });
+    child.wait_ready();
+    let pid = child.pid.as_raw();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if wchan.contains("fuse") || wchan.contains("request_wait_answer") {
+            return child;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child never parked (wchan {wchan:?})"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Reads the records already raised without blocking, then blocks for
+/// the next one: the bytes read.
+fn read_one_new_record(card: &mut File) -> serde_json::Value {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::os::fd::AsRawFd;
+    fcntl(card.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).expect("non-blocking");
+    drain_records(card);
+    fcntl(card.as_raw_fd(), FcntlArg::F_SETFL(OFlag::empty())).expect("blocking");
+    let mut buf = [0u8; 32];
+    json!(std::io::Read::read(card, &mut buf)
+        .map_err(|e| e.to_string())
+        .ok())
+}
+
+/// SIGKILLs `child` and waits, at most `within`, for it to be gone: the
+/// kernel keeps a killed process in its FUSE request until the node
+/// answers it.
+fn killed_and_released(child: gpupm_test_support::users::Child, within: Duration) {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let pid = child.pid;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill the child");
+    let deadline = Instant::now() + within;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
+            WaitStatus::StillAlive => {
+                assert!(
+                    Instant::now() < deadline,
+                    "a killed reader was still held in its request after {within:?}"
+                );
+                std::thread::yield_now();
+            }
+            status => {
+                assert!(
+                    matches!(
+                        status,
+                        WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGKILL, _)
+                    ),
+                    "{status:?}"
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// A process killed while its interrupt read or its commit wait is parked
+/// on `card0` is released (the node's reaper fails the request), long
+/// before the wait's own timeout, and a reader that is alive keeps its
+/// place and gets its record.
+#[test]
+fn killed_readers_and_waiters_are_released_and_the_living_still_served() {
+    let d = Driver::start();
+    let reader = parked_child(&d, read_one_new_record);
+    let waiter = parked_child(&d, |card| {
+        let mut arg = wait_arg(sequence(card), WAIT_COMMIT_MAX_TIMEOUT_US, &[0]);
+        json!(wait(card, &mut arg).map_err(|e| e.to_string()).ok())
+    });
+    let living = parked_child(&d, read_one_new_record);
+    // The wait's own timeout is 10 s: released well before it, or not at all.
+    killed_and_released(reader, Duration::from_secs(5));
+    killed_and_released(waiter, Duration::from_secs(5));
+    let card = d.card();
+    advance(&card, 40_000).expect("advance: records for the living reader");
+    assert_eq!(
+        living.finish(),
+        json!(32),
+        "the living reader got one record"
+    );
     d.stop();
 }
