@@ -253,16 +253,19 @@ impl Fixture {
         run_as(Some(uid), &self.with_nodes(args))
     }
 
+    /// The node options go before the subcommand: there `gpupm` takes them
+    /// for every subcommand, while after it only the subcommands that open
+    /// a node accept them (`report`, `events` refuse them).
     fn with_nodes(&self, args: &[&str]) -> Vec<String> {
-        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        v.extend([
+        let mut v: Vec<String> = vec![
             "--tenant-node".into(),
             self.node(),
             "--node-dir".into(),
             self.node_dir(),
             "--pages-socket".into(),
             self.pages_socket(),
-        ]);
+        ];
+        v.extend(args.iter().map(|s| s.to_string()));
         v
     }
 

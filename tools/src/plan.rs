@@ -1,5 +1,5 @@
-//! `gpupm plan`: the per-type sample-buffer sizes of a scenario (seed
-//! 001), per partition and record type: records per sampling event ×
+//! `gpupm plan`: the per-type sample-buffer sizes of a scenario, per
+//! partition and record type: records per sampling event ×
 //! sampling events per drain interval × record size, with the margin —
 //! the same arithmetic gpupmd sizes the device's buffers with
 //! (`gpupm_client::sampling::plan`).

@@ -1,6 +1,7 @@
 //! The small things an operator meets first: help that fits 80 columns
-//! with the global options apart, man pages with EXAMPLES, EXIT STATUS,
-//! FILES and SEE ALSO, `-I 1s` like `--duration 5s`, suggestions for an
+//! with the global options apart (and absent where no node is opened),
+//! those options before the subcommand or after it, man pages with
+//! EXAMPLES, EXIT STATUS, FILES and SEE ALSO, `-I 1s` like `--duration 5s`, suggestions for an
 //! unknown event that name the events it is part of, a removed range
 //! handle named as the handle (not the context), and a full range table
 //! as a refused request (exit 2, like every refused request).
@@ -12,18 +13,36 @@ fn gpupm(args: &[&str]) -> gpupm_test_support::users::Run {
     run_as(None, &args)
 }
 
-const COMMANDS: [&str; 12] = [
-    "list", "stat", "top", "dmon", "record", "report", "ri", "ranges", "cpi", "health", "events",
-    "demo",
+/// The subcommands that talk to the nodes, and so take the node options.
+const ON_NODES: [&str; 9] = [
+    "list", "stat", "top", "dmon", "record", "ri", "ranges", "cpi", "health",
+];
+/// The subcommands that never open a node: their help lists no node option.
+const OFF_NODES: [&str; 5] = ["report", "events", "demo", "plan", "simulate"];
+
+const NODE_OPTIONS: [&str; 4] = [
+    "--tenant-node",
+    "--node-dir",
+    "--pages-socket",
+    "--no-pages",
 ];
 
 #[test]
 fn help_fits_80_columns_and_keeps_the_global_options_apart() {
-    for sub in COMMANDS {
+    for sub in ON_NODES.into_iter().chain(OFF_NODES) {
         let help = gpupm(&[sub, "--help"]);
         assert_eq!(help.code, 0, "{sub}: {}", help.err);
         for line in help.out.lines() {
             assert!(line.chars().count() <= 80, "gpupm {sub} --help: {line:?}");
+        }
+        if OFF_NODES.contains(&sub) {
+            for option in NODE_OPTIONS {
+                assert!(
+                    !help.out.contains(option),
+                    "gpupm {sub} --help lists {option}"
+                );
+            }
+            continue;
         }
         let (own, global) = help
             .out
@@ -35,6 +54,51 @@ fn help_fits_80_columns_and_keeps_the_global_options_apart() {
             "gpupm {sub}: a global option among its own"
         );
     }
+}
+
+#[test]
+fn node_options_are_taken_before_the_subcommand_too_and_only_where_used() {
+    for args in [
+        &["--tenant-node", "/nonexistent/node", "stat", "--vm", "1"][..],
+        &["stat", "--vm", "1", "--tenant-node", "/nonexistent/node"],
+        &[
+            "--tenant-node",
+            "/nonexistent/node",
+            "ranges",
+            "--ctx",
+            "1",
+            "list",
+        ],
+        &[
+            "ranges",
+            "--ctx",
+            "1",
+            "list",
+            "--tenant-node",
+            "/nonexistent/node",
+        ],
+    ] {
+        let r = gpupm(args);
+        assert_eq!(
+            (r.code, r.err.as_str()),
+            (2, "gpupm: no gpupmd: /nonexistent/node does not exist\n"),
+            "{args:?}"
+        );
+    }
+    let bmc = gpupm(&["--node-dir", "/nonexistent/dev", "bmc"]);
+    assert_eq!(bmc.code, 2);
+    assert!(
+        bmc.err.contains("/nonexistent/dev/card0-oob"),
+        "{}",
+        bmc.err
+    );
+    let simulate = gpupm(&["simulate", "--tenant-node", "/nonexistent/node"]);
+    assert_eq!(simulate.code, 2);
+    assert!(
+        simulate.err.contains("unexpected argument"),
+        "{}",
+        simulate.err
+    );
 }
 
 #[test]
