@@ -1,7 +1,8 @@
-//! The ioctl system call on a node: typed (argument size checked against
-//! the request number), on a byte buffer of exactly the encoded size, or
-//! raw (for probing the ABI with arbitrary bytes). The crate's other
-//! `unsafe` is in `page::sys` and `mirror::sys`.
+//! The ioctl system call on a gpupm node or device: typed (argument size
+//! checked against the request number), on a byte buffer of exactly the
+//! encoded size, or raw (for probing the ABI with arbitrary bytes). Every
+//! ioctl of gpupm goes through here: the device and tenant nodes', and the
+//! kernel PMU module's (`/dev/gpupm_pmu`, which gpupmd publishes to).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -43,9 +44,11 @@ pub fn call<T: IntoBytes + FromBytes + KnownLayout + Immutable>(
     }
     let ptr: *mut T = arg;
     // SAFETY: `ptr` points to an exclusively borrowed, live `T`. For a
-    // command whose `_IOC_SIZE` is `size_of::<T>()` (checked above) the node
-    // (a FUSE file: restricted ioctls) makes the kernel copy at most that
-    // many bytes from and to `ptr`, and `T: FromBytes` accepts any bytes.
+    // command whose `_IOC_SIZE` is `size_of::<T>()` (checked above) at most
+    // that many bytes are copied from and to `ptr`: a node (a FUSE file:
+    // restricted ioctls) makes the kernel copy exactly that, and the
+    // gpupm_pmu module copies `_IOC_SIZE` bytes of its commands; `T:
+    // FromBytes` accepts any bytes.
     let res = unsafe { libc::ioctl(fd.as_raw_fd(), cmd as libc::Ioctl, ptr) };
     Errno::result(res)
 }

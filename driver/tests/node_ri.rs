@@ -8,7 +8,7 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
-use gpupm_test_support::rawnode::sys::ioctl;
+use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::rawnode::{
     advance, drain_records, errno, rd32, rd64, service, service_pending, wr32, Tally,
 };

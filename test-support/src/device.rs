@@ -280,7 +280,7 @@ pub fn ledger_ri(card: &std::fs::File, block: u32) -> gpupm_uapi::ioctl::RiLedge
         block,
         ..Default::default()
     };
-    crate::rawnode::sys::ioctl(
+    crate::rawnode::ioctl(
         card,
         gpupm_uapi::ioctl::GPUPM_IOC_LEDGER_RI,
         q.as_mut_bytes(),

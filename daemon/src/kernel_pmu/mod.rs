@@ -16,8 +16,6 @@
 //! ([`KERNEL_PMU_ID`]) and again whenever that changes; until it is found
 //! the thread retries every interval.
 
-mod sys;
-
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -28,8 +26,12 @@ use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 pub use gpupm_client::config::KernelPmuConfig;
+use gpupm_client::sys;
 use gpupm_uapi::events::EVENT_COUNT;
-use gpupm_uapi::pmu::{scope, Publish, Wanted, PMU_STRUCT_VERSION, PUBLISH_BATCH};
+use gpupm_uapi::pmu::{
+    scope, Publish, Wanted, GPUPM_PMU_IOC_PUBLISH, GPUPM_PMU_IOC_WANTED, PMU_STRUCT_VERSION,
+    PUBLISH_BATCH,
+};
 
 use crate::health::TARGET;
 use crate::view::{CounterView, Scope, Totals};
@@ -151,7 +153,7 @@ fn report(state: &mut Option<bool>, found: bool, device: &Path, reason: &str) {
 /// One pass: the system, every VM and the wanted contexts.
 fn publish_once(device: &File, view: &dyn CounterView) -> nix::Result<()> {
     let mut wanted = Wanted::default();
-    sys::wanted(device.as_fd(), &mut wanted)?;
+    sys::call(device.as_fd(), GPUPM_PMU_IOC_WANTED, &mut wanted)?;
     let mut batch = Batch {
         device,
         req: Publish::default(),
@@ -202,7 +204,7 @@ impl Batch<'_> {
     fn flush(&mut self) -> nix::Result<()> {
         if self.req.count > 0 {
             self.req.version = PMU_STRUCT_VERSION;
-            sys::publish(self.device.as_fd(), &self.req)?;
+            sys::call(self.device.as_fd(), GPUPM_PMU_IOC_PUBLISH, &mut self.req)?;
         }
         self.req = Publish::default();
         Ok(())

@@ -5,7 +5,7 @@
 //! reads from the memory window, a digest of host-visible state, and the
 //! exact-conservation check against `GPUPM_IOC_LEDGER`.
 
-pub mod sys;
+mod ioctl;
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -27,7 +27,7 @@ use gpupm_uapi::layout::{
 use gpupm_uapi::regs::{self as r, ctx_state, hs_state, part_ctrl, part_status, rc_cmd, trig_cmd};
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
-pub use sys::ioctl;
+pub use self::ioctl::ioctl;
 
 /// Errno of an I/O error (0 if none).
 pub fn errno(e: &io::Error) -> i32 {

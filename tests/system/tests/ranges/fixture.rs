@@ -6,7 +6,7 @@ use std::fs::File;
 
 use gpupm_client::ranges::CallGraphData;
 use gpupm_client::{DevNode, TenantClient};
-use gpupm_test_support::rawnode::sys::ioctl;
+use gpupm_test_support::rawnode::ioctl;
 use gpupm_test_support::users::{run_as, Cred};
 use gpupm_uapi::ioctl::{GPUPM_IOC_LEDGER_CALLS, GPUPM_IOC_LEDGER_RANGES, IOCTL_STRUCT_VERSION};
 use gpupm_uapi::ranges::{
