@@ -9,7 +9,7 @@ use gpupm_client::sys::{raw, RAW_MIN_BUF};
 /// `ioctl(fd, cmd, buf)` for a restricted-mode ioctl whose argument is the
 /// start of `buf`. Fails with `InvalidInput` when `buf` is shorter than the
 /// size encoded in `cmd`; the call itself is made on a copy at least a page
-/// long (as [`raw`] wants), copied back into `buf`.
+/// long (as [`raw`] wants), copied back into `buf` whether it fails or not.
 pub fn ioctl(fd: &impl AsFd, cmd: u32, buf: &mut [u8]) -> io::Result<i32> {
     if buf.len() < gpupm_uapi::ioc::size(cmd) {
         return Err(io::Error::new(
@@ -19,7 +19,8 @@ pub fn ioctl(fd: &impl AsFd, cmd: u32, buf: &mut [u8]) -> io::Result<i32> {
     }
     let mut arg = vec![0u8; RAW_MIN_BUF.max(buf.len())];
     arg[..buf.len()].copy_from_slice(buf);
-    let r = raw(fd.as_fd(), cmd, &mut arg).map_err(io::Error::from)?;
+    let r = raw(fd.as_fd(), cmd, &mut arg);
+    // A failed call may copy out too (a register batch's failed index).
     buf.copy_from_slice(&arg[..buf.len()]);
-    Ok(r)
+    r.map_err(io::Error::from)
 }
