@@ -8,13 +8,27 @@
 //! [`Device::tick`] (real-time clock).
 //!
 //! Each hardware unit is its own module owning its state, its registers
-//! and its unit tests: [`ccu`] (ULC/CCU counting), [`trigger`], [`rc`] (RC
-//! buffer and RCs), [`partition`] (scheduler and switch handshake),
-//! [`memory`] (blocks and stream rings), [`mailbox`], [`intr`], [`cc`]
-//! (confidential envelope), [`clock`], and the VM and context tables
-//! ([`vm`], [`context`]). [`Device`] routes every register access to the
-//! owning unit and wires the units together. `docs/architecture.md` has the
-//! unit map.
+//! and its unit tests:
+//!
+//! * [`ccu`]: ULC/CCU counting.
+//! * [`trigger`]: the trigger block.
+//! * [`rc`]: the RC buffer and the RCs.
+//! * [`partition`]: partition state, scheduler and switch handshake.
+//! * [`memory`]: counter blocks, stream rings and the memory window.
+//! * [`mailbox`]: the host's and the out-of-band mailbox.
+//! * [`intr`]: the interrupt controller.
+//! * [`cc`]: the confidential envelope (identity, key exchange, sessions).
+//! * [`clock`]: device time, step or real time, and throttle windows.
+//! * [`vm`], [`context`]: the VM and context tables.
+//! * [`program`]: the program walk, each context's cursor and its ledger.
+//! * [`sampling`]: per partition, the branch and cycle samplers and buffers.
+//! * [`ri`]: runtime instrumentation, 64 control blocks storing report groups.
+//! * [`ranges`]: per partition, eight marked ranges and their record ring.
+//!
+//! Shared leaves with no registers: [`topology`], [`rates`], [`ledger`],
+//! `rng`, `workload` and [`access`]. [`Device`] routes every register
+//! access to the owning unit and wires the units together.
+//! `docs/architecture.md` has the unit map.
 
 pub mod access;
 pub mod cc;
