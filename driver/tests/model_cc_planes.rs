@@ -1,4 +1,4 @@
-//! Every plane of a confidential VM against a curious host (issue #26),
+//! Every plane of a confidential VM against a curious host,
 //! on the device model: the host arms everything it can — marked ranges
 //! (code and data) on the confidential program, both samplers on the
 //! partition, runtime instrumentation on every context — and reads every
@@ -276,8 +276,8 @@ fn nothing_the_host_reads_on_any_plane_depends_on_a_confidential_vms_workload() 
 
 #[test]
 fn a_device_that_counts_confidential_contexts_in_ranges_is_caught() {
-    // The test-only switch brings back what the host read before issue
-    // #26: the same comparison must then find the confidential workload.
+    // The test-only switch makes the ranges count the confidential VM's
+    // context: the same comparison must then find the confidential workload.
     let (mut a, mut b) = both(EngineKind::Batched, true);
     let found = difference(&a, &b).expect("the range leak went unnoticed");
     eprintln!("caught: {found}");
@@ -458,10 +458,12 @@ fn a_plain_vm_time_sliced_with_a_confidential_one_counts_the_same_whatever_it_ru
     assert!(cc(&a) > cc(&b), "the confidential VM's work did differ");
 }
 
-/// The issue's own reproduction: the built-in scenario, range 0 of
+/// The range leak's reproduction: the built-in scenario, range 0 of
 /// partition 3 armed on the confidential VM 4's program (kernel 0, every
-/// block, instructions), 10 M cycles. Before issue #26 the host read
-/// `RANGE_ENTRIES` = 268 and `RANGE_COUNT` = 2,652,524 there.
+/// block, instructions), 10 M cycles. A device whose ranges count the
+/// confidential VM's context (the test-only leak switch) reads non-zero
+/// `RANGE_ENTRIES` and `RANGE_COUNT` there (268 and 2,652,524 when first
+/// measured).
 #[test]
 fn the_issues_reproduction_reads_nothing_of_the_confidential_vm() {
     use gpupm_uapi::ranges::{self as rg, code_item, range_ctrl, range_reg};
@@ -502,6 +504,6 @@ fn the_issues_reproduction_reads_nothing_of_the_confidential_vm() {
     let (entries, count) = read(true);
     assert!(
         entries > 0 && count > 0,
-        "the leak switch reproduces the issue"
+        "the leak switch reproduces the range leak"
     );
 }

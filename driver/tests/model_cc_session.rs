@@ -1,5 +1,5 @@
 //! Confidential sessions established by the key exchange, against the
-//! host that relays it (issue #26): before its tenant establishes a
+//! host that relays it: before its tenant establishes a
 //! session a confidential VM publishes nothing readable and loses nothing;
 //! a host that relays the exchange and reads every register, window byte
 //! and interrupt meanwhile derives no key that opens anything; a reset

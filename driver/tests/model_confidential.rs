@@ -1,5 +1,5 @@
-//! A confidential VM's counters against a curious host (issue #9, defects
-//! 1–3): no (key, nonce) pair is ever reused, nothing the host can read in
+//! A confidential VM's counters against a curious host: no (key, nonce)
+//! pair is ever reused, nothing the host can read in
 //! plaintext depends on the confidential VM's workload, and only the
 //! holder of the current key can replace it.
 

@@ -1,8 +1,7 @@
-//! The device model's fidelity fixes (issue #9, defects 5–9): the wrap
-//! guard cannot be switched off, a reset restores the masks, profile phases
-//! change at their exact cycle, flush acks take device time and a commit
-//! before them fails, the OOB mailbox is the BMC's own, ring 0 is sized for
-//! every partition.
+//! The device model's fidelity: the wrap guard cannot be switched off, a
+//! reset restores the masks, profile phases change at their exact cycle,
+//! flush acks take device time and a commit before them fails, the OOB
+//! mailbox is the BMC's own, ring 0 is sized for every partition.
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 

@@ -1,9 +1,9 @@
 //! A confidential VM through the device node, with the real `gpupm-driver`
 //! process: the debug ledger exists only with `--debug-ledger` and answers
-//! a confidential VM only sealed (issue #9, defect 4); no (key, nonce)
+//! a confidential VM only sealed; no (key, nonce)
 //! pair is ever reused across resets, rekeys, sessions and driver
 //! restarts; a key written in a scenario is refused without
-//! `--insecure-scenario-keys`, which nothing shipped passes (issue #26).
+//! `--insecure-scenario-keys`, which nothing shipped passes.
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -1,4 +1,4 @@
-//! Every plane of a confidential VM against a curious host (issue #26):
+//! Every plane of a confidential VM against a curious host:
 //! a scenario whose confidential VM runs a program and shares its
 //! partition with a plain VM (time-sliced), two workloads of it that
 //! differ in rates *and* program, the host arming every plane it can

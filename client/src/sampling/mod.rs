@@ -1,4 +1,4 @@
-//! Tenant-side sampling (issue 12): what the daemon and the tools share.
+//! Tenant-side sampling: what the daemon and the tools share.
 //!
 //! - [`plan`]: sizing the per-type device buffers ahead, for the daemon
 //!   and `gpupm plan`.

@@ -1,4 +1,4 @@
-//! Non-interference of the whole host side (issues #9 and #26): the real
+//! Non-interference of the whole host side: the real
 //! driver (step clock, `--debug-ledger`) and `gpupmd`, logging to a real
 //! `systemd-journald`, run twice on the same scenario, differing only in
 //! what the confidential VM runs — its profile's rates (10×) *and* its

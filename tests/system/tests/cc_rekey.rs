@@ -1,6 +1,6 @@
-//! Rekeying a confidential VM from its tenant's tool, through `gpupmd`
-//! (issues #9, #26): the real driver (step clock, `--debug-ledger`, a
-//! device identity) and daemon as processes, tenants as real unprivileged
+//! Rekeying a confidential VM from its tenant's tool, through `gpupmd`:
+//! the real driver (step clock, `--debug-ledger`, a device identity) and
+//! daemon as processes, tenants as real unprivileged
 //! uids (`setpriv` for `gpupm`, forked children for raw requests). The
 //! tenant establishes the VM's session (`gpupm cc establish`), replaces
 //! its key with `gpupm cc rekey` and then reads its totals through the

@@ -1,5 +1,5 @@
 //! A confidential VM's session, established by its tenant through the
-//! real daemon and driver (issue #26): the driver (step clock,
+//! real daemon and driver: the driver (step clock,
 //! `--debug-ledger`, a device identity) and `gpupmd` as processes, the
 //! tenants as real unprivileged uids running `gpupm`.
 //!

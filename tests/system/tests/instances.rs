@@ -1,4 +1,4 @@
-//! Context instances through the tenant node (issue #4): `gpupm-driver`
+//! Context instances through the tenant node: `gpupm-driver`
 //! (step clock, context churn that reuses ids across VMs) and `gpupmd` as
 //! processes; every listed instance — live, or retired while its id now
 //! names another VM's context — is read by (id, created cycle) and equals

@@ -1,4 +1,4 @@
-//! Retention of retired contexts (issue #4): `gpupm-driver` (step clock
+//! Retention of retired contexts: `gpupm-driver` (step clock
 //! at 1 MHz, so a second of device time is 10^6 cycles) with context churn
 //! and `gpupmd` as processes, restarted with tighter `[retired]` limits.
 //! Each restart keeps exactly the instances the policy allows (the newest

@@ -16,7 +16,7 @@ fn metric(name: &'static str, value: f64) -> Metric {
     Metric { name, value }
 }
 
-/// The screen: totals of 10^12 and more, rates of 10^12 per
+/// A demanding screen: totals of 10^12 and more, rates of 10^12 per
 /// second, small and large contexts, a sealed VM; and many contexts, more
 /// than 24 lines hold.
 fn rows() -> Vec<Row> {

@@ -8,7 +8,7 @@
 //! the frames into [`TraceRecord`]s, grouped into one stream per record
 //! type; [`merge`] orders any number of streams into one trace by
 //! [`TraceKey`] — (cycle, sequence) — without knowing what the records
-//! are. Runtime-instrumentation report groups (issue #13) plug in as
+//! are. Runtime-instrumentation report groups plug in as
 //! another stream ([`RecordType::Ri`], [`ri`]): one record per non-fill
 //! record of a group, plus one per halt marker.
 //!

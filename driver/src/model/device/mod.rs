@@ -102,8 +102,8 @@ pub struct Device {
     /// VM scrubs them when either is confidential.
     phase_vm: [u32; MAX_PARTITION_SLOTS as usize],
     /// Test builds: the marked ranges count confidential VMs' contexts
-    /// again (the leak of issue #26), to prove the non-interference tests
-    /// see it.
+    /// (a leak of the confidential workload), to prove the
+    /// non-interference tests see it.
     #[cfg(any(test, feature = "test-utils"))]
     range_leak: bool,
 }
@@ -246,8 +246,8 @@ impl Device {
     }
 
     /// Test builds only: from now on the marked ranges count confidential
-    /// VMs' contexts as they did before issue #26 — registers, records and
-    /// interrupts that depend on the confidential workload. It exists so
+    /// VMs' contexts too — registers, records and interrupts that depend
+    /// on the confidential workload. It exists so
     /// that the non-interference tests can show they catch that leak; no
     /// shipped build has it.
     #[cfg(any(test, feature = "test-utils"))]

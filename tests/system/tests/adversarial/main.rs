@@ -1,4 +1,4 @@
-//! Attacks on the isolation and the bounds (issue #25), each run as real
+//! Attacks on the isolation and the bounds, each run as real
 //! unprivileged uids against the real `gpupm-driver` and `gpupmd`: what a
 //! tenant can make the daemon hold, and what it can learn of another
 //! tenant. docs/isolation.md states every bound these tests hold the
