@@ -10,10 +10,12 @@ use gpupm_uapi::ioc;
 use nix::errno::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+#[cfg(feature = "test-utils")]
 /// Smallest buffer [`raw`] accepts: one page, the most any generic VFS
 /// ioctl the kernel handles itself reads or writes at its argument.
 pub const RAW_MIN_BUF: usize = 4096;
 
+#[cfg(feature = "test-utils")]
 /// Generic VFS ioctls that change the file descriptor, the file or the file
 /// system instead of reaching the node; [`raw`] refuses them.
 // The FIO* numbers are below 2^32; libc types them as the platform's
@@ -69,6 +71,7 @@ pub fn call_bytes(fd: BorrowedFd<'_>, cmd: u32, buf: &mut [u8]) -> Result<i32, E
     Errno::result(res)
 }
 
+#[cfg(feature = "test-utils")]
 /// `ioctl(fd, cmd, buf)` with any command on the node, for probing the ABI:
 /// the buffer must hold [`RAW_MIN_BUF`] bytes and the command's encoded
 /// size; [`VFS_STATEFUL_IOCTLS`] are refused with EPERM before the call.

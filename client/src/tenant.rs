@@ -177,6 +177,7 @@ impl TenantClient {
             .map_err(|source| ClientError::Ioctl { op, source })
     }
 
+    #[cfg(feature = "test-utils")]
     /// Issues any command with raw argument bytes (see [`sys::raw`]).
     pub fn raw_ioctl(&self, cmd: u32, buf: &mut [u8]) -> Result<i32, Errno> {
         sys::raw(self.file.as_fd(), cmd, buf)

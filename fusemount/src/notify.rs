@@ -163,6 +163,7 @@ impl NotifyListener {
         }
     }
 
+    #[cfg(feature = "test-utils")]
     /// Receives a descriptor store as [`crate::store_fd`] sends it: the
     /// `FDSTORE=1` message (returning its `FDNAME` and descriptor), then
     /// answers the barrier that follows. Other messages are skipped.
