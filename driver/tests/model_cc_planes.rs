@@ -465,7 +465,7 @@ fn a_plain_vm_time_sliced_with_a_confidential_one_counts_the_same_whatever_it_ru
 /// `RANGE_ENTRIES` and `RANGE_COUNT` there (268 and 2,652,524 when first
 /// measured).
 #[test]
-fn the_issues_reproduction_reads_nothing_of_the_confidential_vm() {
+fn the_range_leaks_reproduction_reads_nothing_of_the_confidential_vm() {
     use gpupm_uapi::ranges::{self as rg, code_item, range_ctrl, range_reg};
     let read = |leak: bool| {
         let s = gpupm_driver::scenario::builtin();
