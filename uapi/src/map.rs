@@ -149,23 +149,25 @@ impl Location {
 
 /// The block (and instance) that `offset` falls in, if any.
 pub fn locate(offset: u64) -> Option<Location> {
-    BLOCKS.iter().find_map(|&block| {
-        let (start, end) = block.range();
-        if !(start..end).contains(&offset) {
-            return None;
-        }
-        Some(match block.placement {
-            Placement::Fixed { .. } => Location {
-                block,
-                instance: 0,
-                offset,
-            },
-            Placement::Array { base, stride, .. } => Location {
-                block,
-                instance: u32::try_from((offset - base) / stride).ok()?,
-                offset: (offset - base) % stride,
-            },
-        })
+    // The blocks are in address order (checked at compile time): the one
+    // that may hold `offset` is the last that starts at or before it.
+    let index = BLOCKS.partition_point(|b| b.range().0 <= offset);
+    let block = *BLOCKS.get(index.checked_sub(1)?)?;
+    let (_, end) = block.range();
+    if offset >= end {
+        return None;
+    }
+    Some(match block.placement {
+        Placement::Fixed { .. } => Location {
+            block,
+            instance: 0,
+            offset,
+        },
+        Placement::Array { base, stride, .. } => Location {
+            block,
+            instance: u32::try_from((offset - base) / stride).ok()?,
+            offset: (offset - base) % stride,
+        },
     })
 }
 
