@@ -226,19 +226,8 @@ fn parked_child(
         park(&mut card)
     });
     child.wait_ready();
-    let pid = child.pid.as_raw();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-        if wchan.contains("fuse") || wchan.contains("request_wait_answer") {
-            return child;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the child never parked (wchan {wchan:?})"
-        );
-        std::thread::yield_now();
-    }
+    gpupm_test_support::procfs::wait_blocked_in_fuse(child.pid.as_raw(), Duration::from_secs(10));
+    child
 }
 
 /// Reads the records already raised without blocking, then blocks for

@@ -56,6 +56,23 @@ pub trait Parking: Send + Sync + 'static {
     fn any_parked(&self) -> bool;
 }
 
+/// Takes out of `parked` the requests whose ticket (`ticket_of`) is in
+/// `tickets`, for the node to fail them; the others stay, in order.
+pub fn take_tickets<Q, T>(
+    parked: &mut Q,
+    tickets: &BTreeSet<u64>,
+    ticket_of: impl Fn(&T) -> u64,
+) -> Q
+where
+    Q: Default + IntoIterator<Item = T> + Extend<T>,
+{
+    let (taken, kept): (Q, Q) = std::mem::take(parked)
+        .into_iter()
+        .partition(|r| tickets.contains(&ticket_of(r)));
+    *parked = kept;
+    taken
+}
+
 /// One period's work: a batch after handle `cursor`, its processes looked
 /// up once each, the killed ones' requests failed. Returns the next cursor.
 pub fn reap_once(node: &dyn Parking, cursor: u64) -> u64 {
@@ -244,6 +261,14 @@ mod tests {
         let want: BTreeMap<u64, BTreeSet<u64>> =
             [(2, [11].into()), (3, [13].into())].into_iter().collect();
         assert_eq!(failed, want);
+    }
+
+    #[test]
+    fn take_tickets_takes_the_named_and_keeps_the_rest_in_order() {
+        let mut parked = std::collections::VecDeque::from([(1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')]);
+        let taken = take_tickets(&mut parked, &[2, 4, 9].into(), |r: &(u64, char)| r.0);
+        assert_eq!(taken, [(2, 'b'), (4, 'd')]);
+        assert_eq!(parked, [(1, 'a'), (3, 'c')]);
     }
 
     #[test]

@@ -97,6 +97,23 @@ pub fn thread_states(pid: i32) -> Vec<String> {
         .collect()
 }
 
+/// Waits, at most `within`, until process `pid` sleeps in a FUSE request
+/// (its `wchan`), as a reader parked on a node does; panics otherwise.
+pub fn wait_blocked_in_fuse(pid: i32, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let wchan = fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
+        if wchan.contains("fuse") || wchan.contains("request_wait") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} never blocked in a FUSE request (wchan {wchan:?})"
+        );
+        std::thread::yield_now();
+    }
+}
+
 /// Whether every thread of `pid` is stopped (state `T` in
 /// `/proc/<pid>/task/*/stat`) or blocked in the kernel (`D`: a FUSE
 /// request, which only a fatal signal interrupts; the thread stops on its

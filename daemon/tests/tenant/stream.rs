@@ -223,20 +223,8 @@ fn a_killed_blocked_reader_is_released_and_its_session_closed() {
         json!(format!("read returned {d:?}"))
     });
     child.wait_ready();
-    let pid = child.pid.as_raw();
     // Wait until the child sleeps in the read on the node.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let wchan = std::fs::read_to_string(format!("/proc/{pid}/wchan")).unwrap_or_default();
-        if wchan.contains("fuse") || wchan.contains("request_wait_answer") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "child never blocked in the read (wchan {wchan:?})"
-        );
-        std::thread::yield_now();
-    }
+    gpupm_test_support::procfs::wait_blocked_in_fuse(child.pid.as_raw(), Duration::from_secs(10));
     assert_eq!(m.gauges(), (base.0 .0 + 1, base.0 .1 + 1));
     let status = child.kill();
     assert!(
@@ -267,18 +255,7 @@ fn dropping_the_node_fails_a_blocked_read_and_unmounts() {
         json!(errno_of(&c.read_delta()))
     });
     child.wait_ready();
-    let pid = child.pid.as_raw();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(format!("/proc/{pid}/wchan"))
-        .unwrap_or_default()
-        .contains("fuse")
-        && !std::fs::read_to_string(format!("/proc/{pid}/wchan"))
-            .unwrap_or_default()
-            .contains("request_wait")
-    {
-        assert!(Instant::now() < deadline, "child never blocked in the read");
-        std::thread::yield_now();
-    }
+    gpupm_test_support::procfs::wait_blocked_in_fuse(child.pid.as_raw(), Duration::from_secs(10));
     drop(m.node.take());
     assert_eq!(child.finish(), json!(libc::ENODEV));
     let fs_type = nix::sys::statfs::statfs(&m.dir).unwrap().filesystem_type();

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use gpupm_fusemount::parked::{Bell, ParkedRef, Parking, Reaper};
+use gpupm_fusemount::parked::{take_tickets, Bell, ParkedRef, Parking, Reaper};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
 use zerocopy::IntoBytes;
@@ -525,20 +525,16 @@ impl Parking for NodeCore {
                 let Some(h) = inner.handles.get_mut(fh) else {
                     continue;
                 };
-                let (dead, alive): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut h.readers)
-                    .into_iter()
-                    .partition(|r| tickets.contains(&r.ticket));
-                h.readers = alive;
+                let readers = take_tickets(&mut h.readers, tickets, |r: &ParkedRead| r.ticket);
                 actions.extend(
-                    dead.into_iter()
+                    readers
+                        .into_iter()
                         .map(|r| Action::Complete(r.complete, Err(NodeError::Interrupted))),
                 );
-                let (dead, alive): (Vec<_>, Vec<_>) = std::mem::take(&mut h.waits)
-                    .into_iter()
-                    .partition(|w| tickets.contains(&w.ticket));
-                h.waits = alive;
+                let waits = take_tickets(&mut h.waits, tickets, |w: &ParkedWait| w.ticket);
                 actions.extend(
-                    dead.into_iter()
+                    waits
+                        .into_iter()
                         .map(|w| Action::Answer(w.complete, Err(NodeError::Interrupted))),
                 );
             }

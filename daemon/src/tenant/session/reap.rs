@@ -6,9 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gpupm_fusemount::parked::{ParkedRef, Parking, Reaper};
+use gpupm_fusemount::parked::{take_tickets, ParkedRef, Parking, Reaper};
 
-use super::{run, Action, Sessions};
+use super::{run, Action, ParkedRead, Sessions};
 use crate::tenant::error::RequestError;
 
 impl Parking for Sessions {
@@ -42,10 +42,7 @@ impl Parking for Sessions {
                 let Some(h) = t.handles.get_mut(fh) else {
                     continue;
                 };
-                let (dead, alive) = std::mem::take(&mut h.readers)
-                    .into_iter()
-                    .partition(|r| tickets.contains(&r.ticket));
-                h.readers = alive;
+                let dead = take_tickets(&mut h.readers, tickets, |r: &ParkedRead| r.ticket);
                 actions.extend(
                     dead.into_iter()
                         .map(|r| Action::Complete(r.complete, Err(RequestError::Interrupted))),
