@@ -166,21 +166,12 @@ pub fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_vectors::{hex, KEY_1_TO_32};
 
-    const K_VM: Key = [
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-        26, 27, 28, 29, 30, 31, 32,
-    ];
+    const K_VM: Key = KEY_1_TO_32;
     const VM: u32 = 4;
     const SESSION: u64 = 0x0123_4567_89ab_cdef;
     const EPOCH: u32 = 2;
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     /// The session key and one sealed slot as an independent implementation
     /// of `docs/confidential.md` ("Session keys and nonces") computes them:

@@ -30,6 +30,9 @@ pub mod requester;
 pub mod schedule;
 pub mod secret_file;
 
+#[cfg(test)]
+mod test_vectors;
+
 pub use envelope::{open, OpenError, SessionCipher, Tag};
 pub use ledger::{open_ledger, seal_ledger};
 pub use rekey::{RekeyBlob, REKEY_WORDS};

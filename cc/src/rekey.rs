@@ -162,20 +162,11 @@ pub fn register_writes(vm: u32, words: &[u32; REKEY_WORDS]) -> Vec<(u64, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_vectors::{hex, KEY_1_TO_32};
 
-    const CURRENT: Key = [
-        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25,
-        26, 27, 28, 29, 30, 31, 32,
-    ];
+    const CURRENT: Key = KEY_1_TO_32;
     const NEXT: Key = [0xA5; 32];
     const TAIL: [u8; 8] = [0xF0, 0xF1, 0xF2, 0xF3, 0xF4, 0xF5, 0xF6, 0xF7];
-
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     /// The blob as an independent implementation of `docs/confidential.md`
     /// ("Rekeying with proof of the current key") computes it: Python's

@@ -207,13 +207,17 @@ impl NodeCore {
         complete: ReadCompletion,
     ) {
         let mut slot = Some(complete);
-        match self.read_or_park(fh, offset, size, nonblock, pid, &mut slot) {
-            None => self.bell.ring(),
-            Some(res) => {
-                if let Some(complete) = slot {
-                    complete(res);
-                }
-            }
+        let res = self.read_or_park(fh, offset, size, nonblock, pid, &mut slot);
+        self.answer_or_ring(res, slot);
+    }
+
+    /// Completes a request answered now (`res`), or, for one that parked
+    /// its completion (`None`), rings the reaper's bell.
+    fn answer_or_ring<R>(&self, res: Option<R>, slot: Option<Box<dyn FnOnce(R) + Send>>) {
+        match (res, slot) {
+            (None, _) => self.bell.ring(),
+            (Some(res), Some(complete)) => complete(res),
+            (Some(_), None) => {}
         }
     }
 
@@ -343,14 +347,8 @@ impl NodeCore {
             return complete(self.ioctl(fh, cmd, input, out_size));
         }
         let mut slot = Some(complete);
-        match self.wait_or_park(fh, input, pid, &mut slot) {
-            None => self.bell.ring(),
-            Some(res) => {
-                if let Some(complete) = slot {
-                    complete(res);
-                }
-            }
-        }
+        let res = self.wait_or_park(fh, input, pid, &mut slot);
+        self.answer_or_ring(res, slot);
     }
 
     /// Answers a wait now (`Some`) or parks `slot`'s completion (`None`).
