@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gpupm_client::page::PageClient;
+use gpupm_client::page::{MappedPage, PageClient};
 use gpupm_client::{DevNode, Scope, TenantClient};
 use gpupm_uapi::regs as r;
 
@@ -44,18 +44,30 @@ pub fn spawn_readers(
         .map(|i| {
             let (paths, stop) = (paths.clone(), Arc::clone(stop));
             let phase = Duration::from_micros(u64::from(i) * 997);
-            std::thread::spawn(move || reader(&paths, via, i % 8 + 1, phase, &stop))
+            let vm = i % 8 + 1;
+            // Every reader is root, one tenant identity: mapping the pages
+            // one at a time keeps its page connections (each closed once
+            // its page is mapped) under `[limits]
+            // page_connections_per_tenant`, which 100 readers connecting at
+            // once exceed.
+            let page = (via == Via::Page).then(|| {
+                PageClient::connect(&paths.pages)
+                    .and_then(|p| p.map_vm(vm))
+                    .expect("map the VM's page")
+            });
+            std::thread::spawn(move || reader(&paths, page, vm, phase, &stop))
         })
         .collect()
 }
 
-fn reader(paths: &Paths, via: Via, vm: u32, phase: Duration, stop: &AtomicBool) -> Vec<u64> {
+fn reader(
+    paths: &Paths,
+    page: Option<MappedPage>,
+    vm: u32,
+    phase: Duration,
+    stop: &AtomicBool,
+) -> Vec<u64> {
     let client = TenantClient::open(&paths.node).expect("open the tenant node");
-    let page = (via == Via::Page).then(|| {
-        PageClient::connect(&paths.pages)
-            .and_then(|p| p.map_vm(vm))
-            .expect("map the VM's page")
-    });
     let mut lat = Vec::new();
     let mut next = Instant::now() + phase;
     std::thread::sleep(phase);
