@@ -19,6 +19,7 @@
 //! the node's serving threads nor its clock wait on procfs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -104,11 +105,24 @@ struct BellState {
 pub struct Bell {
     state: Mutex<BellState>,
     cond: Condvar,
+    /// The reaper sleeps until a request parks (it found none parked).
+    /// A node parks requests all the time (the daemon's interrupt reader
+    /// after every batch of records): only this case needs a wake-up, and
+    /// the others cost one load.
+    idle: AtomicBool,
 }
 
 impl Bell {
-    /// A request parked: wake the reaper if it sleeps.
+    /// A request parked: wake the reaper if it sleeps for want of one.
+    ///
+    /// The reaper sets `idle` before it looks for parked requests under
+    /// the node's lock, and a node rings after parking under that lock and
+    /// releasing it: either the reaper's look sees the request, or this
+    /// load sees `idle`.
     pub fn ring(&self) {
+        if !self.idle.load(Ordering::SeqCst) {
+            return;
+        }
         let mut s = self.lock();
         s.rung += 1;
         self.cond.notify_all();
@@ -168,13 +182,16 @@ fn run(node: &dyn Parking, bell: &Bell) {
             return;
         }
         let seen = s.rung;
+        bell.idle.store(true, Ordering::SeqCst);
         if !node.any_parked() {
             // Sleep until a request parks (or the stop).
             while s.rung == seen && !s.stop {
                 s = bell.cond.wait(s).unwrap_or_else(|e| e.into_inner());
             }
+            bell.idle.store(false, Ordering::SeqCst);
             continue;
         }
+        bell.idle.store(false, Ordering::SeqCst);
         let (guard, _) = bell
             .cond
             .wait_timeout_while(s, REAP_PERIOD, |s| !s.stop)
