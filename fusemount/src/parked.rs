@@ -57,6 +57,37 @@ pub trait Parking: Send + Sync + 'static {
     fn any_parked(&self) -> bool;
 }
 
+/// Up to `max` parked requests of `handles`, from the handle after
+/// `after` on (wrapping round), each handle's as `parked` lists them
+/// (pushing (ticket, pid) pairs), and the last handle looked at: how a
+/// node answers [`Parking::parked_batch`] from its handle table.
+pub fn batch_of<H>(
+    handles: &BTreeMap<u64, H>,
+    after: u64,
+    max: usize,
+    parked: impl Fn(&H, &mut Vec<(u64, u32)>),
+) -> (Vec<ParkedRef>, u64) {
+    let mut out = Vec::new();
+    let mut pairs = Vec::new();
+    let mut last = 0;
+    let order = handles
+        .range(after.saturating_add(1)..)
+        .chain(handles.range(..=after));
+    for (&handle, h) in order {
+        if out.len() >= max {
+            break;
+        }
+        parked(h, &mut pairs);
+        out.extend(pairs.drain(..).map(|(ticket, pid)| ParkedRef {
+            handle,
+            ticket,
+            pid,
+        }));
+        last = handle;
+    }
+    (out, last)
+}
+
 /// Takes out of `parked` the requests whose ticket (`ticket_of`) is in
 /// `tickets`, for the node to fail them; the others stay, in order.
 pub fn take_tickets<Q, T>(
@@ -278,6 +309,20 @@ mod tests {
         let want: BTreeMap<u64, BTreeSet<u64>> =
             [(2, [11].into()), (3, [13].into())].into_iter().collect();
         assert_eq!(failed, want);
+    }
+
+    #[test]
+    fn a_batch_goes_round_robin_from_the_handle_after_the_cursor() {
+        let handles: BTreeMap<u64, Vec<(u64, u32)>> = (1..=5)
+            .map(|h| (h, vec![(10 * h, 7), (10 * h + 1, 8)]))
+            .collect();
+        let list = |h: &Vec<(u64, u32)>, out: &mut Vec<(u64, u32)>| out.extend(h);
+        let (batch, last) = batch_of(&handles, 3, 3, list);
+        let tickets: Vec<u64> = batch.iter().map(|p| p.ticket).collect();
+        // Handle 4's two, then handle 5's (a handle is never split), then stop.
+        assert_eq!((tickets, last), (vec![40, 41, 50, 51], 5));
+        let (batch, last) = batch_of(&handles, 5, 100, list);
+        assert_eq!((batch.len(), batch[0].handle, last), (10, 1, 5));
     }
 
     #[test]

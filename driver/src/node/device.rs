@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use gpupm_fusemount::parked::{take_tickets, Bell, ParkedRef, Parking, Reaper};
+use gpupm_fusemount::parked::{batch_of, take_tickets, Bell, ParkedRef, Parking, Reaper};
 use gpupm_uapi::intr::InterruptRecord;
 use gpupm_uapi::layout::MEM_WINDOW_OFFSET;
 use zerocopy::IntoBytes;
@@ -492,27 +492,10 @@ impl NodeCore {
 /// The node's parked reads and commit waits as the shared reaper sees them.
 impl Parking for NodeCore {
     fn parked_batch(&self, after: u64, max: usize) -> (Vec<ParkedRef>, u64) {
-        let inner = self.lock();
-        let mut out = Vec::new();
-        let mut last = 0;
-        let order = inner
-            .handles
-            .range(after.saturating_add(1)..)
-            .chain(inner.handles.range(..=after));
-        for (&fh, h) in order {
-            if out.len() >= max {
-                break;
-            }
-            let parked = |ticket, pid| ParkedRef {
-                handle: fh,
-                ticket,
-                pid,
-            };
-            out.extend(h.readers.iter().map(|r| parked(r.ticket, r.pid)));
-            out.extend(h.waits.iter().map(|w| parked(w.ticket, w.pid)));
-            last = fh;
-        }
-        (out, last)
+        batch_of(&self.lock().handles, after, max, |h: &Handle, out| {
+            out.extend(h.readers.iter().map(|r| (r.ticket, r.pid)));
+            out.extend(h.waits.iter().map(|w| (w.ticket, w.pid)));
+        })
     }
 
     fn fail_killed(&self, killed: &BTreeMap<u64, BTreeSet<u64>>) {

@@ -6,32 +6,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gpupm_fusemount::parked::{take_tickets, ParkedRef, Parking, Reaper};
+use gpupm_fusemount::parked::{batch_of, take_tickets, ParkedRef, Parking, Reaper};
 
-use super::{run, Action, ParkedRead, Sessions};
+use super::{run, Action, Handle, ParkedRead, Sessions};
 use crate::tenant::error::RequestError;
 
 impl Parking for Sessions {
     fn parked_batch(&self, after: u64, max: usize) -> (Vec<ParkedRef>, u64) {
-        let t = self.lock();
-        let mut out = Vec::new();
-        let mut last = 0;
-        let order = t
-            .handles
-            .range(after.saturating_add(1)..)
-            .chain(t.handles.range(..=after));
-        for (&fh, h) in order {
-            if out.len() >= max {
-                break;
-            }
-            out.extend(h.readers.iter().map(|r| ParkedRef {
-                handle: fh,
-                ticket: r.ticket,
-                pid: r.pid,
-            }));
-            last = fh;
-        }
-        (out, last)
+        batch_of(&self.lock().handles, after, max, |h: &Handle, out| {
+            out.extend(h.readers.iter().map(|r| (r.ticket, r.pid)));
+        })
     }
 
     fn fail_killed(&self, killed: &BTreeMap<u64, BTreeSet<u64>>) {
