@@ -509,6 +509,57 @@ mod tests {
         assert!(seen > 1000, "only {seen} registers answered");
     }
 
+    /// An offset inside a block where the map declares no register is no
+    /// register, read or written, whatever unit owns the block; a write
+    /// to a declared read-only register fails; neither changes anything.
+    #[test]
+    fn holes_inside_blocks_and_read_only_registers_refuse_and_change_nothing() {
+        let scenario = crate::scenario::builtin();
+        let mut dev = Device::new(&scenario, EngineKind::Batched, true).unwrap();
+        let holes = [
+            r::part(1, r::PART_SWITCH_REQ_CYCLE + 8),
+            r::ccu(0, r::CCU_GROUP_INDEX + 4),
+            r::vm(1, r::VM_BLOCK + 8),
+            r::RECORDS_ROUTED + 8,
+            r::INTR_SEQ + 8,
+        ];
+        let before = format!("{:?}", dev.shadow());
+        for offset in holes {
+            assert_eq!(
+                dev.read_reg(offset, 4),
+                Err(RegError::NoRegister { offset }),
+                "read {offset:#x}"
+            );
+            assert_eq!(
+                dev.write_reg(offset, 4, 1),
+                Err(RegError::NoRegister { offset }),
+                "write {offset:#x}"
+            );
+        }
+        for offset in [r::CYCLE, r::TOPO_SMS, r::part(1, r::PART_STATUS)] {
+            let width = if gpupm_uapi::map::is_64bit(offset) {
+                8
+            } else {
+                4
+            };
+            let value = dev.read_reg(offset, width).unwrap();
+            assert!(
+                matches!(dev.write_reg(offset, 4, 1), Err(RegError::ReadOnly { .. })),
+                "write {offset:#x}"
+            );
+            assert_eq!(
+                dev.read_reg(offset, width),
+                Ok(value),
+                "{offset:#x} changed"
+            );
+        }
+        assert_eq!(
+            format!("{:?}", dev.shadow()),
+            before,
+            "a refused write changed the control state"
+        );
+    }
+
     /// The other way round: every register of the device-wide blocks (which
     /// always exist) reads, whatever its access: a write-only one reads 0.
     #[test]
