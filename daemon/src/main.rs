@@ -38,15 +38,16 @@ use gpupmd::health::DaemonHealth;
 use gpupmd::mirror::DeviceMirror;
 use gpupmd::pages::{self, PageServer, Pages, Refresher};
 use gpupmd::planes::Planes;
+use gpupmd::stop_signals::{SignalError, StopSignals};
 use gpupmd::store::events::TableEvents;
 use gpupmd::store::retired::{RetiredError, RetiredStore};
 use gpupmd::store::{retention, Store};
 use gpupmd::tenant::bounds::Bounds;
 use gpupmd::tenant::{Served, TenantError, TenantNode, TENANT_FDNAME};
 use gpupmd::view::{CounterView, DeviceIdentity, HealthSource};
+use gpupmd::worker::Worker;
 use gpupmd::{health, kernel_pmu, metrics};
 use sd_notify::NotifyState;
-use tokio::signal::unix::{signal, SignalKind};
 
 /// The gpupm privileged daemon.
 #[derive(Debug, Parser)]
@@ -79,8 +80,10 @@ enum MainError {
     Tenant(#[from] TenantError),
     #[error(transparent)]
     Metrics(#[from] metrics::MetricsError),
-    #[error("cannot start the runtime")]
+    #[error("cannot start a thread")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Signals(#[from] SignalError),
     #[error("the device engine stopped (see the errors above)")]
     EngineDied,
     #[error("device_cpus")]
@@ -118,6 +121,14 @@ fn main() -> ExitCode {
     if args.check_config {
         return check_config(&settings);
     }
+    // Before any thread starts, so that every thread inherits the mask.
+    let signals = match StopSignals::take() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("gpupmd: {}", gpupm_fusemount::logging::one_line(e));
+            return ExitCode::FAILURE;
+        }
+    };
     if let Err(e) = health::init_logging(&settings.health) {
         eprintln!("gpupmd: {}", gpupm_fusemount::logging::one_line(e));
     }
@@ -143,15 +154,7 @@ fn main() -> ExitCode {
             .unwrap_or(std::path::Path::new("(built-in defaults)")),
     );
     // Held until the daemon exits; nothing is touched before it.
-    let result = take_lock(&settings).and_then(|_lock| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("gpupmd-rt")
-            .enable_all()
-            .build()
-            .map_err(MainError::Runtime)
-            .and_then(|rt| rt.block_on(run(settings, inherited_tenant)))
-    });
+    let result = take_lock(&settings).and_then(|_lock| run(settings, inherited_tenant, signals));
     match result {
         Ok(()) => {
             tracing::info!("gpupmd stopped");
@@ -277,7 +280,11 @@ fn notify(states: &[NotifyState<'_>]) {
     }
 }
 
-async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<(), MainError> {
+fn run(
+    settings: Settings,
+    inherited_tenant: Option<OwnedFd>,
+    signals: StopSignals,
+) -> Result<(), MainError> {
     let started = std::time::Instant::now();
     tracing::info!(
         config = %settings.source.as_ref().map_or("(defaults)".into(), |p| p.display().to_string()),
@@ -290,8 +297,8 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     // The metrics web configuration (credentials, certificates) is checked
     // before the device is touched, as the rest of the configuration is.
     let metrics_web = metrics::prepare(&settings.metrics)?;
-    let (dev, identity, store, planes, mut engine, pages) = start_device(&settings).await?;
-    let retention_task = tokio::spawn(retention::run(Arc::clone(&store)));
+    let (dev, identity, store, planes, mut engine, pages) = start_device(&settings)?;
+    let retention = retention::start(Arc::clone(&store)).map_err(MainError::Runtime)?;
     let services = start_services(
         &settings,
         &store,
@@ -299,11 +306,7 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
         inherited_tenant,
         pages,
         metrics_web,
-    )
-    .await?;
-    // Handlers before READY: a stop request right after READY must be clean.
-    let term = signal(SignalKind::terminate()).map_err(MainError::Runtime)?;
-    let int = signal(SignalKind::interrupt()).map_err(MainError::Runtime)?;
+    )?;
     // The local listener's address ends the line (tools and tests read it
     // there); the authenticated one, if any, is named before it.
     let authenticated = services
@@ -327,16 +330,16 @@ async fn run(settings: Settings, inherited_tenant: Option<OwnedFd>) -> Result<()
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
     tracing::info!(status = %status, metrics = %services.metrics.local, "gpupmd ready");
 
-    let result = serve_until_signal(&engine, term, int).await;
+    let result = serve_until_signal(&engine, &signals);
     notify(&[NotifyState::Stopping, NotifyState::Status("stopping")]);
     tracing::info!("gpupmd shutting down");
-    services.metrics.abort();
-    services.reporter.abort();
-    retention_task.abort();
+    drop(services.metrics);
+    drop(services.reporter);
+    drop(retention);
     drop(services.kernel_pmu);
     drop(services.pages);
     drop(services.tenant_node);
-    tokio::task::block_in_place(|| engine.stop());
+    engine.stop();
     log_final_summary(services.final_health.as_ref());
     health::shutdown(
         if result.is_ok() {
@@ -407,7 +410,7 @@ fn open_pages(
 /// Prunes retired contexts to the retention policy (before READY: a
 /// restart with a tighter policy serves only what it keeps).
 fn apply_retention(settings: &Settings, store: &Store) {
-    match tokio::task::block_in_place(|| store.prune_retired()) {
+    match store.prune_retired() {
         Ok(p) => tracing::info!(
             kept = p.kept,
             max_contexts = settings.retention.max_contexts,
@@ -430,21 +433,19 @@ fn adopt_pages(
     step_clock: bool,
     clock_khz: u32,
 ) -> (Arc<Pages>, pages::State) {
-    tokio::task::block_in_place(|| {
-        p.adopt(store);
-        let mut state = if step_clock {
-            pages::State::default()
-        } else {
-            pages::State::following(clock_khz)
-        };
-        if let Err(e) = p.refresh(&mut state) {
-            tracing::warn!(
-                error = gpupm_fusemount::logging::one_line(e),
-                "the first refresh of the tenant pages failed"
-            );
-        }
-        (p, state)
-    })
+    p.adopt(store);
+    let mut state = if step_clock {
+        pages::State::default()
+    } else {
+        pages::State::following(clock_khz)
+    };
+    if let Err(e) = p.refresh(&mut state) {
+        tracing::warn!(
+            error = gpupm_fusemount::logging::one_line(e),
+            "the first refresh of the tenant pages failed"
+        );
+    }
+    (p, state)
 }
 
 /// The device, its identity, the store, the planes, the engine and the
@@ -461,7 +462,7 @@ type StartedDevice = (
 /// Opens and identifies the device, makes its planes, loads the state
 /// directory, starts the engine (programming and reconciling), applies
 /// the retention policy and takes over the tenant pages.
-async fn start_device(settings: &Settings) -> Result<StartedDevice, MainError> {
+fn start_device(settings: &Settings) -> Result<StartedDevice, MainError> {
     let (dev, identity, step_clock) = identify_device(settings)?;
     let planes = Planes::new(&dev, identity.clock_khz);
     let retired = RetiredStore::open(&settings.state_dir)?;
@@ -506,7 +507,7 @@ async fn start_device(settings: &Settings) -> Result<StartedDevice, MainError> {
 struct Services {
     tenant_node: TenantNode,
     metrics: metrics::Running,
-    reporter: tokio::task::JoinHandle<()>,
+    reporter: Worker,
     final_health: Arc<dyn HealthSource>,
     kernel_pmu: Option<kernel_pmu::Publisher>,
     pages: Option<(PageServer, Refresher)>,
@@ -514,7 +515,7 @@ struct Services {
 
 /// Serves the tenant node, the page socket, the metrics endpoint and the
 /// health reporter.
-async fn start_services(
+fn start_services(
     settings: &Settings,
     store: &Arc<Store>,
     planes: &Planes,
@@ -591,9 +592,9 @@ async fn start_services(
         metrics_web,
         Arc::clone(&view),
         fanout.subscribe(),
-    )
-    .await?;
-    let reporter = health::spawn_reporter(fanout.subscribe(), settings.health.clone());
+    )?;
+    let reporter = health::start_reporter(fanout.subscribe(), settings.health.clone())
+        .map_err(MainError::Runtime)?;
     let kernel_pmu =
         kernel_pmu::start(&settings.kernel_pmu, Arc::clone(&view)).map_err(MainError::Runtime)?;
 
@@ -631,34 +632,23 @@ fn log_final_summary(health: &dyn HealthSource) {
     );
 }
 
-async fn serve_until_signal(
-    engine: &Engine,
-    mut term: tokio::signal::unix::Signal,
-    mut int: tokio::signal::unix::Signal,
-) -> Result<(), MainError> {
+/// Serves until a stop signal (Ok) or the engine's death, notifying the
+/// service manager's watchdog every half period meanwhile.
+fn serve_until_signal(engine: &Engine, signals: &StopSignals) -> Result<(), MainError> {
     let watchdog = sd_notify::watchdog_enabled();
     let period = watchdog.map_or(Duration::from_secs(1), |t| {
         (t / 2).max(Duration::from_millis(10))
     });
-    let mut tick = tokio::time::interval(period);
     loop {
-        tokio::select! {
-            _ = term.recv() => {
-                tracing::info!(signal = "SIGTERM", "stop requested");
-                return Ok(());
-            }
-            _ = int.recv() => {
-                tracing::info!(signal = "SIGINT", "stop requested");
-                return Ok(());
-            }
-            _ = tick.tick() => {
-                if !engine.is_running() {
-                    return Err(MainError::EngineDied);
-                }
-                if watchdog.is_some() {
-                    notify(&[NotifyState::Watchdog]);
-                }
-            }
+        if let Some(name) = signals.wait(period).map_err(MainError::Signals)? {
+            tracing::info!(signal = name, "stop requested");
+            return Ok(());
+        }
+        if !engine.is_running() {
+            return Err(MainError::EngineDied);
+        }
+        if watchdog.is_some() {
+            notify(&[NotifyState::Watchdog]);
         }
     }
 }

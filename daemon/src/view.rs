@@ -4,13 +4,14 @@
 //! can be tested against a small in-process implementation.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 pub use gpupm_client::tenant::{CtxId, Scope, VmId};
 /// Who is asking, as the kernel reported it for the request.
 pub use gpupm_fusemount::Caller;
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::BlockSlot;
+
+use crate::feed::FeedReceiver;
 
 /// Lifecycle of a context as the daemon tracks it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,8 +97,7 @@ pub trait CounterView: Send + Sync + 'static {
     /// The most recent `max` delta samples of a scope, oldest first.
     fn recent(&self, scope: Scope, max: usize) -> Option<Vec<DeltaSample>>;
     /// A live feed of delta samples of a scope.
-    fn subscribe(&self, scope: Scope)
-        -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>>;
+    fn subscribe(&self, scope: Scope) -> Option<FeedReceiver<DeltaSample>>;
     /// Nominal device clock in kHz (to turn cycles into time).
     fn clock_khz(&self) -> u32;
 

@@ -5,8 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gpupm_test_support::require_tool;
@@ -113,19 +112,12 @@ fn probe() {
         Path::new("/etc/gpupm/gpupmd.toml"),
         "trigger period 1000 cycles",
     );
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let source = Arc::new(ScriptedHealth::new(script()));
-        let mut calls = source.calls();
-        let reporter = health::spawn_reporter(source, cfg);
-        // Baseline plus three ticks; on this single-threaded runtime the
-        // reporter logs the third summary before it yields again.
-        calls.wait_for(|n| *n >= 4).await.expect("reporter alive");
-        reporter.abort();
-    });
+    let source = Arc::new(ScriptedHealth::new(script()));
+    let reporter = health::start_reporter(Arc::clone(&source) as _, cfg).expect("reporter");
+    // Baseline plus three ticks; stopping the reporter waits for the pass
+    // that took the fourth snapshot, so the third summary is logged.
+    source.wait_for_calls(4);
+    drop(reporter);
     health::shutdown("probe done", 3.5);
 }
 
@@ -258,12 +250,12 @@ fn without_a_journal_socket_events_go_to_stderr() {
 }
 
 /// Returns `script[k]` on the k-th call (the last one thereafter) and
-/// publishes the number of calls.
+/// counts the calls.
 #[derive(Debug)]
 pub struct ScriptedHealth {
     script: Vec<HealthSnapshot>,
-    calls: AtomicUsize,
-    seen: tokio::sync::watch::Sender<usize>,
+    calls: Mutex<usize>,
+    called: Condvar,
 }
 
 impl ScriptedHealth {
@@ -271,20 +263,24 @@ impl ScriptedHealth {
         assert!(!script.is_empty());
         Self {
             script,
-            calls: AtomicUsize::new(0),
-            seen: tokio::sync::watch::Sender::new(0),
+            calls: Mutex::new(0),
+            called: Condvar::new(),
         }
     }
-    pub fn calls(&self) -> tokio::sync::watch::Receiver<usize> {
-        self.seen.subscribe()
+
+    /// Waits until `n` snapshots were taken.
+    pub fn wait_for_calls(&self, n: usize) {
+        let calls = self.calls.lock().unwrap();
+        drop(self.called.wait_while(calls, |k| *k < n).unwrap());
     }
 }
 
 impl HealthSource for ScriptedHealth {
     fn snapshot(&self) -> HealthSnapshot {
-        let k = self.calls.fetch_add(1, Ordering::SeqCst);
-        let snap = self.script[k.min(self.script.len() - 1)].clone();
-        self.seen.send_replace(k + 1);
+        let mut calls = self.calls.lock().unwrap();
+        let snap = self.script[(*calls).min(self.script.len() - 1)].clone();
+        *calls += 1;
+        self.called.notify_all();
         snap
     }
 }

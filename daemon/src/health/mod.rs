@@ -34,7 +34,7 @@ pub use fanout::HealthFanout;
 pub use gpupm_fusemount::logging::LogSink;
 pub use ratelimit::{RateLimit, PER_EVENT_LOG_PERIOD};
 pub use reporter::{
-    percentile_ns, spawn_reporter, spawn_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
+    percentile_ns, start_reporter, start_reporter_with, Anomaly, Summary, Thresholds, ANOMALY_ID,
     SUMMARY_ID,
 };
 

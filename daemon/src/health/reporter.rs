@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::time::MissedTickBehavior;
-
 use gpupm_client::health::{FALLBACK_RATIO, LOST_RECORDS};
 
 use super::{HealthConfig, TARGET};
 use crate::view::{HealthSnapshot, HealthSource};
+use crate::worker::{Doorbell, Worker};
 
 /// `MESSAGE_ID` of the periodic health summary. Fields: `UPTIME_S`,
 /// `INTERVAL_S`, `HANDSHAKES`, `HANDSHAKE_SAMPLES`, `HANDSHAKE_P50_US`,
@@ -370,46 +369,38 @@ fn ns_to_us(ns: u64) -> u64 {
     ns.saturating_add(500) / 1000
 }
 
-/// Spawns the periodic health summary and anomaly warnings with the
+/// Starts the periodic health summary and anomaly warnings with the
 /// default [`Thresholds`].
-pub fn spawn_reporter(
-    source: Arc<dyn HealthSource>,
-    cfg: HealthConfig,
-) -> tokio::task::JoinHandle<()> {
-    spawn_reporter_with(source, cfg, Thresholds::default())
+pub fn start_reporter(source: Arc<dyn HealthSource>, cfg: HealthConfig) -> std::io::Result<Worker> {
+    start_reporter_with(source, cfg, Thresholds::default())
 }
 
-/// Spawns the periodic health summary: every `cfg.summary_interval` one
-/// summary, then one warning per anomaly. Runs until aborted.
-pub fn spawn_reporter_with(
+/// Starts the periodic health summary: every `cfg.summary_interval` one
+/// summary, then one warning per anomaly, until the worker is dropped.
+pub fn start_reporter_with(
     source: Arc<dyn HealthSource>,
     cfg: HealthConfig,
     thresholds: Thresholds,
-) -> tokio::task::JoinHandle<()> {
+) -> std::io::Result<Worker> {
     let period = cfg.summary_interval.max(Duration::from_millis(1));
-    tokio::spawn(async move {
-        let mut prev = source.snapshot();
-        let mut carried = std::mem::take(&mut prev.handshake_latency_ns);
-        let mut last = Instant::now();
-        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        loop {
-            ticker.tick().await;
-            let mut cur = source.snapshot();
-            if !carried.is_empty() {
-                carried.append(&mut cur.handshake_latency_ns);
-                cur.handshake_latency_ns = std::mem::take(&mut carried);
-            }
-            let now = Instant::now();
-            let summary = Summary::compute(&prev, &cur, now.duration_since(last));
-            summary.log();
-            for anomaly in summary.anomalies(&thresholds) {
-                anomaly.log();
-            }
-            cur.handshake_latency_ns.clear();
-            prev = cur;
-            last = now;
+    let mut prev = source.snapshot();
+    let mut carried = std::mem::take(&mut prev.handshake_latency_ns);
+    let mut last = Instant::now();
+    Worker::start("gpupmd-health", Doorbell::new(), Some(period), move || {
+        let mut cur = source.snapshot();
+        if !carried.is_empty() {
+            carried.append(&mut cur.handshake_latency_ns);
+            cur.handshake_latency_ns = std::mem::take(&mut carried);
         }
+        let now = Instant::now();
+        let summary = Summary::compute(&prev, &cur, now.duration_since(last));
+        summary.log();
+        for anomaly in summary.anomalies(&thresholds) {
+            anomaly.log();
+        }
+        cur.handshake_latency_ns.clear();
+        prev = cur;
+        last = now;
     })
 }
 

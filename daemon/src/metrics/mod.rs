@@ -64,6 +64,9 @@ pub enum MetricsError {
         source: std::io::Error,
     },
     /// Accepting connections failed.
+    /// The endpoint's runtime could not start.
+    #[error("cannot start the metrics runtime")]
+    Runtime(#[source] std::io::Error),
     #[error("metrics listener failed")]
     Accept(#[source] std::io::Error),
     /// The web configuration was refused.
@@ -334,7 +337,8 @@ impl Endpoint {
     }
 }
 
-/// The running listeners.
+/// The running listeners, on a tokio runtime of their own (the one place
+/// gpupmd uses tokio: the HTTP and TLS stack); dropping it stops them.
 #[derive(Debug)]
 pub struct Running {
     /// The local listener's address.
@@ -342,13 +346,19 @@ pub struct Running {
     /// The authenticated listener's address and scheme (`http`, `https`).
     pub authenticated: Option<(SocketAddr, &'static str)>,
     tasks: Vec<JoinHandle<Result<(), MetricsError>>>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
-impl Running {
-    /// Stops serving.
-    pub fn abort(&self) {
+/// How long stopping waits for connections being served.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Drop for Running {
+    fn drop(&mut self) {
         for t in &self.tasks {
             t.abort();
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_timeout(STOP_WAIT);
         }
     }
 }
@@ -360,8 +370,26 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, MetricsError> {
 }
 
 /// Binds both listeners (the authenticated one as [`prepare`]d) and
-/// serves them.
-pub async fn start(
+/// serves them on the endpoint's own runtime.
+pub fn start(
+    local: SocketAddr,
+    cfg: &MetricsConfig,
+    prepared: Prepared,
+    view: Arc<dyn CounterView>,
+    health: Arc<dyn HealthSource>,
+) -> Result<Running, MetricsError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("gpupmd-metrics")
+        .enable_all()
+        .build()
+        .map_err(MetricsError::Runtime)?;
+    let mut running = runtime.block_on(listen(local, cfg, prepared, view, health))?;
+    running.runtime = Some(runtime);
+    Ok(running)
+}
+
+async fn listen(
     local: SocketAddr,
     cfg: &MetricsConfig,
     prepared: Prepared,
@@ -406,5 +434,6 @@ pub async fn start(
         local: local_addr,
         authenticated,
         tasks,
+        runtime: None,
     })
 }

@@ -1,5 +1,5 @@
-//! Recent per-interval deltas: a bounded ring per scope and a live feed
-//! (tokio broadcast) per subscribed scope.
+//! Recent per-interval deltas: a bounded ring per scope and a live
+//! [`Feed`] per subscribed scope.
 //!
 //! Samples are kept compact (only the non-zero deltas, LEB128-encoded,
 //! behind a bitmap of the events present): with 512 contexts × 256
@@ -13,11 +13,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
-
 use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::regs::{MAX_CONTEXTS, MAX_VMS};
 
+use crate::feed::{Feed, FeedReceiver};
 use crate::view::{CtxId, DeltaSample, Scope};
 
 /// Longest packed deltas of one sample: every event, ten LEB128 bytes each.
@@ -233,16 +232,12 @@ impl ScopeRings {
     }
 }
 
-/// Capacity of each live feed; a subscriber that lags further loses the
-/// oldest samples (and sees `RecvError::Lagged` with the count).
-const FEED_CAPACITY: usize = 1024;
-
 /// Rings and feeds.
 #[derive(Debug)]
 pub struct History {
     cap: usize,
     rings: ScopeRings,
-    feeds: HashMap<Scope, broadcast::Sender<Arc<DeltaSample>>>,
+    feeds: HashMap<Scope, Feed<DeltaSample>>,
     /// Where a sample is packed before it is copied into its rings.
     scratch: Box<[u8; MAX_PACKED]>,
 }
@@ -282,11 +277,11 @@ impl History {
         }
         let mut shared = None;
         for scope in std::iter::once(vm_scope).chain(ctx_scope) {
-            let Some(tx) = self.feeds.get(&scope) else {
+            let Some(feed) = self.feeds.get(&scope) else {
                 continue;
             };
             let s = shared.get_or_insert_with(|| Arc::new(sample.clone()));
-            if tx.send(Arc::clone(s)).is_err() {
+            if !feed.publish(Arc::clone(s)) {
                 // No receiver left: drop the feed until someone subscribes.
                 self.feeds.remove(&scope);
             }
@@ -306,11 +301,8 @@ impl History {
     }
 
     /// A live feed of `scope`.
-    pub fn subscribe(&mut self, scope: Scope) -> broadcast::Receiver<Arc<DeltaSample>> {
-        self.feeds
-            .entry(scope)
-            .or_insert_with(|| broadcast::channel(FEED_CAPACITY).0)
-            .subscribe()
+    pub fn subscribe(&mut self, scope: Scope) -> FeedReceiver<DeltaSample> {
+        self.feeds.entry(scope).or_default().subscribe()
     }
 }
 #[cfg(test)]
@@ -447,7 +439,10 @@ mod tests {
         let seqs: Vec<u64> = h.recent(Scope::Vm(1), 10).iter().map(|s| s.seq).collect();
         assert_eq!(seqs, vec![1, 2]);
         assert_eq!(h.recent(Scope::Ctx(5), 1)[0].seq, 2);
-        assert_eq!(rx.try_recv().unwrap().seq, 0);
+        match rx.try_recv() {
+            crate::feed::Received::Item(s) => assert_eq!(s.seq, 0),
+            other => panic!("expected the first sample, got {other:?}"),
+        }
         let mut big = sample(7, 2, 0);
         big.deltas[0] = u64::MAX;
         big.deltas[5] = 300;

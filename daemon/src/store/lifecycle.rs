@@ -109,9 +109,9 @@ impl Store {
         };
         if entered {
             self.stats.retired.fetch_add(1, Ordering::Relaxed);
-            // Stores a permit if the retention task is busy, so the next
-            // pass sees this instance.
-            self.retired_signal.notify_one();
+            // A ring during a pass runs another pass after it, which sees
+            // this instance.
+            self.retired_bell.ring();
         }
         if let Some(e) = &self.events {
             // Its page shows the persisted final totals and goes, before

@@ -40,6 +40,7 @@ pub use self::retention::Pruned;
 use self::retention::{AgeKey, Retention};
 use self::retired::RetiredStore;
 use crate::view::{BlockSource, CtxId, DeviceIdentity, VmId};
+use crate::worker::Doorbell;
 
 /// Most history samples one instance-rates request looks at (the tail of
 /// the context's or VM's ring).
@@ -124,8 +125,9 @@ pub struct Store {
     started: Instant,
     retired_files: RetiredStore,
     retention: Retention,
-    /// Signalled when an instance enters the retired set.
-    retired_signal: tokio::sync::Notify,
+    /// Rung when an instance enters the retired set (it wakes the
+    /// retention worker).
+    retired_bell: Arc<Doorbell>,
     /// One pruning pass at a time.
     pruning: Mutex<()>,
     prune_log: Mutex<retention::PruneLog>,
@@ -159,7 +161,7 @@ impl Store {
             started: Instant::now(),
             retired_files,
             retention,
-            retired_signal: tokio::sync::Notify::new(),
+            retired_bell: Doorbell::new(),
             pruning: Mutex::new(()),
             prune_log: Mutex::new(retention::PruneLog::default()),
             tables: RwLock::new(Tables::default()),

@@ -1,8 +1,6 @@
 //! The store's readers: [`CounterView`] over the device's blocks (live),
 //! the persisted slots (retired) and the recent-delta history.
 
-use std::sync::Arc;
-
 use gpupm_uapi::layout::{
     block_kind, block_slot_offset, envelope_flags, BlockSlot, SYSTEM_BLOCK_SLOT,
 };
@@ -11,6 +9,7 @@ use zerocopy::IntoBytes;
 
 use super::retired::plain_block;
 use super::{LiveCtx, Store, Tables, INSTANCE_SCAN};
+use crate::feed::FeedReceiver;
 use crate::view::{CounterView, CtxId, CtxInfo, CtxState, DeltaSample, Scope, Totals, VmId};
 
 impl Store {
@@ -248,10 +247,7 @@ impl CounterView for Store {
         self.exists(scope).then(|| self.hist().recent(scope, max))
     }
 
-    fn subscribe(
-        &self,
-        scope: Scope,
-    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+    fn subscribe(&self, scope: Scope) -> Option<FeedReceiver<DeltaSample>> {
         self.exists(scope).then(|| self.hist().subscribe(scope))
     }
 

@@ -26,6 +26,7 @@ use gpupm_uapi::regs;
 use super::retired::RetiredError;
 use super::Store;
 use crate::view::CtxId;
+use crate::worker::Worker;
 
 /// The policy and its limits, from the configuration file's format.
 pub use gpupm_client::config::{Retention, DEFAULT_MAX_CONTEXTS, MAX_MAX_CONTEXTS};
@@ -135,12 +136,6 @@ impl Store {
         self.retention
     }
 
-    /// Waits until an instance entered the retired set since the previous
-    /// wait returned.
-    pub async fn retirement_signalled(&self) {
-        self.retired_signal.notified().await;
-    }
-
     /// Applies the retention policy once: drops the instances it prunes
     /// from the tables, then unlinks their files and fsyncs the directory,
     /// so that a restart does not bring them back. VM and system totals
@@ -192,33 +187,25 @@ impl Store {
     }
 }
 
-/// Runs the retention policy for as long as the daemon serves: after every
-/// retirement (the store signals one) and periodically (for the age limit,
-/// and to log pruning that added up). The pruning itself (unlinks and a
-/// directory fsync) runs on a blocking thread so it never stalls the
-/// runtime.
-pub async fn run(store: Arc<Store>) {
+/// Runs the retention policy for as long as the returned worker lives:
+/// after every retirement (the store rings the worker) and periodically
+/// (for the age limit, and to log pruning that added up). The pruning
+/// (unlinks and a directory fsync) runs on the worker's thread, never on
+/// the engine's.
+pub fn start(store: Arc<Store>) -> std::io::Result<Worker> {
     let period = store
         .retention()
         .age_check_period()
         .map_or(LOG_EVERY, |p| p.min(LOG_EVERY));
-    loop {
-        tokio::select! {
-            () = store.retirement_signalled() => {}
-            () = tokio::time::sleep(period) => {}
+    let bell = Arc::clone(&store.retired_bell);
+    Worker::start("gpupmd-retention", bell, Some(period), move || {
+        if let Err(e) = store.prune_retired() {
+            tracing::warn!(
+                error = gpupm_fusemount::logging::one_line(e),
+                "pruning retired contexts failed; retrying after the next retirement"
+            );
         }
-        let s = Arc::clone(&store);
-        match tokio::task::spawn_blocking(move || s.prune_retired()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(
-                    error = gpupm_fusemount::logging::one_line(e),
-                    "pruning retired contexts failed; retrying after the next retirement"
-                )
-            }
-            Err(e) => tracing::warn!(error = %e, "the pruning task failed"),
-        }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -38,7 +38,6 @@ pub(super) struct TenantFs {
     served: Served,
     policy: Policy,
     sessions: Arc<Sessions>,
-    rt: tokio::runtime::Handle,
     stats: Arc<TenantStats>,
     dir: FlatDir,
 }
@@ -48,14 +47,12 @@ impl TenantFs {
         served: Served,
         policy: Policy,
         sessions: Arc<Sessions>,
-        rt: tokio::runtime::Handle,
         stats: Arc<TenantStats>,
     ) -> Self {
         TenantFs {
             served,
             policy,
             sessions,
-            rt,
             stats,
             dir: FlatDir::new(FILES),
         }
@@ -252,7 +249,7 @@ impl Filesystem for TenantFs {
             Answer::Stream(grant) => {
                 let share = share(grant.vm);
                 self.sessions
-                    .open_stream(fh.0, grant, &self.rt, uid, share)
+                    .open_stream(fh.0, grant, uid, share)
                     .map(|()| Vec::new())
             }
             // A daemon without a sampling plane answers as one older

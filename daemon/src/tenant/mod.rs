@@ -76,7 +76,7 @@
 //! rekeying of confidential VMs), `error` (errnos), [`bounds`] (the caps
 //! and what is charged against them), [`bounds_metrics`] (their metrics),
 //! [`session`] (handles, sessions, parked reads, the reaper of killed
-//! readers), `pump` (the feed thread and the reaper's), `fs` (the FUSE
+//! readers), `pump` (the feed worker and the reaper), `fs` (the FUSE
 //! filesystem), `mount` (mounting or serving a passed descriptor). The
 //! typed client is `gpupm_client::TenantClient`.
 
@@ -234,7 +234,6 @@ impl TenantNode {
             served,
             policy::Policy::new(policy),
             Arc::clone(&sessions),
-            pump.handle(),
             Arc::clone(&stats),
         );
         let mounted = serve(fs)

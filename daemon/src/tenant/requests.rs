@@ -9,8 +9,6 @@
 //! ranges), then authorisation against the caller's own VMs, and only then
 //! anything that depends on whether the scope exists.
 
-use std::sync::Arc;
-
 use gpupm_client::config::Limits;
 use gpupm_uapi::events;
 use gpupm_uapi::ioc;
@@ -27,7 +25,6 @@ use gpupm_uapi::tenant::{
     OpenRi, RiStatus, TENANT_IOC_OPEN_RI, TENANT_IOC_RI_EMIT, TENANT_IOC_RI_STATUS,
 };
 use gpupm_uapi::tenant::{RiResume, TENANT_IOC_RI_RESUME};
-use tokio::sync::broadcast;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::answer::{
@@ -45,6 +42,7 @@ pub use super::ri::RiGrant;
 use super::sampling::open_sampling;
 pub use super::sampling::SamplingGrant;
 use super::Served;
+use crate::feed::FeedReceiver;
 use crate::view::{Caller, CounterView, CtxId, DeltaSample, Scope, Totals, VmId};
 use gpupm_uapi::tenant::{
     TENANT_IOC_ADD_RANGE, TENANT_IOC_READ_CALL_EDGES, TENANT_IOC_READ_CALL_KERNELS,
@@ -61,7 +59,7 @@ pub struct StreamGrant {
     /// Partition slot of the VM (for the plaintext record header).
     pub partition: u16,
     /// The feed.
-    pub feed: broadcast::Receiver<Arc<DeltaSample>>,
+    pub feed: FeedReceiver<DeltaSample>,
 }
 
 /// What an ioctl answers.
@@ -377,6 +375,8 @@ fn event_info(arg: Box<EventInfo>) -> Result<Box<EventInfo>, RequestError> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use gpupm_uapi::events::MAX_EVENTS;
 
     use super::*;
@@ -403,7 +403,7 @@ mod tests {
         fn recent(&self, _: Scope, _: usize) -> Option<Vec<DeltaSample>> {
             None
         }
-        fn subscribe(&self, _: Scope) -> Option<broadcast::Receiver<Arc<DeltaSample>>> {
+        fn subscribe(&self, _: Scope) -> Option<FeedReceiver<DeltaSample>> {
             None
         }
         fn clock_khz(&self) -> u32 {

@@ -3,7 +3,7 @@
 //! readers (`reap`).
 //!
 //! No FUSE serving thread ever blocks: a `read()` with nothing queued
-//! parks its reply here, and whoever queues a record (the feed thread of
+//! parks its reply here, and whoever queues a record (the feed worker of
 //! [`super::pump`], the sampling plane, the RI unit) completes it. Every
 //! completion and wake-up runs after the table lock is released. What a
 //! caller holds here — the handle, a session and its queue, a parked read
@@ -24,6 +24,7 @@ use super::policy::Identity;
 use super::sampling::{SampleQueue, MAX_RECORD_BYTES};
 use super::TenantStats;
 use crate::sampling::Ticket;
+use crate::worker::Doorbell;
 
 /// Size of one record as `read()` returns it.
 pub const RECORD_SIZE: usize = size_of::<TenantDelta>();
@@ -175,6 +176,8 @@ pub struct Sessions {
     bounds: Arc<Bounds>,
     /// The reaper's doorbell, rung when a read parks (`reap`).
     bell: Arc<Bell>,
+    /// The feed worker's doorbell, rung by the stream sessions' feeds.
+    feed_bell: Arc<Doorbell>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -199,7 +202,14 @@ impl Sessions {
             stats,
             bounds,
             bell: Arc::new(Bell::default()),
+            feed_bell: Doorbell::new(),
         })
+    }
+
+    /// What wakes the feed worker (`pump`): a publish to any stream
+    /// session's feed.
+    pub(super) fn feed_bell(&self) -> &Arc<Doorbell> {
+        &self.feed_bell
     }
 
     /// The accountant of what callers hold.

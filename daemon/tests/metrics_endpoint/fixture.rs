@@ -2,9 +2,9 @@
 //! steady self-metrics.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use gpupm_uapi::events::{by_name, MAX_EVENTS};
+use gpupmd::feed::FeedReceiver;
 use gpupmd::view::{
     CounterView, CtxId, CtxInfo, CtxState, DeltaSample, HealthSnapshot, HealthSource, Scope,
     Totals, VmId,
@@ -159,10 +159,7 @@ impl CounterView for FixtureView {
     fn recent(&self, _scope: Scope, _max: usize) -> Option<Vec<DeltaSample>> {
         None
     }
-    fn subscribe(
-        &self,
-        _scope: Scope,
-    ) -> Option<tokio::sync::broadcast::Receiver<Arc<DeltaSample>>> {
+    fn subscribe(&self, _scope: Scope) -> Option<FeedReceiver<DeltaSample>> {
         None
     }
     fn clock_khz(&self) -> u32 {

@@ -14,11 +14,11 @@ use gpupm_uapi::events::MAX_EVENTS;
 use gpupm_uapi::layout::{
     block_kind, Block, BlockSlot, StreamRecord, StreamSlot, BLOCK_MAGIC, RECORD_MAGIC,
 };
+use gpupmd::feed::{Feed, FeedReceiver};
 use gpupmd::tenant::{
     TenantMap, TenantNode, TenantPolicy, TenantStats, DEFAULT_THREADS, NODE_NAME,
 };
 use gpupmd::view::{CounterView, CtxId, CtxInfo, CtxState, DeltaSample, Scope, Totals, VmId};
-use tokio::sync::broadcast;
 use zerocopy::IntoBytes;
 
 /// Tenant A: uid, owns VM 1 (by uid).
@@ -118,16 +118,13 @@ pub struct Fixture {
     ctxs: Vec<CtxInfo>,
     totals: HashMap<Scope, Totals>,
     recent: HashMap<Scope, Vec<DeltaSample>>,
-    feeds: Mutex<HashMap<Scope, broadcast::Sender<Arc<DeltaSample>>>>,
+    feeds: Mutex<HashMap<Scope, Feed<DeltaSample>>>,
     cipher: Mutex<VmCipher>,
     /// Sealed bytes published for VM 3 and context 31.
     pub sealed: HashMap<Scope, Vec<u8>>,
     /// Calls into the view (to see that the node only reads).
     pub calls: AtomicU64,
 }
-
-/// Capacity of each fixture feed.
-pub const FEED_CAPACITY: usize = 4096;
 
 impl Fixture {
     pub fn new() -> Arc<Self> {
@@ -227,18 +224,12 @@ impl Fixture {
         }
     }
 
-    fn sender(&self, scope: Scope) -> broadcast::Sender<Arc<DeltaSample>> {
-        let mut feeds = self.feeds.lock().unwrap();
-        feeds
-            .entry(scope)
-            .or_insert_with(|| broadcast::channel(FEED_CAPACITY).0)
-            .clone()
-    }
-
-    /// Sends `s` into `scope`'s feed as it is (even if it does not belong there).
+    /// Sends `s` into `scope`'s feed as it is (even if it does not belong
+    /// there); nothing happens while nobody subscribed to the scope.
     pub fn push_to(&self, scope: Scope, s: DeltaSample) {
-        if self.sender(scope).send(Arc::new(s)).is_err() {
-            // Nobody subscribed to this scope: nothing to deliver.
+        let mut feeds = self.feeds.lock().unwrap();
+        if !feeds.entry(scope).or_default().publish(Arc::new(s)) {
+            feeds.remove(&scope);
         }
     }
 
@@ -343,9 +334,16 @@ impl CounterView for Fixture {
         let all = self.recent.get(&scope)?;
         Some(all[all.len().saturating_sub(max)..].to_vec())
     }
-    fn subscribe(&self, scope: Scope) -> Option<broadcast::Receiver<Arc<DeltaSample>>> {
+    fn subscribe(&self, scope: Scope) -> Option<FeedReceiver<DeltaSample>> {
         self.call();
-        self.exists(scope).then(|| self.sender(scope).subscribe())
+        self.exists(scope).then(|| {
+            self.feeds
+                .lock()
+                .unwrap()
+                .entry(scope)
+                .or_default()
+                .subscribe()
+        })
     }
     fn clock_khz(&self) -> u32 {
         1_500_000

@@ -80,7 +80,7 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
         "gpupmd-commits",
         "gpupmd-work",
         "gpupmd-samples",
-        "gpupmd-rt",
+        "gpupmd-metrics",
         "fuser-0",
     ];
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -106,7 +106,7 @@ fn the_device_and_the_threads_it_wakes_run_on_the_cpus_given_and_no_others() {
         assert_eq!(of(pinned), [&cpu], "{pinned}: {threads:?}");
     }
     let everywhere = current_thread_cpus().expect("our affinity").to_string();
-    for free in ["gpupmd-work", "gpupmd-samples", "gpupmd-rt", "fuser-0"] {
+    for free in ["gpupmd-work", "gpupmd-samples", "gpupmd-metrics", "fuser-0"] {
         let found = of(free);
         assert!(!found.is_empty(), "no {free}: {threads:?}");
         assert!(

@@ -1,6 +1,6 @@
-//! Stream sessions of the handle table: opening one on a handle, the
-//! task that feeds it from the view, and its queue of `TenantDelta`
-//! records.
+//! Stream sessions of the handle table: opening one on a handle, feeding
+//! it from its scope's [`FeedReceiver`] (on the node's feed worker,
+//! [`super::super::pump`]), and its queue of `TenantDelta` records.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use gpupm_uapi::layout::{envelope_flags, Envelope, StreamRecord, StreamSlot, RECORD_MAGIC};
 use gpupm_uapi::tenant::TenantDelta;
-use tokio::sync::broadcast;
-use tokio::sync::broadcast::error::RecvError;
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::{run, serve_readers, Sessions, RECORD_SIZE};
+use crate::feed::{FeedReceiver, Received};
 use crate::tenant::bounds::{SessionCharge, SessionKind, Share};
 use crate::tenant::error::RequestError;
 use crate::tenant::requests::StreamGrant;
@@ -22,9 +21,8 @@ use crate::view::DeltaSample;
 /// Queue bytes a stream session reserves (its whole queue).
 pub const STREAM_QUEUE_BYTES: u64 = (SESSION_QUEUE * RECORD_SIZE) as u64;
 
-/// One stream session; its feed task is aborted when it is dropped.
+/// One stream session; it leaves its feed when it is dropped.
 pub(super) struct Session {
-    pub(super) id: u64,
     pub(super) vm: u32,
     ctx: Option<u32>,
     partition: u16,
@@ -32,16 +30,13 @@ pub(super) struct Session {
     next_seq: u64,
     lost_pending: u64,
     pub(super) ended: bool,
-    task: Option<tokio::task::JoinHandle<()>>,
+    feed: Option<FeedReceiver<DeltaSample>>,
     stats: Arc<TenantStats>,
     _charge: Option<SessionCharge>,
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
         self.stats.open_sessions.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -49,6 +44,40 @@ impl Drop for Session {
 impl Session {
     fn accepts(&self, s: &DeltaSample) -> bool {
         s.vm == self.vm && self.ctx.is_none_or(|c| s.ctx == c)
+    }
+
+    /// Takes what the feed published since the last call: queues the
+    /// samples of this session's scope, counts the lost ones, and notes
+    /// the feed's end. True when readers may have something new.
+    fn drain_feed(&mut self, drops: &std::sync::atomic::AtomicU64) -> bool {
+        let Some(mut feed) = self.feed.take() else {
+            return false;
+        };
+        let mut changed = false;
+        loop {
+            match feed.try_recv() {
+                Received::Item(sample) => {
+                    if !self.accepts(&sample) {
+                        continue;
+                    }
+                    if !self.push(&sample) {
+                        drops.fetch_add(1, Ordering::Relaxed);
+                    }
+                    changed = true;
+                }
+                Received::Lagged(n) => {
+                    self.lost_pending = self.lost_pending.saturating_add(n);
+                }
+                Received::Empty => {
+                    self.feed = Some(feed);
+                    return changed;
+                }
+                Received::Closed => {
+                    self.ended = true;
+                    return true;
+                }
+            }
+        }
     }
 
     /// Queues `s` (or counts it lost when the queue is full or it is malformed).
@@ -112,13 +141,12 @@ fn slot_of(s: &DeltaSample, partition: u16) -> Option<StreamSlot> {
 
 impl Sessions {
     /// Makes `fh` a stream session of `grant` for `uid` (replacing any
-    /// previous one), fed by a task on `rt`. ENOSPC past the uid's stream
+    /// previous one), fed by the node's feed worker. ENOSPC past the uid's stream
     /// sessions or its queue budget; the previous session stays then.
     pub fn open_stream(
-        self: &Arc<Self>,
+        &self,
         fh: u64,
         grant: StreamGrant,
-        rt: &tokio::runtime::Handle,
         uid: u32,
         share: Share,
     ) -> Result<(), RequestError> {
@@ -127,7 +155,6 @@ impl Sessions {
         if t.shut {
             return Err(RequestError::ShuttingDown);
         }
-        let id = t.next_session;
         let handle = t.handles.get_mut(&fh).ok_or(RequestError::BadHandle)?;
         if handle.sampling.is_some() || handle.ri.is_some() {
             return Err(RequestError::Busy);
@@ -139,10 +166,9 @@ impl Sessions {
             STREAM_QUEUE_BYTES,
             STREAM_QUEUE_BYTES,
         )?;
-        t.next_session += 1;
         self.stats.open_sessions.fetch_add(1, Ordering::Relaxed);
-        let mut session = Session {
-            id,
+        grant.feed.ring_on_publish(Arc::clone(&self.feed_bell));
+        let session = Session {
             vm: grant.vm,
             ctx: grant.ctx,
             partition: grant.partition,
@@ -150,80 +176,34 @@ impl Sessions {
             next_seq: 1,
             lost_pending: 0,
             ended: false,
-            task: None,
+            feed: Some(grant.feed),
             stats: Arc::clone(&self.stats),
             _charge: Some(charge),
         };
-        // Spawned under the lock: the task cannot look for its session
-        // before the session is in the table.
-        session.task = Some(rt.spawn(feed(Arc::clone(self), fh, id, grant.feed)));
         let replaced = handle.session.replace(session);
         drop(guard);
         drop(replaced);
+        // What was published between the subscription and now.
+        self.feed_bell.ring();
         Ok(())
     }
 
-    /// Queues one sample for session `id` of `fh` (or counts `lagged`
-    /// samples the feed skipped); false once that session is gone.
-    fn deliver(&self, fh: u64, id: u64, sample: Option<&DeltaSample>, lagged: u64) -> bool {
+    /// Moves what the feeds published into their sessions' queues and
+    /// serves the readers waiting on them (one pass of the feed worker).
+    pub(in crate::tenant) fn pump_feeds(&self) {
         let mut actions = Vec::new();
         {
             let mut t = self.lock();
-            let Some(handle) = t.handles.get_mut(&fh) else {
-                return false;
-            };
-            let Some(session) = handle.session.as_mut().filter(|s| s.id == id) else {
-                return false;
-            };
-            session.lost_pending = session.lost_pending.saturating_add(lagged);
-            if let Some(s) = sample.filter(|s| session.accepts(s)) {
-                if !session.push(s) {
-                    self.stats.session_drops.fetch_add(1, Ordering::Relaxed);
+            for handle in t.handles.values_mut() {
+                let Some(session) = handle.session.as_mut() else {
+                    continue;
+                };
+                if session.drain_feed(&self.stats.session_drops) {
+                    serve_readers(handle, &mut actions);
                 }
             }
-            serve_readers(handle, &mut actions);
         }
         run(actions);
-        true
-    }
-
-    /// The feed of session `id` ended: readers get EOF after the queue.
-    fn end(&self, fh: u64, id: u64) {
-        let mut actions = Vec::new();
-        {
-            let mut t = self.lock();
-            let Some(handle) = t.handles.get_mut(&fh) else {
-                return;
-            };
-            let Some(session) = handle.session.as_mut().filter(|s| s.id == id) else {
-                return;
-            };
-            session.ended = true;
-            serve_readers(handle, &mut actions);
-        }
-        run(actions);
-    }
-}
-
-/// Feeds session `id` of `fh` until the session or the feed ends.
-async fn feed(
-    sessions: Arc<Sessions>,
-    fh: u64,
-    id: u64,
-    mut rx: broadcast::Receiver<Arc<DeltaSample>>,
-) {
-    loop {
-        let alive = match rx.recv().await {
-            Ok(sample) => sessions.deliver(fh, id, Some(&sample), 0),
-            Err(RecvError::Lagged(n)) => sessions.deliver(fh, id, None, n),
-            Err(RecvError::Closed) => {
-                sessions.end(fh, id);
-                false
-            }
-        };
-        if !alive {
-            return;
-        }
     }
 }
 
@@ -250,7 +230,6 @@ mod tests {
         let stats = Arc::new(TenantStats::default());
         stats.open_sessions.fetch_add(1, Ordering::Relaxed);
         let mut s = Session {
-            id: 1,
             vm: 1,
             ctx: None,
             partition: 1,
@@ -258,7 +237,7 @@ mod tests {
             next_seq: 1,
             lost_pending: 0,
             ended: false,
-            task: None,
+            feed: None,
             stats: Arc::clone(&stats),
             _charge: None,
         };
