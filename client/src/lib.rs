@@ -61,6 +61,7 @@ pub mod cpus;
 pub mod devnode;
 pub mod handshake;
 pub mod health;
+pub mod identity;
 pub mod instance;
 pub mod mirror;
 pub mod ops;

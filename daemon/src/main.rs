@@ -495,7 +495,11 @@ fn start_device(settings: &Settings) -> Result<StartedDevice, MainError> {
         "device programmed and state reconciled"
     );
     apply_retention(settings, &store);
-    health::device_identity(&identity);
+    let gpu = gpupm_client::identity::read_identity(&dev).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "reading the device's identity registers failed");
+        None
+    });
+    health::device_identity(&identity, gpu.as_ref());
     if let Some(source) = &settings.source {
         health::config_applied(source, "trigger, masks and stream watermarks programmed");
     }

@@ -8,7 +8,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use gpupm_client::identity::GpuIdentity;
 use gpupm_test_support::require_tool;
+use gpupm_uapi::identity::{DeviceUuid, PciAddress};
 use gpupmd::health::{
     self, HealthConfig, ANOMALY_ID, DEVICE_IDENTITY_ID, SHUTDOWN_ID, STARTUP_ID, SUMMARY_ID,
 };
@@ -95,6 +97,16 @@ fn identity() -> DeviceIdentity {
     }
 }
 
+fn gpu() -> GpuIdentity {
+    GpuIdentity {
+        index: 3,
+        pci: PciAddress::parse("0000:5d:00.0").unwrap(),
+        uuid: DeviceUuid::parse("GPU-3b2a9c4e-1f00-8d21-a5b6-0c7d8e9fa0b1").unwrap(),
+        serial: "1650923012345".into(),
+        model: "H100 SXM5 80GB".into(),
+    }
+}
+
 /// Child side: log lifecycle events and three summaries, then exit.
 #[test]
 #[ignore = "run as a child process by the journald tests"]
@@ -107,7 +119,7 @@ fn probe() {
     let sink = health::init_logging_sink(&cfg).expect("init logging");
     println!("LOG_SINK={}", sink.name());
     health::startup("0.1.0-test", Path::new("/etc/gpupm/gpupmd.toml"));
-    health::device_identity(&identity());
+    health::device_identity(&identity(), Some(&gpu()));
     health::config_applied(
         Path::new("/etc/gpupm/gpupmd.toml"),
         "trigger period 1000 cycles",
@@ -228,6 +240,23 @@ fn summary_anomalies_and_lifecycle_reach_journald_with_structured_fields() {
             field(dev[0], "CLOCK_KHZ")
         ),
         ("132", "24", "1410000")
+    );
+    assert_eq!(
+        [
+            "GPU_INDEX",
+            "GPU_UUID",
+            "GPU_PCI_ADDRESS",
+            "GPU_MODEL",
+            "GPU_SERIAL"
+        ]
+        .map(|k| field(dev[0], k)),
+        [
+            "3",
+            "GPU-3b2a9c4e-1f00-8d21-a5b6-0c7d8e9fa0b1",
+            "0000:5d:00.0",
+            "H100 SXM5 80GB",
+            "1650923012345"
+        ]
     );
     assert_eq!(with_id(&entries, health::CONFIG_APPLIED_ID).len(), 1);
 }

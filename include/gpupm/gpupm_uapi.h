@@ -69,9 +69,9 @@
  * all). Every minor, what it added or changed and which document
  * describes it: `docs/abi.md`, "Versions".
  */
-#define GPUPM_ABI_MINOR 11
+#define GPUPM_ABI_MINOR 12
 /** `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads. */
-#define GPUPM_ABI_VERSION 0x1000b /* major << 16 | minor */
+#define GPUPM_ABI_VERSION 0x1000c /* major << 16 | minor */
 
 /* BAR0 register map (uapi/src/regs.rs): offsets, bits, per-instance blocks */
 
@@ -191,6 +191,16 @@
 #define GPUPM_REKEY_KEY_WORDS 8
 /** Words in GPUPM_REG_REKEY_TAG. */
 #define GPUPM_REKEY_TAG_WORDS 4
+/** Words of GPUPM_REG_UUID. */
+#define GPUPM_UUID_WORDS 4
+/** Words of GPUPM_REG_SERIAL. */
+#define GPUPM_SERIAL_WORDS 4
+/** Words of GPUPM_REG_MODEL_NAME. */
+#define GPUPM_MODEL_NAME_WORDS 8
+/** Bytes of the `SERIAL` field. */
+#define GPUPM_SERIAL_BYTES 16
+/** Bytes of the `MODEL_NAME` field. */
+#define GPUPM_MODEL_NAME_BYTES 32
 /** Offset of the OOB mailbox's register set from the host's. */
 #define GPUPM_OOB_MBOX_DELTA 0x100
 /**
@@ -249,6 +259,33 @@
  * cleared by GPUPM_REG_RESET (ABI 1.11).
  */
 #define GPUPM_REG_CLOCK_LAG 0x58 /* 64-bit */
+/**
+ * RO: the device's index on its host (0 for the first GPU), as the
+ * host numbers its devices; set by the scenario, stable across
+ * restarts (ABI 1.12).
+ */
+#define GPUPM_REG_GPU_INDEX 0x60
+/**
+ * RO: PCI address, shown `DDDD:BB:dd.f` in hexadecimal: domain in
+ * bits 31..16, bus 15..8, device 7..3, function 2..0 (ABI 1.12).
+ */
+#define GPUPM_REG_PCI_ADDRESS 0x64
+/**
+ * RO: four words: the device's UUID, bytes 0..16 in RFC 9562 order,
+ * word `i` holding bytes `4i..4i+4` little-endian; shown as
+ * `GPU-` and the 8-4-4-4-12 hex groups (ABI 1.12).
+ */
+#define GPUPM_REG_UUID 0x68 /* 4 words */
+/**
+ * RO: four words: the board serial number, ASCII, NUL-padded to 16
+ * bytes, packed like GPUPM_REG_UUID (ABI 1.12).
+ */
+#define GPUPM_REG_SERIAL 0x78 /* 4 words */
+/**
+ * RO: eight words: the model name, ASCII, NUL-padded to 32 bytes,
+ * packed like GPUPM_REG_UUID (ABI 1.12).
+ */
+#define GPUPM_REG_MODEL_NAME 0x88 /* 8 words */
 /**
  * RW: periodic trigger period in cycles; 0 disables periodic triggers.
  * Non-zero values below GPUPM_TRIG_PERIOD_MIN are rejected.

@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::error::CliResult;
+use crate::gpu::{identity, GpuJson};
 use crate::node::{self, Global, Node};
 use crate::output::emit;
 
@@ -95,6 +96,9 @@ pub struct ListJson {
     pub admin: bool,
     /// The caller's uid.
     pub uid: u32,
+    /// The device (the admin, when the device node is readable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuJson>,
     /// Partitions in use (the admin, when the device node is readable).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<PartitionJson>>,
@@ -166,13 +170,11 @@ fn collect(g: &Global, args: &Args) -> CliResult<ListJson> {
     let node = Node::open(&g.tenant_node)?;
     let who = node.whoami()?;
     let vms = who.visible_vms();
-    let partitions = if who.admin != 0 {
-        DevNode::open(&g.node_dir)
-            .ok()
-            .and_then(|d| partitions(&d, &vms))
-    } else {
-        None
-    };
+    let dev = (who.admin != 0)
+        .then(|| DevNode::open(&g.node_dir).ok())
+        .flatten();
+    let partitions = dev.as_ref().and_then(|d| partitions(d, &vms));
+    let gpu = dev.as_ref().and_then(|d| identity(d).ok().flatten());
     let mut out_vms = Vec::new();
     for &vm in &vms {
         let s = Scope::Vm(vm);
@@ -201,6 +203,7 @@ fn collect(g: &Global, args: &Args) -> CliResult<ListJson> {
     Ok(ListJson {
         admin: who.admin != 0,
         uid: who.uid,
+        gpu,
         partitions: partitions.map(|p| {
             p.into_iter()
                 .map(|(slot, running_vm, running_ctx, vms)| PartitionJson {
@@ -229,6 +232,10 @@ pub fn run(g: &Global, args: &Args) -> CliResult<ExitCode> {
 /// The listing as tables.
 fn table(list: &ListJson) -> String {
     let mut t = String::new();
+    if let Some(gpu) = &list.gpu {
+        t += &gpu.line();
+        t += "\n\n";
+    }
     if let Some(p) = &list.partitions {
         t += &format!(
             "{:<10} {:<16} {:>10} {:>11}\n",

@@ -16,6 +16,7 @@ mod duration;
 mod error;
 mod events;
 mod gen;
+mod gpu;
 mod health;
 mod interval;
 mod keyfile;

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use gpupm_client::identity::GpuIdentity;
 use gpupm_uapi::split_abi_version;
 
 use super::ratelimit::{RateLimit, PER_EVENT_LOG_PERIOD};
@@ -18,7 +19,8 @@ pub const SHUTDOWN_ID: &str = "f1b0dea80b28407ea22b45606350cad0";
 /// `MESSAGE_ID` of the config-applied event (`CONFIG`, `DETAIL`).
 pub const CONFIG_APPLIED_ID: &str = "9ece27c8651640bbbebf2cb95ec90d18";
 /// `MESSAGE_ID` of the device-identity event (`ABI_VERSION`, `CLOCK_KHZ`,
-/// `PARTITIONS`, `CCUS`, `SMS`).
+/// `PARTITIONS`, `CCUS`, `SMS`; from ABI 1.12 also `GPU_INDEX`,
+/// `GPU_UUID`, `GPU_PCI_ADDRESS`, `GPU_MODEL`, `GPU_SERIAL`).
 pub const DEVICE_IDENTITY_ID: &str = "cde839ebdfb1442092af84e8fac94418";
 /// `MESSAGE_ID` of the warning logged when the device completed a
 /// context switch by its own fallback (`PARTITION`, `FALLBACKS`,
@@ -85,8 +87,11 @@ pub fn config_applied(config: &Path, detail: &str) {
 }
 
 /// The device was identified.
-pub fn device_identity(id: &DeviceIdentity) {
+pub fn device_identity(id: &DeviceIdentity, gpu: Option<&GpuIdentity>) {
     let (major, minor) = split_abi_version(id.abi_version);
+    let index = gpu.map(|g| g.index);
+    let uuid = gpu.map(|g| g.uuid.to_string());
+    let pci = gpu.map(|g| g.pci.to_string());
     tracing::info!(
         target: TARGET,
         message_id = DEVICE_IDENTITY_ID,
@@ -95,7 +100,16 @@ pub fn device_identity(id: &DeviceIdentity) {
         partitions = id.partitions,
         ccus = id.ccus,
         sms = id.sms,
-        "device: ABI {}.{}, {} kHz, {} partitions, {} CCUs, {} SMs",
+        gpu_index = index,
+        gpu_uuid = uuid.as_deref(),
+        gpu_pci_address = pci.as_deref(),
+        gpu_model = gpu.map(|g| g.model.as_str()),
+        gpu_serial = gpu.map(|g| g.serial.as_str()),
+        "device{}: ABI {}.{}, {} kHz, {} partitions, {} CCUs, {} SMs",
+        gpu.map_or_else(String::new, |g| format!(
+            " {} {} ({}, PCI {})",
+            g.index, g.uuid, g.model, g.pci
+        )),
         major,
         minor,
         id.clock_khz,

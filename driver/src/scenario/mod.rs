@@ -26,6 +26,7 @@
 
 mod builtin;
 mod error;
+mod identity;
 mod parse;
 mod profiles;
 pub mod program;
@@ -43,9 +44,11 @@ mod validate;
 
 pub use builtin::{builtin, BUILTIN_TOML};
 pub use error::ScenarioError;
+pub use identity::{DEFAULT_MODEL, MAX_DEVICES};
 pub use parse::{parse, parse_file};
 pub use program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
 pub use spec::{
-    h100_class, ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, PartitionSpec, PhaseSpec,
-    ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+    h100_class, ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, PartitionSpec,
+    PhaseSpec, ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec,
+    VmSpec,
 };

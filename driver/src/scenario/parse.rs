@@ -109,12 +109,14 @@ mod tests {
 
 #[cfg(test)]
 mod example_tests {
+    use gpupm_uapi::identity::{DeviceUuid, PciAddress};
+
     use super::parse;
     use crate::scenario::program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
     use crate::scenario::test_support::ok;
     use crate::scenario::{
-        ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, PartitionSpec, PhaseSpec, ProfileSpec,
-        Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+        ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, PartitionSpec, PhaseSpec,
+        ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
     };
 
     #[test]
@@ -163,6 +165,21 @@ mod example_tests {
             }],
             name: "example".into(),
             seed: 42,
+            identity: IdentitySpec {
+                index: 0,
+                pci: PciAddress {
+                    domain: 0,
+                    bus: 0x18,
+                    device: 0,
+                    function: 0,
+                },
+                uuid: DeviceUuid([
+                    0x6c, 0x1a, 0x5f, 0x0e, 0x93, 0xd2, 0x8b, 0x47, 0xa0, 0xf1, 0x2e, 0x5d, 0x7c,
+                    0x9b, 0x4a, 0x38,
+                ]),
+                serial: "1652921000418".into(),
+                model: "H100 SXM5 80GB".into(),
+            },
             clock: ClockSpec {
                 khz: 1_980_000,
                 secondary_khz: 990_000,

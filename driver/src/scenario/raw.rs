@@ -22,6 +22,7 @@ pub(super) struct RawScenario {
     pub name: Option<String>,
     pub seed: Option<u64>,
     pub clock: Option<RawClock>,
+    pub identity: Option<RawIdentity>,
     pub topology: Option<RawTopology>,
     pub trigger: Option<RawTrigger>,
     pub stream: Option<RawStream>,
@@ -107,6 +108,17 @@ pub(super) struct RawEdge {
 pub(super) struct RawLoop {
     pub to: Spanned<String>,
     pub trips: Spanned<u32>,
+}
+
+/// `[identity]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawIdentity {
+    pub index: Option<Spanned<u32>>,
+    pub pci_address: Option<Spanned<String>>,
+    pub uuid: Option<Spanned<String>>,
+    pub serial: Option<Spanned<String>>,
+    pub model: Option<Spanned<String>>,
 }
 
 /// `[clock]`.

@@ -8,6 +8,8 @@ pub struct Scenario {
     pub name: String,
     /// Seed of every random choice the device makes.
     pub seed: u64,
+    /// Who the device is on its host.
+    pub identity: IdentitySpec,
     /// Clock.
     pub clock: ClockSpec,
     /// Topology.
@@ -38,6 +40,22 @@ pub struct Scenario {
     pub throttle: Vec<ThrottleWindow>,
     /// VM migrations between partitions, in the order they are due.
     pub migrations: Vec<MigrationSpec>,
+}
+
+/// The device's identity (`[identity]`; the `GPU_INDEX` … `MODEL_NAME`
+/// registers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentitySpec {
+    /// Index on the host, `0..MAX_DEVICES`.
+    pub index: u32,
+    /// PCI address.
+    pub pci: gpupm_uapi::identity::PciAddress,
+    /// UUID.
+    pub uuid: gpupm_uapi::identity::DeviceUuid,
+    /// Serial number: printable ASCII, 1 to 16 bytes.
+    pub serial: String,
+    /// Model name: printable ASCII, 1 to 32 bytes.
+    pub model: String,
 }
 
 /// Clock settings.

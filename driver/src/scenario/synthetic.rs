@@ -4,8 +4,8 @@ use gpupm_uapi::events::{self, UnitType};
 use gpupm_uapi::regs::TRIG_THRESHOLD_MAX;
 
 use super::spec::{
-    h100_class, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
-    StreamSpec, TriggerSpec, VmSpec,
+    h100_class, ClockSpec, ContextSpec, IdentitySpec, PartitionSpec, PhaseSpec, ProfileSpec,
+    Scenario, StreamSpec, TriggerSpec, VmSpec,
 };
 
 /// Parameters of [`reference_load`].
@@ -76,11 +76,13 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
         })
         .collect();
     let n_vms = spec.vms.max(1);
+    let name = format!(
+        "reference-load-{}p-{}vm-{}ctx",
+        n_parts, n_vms, spec.contexts
+    );
     Scenario {
-        name: format!(
-            "reference-load-{}p-{}vm-{}ctx",
-            n_parts, n_vms, spec.contexts
-        ),
+        identity: IdentitySpec::derived(&name, 7, 0),
+        name,
         seed: 7,
         clock: ClockSpec {
             khz,

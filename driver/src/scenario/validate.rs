@@ -17,7 +17,7 @@ use super::error::SpanError;
 use super::raw::{RawClock, RawScenario, RawStream, RawTopology, RawTrigger};
 use super::spec::{h100_class, ClockSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec};
 use super::time::{fit_u32, Clock};
-use super::{profiles, program_parse, slices, timeline};
+use super::{identity, profiles, program_parse, slices, timeline};
 
 /// Nominal clock when the file gives none (1.98 GHz).
 const DEFAULT_KHZ: u32 = 1_980_000;
@@ -71,9 +71,13 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
     let churn = timeline::churns(&raw.churn, &vms, &profiles, time)?;
     let throttle = timeline::throttle(&raw.throttle, time)?;
     let migrations = timeline::migrations(&raw.migrate, &vms, &partitions, time)?;
+    let name = raw.name.unwrap_or_else(|| default_name.to_owned());
+    let seed = raw.seed.unwrap_or(0);
+    let identity = identity::identity(raw.identity.as_ref(), &name, seed)?;
     Ok(Scenario {
-        name: raw.name.unwrap_or_else(|| default_name.to_owned()),
-        seed: raw.seed.unwrap_or(0),
+        name,
+        seed,
+        identity,
         clock,
         topology,
         trigger,

@@ -162,6 +162,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                 Scenario {
                     programs: Vec::new(),
                     name: "generated".into(),
+                    identity: IdentitySpec::derived("generated", seed, 0),
                     seed,
                     clock: ClockSpec {
                         khz: 1_980_000,

@@ -285,7 +285,10 @@ fn device(i: &Inputs<'_>) -> Option<Check> {
         "device",
         verdict,
         format!(
-            "{} CCU counter wraps, clock {} ({} kHz), {} switches ({} by fallback)",
+            "{}{} CCU counter wraps, clock {} ({} kHz), {} switches ({} by fallback)",
+            d.gpu
+                .as_ref()
+                .map_or_else(String::new, |g| format!("GPU {} {}: ", g.index, g.uuid)),
             thousands(d.ccu_wraps),
             match d.clock_capability {
                 ClockCapability::Primary => "primary",
@@ -423,6 +426,7 @@ mod tests {
     #[test]
     fn a_device_behind_real_time_warns_at_the_daemons_floor() {
         let mut d = DeviceHealth {
+            gpu: None,
             cycle: 99_000_000,
             clock_khz: 1_000_000,
             clock_capability: ClockCapability::Primary,

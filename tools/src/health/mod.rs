@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use self::checks::{Check, Inputs, Verdict};
 use crate::error::{one_line, CliError, CliResult};
+use crate::gpu::GpuJson;
 use crate::node::{Global, DEFAULT_NODE_DIR};
 use crate::output::emit;
 
@@ -266,6 +267,8 @@ pub enum ClockCapability {
 /// The device's health.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct DeviceHealth {
+    /// Who the device is (null for a device before ABI 1.12).
+    pub gpu: Option<GpuJson>,
     /// Device cycle now.
     pub cycle: u64,
     /// Nominal clock in kHz.
@@ -307,6 +310,7 @@ fn device(dev: &DevNode) -> Result<DeviceHealth, gpupm_client::DevError> {
         cycle as f64 * 100.0 / (cycle as f64 + lag as f64)
     };
     Ok(DeviceHealth {
+        gpu: crate::gpu::identity(dev)?,
         cycle,
         clock_khz: dev.read32(r::CLOCK_KHZ)?,
         clock_capability: if cap == clock_cap::SECONDARY {

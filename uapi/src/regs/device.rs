@@ -60,8 +60,32 @@ register_block! {
         /// wall time since the clock started, in cycles; 0 on a step clock. Not
         /// cleared by [`RESET`] (ABI 1.11).
         CLOCK_LAG = 0x0058, ro64;
+        /// the device's index on its host (0 for the first GPU), as the
+        /// host numbers its devices; set by the scenario, stable across
+        /// restarts (ABI 1.12).
+        GPU_INDEX = 0x0060, ro;
+        /// PCI address, shown `DDDD:BB:dd.f` in hexadecimal: domain in
+        /// bits 31..16, bus 15..8, device 7..3, function 2..0 (ABI 1.12).
+        PCI_ADDRESS = 0x0064, ro;
+        /// four words: the device's UUID, bytes 0..16 in RFC 9562 order,
+        /// word `i` holding bytes `4i..4i+4` little-endian; shown as
+        /// `GPU-` and the 8-4-4-4-12 hex groups (ABI 1.12).
+        UUID = 0x0068, ro words UUID_WORDS;
+        /// four words: the board serial number, ASCII, NUL-padded to 16
+        /// bytes, packed like [`UUID`] (ABI 1.12).
+        SERIAL = 0x0078, ro words SERIAL_WORDS;
+        /// eight words: the model name, ASCII, NUL-padded to 32 bytes,
+        /// packed like [`UUID`] (ABI 1.12).
+        MODEL_NAME = 0x0088, ro words MODEL_NAME_WORDS;
     }
 }
+
+/// Words of [`UUID`].
+pub const UUID_WORDS: usize = 4;
+/// Words of [`SERIAL`].
+pub const SERIAL_WORDS: usize = 4;
+/// Words of [`MODEL_NAME`].
+pub const MODEL_NAME_WORDS: usize = 8;
 
 /// Value that must be written to [`RESET`].
 pub const RESET_MAGIC: u32 = 0x5245_5345; // "ESER"

@@ -11,6 +11,7 @@
 //! copying the device.
 
 use gpupm_uapi::events::EVENT_COUNT;
+use gpupm_uapi::identity::bytes_to_words;
 use gpupm_uapi::intr::source;
 use gpupm_uapi::layout::SYSTEM_BLOCK_SLOT;
 use gpupm_uapi::map::Location;
@@ -186,9 +187,31 @@ impl Device {
             r::TOPO_VMS => r32(r::MAX_VMS),
             r::TOPO_CONTEXTS => r32(r::MAX_CONTEXTS),
             r::CCU_WRAPS => r64(self.ccu.wraps()),
+            r::GPU_INDEX => r32(self.scenario.identity.index),
+            r::PCI_ADDRESS => r32(self.scenario.identity.pci.to_register()),
+            o if (r::UUID..r::MODEL_NAME + 4 * r::MODEL_NAME_WORDS as u64).contains(&o) => {
+                r32(self.identity_word(o))
+            }
             // The rest of the block is the clock's (`CLOCK_KHZ`, `CYCLE`, …).
             _ => self.clock.read(offset),
         }
+    }
+
+    /// One word of the `UUID`, `SERIAL` or `MODEL_NAME` arrays (which
+    /// follow one another) at `offset`.
+    fn identity_word(&self, offset: u64) -> u32 {
+        let id = &self.scenario.identity;
+        let (field, base): (&[u8], u64) = if offset >= r::MODEL_NAME {
+            (id.model.as_bytes(), r::MODEL_NAME)
+        } else if offset >= r::SERIAL {
+            (id.serial.as_bytes(), r::SERIAL)
+        } else {
+            (&id.uuid.0, r::UUID)
+        };
+        let at = usize::try_from(offset - base).unwrap_or(usize::MAX);
+        let mut word = [0u32; 1];
+        bytes_to_words(field.get(at..).unwrap_or(&[]), &mut word);
+        word[0]
     }
 
     fn device_status(&self) -> u32 {
@@ -558,6 +581,58 @@ mod tests {
             before,
             "a refused write changed the control state"
         );
+    }
+
+    /// The identity registers carry the scenario's `[identity]`, read back
+    /// word by word with the encodings of `gpupm_uapi::identity`, and
+    /// refuse writes.
+    #[test]
+    fn identity_registers_carry_the_scenarios_identity_and_refuse_writes() {
+        use gpupm_uapi::identity::{ascii_field, words_to_bytes, DeviceUuid, PciAddress};
+
+        let text = format!(
+            "{}\n[identity]\nindex = 5\npci_address = \"0002:ab:01.3\"\nserial = \"SN-0042\"\nmodel = \"A model name of exactly 32 bytes\"\n",
+            crate::scenario::BUILTIN_TOML
+        );
+        let scenario = crate::scenario::parse("identity", &text).unwrap();
+        let mut dev = Device::new(&scenario, EngineKind::Batched, true).unwrap();
+        let words = |dev: &Device, base: u64, n: usize| -> Vec<u32> {
+            (0..n as u64)
+                .map(|i| u32::try_from(dev.read_reg(base + 4 * i, 4).unwrap()).unwrap())
+                .collect()
+        };
+        let text_of = |w: &[u32]| {
+            let mut b = vec![0u8; w.len() * 4];
+            words_to_bytes(w, &mut b);
+            ascii_field(&b)
+        };
+        assert_eq!(dev.read_reg(r::GPU_INDEX, 4), Ok(5));
+        let pci = PciAddress::from_register(
+            u32::try_from(dev.read_reg(r::PCI_ADDRESS, 4).unwrap()).unwrap(),
+        );
+        assert_eq!(pci.to_string(), "0002:ab:01.3");
+        let uuid_words: [u32; r::UUID_WORDS] =
+            words(&dev, r::UUID, r::UUID_WORDS).try_into().unwrap();
+        assert_eq!(DeviceUuid::from_words(&uuid_words), scenario.identity.uuid);
+        assert_eq!(text_of(&words(&dev, r::SERIAL, r::SERIAL_WORDS)), "SN-0042");
+        assert_eq!(
+            text_of(&words(&dev, r::MODEL_NAME, r::MODEL_NAME_WORDS)),
+            "A model name of exactly 32 bytes"
+        );
+        for offset in [
+            r::GPU_INDEX,
+            r::PCI_ADDRESS,
+            r::UUID + 4,
+            r::SERIAL,
+            r::MODEL_NAME + 28,
+        ] {
+            let before = dev.read_reg(offset, 4).unwrap();
+            assert!(
+                matches!(dev.write_reg(offset, 4, 0), Err(RegError::ReadOnly { .. })),
+                "write {offset:#x}"
+            );
+            assert_eq!(dev.read_reg(offset, 4), Ok(before), "{offset:#x} changed");
+        }
     }
 
     /// The other way round: every register of the device-wide blocks (which

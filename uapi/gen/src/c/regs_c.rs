@@ -30,7 +30,9 @@ pub(super) fn emit_global_regs(h: &mut Header) {
     );
     group!(h, dec "GPUPM_", gpupm_uapi::regs: TRIG_PERIOD_MIN, TRIG_THRESHOLD_MIN, TRIG_THRESHOLD_MAX,
         DITHER_BITS, DITHER_MAX, ULC_COUNTER_BITS, ULC_COUNTER_MAX, CCU_COUNTER_BITS, MULTIBIT_ACC_BITS,
-        FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS);
+        FLUSH_ACK_BASE_CYCLES, FLUSH_ACK_MAX_CYCLES, REKEY_NONCE_WORDS, REKEY_KEY_WORDS, REKEY_TAG_WORDS,
+        UUID_WORDS, SERIAL_WORDS, MODEL_NAME_WORDS);
+    group!(h, dec "GPUPM_", gpupm_uapi::identity: SERIAL_BYTES, MODEL_NAME_BYTES);
     group!(h, hex "GPUPM_", gpupm_uapi::regs: OOB_MBOX_DELTA, REKEY_NONCE_DOMAIN);
     h.line(
         "/* Cycles until the flush ack of a CCU with `counters` counters arrives. */\n\
