@@ -46,6 +46,7 @@ pub use error::ScenarioError;
 pub use parse::{parse, parse_file};
 pub use program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
 pub use spec::{
-    h100_class, ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, PartitionSpec, PhaseSpec,
-    ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+    h100_class, ChurnSpec, ClockSpec, ContextSpec, MigrationSpec, OobSpec, PartitionSpec,
+    PhaseSpec, ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec,
+    VmSpec, DEFAULT_OOB_HOST_TIMEOUT_MS, DEFAULT_OOB_PERIOD_MS, OOB_PERIOD_MIN,
 };

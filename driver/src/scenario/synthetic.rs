@@ -4,7 +4,7 @@ use gpupm_uapi::events::{self, UnitType};
 use gpupm_uapi::regs::TRIG_THRESHOLD_MAX;
 
 use super::spec::{
-    h100_class, ClockSpec, ContextSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
+    h100_class, ClockSpec, ContextSpec, OobSpec, PartitionSpec, PhaseSpec, ProfileSpec, Scenario,
     StreamSpec, TriggerSpec, VmSpec,
 };
 
@@ -116,5 +116,6 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
         churn: Vec::new(),
         throttle: Vec::new(),
         migrations: Vec::new(),
+        oob: OobSpec::at_khz(khz),
     }
 }
