@@ -4,7 +4,7 @@
 # struct sizes and field offsets (all fields little-endian); and the
 # tenant pages (uapi/src/page.rs): page layout, socket messages.
 
-ABI_VERSION = 0x1000b
+ABI_VERSION = 0x1000c
 TENANT_STRUCT_VERSION = 0x1
 TENANT_IOC_WHOAMI = 0xc1105400
 TENANT_IOC_LIST_CONTEXTS = 0xd0185401

@@ -33,7 +33,7 @@ pub const ABI_MAJOR: u16 = 1;
 /// Some minors also changed what an older client relied on (1.3 most of
 /// all). Every minor, what it added or changed and which document
 /// describes it: `docs/abi.md`, "Versions".
-pub const ABI_MINOR: u16 = 11;
+pub const ABI_MINOR: u16 = 12;
 /// `ABI_MAJOR << 16 | ABI_MINOR`, as the `ABI_VERSION` register reads.
 pub const ABI_VERSION: u32 = ((ABI_MAJOR as u32) << 16) | ABI_MINOR as u32;
 
