@@ -209,6 +209,11 @@
  * nonce can never equal a nonce the device uses under the same key.
  */
 #define GPUPM_REKEY_NONCE_DOMAIN 0xffffffffU
+/**
+ * Result words of one OOB command: `OOB_MBOX_DATA`, `_DATA1`, `_DATA2`,
+ * `_DATA3`.
+ */
+#define GPUPM_OOB_MBOX_WORDS 4
 /* Cycles until the flush ack of a CCU with `counters` counters arrives. */
 #define GPUPM_FLUSH_ACK_LATENCY(counters) (GPUPM_FLUSH_ACK_BASE_CYCLES + ((counters) + GPUPM_RECORD_VALUES - 1) / GPUPM_RECORD_VALUES)
 /** RO: GPUPM_DEVICE_MAGIC. */
@@ -346,16 +351,36 @@
 #define GPUPM_REG_MBOX_SEQ 0x30c
 /** RO 64-bit: result data of the last command. */
 #define GPUPM_REG_MBOX_DATA 0x310 /* 64-bit */
-/** RW: the OOB mailbox's GPUPM_REG_MBOX_ARG. */
+/** RW: the OOB mailbox's GPUPM_REG_MBOX_ARG: the first argument. */
 #define GPUPM_REG_OOB_MBOX_ARG 0x400
-/** WO: the OOB mailbox's GPUPM_REG_MBOX_CMD. */
+/**
+ * WO: the OOB mailbox's GPUPM_REG_MBOX_CMD: writing an opcode from
+ * GPUPM_MBOX_OP_* runs the command within the write.
+ */
 #define GPUPM_REG_OOB_MBOX_CMD 0x404
 /** RO: the OOB mailbox's GPUPM_REG_MBOX_STATUS. */
 #define GPUPM_REG_OOB_MBOX_STATUS 0x408
-/** RO: the OOB mailbox's GPUPM_REG_MBOX_SEQ. */
+/**
+ * RO: the OOB mailbox's GPUPM_REG_MBOX_SEQ: every command, refused or not,
+ * moves it by one.
+ */
 #define GPUPM_REG_OOB_MBOX_SEQ 0x40c
-/** RO 64-bit: the OOB mailbox's GPUPM_REG_MBOX_DATA. */
+/** RO 64-bit: the OOB mailbox's GPUPM_REG_MBOX_DATA: the first result word. */
 #define GPUPM_REG_OOB_MBOX_DATA 0x410 /* 64-bit */
+/**
+ * RW: the second argument of the commands that take one (a scope, a
+ * VM filter, a snapshot tag); ABI 1.12.
+ */
+#define GPUPM_REG_OOB_MBOX_ARG2 0x418
+/**
+ * RO 64-bit: the second result word of the last command (0 when it failed
+ * or has none); ABI 1.12.
+ */
+#define GPUPM_REG_OOB_MBOX_DATA1 0x420 /* 64-bit */
+/** RO 64-bit: the third result word of the last command; ABI 1.12. */
+#define GPUPM_REG_OOB_MBOX_DATA2 0x428 /* 64-bit */
+/** RO 64-bit: the fourth result word of the last command; ABI 1.12. */
+#define GPUPM_REG_OOB_MBOX_DATA3 0x430 /* 64-bit */
 /**
  * WO: the tenant-chosen 64 bits of the rekey blob's AES-GCM nonce, two
  * words (low word first). The nonce is GPUPM_REKEY_NONCE_DOMAIN (LE)
@@ -415,6 +440,75 @@
 #define GPUPM_MBOX_OP_READ_CYCLE 0x4
 /** DATA = number of fallback-completed switches, all partitions. */
 #define GPUPM_MBOX_OP_READ_FALLBACKS 0x5
+/**
+ * OOB: DATA = the OOB channel's generation (its commits so far),
+ * DATA1 = the cycle of its last commit, DATA2 = its trigger period in
+ * cycles, DATA3 = OOB flushes completed.
+ */
+#define GPUPM_MBOX_OP_OOB_CHANNEL_INFO 0x10
+/**
+ * OOB: requests a flush of the OOB channel: when the CCUs' flush acks
+ * are in, GPUPM_FLUSH_ACK_MAX_CYCLES later, every CCU's pending
+ * and ULC partial counts of a VM that is not confidential go into the
+ * channel and it commits, so that every OOB block then holds
+ * everything generated up to that cycle. DATA = the flush's number
+ * (`OOB_CHANNEL_INFO`'s DATA3 reaches it when it completed), DATA1 =
+ * the cycle it completes at. Status ERR_BUSY
+ * while an earlier flush has not completed.
+ */
+#define GPUPM_MBOX_OP_OOB_FLUSH 0x11
+/**
+ * OOB: ARG = a VM id (0 to start); DATA = the next configured VM id
+ * above it, DATA1 = its partition slot, DATA2 =
+ * oob_vm_flags, DATA3 = its contexts in the OOB table (0
+ * for a confidential VM). Status `END` after the last.
+ */
+#define GPUPM_MBOX_OP_OOB_NEXT_VM 0x12
+/**
+ * OOB: ARG = a context id (0 to start), ARG2 = a VM id to list only
+ * its contexts (0 = every VM); DATA = the next context id above ARG
+ * in the OOB table, DATA1 = its VM, DATA2 = its created cycle, DATA3
+ * = oob_ctx_state. Contexts of confidential VMs are not in
+ * the table. Status `END` after the last.
+ */
+#define GPUPM_MBOX_OP_OOB_NEXT_CONTEXT 0x13
+/**
+ * OOB: ARG2 = oob_scope, ARG = the VM or context id (0 for
+ * the system); copies the block's counters into the mailbox's latch.
+ * DATA = the latch tag (never 0), DATA1 = the channel generation,
+ * DATA2 = commits into the block, DATA3 = the context's created cycle
+ * (context scope) or the VM's partition slot (VM scope), else 0.
+ */
+#define GPUPM_MBOX_OP_OOB_SNAPSHOT 0x14
+/**
+ * OOB: ARG = the first word (event id) to read, below the number of
+ * events; ARG2 = the latch tag `OOB_SNAPSHOT` answered; DATA..DATA3
+ * = the latched counters of events ARG..ARG+3 (0 past the last
+ * event). Status ERR_STALE when ARG2 is not
+ * the current latch's tag: another snapshot replaced the latch.
+ */
+#define GPUPM_MBOX_OP_OOB_READ_LATCH 0x15
+/**
+ * OOB: DATA = cycles with no context running on any partition,
+ * DATA1 = idle periods begun (how often the device went idle), DATA2
+ * = the current cycle, DATA3 = 1 while the device is idle now.
+ */
+#define GPUPM_MBOX_OP_OOB_READ_IDLE 0x16
+/**
+ * OOB: DATA = oob_host_state, DATA1 = cycles since the
+ * host's last request (`u64::MAX`: never; 0 while a host reader
+ * waits), DATA2 = handles open on the host's node, DATA3 = the
+ * timeout in cycles after which an open but silent host is not
+ * responding.
+ */
+#define GPUPM_MBOX_OP_OOB_HOST_STATE 0x17
+/**
+ * OOB: DATA = the nominal clock in kHz, DATA1 = the clock now in kHz
+ * (lower while throttled), DATA2 = device resets the host made (the
+ * OOB channel carried its counts across each), DATA3 = the mask of
+ * configured partition slots.
+ */
+#define GPUPM_MBOX_OP_OOB_DEVICE_INFO 0x18
 /** No command run yet. */
 #define GPUPM_MBOX_STATUS_IDLE 0
 /** Last command succeeded; DATA holds its result. */
@@ -423,6 +517,55 @@
 #define GPUPM_MBOX_STATUS_ERR_OPCODE 2
 /** Argument out of range. */
 #define GPUPM_MBOX_STATUS_ERR_ARG 3
+/** OOB: the VM or context named is not in the OOB channel. */
+#define GPUPM_MBOX_STATUS_ERR_NOT_FOUND 4
+/**
+ * OOB: ARG2 is not the tag of the current latch (another snapshot
+ * replaced it, or none was taken): take a new snapshot.
+ */
+#define GPUPM_MBOX_STATUS_ERR_STALE 5
+/** OOB: a confidential VM, which the OOB channel leaves out. */
+#define GPUPM_MBOX_STATUS_ERR_CONFIDENTIAL 6
+/** OOB: an enumeration passed its last entry. */
+#define GPUPM_MBOX_STATUS_END 7
+/** OOB: an OOB flush is still in progress; ask again after it. */
+#define GPUPM_MBOX_STATUS_ERR_BUSY 8
+/**
+ * The system block (`ARG` = 0): the device-level units and every VM
+ * that is not confidential.
+ */
+#define GPUPM_OOB_SCOPE_SYSTEM 0
+/** A VM's block (`ARG` = the VM). */
+#define GPUPM_OOB_SCOPE_VM 1
+/** A context's block (`ARG` = the context). */
+#define GPUPM_OOB_SCOPE_CONTEXT 2
+/**
+ * The VM is confidential: the OOB channel holds no block and no
+ * context of it.
+ */
+#define GPUPM_OOB_VM_FLAGS_CONFIDENTIAL 0x1
+/** The context exists on the device. */
+#define GPUPM_OOB_CTX_STATE_ACTIVE 1
+/**
+ * The context was destroyed; its OOB block keeps its final counts
+ * until the device reuses the id.
+ */
+#define GPUPM_OOB_CTX_STATE_DESTROYED 2
+/**
+ * The host's node is served, a handle is open on it, and it was used
+ * (or a host reader waited on it) within the timeout.
+ */
+#define GPUPM_OOB_HOST_STATE_LOADED 1
+/**
+ * The host's node is served and open, but nothing used it and no
+ * reader waited on it for longer than the timeout.
+ */
+#define GPUPM_OOB_HOST_STATE_NOT_RESPONDING 2
+/**
+ * The host's node is not served (never attached, unmounted, or the
+ * driver closed it) or no handle is open on it.
+ */
+#define GPUPM_OOB_HOST_STATE_UNLOADED 3
 
 /* Per-instance blocks: GPUPM_PART(p, GPUPM_REG_PART_STATUS) etc. (slot 0 = system) */
 

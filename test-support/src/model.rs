@@ -1,9 +1,10 @@
 //! The device model in process, as its tests drive it: the small scenario
 //! (parsed from [`crate::scenario::small`], the file the node tests serve),
 //! devices with pinned session ids, a digest of everything host-visible,
-//! and ledger checks.
+//! and ledger checks (the out-of-band channel's in [`oob`]).
 
 pub mod cc;
+pub mod oob;
 pub mod ri;
 pub mod sampling;
 

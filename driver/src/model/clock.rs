@@ -2,7 +2,7 @@
 //! advances it) or real time (time follows the wall clock at the current
 //! capability's frequency), the clock capability over time (primary outside
 //! the scenario's throttle windows, secondary inside), and the idle-cycle
-//! count the mailbox reports.
+//! count and idle periods the mailboxes report.
 //!
 //! Registers: `CLOCK_KHZ`, `CLOCK_CAP`, `CYCLE`, `CLOCK_LAG` (in the
 //! identity block).
@@ -38,6 +38,10 @@ pub struct Clock {
     /// the wall clock by this much (`CLOCK_LAG`).
     dropped: u64,
     idle_cycles: u64,
+    /// Idle periods begun so far (a run of idle spans is one).
+    idle_entries: u64,
+    /// Whether the span moved over last was idle.
+    idle_last: bool,
 }
 
 impl Clock {
@@ -52,6 +56,8 @@ impl Clock {
             tick_debt: 0,
             dropped: 0,
             idle_cycles: 0,
+            idle_entries: 0,
+            idle_last: false,
         }
     }
 
@@ -81,8 +87,18 @@ impl Clock {
     pub fn move_to(&mut self, t: u64, idle: bool) {
         if idle {
             self.idle_cycles += t - self.now;
+            if !self.idle_last {
+                self.idle_entries += 1;
+            }
         }
+        self.idle_last = idle;
         self.now = t;
+    }
+
+    /// Idle periods begun so far (how often the device went idle), and
+    /// whether the last cycle was idle.
+    pub fn idle_periods(&self) -> (u64, bool) {
+        (self.idle_entries, self.idle_last)
     }
 
     /// Cycles during which no context ran on any partition.
@@ -96,8 +112,8 @@ impl Clock {
         self.throttle.iter().any(|w| (w.start..w.end).contains(&t))
     }
 
-    /// Frequency now, in kHz.
-    fn khz_now(&self) -> u32 {
+    /// Frequency now, in kHz (the secondary one inside a throttle window).
+    pub fn khz_now(&self) -> u32 {
         if self.secondary_at(self.now) {
             self.spec.secondary_khz
         } else {

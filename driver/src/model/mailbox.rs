@@ -3,11 +3,12 @@
 //! directly (the device hands the mailbox a [`MailboxView`] of it); nothing
 //! is allocated, no host memory is touched, no daemon is involved.
 //!
-//! The device has two, with the same register layout: the host's
-//! (`MBOX_ARG`, `MBOX_CMD`, `MBOX_STATUS`, `MBOX_SEQ`, `MBOX_DATA` at
-//! `0x0300..0x0400`) and the out-of-band one a BMC uses (`OOB_MBOX_*`, the
-//! same offsets plus `OOB_MBOX_DELTA`), so that neither caller's sequence
-//! can interleave with the other's. Offsets here are the host layout's.
+//! This is the host's (`MBOX_ARG`, `MBOX_CMD`, `MBOX_STATUS`, `MBOX_SEQ`,
+//! `MBOX_DATA` at `0x0300..0x0400`). The out-of-band one a BMC uses
+//! (`OOB_MBOX_*`) has registers and commands of its own
+//! (`model/oob/mailbox.rs`) and answers the opcodes here with
+//! [`answer`], so that neither caller's sequence can interleave with the
+//! other's.
 
 use gpupm_uapi::events::EVENT_COUNT;
 use gpupm_uapi::regs::{self as r, mbox_op, mbox_status};
@@ -85,26 +86,31 @@ impl Mailbox {
 
     /// Runs command `op` against `view`; returns the resulting status.
     pub fn run(&mut self, op: u32, view: MailboxView<'_>) -> u32 {
-        let result =
-            match op {
-                mbox_op::GET_CAPS => Ok(u64::from(gpupm_uapi::ABI_VERSION) << 32
-                    | u64::try_from(EVENT_COUNT).unwrap_or(0)),
-                mbox_op::READ_SYSTEM_COUNTER => usize::try_from(self.arg)
-                    .ok()
-                    .filter(|&e| e < EVENT_COUNT)
-                    .and_then(|e| view.system_counters.get(e).copied())
-                    .ok_or(mbox_status::ERR_ARG),
-                mbox_op::READ_IDLE_CYCLES => Ok(view.idle_cycles),
-                mbox_op::READ_CYCLE => Ok(view.now),
-                mbox_op::READ_FALLBACKS => Ok(view.fallbacks),
-                _ => Err(mbox_status::ERR_OPCODE),
-            };
-        (self.status, self.data) = match result {
+        (self.status, self.data) = match answer(op, self.arg, view) {
             Ok(v) => (mbox_status::OK, v),
             Err(status) => (status, 0),
         };
         self.seq = self.seq.wrapping_add(1);
         self.status
+    }
+}
+
+/// The answer of the mailbox opcodes both mailboxes share to `op` with
+/// argument `arg`: the result, or the failed status.
+pub fn answer(op: u32, arg: u32, view: MailboxView<'_>) -> Result<u64, u32> {
+    match op {
+        mbox_op::GET_CAPS => {
+            Ok(u64::from(gpupm_uapi::ABI_VERSION) << 32 | u64::try_from(EVENT_COUNT).unwrap_or(0))
+        }
+        mbox_op::READ_SYSTEM_COUNTER => usize::try_from(arg)
+            .ok()
+            .filter(|&e| e < EVENT_COUNT)
+            .and_then(|e| view.system_counters.get(e).copied())
+            .ok_or(mbox_status::ERR_ARG),
+        mbox_op::READ_IDLE_CYCLES => Ok(view.idle_cycles),
+        mbox_op::READ_CYCLE => Ok(view.now),
+        mbox_op::READ_FALLBACKS => Ok(view.fallbacks),
+        _ => Err(mbox_status::ERR_OPCODE),
     }
 }
 

@@ -15,7 +15,9 @@
 //! * [`rc`]: the RC buffer and the RCs.
 //! * [`partition`]: partition state, scheduler and switch handshake.
 //! * [`memory`]: counter blocks, stream rings and the memory window.
-//! * [`mailbox`]: the host's and the out-of-band mailbox.
+//! * [`mailbox`]: the host's mailbox (and the opcodes both mailboxes share).
+//! * [`oob`]: the out-of-band reduction channel, its blocks, the OOB
+//!   mailbox and what the device knows of its host driver.
 //! * [`intr`]: the interrupt controller.
 //! * [`cc`]: the confidential envelope (identity, key exchange, sessions).
 //! * [`clock`]: device time, step or real time, and throttle windows.
@@ -40,6 +42,7 @@ pub mod intr;
 pub mod ledger;
 pub mod mailbox;
 pub mod memory;
+pub mod oob;
 pub mod partition;
 pub mod program;
 pub mod ranges;

@@ -48,7 +48,7 @@ pub use identity::{DEFAULT_MODEL, MAX_DEVICES};
 pub use parse::{parse, parse_file};
 pub use program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
 pub use spec::{
-    h100_class, ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, PartitionSpec,
-    PhaseSpec, ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec,
-    VmSpec,
+    h100_class, ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, OobSpec,
+    PartitionSpec, PhaseSpec, ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec,
+    TriggerSpec, VmSpec, DEFAULT_OOB_HOST_TIMEOUT_MS, DEFAULT_OOB_PERIOD_MS, OOB_PERIOD_MIN,
 };

@@ -115,8 +115,9 @@ mod example_tests {
     use crate::scenario::program::{BlockSpec, Exit, KernelSpec, ProgramSpec};
     use crate::scenario::test_support::ok;
     use crate::scenario::{
-        ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, PartitionSpec, PhaseSpec,
-        ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec, VmSpec,
+        ChurnSpec, ClockSpec, ContextSpec, IdentitySpec, MigrationSpec, OobSpec, PartitionSpec,
+        PhaseSpec, ProfileSpec, Scenario, StreamSpec, ThrottleWindow, TopologySpec, TriggerSpec,
+        VmSpec,
     };
 
     #[test]
@@ -285,6 +286,10 @@ mod example_tests {
                 vm: 1,
                 to: 2,
             }],
+            oob: OobSpec {
+                period_cycles: 99_000_000,
+                host_timeout_cycles: 1_980_000_000,
+            },
         };
         assert_eq!(parsed, Ok(expected));
     }

@@ -26,6 +26,7 @@ pub(super) struct RawScenario {
     pub topology: Option<RawTopology>,
     pub trigger: Option<RawTrigger>,
     pub stream: Option<RawStream>,
+    pub oob: Option<RawOob>,
     pub switch_timeout_us: Us,
     pub switch_timeout_cycles: Cycles,
     #[serde(default)]
@@ -160,6 +161,16 @@ pub(super) struct RawTrigger {
 pub(super) struct RawStream {
     pub ring_records: Option<Spanned<u32>>,
     pub watermark: Option<Spanned<u32>>,
+}
+
+/// `[oob]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOob {
+    pub period_us: Us,
+    pub period_cycles: Cycles,
+    pub host_timeout_us: Us,
+    pub host_timeout_cycles: Cycles,
 }
 
 /// One `[[partition]]`.

@@ -40,6 +40,8 @@ pub struct Scenario {
     pub throttle: Vec<ThrottleWindow>,
     /// VM migrations between partitions, in the order they are due.
     pub migrations: Vec<MigrationSpec>,
+    /// The out-of-band reduction channel (`[oob]`, `docs/oob.md`).
+    pub oob: OobSpec,
 }
 
 /// The device's identity (`[identity]`; the `GPU_INDEX` … `MODEL_NAME`
@@ -57,6 +59,37 @@ pub struct IdentitySpec {
     /// Model name: printable ASCII, 1 to 32 bytes.
     pub model: String,
 }
+
+/// The out-of-band reduction channel's settings: the device's own, which
+/// no register can change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OobSpec {
+    /// Period of the channel's own trigger and commit, in cycles; default
+    /// 50 ms at the nominal clock, at least `OOB_PERIOD_MIN` cycles.
+    pub period_cycles: u64,
+    /// Cycles after which a host whose node is open but that made no
+    /// request (and had no reader waiting) is reported not responding;
+    /// default 1 s at the nominal clock.
+    pub host_timeout_cycles: u64,
+}
+
+impl OobSpec {
+    /// The defaults at a nominal clock of `khz`.
+    pub fn at_khz(khz: u32) -> Self {
+        let ms = |n: u64| (u64::from(khz) * n).max(1);
+        OobSpec {
+            period_cycles: ms(DEFAULT_OOB_PERIOD_MS).max(OOB_PERIOD_MIN),
+            host_timeout_cycles: ms(DEFAULT_OOB_HOST_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Default period of the OOB channel, in milliseconds of nominal time.
+pub const DEFAULT_OOB_PERIOD_MS: u64 = 50;
+/// Default host timeout of the OOB channel, in milliseconds of nominal time.
+pub const DEFAULT_OOB_HOST_TIMEOUT_MS: u64 = 1_000;
+/// Shortest OOB period in cycles (the trigger block's shortest period).
+pub const OOB_PERIOD_MIN: u64 = gpupm_uapi::regs::TRIG_PERIOD_MIN as u64;
 
 /// Clock settings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

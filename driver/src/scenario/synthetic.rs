@@ -4,8 +4,8 @@ use gpupm_uapi::events::{self, UnitType};
 use gpupm_uapi::regs::TRIG_THRESHOLD_MAX;
 
 use super::spec::{
-    h100_class, ClockSpec, ContextSpec, IdentitySpec, PartitionSpec, PhaseSpec, ProfileSpec,
-    Scenario, StreamSpec, TriggerSpec, VmSpec,
+    h100_class, ClockSpec, ContextSpec, IdentitySpec, OobSpec, PartitionSpec, PhaseSpec,
+    ProfileSpec, Scenario, StreamSpec, TriggerSpec, VmSpec,
 };
 
 /// Parameters of [`reference_load`].
@@ -118,5 +118,6 @@ pub fn reference_load(spec: LoadSpec) -> Scenario {
         churn: Vec::new(),
         throttle: Vec::new(),
         migrations: Vec::new(),
+        oob: OobSpec::at_khz(khz),
     }
 }

@@ -14,9 +14,11 @@ use gpupm_uapi::regs::{
 use toml::Spanned;
 
 use super::error::SpanError;
-use super::raw::{RawClock, RawScenario, RawStream, RawTopology, RawTrigger};
-use super::spec::{h100_class, ClockSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec};
-use super::time::{fit_u32, Clock};
+use super::raw::{RawClock, RawOob, RawScenario, RawStream, RawTopology, RawTrigger};
+use super::spec::{
+    h100_class, ClockSpec, OobSpec, Scenario, StreamSpec, TopologySpec, TriggerSpec, OOB_PERIOD_MIN,
+};
+use super::time::{fit_u32, positive, Clock};
 use super::{identity, profiles, program_parse, slices, timeline};
 
 /// Nominal clock when the file gives none (1.98 GHz).
@@ -56,6 +58,7 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
     let topology = topology(raw.topology.as_ref())?;
     let trigger = trigger(raw.trigger.as_ref(), time)?;
     let stream = stream(raw.stream.as_ref())?;
+    let oob = oob(raw.oob.as_ref(), time, clock.khz)?;
     let switch_timeout_cycles = time.time_u32(
         "switch_timeout",
         &raw.switch_timeout_us,
@@ -92,7 +95,36 @@ pub(super) fn resolve(raw: RawScenario, default_name: &str) -> Result<Scenario, 
         churn,
         throttle,
         migrations,
+        oob,
     })
+}
+
+/// `[oob]`: the out-of-band channel's period (at least [`OOB_PERIOD_MIN`]
+/// cycles) and host timeout (positive).
+fn oob(raw: Option<&RawOob>, time: Clock, khz: u32) -> Result<OobSpec, SpanError> {
+    let mut spec = OobSpec::at_khz(khz);
+    let Some(raw) = raw else { return Ok(spec) };
+    if let Some(p) = time.time("period", &raw.period_us, &raw.period_cycles)? {
+        if p.cycles < OOB_PERIOD_MIN {
+            return Err(SpanError::new(
+                p.span,
+                format!(
+                    "OOB period of {} cycles is too short; it must be at least {OOB_PERIOD_MIN} cycles",
+                    p.cycles
+                ),
+            ));
+        }
+        spec.period_cycles = p.cycles;
+    }
+    let timeout = time.time(
+        "host_timeout",
+        &raw.host_timeout_us,
+        &raw.host_timeout_cycles,
+    )?;
+    if let Some(t) = timeout {
+        spec.host_timeout_cycles = positive("host timeout", t)?;
+    }
+    Ok(spec)
 }
 
 /// A frequency given as `<prefix>mhz` or `<prefix>khz`, in kHz.

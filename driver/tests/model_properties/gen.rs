@@ -59,8 +59,9 @@ fn device_profile() -> impl Strategy<Value = ProfileSpec> {
 }
 
 /// Random small scenarios: 1-3 GPCs, 1-3 partitions, 1-4 VMs (some
-/// time-sliced, some confidential), fixed contexts, churn, throttling, and
-/// trigger settings from very frequent threshold triggers to none.
+/// time-sliced, some confidential), fixed contexts, churn, throttling,
+/// trigger settings from very frequent threshold triggers to none, and an
+/// OOB channel that commits often or never.
 pub fn scenario() -> impl Strategy<Value = Scenario> {
     let topo = (
         prop::collection::vec(1u32..=3, 1..=3),
@@ -111,6 +112,9 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                     ),
                     timing(),
                     prop::option::of((0u64..300_000, 1_000u64..200_000)),
+                    // The OOB channel's own period: often enough to commit
+                    // several times in a run, or (its default) never.
+                    prop_oneof![Just(99_000_000u64), 2_000u64..60_000],
                 )
             },
         )
@@ -126,6 +130,7 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                 churn,
                 timing,
                 throttle,
+                oob_period,
             )| {
                 let (period, dither, threshold, timeout, ts_ctx, ts_vm, ring) = timing;
                 let partitions: Vec<PartitionSpec> = slots
@@ -212,6 +217,10 @@ pub fn scenario() -> impl Strategy<Value = Scenario> {
                         })
                         .unwrap_or_default(),
                     migrations: Vec::new(),
+                    oob: OobSpec {
+                        period_cycles: oob_period,
+                        host_timeout_cycles: 1_980_000_000,
+                    },
                 }
             },
         )
@@ -252,8 +261,9 @@ pub enum Op {
     Period(u32),
 }
 
-pub fn ops() -> impl Strategy<Value = Vec<Op>> {
-    let op = prop_oneof![
+/// One host operation.
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
         4 => (1u64..60_000).prop_map(Op::Advance),
         4 => Just(Op::Service),
         2 => (0usize..3, 1u8..=7, 0u64..30_000).prop_map(|(which, steps, wait)| Op::PartialHandshake { which, steps, wait }),
@@ -261,8 +271,11 @@ pub fn ops() -> impl Strategy<Value = Vec<Op>> {
         1 => (0u32..16, 0u32..4, any::<u32>()).prop_map(|(ccu, word, bits)| Op::Mask { ccu, word, bits }),
         1 => prop_oneof![Just(r::TRIG_THRESHOLD_MAX), 1_024u32..50_000].prop_map(Op::Threshold),
         1 => prop_oneof![Just(0u32), 1_024u32..80_000].prop_map(Op::Period),
-    ];
-    prop::collection::vec(op, 1..40)
+    ]
+}
+
+pub fn ops() -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(), 1..40)
 }
 
 /// Applies `op`. Invalid register values are part of the op space: the

@@ -1,12 +1,15 @@
 //! Property tests of the device model against its ledger (≥ 1,000 generated
 //! scenarios per run): exact conservation across the hierarchy, switches
 //! (host-driven, partial, fallback), VM time-slicing, churn, masks,
-//! thresholds, throttling; and bit-for-bit agreement of the batched engine
-//! with the cycle-level reference.
+//! thresholds, throttling; the out-of-band channel's blocks against the
+//! same ledger whatever the host does, host resets included (`oob`); and
+//! bit-for-bit agreement of the batched engine with the cycle-level
+//! reference.
 
 #![allow(clippy::cast_possible_truncation)] // 32-bit register values are read as u64
 
 mod gen;
+mod oob;
 
 use gen::Op;
 use gpupm_driver::host::Host;

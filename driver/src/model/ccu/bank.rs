@@ -134,6 +134,9 @@ pub struct Counting {
     pub(super) mask_index: Vec<u32>,
     /// Records emitted per CCU (`CCU_RECORDS`).
     pub(super) records: Vec<u64>,
+    /// Per partition slot: counts CCU masks discarded since the OOB channel
+    /// last took them ([`Counting::take_masked`]).
+    pub(super) masked_out: Vec<[u64; MAX_EVENTS]>,
 }
 
 /// Every counter value of the hierarchy below the RCs, for comparing engines.
@@ -188,6 +191,7 @@ impl Counting {
             missed_thresholds: 0,
             mask_index: vec![0; topo.ccus.len()],
             records: vec![0; topo.ccus.len()],
+            masked_out: vec![[0; MAX_EVENTS]; MAX_PARTITION_SLOTS as usize],
         }
     }
 
@@ -261,6 +265,7 @@ impl Counting {
         }
         let who = self.parts[p as usize].who;
         ledger.add_masked(who, &tally.masked);
+        self.note_masked(p, &tally.masked);
         if drop_residue {
             ledger.add_remainder(who, &residue);
         }
@@ -399,6 +404,23 @@ impl Counting {
     /// must stay 0).
     pub fn missed_thresholds(&self) -> u64 {
         self.missed_thresholds
+    }
+
+    /// Keeps what masks of partition `p` discarded for the OOB channel.
+    #[inline]
+    pub(super) fn note_masked(&mut self, p: u32, masked: &[u64; MAX_EVENTS]) {
+        if masked.iter().any(|&m| m != 0) {
+            for (o, m) in self.masked_out[p as usize].iter_mut().zip(masked) {
+                *o += m;
+            }
+        }
+    }
+
+    /// Takes the counts masks of partition `p` discarded since the last
+    /// call: the out-of-band channel counts them, so that a host's mask
+    /// (its sampling choice) hides no work from the BMC.
+    pub fn take_masked(&mut self, p: u32) -> [u64; MAX_EVENTS] {
+        std::mem::replace(&mut self.masked_out[p as usize], [0; MAX_EVENTS])
     }
 
     /// Re-attributes partition `p`'s future counts (the RC was re-pointed).

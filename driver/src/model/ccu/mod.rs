@@ -81,6 +81,7 @@ impl Counting {
         part.synced_to = t;
         ledger.add_generated(part.who, &tally.generated);
         ledger.add_masked(part.who, &tally.masked);
+        self.note_masked(p, &tally.masked);
     }
 
     /// Counts partition `p` up to `t` (running `lane`'s program over the
@@ -116,6 +117,7 @@ impl Counting {
         part.synced_to = t.max(part.synced_to);
         ledger.add_generated(part.who, &tally.generated);
         ledger.add_masked(part.who, &tally.masked);
+        self.note_masked(p, &tally.masked);
         true
     }
 }

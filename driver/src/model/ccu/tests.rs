@@ -628,9 +628,11 @@ fn a_fused_trigger_drains_what_counting_then_emitting_would_route() {
     // A boundary inside, none inside, generation paused, then resumed.
     for (t, pause) in [(700u64, false), (1600, false), (1601, true), (2600, false)] {
         let (mut rc, mut rc0) = ([0u64; MAX_EVENTS], [0u64; MAX_EVENTS]);
+        let mut oob = [0u64; MAX_EVENTS];
         let drain = Drain {
             partition_rc: Some(&mut rc),
             system_rc: Some(&mut rc0),
+            oob_rc: Some(&mut oob),
         };
         assert!(fused.sync_and_trigger(&topo, &mut lf, P, t, drain, None));
         plain.sync(&topo, &mut lp, P, t, None, None);
@@ -641,6 +643,7 @@ fn a_fused_trigger_drains_what_counting_then_emitting_would_route() {
         plain.banks_emitted(P);
         assert_eq!(rc, routed, "up to {t}");
         assert_eq!(rc0, routed, "up to {t}");
+        assert_eq!(oob, routed, "the OOB accumulator beside RC0, up to {t}");
         assert_eq!(fused.snapshot(), plain.snapshot(), "up to {t}");
         assert_eq!(rows(&lf), rows(&lp), "up to {t}");
         drained += rc.iter().sum::<u64>();
@@ -659,6 +662,7 @@ fn a_fused_trigger_drains_what_counting_then_emitting_would_route() {
     let drain = Drain {
         partition_rc: Some(&mut rc),
         system_rc: None,
+        oob_rc: None,
     };
     assert!(!reference.sync_and_trigger(&topo, &mut lp, P, 700, drain, None));
     assert_eq!(reference.synced_to(P), 0);

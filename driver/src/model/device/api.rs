@@ -262,7 +262,9 @@ impl Device {
         self.intr.pending()
     }
 
-    /// Device reset: every count, block, ring and the ledger go to zero;
+    /// Device reset: every count, block, ring and the ledger go to zero
+    /// (the out-of-band channel's blocks excepted: it commits what was in
+    /// flight first, and keeps counting across);
     /// trigger settings and masks return to the scenario's (which masks
     /// nothing); every confidential session a key exchange established
     /// ends, and so does every pending exchange (the VMs' slots are
@@ -283,6 +285,9 @@ impl Device {
     /// [`Device::reset`] into session `session`.
     pub(super) fn reset_into(&mut self, session: u64) {
         self.sync_all();
+        // The OOB channel is not the host's to reset: it takes everything
+        // in flight first and keeps its blocks.
+        self.oob_drain_for_reset();
         self.ccu.zero_values();
         self.ccu.reset_masks();
         self.ledger.clear();

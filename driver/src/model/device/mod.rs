@@ -4,12 +4,14 @@
 //! register ([`route`]); time advances event by event ([`time`]); the
 //! flows that cross units — triggers through the CCUs, the RC buffer and
 //! the RCs into memory and the rings ([`wiring`]), the switch handshake and
-//! the context lifecycle ([`switch`]) — are written here, once, as the
+//! the context lifecycle ([`switch`]), the out-of-band channel's own
+//! trigger, commits and mailbox ([`oob`]) — are written here, once, as the
 //! units' operations in order. The host-facing surface is in [`api`].
 
 pub(crate) mod api;
 mod cc;
 mod lane;
+mod oob;
 mod programs;
 mod ranges;
 mod ri;
@@ -29,6 +31,9 @@ use super::intr::Interrupts;
 use super::ledger::{Attribution, Ledger};
 use super::mailbox::Mailbox;
 use super::memory::Memory;
+use super::oob::host::HostLink;
+use super::oob::mailbox::OobMailbox;
+use super::oob::OobChannel;
 use super::partition::Partitions;
 use super::program::run::ProgramRun;
 use super::program::Programs;
@@ -83,7 +88,11 @@ pub struct Device {
     mem: Memory,
     intr: Interrupts,
     mbox: Mailbox,
-    oob_mbox: Mailbox,
+    oob_mbox: OobMailbox,
+    /// The out-of-band reduction channel and its blocks.
+    oob: OobChannel,
+    /// The host driver as the device sees it (for the OOB mailbox).
+    host: HostLink,
     workload: Workload,
     rates: Rates,
     programs: Programs,
@@ -167,7 +176,12 @@ impl Device {
             mem: Memory::new(ring_slots, |p| ring_size(scenario, p)),
             intr: Interrupts::default(),
             mbox: Mailbox::default(),
-            oob_mbox: Mailbox::default(),
+            oob_mbox: OobMailbox::default(),
+            oob: OobChannel::new(
+                scenario.oob.period_cycles,
+                scenario.vms.iter().map(|v| (v.id, v.is_confidential())),
+            ),
+            host: HostLink::new(scenario.oob.host_timeout_cycles),
             workload: Workload::new(scenario),
             rates: Rates::new(scenario, &topo),
             programs: Programs::new(scenario),

@@ -18,6 +18,7 @@ use crate::model::ccu::{EngineKind, CYCLES_EVENT, INST_EVENT};
 use crate::model::memory::WindowError;
 use crate::model::program::run::ProgramRun;
 use crate::model::ranges::watch::RangeWatcher;
+use crate::model::rc::SystemPath;
 use crate::model::ri::watch::RiWatcher;
 use crate::model::sampling::buffer::BufEvent;
 use crate::model::sampling::Watcher;
@@ -31,11 +32,11 @@ impl Device {
     }
 
     /// Counts partition `p` up to now, running its context's program and
-    /// what watches it; with `fused` (whether the drained banks go to the
-    /// system RC too) the batched engine triggers the partition's CCUs in
+    /// what watches it; with `fused` (where the drained banks go beside the
+    /// partition's RC) the batched engine triggers the partition's CCUs in
     /// the same pass. Returns whether it did (the cycle-level engine only
     /// counts).
-    pub(super) fn count(&mut self, p: u32, fused: Option<bool>) -> bool {
+    pub(super) fn count(&mut self, p: u32, fused: Option<SystemPath>) -> bool {
         let fused = self.count_or_walk(p, fused, false);
         // The counters as the device asked for them: the base of the next
         // threshold check (a catch-up count of `walk` is not).
@@ -54,7 +55,7 @@ impl Device {
         self.count_or_walk(p, None, batched);
     }
 
-    fn count_or_walk(&mut self, p: u32, fused: Option<bool>, walk_only: bool) -> bool {
+    fn count_or_walk(&mut self, p: u32, fused: Option<SystemPath>, walk_only: bool) -> bool {
         let thr = Some(self.trig.threshold());
         let now = self.clock.now();
         let ctx = self.ccu.owner(p).ctx;
@@ -62,7 +63,7 @@ impl Device {
         let leak = self.leaks_confidential_ranges();
         let batched = self.ccu.kind() == EngineKind::Batched;
         let drain = match fused {
-            Some(to_system) if batched => Some(self.rc.drain(p, to_system)),
+            Some(path) if batched => Some(self.rc.drain(p, path)),
             _ => None,
         };
         let fused = drain.is_some();

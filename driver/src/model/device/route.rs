@@ -27,6 +27,7 @@ use crate::model::ccu::Counting;
 use crate::model::intr::{Interrupts, IntrWrite};
 use crate::model::mailbox::{Mailbox, MailboxView, MailboxWrite};
 use crate::model::memory::ring::{Ring, RingWrite};
+use crate::model::oob::mailbox::{OobMailbox, OobWrite};
 use crate::model::partition::handshake;
 use crate::model::partition::{PartShadow, PartWrite};
 use crate::model::ranges::{RangeShadow, RangeWrite};
@@ -45,8 +46,8 @@ enum Unit {
     RcBuffer,
     Interrupts,
     Mailbox,
-    /// The OOB mailbox, at the offset of the same register in the host's.
-    OobMailbox(u64),
+    /// The OOB mailbox (its own registers, the host layout's and past it).
+    OobMailbox,
     Rekey,
     /// A partition block: the partition's, its ring's or its RC's register.
     Partition(u32, u64),
@@ -75,7 +76,7 @@ fn unit_of(at: &Location) -> Unit {
         BlockId::RcBuffer => Unit::RcBuffer,
         BlockId::Interrupts => Unit::Interrupts,
         BlockId::Mailbox => Unit::Mailbox,
-        BlockId::OobMailbox => Unit::OobMailbox(o - r::OOB_MBOX_DELTA),
+        BlockId::OobMailbox => Unit::OobMailbox,
         BlockId::Rekey => Unit::Rekey,
         BlockId::RiGlobal => Unit::RiGlobal,
         BlockId::RangeRing => Unit::RangeRing(i, o),
@@ -113,11 +114,10 @@ pub(super) enum Write {
     },
     Trigger(TriggerWrite),
     Interrupt(IntrWrite),
-    /// A write to the host's (`oob` false) or the OOB mailbox.
-    Mailbox {
-        oob: bool,
-        w: MailboxWrite,
-    },
+    /// A write to the host's mailbox.
+    Mailbox(MailboxWrite),
+    /// A write to the OOB mailbox.
+    OobMailbox(OobWrite),
     Staging(StagingWrite),
     Partition(u32, PartWrite),
     Ring(u32, RingWrite),
@@ -149,7 +149,7 @@ impl Device {
             Unit::RcBuffer => self.rc.read_global(offset),
             Unit::Interrupts => self.intr.read(offset),
             Unit::Mailbox => self.mbox.read(offset),
-            Unit::OobMailbox(o) => self.oob_mbox.read(o),
+            Unit::OobMailbox => self.oob_mbox.read(offset),
             Unit::Rekey => RekeyStaging::read(offset),
             Unit::Partition(p, o) if !self.parts.is_configured(p) => self.parts.read(p, o),
             Unit::Partition(p, o) if Ring::owns(o) => self.mem.rings.get(p as usize)?.read(p, o),
@@ -295,14 +295,8 @@ impl Device {
                 Write::Trigger(w)
             }
             Unit::Interrupts => Write::Interrupt(Interrupts::check_write(offset, v)?),
-            Unit::Mailbox => Write::Mailbox {
-                oob: false,
-                w: Mailbox::check_write(offset, v)?,
-            },
-            Unit::OobMailbox(o) => Write::Mailbox {
-                oob: true,
-                w: Mailbox::check_write(o, v)?,
-            },
+            Unit::Mailbox => Write::Mailbox(Mailbox::check_write(offset, v)?),
+            Unit::OobMailbox => Write::OobMailbox(OobMailbox::check_write(offset, v)?),
             Unit::Rekey => Write::Staging(RekeyStaging::check_write(offset, v, &mut sh.staging)?),
             Unit::Partition(p, o) if Ring::owns(o) => {
                 let ring = self.mem.rings.get(p as usize).ok_or(Reject::ReadOnly)?;
@@ -353,14 +347,14 @@ impl Device {
             Write::Reset { session } => self.reset_into(session),
             Write::Trigger(w) => self.execute_trigger(w),
             Write::Interrupt(w) => self.intr.apply(w),
-            Write::Mailbox { oob, w } => {
-                let mbox = if oob {
-                    &mut self.oob_mbox
-                } else {
-                    &mut self.mbox
-                };
-                if let Some(op) = mbox.apply(w) {
-                    self.run_mailbox(op, oob);
+            Write::Mailbox(w) => {
+                if let Some(op) = self.mbox.apply(w) {
+                    self.run_mailbox(op);
+                }
+            }
+            Write::OobMailbox(w) => {
+                if let Some(op) = self.oob_mbox.apply(w) {
+                    self.run_oob_mailbox(op);
                 }
             }
             Write::Staging(w) => self.staging.apply(w),
@@ -448,10 +442,8 @@ impl Device {
         }
     }
 
-    /// Runs mailbox command `op` against the device-level state, on the
-    /// OOB mailbox (which raises nothing on the host's interrupt stream)
-    /// or the host's.
-    fn run_mailbox(&mut self, op: u32, oob: bool) {
+    /// Runs host mailbox command `op` against the device-level state.
+    fn run_mailbox(&mut self, op: u32) {
         let now = self.clock.now();
         let view = MailboxView {
             system_counters: &self.mem.block(SYSTEM_BLOCK_SLOT).counters,
@@ -459,12 +451,8 @@ impl Device {
             now,
             fallbacks: self.parts.total_fallbacks(),
         };
-        if oob {
-            self.oob_mbox.run(op, view);
-        } else {
-            let status = self.mbox.run(op, view);
-            self.intr.raise(source::MAILBOX_DONE, 0, op, status, now);
-        }
+        let status = self.mbox.run(op, view);
+        self.intr.raise(source::MAILBOX_DONE, 0, op, status, now);
     }
 }
 
@@ -484,7 +472,8 @@ mod tests {
         assert_eq!(unit_at(r::TRIG_COUNT_COMMAND), Unit::Trigger);
         assert_eq!(unit_at(r::INTR_SEQ), Unit::Interrupts);
         assert_eq!(unit_at(r::MBOX_DATA), Unit::Mailbox);
-        assert_eq!(unit_at(r::OOB_MBOX_DATA), Unit::OobMailbox(r::MBOX_DATA));
+        assert_eq!(unit_at(r::OOB_MBOX_DATA), Unit::OobMailbox);
+        assert_eq!(unit_at(r::OOB_MBOX_DATA3), Unit::OobMailbox);
         assert_eq!(unit_at(r::REKEY_TAG), Unit::Rekey);
         assert_eq!(
             unit_at(r::part(2, r::PART_STREAM_TAIL)),

@@ -55,6 +55,9 @@ impl Device {
 
     /// Step 6b: re-point the RC (MMU rebind) to the incoming blocks.
     pub(super) fn step_repoint(&mut self, p: u32) {
+        // The OOB channel commits what the outgoing owner counted before
+        // the owner changes, whoever drives the switch.
+        self.oob_commit_partition(p);
         let who = self.parts.repointed(p);
         let out = self.ccu.owner(p).ctx;
         if out != who.ctx && self.ri.armed() {
@@ -132,6 +135,7 @@ impl Device {
         self.mem
             .init_block(slot, block_kind::CONTEXT, id, vm, self.vms.cipher(vm));
         self.ledger.reset_context(id);
+        self.oob.context_created(id, vm, now);
         self.vms.set_runnable(vm, id, true);
         self.intr.raise(source::CTX_CREATED, p, id, vm, now);
         if self.parts.wants_work(p) {
@@ -163,6 +167,7 @@ impl Device {
         c.state = ctx_state::DESTROYED;
         c.exiting = false;
         let vm = c.vm;
+        self.oob.context_destroyed(id);
         let p = self.vms.partition(vm);
         self.intr
             .raise(source::CTX_DESTROYED, p, id, vm, self.clock.now());

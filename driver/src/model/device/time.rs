@@ -1,6 +1,7 @@
 //! How time advances: from event to event (flush acks, periodic and
-//! threshold triggers, profile phase changes, epochs, workload items,
-//! scheduler decisions and switch fallbacks), counting in between with the
+//! threshold triggers, the OOB channel's commits and flushes, profile
+//! phase changes, epochs, workload items, scheduler decisions and switch
+//! fallbacks), counting in between with the
 //! chosen engine. Nothing happens between events except counting, which is
 //! lazy: a partition is counted up to now only when something needs its
 //! counters.
@@ -40,7 +41,8 @@ impl Device {
             .next_periodic()
             .min(self.rates.next_epoch())
             .min(self.rates.next_phase_change())
-            .min(self.workload.next_time());
+            .min(self.workload.next_time())
+            .min(self.oob.next_event());
         let thr = self.trig.threshold();
         for p in self.parts.configured() {
             t = t
@@ -84,6 +86,7 @@ impl Device {
             self.trigger(mask, false, TriggerCause::Periodic);
             self.trig.periodic_delivered(t);
         }
+        self.oob_events_at(t);
         let epoch = self.rates.next_epoch() <= t;
         for p in 0..MAX_PARTITION_SLOTS {
             if !(epoch || self.rates.phase_change(p) <= t) {

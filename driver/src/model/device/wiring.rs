@@ -16,6 +16,7 @@ use crate::model::ccu::record::flush_ack;
 use crate::model::ccu::Counting;
 use crate::model::memory::ring::RingEvent;
 use crate::model::partition::handshake::AcksComplete;
+use crate::model::rc::SystemPath;
 use crate::model::trigger::TriggerCause;
 
 impl Device {
@@ -23,22 +24,7 @@ impl Device {
     /// bank swap, record emission and routing; then RC commits.
     pub(super) fn trigger(&mut self, mask: u32, flush_ulc: bool, cause: TriggerCause) {
         for p in slots(mask) {
-            if !flush_ulc && self.trigger_fused(p) {
-                continue;
-            }
-            self.sync(p);
-            if flush_ulc {
-                let leaving = self.parts.get(p).hs() >= hs_state::CTX_PAUSED;
-                self.ccu
-                    .flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
-            }
-            let to_system = !self.owner_confidential(p);
-            let (topo, rc) = (&self.topo, &mut self.rc);
-            for &c in &topo.partition_ccus[p as usize] {
-                self.ccu
-                    .emit_records(topo, c, |rec| rc.route(topo, rec, p, to_system));
-            }
-            self.ccu.banks_emitted(p);
+            self.emit_partition(p, flush_ulc, false);
         }
         self.trig.count(cause);
         let flags = if cause == TriggerCause::Threshold {
@@ -54,12 +40,42 @@ impl Device {
         self.commit(0, flags);
     }
 
+    /// Partition `p`'s CCUs emit their banks (after flushing the ULCs'
+    /// partial counts with `flush_ulc`) into the RC buffer, which routes
+    /// them; shared by the host's triggers and (`oob`) the OOB channel's
+    /// own, whose share for RC0 the buffer holds until the host's next
+    /// trigger of `p` releases it.
+    pub(super) fn emit_partition(&mut self, p: u32, flush_ulc: bool, oob: bool) {
+        let path = match SystemPath::host(self.owner_confidential(p)) {
+            SystemPath::Rc0 if oob => SystemPath::Held,
+            path => path,
+        };
+        if !oob {
+            self.rc.release_held(p);
+        }
+        if !flush_ulc && self.trigger_fused(p, path) {
+            return;
+        }
+        self.sync(p);
+        if flush_ulc {
+            let leaving = self.parts.get(p).hs() >= hs_state::CTX_PAUSED;
+            self.ccu
+                .flush_ulcs(&self.topo, &mut self.ledger, p, leaving);
+        }
+        let (topo, rc) = (&self.topo, &mut self.rc);
+        for &c in &topo.partition_ccus[p as usize] {
+            self.ccu
+                .emit_records(topo, c, |rec| rc.route(topo, rec, p, path));
+        }
+        self.ccu.banks_emitted(p);
+    }
+
     /// The batched engine's one-pass trigger of partition `p`'s CCUs (same
-    /// result as sync + record emission and routing; a running program is
-    /// walked in the same pass); false if the engine has none.
-    fn trigger_fused(&mut self, p: u32) -> bool {
-        let to_system = !self.owner_confidential(p);
-        if !self.count(p, Some(to_system)) {
+    /// result as sync + record emission and routing along `path`; a
+    /// running program is walked in the same pass); false if the engine
+    /// has none.
+    fn trigger_fused(&mut self, p: u32, path: SystemPath) -> bool {
+        if !self.count(p, Some(path)) {
             return false;
         }
         let records = self.ccu.count_fused_records(&self.topo, p);
@@ -140,7 +156,8 @@ impl Device {
         let now = self.clock.now();
         let (arrived, complete) = self.parts.acks_arrived(p, now);
         for c in (0..u64::BITS).filter(|&c| arrived & (1 << c) != 0) {
-            self.rc.route(&self.topo, &flush_ack(c), p, false);
+            self.rc
+                .route(&self.topo, &flush_ack(c), p, SystemPath::Neither);
         }
         match complete {
             AcksComplete::No => {}

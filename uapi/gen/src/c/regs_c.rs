@@ -34,6 +34,7 @@ pub(super) fn emit_global_regs(h: &mut Header) {
         UUID_WORDS, SERIAL_WORDS, MODEL_NAME_WORDS);
     group!(h, dec "GPUPM_", gpupm_uapi::identity: SERIAL_BYTES, MODEL_NAME_BYTES);
     group!(h, hex "GPUPM_", gpupm_uapi::regs: OOB_MBOX_DELTA, REKEY_NONCE_DOMAIN);
+    group!(h, dec "GPUPM_", gpupm_uapi::regs: OOB_MBOX_WORDS);
     h.line(
         "/* Cycles until the flush ack of a CCU with `counters` counters arrives. */\n\
          #define GPUPM_FLUSH_ACK_LATENCY(counters) \
@@ -55,8 +56,15 @@ pub(super) fn emit_global_regs(h: &mut Header) {
     group!(h, hex "GPUPM_TRIG_CTRL_", gpupm_uapi::regs::trig_ctrl: PERIODIC_ENABLE, DITHER, THRESHOLD_ENABLE, ALL);
     group!(h, hex "GPUPM_TRIG_CMD_", gpupm_uapi::regs::trig_cmd: FLUSH_ULC, TRIGGER, FLUSH_REQ, ALL);
     group!(h, hex "GPUPM_MBOX_OP_", gpupm_uapi::regs::mbox_op:
-        GET_CAPS, READ_SYSTEM_COUNTER, READ_IDLE_CYCLES, READ_CYCLE, READ_FALLBACKS);
-    group!(h, dec "GPUPM_MBOX_STATUS_", gpupm_uapi::regs::mbox_status: IDLE, OK, ERR_OPCODE, ERR_ARG);
+        GET_CAPS, READ_SYSTEM_COUNTER, READ_IDLE_CYCLES, READ_CYCLE, READ_FALLBACKS,
+        OOB_CHANNEL_INFO, OOB_FLUSH, OOB_NEXT_VM, OOB_NEXT_CONTEXT, OOB_SNAPSHOT, OOB_READ_LATCH,
+        OOB_READ_IDLE, OOB_HOST_STATE, OOB_DEVICE_INFO);
+    group!(h, dec "GPUPM_MBOX_STATUS_", gpupm_uapi::regs::mbox_status: IDLE, OK, ERR_OPCODE, ERR_ARG,
+        ERR_NOT_FOUND, ERR_STALE, ERR_CONFIDENTIAL, END, ERR_BUSY);
+    group!(h, dec "GPUPM_OOB_SCOPE_", gpupm_uapi::regs::oob_scope: SYSTEM, VM, CONTEXT);
+    group!(h, hex "GPUPM_OOB_VM_FLAGS_", gpupm_uapi::regs::oob_vm_flags: CONFIDENTIAL);
+    group!(h, dec "GPUPM_OOB_CTX_STATE_", gpupm_uapi::regs::oob_ctx_state: ACTIVE, DESTROYED);
+    group!(h, dec "GPUPM_OOB_HOST_STATE_", gpupm_uapi::regs::oob_host_state: LOADED, NOT_RESPONDING, UNLOADED);
 }
 
 /// The per-instance arrays: base, stride and count, the `GPUPM_<UNIT>(i,
