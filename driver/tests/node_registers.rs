@@ -257,6 +257,70 @@ fn oob_node_allows_only_the_mailbox_and_agrees_with_the_window() {
         assert_eq!(errno(&wr32(&card, off, 1).unwrap_err()), libc::EINVAL);
     }
     assert_eq!(rd32(&card, regs::MBOX_SEQ).unwrap(), 0);
+    d.stop();
+}
+
+/// The host's node reaches no word of the OOB mailbox block by any path
+/// (pread, pwrite, a register batch), and the BMC's node reaches every
+/// register of it; a refused host access changes nothing the BMC sees.
+#[test]
+fn the_host_node_reaches_no_oob_mailbox_register_by_any_path() {
+    use gpupm_test_support::rawnode::{batch, read_op, write_op};
+
+    let d = Driver::start();
+    let card = d.card();
+    let oob = d.open("card0-oob", 0);
+    wr32(&oob, regs::OOB_MBOX_ARG2, 7).unwrap();
+    let seq = rd32(&oob, regs::OOB_MBOX_SEQ).unwrap();
+    let (start, end) = regs::OOB_MAILBOX_REGS.range();
+    for reg in regs::OOB_MAILBOX_REGS.regs {
+        for word in 0..u64::from(reg.words) {
+            let off = reg.offset + 4 * word;
+            let width = u32::try_from(reg.width.bytes()).unwrap();
+            assert!(off >= start && off < end);
+            let mut b = [0u8; 8];
+            let w = width as usize;
+            assert_eq!(
+                errno(&card.read_at(&mut b[..w], off).unwrap_err()),
+                libc::EINVAL,
+                "host pread of {}",
+                reg.name
+            );
+            assert_eq!(
+                errno(&card.write_at(&b[..4], off).unwrap_err()),
+                libc::EINVAL,
+                "host pwrite of {}",
+                reg.name
+            );
+            for mut op in [read_op(off, width), write_op(off, 1)] {
+                assert_eq!(
+                    errno(&batch(&card, std::slice::from_mut(&mut op)).unwrap_err()),
+                    libc::EINVAL,
+                    "host batch op on {}",
+                    reg.name
+                );
+            }
+            oob.read_at(&mut b[..w], off)
+                .unwrap_or_else(|e| panic!("BMC read of {}: {e}", reg.name));
+        }
+    }
+    assert_eq!(
+        rd32(&oob, regs::OOB_MBOX_ARG2).unwrap(),
+        7,
+        "ARG2 unchanged"
+    );
+    assert_eq!(
+        rd32(&oob, regs::OOB_MBOX_SEQ).unwrap(),
+        seq,
+        "no command ran"
+    );
+    d.stop();
+}
+
+#[test]
+fn oob_node_refuses_ioctls_and_the_window() {
+    let d = Driver::start();
+    let oob = d.open("card0-oob", 0);
     let e = gpupm_test_support::rawnode::ioctl(
         &oob,
         gpupm_uapi::ioctl::GPUPM_IOC_IDENTITY,

@@ -125,13 +125,12 @@ fn reg_batch(backend: &mut dyn DeviceBackend, mut arg: RegBatch) -> Result<Ioctl
     if count == 0 || count > MAX_BATCH_OPS {
         return Err(malformed(format!("batch of {count} ops")));
     }
+    // The same rule as a pread/pwrite on card0: a batch must not reach
+    // what card0 cannot (the OOB mailbox is the BMC's alone).
     let invalid = arg.ops[..count].iter().position(|op| {
-        let width_ok = matches!(op.width, 4 | 8) && op.offset % u64::from(op.width) == 0;
-        let range_ok = op
-            .offset
-            .checked_add(u64::from(op.width))
-            .is_some_and(|e| e <= regs::BAR0_SIZE);
-        !(width_ok && range_ok && matches!(op.op, reg_op::READ | reg_op::WRITE))
+        let size = usize::try_from(op.width).unwrap_or(usize::MAX);
+        reg_access(NodeKind::Card, op.offset, size).is_err()
+            || !matches!(op.op, reg_op::READ | reg_op::WRITE)
     });
     let orig = arg;
     let failure = match invalid {

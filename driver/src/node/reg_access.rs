@@ -35,7 +35,8 @@ pub(super) fn reg_access(kind: NodeKind, offset: u64, size: usize) -> Result<u32
     let end = offset.saturating_add(u64::from(width));
     // The OOB mailbox is the BMC's alone: the host's node cannot reach it,
     // so the two callers' mailbox sequences can never interleave.
-    let oob = regs::OOB_MBOX_ARG..regs::OOB_MBOX_DATA + 8;
+    let (oob_start, oob_end) = regs::OOB_MAILBOX_REGS.range();
+    let oob = oob_start..oob_end;
     let in_range = match kind {
         NodeKind::Card => end <= regs::BAR0_SIZE && !(offset < oob.end && end > oob.start),
         NodeKind::Oob => offset >= oob.start && end <= oob.end,
