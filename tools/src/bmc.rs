@@ -97,7 +97,7 @@ pub enum HostStateName {
 /// The host driver as the device sees it (`OOB_HOST_STATE`).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct HostJson {
-    /// `loaded`, `not_responding` or `unloaded`.
+    /// The host driver's state, as the device last judged it.
     pub state: HostStateName,
     /// Cycles since the host's last request; null: never.
     pub cycles_since_request: Option<u64>,
