@@ -16,6 +16,8 @@
 //!   marked ranges and call graphs through the tenant node.
 //! - [`mirror`]: the driver's commit mirror — writing it (the driver) and
 //!   reading it (the daemon's commit follower and drains).
+//! - [`oob`]: the BMC's side of the out-of-band mailbox (`card0-oob`): the
+//!   OOB reduction channel's commands, typed, under the sequence protocol.
 //! - [`ops`]: register-op builders for batches.
 //! - [`handshake`]: the context-switch handshake as one sequence over any
 //!   [`RegisterBatch`] executor (the device node, or an in-process model).
@@ -64,6 +66,7 @@ pub mod health;
 pub mod identity;
 pub mod instance;
 pub mod mirror;
+pub mod oob;
 pub mod ops;
 pub mod page;
 pub mod paths;

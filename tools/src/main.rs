@@ -109,7 +109,8 @@ enum Command {
     Callgraph(OnNodes<ranges::GraphArgs>),
     /// Daemon and device health (admin).
     Health(OnNodes<health::Args>),
-    /// Device-level counters through the out-of-band mailbox (admin).
+    /// What a BMC reads out of band: device counters, the host driver's
+    /// state, idle time and the OOB channel's VMs (admin).
     Bmc(OnNodes<bmc::Args>),
     /// A confidential VM's session: establish, status, rekey (the VM's
     /// tenant).
