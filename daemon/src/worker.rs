@@ -102,18 +102,21 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the thread `name`: `pass` runs after every ring of `bell`
-    /// and, when `period` is given, at least once per period. A ring
-    /// during a pass runs another pass right after it.
+    /// from the moment this is called and, when `period` is given, at
+    /// least once per period. A ring during a pass runs another pass
+    /// right after it.
     pub fn start(
         name: &str,
         bell: Arc<Doorbell>,
         period: Option<Duration>,
         mut pass: impl FnMut() + Send + 'static,
     ) -> std::io::Result<Worker> {
+        // Taken here, not on the thread: a ring between this call's
+        // return and the thread's first wait must run a pass.
+        let mut seen = bell.generation();
         let thread = {
             let bell = Arc::clone(&bell);
             thread::Builder::new().name(name.into()).spawn(move || {
-                let mut seen = bell.generation();
                 loop {
                     match bell.wait(seen, period) {
                         Woken::Stopped => return,
