@@ -6,10 +6,7 @@
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, PollFlags,
-    PollNotifier, ReplyAttr, ReplyDirectory, ReplyEntry, ReplyOpen,
-};
+use fuser::{FileAttr, FileType, INodeNo, PollFlags, PollNotifier};
 
 /// The root directory's inode.
 pub const ROOT_INO: INodeNo = INodeNo::ROOT;
@@ -120,53 +117,6 @@ impl FlatDir {
             .zip(dots.into_iter().chain(files))
             .skip(skip)
             .map(|(next, (ino, kind, name))| (next, ino, kind, name))
-    }
-
-    /// Answers a lookup of `name` in `parent`.
-    pub fn reply_lookup(&self, parent: INodeNo, name: &OsStr, file: FileAccess, reply: ReplyEntry) {
-        match self.lookup(parent, name).and_then(|i| self.attr(i, file)) {
-            Some(a) => reply.entry(&TTL, &a, Generation(0)),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Answers a getattr of `ino`.
-    pub fn reply_attr(&self, ino: INodeNo, file: FileAccess, reply: ReplyAttr) {
-        match self.attr(ino, file) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Answers an opendir: only the root is a directory.
-    pub fn reply_opendir(&self, ino: INodeNo, reply: ReplyOpen) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        reply.opened(FileHandle(0), FopenFlags::empty());
-    }
-
-    /// Answers a readdir of `ino` from entry `offset` on: `.`, `..`, then
-    /// the files.
-    pub fn reply_readdir(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        let dots = [
-            (ROOT_INO, FileType::Directory, "."),
-            (ROOT_INO, FileType::Directory, ".."),
-        ];
-        let files = self
-            .files
-            .iter()
-            .map(|&(i, n)| (i, FileType::RegularFile, n));
-        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (next, (ino, kind, name)) in (1u64..).zip(dots.into_iter().chain(files)).skip(skip) {
-            if reply.add(ino, next, kind, name) {
-                break;
-            }
-        }
-        reply.ok();
     }
 }
 

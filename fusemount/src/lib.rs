@@ -38,7 +38,7 @@
 //! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
 //! manager close the stored descriptor.
 
-pub mod flat;
+mod flat;
 pub mod logging;
 pub mod mount;
 pub mod namespace;
