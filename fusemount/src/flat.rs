@@ -1,14 +1,12 @@
-//! The shape both nodes' file systems share: one root directory holding a
-//! few files, every attribute fixed at start. The file systems decide who
-//! may see what and what the files do; this is the directory around them.
+//! The shape both nodes share: one root directory holding a few files,
+//! every attribute fixed at start but the files' mode and group, which
+//! the node gives. The node decides who may see what and what the files
+//! do ([`crate::node`]); this is the directory around them.
 
 use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, PollFlags,
-    PollNotifier, ReplyAttr, ReplyDirectory, ReplyEntry, ReplyOpen,
-};
+use fuser::{FileAttr, FileType, INodeNo, PollFlags, PollNotifier};
 
 /// The root directory's inode.
 pub const ROOT_INO: INodeNo = INodeNo::ROOT;
@@ -40,7 +38,7 @@ pub struct FlatDir {
     started: SystemTime,
 }
 
-/// Mode and group of a file of a [`FlatDir`] (the root is `0755 root`).
+/// Mode and group of a node's files (its directory is `0755 root`).
 #[derive(Clone, Copy, Debug)]
 pub struct FileAccess {
     /// Permission bits.
@@ -71,7 +69,7 @@ impl FlatDir {
     pub fn attr(&self, ino: INodeNo, file: FileAccess) -> Option<FileAttr> {
         let (kind, perm, gid) = if ino == ROOT_INO {
             (FileType::Directory, 0o755, 0)
-        } else if self.files.iter().any(|&(i, _)| i == ino) {
+        } else if self.is_file(ino) {
             (FileType::RegularFile, file.perm, file.gid)
         } else {
             return None;
@@ -95,36 +93,17 @@ impl FlatDir {
         })
     }
 
-    /// Answers a lookup of `name` in `parent`.
-    pub fn reply_lookup(&self, parent: INodeNo, name: &OsStr, file: FileAccess, reply: ReplyEntry) {
-        match self.lookup(parent, name).and_then(|i| self.attr(i, file)) {
-            Some(a) => reply.entry(&TTL, &a, Generation(0)),
-            None => reply.error(Errno::ENOENT),
-        }
+    /// Whether `ino` is one of the files (not the root).
+    pub fn is_file(&self, ino: INodeNo) -> bool {
+        self.files.iter().any(|&(i, _)| i == ino)
     }
 
-    /// Answers a getattr of `ino`.
-    pub fn reply_attr(&self, ino: INodeNo, file: FileAccess, reply: ReplyAttr) {
-        match self.attr(ino, file) {
-            Some(a) => reply.attr(&TTL, &a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Answers an opendir: only the root is a directory.
-    pub fn reply_opendir(&self, ino: INodeNo, reply: ReplyOpen) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
-        reply.opened(FileHandle(0), FopenFlags::empty());
-    }
-
-    /// Answers a readdir of `ino` from entry `offset` on: `.`, `..`, then
-    /// the files.
-    pub fn reply_readdir(&self, ino: INodeNo, offset: u64, mut reply: ReplyDirectory) {
-        if ino != ROOT_INO {
-            return reply.error(Errno::ENOTDIR);
-        }
+    /// The root's entries from entry `offset` on: `.`, `..`, then the
+    /// files, each with the offset of the entry after it.
+    pub fn entries(
+        &self,
+        offset: u64,
+    ) -> impl Iterator<Item = (u64, INodeNo, FileType, &'static str)> + '_ {
         let dots = [
             (ROOT_INO, FileType::Directory, "."),
             (ROOT_INO, FileType::Directory, ".."),
@@ -134,12 +113,10 @@ impl FlatDir {
             .iter()
             .map(|&(i, n)| (i, FileType::RegularFile, n));
         let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (next, (ino, kind, name)) in (1u64..).zip(dots.into_iter().chain(files)).skip(skip) {
-            if reply.add(ino, next, kind, name) {
-                break;
-            }
-        }
-        reply.ok();
+        (1u64..)
+            .zip(dots.into_iter().chain(files))
+            .skip(skip)
+            .map(|(next, (ino, kind, name))| (next, ino, kind, name))
     }
 }
 
@@ -173,5 +150,22 @@ mod tests {
             (FileType::Directory, 0o755, 0, 2)
         );
         assert!(dir.attr(INodeNo(4), ACCESS).is_none());
+        assert!(dir.is_file(INodeNo(3)) && !dir.is_file(ROOT_INO));
+    }
+
+    #[test]
+    fn a_listing_resumes_after_the_entry_it_stopped_at() {
+        let dir = FlatDir::new(FILES);
+        let all: Vec<_> = dir
+            .entries(0)
+            .map(|(next, _, _, name)| (next, name))
+            .collect();
+        assert_eq!(all, [(1, "."), (2, ".."), (3, "card0"), (4, "card0-oob")]);
+        let rest: Vec<_> = dir
+            .entries(3)
+            .map(|(_, ino, kind, _)| (ino, kind))
+            .collect();
+        assert_eq!(rest, [(INodeNo(3), FileType::RegularFile)]);
+        assert_eq!(dir.entries(u64::MAX).count(), 0);
     }
 }

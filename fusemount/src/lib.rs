@@ -6,8 +6,10 @@
 //!   by a crashed server, refusing a live one, lazily detaching a mount
 //!   (then aborting its connection through fusectl), and cloning a mounted
 //!   descriptor ([`clone_device`]) so that several threads serve it.
-//! - [`flat`]: the one root directory of a few files both nodes serve, and
-//!   the notifier both hand a `poll` request ([`flat::poll_wake`]).
+//! - [`node`]: the kit both nodes are made of: a node says what its files
+//!   do ([`node::NodeService`]); the kit serves them in a directory of
+//!   their own ([`node::NodeFs`], one `fuser::Filesystem` for both) and
+//!   mounts, serves and unmounts it ([`node::NodeMount`]).
 //! - [`namespace`]: joining the service manager's mount namespace, where
 //!   `gpupm-mount` must mount (see below).
 //! - [`procfs`]: a FUSE request's [`Caller`] and what `/proc/<pid>/status`
@@ -36,10 +38,11 @@
 //! --unmount --fdname NAME` (`ExecStopPost=`) removes it and has the
 //! manager close the stored descriptor.
 
-pub mod flat;
+mod flat;
 pub mod logging;
 pub mod mount;
 pub mod namespace;
+pub mod node;
 pub mod notify;
 pub mod parked;
 pub mod procfs;

@@ -76,19 +76,19 @@
 //! rekeying of confidential VMs), `error` (errnos), [`bounds`] (the caps
 //! and what is charged against them), [`bounds_metrics`] (their metrics),
 //! [`session`] (handles, sessions, parked reads, the reaper of killed
-//! readers), `pump` (the feed worker and the reaper), `fs` (the FUSE
-//! filesystem), `mount` (mounting or serving a passed descriptor). The
-//! typed client is `gpupm_client::TenantClient`.
+//! readers), `pump` (the feed worker and the reaper), `files` (what
+//! `node` does: the [`gpupm_fusemount::node`] kit serves it, mounting it
+//! or serving a passed descriptor). The typed client is
+//! `gpupm_client::TenantClient`.
 
 mod answer;
 mod authz;
 pub mod bounds;
 pub mod bounds_metrics;
 mod error;
-mod fs;
+mod files;
 mod instance;
 mod keys;
-mod mount;
 pub mod policy;
 mod pump;
 pub mod ranges;
@@ -99,8 +99,10 @@ pub mod session;
 
 use std::num::NonZeroUsize;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
+
+use gpupm_fusemount::node::{NodeMount, ServeError};
 
 use self::bounds::Bounds;
 use crate::planes::Features;
@@ -118,6 +120,8 @@ pub use gpupm_client::config::{
 pub use gpupm_client::paths::{DEFAULT_TENANT_DIR, TENANT_FDNAME, TENANT_NODE_NAME as NODE_NAME};
 /// Most records one stream session queues before it drops (and counts) new ones.
 pub const SESSION_QUEUE: usize = 256;
+/// Source and subtype of the mount (`fuse.gpupm-tenant`).
+const FS_NAME: &str = "gpupm-tenant";
 
 /// The node's request counters (kept in [`crate::view`], where the
 /// health snapshot reads them).
@@ -177,10 +181,9 @@ impl std::fmt::Debug for Served {
 #[derive(Debug)]
 pub struct TenantNode {
     stats: Arc<TenantStats>,
-    dir: PathBuf,
     sessions: Arc<session::Sessions>,
     pump: Option<pump::Pump>,
-    mounted: Option<mount::Mounted>,
+    mount: NodeMount,
 }
 
 impl TenantNode {
@@ -194,9 +197,13 @@ impl TenantNode {
         bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, served, policy, bounds, |fs| {
-            mount::Mounted::mount(dir, fs, threads)
-        })
+        TenantNode::start(
+            NodeMount::new(dir, FS_NAME),
+            served,
+            policy,
+            bounds,
+            threads,
+        )
     }
 
     /// Serves the node from `threads` threads on `fd`, a `/dev/fuse`
@@ -214,41 +221,44 @@ impl TenantNode {
         bounds: Arc<Bounds>,
         threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
-        TenantNode::start(dir, served, policy, bounds, |fs| {
-            mount::Mounted::serve_inherited(dir, fd, fs, threads)
-        })
+        let mount = NodeMount::inherited(dir, FS_NAME, fd);
+        TenantNode::start(mount, served, policy, bounds, threads)
     }
 
     fn start(
-        dir: &Path,
+        mut mount: NodeMount,
         served: Served,
         policy: TenantPolicy,
         bounds: Arc<Bounds>,
-        serve: impl FnOnce(fs::TenantFs) -> Result<mount::Mounted, mount::ServeError>,
+        threads: NonZeroUsize,
     ) -> Result<TenantNode, TenantError> {
+        let dir = mount.dir().to_owned();
         let stats = Arc::new(TenantStats::default());
         let sessions = session::Sessions::new(Arc::clone(&stats), bounds);
         let pump =
-            pump::Pump::start(Arc::clone(&sessions)).map_err(|e| TenantError::mount(dir, e))?;
-        let fs = fs::TenantFs::new(
+            pump::Pump::start(Arc::clone(&sessions)).map_err(|e| TenantError::mount(&dir, e))?;
+        let files = files::TenantFiles::new(
             served,
             policy::Policy::new(policy),
             Arc::clone(&sessions),
             Arc::clone(&stats),
         );
-        let mounted = serve(fs)
-            .map_err(|e| TenantError::mount(dir, gpupm_fusemount::logging::one_line(e)))?;
-        if mounted.is_owned() {
+        let probe = |dir: &Path| std::fs::metadata(dir.join(NODE_NAME)).map(drop);
+        let served = mount
+            .mount()
+            .map_err(ServeError::from)
+            .and_then(|()| mount.serve(files, threads, probe));
+        served.map_err(|e| TenantError::mount(&dir, gpupm_fusemount::logging::one_line(e)))?;
+        if mount.mounts_itself() {
             tracing::info!(dir = %dir.display(), "tenant node mounted");
         } else {
             tracing::info!(dir = %dir.display(), "serving the tenant node descriptor passed in");
         }
         Ok(TenantNode {
             stats,
-            dir: dir.to_owned(),
             sessions,
             pump: Some(pump),
-            mounted: Some(mounted),
+            mount,
         })
     }
 
@@ -259,7 +269,7 @@ impl TenantNode {
 
     /// The node directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.mount.dir()
     }
 }
 
@@ -269,10 +279,11 @@ impl Drop for TenantNode {
         // stop the feeds, then take the mount away.
         self.sessions.shutdown();
         drop(self.pump.take());
-        if let Some(m) = self.mounted.take() {
-            if m.is_owned() {
-                m.unmount();
-                tracing::info!(dir = %self.dir.display(), "tenant node unmounted");
+        match self.mount.unmount() {
+            Ok(true) => tracing::info!(dir = %self.dir().display(), "tenant node unmounted"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(dir = %self.dir().display(), error = %e, "could not unmount the tenant node");
             }
         }
     }

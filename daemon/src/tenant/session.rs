@@ -31,7 +31,7 @@ pub const RECORD_SIZE: usize = size_of::<TenantDelta>();
 
 /// Completes a read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, RequestError>) + Send>;
-pub use gpupm_fusemount::flat::PollWake;
+pub use gpupm_fusemount::node::PollWake;
 
 struct ParkedRead {
     /// Names the read for the reaper (unique while the node runs).

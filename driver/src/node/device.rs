@@ -30,7 +30,7 @@ pub const RECORD_SIZE: usize = core::mem::size_of::<InterruptRecord>();
 
 /// Completes a parked blocking read with the bytes to return or an error.
 pub type ReadCompletion = Box<dyn FnOnce(Result<Vec<u8>, NodeError>) + Send>;
-pub use gpupm_fusemount::flat::PollWake;
+pub use gpupm_fusemount::node::PollWake;
 
 struct ParkedRead {
     /// Names the read for the reaper (unique while the node runs).
