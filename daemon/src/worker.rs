@@ -116,16 +116,16 @@ impl Worker {
         let mut seen = bell.generation();
         let thread = {
             let bell = Arc::clone(&bell);
-            thread::Builder::new().name(name.into()).spawn(move || {
-                loop {
+            thread::Builder::new()
+                .name(name.into())
+                .spawn(move || loop {
                     match bell.wait(seen, period) {
                         Woken::Stopped => return,
                         Woken::Rung(now) => seen = now,
                         Woken::Timeout => {}
                     }
                     pass();
-                }
-            })?
+                })?
         };
         Ok(Worker {
             bell,

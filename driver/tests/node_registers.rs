@@ -317,6 +317,48 @@ fn the_host_node_reaches_no_oob_mailbox_register_by_any_path() {
     d.stop();
 }
 
+/// The device knows its host driver from the node: no `card0` handle
+/// open is "unloaded", an open handle with requests "loaded", and the
+/// BMC's own requests on `card0-oob` say nothing of the host.
+#[test]
+fn the_bmc_sees_the_host_driver_load_and_unload_through_the_node() {
+    use gpupm_client::oob::{HostDriver, OobClient};
+
+    let d = Driver::start();
+    let bmc = OobClient::open(d.card_path().parent().unwrap()).unwrap();
+    let state = |bmc: &OobClient| bmc.host_state().unwrap();
+    assert_eq!(
+        state(&bmc).driver,
+        HostDriver::Unloaded,
+        "no host handle yet"
+    );
+    assert_eq!(
+        state(&bmc).driver,
+        HostDriver::Unloaded,
+        "BMC reads are no host"
+    );
+    let card = d.card();
+    advance(&card, 1_000).unwrap();
+    let loaded = state(&bmc);
+    assert_eq!(
+        (loaded.driver, loaded.handles),
+        (HostDriver::Loaded, 1),
+        "{loaded:?}"
+    );
+    let second = d.card();
+    assert_eq!(state(&bmc).handles, 2);
+    drop(second);
+    assert_eq!(state(&bmc).handles, 1);
+    drop(card);
+    let gone = state(&bmc);
+    assert_eq!(
+        (gone.driver, gone.handles),
+        (HostDriver::Unloaded, 0),
+        "{gone:?}"
+    );
+    d.stop();
+}
+
 #[test]
 fn oob_node_refuses_ioctls_and_the_window() {
     let d = Driver::start();

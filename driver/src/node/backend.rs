@@ -5,6 +5,7 @@
 //! lock held, so each call is atomic with respect to every other node
 //! request and to the real-time clock.
 
+use crate::model::oob::host::HostEvent;
 use std::time::Instant;
 
 use gpupm_uapi::cc::{Finish, KeyExchange};
@@ -85,6 +86,9 @@ pub trait DeviceBackend: Send + 'static {
     fn cc_finish(&mut self, msg: &mut Finish) -> Result<(), BackendError>;
     /// Real-time clock: bring the device up to wall time `now` (no-op in step mode).
     fn tick(&mut self, now: Instant);
+    /// What the device knows of its host driver changed (the OOB
+    /// mailbox's `OOB_HOST_STATE` reports it to the BMC).
+    fn host_event(&mut self, event: HostEvent);
     /// Interrupt records with seq >= `from_seq` appended to `out` (oldest
     /// first); returns the seq the next record will have. Records older than
     /// the device's retention are gone (the caller sees a seq gap).

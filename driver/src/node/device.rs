@@ -24,6 +24,7 @@ use super::ioctl::{self, IoctlReply};
 use super::mirror::Mirror;
 use super::reg_access::reg_access;
 pub use super::reg_access::NodeKind;
+use crate::model::oob::host::HostEvent;
 
 /// Size of one interrupt record as `read()` returns it.
 pub const RECORD_SIZE: usize = core::mem::size_of::<InterruptRecord>();
@@ -75,6 +76,27 @@ impl Inner {
         if let Some(m) = self.mirror.as_mut() {
             m.after_request(self.backend.as_mut());
         }
+    }
+
+    /// Tells the device of a request on a handle of `kind`: the host
+    /// driver is alive while it makes requests on `card0` (the BMC's own
+    /// requests say nothing of the host).
+    fn host_request(&mut self, kind: NodeKind) {
+        if kind == NodeKind::Card {
+            self.backend.host_event(HostEvent::Request);
+        }
+    }
+
+    /// Tells the device how many `card0` handles are open and how many of
+    /// their readers wait for interrupt records.
+    fn host_handles_changed(&mut self) {
+        let (mut handles, mut waiting) = (0u32, 0u32);
+        for h in self.handles.values().filter(|h| h.kind == NodeKind::Card) {
+            handles = handles.saturating_add(1);
+            waiting = waiting.saturating_add(u32::try_from(h.readers.len()).unwrap_or(u32::MAX));
+        }
+        self.backend.host_event(HostEvent::Handles(handles));
+        self.backend.host_event(HostEvent::Waiting(waiting));
     }
 }
 
@@ -172,12 +194,26 @@ impl NodeCore {
                 poll_wake: None,
             },
         );
+        inner.host_request(kind);
+        inner.host_handles_changed();
         fh
+    }
+
+    /// The host's node started (true) or stopped (false) being served.
+    pub fn host_attached(&self, attached: bool) {
+        self.lock()
+            .backend
+            .host_event(HostEvent::Attached(attached));
     }
 
     /// Closes a handle; a reader still parked on it fails with EINTR.
     pub fn release(&self, fh: u64) {
-        let handle = self.lock().handles.remove(&fh);
+        let handle = {
+            let mut inner = self.lock();
+            let handle = inner.handles.remove(&fh);
+            inner.host_handles_changed();
+            handle
+        };
         if let Some(handle) = handle {
             for r in handle.readers {
                 (r.complete)(Err(NodeError::Interrupted));
@@ -236,6 +272,7 @@ impl NodeCore {
         let Some(kind) = inner.handles.get(&fh).map(|h| h.kind) else {
             return Some(Err(NodeError::NotFound));
         };
+        inner.host_request(kind);
         if kind == NodeKind::Card && offset >= MEM_WINDOW_OFFSET {
             let mut buf = vec![0; size];
             let res = inner.backend.read_mem(offset - MEM_WINDOW_OFFSET, &mut buf);
@@ -279,6 +316,7 @@ impl NodeCore {
             complete,
         });
         inner.next_ticket += 1;
+        inner.host_handles_changed();
         None
     }
 
@@ -287,6 +325,7 @@ impl NodeCore {
         let res = {
             let mut inner = self.lock();
             let kind = inner.handles.get(&fh).ok_or(NodeError::NotFound)?.kind;
+            inner.host_request(kind);
             if kind == NodeKind::Card && offset >= MEM_WINDOW_OFFSET {
                 return Err(malformed("the memory window is read-only"));
             }
@@ -318,6 +357,7 @@ impl NodeCore {
             if kind != NodeKind::Card {
                 return Err(NodeError::NotOnThisNode("ioctl"));
             }
+            inner.host_request(kind);
             if cmd == gpupm_uapi::ioctl::GPUPM_IOC_MIRROR_INFO {
                 return Mirror::info(inner.mirror.as_ref(), input);
             }
@@ -372,6 +412,7 @@ impl NodeCore {
         if handle.kind != NodeKind::Card {
             return Some(Err(NodeError::NotOnThisNode("ioctl")));
         }
+        inner.backend.host_event(HostEvent::Request);
         let seq = match commit_wait::sequence(inner.backend.as_mut()) {
             Ok(seq) => seq,
             Err(e) => return Some(Err(e)),
@@ -389,6 +430,7 @@ impl NodeCore {
             complete,
         });
         inner.next_ticket += 1;
+        inner.host_handles_changed();
         None
     }
 
@@ -431,6 +473,7 @@ impl NodeCore {
             let mut guard = self.lock();
             let inner = &mut *guard;
             let next = next_seq(inner.backend.as_ref());
+            let mut readers_served = false;
             for handle in inner.handles.values_mut() {
                 if handle.cursor >= next {
                     continue;
@@ -450,8 +493,12 @@ impl NodeCore {
                     }
                     if let Some(r) = handle.readers.pop_front() {
                         actions.push(Action::Complete(r.complete, Ok(bytes)));
+                        readers_served = true;
                     }
                 }
+            }
+            if readers_served {
+                inner.host_handles_changed();
             }
             answer_waits(inner, &mut actions);
             if let Some(m) = inner.mirror.as_mut() {

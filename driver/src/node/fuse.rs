@@ -121,6 +121,9 @@ impl Transport for FuseTransport {
             core: Arc::clone(&self.core),
         };
         let served = self.mount.serve(files, self.threads, probe);
+        if served.is_ok() {
+            self.core.host_attached(true);
+        }
         served.map_err(|e| {
             let dir = self.mount.dir().to_path_buf();
             match e {
@@ -146,6 +149,7 @@ impl Transport for FuseTransport {
     }
 
     fn unmount(&mut self) -> Result<(), TransportError> {
+        self.core.host_attached(false);
         if self.mount.unmount()? {
             tracing::info!(dir = %self.mount.dir().display(), "device node unmounted");
         }

@@ -1,6 +1,7 @@
 //! The device model as the node's backend: the kernel-style driver layer
 //! between the transport and the hardware model.
 
+use crate::model::oob::host::HostEvent;
 use std::time::Instant;
 
 use gpupm_uapi::cc::{Finish, KeyExchange};
@@ -168,6 +169,10 @@ impl DeviceBackend for ModelBackend {
 
     fn tick(&mut self, now: Instant) {
         self.dev.tick(now);
+    }
+
+    fn host_event(&mut self, event: HostEvent) {
+        self.dev.host_event(event);
     }
 
     fn interrupts_since(&self, from_seq: u64, out: &mut Vec<InterruptRecord>) -> u64 {

@@ -266,7 +266,9 @@ impl Transport for CuseTransport {
             node = %self.device_path().display(),
             "serving the character device"
         );
-        self.probe()
+        self.probe()?;
+        self.core.host_attached(true);
+        Ok(())
     }
 
     fn is_serving(&self) -> bool {
@@ -277,6 +279,7 @@ impl Transport for CuseTransport {
         let Some(channel) = self.channel.take() else {
             return Ok(());
         };
+        self.core.host_attached(false);
         let abort = self.sysfs_dir().join("abort");
         let aborted = OpenOptions::new()
             .write(true)
