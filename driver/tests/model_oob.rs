@@ -1,4 +1,4 @@
-//! The out-of-band reduction channel (issue #30, `docs/oob.md`) in
+//! The out-of-band reduction channel (`docs/oob.md`) in
 //! process: its blocks equal the ledger at an OOB flush whatever the host
 //! does (services switches or not, turns its triggers off, masks counters,
 //! resets the device), with both engines, bit for bit alike; OOB reads

@@ -1,10 +1,9 @@
-//! The out-of-band reduction channel (seed 000 ¶51–52, ¶81;
-//! `docs/oob.md`): a reduction channel of its own beside the partitions'
-//! RCs and RC0, with its own system, VM and context blocks in
-//! device-internal memory — never in the host-visible window — committed
-//! on its own trigger schedule, which no register can change. The BMC
-//! reads it through the OOB mailbox ([`mailbox`]) without allocating
-//! anything.
+//! The out-of-band reduction channel (`docs/oob.md`): a reduction channel
+//! of its own beside the partitions' RCs and RC0, with its own system, VM
+//! and context blocks in device-internal memory — never in the
+//! host-visible window — committed on its own trigger schedule, which no
+//! register can change. The BMC reads it through the OOB mailbox
+//! ([`mailbox`]) without allocating anything.
 //!
 //! What feeds it: every CCU record the RC buffer routes to RC0 (that is,
 //! of a VM that is not confidential, or of the device-level units) is also
