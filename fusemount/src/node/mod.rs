@@ -8,7 +8,8 @@
 //! inode that is not one of the node's files (ENOENT), opens every file
 //! with `FOPEN_DIRECT_IO` (each read and write reaches the node with the
 //! caller's offset and size; nothing is cached), and hands everything
-//! else to the node with the credentials the kernel sent. Before any request but `flush` and `release` it asks the node's
+//! else to the node with the credentials the kernel sent. Before any
+//! request but `flush` and `release` it asks the node's
 //! [`NodeService::admit`]: a node whose every request passes one check
 //! (the device node's admin rule) says so there, once; a node whose checks
 //! differ per request (the tenant node's) admits everyone and checks in
@@ -90,10 +91,9 @@ pub trait NodeService: Send + Sync + 'static {
 
     /// Whether the node answers `caller` at all, checked before every
     /// request but `flush` and `release`; a refusal is the request's
-    /// answer. Admits everyone unless the node says otherwise.
-    fn admit(&self, _caller: Caller) -> Result<(), Errno> {
-        Ok(())
-    }
+    /// answer. No default: each node states who reaches it, so a new node
+    /// cannot be open to everyone by omission.
+    fn admit(&self, caller: Caller) -> Result<(), Errno>;
 
     /// Opens file `ino` (one of [`Self::FILES`]) for `caller`: the handle
     /// every later request on it names.
