@@ -384,19 +384,18 @@ pub fn start(
         .enable_all()
         .build()
         .map_err(MetricsError::Runtime)?;
-    let mut running = runtime.block_on(listen(local, cfg, prepared, view, health))?;
+    let endpoint = Endpoint::new(cfg.max_contexts_per_vm, view, health);
+    let mut running = runtime.block_on(listen(local, prepared, endpoint))?;
     running.runtime = Some(runtime);
     Ok(running)
 }
 
+/// Binds and serves the listeners on the current runtime.
 async fn listen(
     local: SocketAddr,
-    cfg: &MetricsConfig,
     prepared: Prepared,
-    view: Arc<dyn CounterView>,
-    health: Arc<dyn HealthSource>,
+    endpoint: Arc<Endpoint>,
 ) -> Result<Running, MetricsError> {
-    let endpoint = Endpoint::new(cfg.max_contexts_per_vm, view, health);
     let authenticated = match prepared.authenticated {
         None => None,
         Some((a, web)) => Some((bind(a.listen).await?, endpoint.access(web))),
