@@ -10,7 +10,7 @@
 //! — carries its charge against the `[limits]` ([`super::bounds`]), which
 //! goes back when the thing goes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -129,6 +129,9 @@ impl Handle {
 #[derive(Default)]
 struct Table {
     handles: BTreeMap<u64, Handle>,
+    /// The handles with a stream session whose feed is live: what the
+    /// feed worker visits on every publish (not every handle).
+    streams: BTreeSet<u64>,
     next_fh: u64,
     next_session: u64,
     next_ticket: u64,
@@ -250,7 +253,11 @@ impl Sessions {
 
     /// Closes a handle and its session; a read still parked fails with EINTR.
     pub fn release(&self, fh: u64) {
-        let handle = self.lock().handles.remove(&fh);
+        let handle = {
+            let mut t = self.lock();
+            t.streams.remove(&fh);
+            t.handles.remove(&fh)
+        };
         if let Some(h) = handle {
             self.stats.open_handles.fetch_sub(1, Ordering::Relaxed);
             run(h
@@ -355,6 +362,7 @@ impl Sessions {
         {
             let mut t = self.lock();
             t.shut = true;
+            t.streams.clear();
             for h in t.handles.values_mut() {
                 h.session = None;
                 tickets.extend(h.sampling.take().and_then(|mut s| s.ticket.take()));

@@ -181,6 +181,7 @@ impl Sessions {
             _charge: Some(charge),
         };
         let replaced = handle.session.replace(session);
+        t.streams.insert(fh);
         drop(guard);
         drop(replaced);
         // What was published between the subscription and now.
@@ -193,15 +194,23 @@ impl Sessions {
     pub(in crate::tenant) fn pump_feeds(&self) {
         let mut actions = Vec::new();
         {
-            let mut t = self.lock();
-            for handle in t.handles.values_mut() {
-                let Some(session) = handle.session.as_mut() else {
-                    continue;
+            let mut guard = self.lock();
+            let t = &mut *guard;
+            t.streams.retain(|fh| {
+                let Some(handle) = t.handles.get_mut(fh) else {
+                    return false;
                 };
-                if session.drain_feed(&self.stats.session_drops) {
+                let Some(session) = handle.session.as_mut() else {
+                    return false;
+                };
+                let changed = session.drain_feed(&self.stats.session_drops);
+                // A session whose feed ended needs no more visits.
+                let live = session.feed.is_some();
+                if changed {
                     serve_readers(handle, &mut actions);
                 }
-            }
+                live
+            });
         }
         run(actions);
     }
